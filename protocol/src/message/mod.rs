@@ -1,0 +1,17 @@
+//! The application messages exchanged inside sessions, and their MessagePack codec
+//! (`docs/protocol.md` §6).
+//!
+//! Every message is an [`Envelope`]: a protocol version and one [`Message`]. Encoding is
+//! MessagePack with named fields (maps, not arrays), so any MessagePack library can read it and
+//! fields can be added without breaking old readers.
+
+mod codec;
+mod job;
+mod types;
+
+pub use codec::{decode, encode, CodecError, MAX_DEPTH};
+pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
+pub use types::*;
+
+/// Version of the message layer. A reader refuses envelopes with a different major version.
+pub const MESSAGE_VERSION: u16 = 1;

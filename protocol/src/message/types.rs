@@ -1,0 +1,286 @@
+//! Message types. Field names are the wire names; `docs/protocol.md` §6 mirrors this file.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::job::SignedJob;
+
+/// A dynamic value (function arguments, return data, grains, event data).
+pub type Value = serde_json::Value;
+
+/// The outer wrapper of every message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    /// Message layer version ([`super::MESSAGE_VERSION`]).
+    pub v: u16,
+    /// The message.
+    pub msg: Message,
+}
+
+/// Every message of the protocol, externally tagged: `{"job": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Message {
+    /// Minion → master, first message of a session: who it is and what it can do.
+    Hello(Hello),
+    /// Client → master, first message of a client session.
+    ClientHello(ClientHello),
+    /// Master → minion or client, answer to a hello.
+    Welcome(Welcome),
+    /// Master → minion: run a function.
+    Job(SignedJob),
+    /// Minion → master: the job was received and accepted for execution (or refused).
+    JobAck(JobAck),
+    /// Minion → master: intermediate output of a running job.
+    JobProgress(JobProgress),
+    /// Minion → master: the job's final result; master → client when streaming returns.
+    JobReturn(JobReturn),
+    /// Master → minion: the return for `jid` is stored; the minion may drop it from its outbox.
+    ReturnAck(ReturnAck),
+    /// Master → minion: stop a running job. Client → master: cancel a job.
+    Cancel(Cancel),
+    /// Minion → master: an event (the master namespaces the tag); master → client: a bus event.
+    Event(Event),
+    /// Client (or ACL'd minion) → master: run a function on a target.
+    Publish(PublishRequest),
+    /// Master → client: the job was created and these minions are expected to answer.
+    Published(Published),
+    /// Client → master: stream bus events whose tags match these globs.
+    Subscribe(Subscribe),
+    /// Either direction: a request failed.
+    Error(ErrorMessage),
+}
+
+/// A module (group of functions) a minion offers, with its version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleInfo {
+    /// Module name, e.g. `pkg`.
+    pub name: String,
+    /// Module version.
+    pub version: String,
+}
+
+/// What a minion announces when its session starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The minion's id (validated by the master against the key registry).
+    pub id: String,
+    /// The minion's software version.
+    pub version: String,
+    /// Grains: facts about the host (os, kernel, cpu count, ...).
+    pub grains: BTreeMap<String, Value>,
+    /// Modules available.
+    pub modules: Vec<ModuleInfo>,
+    /// Fully qualified functions its local policy allows, e.g. `test.ping`.
+    pub functions: Vec<String>,
+}
+
+/// What a client announces when its session starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientHello {
+    /// Principal name the client acts as.
+    pub principal: String,
+    /// The client's software version.
+    pub version: String,
+}
+
+/// The master's answer to a hello.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The master's id.
+    pub master_id: String,
+    /// The master's software version.
+    pub version: String,
+}
+
+/// Acknowledgement of a job by a minion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobAck {
+    /// Job id.
+    pub jid: String,
+    /// Whether the minion will run it. A refused job is followed by no return.
+    pub accepted: bool,
+    /// Why it was refused (empty when accepted).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// Intermediate output of a running job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobProgress {
+    /// Job id.
+    pub jid: String,
+    /// Sequence number, from 0, so the master can order and de-duplicate.
+    pub seq: u64,
+    /// Progress data.
+    pub data: Value,
+}
+
+/// The final result of a job on one minion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobReturn {
+    /// Job id.
+    pub jid: String,
+    /// The minion that ran it. Set by the master when relaying to clients; a minion's own
+    /// value is ignored in favour of its authenticated id.
+    #[serde(default)]
+    pub minion: String,
+    /// Whether the function succeeded.
+    pub success: bool,
+    /// Process-style return code (0 on success).
+    pub retcode: i32,
+    /// The function's return data.
+    pub outputs: Value,
+    /// Some output was cut to respect size caps.
+    #[serde(default)]
+    pub truncated: bool,
+    /// Wall time the function took, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+}
+
+/// The master stored a return.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReturnAck {
+    /// Job id.
+    pub jid: String,
+}
+
+/// Cancel a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancel {
+    /// Job id.
+    pub jid: String,
+}
+
+/// An event with a slash-separated tag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Tag, e.g. `halite/job/20261121063522123456/ret/web1`.
+    pub tag: String,
+    /// Event body.
+    pub data: Value,
+}
+
+/// How a target expression is interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    /// Shell-style glob on minion ids (the default).
+    Glob,
+    /// Comma-separated list of ids.
+    List,
+    /// Anchored regular expression on ids.
+    Regex,
+    /// `key:glob` on a grain.
+    Grain,
+    /// `and`/`or`/`not` of the above with prefixes (`G@`, `L@`, `E@`).
+    Compound,
+    /// A nodegroup defined in the master config.
+    Nodegroup,
+}
+
+/// A target: which minions a job is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// How to read `expr`.
+    pub kind: TargetKind,
+    /// The expression.
+    pub expr: String,
+}
+
+/// Batch size for a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchSize {
+    /// At most this many minions at a time.
+    Count(u32),
+    /// At most this percentage (1–100) of the targeted minions at a time.
+    Percent(u8),
+}
+
+/// A request to run a function on a target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishRequest {
+    /// Client-chosen id echoed in the answer.
+    pub request_id: u64,
+    /// Which minions.
+    pub target: Target,
+    /// Fully qualified function, e.g. `service.restart`.
+    pub function: String,
+    /// Positional arguments.
+    #[serde(default)]
+    pub args: Vec<Value>,
+    /// Keyword arguments.
+    #[serde(default)]
+    pub kwargs: BTreeMap<String, Value>,
+    /// Per-minion execution timeout, milliseconds.
+    pub timeout_ms: u64,
+    /// How long the job waits for offline minions before they are marked expired, milliseconds.
+    pub ttl_ms: u64,
+    /// Rollout batch size; `None` sends to all at once.
+    #[serde(default)]
+    pub batch: Option<BatchSize>,
+    /// Stop dispatching after this many failures; `None` never stops.
+    #[serde(default)]
+    pub error_budget: Option<u32>,
+}
+
+/// The answer to a publish request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Published {
+    /// The request this answers.
+    pub request_id: u64,
+    /// The new job's id.
+    pub jid: String,
+    /// Every minion expected to reach a final state for this job.
+    pub minions: Vec<String>,
+}
+
+/// Subscribe to bus events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscribe {
+    /// Tag globs; an event matching any is delivered.
+    pub patterns: Vec<String>,
+}
+
+/// Kinds of error that cross the wire. Unknown kinds from newer peers decode as `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request could not be decoded or is invalid.
+    BadRequest,
+    /// The caller is not allowed to do this.
+    Forbidden,
+    /// The named job, minion or function does not exist.
+    NotFound,
+    /// The function is not in the minion's registry or not allowed by its policy.
+    UnknownFunction,
+    /// A job's signature did not verify.
+    BadSignature,
+    /// A size, rate or count limit was hit.
+    LimitExceeded,
+    /// The operation timed out.
+    Timeout,
+    /// The peer's protocol version is not supported.
+    UnsupportedVersion,
+    /// The peer failed internally.
+    Internal,
+    /// An error kind this node does not know.
+    #[serde(other)]
+    Other,
+}
+
+/// A failed request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorMessage {
+    /// What went wrong, for programs.
+    pub kind: ErrorKind,
+    /// What went wrong, for humans.
+    pub message: String,
+    /// The request it answers (a publish request id or a jid), if any.
+    #[serde(default)]
+    pub request: Option<String>,
+}
