@@ -56,15 +56,19 @@ pub(crate) fn to_vec<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    // Reading through `&[u8]` advances the slice, which leaves the trailing bytes to check.
+    // rmp-serde's reader copies a string or binary only as its bytes are actually present, so
+    // a length prefix claiming gigabytes allocates nothing.
+    let mut rest = bytes;
+    let mut de = rmp_serde::Deserializer::new(&mut rest);
     de.set_max_depth(MAX_DEPTH);
     let value = T::deserialize(&mut de).map_err(|e| match e {
         rmp_serde::decode::Error::DepthLimitExceeded => CodecError::TooDeep,
         other => CodecError::Malformed(other.to_string()),
     })?;
-    let rest = de.get_ref().len();
-    if rest != 0 {
-        return Err(CodecError::TrailingBytes(rest));
+    drop(de);
+    if !rest.is_empty() {
+        return Err(CodecError::TrailingBytes(rest.len()));
     }
     Ok(value)
 }

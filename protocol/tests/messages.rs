@@ -1,0 +1,204 @@
+//! Message codec properties: every message round-trips; arbitrary bytes never panic.
+
+use std::collections::BTreeMap;
+
+use halite_protocol::identity::IdentityKey;
+use halite_protocol::message::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (-1e9f64..1e9).prop_map(Value::from),
+        ".{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,8}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn map() -> impl Strategy<Value = BTreeMap<String, Value>> {
+    prop::collection::btree_map("[a-z_]{1,10}", value(), 0..5)
+}
+
+fn job() -> impl Strategy<Value = Job> {
+    ("[0-9]{20}", "[a-z]{1,8}\\.[a-z_]{1,10}", prop::collection::vec(value(), 0..4), map(), any::<u64>(), any::<u64>(), any::<u64>(), ".{0,16}")
+        .prop_map(|(jid, function, args, kwargs, timeout_ms, issued_at_ms, ttl_ms, caller)| Job {
+            jid,
+            function,
+            args,
+            kwargs,
+            timeout_ms,
+            issued_at_ms,
+            ttl_ms,
+            caller,
+        })
+}
+
+fn error_kind() -> impl Strategy<Value = ErrorKind> {
+    prop::sample::select(vec![
+        ErrorKind::BadRequest,
+        ErrorKind::Forbidden,
+        ErrorKind::NotFound,
+        ErrorKind::UnknownFunction,
+        ErrorKind::BadSignature,
+        ErrorKind::LimitExceeded,
+        ErrorKind::Timeout,
+        ErrorKind::UnsupportedVersion,
+        ErrorKind::Internal,
+        ErrorKind::Other,
+    ])
+}
+
+fn target() -> impl Strategy<Value = Target> {
+    let kind = prop::sample::select(vec![
+        TargetKind::Glob,
+        TargetKind::List,
+        TargetKind::Regex,
+        TargetKind::Grain,
+        TargetKind::Compound,
+        TargetKind::Nodegroup,
+    ]);
+    (kind, ".{0,20}").prop_map(|(kind, expr)| Target { kind, expr })
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    let key = IdentityKey::from_seed(&[5; 32]);
+    prop_oneof![
+        (".{0,10}", ".{0,6}", map(), prop::collection::vec(("[a-z]{1,6}", "[0-9.]{1,6}"), 0..4), prop::collection::vec(".{0,10}", 0..4))
+            .prop_map(|(id, version, grains, modules, functions)| Message::Hello(Hello {
+                id,
+                version,
+                grains,
+                modules: modules.into_iter().map(|(name, version)| ModuleInfo { name, version }).collect(),
+                functions,
+            })),
+        (".{0,10}", ".{0,6}").prop_map(|(principal, version)| Message::ClientHello(ClientHello { principal, version })),
+        (".{0,10}", ".{0,6}").prop_map(|(master_id, version)| Message::Welcome(Welcome { master_id, version })),
+        job().prop_map(move |j| Message::Job(SignedJob::sign(&j, &key))),
+        (".{0,20}", any::<bool>(), ".{0,20}").prop_map(|(jid, accepted, reason)| Message::JobAck(JobAck { jid, accepted, reason })),
+        (".{0,20}", any::<u64>(), value()).prop_map(|(jid, seq, data)| Message::JobProgress(JobProgress { jid, seq, data })),
+        (".{0,20}", ".{0,10}", any::<bool>(), any::<i32>(), value(), any::<bool>(), any::<u64>()).prop_map(
+            |(jid, minion, success, retcode, outputs, truncated, duration_ms)| Message::JobReturn(JobReturn {
+                jid,
+                minion,
+                success,
+                retcode,
+                outputs,
+                truncated,
+                duration_ms
+            })
+        ),
+        ".{0,20}".prop_map(|jid| Message::ReturnAck(ReturnAck { jid })),
+        ".{0,20}".prop_map(|jid| Message::Cancel(Cancel { jid })),
+        (".{0,30}", value()).prop_map(|(tag, data)| Message::Event(Event { tag, data })),
+        (
+            any::<u64>(),
+            target(),
+            ".{0,12}",
+            prop::collection::vec(value(), 0..3),
+            map(),
+            any::<u64>(),
+            any::<u64>(),
+            prop::option::of(prop_oneof![any::<u32>().prop_map(BatchSize::Count), (1u8..=100).prop_map(BatchSize::Percent)]),
+            prop::option::of(any::<u32>())
+        )
+            .prop_map(|(request_id, target, function, args, kwargs, timeout_ms, ttl_ms, batch, error_budget)| {
+                Message::Publish(PublishRequest { request_id, target, function, args, kwargs, timeout_ms, ttl_ms, batch, error_budget })
+            }),
+        (any::<u64>(), ".{0,20}", prop::collection::vec(".{0,8}", 0..5))
+            .prop_map(|(request_id, jid, minions)| Message::Published(Published { request_id, jid, minions })),
+        prop::collection::vec(".{0,12}", 0..4).prop_map(|patterns| Message::Subscribe(Subscribe { patterns })),
+        (error_kind(), ".{0,30}", prop::option::of(".{0,10}"))
+            .prop_map(|(kind, message, request)| Message::Error(ErrorMessage { kind, message, request })),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_message_round_trips(msg in message()) {
+        prop_assert_eq!(decode(&encode(&msg)), Ok(msg));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode(&bytes);
+    }
+
+    #[test]
+    fn corrupted_messages_never_panic(msg in message(), index in any::<prop::sample::Index>(), byte in any::<u8>()) {
+        let mut bytes = encode(&msg);
+        let i = index.index(bytes.len());
+        bytes[i] = byte;
+        let _ = decode(&bytes);
+    }
+
+    #[test]
+    fn signed_jobs_verify_and_any_flipped_bit_fails(j in job(), index in any::<prop::sample::Index>()) {
+        let key = IdentityKey::from_seed(&[5; 32]);
+        let signed = SignedJob::sign(&j, &key);
+        prop_assert_eq!(signed.verify(&key.public()), Ok(j));
+        let mut tampered = signed.clone();
+        let i = index.index(tampered.body.len());
+        tampered.body[i] ^= 1;
+        prop_assert!(matches!(tampered.verify(&key.public()), Err(JobError::Signature(_))));
+    }
+}
+
+#[test]
+fn the_wire_form_uses_named_fields() {
+    let msg = Message::Event(Event { tag: "minion/web1/ready".into(), data: json!({"ok": true}) });
+    let bytes = encode(&msg);
+    let generic: rmpv_like::Map = rmp_serde::from_slice(&bytes).unwrap();
+    assert_eq!(generic["v"], json!(1));
+    assert_eq!(generic["msg"], json!({"event": {"tag": "minion/web1/ready", "data": {"ok": true}}}));
+}
+
+mod rmpv_like {
+    pub(crate) type Map = std::collections::BTreeMap<String, serde_json::Value>;
+}
+
+#[test]
+fn deep_nesting_is_refused() {
+    // {"v":1,"msg":{"event":{"tag":"t","data":[[[[...]]]]}}} with 200 levels of arrays.
+    let mut bytes = vec![0x82, 0xa1, b'v', 0x01, 0xa3, b'm', b's', b'g', 0x81, 0xa5];
+    bytes.extend_from_slice(b"event");
+    bytes.extend_from_slice(&[0x82, 0xa3, b't', b'a', b'g', 0xa1, b't', 0xa4, b'd', b'a', b't', b'a']);
+    bytes.extend(std::iter::repeat_n(0x91, 200));
+    bytes.push(0xc0);
+    assert_eq!(decode(&bytes), Err(CodecError::TooDeep));
+}
+
+#[test]
+fn other_versions_and_trailing_bytes_are_named() {
+    let msg = Message::Cancel(Cancel { jid: "1".into() });
+    let mut bytes = encode(&msg);
+    bytes[3] = 2; // the fixint after "v"
+    assert_eq!(decode(&bytes), Err(CodecError::UnsupportedVersion(2)));
+    let mut bytes = encode(&msg);
+    bytes.push(0);
+    assert_eq!(decode(&bytes), Err(CodecError::TrailingBytes(1)));
+}
+
+#[test]
+fn a_job_signed_by_another_key_is_refused() {
+    let j = Job {
+        jid: "20261121000000000000".into(),
+        function: "test.ping".into(),
+        args: vec![],
+        kwargs: BTreeMap::new(),
+        timeout_ms: 1000,
+        issued_at_ms: 0,
+        ttl_ms: 0,
+        caller: "root".into(),
+    };
+    let signed = SignedJob::sign(&j, &IdentityKey::from_seed(&[1; 32]));
+    assert!(matches!(signed.verify(&IdentityKey::from_seed(&[2; 32]).public()), Err(JobError::Signature(_))));
+}
