@@ -1,1 +1,25 @@
-//! placeholder
+//! The tokio I/O driver around `halite-protocol`'s ZMTP state machine.
+//!
+//! - [`Router`]: listens and accepts many peers (ZeroMQ ROUTER semantics: every received
+//!   message is tagged with the peer it came from, every sent message names its peer), with
+//!   pre-authentication admission limits per IP and in total, and a bounded send queue per peer
+//!   that reports [`SendError::Full`] instead of growing.
+//! - [`Dealer`]: connects out (ZeroMQ DEALER semantics) and keeps reconnecting with jittered
+//!   exponential [`Backoff`] when the connection drops.
+//! - [`keyfile`]: reading and writing identity key files with safe permissions.
+//!
+//! What it does not do: decide who may connect (the master does, above this crate), know about
+//! jobs or storage, or run Noise handshakes on its own; those layers sit on top of the message
+//! streams this crate provides.
+
+mod admission;
+mod backoff;
+mod connection;
+mod dealer;
+pub mod keyfile;
+mod router;
+
+pub use backoff::Backoff;
+pub use dealer::{Dealer, DealerConfig, DealerEvent};
+pub use connection::CloseReason;
+pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};

@@ -1,0 +1,170 @@
+//! Drives one ZMTP [`Connection`] over one TCP stream until it closes.
+
+use std::cell::RefCell;
+use std::io;
+use std::time::Duration;
+
+use halite_protocol::zmtp::{Connection, Event, PeerInfo, TimeoutKind, ZmtpError};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::admission::Slot;
+
+/// Size of the per-thread read buffer. Shared by every connection a runtime thread drives, so
+/// 10,000 idle peers cost no read buffers at all.
+const READ_BUFFER: usize = 64 * 1024;
+
+thread_local! {
+    static READ_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_BUFFER]);
+}
+
+/// Instructions from the socket owner to one connection task.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// Send one multipart message.
+    Send(Vec<Vec<u8>>),
+    /// The layer above authenticated the peer: switch to post-authentication limits and free
+    /// the pre-authentication admission slot.
+    Authenticated,
+    /// Close, telling the peer why.
+    Close(String),
+}
+
+/// What a connection task reports upward.
+#[derive(Debug)]
+pub(crate) enum Up {
+    Ready(PeerInfo),
+    Message(Vec<Vec<u8>>),
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The peer closed the TCP connection.
+    #[error("peer closed the connection")]
+    Eof,
+    /// A socket error.
+    #[error("i/o error: {0}")]
+    Io(String),
+    /// The peer broke the protocol or a limit (it was sent an ERROR), or sent ERROR itself.
+    #[error(transparent)]
+    Protocol(#[from] ZmtpError),
+    /// A handshake or heartbeat deadline expired.
+    #[error("timed out: {0:?}")]
+    TimedOut(TimeoutKind),
+    /// Writing to the peer stalled for longer than the write timeout.
+    #[error("peer stopped reading")]
+    WriteStalled,
+    /// This side closed the connection.
+    #[error("closed locally: {0}")]
+    Local(String),
+}
+
+/// Connection task settings.
+pub(crate) struct DriveOptions {
+    pub(crate) write_timeout: Duration,
+}
+
+/// Runs `conn` over `stream` until it closes. Returns why, and whether the handshake completed.
+///
+/// Backpressure: a message is taken from `control` only once the previous one has been written,
+/// and reading stops while `up` is full, so neither direction buffers more than one message.
+pub(crate) async fn drive<T>(
+    mut stream: TcpStream,
+    mut conn: Connection,
+    control: &mut mpsc::Receiver<Control>,
+    up: &mpsc::Sender<T>,
+    wrap: impl Fn(Up) -> T,
+    mut slot: Option<Slot>,
+    options: &DriveOptions,
+) -> (CloseReason, bool) {
+    let mut was_ready = false;
+    let mut ending: Option<CloseReason> = None;
+    loop {
+        while let Some(bytes) = conn.poll_transmit() {
+            match tokio::time::timeout(options.write_timeout, stream.write_all(&bytes)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return (ending.unwrap_or(CloseReason::Io(e.to_string())), was_ready),
+                Err(_) => return (ending.unwrap_or(CloseReason::WriteStalled), was_ready),
+            }
+        }
+        if let Some(reason) = ending {
+            return (reason, was_ready);
+        }
+        while let Some(event) = conn.poll_event() {
+            let message = match event {
+                Event::Ready(info) => {
+                    was_ready = true;
+                    Up::Ready(info)
+                }
+                Event::Message(parts) => Up::Message(parts),
+                Event::HeartbeatDue => continue,
+                Event::TimedOut(kind) => {
+                    ending = Some(CloseReason::TimedOut(kind));
+                    break;
+                }
+                Event::Closed(error) => {
+                    ending = Some(CloseReason::Protocol(error));
+                    break;
+                }
+            };
+            if up.send(wrap(message)).await.is_err() {
+                conn.close("socket closed");
+                ending = Some(CloseReason::Local("socket closed".into()));
+                break;
+            }
+        }
+        if ending.is_some() {
+            continue;
+        }
+        let deadline = conn.poll_timeout();
+        let ready = conn.is_ready();
+        tokio::select! {
+            readable = stream.readable() => {
+                if let Err(e) = readable {
+                    return (CloseReason::Io(e.to_string()), was_ready);
+                }
+                let read = READ_BUF.with(|buf| {
+                    let mut buf = buf.borrow_mut();
+                    let n = stream.try_read(&mut buf)?;
+                    conn.handle_input(&buf[..n], std::time::Instant::now());
+                    Ok::<usize, io::Error>(n)
+                });
+                match read {
+                    Ok(0) => return (CloseReason::Eof, was_ready),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return (CloseReason::Io(e.to_string()), was_ready),
+                }
+            }
+            command = control.recv(), if ready => match command {
+                Some(Control::Send(parts)) => {
+                    // Only possible once closed, which ends the loop above first.
+                    let _ = conn.send(&parts);
+                }
+                Some(Control::Authenticated) => {
+                    conn.set_authenticated();
+                    drop(slot.take());
+                }
+                Some(Control::Close(reason)) => {
+                    conn.close(&reason);
+                    ending = Some(CloseReason::Local(reason));
+                }
+                None => {
+                    conn.close("socket closed");
+                    ending = Some(CloseReason::Local("socket closed".into()));
+                }
+            },
+            () = sleep_until(deadline), if deadline.is_some() => conn.handle_timeout(std::time::Instant::now()),
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<std::time::Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(Instant::from_std(deadline)).await;
+    }
+}

@@ -1,0 +1,148 @@
+//! DEALER: one outgoing connection, re-established with backoff whenever it drops.
+
+use std::time::Duration;
+
+use halite_protocol::zmtp::{Connection, Heartbeat, Limits, PeerInfo, SocketType};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::backoff::Backoff;
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Up};
+use crate::router::SendError;
+
+/// Dealer settings.
+#[derive(Debug, Clone)]
+pub struct DealerConfig {
+    /// Routing id announced in READY (`Identity`); empty lets the router choose.
+    pub identity: Vec<u8>,
+    /// ZMTP limits.
+    pub limits: Limits,
+    /// Heartbeats, if any.
+    pub heartbeat: Option<Heartbeat>,
+    /// Messages queued (across reconnects) before [`Dealer::try_send`] reports `Full`.
+    pub send_queue: usize,
+    /// Events buffered for [`Dealer::recv`].
+    pub event_queue: usize,
+    /// First reconnect delay.
+    pub reconnect_initial: Duration,
+    /// Longest reconnect delay.
+    pub reconnect_max: Duration,
+    /// Give up a TCP connect attempt after this long.
+    pub connect_timeout: Duration,
+    /// A peer that does not read for this long is disconnected.
+    pub write_timeout: Duration,
+}
+
+impl Default for DealerConfig {
+    fn default() -> Self {
+        DealerConfig {
+            identity: Vec::new(),
+            limits: Limits::default(),
+            heartbeat: Some(Heartbeat::default()),
+            send_queue: 128,
+            event_queue: 1024,
+            reconnect_initial: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Something that happened on the dealer's connection.
+#[derive(Debug)]
+pub enum DealerEvent {
+    /// Connected and handshaken (again, after a reconnect).
+    Connected(PeerInfo),
+    /// A message from the router.
+    Message(Vec<Vec<u8>>),
+    /// The connection dropped; a reconnect is scheduled.
+    Disconnected(CloseReason),
+}
+
+/// A connecting DEALER socket. Messages sent while disconnected wait in the send queue and go
+/// out after the next handshake; a message already handed to a connection that then dies is
+/// lost, as in ZeroMQ, so reliability belongs to the layer above (acknowledgements).
+#[derive(Debug)]
+pub struct Dealer {
+    control: mpsc::Sender<Control>,
+    events: mpsc::Receiver<DealerEvent>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Dealer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Dealer {
+    /// Starts connecting to `addr` (host:port) in the background.
+    pub fn connect(addr: String, config: DealerConfig) -> Dealer {
+        let (control, control_rx) = mpsc::channel(config.send_queue);
+        let (events_tx, events) = mpsc::channel(config.event_queue);
+        let task = tokio::spawn(run(addr, config, control_rx, events_tx));
+        Dealer { control, events, task }
+    }
+
+    /// Queues a message, waiting while the queue is full.
+    pub async fn send(&self, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.control.send(Control::Send(parts)).await.map_err(|_| SendError::NotConnected)
+    }
+
+    /// Queues a message without waiting.
+    pub fn try_send(&self, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.control.try_send(Control::Send(parts)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Full,
+            mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+        })
+    }
+
+    /// Switches the current connection to post-authentication limits.
+    pub async fn mark_authenticated(&self) -> Result<(), SendError> {
+        self.control.send(Control::Authenticated).await.map_err(|_| SendError::NotConnected)
+    }
+
+    /// The next event.
+    pub async fn recv(&mut self) -> Option<DealerEvent> {
+        self.events.recv().await
+    }
+}
+
+async fn run(addr: String, config: DealerConfig, mut control: mpsc::Receiver<Control>, events: mpsc::Sender<DealerEvent>) {
+    let mut backoff = Backoff::new(config.reconnect_initial, config.reconnect_max);
+    let options = DriveOptions { write_timeout: config.write_timeout };
+    loop {
+        match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                let conn = Connection::new(
+                    SocketType::Dealer,
+                    config.identity.clone(),
+                    config.limits.clone(),
+                    config.heartbeat.clone(),
+                    std::time::Instant::now(),
+                );
+                let wrap = |up| match up {
+                    Up::Ready(info) => DealerEvent::Connected(info),
+                    Up::Message(parts) => DealerEvent::Message(parts),
+                };
+                let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, None, &options).await;
+                tracing::debug!(%addr, %reason, "connection closed; reconnecting");
+                if was_ready {
+                    backoff.reset();
+                    if events.send(DealerEvent::Disconnected(reason)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Ok(Err(error)) => tracing::debug!(%addr, %error, "connect failed"),
+            Err(_) => tracing::debug!(%addr, "connect timed out"),
+        }
+        if events.is_closed() {
+            return;
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}

@@ -1,0 +1,219 @@
+//! ROUTER: accept many peers, receive messages tagged with their peer, send to a named peer.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use halite_protocol::zmtp::{Connection, Heartbeat, Limits, PeerInfo, SocketType};
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::admission::{Admission, Slot};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Up};
+
+/// A connection's handle on this router. Never reused within one router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u64);
+
+/// Router settings. The defaults suit a master exposed to untrusted networks.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// ZMTP limits for every connection.
+    pub limits: Limits,
+    /// Heartbeats, if any.
+    pub heartbeat: Option<Heartbeat>,
+    /// Messages queued per peer before [`Router::send`] returns [`SendError::Full`].
+    pub send_queue: usize,
+    /// Events buffered for [`Router::recv`] before connections stop reading.
+    pub event_queue: usize,
+    /// Unauthenticated connections allowed at once, in total.
+    pub max_pending_total: usize,
+    /// Unauthenticated connections allowed at once from one IP address.
+    pub max_pending_per_ip: usize,
+    /// A peer that does not read for this long is disconnected.
+    pub write_timeout: Duration,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            limits: Limits::default(),
+            heartbeat: Some(Heartbeat::default()),
+            send_queue: 128,
+            event_queue: 4096,
+            max_pending_total: 4096,
+            max_pending_per_ip: 256,
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Something that happened on the router.
+#[derive(Debug)]
+pub enum RouterEvent {
+    /// A peer completed the ZMTP handshake.
+    Connected {
+        /// Its handle.
+        peer: PeerId,
+        /// Its address.
+        addr: SocketAddr,
+        /// What it announced.
+        info: PeerInfo,
+    },
+    /// A message from a peer.
+    Message {
+        /// Who sent it.
+        peer: PeerId,
+        /// Its parts.
+        parts: Vec<Vec<u8>>,
+    },
+    /// A peer that had connected is gone.
+    Disconnected {
+        /// Its handle.
+        peer: PeerId,
+        /// Why.
+        reason: CloseReason,
+    },
+}
+
+/// Why a message could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The peer's send queue is full: it is not reading fast enough. Explicit backpressure:
+    /// the caller decides whether to retry, drop or disconnect.
+    #[error("send queue full")]
+    Full,
+    /// No such peer (never connected, or gone).
+    #[error("peer not connected")]
+    NotConnected,
+}
+
+type Peers = Arc<Mutex<HashMap<PeerId, mpsc::Sender<Control>>>>;
+
+/// A listening ROUTER socket. Dropping it stops accepting and closes every connection.
+#[derive(Debug)]
+pub struct Router {
+    local_addr: SocketAddr,
+    events: mpsc::Receiver<RouterEvent>,
+    peers: Peers,
+    accept_task: JoinHandle<()>,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        // Dropping the control senders makes every connection task close.
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
+impl Router {
+    /// Binds and starts accepting.
+    pub async fn bind(addr: impl ToSocketAddrs, config: RouterConfig) -> io::Result<Router> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let (events_tx, events) = mpsc::channel(config.event_queue);
+        let peers: Peers = Arc::default();
+        let accept_task = tokio::spawn(accept_loop(listener, config, events_tx, peers.clone()));
+        Ok(Router { local_addr, events, peers, accept_task })
+    }
+
+    /// The address actually bound (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The next event; `None` only if the accept loop died.
+    pub async fn recv(&mut self) -> Option<RouterEvent> {
+        self.events.recv().await
+    }
+
+    /// Queues a message for a peer without waiting.
+    pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.control(peer, Control::Send(parts))
+    }
+
+    /// Tells the connection its peer is authenticated (see [`Limits`]).
+    pub fn mark_authenticated(&self, peer: PeerId) -> Result<(), SendError> {
+        self.control(peer, Control::Authenticated)
+    }
+
+    /// Closes a peer's connection, sending it a ZMTP ERROR with `reason`.
+    pub fn disconnect(&self, peer: PeerId, reason: &str) {
+        let sender = self.peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
+        if let Some(sender) = sender {
+            // If the queue is full the sender is dropped instead, which closes the connection too.
+            let _ = sender.try_send(Control::Close(reason.to_owned()));
+        }
+    }
+
+    /// Number of connections (authenticated or not).
+    pub fn connection_count(&self) -> usize {
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    fn control(&self, peer: PeerId, control: Control) -> Result<(), SendError> {
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let sender = peers.get(&peer).ok_or(SendError::NotConnected)?;
+        sender.try_send(control).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Full,
+            mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+        })
+    }
+}
+
+async fn accept_loop(listener: TcpListener, config: RouterConfig, events: mpsc::Sender<RouterEvent>, peers: Peers) {
+    let admission = Admission::new(config.max_pending_total, config.max_pending_per_ip);
+    let next_id = AtomicU64::new(1);
+    let config = Arc::new(config);
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Typically EMFILE: back off instead of spinning.
+                tracing::warn!(%error, "accept failed; pausing for 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(slot) = admission.admit(addr.ip()) else {
+            tracing::warn!(%addr, "too many unauthenticated connections; refusing");
+            drop(stream);
+            continue;
+        };
+        let peer = PeerId(next_id.fetch_add(1, Ordering::Relaxed));
+        let (control_tx, control_rx) = mpsc::channel(config.send_queue);
+        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, control_tx);
+        tokio::spawn(serve(stream, addr, peer, slot, control_rx, events.clone(), peers.clone(), config.clone()));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    stream: TcpStream,
+    addr: SocketAddr,
+    peer: PeerId,
+    slot: Slot,
+    mut control: mpsc::Receiver<Control>,
+    events: mpsc::Sender<RouterEvent>,
+    peers: Peers,
+    config: Arc<RouterConfig>,
+) {
+    let _ = stream.set_nodelay(true);
+    let conn = Connection::new(SocketType::Router, Vec::new(), config.limits.clone(), config.heartbeat.clone(), std::time::Instant::now());
+    let wrap = |up| match up {
+        Up::Ready(info) => RouterEvent::Connected { peer, addr, info },
+        Up::Message(parts) => RouterEvent::Message { peer, parts },
+    };
+    let options = DriveOptions { write_timeout: config.write_timeout };
+    let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, Some(slot), &options).await;
+    peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
+    tracing::debug!(%addr, peer = peer.0, %reason, "connection closed");
+    if was_ready {
+        let _ = events.send(RouterEvent::Disconnected { peer, reason }).await;
+    }
+}
