@@ -86,9 +86,11 @@ pub struct PublicIdentity(VerifyingKey);
 impl PublicIdentity {
     /// Parses 32 bytes, refusing invalid and weak (small-order) keys.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, IdentityError> {
-        let bytes: &[u8; 32] = bytes
-            .try_into()
-            .map_err(|_| IdentityError::BadLength { what: "ed25519 public key", expected: 32, got: bytes.len() })?;
+        let bytes: &[u8; 32] = bytes.try_into().map_err(|_| IdentityError::BadLength {
+            what: "ed25519 public key",
+            expected: 32,
+            got: bytes.len(),
+        })?;
         let key = VerifyingKey::from_bytes(bytes).map_err(|_| IdentityError::InvalidKey)?;
         if key.is_weak() {
             return Err(IdentityError::WeakKey);
@@ -104,15 +106,15 @@ impl PublicIdentity {
     /// Verifies a signature made by [`IdentityKey::sign`] with the same domain, strictly
     /// (no malleable or non-canonical signatures).
     pub fn verify(&self, domain: &[u8], message: &[u8], signature: &[u8]) -> Result<(), IdentityError> {
-        let signature: &[u8; 64] = signature
-            .try_into()
-            .map_err(|_| IdentityError::BadLength { what: "ed25519 signature", expected: 64, got: signature.len() })?;
+        let signature: &[u8; 64] = signature.try_into().map_err(|_| IdentityError::BadLength {
+            what: "ed25519 signature",
+            expected: 64,
+            got: signature.len(),
+        })?;
         let mut signed = Vec::with_capacity(domain.len() + message.len());
         signed.extend_from_slice(domain);
         signed.extend_from_slice(message);
-        self.0
-            .verify_strict(&signed, &Signature::from_bytes(signature))
-            .map_err(|_| IdentityError::BadSignature)
+        self.0.verify_strict(&signed, &Signature::from_bytes(signature)).map_err(|_| IdentityError::BadSignature)
     }
 
     /// The fingerprint shown to humans: SHA-256 of the public key as colon-separated hex pairs,

@@ -90,7 +90,10 @@ mod tests {
     #[test]
     fn wrong_files_get_named_errors() {
         let key = IdentityKey::from_seed(&[9; 32]);
-        assert_eq!(decode_secret(&encode_public(&key.public())).err(), Some(KeyFormatError::WrongTag { expected: SECRET_TAG }));
+        assert_eq!(
+            decode_secret(&encode_public(&key.public())).err(),
+            Some(KeyFormatError::WrongTag { expected: SECRET_TAG })
+        );
         assert_eq!(decode_public("").err(), Some(KeyFormatError::Empty));
         assert_eq!(decode_public(&format!("{PUBLIC_TAG} abcd")).err(), Some(KeyFormatError::BadHex));
         let two = format!("{0}{0}", encode_public(&key.public()));

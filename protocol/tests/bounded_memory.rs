@@ -2,6 +2,7 @@
 //! configured limits. A counting global allocator measures the peak; everything runs in one
 //! test function so no other test's allocations pollute the count.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -130,8 +131,11 @@ fn decoders_stay_within_their_limits() {
     // Arbitrary parts into an established session's `open`.
     let minion = LocalIdentity::new(IdentityKey::from_seed(&[2; 32])).unwrap_or_else(|e| panic!("{e}"));
     let (initiator, msg1) =
-        Initiator::start(&minion, Role::Minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap_or_else(|e| panic!("{e}"));
-    let (responder, msg2) = Responder::new(&master, SessionConfig::default()).and_then(|r| r.read_hello(&msg1)).unwrap_or_else(|e| panic!("{e}"));
+        Initiator::start(&minion, Role::Minion, MasterPin::Key(master.public()), SessionConfig::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    let (responder, msg2) = Responder::new(&master, SessionConfig::default())
+        .and_then(|r| r.read_hello(&msg1))
+        .unwrap_or_else(|e| panic!("{e}"));
     let (_, msg3) = initiator.read_response(&msg2).unwrap_or_else(|e| panic!("{e}"));
     let (session, _) = responder.read_identity(&msg3).and_then(|p| p.accept(now)).unwrap_or_else(|e| panic!("{e}"));
     let session = std::cell::RefCell::new(session);

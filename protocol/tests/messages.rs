@@ -1,5 +1,7 @@
 //! Message codec properties: every message round-trips; arbitrary bytes never panic.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 
 use halite_protocol::identity::IdentityKey;
@@ -19,7 +21,8 @@ fn value() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(4, 32, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map("[a-z_]{1,8}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::btree_map("[a-z_]{1,8}", inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }
@@ -29,7 +32,16 @@ fn map() -> impl Strategy<Value = BTreeMap<String, Value>> {
 }
 
 fn job() -> impl Strategy<Value = Job> {
-    ("[0-9]{20}", "[a-z]{1,8}\\.[a-z_]{1,10}", prop::collection::vec(value(), 0..4), map(), any::<u64>(), any::<u64>(), any::<u64>(), ".{0,16}")
+    (
+        "[0-9]{20}",
+        "[a-z]{1,8}\\.[a-z_]{1,10}",
+        prop::collection::vec(value(), 0..4),
+        map(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
+        ".{0,16}",
+    )
         .prop_map(|(jid, function, args, kwargs, timeout_ms, issued_at_ms, ttl_ms, caller)| Job {
             jid,
             function,
@@ -72,7 +84,13 @@ fn target() -> impl Strategy<Value = Target> {
 fn message() -> impl Strategy<Value = Message> {
     let key = IdentityKey::from_seed(&[5; 32]);
     prop_oneof![
-        (".{0,10}", ".{0,6}", map(), prop::collection::vec(("[a-z]{1,6}", "[0-9.]{1,6}"), 0..4), prop::collection::vec(".{0,10}", 0..4))
+        (
+            ".{0,10}",
+            ".{0,6}",
+            map(),
+            prop::collection::vec(("[a-z]{1,6}", "[0-9.]{1,6}"), 0..4),
+            prop::collection::vec(".{0,10}", 0..4)
+        )
             .prop_map(|(id, version, grains, modules, functions)| Message::Hello(Hello {
                 id,
                 version,
@@ -83,8 +101,16 @@ fn message() -> impl Strategy<Value = Message> {
         (".{0,10}", ".{0,6}").prop_map(|(principal, version)| Message::ClientHello(ClientHello { principal, version })),
         (".{0,10}", ".{0,6}").prop_map(|(master_id, version)| Message::Welcome(Welcome { master_id, version })),
         job().prop_map(move |j| Message::Job(SignedJob::sign(&j, &key))),
-        (".{0,20}", any::<bool>(), ".{0,20}").prop_map(|(jid, accepted, reason)| Message::JobAck(JobAck { jid, accepted, reason })),
-        (".{0,20}", any::<u64>(), value()).prop_map(|(jid, seq, data)| Message::JobProgress(JobProgress { jid, seq, data })),
+        (".{0,20}", any::<bool>(), ".{0,20}").prop_map(|(jid, accepted, reason)| Message::JobAck(JobAck {
+            jid,
+            accepted,
+            reason
+        })),
+        (".{0,20}", any::<u64>(), value()).prop_map(|(jid, seq, data)| Message::JobProgress(JobProgress {
+            jid,
+            seq,
+            data
+        })),
         (".{0,20}", ".{0,10}", any::<bool>(), any::<i32>(), value(), any::<bool>(), any::<u64>()).prop_map(
             |(jid, minion, success, retcode, outputs, truncated, duration_ms)| Message::JobReturn(JobReturn {
                 jid,
@@ -107,12 +133,27 @@ fn message() -> impl Strategy<Value = Message> {
             map(),
             any::<u64>(),
             any::<u64>(),
-            prop::option::of(prop_oneof![any::<u32>().prop_map(BatchSize::Count), (1u8..=100).prop_map(BatchSize::Percent)]),
+            prop::option::of(prop_oneof![
+                any::<u32>().prop_map(BatchSize::Count),
+                (1u8..=100).prop_map(BatchSize::Percent)
+            ]),
             prop::option::of(any::<u32>())
         )
-            .prop_map(|(request_id, target, function, args, kwargs, timeout_ms, ttl_ms, batch, error_budget)| {
-                Message::Publish(PublishRequest { request_id, target, function, args, kwargs, timeout_ms, ttl_ms, batch, error_budget })
-            }),
+            .prop_map(
+                |(request_id, target, function, args, kwargs, timeout_ms, ttl_ms, batch, error_budget)| {
+                    Message::Publish(PublishRequest {
+                        request_id,
+                        target,
+                        function,
+                        args,
+                        kwargs,
+                        timeout_ms,
+                        ttl_ms,
+                        batch,
+                        error_budget,
+                    })
+                }
+            ),
         (any::<u64>(), ".{0,20}", prop::collection::vec(".{0,8}", 0..5))
             .prop_map(|(request_id, jid, minions)| Message::Published(Published { request_id, jid, minions })),
         prop::collection::vec(".{0,12}", 0..4).prop_map(|patterns| Message::Subscribe(Subscribe { patterns })),

@@ -1,9 +1,14 @@
 //! Noise session tests: in-memory pairs with simulated time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::IdentityKey;
-use halite_protocol::noise::{HandshakeError, IdentifiedPeer, Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig, SessionError};
+use halite_protocol::noise::{
+    HandshakeError, IdentifiedPeer, Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig,
+    SessionError,
+};
 
 fn identity(seed: u8) -> LocalIdentity {
     LocalIdentity::new(IdentityKey::from_seed(&[seed; 32])).unwrap()
@@ -34,7 +39,8 @@ fn established(config: SessionConfig, now: Instant) -> (Session, Session) {
 fn handshake_authenticates_both_sides_and_carries_the_role() {
     let now = Instant::now();
     let (master, minion) = (identity(1), identity(2));
-    let (identified, awaiting) = handshake(&master, &minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
+    let (identified, awaiting) =
+        handshake(&master, &minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
     assert_eq!(identified.peer().identity, minion.public());
     assert_eq!(identified.peer().role, Role::Minion);
     assert_eq!(awaiting.master().identity, master.public());
@@ -52,7 +58,10 @@ fn a_master_with_the_wrong_key_is_refused_by_the_pin() {
     let err = handshake(&impostor, &minion, MasterPin::Key(master.public()), SessionConfig::default()).err();
     assert_eq!(
         err,
-        Some(HandshakeError::UnexpectedPeer { expected: master.public().fingerprint(), got: impostor.public().fingerprint() })
+        Some(HandshakeError::UnexpectedPeer {
+            expected: master.public().fingerprint(),
+            got: impostor.public().fingerprint()
+        })
     );
 }
 
@@ -67,11 +76,16 @@ fn trust_on_first_use_reports_the_master_key() {
 fn an_unknown_key_is_held_pending_or_rejected_before_any_data() {
     let now = Instant::now();
     let (master, minion) = (identity(1), identity(2));
-    let (identified, awaiting) = handshake(&master, &minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
+    let (identified, awaiting) =
+        handshake(&master, &minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
     let verdict = identified.defer("key pending acceptance", now).unwrap();
-    assert_eq!(awaiting.read_verdict(&verdict, now).err(), Some(HandshakeError::Pending("key pending acceptance".into())));
+    assert_eq!(
+        awaiting.read_verdict(&verdict, now).err(),
+        Some(HandshakeError::Pending("key pending acceptance".into()))
+    );
 
-    let (identified, awaiting) = handshake(&master, &minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
+    let (identified, awaiting) =
+        handshake(&master, &minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
     let verdict = identified.reject("key rejected", now).unwrap();
     assert_eq!(awaiting.read_verdict(&verdict, now).err(), Some(HandshakeError::Rejected("key rejected".into())));
 }
@@ -79,7 +93,8 @@ fn an_unknown_key_is_held_pending_or_rejected_before_any_data() {
 #[test]
 fn a_tampered_handshake_message_fails() {
     let (master, minion) = (identity(1), identity(2));
-    let (initiator, msg1) = Initiator::start(&minion, Role::Minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
+    let (initiator, msg1) =
+        Initiator::start(&minion, Role::Minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
     let (_, mut msg2) = Responder::new(&master, SessionConfig::default()).unwrap().read_hello(&msg1).unwrap();
     let last = msg2.len() - 1;
     msg2[last] ^= 1;

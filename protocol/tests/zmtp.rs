@@ -1,5 +1,7 @@
 //! ZMTP state machine tests: two connections stepped in memory with simulated time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use halite_protocol::zmtp::{Connection, Event, Heartbeat, Limits, SocketType, TimeoutKind, ZmtpError};
@@ -34,7 +36,9 @@ fn ready_pair(limits: Limits, heartbeat: Option<Heartbeat>, now: Instant) -> (Co
     let mut router = conn(SocketType::Router, limits, heartbeat, now);
     let (ed, er) = pump(&mut dealer, &mut router, now);
     assert!(matches!(&ed[..], [Event::Ready(info)] if info.socket_type == SocketType::Router));
-    assert!(matches!(&er[..], [Event::Ready(info)] if info.socket_type == SocketType::Dealer && info.minor_version == 1));
+    assert!(
+        matches!(&er[..], [Event::Ready(info)] if info.socket_type == SocketType::Dealer && info.minor_version == 1)
+    );
     (dealer, router)
 }
 
@@ -92,7 +96,10 @@ fn a_frame_claiming_a_terabyte_is_refused_before_allocation() {
     let mut header = vec![0x02];
     header.extend_from_slice(&(1u64 << 40).to_be_bytes());
     router.handle_input(&header, now);
-    assert_eq!(closed_with(&mut router), Some(ZmtpError::FrameTooLarge { size: 1 << 40, limit: Limits::default().max_frame_size }));
+    assert_eq!(
+        closed_with(&mut router),
+        Some(ZmtpError::FrameTooLarge { size: 1 << 40, limit: Limits::default().max_frame_size })
+    );
     assert!(router.is_closed());
     // The peer is told why, in an ERROR command.
     let out = router.poll_transmit().unwrap();
@@ -172,13 +179,17 @@ fn incompatible_socket_types_are_refused() {
     let mut a = conn(SocketType::Req, Limits::default(), None, now);
     let mut b = conn(SocketType::Req, Limits::default(), None, now);
     let (ea, _) = pump(&mut a, &mut b, now);
-    assert!(ea.iter().any(|e| matches!(e, Event::Closed(ZmtpError::IncompatibleSocketType { .. }) | Event::Closed(ZmtpError::PeerError(_)))));
+    assert!(ea.iter().any(|e| matches!(
+        e,
+        Event::Closed(ZmtpError::IncompatibleSocketType { .. }) | Event::Closed(ZmtpError::PeerError(_))
+    )));
 }
 
 #[test]
 fn heartbeats_ping_pong_and_time_out_a_silent_peer() {
     let t0 = Instant::now();
-    let hb = Heartbeat { interval: Duration::from_secs(1), timeout: Duration::from_secs(3), ttl: Duration::from_secs(10) };
+    let hb =
+        Heartbeat { interval: Duration::from_secs(1), timeout: Duration::from_secs(3), ttl: Duration::from_secs(10) };
     let (mut dealer, mut router) = ready_pair(Limits::default(), Some(hb.clone()), t0);
     let t1 = t0 + hb.interval;
     assert_eq!(dealer.poll_timeout(), Some(t1));
@@ -205,7 +216,8 @@ fn heartbeats_ping_pong_and_time_out_a_silent_peer() {
 #[test]
 fn the_ttl_a_peer_announces_closes_when_it_goes_silent() {
     let t0 = Instant::now();
-    let hb = Heartbeat { interval: Duration::from_secs(1), timeout: Duration::from_secs(60), ttl: Duration::from_secs(5) };
+    let hb =
+        Heartbeat { interval: Duration::from_secs(1), timeout: Duration::from_secs(60), ttl: Duration::from_secs(5) };
     // Only the dealer heartbeats; the router learns the TTL from its PING.
     let mut dealer = conn(SocketType::Dealer, Limits::default(), Some(hb), t0);
     let mut router = conn(SocketType::Router, Limits::default(), None, t0);

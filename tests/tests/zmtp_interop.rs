@@ -2,6 +2,8 @@
 //! libzmq (through pyzmq) and the pure-Rust `zeromq` crate against our ROUTER and DEALER, and raw
 //! TCP peers that try to exhaust the router.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -84,7 +86,8 @@ async fn pyzmq_dealer_exchanges_multipart_messages_with_our_router() {
 
 #[tokio::test]
 async fn pyzmq_dealer_with_heartbeats_stays_connected_to_our_heartbeating_router() {
-    let config = RouterConfig { limits: interop_limits(), heartbeat: Some(fast_heartbeat()), ..RouterConfig::default() };
+    let config =
+        RouterConfig { limits: interop_limits(), heartbeat: Some(fast_heartbeat()), ..RouterConfig::default() };
     let (addr, mut disconnects) = echo_router(config).await;
     run_python_dealer(&addr, &["--heartbeat-ms", "100", "--idle-ms", "1500"]).await;
     // The only disconnect is the dealer leaving at the end, never a heartbeat timeout.
@@ -122,7 +125,8 @@ async fn our_dealer_exchanges_with_a_pyzmq_router_and_heartbeats_both_ways() {
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let port = timeout(Duration::from_secs(20), stdout.next_line()).await.unwrap().unwrap().unwrap();
-    let config = DealerConfig { heartbeat: Some(fast_heartbeat()), limits: interop_limits(), ..DealerConfig::default() };
+    let config =
+        DealerConfig { heartbeat: Some(fast_heartbeat()), limits: interop_limits(), ..DealerConfig::default() };
     let mut dealer = Dealer::connect(format!("127.0.0.1:{port}"), config);
     exchange(&mut dealer, MESSAGES).await;
     // Idle long enough for many heartbeats each way; neither side may drop the other.
@@ -192,7 +196,10 @@ async fn raw_peer(addr: &str) -> TcpStream {
 /// Reads until the router closes the connection; returns everything it sent.
 async fn until_closed(stream: &mut TcpStream) -> Vec<u8> {
     let mut received = Vec::new();
-    timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await.expect("router closed the connection").ok();
+    timeout(Duration::from_secs(10), stream.read_to_end(&mut received))
+        .await
+        .expect("router closed the connection")
+        .ok();
     received
 }
 

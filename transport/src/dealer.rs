@@ -110,7 +110,12 @@ impl Dealer {
     }
 }
 
-async fn run(addr: String, config: DealerConfig, mut control: mpsc::Receiver<Control>, events: mpsc::Sender<DealerEvent>) {
+async fn run(
+    addr: String,
+    config: DealerConfig,
+    mut control: mpsc::Receiver<Control>,
+    events: mpsc::Sender<DealerEvent>,
+) {
     let mut backoff = Backoff::new(config.reconnect_initial, config.reconnect_max);
     let options = DriveOptions { write_timeout: config.write_timeout };
     loop {

@@ -20,6 +20,6 @@ pub mod keyfile;
 mod router;
 
 pub use backoff::Backoff;
-pub use dealer::{Dealer, DealerConfig, DealerEvent};
 pub use connection::CloseReason;
+pub use dealer::{Dealer, DealerConfig, DealerEvent};
 pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};

@@ -204,7 +204,13 @@ async fn serve(
     config: Arc<RouterConfig>,
 ) {
     let _ = stream.set_nodelay(true);
-    let conn = Connection::new(SocketType::Router, Vec::new(), config.limits.clone(), config.heartbeat.clone(), std::time::Instant::now());
+    let conn = Connection::new(
+        SocketType::Router,
+        Vec::new(),
+        config.limits.clone(),
+        config.heartbeat.clone(),
+        std::time::Instant::now(),
+    );
     let wrap = |up| match up {
         Up::Ready(info) => RouterEvent::Connected { peer, addr, info },
         Up::Message(parts) => RouterEvent::Message { peer, parts },

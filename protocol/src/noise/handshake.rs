@@ -6,7 +6,9 @@ use snow::HandshakeState;
 
 use super::local::{params, LocalIdentity};
 use super::session::{Kind, Session};
-use super::{HandshakeError, MasterPin, Peer, Role, SessionConfig, MAX_NOISE_MESSAGE, PROLOGUE, STATIC_KEY_DOMAIN, WIRE_VERSION};
+use super::{
+    HandshakeError, MasterPin, Peer, Role, SessionConfig, MAX_NOISE_MESSAGE, PROLOGUE, STATIC_KEY_DOMAIN, WIRE_VERSION,
+};
 use crate::identity::PublicIdentity;
 
 /// Identity payload: role (1) || ed25519 public key (32) || signature over the static key (64).
@@ -73,7 +75,12 @@ pub struct Initiator {
 
 impl Initiator {
     /// Starts a handshake; returns the state and message 1 to send.
-    pub fn start(local: &LocalIdentity, role: Role, pin: MasterPin, config: SessionConfig) -> Result<(Self, Vec<u8>), HandshakeError> {
+    pub fn start(
+        local: &LocalIdentity,
+        role: Role,
+        pin: MasterPin,
+        config: SessionConfig,
+    ) -> Result<(Self, Vec<u8>), HandshakeError> {
         if role == Role::Master {
             return Err(HandshakeError::WrongRole(role));
         }

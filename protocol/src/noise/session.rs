@@ -136,7 +136,10 @@ impl Session {
         // Bound the work and the allocation before decrypting anything.
         let max_parts = self.config.max_message_size.div_ceil(MAX_CHUNK_PAYLOAD).max(1);
         if count > max_parts {
-            return Err(SessionError::MessageTooLarge { size: (count - 1) * MAX_CHUNK_PAYLOAD, limit: self.config.max_message_size });
+            return Err(SessionError::MessageTooLarge {
+                size: (count - 1) * MAX_CHUNK_PAYLOAD,
+                limit: self.config.max_message_size,
+            });
         }
         let mut total = 0usize;
         let mut first_nonce = 0u64;

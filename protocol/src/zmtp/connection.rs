@@ -98,7 +98,13 @@ pub struct Connection {
 impl Connection {
     /// Starts a connection; our greeting is queued for transmission immediately. ZMTP is
     /// symmetric, so the same constructor serves the connecting and the accepting side.
-    pub fn new(socket_type: SocketType, identity: Vec<u8>, limits: Limits, heartbeat: Option<Heartbeat>, now: Instant) -> Self {
+    pub fn new(
+        socket_type: SocketType,
+        identity: Vec<u8>,
+        limits: Limits,
+        heartbeat: Option<Heartbeat>,
+        now: Instant,
+    ) -> Self {
         let as_server = socket_type == SocketType::Router;
         let mut transmit = Vec::with_capacity(256);
         transmit.extend_from_slice(&greeting::encode(as_server));
@@ -371,7 +377,9 @@ impl Connection {
                 self.events.push_back(Event::Ready(info));
                 Ok(())
             }
-            (Phase::AwaitingReady, other) => Err(ZmtpError::BadHandshake(format!("expected READY, got {}", name(&other)))),
+            (Phase::AwaitingReady, other) => {
+                Err(ZmtpError::BadHandshake(format!("expected READY, got {}", name(&other))))
+            }
             (Phase::Ready, Command::Ready(_)) => Err(ZmtpError::BadHandshake("READY after the handshake".into())),
             (Phase::Ready, Command::Ping { ttl_ds, context }) => {
                 command::encode_pong(&mut self.transmit, &context);
@@ -386,13 +394,16 @@ impl Connection {
     }
 
     fn peer_info(&self, metadata: Vec<(String, Vec<u8>)>) -> Result<PeerInfo, ZmtpError> {
-        let property = |name: &str| metadata.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice());
-        let raw_type = property("Socket-Type").ok_or_else(|| ZmtpError::BadHandshake("READY without Socket-Type".into()))?;
-        let socket_type = SocketType::from_wire(raw_type)
-            .filter(|&peer| self.socket_type.accepts(peer))
-            .ok_or_else(|| ZmtpError::IncompatibleSocketType {
-                ours: self.socket_type,
-                peer: String::from_utf8_lossy(raw_type).into_owned(),
+        let property =
+            |name: &str| metadata.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice());
+        let raw_type =
+            property("Socket-Type").ok_or_else(|| ZmtpError::BadHandshake("READY without Socket-Type".into()))?;
+        let socket_type =
+            SocketType::from_wire(raw_type).filter(|&peer| self.socket_type.accepts(peer)).ok_or_else(|| {
+                ZmtpError::IncompatibleSocketType {
+                    ours: self.socket_type,
+                    peer: String::from_utf8_lossy(raw_type).into_owned(),
+                }
             })?;
         let identity = property("Identity").unwrap_or_default().to_vec();
         if identity.len() > 255 {

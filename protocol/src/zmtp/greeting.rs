@@ -57,9 +57,7 @@ pub(crate) fn decode(g: &[u8; GREETING_LEN]) -> Result<PeerGreeting, ZmtpError> 
     let mechanism = &g[12..32];
     let name_len = mechanism.iter().position(|&b| b == 0).unwrap_or(mechanism.len());
     if &mechanism[..name_len] != MECHANISM_NULL || mechanism[name_len..].iter().any(|&b| b != 0) {
-        return Err(ZmtpError::UnsupportedMechanism(
-            String::from_utf8_lossy(&mechanism[..name_len]).into_owned(),
-        ));
+        return Err(ZmtpError::UnsupportedMechanism(String::from_utf8_lossy(&mechanism[..name_len]).into_owned()));
     }
     Ok(PeerGreeting { minor })
 }

@@ -42,7 +42,10 @@ impl SocketType {
         use SocketType::*;
         matches!(
             (self, peer),
-            (Dealer, Dealer | Router | Rep) | (Router, Dealer | Router | Req) | (Req, Rep | Router) | (Rep, Req | Dealer)
+            (Dealer, Dealer | Router | Rep)
+                | (Router, Dealer | Router | Req)
+                | (Req, Rep | Router)
+                | (Rep, Req | Dealer)
         )
     }
 }
