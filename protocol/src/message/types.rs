@@ -11,7 +11,6 @@ pub type Value = serde_json::Value;
 
 /// The outer wrapper of every message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Envelope {
     /// Message layer version ([`super::MESSAGE_VERSION`]).
     pub v: u16,
