@@ -240,3 +240,22 @@ fn a_minion_cannot_read_another_minions_session() {
     assert_eq!(n2.open(&for_n1, now), Err(SessionError::Decrypt));
     assert_eq!(n1.open(&for_n1, now).unwrap(), b"secret job");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// open(seal(m)) == m for messages on both sides of the chunk boundary.
+        #[test]
+        fn any_message_round_trips(len in prop_oneof![0usize..300, 65_400usize..65_700, 130_000usize..132_000], byte in any::<u8>()) {
+            let now = Instant::now();
+            let (mut m, mut n) = established(SessionConfig::default(), now);
+            let message = vec![byte; len];
+            let sealed = n.seal(&message, now).unwrap();
+            prop_assert_eq!(m.open(&sealed, now).unwrap(), message);
+        }
+    }
+}

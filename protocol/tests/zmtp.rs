@@ -254,3 +254,27 @@ fn a_peer_error_command_closes_without_answering() {
     assert_eq!(ed, vec![Event::Closed(ZmtpError::PeerError("go away".into()))]);
     assert_eq!(dealer.poll_transmit(), None);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// decode(encode(m)) == m for any multipart message, however the bytes are split into reads.
+        #[test]
+        fn any_multipart_message_round_trips_across_any_read_split(
+            parts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..600), 1..6),
+            split in any::<prop::sample::Index>(),
+        ) {
+            let now = Instant::now();
+            let (mut dealer, mut router) = ready_pair(Limits::default(), None, now);
+            router.set_authenticated();
+            dealer.send(&parts).unwrap();
+            let bytes = dealer.poll_transmit().unwrap();
+            let at = split.index(bytes.len() + 1);
+            router.handle_input(&bytes[..at], now);
+            router.handle_input(&bytes[at..], now);
+            prop_assert_eq!(router.poll_event(), Some(Event::Message(parts)));
+        }
+    }
+}
