@@ -243,3 +243,27 @@ fn a_job_signed_by_another_key_is_refused() {
     let signed = SignedJob::sign(&j, &IdentityKey::from_seed(&[1; 32]));
     assert!(matches!(signed.verify(&IdentityKey::from_seed(&[2; 32]).public()), Err(JobError::Signature(_))));
 }
+
+#[test]
+fn unknown_fields_from_newer_peers_are_ignored() {
+    // {"v":1,"msg":{"cancel":{"jid":"7","reason":"newer field"}},"trace":1}
+    let mut bytes = vec![0x83, 0xa1, b'v', 0x01, 0xa3, b'm', b's', b'g', 0x81, 0xa6];
+    bytes.extend_from_slice(b"cancel");
+    bytes.extend_from_slice(&[0x82, 0xa3, b'j', b'i', b'd', 0xa1, b'7', 0xa6]);
+    bytes.extend_from_slice(b"reason");
+    bytes.push(0xab);
+    bytes.extend_from_slice(b"newer field");
+    bytes.extend_from_slice(&[0xa5, b't', b'r', b'a', b'c', b'e', 0x01]);
+    assert_eq!(decode(&bytes), Ok(Message::Cancel(Cancel { jid: "7".into() })));
+}
+
+#[test]
+fn an_unknown_variant_is_a_named_decode_error() {
+    let mut bytes = vec![0x82, 0xa1, b'v', 0x01, 0xa3, b'm', b's', b'g', 0x81, 0xa7];
+    bytes.extend_from_slice(b"unknown");
+    bytes.push(0x80);
+    match decode(&bytes) {
+        Err(CodecError::Malformed(reason)) => assert!(reason.contains("unknown"), "{reason}"),
+        other => panic!("expected a malformed error, got {other:?}"),
+    }
+}

@@ -51,7 +51,9 @@ pub fn write_secret(path: &Path, key: &IdentityKey) -> Result<(), KeyFileError> 
     if path.exists() {
         return Err(KeyFileError::Io { path: path.to_owned(), source: io::Error::from(io::ErrorKind::AlreadyExists) });
     }
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let _ = fs::remove_file(&tmp);
     let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io_error(&tmp))?;
     file.write_all(format::encode_secret(key).as_bytes()).map_err(io_error(&tmp))?;
