@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{self, Job, Message, SignedJob, Value};
-use halite_protocol::noise::{Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig};
+use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig};
 use halite_protocol::zmtp::{Connection, Event, Limits, SocketType};
 
 const SAMPLES: usize = 41;
@@ -49,9 +49,16 @@ fn measure(name: &'static str, mut op: impl FnMut()) -> Figure {
 fn session_pair(master: &LocalIdentity, minion: &LocalIdentity) -> (Session, Session) {
     let now = Instant::now();
     let config = SessionConfig::default();
-    let (initiator, msg1) =
-        Initiator::start(minion, Role::Minion, MasterPin::Key(master.public()), config.clone()).unwrap();
-    let (responder, msg2) = Responder::new(master, config).unwrap().read_hello(&msg1).unwrap();
+    let (initiator, msg1) = Initiator::start(
+        minion,
+        Role::Minion,
+        Claim::new("minion", None).unwrap(),
+        MasterPin::Key(master.public()),
+        config.clone(),
+    )
+    .unwrap();
+    let (responder, msg2) =
+        Responder::new(master, Claim::new("master", None).unwrap(), config).unwrap().read_hello(&msg1).unwrap();
     let (awaiting, msg3) = initiator.read_response(&msg2).unwrap();
     let (m, verdict) = responder.read_identity(&msg3).unwrap().accept(now).unwrap();
     let n = awaiting.read_verdict(&verdict, now).unwrap();

@@ -18,15 +18,15 @@
 //! ```
 //! use std::time::Instant;
 //! use halite_protocol::identity::IdentityKey;
-//! use halite_protocol::noise::{Initiator, LocalIdentity, MasterPin, Responder, Role, SessionConfig};
+//! use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Responder, Role, SessionConfig};
 //!
 //! let now = Instant::now();
 //! let master = LocalIdentity::new(IdentityKey::generate_os()).unwrap();
 //! let minion = LocalIdentity::new(IdentityKey::generate_os()).unwrap();
 //! let pin = MasterPin::Key(master.public());
 //!
-//! let (initiator, msg1) = Initiator::start(&minion, Role::Minion, pin, SessionConfig::default()).unwrap();
-//! let (responder, msg2) = Responder::new(&master, SessionConfig::default()).unwrap().read_hello(&msg1).unwrap();
+//! let (initiator, msg1) = Initiator::start(&minion, Role::Minion, Claim::new("minion", None).unwrap(), pin, SessionConfig::default()).unwrap();
+//! let (responder, msg2) = Responder::new(&master, Claim::new("master", None).unwrap(), SessionConfig::default()).unwrap().read_hello(&msg1).unwrap();
 //! let (awaiting, msg3) = initiator.read_response(&msg2).unwrap();
 //! let identified = responder.read_identity(&msg3).unwrap();
 //! assert_eq!(identified.peer().identity, minion.public());
@@ -38,6 +38,7 @@
 //! ```
 
 pub mod hex;
+pub mod id;
 pub mod identity;
 pub mod keyfile;
 pub mod message;

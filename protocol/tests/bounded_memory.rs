@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message;
-use halite_protocol::noise::{Initiator, LocalIdentity, MasterPin, Responder, Role, SessionConfig};
+use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Responder, Role, SessionConfig};
 use halite_protocol::zmtp::{Connection, Limits, SocketType};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -119,7 +119,9 @@ fn decoders_stay_within_their_limits() {
                 let router = feed_router(&preamble, &bytes, true, now);
                 assert!(router.pending_transmit() < 1024);
                 let _ = message::decode(&bytes);
-                if let Ok(responder) = Responder::new(&master, SessionConfig::default()) {
+                if let Ok(responder) =
+                    Responder::new(&master, Claim::new("master", None).unwrap(), SessionConfig::default())
+                {
                     let _ = responder.read_hello(&bytes);
                 }
             });
@@ -130,10 +132,15 @@ fn decoders_stay_within_their_limits() {
 
     // Arbitrary parts into an established session's `open`.
     let minion = LocalIdentity::new(IdentityKey::from_seed(&[2; 32])).unwrap_or_else(|e| panic!("{e}"));
-    let (initiator, msg1) =
-        Initiator::start(&minion, Role::Minion, MasterPin::Key(master.public()), SessionConfig::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-    let (responder, msg2) = Responder::new(&master, SessionConfig::default())
+    let (initiator, msg1) = Initiator::start(
+        &minion,
+        Role::Minion,
+        Claim::new("minion", None).unwrap(),
+        MasterPin::Key(master.public()),
+        SessionConfig::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (responder, msg2) = Responder::new(&master, Claim::new("master", None).unwrap(), SessionConfig::default())
         .and_then(|r| r.read_hello(&msg1))
         .unwrap_or_else(|e| panic!("{e}"));
     let (_, msg3) = initiator.read_response(&msg2).unwrap_or_else(|e| panic!("{e}"));

@@ -81,6 +81,91 @@ fn target() -> impl Strategy<Value = Target> {
     (kind, ".{0,20}").prop_map(|(kind, expr)| Target { kind, expr })
 }
 
+fn job_state() -> impl Strategy<Value = MinionJobState> {
+    use MinionJobState::*;
+    prop::sample::select(vec![Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired])
+}
+
+fn request_body() -> impl Strategy<Value = RequestBody> {
+    prop_oneof![
+        ".{0,10}".prop_map(|pattern| RequestBody::KeyList { pattern }),
+        ".{0,10}".prop_map(|pattern| RequestBody::KeyAccept { pattern }),
+        ".{0,10}".prop_map(|pattern| RequestBody::KeyReject { pattern }),
+        ".{0,10}".prop_map(|pattern| RequestBody::KeyDelete { pattern }),
+        (".{0,10}", prop::collection::vec(any::<u8>(), 32))
+            .prop_map(|(id, public_key)| RequestBody::KeyPreseed { id, public_key }),
+        (".{0,10}", any::<u64>()).prop_map(|(minion, ttl_ms)| RequestBody::TokenCreate { minion, ttl_ms }),
+        ".{0,10}".prop_map(|pattern| RequestBody::MinionList { pattern }),
+        any::<u32>().prop_map(|limit| RequestBody::JobList { limit }),
+        ".{0,10}".prop_map(|jid| RequestBody::JobShow { jid }),
+    ]
+}
+
+fn response_body() -> impl Strategy<Value = ResponseBody> {
+    let key_state =
+        prop::sample::select(vec![KeyState::Pending, KeyState::Accepted, KeyState::Rejected, KeyState::Denied]);
+    let summary = || {
+        (
+            ".{0,10}",
+            ".{0,10}",
+            target(),
+            ".{0,6}",
+            any::<u64>(),
+            prop::collection::btree_map(job_state(), any::<u32>(), 0..3),
+        )
+            .prop_map(|(jid, function, target, caller, created_at_ms, states)| JobSummary {
+                jid,
+                function,
+                target,
+                caller,
+                created_at_ms,
+                states,
+            })
+    };
+    prop_oneof![
+        prop::collection::vec(
+            (".{0,8}", key_state, ".{0,8}").prop_map(|(id, state, fingerprint)| KeyInfo { id, state, fingerprint }),
+            0..3
+        )
+        .prop_map(ResponseBody::Keys),
+        prop::collection::vec(".{0,8}", 0..3).prop_map(ResponseBody::Changed),
+        (".{0,8}", ".{0,8}", any::<u64>()).prop_map(|(token, minion, expires_at_ms)| ResponseBody::Token(TokenInfo {
+            token,
+            minion,
+            expires_at_ms
+        })),
+        prop::collection::vec(
+            (".{0,8}", any::<bool>(), any::<u64>(), map(), prop::collection::vec(".{0,8}", 0..3)).prop_map(
+                |(id, connected, last_seen_ms, grains, functions)| MinionInfo {
+                    id,
+                    connected,
+                    last_seen_ms,
+                    grains,
+                    functions
+                }
+            ),
+            0..3
+        )
+        .prop_map(ResponseBody::Minions),
+        prop::collection::vec(summary(), 0..3).prop_map(ResponseBody::Jobs),
+        (
+            summary(),
+            prop::collection::vec(value(), 0..2),
+            map(),
+            prop::collection::vec(
+                (".{0,8}", job_state()).prop_map(|(minion, state)| MinionJob { minion, state, ret: None }),
+                0..3
+            )
+        )
+            .prop_map(|(summary, args, kwargs, minions)| ResponseBody::Job(JobDetail {
+                summary,
+                args,
+                kwargs,
+                minions
+            })),
+    ]
+}
+
 fn message() -> impl Strategy<Value = Message> {
     let key = IdentityKey::from_seed(&[5; 32]);
     prop_oneof![
@@ -119,7 +204,8 @@ fn message() -> impl Strategy<Value = Message> {
                 retcode,
                 outputs,
                 truncated,
-                duration_ms
+                duration_ms,
+                outcome: Outcome::Completed,
             })
         ),
         ".{0,20}".prop_map(|jid| Message::ReturnAck(ReturnAck { jid })),
@@ -159,6 +245,26 @@ fn message() -> impl Strategy<Value = Message> {
         prop::collection::vec(".{0,12}", 0..4).prop_map(|patterns| Message::Subscribe(Subscribe { patterns })),
         (error_kind(), ".{0,30}", prop::option::of(".{0,10}"))
             .prop_map(|(kind, message, request)| Message::Error(ErrorMessage { kind, message, request })),
+        (any::<u64>(), request_body()).prop_map(|(request_id, body)| Message::Request(Request { request_id, body })),
+        (any::<u64>(), response_body()).prop_map(|(request_id, body)| Message::Response(Response { request_id, body })),
+        (".{0,20}", ".{0,10}", job_state(), prop::option::of((any::<bool>(), value()))).prop_map(
+            |(jid, minion, state, ret)| Message::JobUpdate(JobUpdate {
+                jid: jid.clone(),
+                minion,
+                state,
+                ret: ret.map(|(success, outputs)| JobReturn {
+                    jid,
+                    minion: String::new(),
+                    success,
+                    retcode: 0,
+                    outputs,
+                    truncated: false,
+                    duration_ms: 1,
+                    outcome: Outcome::TimedOut,
+                }),
+            })
+        ),
+        ".{0,20}".prop_map(|jid| Message::JobDone(JobDone { jid })),
     ]
 }
 

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::noise::{
-    HandshakeError, IdentifiedPeer, Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig,
-    SessionError,
+    Claim, HandshakeError, IdentifiedPeer, Initiator, LocalIdentity, MasterPin, Responder, Role, Session,
+    SessionConfig, SessionError,
 };
 
 fn identity(seed: u8) -> LocalIdentity {
@@ -21,8 +21,9 @@ fn handshake(
     pin: MasterPin,
     config: SessionConfig,
 ) -> Result<(IdentifiedPeer, halite_protocol::noise::AwaitingVerdict), HandshakeError> {
-    let (initiator, msg1) = Initiator::start(minion, Role::Minion, pin, config.clone())?;
-    let (responder, msg2) = Responder::new(master, config)?.read_hello(&msg1)?;
+    let (initiator, msg1) =
+        Initiator::start(minion, Role::Minion, Claim::new("minion", None).unwrap(), pin, config.clone())?;
+    let (responder, msg2) = Responder::new(master, Claim::new("master", None).unwrap(), config)?.read_hello(&msg1)?;
     let (awaiting, msg3) = initiator.read_response(&msg2)?;
     Ok((responder.read_identity(&msg3)?, awaiting))
 }
@@ -93,9 +94,18 @@ fn an_unknown_key_is_held_pending_or_rejected_before_any_data() {
 #[test]
 fn a_tampered_handshake_message_fails() {
     let (master, minion) = (identity(1), identity(2));
-    let (initiator, msg1) =
-        Initiator::start(&minion, Role::Minion, MasterPin::Key(master.public()), SessionConfig::default()).unwrap();
-    let (_, mut msg2) = Responder::new(&master, SessionConfig::default()).unwrap().read_hello(&msg1).unwrap();
+    let (initiator, msg1) = Initiator::start(
+        &minion,
+        Role::Minion,
+        Claim::new("minion", None).unwrap(),
+        MasterPin::Key(master.public()),
+        SessionConfig::default(),
+    )
+    .unwrap();
+    let (_, mut msg2) = Responder::new(&master, Claim::new("master", None).unwrap(), SessionConfig::default())
+        .unwrap()
+        .read_hello(&msg1)
+        .unwrap();
     let last = msg2.len() - 1;
     msg2[last] ^= 1;
     assert!(matches!(initiator.read_response(&msg2), Err(HandshakeError::Noise(_))));
@@ -104,7 +114,10 @@ fn a_tampered_handshake_message_fails() {
 #[test]
 fn an_unknown_wire_version_is_named() {
     let master = identity(1);
-    let err = Responder::new(&master, SessionConfig::default()).unwrap().read_hello(&[9, 1, 2, 3]).err();
+    let err = Responder::new(&master, Claim::new("master", None).unwrap(), SessionConfig::default())
+        .unwrap()
+        .read_hello(&[9, 1, 2, 3])
+        .err();
     assert_eq!(err, Some(HandshakeError::UnsupportedVersion(9)));
 }
 
@@ -258,4 +271,24 @@ mod properties {
             prop_assert_eq!(m.open(&sealed, now).unwrap(), message);
         }
     }
+}
+
+#[test]
+fn the_master_learns_the_claimed_name_and_enrollment_token() {
+    let (master, minion) = (identity(1), identity(2));
+    let claim = Claim::new("web1", Some("3f2a")).unwrap();
+    let (initiator, msg1) =
+        Initiator::start(&minion, Role::Minion, claim, MasterPin::Key(master.public()), SessionConfig::default())
+            .unwrap();
+    let (responder, msg2) = Responder::new(&master, Claim::new("master", None).unwrap(), SessionConfig::default())
+        .unwrap()
+        .read_hello(&msg1)
+        .unwrap();
+    let (awaiting, msg3) = initiator.read_response(&msg2).unwrap();
+    assert_eq!(awaiting.master().name, "master");
+    let identified = responder.read_identity(&msg3).unwrap();
+    assert_eq!(identified.peer().name, "web1");
+    assert_eq!(identified.enrollment_token(), Some("3f2a"));
+    assert!(Claim::new(&"x".repeat(256), None).is_err());
+    assert!(Claim::new("web1", Some("")).is_err());
 }

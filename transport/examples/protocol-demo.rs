@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{self, Hello, Job, JobReturn, Message, ModuleInfo, SignedJob, Value};
-use halite_protocol::noise::{Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig};
+use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig};
 use halite_transport::{Dealer, DealerConfig, DealerEvent, PeerId, Router, RouterConfig, RouterEvent};
 
 #[tokio::main]
@@ -53,6 +53,7 @@ async fn main() -> Result<()> {
         outputs: Value::Bool(true),
         truncated: false,
         duration_ms: 0,
+        outcome: Default::default(),
     });
     dealer.send(session.seal(&message::encode(&ret), Instant::now())?).await?;
     master.await??;
@@ -71,7 +72,8 @@ async fn next_message(dealer: &mut Dealer) -> Result<Vec<Vec<u8>>> {
 }
 
 async fn minion_handshake(dealer: &mut Dealer, identity: &LocalIdentity, pin: MasterPin) -> Result<Session> {
-    let (initiator, msg1) = Initiator::start(identity, Role::Minion, pin, SessionConfig::default())?;
+    let (initiator, msg1) =
+        Initiator::start(identity, Role::Minion, Claim::new("minion", None).unwrap(), pin, SessionConfig::default())?;
     dealer.send(vec![msg1]).await?;
     let msg2 = next_message(dealer).await?;
     let (awaiting, msg3) = initiator.read_response(msg2.first().context("empty message 2")?)?;
@@ -95,8 +97,8 @@ async fn next_from(router: &mut Router) -> Result<(PeerId, Vec<Vec<u8>>)> {
 
 async fn run_master(mut router: Router, identity: LocalIdentity) -> Result<()> {
     let (peer, msg1) = next_from(&mut router).await?;
-    let (awaiting, msg2) =
-        Responder::new(&identity, SessionConfig::default())?.read_hello(msg1.first().context("empty message 1")?)?;
+    let (awaiting, msg2) = Responder::new(&identity, Claim::new("master", None).unwrap(), SessionConfig::default())?
+        .read_hello(msg1.first().context("empty message 1")?)?;
     router.send(peer, vec![msg2])?;
     let (_, msg3) = next_from(&mut router).await?;
     let identified = awaiting.read_identity(msg3.first().context("empty message 3")?)?;

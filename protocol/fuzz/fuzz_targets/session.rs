@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use halite_protocol::identity::IdentityKey;
-use halite_protocol::noise::{Initiator, LocalIdentity, MasterPin, Responder, Role, SessionConfig};
+use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Responder, Role, SessionConfig};
 use libfuzzer_sys::fuzz_target;
 
 fn identities() -> &'static (LocalIdentity, LocalIdentity) {
@@ -21,20 +21,20 @@ fuzz_target!(|data: &[u8]| {
     let now = Instant::now();
     let config = SessionConfig::default();
 
-    if let Ok(responder) = Responder::new(master, config.clone()) {
+    if let Ok(responder) = Responder::new(master, Claim::new("master", None).unwrap(), config.clone()) {
         let _ = responder.read_hello(data);
     }
-    let Ok((initiator, msg1)) = Initiator::start(minion, Role::Minion, MasterPin::Key(master.public()), config.clone())
+    let Ok((initiator, msg1)) = Initiator::start(minion, Role::Minion, Claim::new("minion", None).unwrap(), MasterPin::Key(master.public()), config.clone())
     else {
         return;
     };
-    let _ = Initiator::start(minion, Role::Minion, MasterPin::TrustOnFirstUse, config.clone())
+    let _ = Initiator::start(minion, Role::Minion, Claim::new("minion", None).unwrap(), MasterPin::TrustOnFirstUse, config.clone())
         .map(|(i, _)| i.read_response(data));
-    let Ok((awaiting_identity, msg2)) = Responder::new(master, config.clone()).and_then(|r| r.read_hello(&msg1)) else {
+    let Ok((awaiting_identity, msg2)) = Responder::new(master, Claim::new("master", None).unwrap(), config.clone()).and_then(|r| r.read_hello(&msg1)) else {
         return;
     };
     let Ok((awaiting_verdict, msg3)) = initiator.read_response(&msg2) else { return };
-    let _ = Responder::new(master, config.clone())
+    let _ = Responder::new(master, Claim::new("master", None).unwrap(), config.clone())
         .and_then(|r| r.read_hello(&msg1))
         .map(|(a, _)| a.read_identity(data));
     let Ok(identified) = awaiting_identity.read_identity(&msg3) else { return };

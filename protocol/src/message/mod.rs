@@ -5,10 +5,12 @@
 //! MessagePack with named fields (maps, not arrays), so any MessagePack library can read it and
 //! fields can be added without breaking old readers.
 
+mod admin;
 mod codec;
 mod job;
 mod types;
 
+pub use admin::*;
 pub use codec::{decode, encode, CodecError, MAX_DEPTH};
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
 pub use types::*;

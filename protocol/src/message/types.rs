@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::admin::{JobDone, JobUpdate, Request, Response};
 use super::job::SignedJob;
 
 /// A dynamic value (function arguments, return data, grains, event data).
@@ -50,6 +51,14 @@ pub enum Message {
     Subscribe(Subscribe),
     /// Either direction: a request failed.
     Error(ErrorMessage),
+    /// Client → master: an administrative request.
+    Request(Request),
+    /// Master → client: the answer to a request.
+    Response(Response),
+    /// Master → client: a job changed state on one minion.
+    JobUpdate(JobUpdate),
+    /// Master → client: every minion of a job reached a final state.
+    JobDone(JobDone),
 }
 
 /// A module (group of functions) a minion offers, with its version.
@@ -138,6 +147,26 @@ pub struct JobReturn {
     /// Wall time the function took, in milliseconds.
     #[serde(default)]
     pub duration_ms: u64,
+    /// How the function ended.
+    #[serde(default)]
+    pub outcome: Outcome,
+}
+
+/// How a job ended on the minion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The function ran to completion (successfully or not: see `success`).
+    #[default]
+    Completed,
+    /// The minion killed it at its timeout.
+    TimedOut,
+    /// The minion killed it on a cancel.
+    Cancelled,
+    /// The minion restarted while it ran; at-most-once execution forbids running it again.
+    Interrupted,
+    /// The minion refused it (unknown function, bad arguments, expired, not allowed).
+    Refused,
 }
 
 /// The master stored a return.
@@ -164,7 +193,7 @@ pub struct Event {
 }
 
 /// How a target expression is interpreted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
     /// Shell-style glob on minion ids (the default).
@@ -182,7 +211,7 @@ pub enum TargetKind {
 }
 
 /// A target: which minions a job is for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Target {
     /// How to read `expr`.
     pub kind: TargetKind,

@@ -7,12 +7,14 @@ use snow::HandshakeState;
 use super::local::{params, LocalIdentity};
 use super::session::{Kind, Session};
 use super::{
-    HandshakeError, MasterPin, Peer, Role, SessionConfig, MAX_NOISE_MESSAGE, PROLOGUE, STATIC_KEY_DOMAIN, WIRE_VERSION,
+    Claim, HandshakeError, MasterPin, Peer, Role, SessionConfig, MAX_NOISE_MESSAGE, PROLOGUE, STATIC_KEY_DOMAIN,
+    WIRE_VERSION,
 };
 use crate::identity::PublicIdentity;
 
-/// Identity payload: role (1) || ed25519 public key (32) || signature over the static key (64).
-const IDENTITY_PAYLOAD_LEN: usize = 97;
+/// Fixed part of the identity payload: role (1) || ed25519 public key (32) || signature over the
+/// static key (64). The claimed name and an optional enrollment token follow (§4.3).
+const IDENTITY_FIXED_LEN: usize = 97;
 
 /// Verdict codes carried in the first transport message from the responder.
 const VERDICT_ACCEPTED: u8 = 0;
@@ -45,23 +47,46 @@ fn read(hs: &mut HandshakeState, message: &[u8]) -> Result<Vec<u8>, HandshakeErr
     Ok(payload)
 }
 
-fn identity_payload(local: &LocalIdentity, role: Role) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(IDENTITY_PAYLOAD_LEN);
+fn identity_payload(local: &LocalIdentity, role: Role, claim: &Claim) -> Vec<u8> {
+    let token = claim.token.as_deref().unwrap_or("");
+    let mut payload = Vec::with_capacity(IDENTITY_FIXED_LEN + 2 + claim.name.len() + token.len());
     payload.push(role.to_byte());
     payload.extend_from_slice(local.binding());
+    // `Claim::new` bounds both strings to 255 bytes.
+    payload.push(claim.name.len() as u8);
+    payload.extend_from_slice(claim.name.as_bytes());
+    payload.push(token.len() as u8);
+    payload.extend_from_slice(token.as_bytes());
     payload
 }
 
 /// Checks a peer's identity payload against the static key Noise authenticated.
-fn verify_identity(hs: &HandshakeState, payload: &[u8]) -> Result<Peer, HandshakeError> {
-    if payload.len() != IDENTITY_PAYLOAD_LEN {
-        return Err(HandshakeError::Malformed("identity payload must be 97 bytes"));
+fn verify_identity(hs: &HandshakeState, payload: &[u8]) -> Result<(Peer, Option<String>), HandshakeError> {
+    if payload.len() < IDENTITY_FIXED_LEN + 2 {
+        return Err(HandshakeError::Malformed("identity payload too short"));
     }
-    let role = Role::from_byte(payload[0]).ok_or(HandshakeError::Malformed("unknown role"))?;
-    let identity = PublicIdentity::from_bytes(&payload[1..33])?;
+    let (fixed, rest) = payload.split_at(IDENTITY_FIXED_LEN);
+    let role = Role::from_byte(fixed[0]).ok_or(HandshakeError::Malformed("unknown role"))?;
+    let identity = PublicIdentity::from_bytes(&fixed[1..33])?;
     let remote_static = hs.get_remote_static().ok_or(HandshakeError::Malformed("no remote static key"))?;
-    identity.verify(STATIC_KEY_DOMAIN, remote_static, &payload[33..])?;
-    Ok(Peer { identity, role })
+    identity.verify(STATIC_KEY_DOMAIN, remote_static, &fixed[33..])?;
+    let (name, rest) = short_string(rest)?;
+    let (token, rest) = short_string(rest)?;
+    if !rest.is_empty() {
+        return Err(HandshakeError::Malformed("trailing bytes after the identity payload"));
+    }
+    let token = (!token.is_empty()).then(|| token.to_owned());
+    Ok((Peer { identity, role, name: name.to_owned() }, token))
+}
+
+fn short_string(bytes: &[u8]) -> Result<(&str, &[u8]), HandshakeError> {
+    let (&len, rest) = bytes.split_first().ok_or(HandshakeError::Malformed("identity payload truncated"))?;
+    if rest.len() < usize::from(len) {
+        return Err(HandshakeError::Malformed("identity payload truncated"));
+    }
+    let (text, rest) = rest.split_at(usize::from(len));
+    let text = std::str::from_utf8(text).map_err(|_| HandshakeError::Malformed("name or token is not UTF-8"))?;
+    Ok((text, rest))
 }
 
 /// The initiator (minion or client) before it has heard from the master.
@@ -69,15 +94,18 @@ pub struct Initiator {
     hs: HandshakeState,
     local: LocalIdentity,
     role: Role,
+    claim: Claim,
     pin: MasterPin,
     config: SessionConfig,
 }
 
 impl Initiator {
-    /// Starts a handshake; returns the state and message 1 to send.
+    /// Starts a handshake; returns the state and message 1 to send. `claim` (our name and an
+    /// optional enrollment token) travels in message 3, encrypted to the authenticated master.
     pub fn start(
         local: &LocalIdentity,
         role: Role,
+        claim: Claim,
         pin: MasterPin,
         config: SessionConfig,
     ) -> Result<(Self, Vec<u8>), HandshakeError> {
@@ -87,14 +115,14 @@ impl Initiator {
         let mut hs = builder(local)?.build_initiator()?;
         // Message 1 is sent in the clear: its payload stays empty.
         let msg1 = write(&mut hs, &[])?;
-        Ok((Initiator { hs, local: local.clone(), role, pin, config }, msg1))
+        Ok((Initiator { hs, local: local.clone(), role, claim, pin, config }, msg1))
     }
 
     /// Reads message 2, checks the master's identity against the pin, and returns message 3
     /// (our identity, now encrypted to the authenticated master).
     pub fn read_response(mut self, msg2: &[u8]) -> Result<(AwaitingVerdict, Vec<u8>), HandshakeError> {
         let payload = read(&mut self.hs, msg2)?;
-        let master = verify_identity(&self.hs, &payload)?;
+        let (master, _) = verify_identity(&self.hs, &payload)?;
         if master.role != Role::Master {
             return Err(HandshakeError::WrongRole(master.role));
         }
@@ -106,7 +134,7 @@ impl Initiator {
                 });
             }
         }
-        let msg3 = write(&mut self.hs, &identity_payload(&self.local, self.role))?;
+        let msg3 = write(&mut self.hs, &identity_payload(&self.local, self.role, &self.claim))?;
         let transport = self.hs.into_stateless_transport_mode()?;
         Ok((AwaitingVerdict { transport, master, config: self.config }, msg3))
     }
@@ -145,14 +173,15 @@ impl AwaitingVerdict {
 pub struct Responder {
     hs: HandshakeState,
     local: LocalIdentity,
+    name: Claim,
     config: SessionConfig,
 }
 
 impl Responder {
-    /// Prepares to answer one connection.
-    pub fn new(local: &LocalIdentity, config: SessionConfig) -> Result<Self, HandshakeError> {
+    /// Prepares to answer one connection; `name` is the master's id, sent in message 2.
+    pub fn new(local: &LocalIdentity, name: Claim, config: SessionConfig) -> Result<Self, HandshakeError> {
         let hs = builder(local)?.build_responder()?;
-        Ok(Responder { hs, local: local.clone(), config })
+        Ok(Responder { hs, local: local.clone(), name, config })
     }
 
     /// Reads message 1 and returns message 2, which carries the master's identity.
@@ -161,7 +190,7 @@ impl Responder {
         if !payload.is_empty() {
             return Err(HandshakeError::Malformed("message 1 must have an empty payload"));
         }
-        let msg2 = write(&mut self.hs, &identity_payload(&self.local, Role::Master))?;
+        let msg2 = write(&mut self.hs, &identity_payload(&self.local, Role::Master, &self.name))?;
         Ok((AwaitingIdentity { hs: self.hs, config: self.config }, msg2))
     }
 }
@@ -177,12 +206,12 @@ impl AwaitingIdentity {
     /// caller looks the identity up and calls one of [`IdentifiedPeer`]'s verdict methods.
     pub fn read_identity(mut self, msg3: &[u8]) -> Result<IdentifiedPeer, HandshakeError> {
         let payload = read(&mut self.hs, msg3)?;
-        let peer = verify_identity(&self.hs, &payload)?;
+        let (peer, enrollment_token) = verify_identity(&self.hs, &payload)?;
         if peer.role == Role::Master {
             return Err(HandshakeError::WrongRole(peer.role));
         }
         let transport = self.hs.into_stateless_transport_mode()?;
-        Ok(IdentifiedPeer { transport, peer, config: self.config })
+        Ok(IdentifiedPeer { transport, peer, enrollment_token, config: self.config })
     }
 }
 
@@ -191,13 +220,19 @@ impl AwaitingIdentity {
 pub struct IdentifiedPeer {
     transport: snow::StatelessTransportState,
     peer: Peer,
+    enrollment_token: Option<String>,
     config: SessionConfig,
 }
 
 impl IdentifiedPeer {
-    /// Who is asking.
+    /// Who is asking: identity, role and the name it claims (not yet checked against anything).
     pub fn peer(&self) -> &Peer {
         &self.peer
+    }
+
+    /// The one-time enrollment token the initiator presented, if any.
+    pub fn enrollment_token(&self) -> Option<&str> {
+        self.enrollment_token.as_deref()
     }
 
     /// Accepts: returns the session and the verdict message to send.

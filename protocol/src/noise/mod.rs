@@ -24,6 +24,7 @@ mod session;
 use std::time::Duration;
 
 pub use handshake::{AwaitingIdentity, AwaitingVerdict, IdentifiedPeer, Initiator, Responder};
+
 pub use local::LocalIdentity;
 pub use session::Session;
 
@@ -80,6 +81,32 @@ pub struct Peer {
     pub identity: PublicIdentity,
     /// The role the peer claimed in its handshake payload.
     pub role: Role,
+    /// The name the peer claimed (a minion id, a principal, the master's id). Signed into the
+    /// handshake but not verified by it: the master checks it against its key registry.
+    pub name: String,
+}
+
+/// What a node claims about itself in the handshake, besides its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    name: String,
+    token: Option<String>,
+}
+
+impl Claim {
+    /// A claim of `name`, optionally with a one-time enrollment token. Both are at most 255
+    /// bytes (§4.3); a token must not be empty.
+    pub fn new(name: &str, token: Option<&str>) -> Result<Self, HandshakeError> {
+        if name.len() > 255 || token.is_some_and(|t| t.is_empty() || t.len() > 255) {
+            return Err(HandshakeError::Malformed("name and token must be 1 to 255 bytes"));
+        }
+        Ok(Claim { name: name.to_owned(), token: token.map(str::to_owned) })
+    }
+
+    /// The claimed name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// What the initiator requires of the responder's identity.

@@ -1,0 +1,288 @@
+//! Client requests and master responses for administration: keys, tokens, minions, jobs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{JobReturn, Target, Value};
+
+/// A client request; answered by a [`Response`] with the same `request_id`, or by an `error`
+/// message whose `request` is the id in decimal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Client-chosen id echoed in the answer.
+    pub request_id: u64,
+    /// What is asked.
+    pub body: RequestBody,
+}
+
+/// The administrative requests. Patterns are minion-id globs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestBody {
+    /// List keys whose id matches `pattern`.
+    KeyList {
+        /// Id glob.
+        pattern: String,
+    },
+    /// Accept pending and rejected keys matching `pattern`.
+    KeyAccept {
+        /// Id glob.
+        pattern: String,
+    },
+    /// Reject pending and accepted keys matching `pattern`; live sessions are cut.
+    KeyReject {
+        /// Id glob.
+        pattern: String,
+    },
+    /// Delete every key (any state) matching `pattern`; live sessions are cut.
+    KeyDelete {
+        /// Id glob.
+        pattern: String,
+    },
+    /// Register a public key generated elsewhere as accepted for `id` (preseeding).
+    KeyPreseed {
+        /// Minion id.
+        id: String,
+        /// The 32-byte ed25519 public key.
+        #[serde(with = "serde_bytes")]
+        public_key: Vec<u8>,
+    },
+    /// Create a one-time enrollment token bound to `minion`.
+    TokenCreate {
+        /// The only minion id the token can enroll.
+        minion: String,
+        /// Validity, milliseconds.
+        ttl_ms: u64,
+    },
+    /// List minions (accepted keys) whose id matches `pattern`, with presence and grains.
+    MinionList {
+        /// Id glob.
+        pattern: String,
+    },
+    /// The most recent jobs.
+    JobList {
+        /// At most this many.
+        limit: u32,
+    },
+    /// One job with every targeted minion's state.
+    JobShow {
+        /// Job id.
+        jid: String,
+    },
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// The request answered.
+    pub request_id: u64,
+    /// The answer.
+    pub body: ResponseBody,
+}
+
+/// Answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseBody {
+    /// Keys, sorted by id.
+    Keys(Vec<KeyInfo>),
+    /// The ids a key change applied to.
+    Changed(Vec<String>),
+    /// A new enrollment token.
+    Token(TokenInfo),
+    /// Minions, sorted by id.
+    Minions(Vec<MinionInfo>),
+    /// Jobs, newest first.
+    Jobs(Vec<JobSummary>),
+    /// One job in detail.
+    Job(JobDetail),
+}
+
+/// Key states, as `salt-key` has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyState {
+    /// Seen, waiting for an admin.
+    Pending,
+    /// Allowed to connect.
+    Accepted,
+    /// Refused by an admin.
+    Rejected,
+    /// A different key for an id that already has one: refused automatically.
+    Denied,
+}
+
+impl KeyState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Pending => "pending",
+            KeyState::Accepted => "accepted",
+            KeyState::Rejected => "rejected",
+            KeyState::Denied => "denied",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [KeyState::Pending, KeyState::Accepted, KeyState::Rejected, KeyState::Denied]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+/// One key in the registry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyInfo {
+    /// Minion id.
+    pub id: String,
+    /// State.
+    pub state: KeyState,
+    /// Fingerprint of the public key.
+    pub fingerprint: String,
+}
+
+/// An enrollment token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// The secret token (shown once).
+    pub token: String,
+    /// The minion it enrolls.
+    pub minion: String,
+    /// Expiry, Unix milliseconds.
+    pub expires_at_ms: u64,
+}
+
+/// A minion as the registry knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinionInfo {
+    /// Minion id.
+    pub id: String,
+    /// Whether it has a live session now.
+    pub connected: bool,
+    /// Last time it was connected or sent anything, Unix milliseconds (0: never).
+    pub last_seen_ms: u64,
+    /// Announced grains.
+    pub grains: BTreeMap<String, Value>,
+    /// Announced functions.
+    pub functions: Vec<String>,
+}
+
+/// Where a job stands on one minion. The last six are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MinionJobState {
+    /// Offline when published; the job waits for it until its TTL.
+    Waiting,
+    /// Sent over the minion's session, not yet acknowledged.
+    Sent,
+    /// The minion acknowledged it and is running it.
+    Running,
+    /// Returned successfully.
+    Returned,
+    /// Returned a failure, or refused the job.
+    Failed,
+    /// Still running when the timeout hit (the minion killed it, or never answered).
+    TimedOut,
+    /// Not connected when published, and the job had no TTL.
+    Offline,
+    /// Cancelled before it finished.
+    Cancelled,
+    /// Its TTL passed before the minion connected.
+    Expired,
+}
+
+impl MinionJobState {
+    /// Whether this state is the end of the job on this minion.
+    pub fn is_final(self) -> bool {
+        !matches!(self, MinionJobState::Waiting | MinionJobState::Sent | MinionJobState::Running)
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        use MinionJobState::*;
+        match self {
+            Waiting => "waiting",
+            Sent => "sent",
+            Running => "running",
+            Returned => "returned",
+            Failed => "failed",
+            TimedOut => "timed_out",
+            Offline => "offline",
+            Cancelled => "cancelled",
+            Expired => "expired",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        use MinionJobState::*;
+        [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+/// A job's state change on one minion, streamed to the client that published it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobUpdate {
+    /// Job id.
+    pub jid: String,
+    /// The minion.
+    pub minion: String,
+    /// Its new state.
+    pub state: MinionJobState,
+    /// The return, when the state came from one.
+    #[serde(default)]
+    pub ret: Option<JobReturn>,
+}
+
+/// Every targeted minion of the job reached a final state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDone {
+    /// Job id.
+    pub jid: String,
+}
+
+/// A job in a listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// Job id.
+    pub jid: String,
+    /// Function.
+    pub function: String,
+    /// The target as given.
+    pub target: Target,
+    /// Who published it.
+    pub caller: String,
+    /// When, Unix milliseconds.
+    pub created_at_ms: u64,
+    /// How many minions are in each state.
+    pub states: BTreeMap<MinionJobState, u32>,
+}
+
+/// One minion's part in a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinionJob {
+    /// The minion.
+    pub minion: String,
+    /// Its state.
+    pub state: MinionJobState,
+    /// Its return, if any.
+    #[serde(default)]
+    pub ret: Option<JobReturn>,
+}
+
+/// A job in detail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDetail {
+    /// Summary.
+    pub summary: JobSummary,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Keyword arguments.
+    pub kwargs: BTreeMap<String, Value>,
+    /// Every targeted minion, sorted by id.
+    pub minions: Vec<MinionJob>,
+}
