@@ -73,7 +73,7 @@ async fn next_message(dealer: &mut Dealer) -> Result<Vec<Vec<u8>>> {
 
 async fn minion_handshake(dealer: &mut Dealer, identity: &LocalIdentity, pin: MasterPin) -> Result<Session> {
     let (initiator, msg1) =
-        Initiator::start(identity, Role::Minion, Claim::new("minion", None).unwrap(), pin, SessionConfig::default())?;
+        Initiator::start(identity, Role::Minion, Claim::new("demo-minion", None)?, pin, SessionConfig::default())?;
     dealer.send(vec![msg1]).await?;
     let msg2 = next_message(dealer).await?;
     let (awaiting, msg3) = initiator.read_response(msg2.first().context("empty message 2")?)?;
@@ -97,7 +97,7 @@ async fn next_from(router: &mut Router) -> Result<(PeerId, Vec<Vec<u8>>)> {
 
 async fn run_master(mut router: Router, identity: LocalIdentity) -> Result<()> {
     let (peer, msg1) = next_from(&mut router).await?;
-    let (awaiting, msg2) = Responder::new(&identity, Claim::new("master", None).unwrap(), SessionConfig::default())?
+    let (awaiting, msg2) = Responder::new(&identity, Claim::new("master", None)?, SessionConfig::default())?
         .read_hello(msg1.first().context("empty message 1")?)?;
     router.send(peer, vec![msg2])?;
     let (_, msg3) = next_from(&mut router).await?;
