@@ -1,0 +1,23 @@
+//! The built-in functions, one module per `module.` prefix.
+
+mod cmd;
+mod grains;
+mod sys;
+mod test;
+
+use crate::function::Function;
+
+/// Every built-in function. The registry and its tests are built from this one list.
+pub(crate) fn all() -> Vec<Box<dyn Function>> {
+    vec![
+        Box::new(test::Ping),
+        Box::new(test::Echo),
+        Box::new(test::Sleep),
+        Box::new(test::Version),
+        Box::new(grains::Items),
+        Box::new(grains::Get),
+        Box::new(sys::ListFunctions),
+        Box::new(sys::Doc),
+        Box::new(cmd::Run),
+    ]
+}
