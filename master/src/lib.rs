@@ -1,2 +1,4 @@
 //! The halite master daemon.
+pub mod config;
+pub mod store;
 pub mod target;

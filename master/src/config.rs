@@ -1,0 +1,132 @@
+//! The master's TOML configuration.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default config file.
+pub const DEFAULT_PATH: &str = "/etc/halite/master.toml";
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid for this schema; the message names the key and position.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, as toml reports it (key, line and column).
+        message: String,
+    },
+}
+
+/// Master settings. Every field has a default except where noted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MasterConfig {
+    /// The master's id, sent to peers in the handshake.
+    pub id: String,
+    /// Address to listen on.
+    pub listen: String,
+    /// Where keys, the database and the client key live.
+    pub state_dir: PathBuf,
+    /// Jobs older than this many hours are deleted with their returns.
+    pub keep_jobs_hours: u64,
+    /// Seconds a peer has to complete the Noise handshake after connecting.
+    pub handshake_timeout_secs: u64,
+    /// Extra seconds the master waits past a job's timeout for the minion's own timeout report
+    /// before marking it timed out itself.
+    pub timeout_grace_secs: u64,
+    /// Named compound targets, used with `-N`.
+    pub nodegroups: BTreeMap<String, String>,
+    /// Log filter (`tracing` syntax, e.g. `info` or `halite_master=debug`).
+    pub log: String,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            id: "master".into(),
+            listen: "0.0.0.0:4506".into(),
+            state_dir: PathBuf::from("/var/lib/halite/master"),
+            keep_jobs_hours: 24 * 7,
+            handshake_timeout_secs: 10,
+            timeout_grace_secs: 5,
+            nodegroups: BTreeMap::new(),
+            log: "info".into(),
+        }
+    }
+}
+
+impl MasterConfig {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+    }
+
+    /// Parses config text; the error names the bad key.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+        halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
+        Ok(config)
+    }
+
+    /// The secret key file.
+    pub fn key_path(&self) -> PathBuf {
+        self.state_dir.join("master.key")
+    }
+
+    /// The public key file, for minions and clients to pin.
+    pub fn public_key_path(&self) -> PathBuf {
+        self.state_dir.join("master.pub")
+    }
+
+    /// The root principal's secret key, readable only by the master's user.
+    pub fn root_key_path(&self) -> PathBuf {
+        self.state_dir.join("root.key")
+    }
+
+    /// The address the master actually listens on, written after binding.
+    pub fn address_path(&self) -> PathBuf {
+        self.state_dir.join("master.addr")
+    }
+
+    /// The SQLite database.
+    pub fn database_path(&self) -> PathBuf {
+        self.state_dir.join("master.db")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fill_what_is_missing() {
+        let config = MasterConfig::parse("listen = \"127.0.0.1:9000\"\n[nodegroups]\nweb = \"web*\"\n").unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9000");
+        assert_eq!(config.nodegroups["web"], "web*");
+        assert_eq!(config.keep_jobs_hours, 168);
+    }
+
+    #[test]
+    fn unknown_and_mistyped_keys_are_named() {
+        let err = MasterConfig::parse("lisen = \"x\"\n").unwrap_err();
+        assert!(err.contains("lisen"), "{err}");
+        let err = MasterConfig::parse("keep_jobs_hours = \"a week\"\n").unwrap_err();
+        assert!(err.contains("keep_jobs_hours") || err.contains("line 1"), "{err}");
+        let err = MasterConfig::parse("id = \"../etc\"\n").unwrap_err();
+        assert!(err.starts_with("id:"), "{err}");
+    }
+}

@@ -1,0 +1,130 @@
+//! Persistent state behind one async trait: keys, enrollment tokens, the minion registry, jobs
+//! and per-minion job states with their returns. [`SqliteStore`] is the embedded default; the
+//! trait is shaped so a PostgreSQL implementation can follow (no SQLite-isms in it).
+
+mod sqlite;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use halite_protocol::message::{JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, SignedJob, Target, Value};
+
+pub use sqlite::SqliteStore;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Stored data could not be decoded (a bug or a hand-edited database).
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+/// A key in the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    /// Minion id.
+    pub id: String,
+    /// ed25519 public key.
+    pub public_key: [u8; 32],
+    /// State.
+    pub state: KeyState,
+}
+
+/// A minion's registry entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MinionRecord {
+    /// Minion id.
+    pub id: String,
+    /// Announced grains.
+    pub grains: BTreeMap<String, Value>,
+    /// Announced functions.
+    pub functions: Vec<String>,
+    /// Last seen, Unix milliseconds.
+    pub last_seen_ms: u64,
+}
+
+/// A job as published.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    /// Job id.
+    pub jid: String,
+    /// Function.
+    pub function: String,
+    /// Target as given.
+    pub target: Target,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Keyword arguments.
+    pub kwargs: BTreeMap<String, Value>,
+    /// Publisher.
+    pub caller: String,
+    /// Unix milliseconds.
+    pub created_at_ms: u64,
+    /// Per-minion timeout.
+    pub timeout_ms: u64,
+    /// How long offline minions are waited for.
+    pub ttl_ms: u64,
+    /// The signed job sent to minions.
+    pub signed: SignedJob,
+}
+
+/// Persistent state. Every method is one transaction.
+pub trait Store: Send + Sync + 'static {
+    /// Every key.
+    fn keys(&self) -> impl Future<Output = Result<Vec<KeyRecord>, StoreError>> + Send;
+    /// The keys recorded for one id (at most one not denied).
+    fn keys_for(&self, id: &str) -> impl Future<Output = Result<Vec<KeyRecord>, StoreError>> + Send;
+    /// Inserts or updates a key's state.
+    fn put_key(&self, key: &KeyRecord, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes one key.
+    fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records an enrollment token by its hash.
+    fn create_token(
+        &self,
+        hash: &[u8; 32],
+        minion: &str,
+        expires_at_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Burns a token if it exists, is bound to `minion`, is unused and unexpired; returns
+    /// whether it was burnt (atomically: a token enrolls at most once).
+    fn burn_token(
+        &self,
+        hash: &[u8; 32],
+        minion: &str,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Every minion in the registry.
+    fn minions(&self) -> impl Future<Output = Result<Vec<MinionRecord>, StoreError>> + Send;
+    /// Inserts or replaces a minion's entry.
+    fn put_minion(&self, minion: &MinionRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Removes a minion's entry.
+    fn delete_minion(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records a new job and every targeted minion's first state.
+    fn insert_job(
+        &self,
+        job: &JobRecord,
+        states: &[(String, MinionJobState)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Updates one minion's state for a job, with its return if any.
+    fn set_state(
+        &self,
+        jid: &str,
+        minion: &str,
+        state: MinionJobState,
+        ret: Option<&JobReturn>,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The newest jobs.
+    fn jobs(&self, limit: u32) -> impl Future<Output = Result<Vec<JobSummary>, StoreError>> + Send;
+    /// One job in detail.
+    fn job(&self, jid: &str) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
+    /// Jobs with at least one minion not in a final state, with every minion's state.
+    fn unfinished_jobs(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(JobRecord, Vec<(String, MinionJobState)>)>, StoreError>> + Send;
+    /// Deletes jobs created before `before_ms`; returns how many.
+    fn purge_jobs(&self, before_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}

@@ -1,0 +1,523 @@
+//! The embedded SQLite store.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use halite_protocol::message::{
+    JobDetail, JobReturn, JobSummary, KeyState, MinionJob, MinionJobState, SignedJob, Target, TargetKind,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::Row;
+
+use super::{JobRecord, KeyRecord, MinionRecord, Store, StoreError};
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many have run.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE keys (
+    id TEXT NOT NULL,
+    public_key BLOB NOT NULL,
+    state TEXT NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (id, public_key)
+);
+CREATE TABLE tokens (
+    token_hash BLOB PRIMARY KEY,
+    minion TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    used_at INTEGER
+);
+CREATE TABLE minions (
+    id TEXT PRIMARY KEY,
+    grains TEXT NOT NULL,
+    functions TEXT NOT NULL,
+    last_seen INTEGER NOT NULL
+);
+CREATE TABLE jobs (
+    jid TEXT PRIMARY KEY,
+    function TEXT NOT NULL,
+    target_kind TEXT NOT NULL,
+    target_expr TEXT NOT NULL,
+    args TEXT NOT NULL,
+    kwargs TEXT NOT NULL,
+    caller TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    timeout_ms INTEGER NOT NULL,
+    ttl_ms INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    signature BLOB NOT NULL
+);
+CREATE TABLE job_minions (
+    jid TEXT NOT NULL REFERENCES jobs(jid) ON DELETE CASCADE,
+    minion TEXT NOT NULL,
+    state TEXT NOT NULL,
+    ret TEXT,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (jid, minion)
+);
+CREATE INDEX job_minions_state ON job_minions(state);
+CREATE INDEX jobs_created ON jobs(created_at);
+"#];
+
+/// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) and migrates the database at `path`.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true);
+        // One connection: the master's core serialises store calls anyway, and SQLite allows
+        // one writer at a time.
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
+        let store = SqliteStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// An in-memory database, for tests.
+    pub async fn in_memory() -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str("sqlite::memory:")?.foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
+        let store = SqliteStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let version: i64 = sqlx::query_scalar("PRAGMA user_version").fetch_one(&mut *tx).await?;
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
+            sqlx::raw_sql(migration).execute(&mut *tx).await?;
+            sqlx::raw_sql(&format!("PRAGMA user_version = {}", index + 1)).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+fn key_from_row(row: &SqliteRow) -> Result<KeyRecord, StoreError> {
+    let public_key: Vec<u8> = row.try_get("public_key")?;
+    let state: String = row.try_get("state")?;
+    Ok(KeyRecord {
+        id: row.try_get("id")?,
+        public_key: public_key.try_into().map_err(|_| corrupt("public key is not 32 bytes"))?,
+        state: KeyState::parse(&state).ok_or_else(|| corrupt(format!("key state {state:?}")))?,
+    })
+}
+
+fn job_state(text: &str) -> Result<MinionJobState, StoreError> {
+    MinionJobState::parse(text).ok_or_else(|| corrupt(format!("job state {text:?}")))
+}
+
+fn target_kind_name(kind: TargetKind) -> &'static str {
+    match kind {
+        TargetKind::Glob => "glob",
+        TargetKind::List => "list",
+        TargetKind::Regex => "regex",
+        TargetKind::Grain => "grain",
+        TargetKind::Compound => "compound",
+        TargetKind::Nodegroup => "nodegroup",
+    }
+}
+
+fn target_kind(name: &str) -> Result<TargetKind, StoreError> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(corrupt)
+}
+
+fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(corrupt)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
+fn ms(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn db_int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn job_from_row(row: &SqliteRow) -> Result<JobRecord, StoreError> {
+    let kind: String = row.try_get("target_kind")?;
+    Ok(JobRecord {
+        jid: row.try_get("jid")?,
+        function: row.try_get("function")?,
+        target: Target { kind: target_kind(&kind)?, expr: row.try_get("target_expr")? },
+        args: json(&row.try_get::<String, _>("args")?)?,
+        kwargs: json(&row.try_get::<String, _>("kwargs")?)?,
+        caller: row.try_get("caller")?,
+        created_at_ms: ms(row.try_get("created_at")?),
+        timeout_ms: ms(row.try_get("timeout_ms")?),
+        ttl_ms: ms(row.try_get("ttl_ms")?),
+        signed: SignedJob { body: row.try_get("body")?, signature: row.try_get("signature")? },
+    })
+}
+
+impl SqliteStore {
+    async fn summary(&self, job: &JobRecord) -> Result<JobSummary, StoreError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state")
+            .bind(&job.jid)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut states = BTreeMap::new();
+        for row in rows {
+            let n: i64 = row.try_get("n")?;
+            states.insert(job_state(&row.try_get::<String, _>("state")?)?, u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        Ok(JobSummary {
+            jid: job.jid.clone(),
+            function: job.function.clone(),
+            target: job.target.clone(),
+            caller: job.caller.clone(),
+            created_at_ms: job.created_at_ms,
+            states,
+        })
+    }
+}
+
+impl Store for SqliteStore {
+    async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        let rows =
+            sqlx::query("SELECT id, public_key, state FROM keys ORDER BY id, state").fetch_all(&self.pool).await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn keys_for(&self, id: &str) -> Result<Vec<KeyRecord>, StoreError> {
+        let rows =
+            sqlx::query("SELECT id, public_key, state FROM keys WHERE id = ?").bind(id).fetch_all(&self.pool).await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn put_key(&self, key: &KeyRecord, now_ms: u64) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        )
+        .bind(&key.id)
+        .bind(&key.public_key[..])
+        .bind(key.state.as_str())
+        .bind(db_int(now_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM keys WHERE id = ? AND public_key = ?")
+            .bind(id)
+            .bind(&public_key[..])
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn create_token(&self, hash: &[u8; 32], minion: &str, expires_at_ms: u64) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO tokens (token_hash, minion, expires_at) VALUES (?, ?, ?)")
+            .bind(&hash[..])
+            .bind(minion)
+            .bind(db_int(expires_at_ms))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn burn_token(&self, hash: &[u8; 32], minion: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?",
+        )
+        .bind(db_int(now_ms))
+        .bind(&hash[..])
+        .bind(minion)
+        .bind(db_int(now_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn minions(&self) -> Result<Vec<MinionRecord>, StoreError> {
+        let rows = sqlx::query("SELECT id, grains, functions, last_seen FROM minions ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(MinionRecord {
+                    id: row.try_get("id")?,
+                    grains: json(&row.try_get::<String, _>("grains")?)?,
+                    functions: json(&row.try_get::<String, _>("functions")?)?,
+                    last_seen_ms: ms(row.try_get("last_seen")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn put_minion(&self, minion: &MinionRecord) -> Result<(), StoreError> {
+        sqlx::query("INSERT OR REPLACE INTO minions (id, grains, functions, last_seen) VALUES (?, ?, ?, ?)")
+            .bind(&minion.id)
+            .bind(to_json(&minion.grains))
+            .bind(to_json(&minion.functions))
+            .bind(db_int(minion.last_seen_ms))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_minion(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM minions WHERE id = ?").bind(id).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, created_at, timeout_ms, \
+             ttl_ms, body, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&job.jid)
+        .bind(&job.function)
+        .bind(target_kind_name(job.target.kind))
+        .bind(&job.target.expr)
+        .bind(to_json(&job.args))
+        .bind(to_json(&job.kwargs))
+        .bind(&job.caller)
+        .bind(db_int(job.created_at_ms))
+        .bind(db_int(job.timeout_ms))
+        .bind(db_int(job.ttl_ms))
+        .bind(&job.signed.body)
+        .bind(&job.signed.signature)
+        .execute(&mut *tx)
+        .await?;
+        for (minion, state) in states {
+            sqlx::query("INSERT INTO job_minions (jid, minion, state, updated_at) VALUES (?, ?, ?, ?)")
+                .bind(&job.jid)
+                .bind(minion)
+                .bind(state.as_str())
+                .bind(db_int(job.created_at_ms))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn set_state(
+        &self,
+        jid: &str,
+        minion: &str,
+        state: MinionJobState,
+        ret: Option<&JobReturn>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE job_minions SET state = ?, ret = COALESCE(?, ret), updated_at = ? WHERE jid = ? AND minion = ?",
+        )
+        .bind(state.as_str())
+        .bind(ret.map(to_json))
+        .bind(db_int(now_ms))
+        .bind(jid)
+        .bind(minion)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn jobs(&self, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM jobs ORDER BY created_at DESC, jid DESC LIMIT ?")
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(self.summary(&job_from_row(row)?).await?);
+        }
+        Ok(out)
+    }
+
+    async fn job(&self, jid: &str) -> Result<Option<JobDetail>, StoreError> {
+        let Some(row) = sqlx::query("SELECT * FROM jobs WHERE jid = ?").bind(jid).fetch_optional(&self.pool).await?
+        else {
+            return Ok(None);
+        };
+        let job = job_from_row(&row)?;
+        let rows = sqlx::query("SELECT minion, state, ret FROM job_minions WHERE jid = ? ORDER BY minion")
+            .bind(jid)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut minions = Vec::with_capacity(rows.len());
+        for row in rows {
+            let ret: Option<String> = row.try_get("ret")?;
+            minions.push(MinionJob {
+                minion: row.try_get("minion")?,
+                state: job_state(&row.try_get::<String, _>("state")?)?,
+                ret: ret.as_deref().map(json).transpose()?,
+            });
+        }
+        let summary = self.summary(&job).await?;
+        Ok(Some(JobDetail { summary, args: job.args, kwargs: job.kwargs, minions }))
+    }
+
+    async fn unfinished_jobs(&self) -> Result<Vec<(JobRecord, Vec<(String, MinionJobState)>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running')) \
+             ORDER BY created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let job = job_from_row(row)?;
+            let states = sqlx::query("SELECT minion, state FROM job_minions WHERE jid = ?")
+                .bind(&job.jid)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get("minion")?, job_state(&r.try_get::<String, _>("state")?)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            out.push((job, states));
+        }
+        Ok(out)
+    }
+
+    async fn purge_jobs(&self, before_ms: u64) -> Result<u64, StoreError> {
+        let done =
+            sqlx::query("DELETE FROM jobs WHERE created_at < ?").bind(db_int(before_ms)).execute(&self.pool).await?;
+        Ok(done.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_protocol::message::Outcome;
+    use serde_json::json;
+
+    fn job(jid: &str, created_at_ms: u64) -> JobRecord {
+        JobRecord {
+            jid: jid.into(),
+            function: "test.ping".into(),
+            target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
+            args: vec![json!(1)],
+            kwargs: BTreeMap::from([("name".into(), json!("nginx"))]),
+            caller: "root".into(),
+            created_at_ms,
+            timeout_ms: 1000,
+            ttl_ms: 0,
+            signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64] },
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn keys_and_tokens() {
+        rt().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            let key = KeyRecord { id: "web1".into(), public_key: [1; 32], state: KeyState::Pending };
+            store.put_key(&key, 1).await.unwrap();
+            store.put_key(&KeyRecord { state: KeyState::Accepted, ..key.clone() }, 2).await.unwrap();
+            store
+                .put_key(&KeyRecord { id: "web1".into(), public_key: [2; 32], state: KeyState::Denied }, 3)
+                .await
+                .unwrap();
+            let keys = store.keys_for("web1").await.unwrap();
+            assert_eq!(keys.len(), 2);
+            assert!(keys.contains(&KeyRecord { state: KeyState::Accepted, ..key.clone() }));
+            store.delete_key("web1", &[2; 32]).await.unwrap();
+            assert_eq!(store.keys().await.unwrap().len(), 1);
+
+            store.create_token(&[7; 32], "web2", 100).await.unwrap();
+            assert!(!store.burn_token(&[7; 32], "web3", 50).await.unwrap(), "bound to another minion");
+            assert!(!store.burn_token(&[7; 32], "web2", 100).await.unwrap(), "expired");
+            assert!(store.burn_token(&[7; 32], "web2", 99).await.unwrap());
+            assert!(!store.burn_token(&[7; 32], "web2", 99).await.unwrap(), "burns once");
+        });
+    }
+
+    #[test]
+    fn minions_round_trip() {
+        rt().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            let minion = MinionRecord {
+                id: "web1".into(),
+                grains: BTreeMap::from([("os".into(), json!("Debian"))]),
+                functions: vec!["test.ping".into()],
+                last_seen_ms: 5,
+            };
+            store.put_minion(&minion).await.unwrap();
+            assert_eq!(store.minions().await.unwrap(), vec![minion]);
+            store.delete_minion("web1").await.unwrap();
+            assert!(store.minions().await.unwrap().is_empty());
+        });
+    }
+
+    #[test]
+    fn jobs_states_returns_and_retention() {
+        rt().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            let states = vec![("web1".to_owned(), MinionJobState::Sent), ("web2".to_owned(), MinionJobState::Offline)];
+            store.insert_job(&job("1", 10), &states).await.unwrap();
+            store.insert_job(&job("2", 20), &[("web1".to_owned(), MinionJobState::Waiting)]).await.unwrap();
+            let unfinished = store.unfinished_jobs().await.unwrap();
+            assert_eq!(unfinished.len(), 2);
+            assert_eq!(unfinished[0].0, job("1", 10));
+
+            let ret = JobReturn {
+                jid: "1".into(),
+                minion: "web1".into(),
+                success: true,
+                retcode: 0,
+                outputs: json!(true),
+                truncated: false,
+                duration_ms: 3,
+                outcome: Outcome::Completed,
+            };
+            store.set_state("1", "web1", MinionJobState::Returned, Some(&ret), 11).await.unwrap();
+            let detail = store.job("1").await.unwrap().unwrap();
+            assert_eq!(detail.minions[0].state, MinionJobState::Returned);
+            assert_eq!(detail.minions[0].ret.as_ref(), Some(&ret));
+            assert_eq!(detail.minions[1].state, MinionJobState::Offline);
+            assert_eq!(detail.summary.states[&MinionJobState::Returned], 1);
+            assert_eq!(store.unfinished_jobs().await.unwrap().len(), 1);
+
+            let listed = store.jobs(10).await.unwrap();
+            assert_eq!(listed.iter().map(|j| j.jid.as_str()).collect::<Vec<_>>(), ["2", "1"]);
+            assert_eq!(store.purge_jobs(15).await.unwrap(), 1);
+            assert!(store.job("1").await.unwrap().is_none());
+            assert!(store.job("2").await.unwrap().is_some());
+        });
+    }
+
+    #[test]
+    fn a_file_database_survives_reopening() {
+        rt().block_on(async {
+            let dir = std::env::temp_dir().join(format!("halite-store-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("master.db");
+            {
+                let store = SqliteStore::open(&path).await.unwrap();
+                store.insert_job(&job("1", 10), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+            }
+            let store = SqliteStore::open(&path).await.unwrap();
+            assert_eq!(store.jobs(5).await.unwrap().len(), 1);
+        });
+    }
+}
