@@ -1,4 +1,105 @@
-//! The halite master daemon.
+//! The halite master daemon: key registry, minion registry and targeting, job dispatch and
+//! the store.
+//!
+//! It never runs modules itself; minions do. [`run`] is the whole daemon; the `halite-master`
+//! binary parses flags, sets up logging and signals, and calls it.
+//!
+//! Layout of the state directory (created 0700):
+//!
+//! | file | what |
+//! |---|---|
+//! | `master.key` | the master's identity (0600) |
+//! | `master.pub` | its public half, for minions and clients to pin |
+//! | `root.key` | the root client principal's key (0600): whoever can read it is root |
+//! | `master.addr` | the address actually bound, written at start |
+//! | `master.db` | the SQLite store |
+
+mod admin;
+mod clock;
 pub mod config;
+mod jobs;
+mod keys;
+mod server;
 pub mod store;
 pub mod target;
+
+use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
+
+use halite_protocol::identity::PublicIdentity;
+use halite_protocol::noise::{HandshakeError, LocalIdentity};
+use halite_transport::keyfile::{self, KeyFileError};
+use halite_transport::{Router, RouterConfig};
+
+pub use config::MasterConfig;
+pub use server::Master;
+pub use store::{SqliteStore, Store};
+
+/// Why the master could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    /// The state directory could not be created.
+    #[error("state directory {path}: {source}")]
+    StateDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A key file.
+    #[error(transparent)]
+    Key(#[from] KeyFileError),
+    /// The Noise identity could not be set up.
+    #[error("identity: {0}")]
+    Identity(#[from] HandshakeError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+}
+
+/// The master's keys, created on first start.
+pub struct Keys {
+    /// The master's identity.
+    pub identity: LocalIdentity,
+    /// The root principal's public key.
+    pub root: PublicIdentity,
+}
+
+/// Creates the state directory and keys if missing (first start), and loads them.
+pub fn init(config: &MasterConfig) -> Result<Keys, MasterError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.state_dir)
+        .map_err(|source| MasterError::StateDir { path: config.state_dir.clone(), source })?;
+    let key = keyfile::load_or_generate(&config.key_path())?;
+    if !config.public_key_path().exists() {
+        keyfile::write_public(&config.public_key_path(), &key.public())?;
+    }
+    let root = keyfile::load_or_generate(&config.root_key_path())?.public();
+    Ok(Keys { identity: LocalIdentity::new(key)?, root })
+}
+
+/// Runs the master until `shutdown` completes.
+pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
+    let keys = init(&config)?;
+    let store = SqliteStore::open(&config.database_path()).await?;
+    let router = Router::bind(&config.listen, RouterConfig::default())
+        .await
+        .map_err(|source| MasterError::Listen { addr: config.listen.clone(), source })?;
+    let addr = router.local_addr();
+    std::fs::write(config.address_path(), format!("{addr}\n"))
+        .map_err(|source| MasterError::StateDir { path: config.address_path(), source })?;
+    tracing::info!(%addr, fingerprint = %keys.identity.public().fingerprint(), "master listening");
+    let master = Master::new(config, keys.identity, keys.root, router, store).await?;
+    master.serve(shutdown).await?;
+    Ok(())
+}

@@ -2,6 +2,153 @@
 //! functions, runs signed jobs through `halite-modules`, and keeps every result in a durable
 //! outbox until the master acknowledges it.
 //!
-//! It does not depend on the master crate or on any database; it trusts nobody by default.
+//! It does not depend on the master crate or on any database, and it trusts nobody by default:
+//! without a pinned master key (config or enrollment file) it refuses to start unless trust on
+//! first use is explicitly enabled.
 //!
-//! The daemon is not built yet; this crate only fixes its place in the workspace.
+//! State directory layout (created 0700): `minion.key` (identity, 0600), `master.pub` (a master
+//! key pinned on first use), `outbox/` (unacknowledged returns), `jobs/` (at-most-once markers).
+
+pub mod config;
+mod daemon;
+mod executor;
+pub mod outbox;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use halite_modules::{Args, Context, Registry};
+use halite_protocol::hex;
+use halite_protocol::identity::PublicIdentity;
+use halite_protocol::message::{Job, JobReturn};
+use halite_protocol::noise::{HandshakeError, LocalIdentity};
+use halite_transport::keyfile::{self, KeyFileError};
+
+pub use config::{ConfigError, Enrollment, MinionConfig};
+
+/// Markers older than this are pruned at start.
+const MARKER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Why the minion could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MinionError {
+    /// Config or enrollment file.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A needed setting is missing.
+    #[error("{0}")]
+    Missing(String),
+    /// The state directory.
+    #[error("state directory {path}: {source}")]
+    StateDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A key file.
+    #[error(transparent)]
+    Key(#[from] KeyFileError),
+    /// The Noise identity.
+    #[error("identity: {0}")]
+    Identity(#[from] HandshakeError),
+}
+
+fn parse_master_key(hex_key: &str) -> Result<PublicIdentity, MinionError> {
+    let bytes = hex::decode(hex_key.trim()).ok_or_else(|| MinionError::Missing("master_key: not hex".into()))?;
+    PublicIdentity::from_bytes(&bytes).map_err(|e| MinionError::Missing(format!("master_key: {e}")))
+}
+
+/// Resolves everything the daemon needs, creating the state directory and key on first start.
+fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
+    let enrollment = Enrollment::load(&config.enrollment_file)?;
+    let id = match (&config.id, &enrollment) {
+        (Some(id), _) => id.clone(),
+        (None, Some(e)) => e.id.clone(),
+        (None, None) => nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .ok_or_else(|| MinionError::Missing("id: not set and the hostname is unreadable".into()))?,
+    };
+    halite_protocol::id::validate(&id).map_err(|e| MinionError::Missing(format!("id: {e}")))?;
+    let master = config
+        .master
+        .clone()
+        .or_else(|| enrollment.as_ref().map(|e| e.master.clone()))
+        .ok_or_else(|| MinionError::Missing("master: not set in the config or an enrollment file".into()))?;
+    let state_dir = &config.state_dir;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
+    let pin_path = state_dir.join("master.pub");
+    let master_key = match (&config.master_key, &enrollment) {
+        (Some(key), _) => Some(parse_master_key(key)?),
+        (None, Some(e)) => Some(parse_master_key(&e.master_key)?),
+        (None, None) if pin_path.exists() => Some(keyfile::read_public(&pin_path)?),
+        (None, None) if config.trust_on_first_use => None,
+        (None, None) => {
+            return Err(MinionError::Missing(
+                "master_key: no master key to trust; set master_key, provide an enrollment file, \
+                 or enable trust_on_first_use"
+                    .into(),
+            ))
+        }
+    };
+    let key = keyfile::load_or_generate(&state_dir.join("minion.key"))?;
+    let outbox =
+        outbox::Outbox::open(state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
+    let _ = outbox.prune_markers(MARKER_RETENTION);
+    let registry = Arc::new(Registry::standard());
+    Ok(daemon::Setup {
+        id,
+        master,
+        identity: LocalIdentity::new(key)?,
+        master_key,
+        pin_path,
+        token: enrollment.and_then(|e| e.token),
+        context: context(&registry, &config.grains),
+        registry,
+        outbox,
+        max_concurrent_jobs: config.max_concurrent_jobs,
+    })
+}
+
+fn context(registry: &Registry, static_grains: &BTreeMap<String, serde_json::Value>) -> Context {
+    Context {
+        test: false,
+        grains: Arc::new(halite_modules::grains::collect(static_grains)),
+        functions: Arc::new(registry.docs()),
+    }
+}
+
+/// Runs the minion until `shutdown` completes.
+pub async fn run(config: MinionConfig, shutdown: impl Future<Output = ()>) -> Result<(), MinionError> {
+    let setup = setup(&config)?;
+    tracing::info!(id = %setup.id, fingerprint = %setup.identity.public().fingerprint(), "minion starting");
+    daemon::serve(setup, shutdown).await;
+    Ok(())
+}
+
+/// Runs one function locally, without a master (`halite-minion call`).
+pub async fn call_local(config: &MinionConfig, function: &str, words: &[String]) -> JobReturn {
+    let registry = Arc::new(Registry::standard());
+    let cx = context(&registry, &config.grains);
+    let args = Args::from_cli(words);
+    let job = Job {
+        jid: "local".into(),
+        function: function.to_owned(),
+        args: args.positional,
+        kwargs: args.keyword,
+        timeout_ms: 0,
+        issued_at_ms: 0,
+        ttl_ms: 0,
+        caller: "local".into(),
+    };
+    let (_keep, never) = tokio::sync::oneshot::channel();
+    executor::execute(registry, cx, job, never).await
+}

@@ -31,5 +31,5 @@ mod registry;
 
 pub use args::Args;
 pub use context::Context;
-pub use function::{Function, ModuleError, Output};
+pub use function::{CallFuture, Function, ModuleError, Output};
 pub use registry::Registry;

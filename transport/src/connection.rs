@@ -23,8 +23,9 @@ thread_local! {
 /// Instructions from the socket owner to one connection task.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// Send one multipart message.
-    Send(Vec<Vec<u8>>),
+    /// Send one multipart message; with an epoch, only on that connection (see
+    /// `Dealer::send_on`), otherwise on whichever connection is up.
+    Send(Vec<Vec<u8>>, Option<u64>),
     /// The layer above authenticated the peer: switch to post-authentication limits and free
     /// the pre-authentication admission slot.
     Authenticated,
@@ -66,6 +67,8 @@ pub enum CloseReason {
 /// Connection task settings.
 pub(crate) struct DriveOptions {
     pub(crate) write_timeout: Duration,
+    /// Which connection of its socket this is (1 for the first that completes the handshake).
+    pub(crate) epoch: u64,
 }
 
 /// Runs `conn` over `stream` until it closes. Returns why, and whether the handshake completed.
@@ -141,9 +144,11 @@ pub(crate) async fn drive<T>(
                 }
             }
             command = control.recv(), if ready => match command {
-                Some(Control::Send(parts)) => {
-                    // Only possible once closed, which ends the loop above first.
-                    let _ = conn.send(&parts);
+                Some(Control::Send(parts, epoch)) => {
+                    if epoch.is_none_or(|e| e == options.epoch) {
+                        // Only fails once closed, which ends the loop above first.
+                        let _ = conn.send(&parts);
+                    }
                 }
                 Some(Control::Authenticated) => {
                     conn.set_authenticated();

@@ -86,14 +86,24 @@ impl Dealer {
         Dealer { control, events, task }
     }
 
-    /// Queues a message, waiting while the queue is full.
+    /// Queues a message, waiting while the queue is full. It goes out on whichever connection is
+    /// up when its turn comes, as in ZeroMQ.
     pub async fn send(&self, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        self.control.send(Control::Send(parts)).await.map_err(|_| SendError::NotConnected)
+        self.control.send(Control::Send(parts, None)).await.map_err(|_| SendError::NotConnected)
+    }
+
+    /// Queues a message for connection number `epoch` only (the count of
+    /// [`DealerEvent::Connected`] events seen so far): if that connection is gone by the time
+    /// the message's turn comes, it is dropped. Session-bound messages (sealed with keys of one
+    /// connection's handshake) must use this, or a reconnect would deliver them to a peer that
+    /// expects a new handshake.
+    pub async fn send_on(&self, epoch: u64, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.control.send(Control::Send(parts, Some(epoch))).await.map_err(|_| SendError::NotConnected)
     }
 
     /// Queues a message without waiting.
     pub fn try_send(&self, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        self.control.try_send(Control::Send(parts)).map_err(|e| match e {
+        self.control.try_send(Control::Send(parts, None)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => SendError::Full,
             mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
         })
@@ -117,7 +127,7 @@ async fn run(
     events: mpsc::Sender<DealerEvent>,
 ) {
     let mut backoff = Backoff::new(config.reconnect_initial, config.reconnect_max);
-    let options = DriveOptions { write_timeout: config.write_timeout };
+    let mut epoch = 0u64;
     loop {
         match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr)).await {
             Ok(Ok(stream)) => {
@@ -133,9 +143,11 @@ async fn run(
                     Up::Ready(info) => DealerEvent::Connected(info),
                     Up::Message(parts) => DealerEvent::Message(parts),
                 };
+                let options = DriveOptions { write_timeout: config.write_timeout, epoch: epoch + 1 };
                 let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, None, &options).await;
                 tracing::debug!(%addr, %reason, "connection closed; reconnecting");
                 if was_ready {
+                    epoch += 1;
                     backoff.reset();
                     if events.send(DealerEvent::Disconnected(reason)).await.is_err() {
                         return;

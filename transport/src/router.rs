@@ -134,7 +134,7 @@ impl Router {
 
     /// Queues a message for a peer without waiting.
     pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        self.control(peer, Control::Send(parts))
+        self.control(peer, Control::Send(parts, None))
     }
 
     /// Tells the connection its peer is authenticated (see [`Limits`]).
@@ -215,7 +215,7 @@ async fn serve(
         Up::Ready(info) => RouterEvent::Connected { peer, addr, info },
         Up::Message(parts) => RouterEvent::Message { peer, parts },
     };
-    let options = DriveOptions { write_timeout: config.write_timeout };
+    let options = DriveOptions { write_timeout: config.write_timeout, epoch: 1 };
     let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, Some(slot), &options).await;
     peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
     tracing::debug!(%addr, peer = peer.0, %reason, "connection closed");

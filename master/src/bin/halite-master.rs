@@ -1,0 +1,50 @@
+//! `halite-master`: the master daemon.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use halite_master::config::{MasterConfig, DEFAULT_PATH};
+
+/// The halite master daemon.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Config file (TOML).
+    #[arg(short, long, default_value = DEFAULT_PATH)]
+    config: PathBuf,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("halite-master: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = MasterConfig::load(&cli.config)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move { halite_master::run(config, shutdown_signal()).await })?;
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,637 @@
+//! The master's core: one task that owns every connection's session, the registry and the
+//! live jobs, and reacts to router events, timer ticks and shutdown.
+//!
+//! A single owner keeps the invariants simple (a minion has at most one live session; a job
+//! slot changes state in one place) and needs no locks. Store calls are awaited inline: SQLite
+//! in WAL mode answers in microseconds, and a return is acknowledged to the minion only after it
+//! is stored.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use halite_protocol::identity::PublicIdentity;
+use halite_protocol::message::{
+    self, ErrorKind, ErrorMessage, Job, JobDone, JobReturn, JobUpdate, Message, MinionJobState, Outcome,
+    PublishRequest, Published, ReturnAck, SignedJob, Value, Welcome,
+};
+use halite_protocol::noise::{
+    AwaitingIdentity, Claim, IdentifiedPeer, LocalIdentity, Responder, Role, Session, SessionConfig,
+};
+use halite_transport::{PeerId, Router, RouterEvent};
+use tracing::{debug, info, warn};
+
+use crate::clock::{now_ms, JidGenerator};
+use crate::config::MasterConfig;
+use crate::jobs::{JobTable, LiveJob, Slot};
+use crate::keys::{decide, Decision};
+use crate::store::{JobRecord, MinionRecord, Store, StoreError};
+use crate::target::Expr;
+
+/// How often deadlines are checked.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// How often old jobs are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(3600);
+
+enum Conn {
+    /// ZMTP is up; waiting for Noise message 1.
+    AwaitHello { since: Instant },
+    /// Message 2 sent; waiting for message 3.
+    AwaitIdentity { state: AwaitingIdentity, since: Instant },
+    /// An accepted minion.
+    Minion { id: String, session: Session },
+    /// An authenticated client.
+    Client { principal: String, session: Session },
+}
+
+impl Conn {
+    fn session_mut(&mut self) -> Option<&mut Session> {
+        match self {
+            Conn::Minion { session, .. } | Conn::Client { session, .. } => Some(session),
+            _ => None,
+        }
+    }
+}
+
+/// What the registry knows of a minion.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MinionEntry {
+    pub(crate) grains: BTreeMap<String, Value>,
+    pub(crate) functions: Vec<String>,
+    pub(crate) last_seen_ms: u64,
+}
+
+/// The master's state; see the module docs.
+pub struct Master<S: Store> {
+    pub(crate) config: MasterConfig,
+    identity: LocalIdentity,
+    root: PublicIdentity,
+    pub(crate) router: Router,
+    pub(crate) store: S,
+    conns: HashMap<PeerId, Conn>,
+    /// Ids with an accepted key: the universe targets are resolved against.
+    pub(crate) accepted: BTreeSet<String>,
+    pub(crate) minions: HashMap<String, MinionEntry>,
+    /// Minions with a live session.
+    pub(crate) online: HashMap<String, PeerId>,
+    jobs: JobTable,
+    jids: JidGenerator,
+}
+
+impl<S: Store> Master<S> {
+    /// Loads the registry and unfinished jobs from the store.
+    pub async fn new(
+        config: MasterConfig,
+        identity: LocalIdentity,
+        root: PublicIdentity,
+        router: Router,
+        store: S,
+    ) -> Result<Self, StoreError> {
+        let mut master = Master {
+            config,
+            identity,
+            root,
+            router,
+            store,
+            conns: HashMap::new(),
+            accepted: BTreeSet::new(),
+            minions: HashMap::new(),
+            online: HashMap::new(),
+            jobs: JobTable::default(),
+            jids: JidGenerator::default(),
+        };
+        master.reload_accepted().await?;
+        for m in master.store.minions().await? {
+            master
+                .minions
+                .insert(m.id, MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms });
+        }
+        let (now, wall) = (Instant::now(), now_ms());
+        let grace = Duration::from_secs(master.config.timeout_grace_secs);
+        for (record, states) in master.store.unfinished_jobs().await? {
+            let ttl_left = Duration::from_millis((record.created_at_ms + record.ttl_ms).saturating_sub(wall));
+            let run_for = Duration::from_millis(record.timeout_ms) + grace;
+            let minions = states
+                .into_iter()
+                .map(|(minion, state)| {
+                    let deadline = match state {
+                        MinionJobState::Waiting => Some(now + ttl_left),
+                        // The master restarted: give sent jobs a full timeout from now, so
+                        // minions have time to reconnect and deliver their outboxes.
+                        MinionJobState::Sent | MinionJobState::Running => Some(now + run_for),
+                        _ => None,
+                    };
+                    (minion, Slot { state, deadline })
+                })
+                .collect();
+            master.jobs.insert(LiveJob { record, minions, watchers: Vec::new() });
+        }
+        Ok(master)
+    }
+
+    pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {
+        self.accepted = self
+            .store
+            .keys()
+            .await?
+            .into_iter()
+            .filter(|k| k.state == halite_protocol::message::KeyState::Accepted)
+            .map(|k| k.id)
+            .collect();
+        Ok(())
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn serve(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), StoreError> {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_purge: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                event = self.router.recv() => match event {
+                    Some(event) => self.on_router_event(event).await,
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    self.on_tick().await;
+                    if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
+                        last_purge = Some(Instant::now());
+                        let before = now_ms().saturating_sub(self.config.keep_jobs_hours * 3_600_000);
+                        match self.store.purge_jobs(before).await {
+                            Ok(0) => {}
+                            Ok(n) => info!(jobs = n, "purged jobs past retention"),
+                            Err(error) => warn!(%error, "purging old jobs failed"),
+                        }
+                    }
+                }
+                () = &mut shutdown => break,
+            }
+        }
+        info!("master shutting down");
+        Ok(())
+    }
+
+    async fn on_router_event(&mut self, event: RouterEvent) {
+        match event {
+            RouterEvent::Connected { peer, addr, .. } => {
+                debug!(peer = peer.0, %addr, "connection");
+                self.conns.insert(peer, Conn::AwaitHello { since: Instant::now() });
+            }
+            RouterEvent::Message { peer, parts } => {
+                if let Err(error) = self.on_message(peer, parts).await {
+                    warn!(%error, "store failure while handling a message");
+                }
+            }
+            RouterEvent::Disconnected { peer, reason } => match self.conns.remove(&peer) {
+                Some(Conn::Minion { id, .. }) => {
+                    info!(minion = %id, %reason, "minion disconnected");
+                    if self.online.get(&id) == Some(&peer) {
+                        self.online.remove(&id);
+                        self.touch(&id).await;
+                    }
+                }
+                Some(Conn::Client { principal, .. }) => {
+                    debug!(%principal, %reason, "client disconnected");
+                    self.jobs.forget_watcher(peer);
+                }
+                _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
+            },
+        }
+    }
+
+    async fn touch(&mut self, id: &str) {
+        let entry = self.minions.entry(id.to_owned()).or_default();
+        entry.last_seen_ms = now_ms();
+        let record = MinionRecord {
+            id: id.to_owned(),
+            grains: entry.grains.clone(),
+            functions: entry.functions.clone(),
+            last_seen_ms: entry.last_seen_ms,
+        };
+        if let Err(error) = self.store.put_minion(&record).await {
+            warn!(%error, minion = id, "recording presence failed");
+        }
+    }
+
+    /// Seals and queues a message for an authenticated peer.
+    pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
+        let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else { return };
+        match session.seal(&message::encode(msg), Instant::now()) {
+            Ok(parts) => {
+                if let Err(error) = self.router.send(peer, parts) {
+                    warn!(peer = peer.0, %error, "message not queued");
+                }
+            }
+            Err(error) => {
+                warn!(peer = peer.0, %error, "session cannot seal; disconnecting");
+                self.router.disconnect(peer, "session ended");
+            }
+        }
+    }
+
+    pub(crate) fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
+        self.send(peer, &Message::Error(ErrorMessage { kind, message, request }));
+    }
+
+    async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
+        let Some(conn) = self.conns.remove(&peer) else { return Ok(()) };
+        match conn {
+            Conn::AwaitHello { .. } => {
+                let result = Claim::new(&self.config.id, None)
+                    .and_then(|claim| Responder::new(&self.identity, claim, SessionConfig::default()))
+                    .and_then(|r| r.read_hello(single(&parts)?));
+                match result {
+                    Ok((state, msg2)) => {
+                        let _ = self.router.send(peer, vec![msg2]);
+                        self.conns.insert(peer, Conn::AwaitIdentity { state, since: Instant::now() });
+                    }
+                    Err(error) => self.drop_peer(peer, &error.to_string()),
+                }
+            }
+            Conn::AwaitIdentity { state, .. } => match state.read_identity(single(&parts).unwrap_or_default()) {
+                Ok(identified) => self.admit(peer, identified).await?,
+                Err(error) => self.drop_peer(peer, &error.to_string()),
+            },
+            Conn::Minion { id, mut session } => {
+                let opened = session.open(&parts, Instant::now());
+                self.conns.insert(peer, Conn::Minion { id: id.clone(), session });
+                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
+                    Ok(msg) => self.on_minion_message(peer, &id, msg).await?,
+                    Err(error) => {
+                        warn!(minion = %id, %error, "undecodable message");
+                        self.send_error(peer, ErrorKind::BadRequest, error, None);
+                    }
+                }
+            }
+            Conn::Client { principal, mut session } => {
+                let opened = session.open(&parts, Instant::now());
+                self.conns.insert(peer, Conn::Client { principal: principal.clone(), session });
+                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
+                    Ok(msg) => self.on_client_message(peer, &principal, msg).await?,
+                    Err(error) => self.send_error(peer, ErrorKind::BadRequest, error, None),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
+    pub(crate) fn cut_minion(&mut self, id: &str) {
+        if let Some(peer) = self.online.remove(id) {
+            info!(minion = id, "key no longer accepted; disconnecting");
+            self.conns.remove(&peer);
+            self.router.disconnect(peer, "key no longer accepted");
+        }
+    }
+
+    fn drop_peer(&mut self, peer: PeerId, reason: &str) {
+        debug!(peer = peer.0, reason, "handshake failed");
+        self.conns.remove(&peer);
+        self.router.disconnect(peer, reason);
+    }
+
+    /// Sends a refusal verdict, then closes.
+    fn refuse(&mut self, peer: PeerId, verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>) {
+        if let Ok(parts) = verdict {
+            let _ = self.router.send(peer, parts);
+        }
+        self.router.disconnect(peer, "not accepted");
+    }
+
+    async fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let who = identified.peer().clone();
+        match who.role {
+            Role::Client => {
+                if who.identity == self.root && who.name == "root" {
+                    if let Ok((session, verdict)) = identified.accept(now) {
+                        let _ = self.router.send(peer, verdict);
+                        let _ = self.router.mark_authenticated(peer);
+                        self.conns.insert(peer, Conn::Client { principal: who.name, session });
+                    }
+                } else {
+                    warn!(principal = %who.name, fingerprint = %who.identity.fingerprint(), "unknown client refused");
+                    self.refuse(peer, identified.reject("unknown principal", now));
+                }
+            }
+            Role::Minion => {
+                let id = who.name.clone();
+                if let Err(error) = halite_protocol::id::validate(&id) {
+                    warn!(%error, "minion with an invalid id refused");
+                    self.refuse(peer, identified.reject(&format!("invalid minion id: {error}"), now));
+                    return Ok(());
+                }
+                let decision =
+                    decide(&self.store, &id, who.identity.as_bytes(), identified.enrollment_token(), now_ms()).await?;
+                match decision {
+                    Decision::Accept => {
+                        if !self.accepted.contains(&id) {
+                            info!(minion = %id, "minion enrolled with a token");
+                            self.accepted.insert(id.clone());
+                        }
+                        let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
+                        let _ = self.router.send(peer, verdict);
+                        let _ = self.router.mark_authenticated(peer);
+                        if let Some(old) = self.online.insert(id.clone(), peer) {
+                            if old != peer {
+                                self.conns.remove(&old);
+                                self.router.disconnect(old, "replaced by a newer connection");
+                            }
+                        }
+                        info!(minion = %id, "minion authenticated");
+                        self.conns.insert(peer, Conn::Minion { id, session });
+                    }
+                    Decision::Pending => {
+                        info!(minion = %id, fingerprint = %who.identity.fingerprint(), "minion key pending acceptance");
+                        self.refuse(peer, identified.defer("key pending acceptance", now));
+                    }
+                    Decision::Reject(reason) => self.refuse(peer, identified.reject(&reason, now)),
+                    Decision::Denied => {
+                        warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
+                              "a different key for a known minion id was denied");
+                        self.refuse(peer, identified.reject("denied: another key is registered for this id", now));
+                    }
+                }
+            }
+            Role::Master => self.refuse(peer, identified.reject("a master cannot connect as a peer", now)),
+        }
+        Ok(())
+    }
+
+    async fn on_minion_message(&mut self, peer: PeerId, id: &str, msg: Message) -> Result<(), StoreError> {
+        match msg {
+            Message::Hello(hello) => {
+                if hello.id != id {
+                    warn!(minion = id, claimed = %hello.id, "hello names another id; using the authenticated one");
+                }
+                let entry = self.minions.entry(id.to_owned()).or_default();
+                entry.grains = hello.grains;
+                entry.functions = hello.functions;
+                self.touch(id).await;
+                let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
+                self.send(peer, &Message::Welcome(welcome));
+                for jid in self.jobs.deliverable_to(id) {
+                    self.deliver(&jid, id, peer).await?;
+                }
+            }
+            Message::JobAck(ack) => {
+                if ack.accepted {
+                    self.set_slot(&ack.jid, id, MinionJobState::Running, None).await?;
+                }
+            }
+            Message::JobReturn(mut ret) => {
+                ret.minion = id.to_owned();
+                let state = match ret.outcome {
+                    Outcome::Completed if ret.success => MinionJobState::Returned,
+                    Outcome::Completed | Outcome::Interrupted | Outcome::Refused => MinionJobState::Failed,
+                    Outcome::TimedOut => MinionJobState::TimedOut,
+                    Outcome::Cancelled => MinionJobState::Cancelled,
+                };
+                let jid = ret.jid.clone();
+                self.set_slot(&jid, id, state, Some(ret)).await?;
+                // Acknowledged only once stored: the minion keeps it in its outbox until then.
+                self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
+            }
+            Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
+            Message::Event(event) => debug!(minion = id, tag = %event.tag, "minion event dropped: no ACL allows it"),
+            other => {
+                let what = format!("{other:?}");
+                let what = what.split('(').next().unwrap_or_default().to_owned();
+                self.send_error(peer, ErrorKind::BadRequest, format!("{what} is not a minion message"), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a live job to a connected minion and marks it sent.
+    async fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) -> Result<(), StoreError> {
+        let grace = Duration::from_secs(self.config.timeout_grace_secs);
+        let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
+        let deadline = job.run_deadline(Instant::now(), grace);
+        let signed = job.record.signed.clone();
+        let Some(slot) = job.minions.get_mut(minion) else { return Ok(()) };
+        let was = slot.state;
+        slot.state = if was == MinionJobState::Running { MinionJobState::Running } else { MinionJobState::Sent };
+        slot.deadline = Some(deadline);
+        self.send(peer, &Message::Job(signed));
+        if was == MinionJobState::Waiting {
+            self.store.set_state(jid, minion, MinionJobState::Sent, None, now_ms()).await?;
+            self.notify(jid, minion, MinionJobState::Sent, None);
+        }
+        Ok(())
+    }
+
+    /// Moves a minion's slot to `state` (unless it is already final), stores it, streams it to
+    /// watchers, and finishes the job when every slot is final.
+    async fn set_slot(
+        &mut self,
+        jid: &str,
+        minion: &str,
+        state: MinionJobState,
+        ret: Option<JobReturn>,
+    ) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(jid) else {
+            debug!(jid, minion, "update for a job that is no longer live");
+            return Ok(());
+        };
+        let Some(slot) = job.minions.get_mut(minion) else { return Ok(()) };
+        if slot.state.is_final() {
+            return Ok(());
+        }
+        slot.state = state;
+        if state.is_final() {
+            slot.deadline = None;
+        }
+        self.store.set_state(jid, minion, state, ret.as_ref(), now_ms()).await?;
+        self.notify(jid, minion, state, ret);
+        self.finish_if_done(jid);
+        Ok(())
+    }
+
+    fn notify(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        let Some(job) = self.jobs.get_mut(jid) else { return };
+        let watchers = job.watchers.clone();
+        let update = Message::JobUpdate(JobUpdate { jid: jid.to_owned(), minion: minion.to_owned(), state, ret });
+        for watcher in watchers {
+            self.send(watcher, &update);
+        }
+    }
+
+    fn finish_if_done(&mut self, jid: &str) {
+        if self.jobs.get_mut(jid).is_some_and(|j| j.is_done()) {
+            if let Some(job) = self.jobs.remove(jid) {
+                let done = Message::JobDone(JobDone { jid: jid.to_owned() });
+                for watcher in job.watchers {
+                    self.send(watcher, &done);
+                }
+            }
+        }
+    }
+
+    async fn on_client_message(&mut self, peer: PeerId, principal: &str, msg: Message) -> Result<(), StoreError> {
+        match msg {
+            Message::ClientHello(_) => {
+                let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
+                self.send(peer, &Message::Welcome(welcome));
+            }
+            Message::Publish(request) => self.publish(peer, principal, request).await?,
+            Message::Cancel(cancel) => self.cancel(peer, &cancel.jid).await?,
+            Message::Request(request) => {
+                let id = request.request_id;
+                match self.handle_request(request.body).await {
+                    Ok(body) => self.send(peer, &Message::Response(message::Response { request_id: id, body })),
+                    Err((kind, error)) => self.send_error(peer, kind, error, Some(id.to_string())),
+                }
+            }
+            _ => self.send_error(peer, ErrorKind::BadRequest, "not a client message".into(), None),
+        }
+        Ok(())
+    }
+
+    async fn publish(&mut self, peer: PeerId, caller: &str, request: PublishRequest) -> Result<(), StoreError> {
+        let request_id = Some(request.request_id.to_string());
+        if request.batch.is_some() || request.error_budget.is_some() {
+            let message = "batch and error_budget are not supported by this master version".to_owned();
+            self.send_error(peer, ErrorKind::BadRequest, message, request_id);
+            return Ok(());
+        }
+        if !request.function.contains('.') || request.function.len() > 128 {
+            self.send_error(
+                peer,
+                ErrorKind::BadRequest,
+                format!("bad function name {:?}", request.function),
+                request_id,
+            );
+            return Ok(());
+        }
+        let expr = match Expr::parse(request.target.kind, &request.target.expr, &self.config.nodegroups) {
+            Ok(expr) => expr,
+            Err(error) => {
+                self.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
+                return Ok(());
+            }
+        };
+        let empty = BTreeMap::new();
+        let targets: Vec<String> = self
+            .accepted
+            .iter()
+            .filter(|id| expr.matches(id, self.minions.get(*id).map_or(&empty, |m| &m.grains)))
+            .cloned()
+            .collect();
+        if targets.is_empty() {
+            self.send_error(peer, ErrorKind::NotFound, "no minions matched the target".into(), request_id);
+            return Ok(());
+        }
+
+        let jid = self.jids.next();
+        let created_at_ms = now_ms();
+        let job = Job {
+            jid: jid.clone(),
+            function: request.function.clone(),
+            args: request.args.clone(),
+            kwargs: request.kwargs.clone(),
+            timeout_ms: request.timeout_ms,
+            issued_at_ms: created_at_ms,
+            ttl_ms: request.ttl_ms,
+            caller: caller.to_owned(),
+        };
+        let signed = SignedJob::sign(&job, self.identity.key());
+        let record = JobRecord {
+            jid: jid.clone(),
+            function: request.function,
+            target: request.target,
+            args: request.args,
+            kwargs: request.kwargs,
+            caller: caller.to_owned(),
+            created_at_ms,
+            timeout_ms: request.timeout_ms,
+            ttl_ms: request.ttl_ms,
+            signed,
+        };
+        let now = Instant::now();
+        let run_deadline =
+            now + Duration::from_millis(record.timeout_ms) + Duration::from_secs(self.config.timeout_grace_secs);
+        let mut slots = BTreeMap::new();
+        let mut states = Vec::with_capacity(targets.len());
+        for id in &targets {
+            let (state, deadline) = if self.online.contains_key(id) {
+                (MinionJobState::Sent, Some(run_deadline))
+            } else if record.ttl_ms > 0 {
+                (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
+            } else {
+                (MinionJobState::Offline, None)
+            };
+            slots.insert(id.clone(), Slot { state, deadline });
+            states.push((id.clone(), state));
+        }
+        // Stored before anything is sent: a master killed right after sending still knows the job.
+        self.store.insert_job(&record, &states).await?;
+        info!(%jid, function = %record.function, minions = targets.len(), %caller, "job published");
+        let job_message = Message::Job(record.signed.clone());
+        self.jobs.insert(LiveJob { record, minions: slots, watchers: vec![peer] });
+        self.send(
+            peer,
+            &Message::Published(Published { request_id: request.request_id, jid: jid.clone(), minions: targets }),
+        );
+        for (id, state) in states {
+            if let (MinionJobState::Sent, Some(&minion_peer)) = (state, self.online.get(&id)) {
+                self.send(minion_peer, &job_message);
+            }
+            self.notify(&jid, &id, state, None);
+        }
+        self.finish_if_done(&jid);
+        Ok(())
+    }
+
+    async fn cancel(&mut self, peer: PeerId, jid: &str) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(jid) else {
+            self.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
+            return Ok(());
+        };
+        if !job.watchers.contains(&peer) {
+            job.watchers.push(peer);
+        }
+        let slots: Vec<(String, MinionJobState)> = job.minions.iter().map(|(m, s)| (m.clone(), s.state)).collect();
+        for (minion, state) in slots {
+            match (state, self.online.get(&minion).copied()) {
+                (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
+                    // The minion kills the job and returns it as cancelled.
+                    self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
+                }
+                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None).await?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_tick(&mut self) {
+        let now = Instant::now();
+        let handshake_timeout = Duration::from_secs(self.config.handshake_timeout_secs);
+        let stale: Vec<PeerId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| match c {
+                Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. } => now - *since > handshake_timeout,
+                _ => false,
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in stale {
+            self.drop_peer(peer, "handshake timed out");
+        }
+        for (jid, minion, state) in self.jobs.expired(now) {
+            let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
+            if let Err(error) = self.set_slot(&jid, &minion, new, None).await {
+                warn!(%error, "recording a deadline failed");
+            }
+        }
+    }
+}
+
+fn single(parts: &[Vec<u8>]) -> Result<&[u8], halite_protocol::noise::HandshakeError> {
+    match parts {
+        [one] => Ok(one),
+        _ => Err(halite_protocol::noise::HandshakeError::Malformed("handshake messages have one part")),
+    }
+}

@@ -1,0 +1,85 @@
+//! `halite-minion`: the minion daemon, and `call` for running a function locally.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use halite_minion::config::{MinionConfig, DEFAULT_PATH};
+
+/// The halite minion.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Config file (TOML). A missing default file means all defaults.
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (the default).
+    Run,
+    /// Run a function locally without a master and print its result as JSON.
+    Call {
+        /// Function, e.g. test.ping.
+        function: String,
+        /// Arguments: positional values and key=value pairs.
+        args: Vec<String>,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("halite-minion: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(path: Option<PathBuf>) -> anyhow::Result<MinionConfig> {
+    match path {
+        Some(path) => Ok(MinionConfig::load(&path)?),
+        None if std::path::Path::new(DEFAULT_PATH).exists() => Ok(MinionConfig::load(DEFAULT_PATH.as_ref())?),
+        None => Ok(MinionConfig::default()),
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let config = load_config(cli.config)?;
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Call { function, args } => {
+            // Local calls are latency-sensitive: one thread, no logging set-up.
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let ret = runtime.block_on(halite_minion::call_local(&config, &function, &args));
+            let out = serde_json::json!({ "local": ret.outputs });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(if ret.success { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+        }
+        Command::Run => {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
+                .with_writer(std::io::stderr)
+                .init();
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            runtime.block_on(halite_minion::run(config, shutdown_signal()))?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

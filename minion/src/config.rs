@@ -1,0 +1,156 @@
+//! The minion's TOML configuration and the enrollment file cloud-init writes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use halite_protocol::message::Value;
+use serde::{Deserialize, Serialize};
+
+/// Default config file.
+pub const DEFAULT_PATH: &str = "/etc/halite/minion.toml";
+
+/// Why a config or enrollment file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The contents are invalid; the message names the key.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Minion settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MinionConfig {
+    /// The minion id; defaults to the enrollment file's, then to the hostname.
+    pub id: Option<String>,
+    /// The master's address, `host:port`; defaults to the enrollment file's.
+    pub master: Option<String>,
+    /// The master's public key as 64 hex digits; defaults to the enrollment file's.
+    pub master_key: Option<String>,
+    /// Where the minion keeps its key, pinned master key, outbox and job markers.
+    pub state_dir: PathBuf,
+    /// The enrollment file written at first boot (master, master_key, id, token).
+    pub enrollment_file: PathBuf,
+    /// Accept whatever master key is presented first and pin it. Off by default: a minion
+    /// trusts nobody unless told whom to trust.
+    pub trust_on_first_use: bool,
+    /// Jobs run at once; further jobs wait.
+    pub max_concurrent_jobs: usize,
+    /// Static grains added to (and overriding) the collected ones.
+    pub grains: BTreeMap<String, Value>,
+    /// Log filter (`tracing` syntax).
+    pub log: String,
+}
+
+impl Default for MinionConfig {
+    fn default() -> Self {
+        MinionConfig {
+            id: None,
+            master: None,
+            master_key: None,
+            state_dir: PathBuf::from("/var/lib/halite/minion"),
+            enrollment_file: PathBuf::from("/etc/halite/enrollment.toml"),
+            trust_on_first_use: false,
+            max_concurrent_jobs: 64,
+            grains: BTreeMap::new(),
+            log: "info".into(),
+        }
+    }
+}
+
+impl MinionConfig {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+    }
+
+    /// Parses config text; the error names the bad key.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: MinionConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+        if let Some(id) = &config.id {
+            halite_protocol::id::validate(id).map_err(|e| format!("id: {e}"))?;
+        }
+        if config.max_concurrent_jobs == 0 {
+            return Err("max_concurrent_jobs: must be at least 1".into());
+        }
+        Ok(config)
+    }
+}
+
+/// What cloud-init (or an admin) writes so a fresh minion can find, trust and join its master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Enrollment {
+    /// The master's address, `host:port`.
+    pub master: String,
+    /// The master's public key, 64 hex digits.
+    pub master_key: String,
+    /// The minion id the token is bound to.
+    pub id: String,
+    /// One-time enrollment token (absent for preseeded keys).
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+impl Enrollment {
+    /// Reads an enrollment file; `Ok(None)` if it does not exist.
+    pub fn load(path: &Path) -> Result<Option<Self>, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ConfigError::Read { path: path.to_owned(), source }),
+        };
+        let enrollment: Enrollment = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        halite_protocol::id::validate(&enrollment.id)
+            .map_err(|e| ConfigError::Invalid { path: path.to_owned(), message: format!("id: {e}") })?;
+        Ok(Some(enrollment))
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_the_key() {
+        assert!(MinionConfig::parse("mastr = \"x\"").unwrap_err().contains("mastr"));
+        assert!(MinionConfig::parse("id = \"a/b\"").unwrap_err().starts_with("id:"));
+        let config = MinionConfig::parse("id = \"web1\"\n[grains]\nrole = \"web\"\n").unwrap();
+        assert_eq!(config.grains["role"], "web");
+    }
+
+    #[test]
+    fn enrollment_round_trips() {
+        let e = Enrollment {
+            master: "m:4506".into(),
+            master_key: "ab".repeat(32),
+            id: "web1".into(),
+            token: Some("t".into()),
+        };
+        let parsed: Enrollment = toml::from_str(&e.to_toml()).unwrap();
+        assert_eq!(parsed, e);
+    }
+}

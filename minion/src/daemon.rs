@@ -1,0 +1,348 @@
+//! The minion's connection loop: handshake, hello, jobs in, returns out through the outbox.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use halite_modules::{Context, Registry};
+use halite_protocol::identity::PublicIdentity;
+use halite_protocol::message::{
+    self, ErrorKind, ErrorMessage, Hello, Job, JobAck, JobReturn, Message, ModuleInfo, Outcome, SignedJob,
+};
+use halite_protocol::noise::{
+    AwaitingVerdict, Claim as HandshakeClaim, HandshakeError, Initiator, LocalIdentity, MasterPin, Role, Session,
+    SessionConfig,
+};
+use halite_transport::{Backoff, Dealer, DealerConfig, DealerEvent};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tracing::{debug, error, info, warn};
+
+use crate::executor::execute;
+use crate::outbox::{Claim, Outbox};
+
+/// Everything the loop needs, resolved from config and enrollment.
+pub(crate) struct Setup {
+    /// Minion id.
+    pub id: String,
+    /// Master address.
+    pub master: String,
+    /// Our identity.
+    pub identity: LocalIdentity,
+    /// The pinned master key; `None` only with trust on first use.
+    pub master_key: Option<PublicIdentity>,
+    /// Where to pin the master key on first use.
+    pub pin_path: std::path::PathBuf,
+    /// One-time enrollment token.
+    pub token: Option<String>,
+    /// Functions.
+    pub registry: Arc<Registry>,
+    /// Context for calls (grains, docs).
+    pub context: Context,
+    /// Outbox and markers.
+    pub outbox: Outbox,
+    /// Concurrency limit.
+    pub max_concurrent_jobs: usize,
+}
+
+enum Stage {
+    /// No ZMTP connection.
+    Down,
+    /// Message 1 sent.
+    AwaitResponse(Initiator),
+    /// Message 3 sent.
+    AwaitVerdict(AwaitingVerdict),
+    /// Authenticated.
+    Up(Session),
+}
+
+struct Minion {
+    setup: Setup,
+    dealer: Option<Dealer>,
+    /// Connection number, for [`Dealer::send_on`].
+    epoch: u64,
+    stage: Stage,
+    running: HashMap<String, oneshot::Sender<()>>,
+    done_tx: mpsc::Sender<JobReturn>,
+    slots: Arc<Semaphore>,
+    /// When refused (pending or rejected), wait before knocking again.
+    retry_at: Option<tokio::time::Instant>,
+    refusals: Backoff,
+}
+
+/// Runs the connection loop until `shutdown` completes.
+pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Output = ()>) {
+    let (done_tx, mut done_rx) = mpsc::channel(1024);
+    let slots = Arc::new(Semaphore::new(setup.max_concurrent_jobs));
+    let mut minion = Minion {
+        dealer: None,
+        epoch: 0,
+        stage: Stage::Down,
+        running: HashMap::new(),
+        done_tx,
+        slots,
+        retry_at: None,
+        refusals: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
+        setup,
+    };
+    minion.connect();
+    tokio::pin!(shutdown);
+    loop {
+        let retry = minion.retry_at;
+        tokio::select! {
+            event = next_event(&mut minion.dealer) => minion.on_event(event).await,
+            Some(ret) = done_rx.recv() => minion.on_done(ret).await,
+            () = sleep_until(retry), if retry.is_some() => {
+                minion.retry_at = None;
+                minion.connect();
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    info!("minion shutting down");
+}
+
+async fn next_event(dealer: &mut Option<Dealer>) -> Option<DealerEvent> {
+    match dealer {
+        Some(dealer) => dealer.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+impl Minion {
+    fn connect(&mut self) {
+        info!(master = %self.setup.master, id = %self.setup.id, "connecting");
+        let config = DealerConfig { reconnect_max: Duration::from_secs(10), ..DealerConfig::default() };
+        self.dealer = Some(Dealer::connect(self.setup.master.clone(), config));
+        self.epoch = 0;
+        self.stage = Stage::Down;
+    }
+
+    /// Drops the connection and knocks again later (the master said pending or rejected).
+    fn back_off(&mut self) {
+        self.dealer = None;
+        self.stage = Stage::Down;
+        self.retry_at = Some(tokio::time::Instant::now() + self.refusals.next_delay());
+    }
+
+    async fn send_raw(&self, parts: Vec<Vec<u8>>) {
+        if let Some(dealer) = &self.dealer {
+            let _ = dealer.send_on(self.epoch, parts).await;
+        }
+    }
+
+    async fn send(&mut self, msg: &Message) {
+        let Stage::Up(session) = &mut self.stage else { return };
+        match session.seal(&message::encode(msg), Instant::now()) {
+            Ok(parts) => self.send_raw(parts).await,
+            Err(error) => {
+                warn!(%error, "session ended; reconnecting");
+                self.connect();
+            }
+        }
+    }
+
+    async fn on_event(&mut self, event: Option<DealerEvent>) {
+        match event {
+            None => self.connect(),
+            Some(DealerEvent::Connected(_)) => {
+                self.epoch += 1;
+                let pin = match self.setup.master_key {
+                    Some(key) => MasterPin::Key(key),
+                    None => MasterPin::TrustOnFirstUse,
+                };
+                let claim = match HandshakeClaim::new(&self.setup.id, self.setup.token.as_deref()) {
+                    Ok(claim) => claim,
+                    Err(error) => return error!(%error, "cannot claim this id"),
+                };
+                match Initiator::start(&self.setup.identity, Role::Minion, claim, pin, SessionConfig::default()) {
+                    Ok((initiator, msg1)) => {
+                        self.stage = Stage::AwaitResponse(initiator);
+                        self.send_raw(vec![msg1]).await;
+                    }
+                    Err(error) => error!(%error, "cannot start a handshake"),
+                }
+            }
+            Some(DealerEvent::Disconnected(reason)) => {
+                if matches!(self.stage, Stage::Up(_)) {
+                    warn!(%reason, "disconnected from the master; reconnecting");
+                }
+                self.stage = Stage::Down;
+            }
+            Some(DealerEvent::Message(parts)) => self.on_message(parts).await,
+        }
+    }
+
+    async fn on_message(&mut self, parts: Vec<Vec<u8>>) {
+        match std::mem::replace(&mut self.stage, Stage::Down) {
+            Stage::Down => {}
+            Stage::AwaitResponse(initiator) => {
+                let Some(msg2) = parts.first() else { return };
+                match initiator.read_response(msg2) {
+                    Ok((awaiting, msg3)) => {
+                        self.pin_master(awaiting.master().identity);
+                        self.stage = Stage::AwaitVerdict(awaiting);
+                        self.send_raw(vec![msg3]).await;
+                    }
+                    Err(error) => {
+                        error!(%error, "master handshake failed");
+                        self.back_off();
+                    }
+                }
+            }
+            Stage::AwaitVerdict(awaiting) => match awaiting.read_verdict(&parts, Instant::now()) {
+                Ok(session) => {
+                    info!(id = %self.setup.id, "authenticated to the master");
+                    self.refusals.reset();
+                    self.stage = Stage::Up(session);
+                    if let Some(dealer) = &self.dealer {
+                        let _ = dealer.mark_authenticated().await;
+                    }
+                    self.hello().await;
+                }
+                Err(HandshakeError::Pending(reason)) => {
+                    info!(%reason, "waiting for the master to accept this minion's key");
+                    self.back_off();
+                }
+                Err(error) => {
+                    error!(%error, "the master refused this minion");
+                    self.back_off();
+                }
+            },
+            Stage::Up(mut session) => {
+                let opened = session.open(&parts, Instant::now());
+                self.stage = Stage::Up(session);
+                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
+                    Ok(msg) => self.on_session_message(msg).await,
+                    Err(error) => warn!(%error, "undecodable message from the master"),
+                }
+            }
+        }
+    }
+
+    fn pin_master(&mut self, key: PublicIdentity) {
+        if self.setup.master_key.is_none() {
+            warn!(fingerprint = %key.fingerprint(), "trusting the master key on first use and pinning it");
+            if let Err(error) = halite_transport::keyfile::write_public(&self.setup.pin_path, &key) {
+                error!(%error, "could not pin the master key");
+            }
+            self.setup.master_key = Some(key);
+        }
+    }
+
+    async fn hello(&mut self) {
+        let functions: Vec<String> = self.setup.registry.iter().map(|f| f.name().to_owned()).collect();
+        let mut modules: Vec<String> =
+            functions.iter().filter_map(|f| f.split_once('.')).map(|(m, _)| m.to_owned()).collect();
+        modules.dedup();
+        let hello = Hello {
+            id: self.setup.id.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            grains: self.setup.context.grains.as_ref().clone(),
+            modules: modules
+                .into_iter()
+                .map(|name| ModuleInfo { name, version: env!("CARGO_PKG_VERSION").into() })
+                .collect(),
+            functions,
+        };
+        self.send(&Message::Hello(hello)).await;
+        // Returns the master has not acknowledged yet, from before a restart or a disconnect.
+        for ret in self.setup.outbox.pending() {
+            debug!(jid = %ret.jid, "re-sending an unacknowledged return");
+            self.send(&Message::JobReturn(ret)).await;
+        }
+    }
+
+    async fn on_session_message(&mut self, msg: Message) {
+        match msg {
+            Message::Welcome(welcome) => debug!(master = %welcome.master_id, "welcomed"),
+            Message::Job(signed) => self.on_job(signed).await,
+            Message::ReturnAck(ack) => {
+                if let Err(error) = self.setup.outbox.remove(&ack.jid) {
+                    warn!(jid = %ack.jid, %error, "could not delete an acknowledged return");
+                }
+            }
+            Message::Cancel(cancel) => {
+                if let Some(stop) = self.running.remove(&cancel.jid) {
+                    info!(jid = %cancel.jid, "cancelling");
+                    let _ = stop.send(());
+                }
+            }
+            Message::Error(error) => {
+                warn!(kind = ?error.kind, message = %error.message, "the master reported an error")
+            }
+            other => debug!(?other, "ignored message"),
+        }
+    }
+
+    async fn refuse(&mut self, kind: ErrorKind, message: String, request: Option<String>) {
+        warn!(?kind, %message, "job refused");
+        self.send(&Message::Error(ErrorMessage { kind, message, request })).await;
+    }
+
+    async fn on_job(&mut self, signed: SignedJob) {
+        let Some(master) = self.setup.master_key else { return };
+        let job: Job = match signed.verify(&master) {
+            Ok(job) => job,
+            Err(error) => return self.refuse(ErrorKind::BadSignature, error.to_string(), None).await,
+        };
+        if let Err(error) = halite_protocol::id::validate(&job.jid) {
+            return self.refuse(ErrorKind::BadRequest, format!("bad jid: {error}"), Some(job.jid)).await;
+        }
+        if self.running.contains_key(&job.jid) {
+            return debug!(jid = %job.jid, "duplicate delivery of a running job");
+        }
+        if let Some(ret) = self.setup.outbox.get(&job.jid) {
+            return self.send(&Message::JobReturn(ret)).await;
+        }
+        match self.setup.outbox.claim(&job.jid) {
+            Ok(Claim::New) => {}
+            Ok(Claim::Seen) => {
+                // Started before, not running now, no stored return: this minion restarted
+                // while it ran. Running it again could do its side effects twice.
+                warn!(jid = %job.jid, "job was interrupted by a restart; not running it again");
+                let ret = JobReturn {
+                    jid: job.jid.clone(),
+                    minion: String::new(),
+                    success: false,
+                    retcode: 1,
+                    outputs: json!({ "error": "the minion restarted while this job ran; it is not run twice" }),
+                    truncated: false,
+                    duration_ms: 0,
+                    outcome: Outcome::Interrupted,
+                };
+                return self.on_done(ret).await;
+            }
+            Err(error) => {
+                return self.refuse(ErrorKind::Internal, format!("cannot record the job: {error}"), Some(job.jid)).await
+            }
+        }
+        info!(jid = %job.jid, function = %job.function, caller = %job.caller, "running job");
+        self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() })).await;
+        let (stop_tx, stop_rx) = oneshot::channel();
+        self.running.insert(job.jid.clone(), stop_tx);
+        let (registry, context, done, slots) =
+            (self.setup.registry.clone(), self.setup.context.clone(), self.done_tx.clone(), self.slots.clone());
+        tokio::spawn(async move {
+            let Ok(_slot) = slots.acquire_owned().await else { return };
+            let ret = execute(registry, context, job, stop_rx).await;
+            let _ = done.send(ret).await;
+        });
+    }
+
+    /// A job finished: outbox it (durably) first, then send it.
+    async fn on_done(&mut self, ret: JobReturn) {
+        self.running.remove(&ret.jid);
+        info!(jid = %ret.jid, success = ret.success, outcome = ?ret.outcome, "job finished");
+        if let Err(error) = self.setup.outbox.store(&ret) {
+            error!(jid = %ret.jid, %error, "could not write the return to the outbox; sending it anyway");
+        }
+        self.send(&Message::JobReturn(ret)).await;
+    }
+}
