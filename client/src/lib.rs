@@ -1,6 +1,32 @@
-//! The engine SDK (Rust) and the `halite` admin CLI: connect to a master as a principal, publish
-//! jobs, stream returns and events.
+//! The engine SDK: connect to a halite master as a principal, publish jobs and follow them to
+//! the end, manage keys and enrollment tokens, list minions and jobs. The `halite` CLI is built
+//! on it.
 //!
-//! It talks to the master only through the protocol, never through `halite-master` internals.
+//! It talks to the master only through the protocol (`docs/protocol.md`), never through
+//! `halite-master` internals, so it works against any master that speaks the protocol.
 //!
-//! The SDK is not built yet; this crate only fixes its place in the workspace.
+//! ```no_run
+//! # async fn example() -> Result<(), halite_client::ClientError> {
+//! use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
+//! use halite_protocol::message::{Target, TargetKind};
+//!
+//! let config = ClientConfig::from_master_config("/etc/halite/master.toml".as_ref())?;
+//! let mut client = Client::connect(config).await?;
+//! let spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: "web*".into() }, "test.ping");
+//! let published = client.publish(spec).await?;
+//! loop {
+//!     match client.next_job_event(&published.jid).await? {
+//!         JobEvent::Update(update) => println!("{} is {:?}", update.minion, update.state),
+//!         JobEvent::Done => break,
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod config;
+mod error;
+
+pub use client::{Client, JobEvent, PublishSpec};
+pub use config::ClientConfig;
+pub use error::ClientError;

@@ -19,50 +19,13 @@ impl JidGenerator {
     pub(crate) fn next(&mut self) -> String {
         let micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         self.last = micros.max(self.last + 1);
-        format_jid(self.last)
+        halite_protocol::time::compact_utc(self.last)
     }
-}
-
-/// Formats Unix microseconds as `YYYYMMDDhhmmssffffff`.
-pub(crate) fn format_jid(micros: u64) -> String {
-    let secs = micros / 1_000_000;
-    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    format!(
-        "{year:04}{month:02}{day:02}{:02}{:02}{:02}{:06}",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        micros % 1_000_000
-    )
-}
-
-/// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jids_format_utc_with_microseconds() {
-        assert_eq!(format_jid(0), "19700101000000000000");
-        // 2026-11-21 06:35:22.123456 UTC
-        assert_eq!(format_jid(1_795_242_922_123_456), "20261121063522123456");
-        assert_eq!(format_jid(951_782_400_000_001), "20000229000000000001");
-    }
 
     #[test]
     fn jids_strictly_increase() {

@@ -36,7 +36,7 @@ enum Conn {
     /// ZMTP is up; waiting for Noise message 1.
     AwaitHello { since: Instant },
     /// Message 2 sent; waiting for message 3.
-    AwaitIdentity { state: AwaitingIdentity, since: Instant },
+    AwaitIdentity { state: Box<AwaitingIdentity>, since: Instant },
     /// An accepted minion.
     Minion { id: String, session: Session },
     /// An authenticated client.
@@ -243,7 +243,7 @@ impl<S: Store> Master<S> {
                 match result {
                     Ok((state, msg2)) => {
                         let _ = self.router.send(peer, vec![msg2]);
-                        self.conns.insert(peer, Conn::AwaitIdentity { state, since: Instant::now() });
+                        self.conns.insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: Instant::now() });
                     }
                     Err(error) => self.drop_peer(peer, &error.to_string()),
                 }

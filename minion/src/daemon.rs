@@ -49,11 +49,11 @@ enum Stage {
     /// No ZMTP connection.
     Down,
     /// Message 1 sent.
-    AwaitResponse(Initiator),
+    AwaitResponse(Box<Initiator>),
     /// Message 3 sent.
-    AwaitVerdict(AwaitingVerdict),
+    AwaitVerdict(Box<AwaitingVerdict>),
     /// Authenticated.
-    Up(Session),
+    Up(Box<Session>),
 }
 
 struct Minion {
@@ -163,7 +163,7 @@ impl Minion {
                 };
                 match Initiator::start(&self.setup.identity, Role::Minion, claim, pin, SessionConfig::default()) {
                     Ok((initiator, msg1)) => {
-                        self.stage = Stage::AwaitResponse(initiator);
+                        self.stage = Stage::AwaitResponse(Box::new(initiator));
                         self.send_raw(vec![msg1]).await;
                     }
                     Err(error) => error!(%error, "cannot start a handshake"),
@@ -187,7 +187,7 @@ impl Minion {
                 match initiator.read_response(msg2) {
                     Ok((awaiting, msg3)) => {
                         self.pin_master(awaiting.master().identity);
-                        self.stage = Stage::AwaitVerdict(awaiting);
+                        self.stage = Stage::AwaitVerdict(Box::new(awaiting));
                         self.send_raw(vec![msg3]).await;
                     }
                     Err(error) => {
@@ -200,7 +200,7 @@ impl Minion {
                 Ok(session) => {
                     info!(id = %self.setup.id, "authenticated to the master");
                     self.refusals.reset();
-                    self.stage = Stage::Up(session);
+                    self.stage = Stage::Up(Box::new(session));
                     if let Some(dealer) = &self.dealer {
                         let _ = dealer.mark_authenticated().await;
                     }

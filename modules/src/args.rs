@@ -23,21 +23,10 @@ impl Args {
         Args { positional, keyword }
     }
 
-    /// Parses command-line words as Salt does: `key=value` words are keyword arguments (when
-    /// `key` is an identifier), the rest positional; each value is read as JSON when it parses
-    /// (`3`, `true`, `[1,2]`, `{"a":1}`, `"quoted"`) and as a plain string otherwise.
+    /// Parses command-line words (see [`halite_protocol::message::parse_cli_args`]).
     pub fn from_cli<S: AsRef<str>>(words: &[S]) -> Self {
-        let mut args = Args::default();
-        for word in words {
-            let word = word.as_ref();
-            match word.split_once('=') {
-                Some((key, value)) if is_identifier(key) => {
-                    args.keyword.insert(key.to_owned(), cli_value(value));
-                }
-                _ => args.positional.push(cli_value(word)),
-            }
-        }
-        args
+        let (positional, keyword) = halite_protocol::message::parse_cli_args(words);
+        Args { positional, keyword }
     }
 
     /// Converts into `T`, naming positional values after `positional_names` in order. `T`
@@ -65,16 +54,6 @@ impl Args {
     }
 }
 
-fn is_identifier(key: &str) -> bool {
-    let mut chars = key.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn cli_value(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,15 +72,6 @@ mod tests {
     fn positional_and_keyword_values_fill_the_struct() {
         let args = Args::new(vec![json!(1.5)], BTreeMap::from([("quiet".into(), json!(true))]));
         assert_eq!(args.parse::<Sleep>(&["length"]).unwrap(), Sleep { length: 1.5, quiet: true });
-    }
-
-    #[test]
-    fn command_line_words_become_typed_values() {
-        let args = Args::from_cli(&["ls -l", "3", "shell=true", "env={\"A\":\"b\"}", "a=b=c", "x-y=1", "[1]"]);
-        assert_eq!(args.positional, vec![json!("ls -l"), json!(3), json!("x-y=1"), json!([1])]);
-        assert_eq!(args.keyword["shell"], json!(true));
-        assert_eq!(args.keyword["env"], json!({"A": "b"}));
-        assert_eq!(args.keyword["a"], json!("b=c"));
     }
 
     #[test]

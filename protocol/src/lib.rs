@@ -43,4 +43,5 @@ pub mod identity;
 pub mod keyfile;
 pub mod message;
 pub mod noise;
+pub mod time;
 pub mod zmtp;

@@ -71,6 +71,9 @@ pub struct JobRecord {
     pub signed: SignedJob,
 }
 
+/// A job not yet finished, with every targeted minion's state.
+pub type UnfinishedJob = (JobRecord, Vec<(String, MinionJobState)>);
+
 /// Persistent state. Every method is one transaction.
 pub trait Store: Send + Sync + 'static {
     /// Every key.
@@ -122,9 +125,7 @@ pub trait Store: Send + Sync + 'static {
     /// One job in detail.
     fn job(&self, jid: &str) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
     /// Jobs with at least one minion not in a final state, with every minion's state.
-    fn unfinished_jobs(
-        &self,
-    ) -> impl Future<Output = Result<Vec<(JobRecord, Vec<(String, MinionJobState)>)>, StoreError>> + Send;
+    fn unfinished_jobs(&self) -> impl Future<Output = Result<Vec<UnfinishedJob>, StoreError>> + Send;
     /// Deletes jobs created before `before_ms`; returns how many.
     fn purge_jobs(&self, before_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

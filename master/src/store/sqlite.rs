@@ -12,7 +12,7 @@ use sqlx::sqlite::{
 };
 use sqlx::Row;
 
-use super::{JobRecord, KeyRecord, MinionRecord, Store, StoreError};
+use super::{JobRecord, KeyRecord, MinionRecord, Store, StoreError, UnfinishedJob};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many have run.
 const MIGRATIONS: &[&str] = &[r#"
@@ -372,7 +372,7 @@ impl Store for SqliteStore {
         Ok(Some(JobDetail { summary, args: job.args, kwargs: job.kwargs, minions }))
     }
 
-    async fn unfinished_jobs(&self) -> Result<Vec<(JobRecord, Vec<(String, MinionJobState)>)>, StoreError> {
+    async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running')) \
              ORDER BY created_at",

@@ -6,11 +6,13 @@
 //! fields can be added without breaking old readers.
 
 mod admin;
+mod cli_args;
 mod codec;
 mod job;
 mod types;
 
 pub use admin::*;
+pub use cli_args::parse_cli_args;
 pub use codec::{decode, encode, CodecError, MAX_DEPTH};
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
 pub use types::*;

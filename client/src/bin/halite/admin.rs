@@ -1,0 +1,357 @@
+//! `halite key`, `halite minions`, `halite jobs`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use halite_client::Client;
+use halite_protocol::hex;
+use halite_protocol::identity::IdentityKey;
+use halite_protocol::message::{JobDetail, KeyState, MinionJobState, RequestBody, ResponseBody};
+use halite_transport::keyfile;
+use serde_json::json;
+
+use crate::duration;
+use crate::output::{self, paint, Format};
+use crate::run::{result_value, state_colour};
+
+#[derive(Subcommand)]
+pub(crate) enum KeyCommand {
+    /// List keys (all, or those whose id matches a glob).
+    List {
+        /// Id glob.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Accept pending (or rejected) keys.
+    Accept(Selection),
+    /// Reject pending or accepted keys; live minions are disconnected at once.
+    Reject(Selection),
+    /// Delete keys in any state; live minions are disconnected at once.
+    Delete(Selection),
+    /// Show fingerprints (the master's first, then the keys matching a glob).
+    Fingerprint {
+        /// Id glob.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Generate a key pair for a minion and register it as accepted (preseeding).
+    Gen {
+        /// Minion id.
+        #[arg(long)]
+        id: String,
+        /// Directory to write `<id>.key` (install as the minion's state_dir/minion.key) and `<id>.pub`.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Enrollment tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct Selection {
+    /// Id glob.
+    #[arg(required_unless_present = "all")]
+    pattern: Option<String>,
+    /// Every key in a state the command applies to.
+    #[arg(long, conflicts_with = "pattern")]
+    all: bool,
+}
+
+impl Selection {
+    fn pattern(self) -> String {
+        self.pattern.unwrap_or_else(|| "*".into())
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Create a one-time enrollment token bound to a minion id.
+    Create {
+        /// The minion id the token enrolls.
+        #[arg(long)]
+        minion: String,
+        /// How long the token is valid.
+        #[arg(long, default_value = "1h", value_parser = duration::parse)]
+        ttl: std::time::Duration,
+        /// Print a cloud-init user_data document that writes the minion's enrollment file.
+        #[arg(long)]
+        user_data: bool,
+        /// The master address minions should use (default: the address the master listens on).
+        #[arg(long)]
+        master_address: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum MinionsCommand {
+    /// List minions with an accepted key, their presence and a grains summary.
+    List {
+        /// Id glob.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum JobsCommand {
+    /// The most recent jobs.
+    List {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// One job with every targeted minion's state and return.
+    Show {
+        /// Job id.
+        jid: String,
+    },
+    /// Cancel a running job.
+    Cancel {
+        /// Job id.
+        jid: String,
+    },
+}
+
+async fn keys_changed(client: &mut Client, body: RequestBody, verb: &str, format: Format) -> anyhow::Result<ExitCode> {
+    let ResponseBody::Changed(ids) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
+    match format {
+        Format::Table if ids.is_empty() => println!("no matching keys"),
+        Format::Table => ids.iter().for_each(|id| println!("{verb} {id}")),
+        _ => output::print_document(format, &json!({ verb: ids })),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn key(
+    client: &mut Client,
+    command: KeyCommand,
+    format: Format,
+    config: &Path,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        KeyCommand::List { pattern } | KeyCommand::Fingerprint { pattern } => {
+            let ResponseBody::Keys(keys) = client.request(RequestBody::KeyList { pattern }).await? else {
+                anyhow::bail!("unexpected answer")
+            };
+            if format != Format::Table {
+                output::print_document(format, &serde_json::to_value(&keys)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let colour = |state: KeyState| match state {
+                KeyState::Accepted => "32",
+                KeyState::Pending => "33",
+                KeyState::Rejected | KeyState::Denied => "31",
+            };
+            let rows: Vec<Vec<String>> = keys
+                .iter()
+                .map(|k| vec![k.id.clone(), paint(k.state.as_str(), colour(k.state)), k.fingerprint.clone()])
+                .collect();
+            output::print_table(&["ID", "STATE", "FINGERPRINT"], &rows);
+            Ok(ExitCode::SUCCESS)
+        }
+        KeyCommand::Accept(s) => {
+            keys_changed(client, RequestBody::KeyAccept { pattern: s.pattern() }, "accepted", format).await
+        }
+        KeyCommand::Reject(s) => {
+            keys_changed(client, RequestBody::KeyReject { pattern: s.pattern() }, "rejected", format).await
+        }
+        KeyCommand::Delete(s) => {
+            keys_changed(client, RequestBody::KeyDelete { pattern: s.pattern() }, "deleted", format).await
+        }
+        KeyCommand::Gen { id, out } => {
+            halite_protocol::id::validate(&id)?;
+            std::fs::create_dir_all(&out)?;
+            let key = IdentityKey::generate_os();
+            let secret = out.join(format!("{id}.key"));
+            keyfile::write_secret(&secret, &key)?;
+            keyfile::write_public(&out.join(format!("{id}.pub")), &key.public())?;
+            let body = RequestBody::KeyPreseed { id: id.clone(), public_key: key.public().as_bytes().to_vec() };
+            client.request(body).await?;
+            match format {
+                Format::Table => {
+                    println!("accepted {id} ({})", key.public().fingerprint());
+                    println!("install {} as the minion's <state_dir>/minion.key (mode 0600)", secret.display());
+                }
+                _ => output::print_document(
+                    format,
+                    &json!({ "id": id, "key_file": secret, "fingerprint": key.public().fingerprint() }),
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address }) => {
+            let body = RequestBody::TokenCreate { minion: minion.clone(), ttl_ms: ttl.as_millis() as u64 };
+            let ResponseBody::Token(token) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
+            let master = master_address.unwrap_or_else(|| client.master_addr().to_owned());
+            let master_key = master_key_hex(config)?;
+            let enrollment = format!(
+                "master = {master:?}\nmaster_key = {master_key:?}\nid = {:?}\ntoken = {:?}\n",
+                token.minion, token.token
+            );
+            if user_data {
+                println!("#cloud-config");
+                println!("write_files:");
+                println!("  - path: /etc/halite/enrollment.toml");
+                println!("    owner: root:root");
+                println!("    permissions: '0600'");
+                println!("    content: |");
+                for line in enrollment.lines() {
+                    println!("      {line}");
+                }
+            } else if format == Format::Table {
+                println!("{}", token.token);
+            } else {
+                output::print_document(
+                    format,
+                    &json!({ "token": token.token, "minion": token.minion, "expires_at_ms": token.expires_at_ms,
+                             "master": master, "master_key": master_key }),
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The master's public key as hex, read through the same config the client used.
+fn master_key_hex(config: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(config)?;
+    let table: toml::Table = toml::from_str(&text)?;
+    let state_dir = table.get("state_dir").and_then(|v| v.as_str()).unwrap_or("/var/lib/halite/master");
+    let key = keyfile::read_public(&Path::new(state_dir).join("master.pub"))?;
+    Ok(hex::encode(key.as_bytes()))
+}
+
+pub(crate) async fn minions(client: &mut Client, command: MinionsCommand, format: Format) -> anyhow::Result<ExitCode> {
+    let MinionsCommand::List { pattern } = command;
+    let ResponseBody::Minions(minions) = client.request(RequestBody::MinionList { pattern }).await? else {
+        anyhow::bail!("unexpected answer")
+    };
+    if format != Format::Table {
+        output::print_document(format, &serde_json::to_value(&minions)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let grain = |m: &halite_protocol::message::MinionInfo, key: &str| {
+        m.grains.get(key).map(output::compact).unwrap_or_default()
+    };
+    let rows: Vec<Vec<String>> = minions
+        .iter()
+        .map(|m| {
+            vec![
+                m.id.clone(),
+                if m.connected { paint("connected", "32") } else { paint("offline", "33") },
+                format_time(m.last_seen_ms),
+                format!("{} {}", grain(m, "os"), grain(m, "osrelease")).trim().to_owned(),
+                grain(m, "kernelrelease"),
+                grain(m, "num_cpus"),
+                m.grains.get("ipv4").and_then(|v| v.as_array()).map_or(String::new(), |ips| {
+                    ips.iter()
+                        .filter_map(|ip| ip.as_str())
+                        .filter(|ip| *ip != "127.0.0.1")
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+            ]
+        })
+        .collect();
+    output::print_table(&["ID", "PRESENCE", "LAST SEEN (UTC)", "OS", "KERNEL", "CPUS", "IPV4"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn jobs(client: &mut Client, command: JobsCommand, format: Format) -> anyhow::Result<ExitCode> {
+    match command {
+        JobsCommand::List { limit } => {
+            let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit }).await? else {
+                anyhow::bail!("unexpected answer")
+            };
+            if format != Format::Table {
+                output::print_document(format, &serde_json::to_value(&jobs)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let rows: Vec<Vec<String>> = jobs
+                .iter()
+                .map(|j| {
+                    let states: Vec<String> = j.states.iter().map(|(s, n)| format!("{n} {}", s.as_str())).collect();
+                    vec![j.jid.clone(), j.function.clone(), j.target.expr.clone(), j.caller.clone(), states.join(", ")]
+                })
+                .collect();
+            output::print_table(&["JID", "FUNCTION", "TARGET", "CALLER", "MINIONS"], &rows);
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCommand::Show { jid } => {
+            let ResponseBody::Job(detail) = client.request(RequestBody::JobShow { jid }).await? else {
+                anyhow::bail!("unexpected answer")
+            };
+            show_job(&detail, format);
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCommand::Cancel { jid } => {
+            client.cancel(&jid).await?;
+            // The master answers with an error for unknown jobs, or with updates.
+            match client.next_job_event(&jid).await {
+                Ok(_) | Err(halite_client::ClientError::Disconnected(_)) => {
+                    println!("cancel requested for {jid}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error) => Err(error.into()),
+            }
+        }
+    }
+}
+
+fn show_job(detail: &JobDetail, format: Format) {
+    let minions: serde_json::Map<String, serde_json::Value> =
+        detail.minions.iter().map(|m| (m.minion.clone(), result_value(m.state, m.ret.as_ref()))).collect();
+    if format != Format::Table {
+        let doc = json!({
+            "jid": detail.summary.jid,
+            "function": detail.summary.function,
+            "target": detail.summary.target,
+            "caller": detail.summary.caller,
+            "created_at_ms": detail.summary.created_at_ms,
+            "args": detail.args,
+            "kwargs": detail.kwargs,
+            "minions": minions,
+        });
+        output::print_document(format, &doc);
+        return;
+    }
+    println!("jid:      {}", detail.summary.jid);
+    println!("function: {} {:?} {:?}", detail.summary.function, detail.args, detail.kwargs);
+    println!("target:   {:?} {}", detail.summary.target.kind, detail.summary.target.expr);
+    println!("caller:   {}", detail.summary.caller);
+    println!("created:  {}\n", format_time(detail.summary.created_at_ms));
+    let rows: Vec<Vec<String>> = detail
+        .minions
+        .iter()
+        .map(|m| {
+            let result = match &m.ret {
+                Some(ret) => output::compact(&ret.outputs),
+                None if m.state == MinionJobState::Returned => String::new(),
+                None => crate::run::describe(m.state).to_owned(),
+            };
+            let retcode = m.ret.as_ref().map_or("-".to_owned(), |r| r.retcode.to_string());
+            vec![m.minion.clone(), paint(m.state.as_str(), state_colour(m.state)), retcode, truncate(&result, 80)]
+        })
+        .collect();
+    output::print_table(&["MINION", "STATE", "RETCODE", "RESULT"], &rows);
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    let one_line = text.replace('\n', "⏎");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        format!("{}…", one_line.chars().take(max - 1).collect::<String>())
+    }
+}
+
+/// Unix milliseconds as `YYYY-MM-DD hh:mm:ss` UTC ("never" for 0).
+fn format_time(ms: u64) -> String {
+    if ms == 0 {
+        return "never".into();
+    }
+    let jid = halite_protocol::time::compact_utc(ms * 1000);
+    format!("{}-{}-{} {}:{}:{}", &jid[0..4], &jid[4..6], &jid[6..8], &jid[8..10], &jid[10..12], &jid[12..14])
+}

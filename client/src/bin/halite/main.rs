@@ -1,0 +1,93 @@
+//! `halite`: the admin CLI.
+//!
+//! Exit codes: 0 success (for `run`: every targeted minion returned successfully); 1 an error
+//! (bad input, master unreachable or refusing, no minion matched); 2 invalid command-line usage;
+//! 3 `run` finished but at least one minion failed, timed out, was offline, cancelled or expired.
+
+mod admin;
+mod demo;
+mod duration;
+mod output;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use halite_client::{Client, ClientConfig};
+
+use crate::output::Format;
+
+/// Exit code when some target did not succeed.
+const EXIT_TARGETS_FAILED: u8 = 3;
+
+/// halite: run named actions on minions.
+#[derive(Parser)]
+#[command(version, about, propagate_version = true)]
+struct Cli {
+    /// The master's config file (the CLI finds the master's address and keys through it).
+    #[arg(short, long, global = true, default_value = "/etc/halite/master.toml")]
+    config: PathBuf,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    out: Format,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a function on the targeted minions and wait for every one of them.
+    Run(run::RunArgs),
+    /// Manage minion keys and enrollment tokens.
+    #[command(subcommand)]
+    Key(admin::KeyCommand),
+    /// Inspect minions.
+    #[command(subcommand)]
+    Minions(admin::MinionsCommand),
+    /// Inspect and cancel jobs.
+    #[command(subcommand)]
+    Jobs(admin::JobsCommand),
+    /// Start a master and three minions in a temporary directory, run jobs, show results.
+    Demo(DemoArgs),
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Keep the temporary directory (its path is printed).
+    #[arg(long)]
+    keep: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("halite: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("halite: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Demo(args) = &cli.command {
+        return demo::run(args.keep).await;
+    }
+    let config = ClientConfig::from_master_config(&cli.config)?;
+    let mut client = Client::connect(config).await?;
+    match cli.command {
+        Command::Run(args) => run::run(&mut client, args, cli.out).await,
+        Command::Key(command) => admin::key(&mut client, command, cli.out, &cli.config).await,
+        Command::Minions(command) => admin::minions(&mut client, command, cli.out).await,
+        Command::Jobs(command) => admin::jobs(&mut client, command, cli.out).await,
+        Command::Demo(_) => unreachable!("handled above"),
+    }
+}

@@ -1,0 +1,174 @@
+//! `halite run`: publish, stream returns, finish with every minion in a final state.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use clap::Args;
+use halite_client::{Client, JobEvent, PublishSpec};
+use halite_protocol::message::{parse_cli_args, JobReturn, MinionJobState, Target, TargetKind};
+use serde_json::{json, Value};
+
+use crate::output::{self, paint, Format};
+use crate::{duration, EXIT_TARGETS_FAILED};
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    /// Target is a comma-separated list of ids.
+    #[arg(short = 'L', long, group = "kind")]
+    list: bool,
+    /// Target is a regular expression on ids (anchored).
+    #[arg(short = 'E', long, group = "kind")]
+    regex: bool,
+    /// Target is key:glob on a grain.
+    #[arg(short = 'G', long, group = "kind")]
+    grain: bool,
+    /// Target is a compound expression (G@, L@, E@, N@, and/or/not, parentheses).
+    #[arg(short = 'C', long, group = "kind")]
+    compound: bool,
+    /// Target is a nodegroup from the master config.
+    #[arg(short = 'N', long, group = "kind")]
+    nodegroup: bool,
+    /// Per-minion timeout (30s, 5m, ...).
+    #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
+    timeout: std::time::Duration,
+    /// Wait this long for offline minions and deliver when they connect (default: report them offline).
+    #[arg(long, value_parser = duration::parse)]
+    ttl: Option<std::time::Duration>,
+    /// Print the jid and return at once.
+    #[arg(long = "async")]
+    detach: bool,
+    /// Minion target (a glob by default).
+    target: String,
+    /// Function, e.g. test.ping.
+    function: String,
+    /// Arguments: positional values and key=value pairs (values parse as JSON when they can).
+    args: Vec<String>,
+}
+
+impl RunArgs {
+    /// A glob-targeted run with default options (for the demo).
+    pub(crate) fn glob(target: &str, function: &str, args: &[&str]) -> Self {
+        RunArgs {
+            list: false,
+            regex: false,
+            grain: false,
+            compound: false,
+            nodegroup: false,
+            timeout: std::time::Duration::from_secs(30),
+            ttl: None,
+            detach: false,
+            target: target.into(),
+            function: function.into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        }
+    }
+
+    fn kind(&self) -> TargetKind {
+        match (self.list, self.regex, self.grain, self.compound, self.nodegroup) {
+            (true, ..) => TargetKind::List,
+            (_, true, ..) => TargetKind::Regex,
+            (_, _, true, ..) => TargetKind::Grain,
+            (_, _, _, true, _) => TargetKind::Compound,
+            (_, _, _, _, true) => TargetKind::Nodegroup,
+            _ => TargetKind::Glob,
+        }
+    }
+}
+
+pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
+    let mut spec = PublishSpec::new(Target { kind: args.kind(), expr: args.target.clone() }, &args.function);
+    (spec.args, spec.kwargs) = parse_cli_args(&args.args);
+    spec.timeout_ms = args.timeout.as_millis() as u64;
+    spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);
+    let published = client.publish(spec).await?;
+    if args.detach {
+        match format {
+            Format::Table => println!("{}", published.jid),
+            _ => output::print_document(format, &json!({ "jid": published.jid, "minions": published.minions })),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = published.minions.iter().map(String::len).max().unwrap_or(0);
+    let mut finals: BTreeMap<String, (MinionJobState, Option<JobReturn>)> = BTreeMap::new();
+    loop {
+        match client.next_job_event(&published.jid).await? {
+            JobEvent::Done => break,
+            JobEvent::Update(update) => {
+                if format == Format::Ndjson {
+                    output::print_document(format, &serde_json::to_value(&update)?);
+                }
+                if update.state.is_final() {
+                    if format == Format::Table {
+                        print_final(&update.minion, width, update.state, update.ret.as_ref());
+                    }
+                    finals.insert(update.minion, (update.state, update.ret));
+                }
+            }
+        }
+    }
+    let ok = finals.values().filter(|(state, _)| *state == MinionJobState::Returned).count();
+    match format {
+        Format::Table => {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for (state, _) in finals.values() {
+                *counts.entry(state.as_str()).or_default() += 1;
+            }
+            let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+            println!("\n{} minion(s), job {}: {}", finals.len(), published.jid, summary.join(", "));
+        }
+        Format::Ndjson => {}
+        Format::Json | Format::Yaml => {
+            let minions: serde_json::Map<String, Value> =
+                finals.iter().map(|(id, (state, ret))| (id.clone(), result_value(*state, ret.as_ref()))).collect();
+            output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
+        }
+    }
+    Ok(if ok == finals.len() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
+}
+
+pub(crate) fn result_value(state: MinionJobState, ret: Option<&JobReturn>) -> Value {
+    match ret {
+        Some(ret) => json!({
+            "state": state.as_str(),
+            "success": ret.success,
+            "retcode": ret.retcode,
+            "return": ret.outputs,
+            "truncated": ret.truncated,
+            "duration_ms": ret.duration_ms,
+        }),
+        None => json!({ "state": state.as_str(), "detail": describe(state) }),
+    }
+}
+
+pub(crate) fn describe(state: MinionJobState) -> &'static str {
+    match state {
+        MinionJobState::Offline => "minion not connected; no TTL, so the job was not queued",
+        MinionJobState::Expired => "minion did not connect before the job's TTL ran out",
+        MinionJobState::TimedOut => "no return before the timeout; the job may still be running",
+        MinionJobState::Cancelled => "cancelled before it finished",
+        MinionJobState::Failed => "the job failed",
+        _ => "",
+    }
+}
+
+pub(crate) fn state_colour(state: MinionJobState) -> &'static str {
+    match state {
+        MinionJobState::Returned => "32",
+        MinionJobState::Failed | MinionJobState::TimedOut => "31",
+        _ => "33",
+    }
+}
+
+fn print_final(minion: &str, width: usize, state: MinionJobState, ret: Option<&JobReturn>) {
+    let label = paint(&format!("{:<9}", state.as_str()), state_colour(state));
+    let detail = match ret {
+        Some(ret) if ret.outputs.is_object() || ret.outputs.is_array() => {
+            let body = output::yaml(&ret.outputs);
+            let indented: Vec<String> = body.lines().map(|l| format!("    {l}")).collect();
+            format!("\n{}", indented.join("\n"))
+        }
+        Some(ret) => output::compact(&ret.outputs),
+        None => describe(state).to_owned(),
+    };
+    println!("{minion:<width$}  {label}  {detail}");
+}

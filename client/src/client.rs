@@ -1,0 +1,227 @@
+//! A client session with the master.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use halite_protocol::message::{
+    self, Cancel, ClientHello, JobUpdate, Message, PublishRequest, Published, Request, RequestBody, ResponseBody,
+    Target, Value,
+};
+use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
+use halite_transport::{Dealer, DealerConfig, DealerEvent};
+
+use crate::{ClientConfig, ClientError};
+
+/// What to publish.
+#[derive(Debug, Clone)]
+pub struct PublishSpec {
+    /// Which minions.
+    pub target: Target,
+    /// Function.
+    pub function: String,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Keyword arguments.
+    pub kwargs: BTreeMap<String, Value>,
+    /// Per-minion timeout, milliseconds.
+    pub timeout_ms: u64,
+    /// How long offline minions are waited for, milliseconds (0: they are reported offline).
+    pub ttl_ms: u64,
+}
+
+impl PublishSpec {
+    /// A job with no arguments, a 30 s timeout and no TTL.
+    pub fn new(target: Target, function: &str) -> Self {
+        PublishSpec {
+            target,
+            function: function.to_owned(),
+            args: Vec::new(),
+            kwargs: BTreeMap::new(),
+            timeout_ms: 30_000,
+            ttl_ms: 0,
+        }
+    }
+}
+
+/// Progress of a published job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    /// A minion changed state.
+    Update(JobUpdate),
+    /// Every minion reached a final state.
+    Done,
+}
+
+/// An authenticated session with the master.
+pub struct Client {
+    dealer: Dealer,
+    session: Session,
+    addr: String,
+    next_request: u64,
+    /// Messages received while waiting for something else.
+    inbox: VecDeque<Message>,
+}
+
+impl Client {
+    /// Connects and authenticates.
+    pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
+        let addr = config.master.clone();
+        let timeout = config.connect_timeout;
+        match tokio::time::timeout(timeout, Self::handshake(config)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Connect { addr, reason: format!("no answer within {} s", timeout.as_secs()) }),
+        }
+    }
+
+    async fn handshake(config: ClientConfig) -> Result<Client, ClientError> {
+        let addr = config.master.clone();
+        let fail = |reason: String| ClientError::Connect { addr: addr.clone(), reason };
+        let identity = LocalIdentity::new(config.key).map_err(|e| fail(e.to_string()))?;
+        let mut dealer = Dealer::connect(config.master.clone(), DealerConfig::default());
+        loop {
+            match dealer.recv().await {
+                Some(DealerEvent::Connected(_)) => break,
+                Some(DealerEvent::Disconnected(reason)) => return Err(fail(reason.to_string())),
+                Some(DealerEvent::Message(_)) => {}
+                None => return Err(fail("connection closed".into())),
+            }
+        }
+        let claim = Claim::new(&config.principal, None).map_err(|e| fail(e.to_string()))?;
+        let (initiator, msg1) = Initiator::start(
+            &identity,
+            Role::Client,
+            claim,
+            MasterPin::Key(config.master_key),
+            SessionConfig::default(),
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        dealer.send_on(1, vec![msg1]).await.map_err(|e| fail(e.to_string()))?;
+        let msg2 = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
+        let (awaiting, msg3) =
+            initiator.read_response(msg2.first().map_or(&[][..], Vec::as_slice)).map_err(|e| fail(e.to_string()))?;
+        dealer.send_on(1, vec![msg3]).await.map_err(|e| fail(e.to_string()))?;
+        let verdict = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
+        let session = awaiting.read_verdict(&verdict, Instant::now()).map_err(|e| fail(e.to_string()))?;
+        dealer.mark_authenticated().await.map_err(|e| fail(e.to_string()))?;
+        let mut client = Client { dealer, session, addr: config.master, next_request: 1, inbox: VecDeque::new() };
+        let hello = ClientHello { principal: config.principal, version: env!("CARGO_PKG_VERSION").into() };
+        client.send(&Message::ClientHello(hello)).await?;
+        match client.recv().await? {
+            Message::Welcome(_) => Ok(client),
+            other => Err(ClientError::Protocol(format!("expected welcome, got {other:?}"))),
+        }
+    }
+
+    /// The master's address.
+    pub fn master_addr(&self) -> &str {
+        &self.addr
+    }
+
+    async fn send(&mut self, msg: &Message) -> Result<(), ClientError> {
+        let parts = self
+            .session
+            .seal(&message::encode(msg), Instant::now())
+            .map_err(|e| ClientError::Disconnected(e.to_string()))?;
+        self.dealer.send_on(1, parts).await.map_err(|e| ClientError::Disconnected(e.to_string()))
+    }
+
+    /// The next message from the master, buffered ones first.
+    async fn recv(&mut self) -> Result<Message, ClientError> {
+        if let Some(msg) = self.inbox.pop_front() {
+            return Ok(msg);
+        }
+        let parts = next_raw(&mut self.dealer).await?;
+        let bytes = self.session.open(&parts, Instant::now()).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// Receives until `pick` accepts a message; others are kept for later calls.
+    async fn recv_matching<T>(&mut self, mut pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
+        if let Some(index) = self.inbox.iter().position(|m| pick(m).is_some()) {
+            if let Some(msg) = self.inbox.remove(index) {
+                if let Some(found) = pick(&msg) {
+                    return Ok(found);
+                }
+            }
+        }
+        loop {
+            let parts = next_raw(&mut self.dealer).await?;
+            let bytes = self.session.open(&parts, Instant::now()).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let msg = message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            match pick(&msg) {
+                Some(found) => return Ok(found),
+                None => self.inbox.push_back(msg),
+            }
+        }
+    }
+
+    /// Sends an administrative request and waits for its answer.
+    pub async fn request(&mut self, body: RequestBody) -> Result<ResponseBody, ClientError> {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.send(&Message::Request(Request { request_id, body })).await?;
+        let id = request_id.to_string();
+        self.recv_matching(|msg| match msg {
+            Message::Response(r) if r.request_id == request_id => Some(Ok(r.body.clone())),
+            Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
+                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+            }
+            _ => None,
+        })
+        .await?
+    }
+
+    /// Publishes a job; the master answers with its jid and the minions expected to answer.
+    /// Then follow it with [`Client::next_job_event`].
+    pub async fn publish(&mut self, spec: PublishSpec) -> Result<Published, ClientError> {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let request = PublishRequest {
+            request_id,
+            target: spec.target,
+            function: spec.function,
+            args: spec.args,
+            kwargs: spec.kwargs,
+            timeout_ms: spec.timeout_ms,
+            ttl_ms: spec.ttl_ms,
+            batch: None,
+            error_budget: None,
+        };
+        self.send(&Message::Publish(request)).await?;
+        let id = request_id.to_string();
+        self.recv_matching(|msg| match msg {
+            Message::Published(p) if p.request_id == request_id => Some(Ok(p.clone())),
+            Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
+                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+            }
+            _ => None,
+        })
+        .await?
+    }
+
+    /// The next state change of job `jid` (published by this client or cancelled by it).
+    pub async fn next_job_event(&mut self, jid: &str) -> Result<JobEvent, ClientError> {
+        self.recv_matching(|msg| match msg {
+            Message::JobUpdate(u) if u.jid == jid => Some(JobEvent::Update(u.clone())),
+            Message::JobDone(d) if d.jid == jid => Some(JobEvent::Done),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Asks the master to cancel a job. Its minions then report `cancelled` (or finish first).
+    pub async fn cancel(&mut self, jid: &str) -> Result<(), ClientError> {
+        self.send(&Message::Cancel(Cancel { jid: jid.to_owned() })).await
+    }
+}
+
+async fn next_raw(dealer: &mut Dealer) -> Result<Vec<Vec<u8>>, ClientError> {
+    loop {
+        match dealer.recv().await {
+            Some(DealerEvent::Message(parts)) => return Ok(parts),
+            Some(DealerEvent::Connected(_)) => {}
+            Some(DealerEvent::Disconnected(reason)) => return Err(ClientError::Disconnected(reason.to_string())),
+            None => return Err(ClientError::Disconnected("connection closed".into())),
+        }
+    }
+}

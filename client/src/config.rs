@@ -1,0 +1,64 @@
+//! Where the master is and who we are.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use halite_protocol::identity::{IdentityKey, PublicIdentity};
+use halite_transport::keyfile;
+use serde::Deserialize;
+
+use crate::ClientError;
+
+/// What a client needs to connect.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Master address, `host:port`.
+    pub master: String,
+    /// The master's key, pinned.
+    pub master_key: PublicIdentity,
+    /// Our principal key.
+    pub key: IdentityKey,
+    /// Our principal name.
+    pub principal: String,
+    /// Give up connecting after this long.
+    pub connect_timeout: Duration,
+}
+
+/// The two settings of a master config file a local client needs; everything else is ignored.
+#[derive(Deserialize)]
+struct MasterFile {
+    #[serde(default = "default_state_dir")]
+    state_dir: PathBuf,
+    #[serde(default = "default_listen")]
+    listen: String,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/halite/master")
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:4506".into()
+}
+
+impl ClientConfig {
+    /// The root principal on the master's own host: reads the master config for its state
+    /// directory, then the master's address and public key and the root key from there.
+    pub fn from_master_config(path: &Path) -> Result<Self, ClientError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ClientError::Config(format!("{}: {e} (use --config to name the master config)", path.display()))
+        })?;
+        let file: MasterFile = toml::from_str(&text)
+            .map_err(|e| ClientError::Config(format!("{}: {}", path.display(), e.to_string().trim_end())))?;
+        let master = match std::fs::read_to_string(file.state_dir.join("master.addr")) {
+            Ok(addr) => addr.trim().to_owned(),
+            Err(_) => file.listen.replace("0.0.0.0", "127.0.0.1"),
+        };
+        let master = master.replace("0.0.0.0", "127.0.0.1");
+        let master_key = keyfile::read_public(&file.state_dir.join("master.pub"))
+            .map_err(|e| ClientError::Config(format!("{e} (has the master been started once with this config?)")))?;
+        let key =
+            keyfile::read_secret(&file.state_dir.join("root.key")).map_err(|e| ClientError::Config(e.to_string()))?;
+        Ok(ClientConfig { master, master_key, key, principal: "root".into(), connect_timeout: Duration::from_secs(10) })
+    }
+}
