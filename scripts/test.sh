@@ -10,6 +10,9 @@ if ! .venv/bin/python -c 'import zmq' 2>/dev/null; then
 fi
 export HALITE_PYTHON="$PWD/.venv/bin/python"
 
+# The end-to-end tests run the real binaries.
+cargo build --workspace --bins
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
   # nextest does not run doctests.

@@ -1,2 +1,274 @@
-//! End-to-end tests of halite: real peers and real processes on loopback. The tests live in
-//! `tests/tests/`; this library is empty.
+//! A harness for end-to-end tests: a master and minions as real processes (the binaries built
+//! by `cargo build`), each cluster in its own temporary directory, driven through the real
+//! `halite` CLI. The tests themselves live in `tests/tests/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// Where the binaries are: `$HALITE_BIN_DIR`, or the workspace's `target/debug`.
+pub fn bin_dir() -> PathBuf {
+    let dir = std::env::var_os("HALITE_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"));
+    for name in ["halite", "halite-master", "halite-minion"] {
+        assert!(
+            dir.join(name).exists(),
+            "{} missing in {}: run `cargo build --bins` first (scripts/test.sh does)",
+            name,
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`, for at most `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A master (and minions) in a temporary directory, removed on drop with every process.
+pub struct Cluster {
+    /// The cluster's directory.
+    pub dir: PathBuf,
+    /// The master's config file.
+    pub config: PathBuf,
+    /// The master's port.
+    pub port: u16,
+    bins: PathBuf,
+    master: Option<Child>,
+    minions: Vec<(String, Child)>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut master) = self.master.take() {
+            let _ = master.kill();
+            let _ = master.wait();
+        }
+        for (_, child) in &mut self.minions {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("logs kept in {}", self.dir.display());
+        }
+    }
+}
+
+/// The result of a CLI call.
+pub struct Run {
+    /// Exit code.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(output: Output) -> Self {
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Stdout as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+}
+
+impl Cluster {
+    /// Starts a master with `extra` appended to its config.
+    pub fn start(extra: &str) -> Cluster {
+        let bins = bin_dir();
+        let dir = std::env::temp_dir().join(format!(
+            "halite-e2e-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+        let config = dir.join("master.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:{port}\"\nstate_dir = {:?}\nlog = \"info\"\ntimeout_grace_secs = 2\n{extra}\n",
+            dir.join("master")
+        );
+        std::fs::write(&config, text).unwrap_or_else(|e| panic!("{e}"));
+        let mut cluster = Cluster { dir, config, port, bins, master: None, minions: Vec::new() };
+        cluster.start_master();
+        cluster
+    }
+
+    /// (Re)starts the master process and waits until the CLI can talk to it.
+    pub fn start_master(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join("master/master.addr"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("master.log")).ok();
+        let child = Command::new(self.bins.join("halite-master"))
+            .arg("--config")
+            .arg(&self.config)
+            .stderr(log.map_or(Stdio::null(), Stdio::from))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting halite-master: {e}"));
+        self.master = Some(child);
+        wait_for("the master", Duration::from_secs(15), || {
+            (self.dir.join("master/master.addr").exists() && self.cli(&["key", "list"]).code == 0).then_some(())
+        });
+    }
+
+    /// Kills the master with SIGKILL.
+    pub fn kill_master(&mut self) {
+        if let Some(mut master) = self.master.take() {
+            let _ = master.kill();
+            let _ = master.wait();
+        }
+    }
+
+    /// Runs the `halite` CLI against this master.
+    pub fn cli(&self, args: &[&str]) -> Run {
+        let output = Command::new(self.bins.join("halite"))
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running halite: {e}"));
+        Run::from(output)
+    }
+
+    /// Runs any binary of the build with arguments.
+    pub fn bin(&self, name: &str, args: &[&str]) -> Run {
+        Run::from(Command::new(self.bins.join(name)).args(args).output().unwrap_or_else(|e| panic!("{name}: {e}")))
+    }
+
+    /// The master's public key as hex.
+    pub fn master_key(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("master/master.pub")).unwrap_or_default();
+        text.lines()
+            .find(|l| !l.starts_with('#'))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// A minion's directory.
+    pub fn minion_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
+    /// Writes a minion's config and enrollment file (with a fresh token if `token`), without
+    /// starting it.
+    pub fn prepare_minion(&self, id: &str, token: bool, grains: &str) {
+        let dir = self.minion_dir(id);
+        std::fs::create_dir_all(dir.join("state")).unwrap_or_else(|e| panic!("{e}"));
+        let token_line = if token {
+            let run = self.cli(&["key", "token", "create", "--minion", id, "--ttl", "10m"]);
+            assert_eq!(run.code, 0, "token create: {}", run.stderr);
+            format!("token = {:?}\n", run.stdout.trim())
+        } else {
+            String::new()
+        };
+        let enrollment = format!(
+            "master = \"127.0.0.1:{}\"\nmaster_key = {:?}\nid = {id:?}\n{token_line}",
+            self.port,
+            self.master_key()
+        );
+        std::fs::write(dir.join("enrollment.toml"), enrollment).unwrap_or_else(|e| panic!("{e}"));
+        let config = format!(
+            "state_dir = {:?}\nenrollment_file = {:?}\nlog = \"info\"\n[grains]\n{grains}\n",
+            dir.join("state"),
+            dir.join("enrollment.toml")
+        );
+        std::fs::write(dir.join("minion.toml"), config).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Starts (or restarts) a prepared minion.
+    pub fn start_minion(&mut self, id: &str) {
+        let dir = self.minion_dir(id);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("minion.log")).ok();
+        let child = Command::new(self.bins.join("halite-minion"))
+            .arg("--config")
+            .arg(dir.join("minion.toml"))
+            .stderr(log.map_or(Stdio::null(), Stdio::from))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting halite-minion: {e}"));
+        self.minions.push((id.to_owned(), child));
+    }
+
+    /// Prepares with a token and starts.
+    pub fn enroll_minion(&mut self, id: &str, grains: &str) {
+        self.prepare_minion(id, true, grains);
+        self.start_minion(id);
+    }
+
+    /// Stops a minion: SIGTERM (graceful) or SIGKILL.
+    pub fn stop_minion(&mut self, id: &str, hard: bool) {
+        let Some(index) = self.minions.iter().position(|(m, _)| m == id) else { return };
+        let (_, mut child) = self.minions.remove(index);
+        if hard {
+            let _ = child.kill();
+        } else if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let _ = child.wait();
+    }
+
+    /// The ids the master lists as connected.
+    pub fn connected(&self) -> Vec<String> {
+        let run = self.cli(&["minions", "list", "--out", "json"]);
+        if run.code != 0 {
+            return Vec::new();
+        }
+        run.json()
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .filter(|m| m["connected"] == true)
+                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until exactly these minions (and maybe others) are connected.
+    pub fn wait_connected(&self, ids: &[&str]) {
+        wait_for(&format!("minions {ids:?} to connect"), Duration::from_secs(20), || {
+            let connected = self.connected();
+            ids.iter().all(|id| connected.iter().any(|c| c == id)).then_some(())
+        });
+    }
+
+    /// Every minion's state for a job, from `halite jobs show --out json`.
+    pub fn job_states(&self, jid: &str) -> Vec<(String, String)> {
+        let run = self.cli(&["jobs", "show", jid, "--out", "json"]);
+        assert_eq!(run.code, 0, "jobs show: {}", run.stderr);
+        let doc = run.json();
+        let mut states: Vec<(String, String)> = doc["minions"]
+            .as_object()
+            .map(|m| m.iter().map(|(id, v)| (id.clone(), v["state"].as_str().unwrap_or_default().to_owned())).collect())
+            .unwrap_or_default();
+        states.sort();
+        states
+    }
+}

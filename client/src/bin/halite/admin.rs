@@ -42,7 +42,7 @@ pub(crate) enum KeyCommand {
         id: String,
         /// Directory to write `<id>.key` (install as the minion's state_dir/minion.key) and `<id>.pub`.
         #[arg(long)]
-        out: PathBuf,
+        dir: PathBuf,
     },
     /// Enrollment tokens.
     #[command(subcommand)]
@@ -160,7 +160,7 @@ pub(crate) async fn key(
         KeyCommand::Delete(s) => {
             keys_changed(client, RequestBody::KeyDelete { pattern: s.pattern() }, "deleted", format).await
         }
-        KeyCommand::Gen { id, out } => {
+        KeyCommand::Gen { id, dir: out } => {
             halite_protocol::id::validate(&id)?;
             std::fs::create_dir_all(&out)?;
             let key = IdentityKey::generate_os();
