@@ -1,0 +1,120 @@
+//! CLI-level benchmarks on real processes: `halite run test.ping` wall time to 1 and 10
+//! minions, minion idle RSS, and minion start → first job answered.
+//!
+//! `cargo build --release --bins && HALITE_BIN_DIR=target/release cargo run --release -p halite-tests --bin bench-cli`
+//! Prints a table and writes `target/bench-cli.json`. Figures are medians and p99 of repeated runs.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use halite_tests::{wait_for, Cluster};
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[index]
+}
+
+fn time_cli(cluster: &Cluster, args: &[&str], runs: usize) -> (f64, f64) {
+    let mut samples: Vec<f64> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            let run = cluster.cli(args);
+            assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn minion_pids(cluster: &Cluster) -> Vec<u32> {
+    let out = Command::new("pgrep").args(["-f", &format!("{}/", cluster.dir.display())]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .filter(|pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().contains("minion.toml")
+        })
+        .collect()
+}
+
+fn main() {
+    if std::env::var_os("HALITE_BIN_DIR").is_none() {
+        std::env::set_var("HALITE_BIN_DIR", concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release"));
+    }
+    let runs = 30;
+    let mut cluster = Cluster::start("");
+    let mut figures: Vec<(String, f64, f64, &str)> = Vec::new();
+
+    cluster.enroll_minion("m00", "");
+    cluster.wait_connected(&["m00"]);
+    let (p50, p99) = time_cli(&cluster, &["run", "m00", "test.ping"], runs);
+    figures.push(("halite run test.ping, 1 minion (CLI wall time)".into(), p50, p99, "ms"));
+
+    let ids: Vec<String> = (1..10).map(|i| format!("m{i:02}")).collect();
+    for id in &ids {
+        cluster.enroll_minion(id, "");
+    }
+    let mut all: Vec<&str> = ids.iter().map(String::as_str).collect();
+    all.push("m00");
+    cluster.wait_connected(&all);
+    let (p50, p99) = time_cli(&cluster, &["run", "m*", "test.ping"], runs);
+    figures.push(("halite run test.ping, 10 minions (CLI wall time)".into(), p50, p99, "ms"));
+
+    std::thread::sleep(Duration::from_secs(2));
+    let mut rss: Vec<f64> = minion_pids(&cluster).into_iter().map(|pid| rss_kib(pid) as f64 / 1024.0).collect();
+    assert_eq!(rss.len(), 10, "expected 10 minion processes");
+    figures.push(("minion idle RSS".into(), percentile(&mut rss, 0.5), percentile(&mut rss, 0.99), "MiB"));
+
+    // Start → first job answered: a job with a TTL is published the moment the process is
+    // spawned; it is delivered when the minion connects, and the CLI returns when it answers.
+    let mut cold: Vec<f64> = Vec::new();
+    for _ in 0..15 {
+        cluster.stop_minion("m00", false);
+        wait_for("m00 offline", Duration::from_secs(10), || {
+            (!cluster.connected().contains(&"m00".to_owned())).then_some(())
+        });
+        let started = Instant::now();
+        cluster.start_minion("m00");
+        let run = cluster.cli(&["run", "--ttl", "10s", "m00", "test.ping"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        cold.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (p50, p99) = (percentile(&mut cold, 0.5), percentile(&mut cold, 0.99));
+    figures.push(("minion start → first job answered (incl. CLI connect)".into(), p50, p99, "ms"));
+
+    let mut local: Vec<f64> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            let run = cluster.bin("halite-minion", &["call", "test.ping"]);
+            assert_eq!(run.code, 0);
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    let (p50, p99) = (percentile(&mut local, 0.5), percentile(&mut local, 0.99));
+    figures.push(("halite-minion call test.ping (local, wall time)".into(), p50, p99, "ms"));
+
+    println!("{:<56} {:>10} {:>10}", "figure", "median", "p99");
+    for (name, p50, p99, unit) in &figures {
+        println!("{name:<56} {:>7.1} {unit:<3} {:>6.1} {unit}", p50, p99);
+    }
+    let json: Vec<String> = figures
+        .iter()
+        .map(|(name, p50, p99, unit)| {
+            format!("  {{\"name\": {name:?}, \"median\": {p50:.2}, \"p99\": {p99:.2}, \"unit\": {unit:?}}}")
+        })
+        .collect();
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-cli.json");
+    if let Err(error) = std::fs::write(out, format!("[\n{}\n]\n", json.join(",\n"))) {
+        eprintln!("could not write {out}: {error}");
+    }
+}
