@@ -202,11 +202,14 @@ impl Client {
     /// The next state change of job `jid` (published by this client or cancelled by it).
     pub async fn next_job_event(&mut self, jid: &str) -> Result<JobEvent, ClientError> {
         self.recv_matching(|msg| match msg {
-            Message::JobUpdate(u) if u.jid == jid => Some(JobEvent::Update(u.clone())),
-            Message::JobDone(d) if d.jid == jid => Some(JobEvent::Done),
+            Message::JobUpdate(u) if u.jid == jid => Some(Ok(JobEvent::Update(u.clone()))),
+            Message::JobDone(d) if d.jid == jid => Some(Ok(JobEvent::Done)),
+            Message::Error(e) if e.request.as_deref() == Some(jid) => {
+                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+            }
             _ => None,
         })
-        .await
+        .await?
     }
 
     /// Asks the master to cancel a job. Its minions then report `cancelled` (or finish first).

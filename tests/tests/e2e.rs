@@ -295,3 +295,24 @@ fn returns_stream_and_cmd_run_reports_failures() {
     assert_eq!(unknown.code, 3);
     assert!(unknown.json()["minions"]["a"]["return"]["error"].as_str().unwrap().contains("unknown function"));
 }
+
+#[test]
+fn a_cancelled_job_is_killed_and_reported_cancelled() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("c1", "");
+    cluster.wait_connected(&["c1"]);
+    let published = cluster.cli(&["run", "--async", "-t", "60s", "c1", "test.sleep", "30"]);
+    let jid = published.stdout.trim().to_owned();
+    wait_for("the job to run", Duration::from_secs(10), || {
+        (cluster.job_states(&jid) == pairs(&[("c1", "running")])).then_some(())
+    });
+    let cancel = cluster.cli(&["jobs", "cancel", &jid, "--out", "json"]);
+    assert_eq!(cancel.code, 0, "{}", cancel.stderr);
+    assert_eq!(cancel.json()["minions"]["c1"], "cancelled");
+    assert_eq!(cluster.job_states(&jid), pairs(&[("c1", "cancelled")]));
+    let again = cluster.cli(&["jobs", "cancel", &jid]);
+    assert_eq!(again.code, 1);
+    assert!(again.stderr.contains("no running job"), "{}", again.stderr);
+    let fingerprints = cluster.cli(&["key", "fingerprint"]);
+    assert!(fingerprints.stdout.starts_with("master: "), "{}", fingerprints.stdout);
+}

@@ -130,6 +130,12 @@ pub(crate) async fn key(
     format: Format,
     config: &Path,
 ) -> anyhow::Result<ExitCode> {
+    if matches!(command, KeyCommand::Fingerprint { .. }) && format == Format::Table {
+        let master = halite_protocol::identity::PublicIdentity::from_bytes(
+            &hex::decode(&master_key_hex(config)?).unwrap_or_default(),
+        )?;
+        println!("master: {}\n", master.fingerprint());
+    }
     match command {
         KeyCommand::List { pattern } | KeyCommand::Fingerprint { pattern } => {
             let ResponseBody::Keys(keys) = client.request(RequestBody::KeyList { pattern }).await? else {
@@ -288,14 +294,27 @@ pub(crate) async fn jobs(client: &mut Client, command: JobsCommand, format: Form
         }
         JobsCommand::Cancel { jid } => {
             client.cancel(&jid).await?;
-            // The master answers with an error for unknown jobs, or with updates.
-            match client.next_job_event(&jid).await {
-                Ok(_) | Err(halite_client::ClientError::Disconnected(_)) => {
-                    println!("cancel requested for {jid}");
-                    Ok(ExitCode::SUCCESS)
+            // The master answers with an error for jobs that are not running, or streams the
+            // job's updates until every minion is final.
+            let mut finals = Vec::new();
+            while let halite_client::JobEvent::Update(update) = client.next_job_event(&jid).await? {
+                if update.state.is_final() {
+                    finals.push((update.minion, update.state));
                 }
-                Err(error) => Err(error.into()),
             }
+            match format {
+                Format::Table => {
+                    for (minion, state) in &finals {
+                        println!("{minion}  {}", paint(state.as_str(), state_colour(*state)));
+                    }
+                }
+                _ => {
+                    let doc: serde_json::Map<String, serde_json::Value> =
+                        finals.iter().map(|(m, s)| (m.clone(), json!(s.as_str()))).collect();
+                    output::print_document(format, &json!({ "jid": jid, "minions": doc }));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
