@@ -1,0 +1,372 @@
+//! Target expressions, resolved on the master against its registry (glob, list, regex, grain,
+//! compound, nodegroup). A real parser with errors that say what is wrong and where; nothing is
+//! ever evaluated as code.
+
+pub mod glob;
+
+use std::collections::BTreeMap;
+
+use halite_protocol::message::{TargetKind, Value};
+use regex::Regex;
+
+/// Longest target expression accepted.
+pub const MAX_EXPR_LEN: usize = 4096;
+/// Compiled-size limit for `-E` regexes, so a pathological pattern cannot eat the master.
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Nodegroups may refer to nodegroups, this deep.
+const MAX_NODEGROUP_DEPTH: usize = 8;
+
+/// Why a target could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// Nothing to match.
+    #[error("empty target expression")]
+    Empty,
+    /// Longer than [`MAX_EXPR_LEN`].
+    #[error("target expression longer than {MAX_EXPR_LEN} bytes")]
+    TooLong,
+    /// A bad regular expression.
+    #[error("bad regular expression {pattern:?}: {reason}")]
+    BadRegex {
+        /// The pattern.
+        pattern: String,
+        /// What the regex engine said.
+        reason: String,
+    },
+    /// A grain target without `key:pattern`.
+    #[error("grain target {0:?} must be key:pattern")]
+    BadGrain(String),
+    /// An unknown `X@` prefix in a compound expression.
+    #[error("unknown target prefix {0:?} (use G@, L@, E@, N@ or a plain glob)")]
+    UnknownPrefix(String),
+    /// A nodegroup not in the master config.
+    #[error("no nodegroup named {0:?} in the master config")]
+    UnknownNodegroup(String),
+    /// Nodegroups nested too deep (or in a cycle).
+    #[error("nodegroup {0:?} nests more than {MAX_NODEGROUP_DEPTH} levels deep (a cycle?)")]
+    NodegroupDepth(String),
+    /// A compound expression is malformed.
+    #[error("bad compound expression at word {position} ({word:?}): {reason}")]
+    Syntax {
+        /// 1-based index of the offending word.
+        position: usize,
+        /// The word (empty at the end).
+        word: String,
+        /// What was expected.
+        reason: &'static str,
+    },
+}
+
+/// A parsed target.
+#[derive(Debug, Clone)]
+pub enum Expr {
+    /// Glob on the id.
+    Glob(String),
+    /// Exact ids.
+    List(Vec<String>),
+    /// Anchored regex on the id.
+    Regex(Regex),
+    /// Glob on a grain value (nested keys separated by `:`).
+    Grain {
+        /// Key path.
+        path: Vec<String>,
+        /// Glob on the value.
+        pattern: String,
+    },
+    /// Both.
+    And(Box<Expr>, Box<Expr>),
+    /// Either.
+    Or(Box<Expr>, Box<Expr>),
+    /// Not.
+    Not(Box<Expr>),
+}
+
+impl Expr {
+    /// Parses `expr` as `kind`, expanding nodegroups from `nodegroups`.
+    pub fn parse(kind: TargetKind, expr: &str, nodegroups: &BTreeMap<String, String>) -> Result<Expr, TargetError> {
+        parse_at_depth(kind, expr, nodegroups, 0)
+    }
+
+    /// Whether a minion with this id and these grains is targeted.
+    pub fn matches(&self, id: &str, grains: &BTreeMap<String, Value>) -> bool {
+        match self {
+            Expr::Glob(pattern) => glob::matches(pattern, id),
+            Expr::List(ids) => ids.iter().any(|i| i == id),
+            Expr::Regex(re) => re.is_match(id),
+            Expr::Grain { path, pattern } => grain_matches(grains, path, pattern),
+            Expr::And(a, b) => a.matches(id, grains) && b.matches(id, grains),
+            Expr::Or(a, b) => a.matches(id, grains) || b.matches(id, grains),
+            Expr::Not(a) => !a.matches(id, grains),
+        }
+    }
+}
+
+fn parse_at_depth(
+    kind: TargetKind,
+    expr: &str,
+    nodegroups: &BTreeMap<String, String>,
+    depth: usize,
+) -> Result<Expr, TargetError> {
+    let expr = expr.trim();
+    if expr.is_empty() {
+        return Err(TargetError::Empty);
+    }
+    if expr.len() > MAX_EXPR_LEN {
+        return Err(TargetError::TooLong);
+    }
+    match kind {
+        TargetKind::Glob => Ok(Expr::Glob(expr.to_owned())),
+        TargetKind::List => list(expr),
+        TargetKind::Regex => regex(expr),
+        TargetKind::Grain => grain(expr),
+        TargetKind::Compound => Compound::new(expr, nodegroups, depth).parse(),
+        TargetKind::Nodegroup => nodegroup(expr, nodegroups, depth),
+    }
+}
+
+fn list(expr: &str) -> Result<Expr, TargetError> {
+    let ids: Vec<String> = expr.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    if ids.is_empty() {
+        return Err(TargetError::Empty);
+    }
+    Ok(Expr::List(ids))
+}
+
+fn regex(pattern: &str) -> Result<Expr, TargetError> {
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map(Expr::Regex)
+        .map_err(|e| TargetError::BadRegex { pattern: pattern.to_owned(), reason: e.to_string() })
+}
+
+fn grain(expr: &str) -> Result<Expr, TargetError> {
+    let (path, pattern) = expr.rsplit_once(':').ok_or_else(|| TargetError::BadGrain(expr.to_owned()))?;
+    if path.is_empty() || path.split(':').any(str::is_empty) {
+        return Err(TargetError::BadGrain(expr.to_owned()));
+    }
+    Ok(Expr::Grain { path: path.split(':').map(str::to_owned).collect(), pattern: pattern.to_owned() })
+}
+
+fn nodegroup(name: &str, nodegroups: &BTreeMap<String, String>, depth: usize) -> Result<Expr, TargetError> {
+    if depth >= MAX_NODEGROUP_DEPTH {
+        return Err(TargetError::NodegroupDepth(name.to_owned()));
+    }
+    let expr = nodegroups.get(name).ok_or_else(|| TargetError::UnknownNodegroup(name.to_owned()))?;
+    parse_at_depth(TargetKind::Compound, expr, nodegroups, depth + 1)
+}
+
+fn grain_matches(grains: &BTreeMap<String, Value>, path: &[String], pattern: &str) -> bool {
+    let Some((first, rest)) = path.split_first() else { return false };
+    let mut value = match grains.get(first) {
+        Some(v) => v,
+        None => return false,
+    };
+    for key in rest {
+        match value.get(key) {
+            Some(v) => value = v,
+            None => return false,
+        }
+    }
+    value_matches(value, pattern)
+}
+
+fn value_matches(value: &Value, pattern: &str) -> bool {
+    match value {
+        Value::String(s) => glob::matches(pattern, s),
+        Value::Array(items) => items.iter().any(|v| value_matches(v, pattern)),
+        Value::Null | Value::Object(_) => false,
+        other => glob::matches(pattern, &other.to_string()),
+    }
+}
+
+/// Recursive-descent parser over whitespace-separated words. `and` binds tighter than `or`,
+/// `not` tighter than both, as in Salt.
+struct Compound<'a> {
+    words: Vec<String>,
+    pos: usize,
+    nodegroups: &'a BTreeMap<String, String>,
+    depth: usize,
+}
+
+impl<'a> Compound<'a> {
+    fn new(expr: &str, nodegroups: &'a BTreeMap<String, String>, depth: usize) -> Self {
+        let mut words = Vec::new();
+        for word in expr.split_whitespace() {
+            // Parentheses may touch a word, except inside a regex, where they belong to it.
+            if word.starts_with("E@") {
+                words.push(word.to_owned());
+                continue;
+            }
+            let inner = word.trim_start_matches('(');
+            words.extend(std::iter::repeat_n("(".to_owned(), word.len() - inner.len()));
+            let core = inner.trim_end_matches(')');
+            if !core.is_empty() {
+                words.push(core.to_owned());
+            }
+            words.extend(std::iter::repeat_n(")".to_owned(), inner.len() - core.len()));
+        }
+        Compound { words, pos: 0, nodegroups, depth }
+    }
+
+    fn parse(mut self) -> Result<Expr, TargetError> {
+        let expr = self.or()?;
+        if self.pos < self.words.len() {
+            return Err(self.error("expected 'and', 'or' or the end"));
+        }
+        Ok(expr)
+    }
+
+    fn error(&self, reason: &'static str) -> TargetError {
+        TargetError::Syntax {
+            position: self.pos + 1,
+            word: self.words.get(self.pos).cloned().unwrap_or_default(),
+            reason,
+        }
+    }
+
+    fn peek(&self) -> Option<&str> {
+        self.words.get(self.pos).map(String::as_str)
+    }
+
+    fn or(&mut self) -> Result<Expr, TargetError> {
+        let mut left = self.and()?;
+        while self.peek() == Some("or") {
+            self.pos += 1;
+            left = Expr::Or(Box::new(left), Box::new(self.and()?));
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self) -> Result<Expr, TargetError> {
+        let mut left = self.not()?;
+        while self.peek() == Some("and") {
+            self.pos += 1;
+            left = Expr::And(Box::new(left), Box::new(self.not()?));
+        }
+        Ok(left)
+    }
+
+    fn not(&mut self) -> Result<Expr, TargetError> {
+        if self.peek() == Some("not") {
+            self.pos += 1;
+            return Ok(Expr::Not(Box::new(self.not()?)));
+        }
+        self.primary()
+    }
+
+    fn primary(&mut self) -> Result<Expr, TargetError> {
+        match self.peek() {
+            None => Err(self.error("expected a target")),
+            Some("(") => {
+                self.pos += 1;
+                let inner = self.or()?;
+                if self.peek() != Some(")") {
+                    return Err(self.error("expected ')'"));
+                }
+                self.pos += 1;
+                Ok(inner)
+            }
+            Some(")" | "and" | "or") => Err(self.error("expected a target")),
+            Some(word) => {
+                let word = word.to_owned();
+                self.pos += 1;
+                self.term(&word)
+            }
+        }
+    }
+
+    fn term(&self, word: &str) -> Result<Expr, TargetError> {
+        let Some((prefix, rest)) = word.split_once('@').filter(|(p, _)| p.len() == 1) else {
+            return Ok(Expr::Glob(word.to_owned()));
+        };
+        match prefix {
+            "G" => grain(rest),
+            "L" => list(rest),
+            "E" => regex(rest),
+            "N" => nodegroup(rest, self.nodegroups, self.depth),
+            _ => Err(TargetError::UnknownPrefix(format!("{prefix}@"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn minions() -> Vec<(&'static str, BTreeMap<String, Value>)> {
+        let g = |os: &str, role: &str| {
+            BTreeMap::from([
+                ("os".to_owned(), json!(os)),
+                ("roles".to_owned(), json!([role, "base"])),
+                ("num_cpus".to_owned(), json!(4)),
+                ("net".to_owned(), json!({"eth0": "10.0.0.1"})),
+            ])
+        };
+        vec![
+            ("web1", g("Debian", "web")),
+            ("web2", g("Alpine", "web")),
+            ("db1", g("Debian", "db")),
+            ("db2", g("RedHat", "db")),
+            ("test-web", g("Debian", "web")),
+        ]
+    }
+
+    fn select(kind: TargetKind, expr: &str) -> Result<Vec<&'static str>, TargetError> {
+        let groups = BTreeMap::from([
+            ("webs".to_owned(), "web* and not E@test.*".to_owned()),
+            ("nested".to_owned(), "N@webs or db1".to_owned()),
+            ("loop".to_owned(), "N@loop".to_owned()),
+        ]);
+        let parsed = Expr::parse(kind, expr, &groups)?;
+        Ok(minions().into_iter().filter(|(id, grains)| parsed.matches(id, grains)).map(|(id, _)| id).collect())
+    }
+
+    #[test]
+    fn simple_targets() {
+        assert_eq!(select(TargetKind::Glob, "web*").unwrap(), ["web1", "web2"]);
+        assert_eq!(select(TargetKind::List, "db1, web2,nope").unwrap(), ["web2", "db1"]);
+        assert_eq!(select(TargetKind::Regex, "(web|db)1").unwrap(), ["web1", "db1"]);
+        assert_eq!(select(TargetKind::Regex, "web").unwrap(), Vec::<&str>::new(), "regexes are anchored");
+        assert_eq!(select(TargetKind::Grain, "os:Deb*").unwrap(), ["web1", "db1", "test-web"]);
+        assert_eq!(select(TargetKind::Grain, "roles:db").unwrap(), ["db1", "db2"]);
+        assert_eq!(select(TargetKind::Grain, "num_cpus:4").unwrap().len(), 5);
+        assert_eq!(select(TargetKind::Grain, "net:eth0:10.*").unwrap().len(), 5);
+        assert_eq!(select(TargetKind::Nodegroup, "webs").unwrap(), ["web1", "web2"]);
+        assert_eq!(select(TargetKind::Nodegroup, "nested").unwrap(), ["web1", "web2", "db1"]);
+    }
+
+    #[test]
+    fn compound_precedence_and_parentheses() {
+        let expr = "web* and G@os:Debian or L@db1,db2 and not E@db2";
+        assert_eq!(select(TargetKind::Compound, expr).unwrap(), ["web1", "db1"]);
+        assert_eq!(select(TargetKind::Compound, "( web* or db* ) and G@os:Debian").unwrap(), ["web1", "db1"]);
+        assert_eq!(select(TargetKind::Compound, "(web* or db*) and not G@os:Debian").unwrap(), ["web2", "db2"]);
+        assert_eq!(select(TargetKind::Compound, "not not db1").unwrap(), ["db1"]);
+        assert_eq!(select(TargetKind::Compound, "E@(web|db)2").unwrap(), ["web2", "db2"]);
+        assert_eq!(select(TargetKind::Compound, "N@webs and G@os:Alpine").unwrap(), ["web2"]);
+    }
+
+    #[test]
+    fn malformed_expressions_say_what_and_where() {
+        let syntax = |expr| match select(TargetKind::Compound, expr) {
+            Err(TargetError::Syntax { position, reason, .. }) => (position, reason),
+            other => panic!("{expr:?}: expected a syntax error, got {other:?}"),
+        };
+        assert_eq!(syntax("web* and"), (3, "expected a target"));
+        assert_eq!(syntax("( web*"), (3, "expected ')'"));
+        assert_eq!(syntax("web* db*"), (2, "expected 'and', 'or' or the end"));
+        assert_eq!(syntax("or web*"), (1, "expected a target"));
+        assert_eq!(syntax("web* )"), (2, "expected 'and', 'or' or the end"));
+        assert!(matches!(select(TargetKind::Compound, "X@foo"), Err(TargetError::UnknownPrefix(_))));
+        assert!(matches!(select(TargetKind::Compound, "G@os"), Err(TargetError::BadGrain(_))));
+        assert!(matches!(select(TargetKind::Regex, "(unclosed"), Err(TargetError::BadRegex { .. })));
+        assert!(matches!(select(TargetKind::Regex, "a{1000}{1000}"), Err(TargetError::BadRegex { .. })));
+        assert!(matches!(select(TargetKind::Nodegroup, "missing"), Err(TargetError::UnknownNodegroup(_))));
+        assert!(matches!(select(TargetKind::Nodegroup, "loop"), Err(TargetError::NodegroupDepth(_))));
+        assert_eq!(select(TargetKind::Glob, "  ").unwrap_err(), TargetError::Empty);
+        assert_eq!(select(TargetKind::Glob, &"x".repeat(5000)).unwrap_err(), TargetError::TooLong);
+    }
+}
