@@ -386,6 +386,7 @@ impl<S: Store> Master<S> {
                     Outcome::Completed | Outcome::Interrupted | Outcome::Refused => MinionJobState::Failed,
                     Outcome::TimedOut => MinionJobState::TimedOut,
                     Outcome::Cancelled => MinionJobState::Cancelled,
+                    Outcome::Denied => MinionJobState::Denied,
                 };
                 let jid = ret.jid.clone();
                 self.set_slot(&jid, id, state, Some(ret)).await?;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use halite_modules::Policy;
 use halite_protocol::message::Value;
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,12 @@ pub struct MinionConfig {
     pub max_concurrent_jobs: usize,
     /// Static grains added to (and overriding) the collected ones.
     pub grains: BTreeMap<String, Value>,
+    /// Which functions may run, for which callers (`[policy]`).
+    pub policy: Policy,
+    /// Directory of local custom action definitions (`*.toml`).
+    pub actions_dir: PathBuf,
+    /// Directory of plans (`*.toml`) that `plan.run name=...` can run.
+    pub plans_dir: PathBuf,
     /// Log filter (`tracing` syntax).
     pub log: String,
 }
@@ -66,6 +73,9 @@ impl Default for MinionConfig {
             trust_on_first_use: false,
             max_concurrent_jobs: 64,
             grains: BTreeMap::new(),
+            policy: Policy::default(),
+            actions_dir: PathBuf::from("/etc/halite/actions.d"),
+            plans_dir: PathBuf::from("/etc/halite/plans"),
             log: "info".into(),
         }
     }

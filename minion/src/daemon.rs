@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halite_modules::{Context, Registry};
+use halite_modules::{Context, Dispatcher, OutgoingEvent};
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
     self, ErrorKind, ErrorMessage, Hello, Job, JobAck, JobReturn, Message, ModuleInfo, Outcome, SignedJob,
@@ -35,10 +35,12 @@ pub(crate) struct Setup {
     pub pin_path: std::path::PathBuf,
     /// One-time enrollment token.
     pub token: Option<String>,
-    /// Functions.
-    pub registry: Arc<Registry>,
-    /// Context for calls (grains, docs).
+    /// Functions under the policy.
+    pub dispatcher: Arc<Dispatcher>,
+    /// Context for calls (grains, event sender).
     pub context: Context,
+    /// Events from `event.send`, to forward to the master.
+    pub events: mpsc::Receiver<OutgoingEvent>,
     /// Outbox and markers.
     pub outbox: Outbox,
     /// Concurrency limit.
@@ -92,6 +94,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         tokio::select! {
             event = next_event(&mut minion.dealer) => minion.on_event(event).await,
             Some(ret) = done_rx.recv() => minion.on_done(ret).await,
+            Some(event) = minion.setup.events.recv() => minion.on_event_send(event).await,
             () = sleep_until(retry), if retry.is_some() => {
                 minion.retry_at = None;
                 minion.connect();
@@ -237,7 +240,13 @@ impl Minion {
     }
 
     async fn hello(&mut self) {
-        let functions: Vec<String> = self.setup.registry.iter().map(|f| f.name().to_owned()).collect();
+        let dispatcher = &self.setup.dispatcher;
+        let functions: Vec<String> = dispatcher
+            .registry
+            .iter()
+            .map(|f| f.name().to_owned())
+            .filter(|name| dispatcher.policy.check(name, "*", dispatcher.registry.is_action(name)).is_ok())
+            .collect();
         let mut modules: Vec<String> =
             functions.iter().filter_map(|f| f.split_once('.')).map(|(m, _)| m.to_owned()).collect();
         modules.dedup();
@@ -327,13 +336,21 @@ impl Minion {
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() })).await;
         let (stop_tx, stop_rx) = oneshot::channel();
         self.running.insert(job.jid.clone(), stop_tx);
-        let (registry, context, done, slots) =
-            (self.setup.registry.clone(), self.setup.context.clone(), self.done_tx.clone(), self.slots.clone());
+        let (dispatcher, context, done, slots) =
+            (self.setup.dispatcher.clone(), self.setup.context.clone(), self.done_tx.clone(), self.slots.clone());
         tokio::spawn(async move {
             let Ok(_slot) = slots.acquire_owned().await else { return };
-            let ret = execute(registry, context, job, stop_rx).await;
+            let ret = execute(dispatcher, context, job, stop_rx).await;
             let _ = done.send(ret).await;
         });
+    }
+
+    /// `event.send` from a running function: to the master, which applies its ACL.
+    async fn on_event_send(&mut self, event: OutgoingEvent) {
+        if !matches!(self.stage, Stage::Up(_)) {
+            return warn!(tag = %event.tag, "no session with the master; event dropped");
+        }
+        self.send(&Message::Event(halite_protocol::message::Event { tag: event.tag, data: event.data })).await;
     }
 
     /// A job finished: outbox it (durably) first, then send it.

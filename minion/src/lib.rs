@@ -14,13 +14,12 @@ mod daemon;
 mod executor;
 pub mod outbox;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use halite_modules::{Args, Context, Registry};
+use halite_modules::{Args, Context, Dispatcher, OutgoingEvent, Registry};
 use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{Job, JobReturn};
@@ -103,7 +102,8 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
     let outbox =
         outbox::Outbox::open(state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
     let _ = outbox.prune_markers(MARKER_RETENTION);
-    let registry = Arc::new(Registry::standard());
+    let (events_tx, events) = tokio::sync::mpsc::channel(256);
+    let dispatcher = dispatcher(config);
     Ok(daemon::Setup {
         id,
         master,
@@ -111,19 +111,29 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         master_key,
         pin_path,
         token: enrollment.and_then(|e| e.token),
-        context: context(&registry, &config.grains),
-        registry,
+        context: context(config, Some(events_tx)),
+        events,
+        dispatcher,
         outbox,
         max_concurrent_jobs: config.max_concurrent_jobs,
     })
 }
 
-fn context(registry: &Registry, static_grains: &BTreeMap<String, serde_json::Value>) -> Context {
-    Context {
-        test: false,
-        grains: Arc::new(halite_modules::grains::collect(static_grains)),
-        functions: Arc::new(registry.docs()),
+/// The registry (built-ins plus the custom actions that load) under the configured policy.
+fn dispatcher(config: &MinionConfig) -> Arc<Dispatcher> {
+    let mut registry = Registry::standard();
+    for problem in halite_modules::actions::load_into(&mut registry, &config.actions_dir) {
+        tracing::warn!(%problem, "custom action skipped");
     }
+    Arc::new(Dispatcher {
+        registry: Arc::new(registry),
+        policy: config.policy.clone(),
+        plans_dir: config.plans_dir.clone(),
+    })
+}
+
+fn context(config: &MinionConfig, events: Option<tokio::sync::mpsc::Sender<OutgoingEvent>>) -> Context {
+    Context { grains: Arc::new(halite_modules::grains::collect(&config.grains)), events, ..Context::default() }
 }
 
 /// Runs the minion until `shutdown` completes.
@@ -134,10 +144,11 @@ pub async fn run(config: MinionConfig, shutdown: impl Future<Output = ()>) -> Re
     Ok(())
 }
 
-/// Runs one function locally, without a master (`halite-minion call`).
+/// Runs one function locally, without a master (`halite-minion call`), under the same policy
+/// as jobs from the master (the caller is `local`).
 pub async fn call_local(config: &MinionConfig, function: &str, words: &[String]) -> JobReturn {
-    let registry = Arc::new(Registry::standard());
-    let cx = context(&registry, &config.grains);
+    let dispatcher = dispatcher(config);
+    let cx = context(config, None);
     let args = Args::from_cli(words);
     let job = Job {
         jid: "local".into(),
@@ -150,5 +161,5 @@ pub async fn call_local(config: &MinionConfig, function: &str, words: &[String])
         caller: "local".into(),
     };
     let (_keep, never) = tokio::sync::oneshot::channel();
-    executor::execute(registry, cx, job, never).await
+    executor::execute(dispatcher, cx, job, never).await
 }

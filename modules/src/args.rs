@@ -33,24 +33,33 @@ impl Args {
     /// should use `#[serde(deny_unknown_fields)]` so a misspelt keyword is an error that names
     /// it.
     pub fn parse<T: DeserializeOwned>(&self, positional_names: &[&str]) -> Result<T, ModuleError> {
+        let object = self.to_object(positional_names)?;
+        serde_json::from_value(Value::Object(object)).map_err(|e| ModuleError::BadArguments(e.to_string()))
+    }
+
+    /// The arguments as one JSON object, positional values named after `positional_names`.
+    pub fn to_object<S: AsRef<str>>(
+        &self,
+        positional_names: &[S],
+    ) -> Result<serde_json::Map<String, Value>, ModuleError> {
         if self.positional.len() > positional_names.len() {
             return Err(ModuleError::BadArguments(format!(
                 "takes at most {} positional argument(s) ({}), got {}",
                 positional_names.len(),
-                positional_names.join(", "),
+                positional_names.iter().map(|p| p.as_ref()).collect::<Vec<_>>().join(", "),
                 self.positional.len()
             )));
         }
         let mut object = serde_json::Map::new();
         for (name, value) in positional_names.iter().zip(&self.positional) {
-            object.insert((*name).to_owned(), value.clone());
+            object.insert(name.as_ref().to_owned(), value.clone());
         }
         for (name, value) in &self.keyword {
             if object.insert(name.clone(), value.clone()).is_some() {
                 return Err(ModuleError::BadArguments(format!("argument `{name}` given both by position and by name")));
             }
         }
-        serde_json::from_value(Value::Object(object)).map_err(|e| ModuleError::BadArguments(e.to_string()))
+        Ok(object)
     }
 }
 

@@ -1,17 +1,56 @@
-//! What a function call may know about its surroundings.
+//! What a function call may know about and use.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use halite_protocol::message::Value;
+use tokio::sync::{mpsc, watch};
+
+use crate::{Dispatcher, Runner};
+
+/// An event a function hands to the minion for the master (`event.send`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutgoingEvent {
+    /// Tag, relative to the minion's namespace.
+    pub tag: String,
+    /// Body.
+    pub data: Value,
+}
 
 /// Per-call context.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Context {
     /// `test=true`: report what would change without changing it.
     pub test: bool,
+    /// When the call must be done (the job's timeout); `None` for no limit.
+    pub deadline: Option<tokio::time::Instant>,
+    /// Becomes `true` when the job is cancelled. Dropping the call's future is what stops it;
+    /// this lets long functions notice early and clean up.
+    pub cancelled: watch::Receiver<bool>,
+    /// Spawns processes (process groups, caps, users, timeouts).
+    pub runner: Runner,
     /// This minion's grains, collected at start-up.
     pub grains: Arc<BTreeMap<String, Value>>,
-    /// The registry's function names and docs, for `sys.*`.
-    pub functions: Arc<BTreeMap<String, String>>,
+    /// Who asked (the job's caller; `local` for `halite-minion call`).
+    pub caller: String,
+    /// The registry and policy, for functions that call functions (`plan.run`, `sys.*`).
+    pub dispatcher: Option<Arc<Dispatcher>>,
+    /// Where `event.send` puts events; `None` when there is no master (local calls).
+    pub events: Option<mpsc::Sender<OutgoingEvent>>,
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        let (_, cancelled) = watch::channel(false);
+        Context {
+            test: false,
+            deadline: None,
+            cancelled,
+            runner: Runner,
+            grains: Arc::default(),
+            caller: "local".into(),
+            dispatcher: None,
+            events: None,
+        }
+    }
 }

@@ -1,23 +1,69 @@
-//! The trait every execution function implements.
+//! The trait every execution function implements, and the typed form built-ins use.
 
 use std::future::Future;
 use std::pin::Pin;
 
 use halite_protocol::message::Value;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use crate::{Args, Context};
 
 /// A boxed future, so functions can live in one list as trait objects.
 pub type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<Output, ModuleError>> + Send + 'a>>;
 
-/// A named, locally defined action.
+/// A named, locally defined action, as the registry holds it.
 pub trait Function: Send + Sync {
     /// `module.function`, matching `^[a-z]+\.[a-z_]+$`.
-    fn name(&self) -> &'static str;
-    /// What it does, its arguments and its return, for `sys.doc`.
-    fn doc(&self) -> &'static str;
+    fn name(&self) -> &str;
+    /// What it does, for `sys.doc` and `docs/modules.md`.
+    fn doc(&self) -> &str;
+    /// JSON Schema of its arguments.
+    fn schema(&self) -> Value;
+    /// Names given to positional arguments, in order.
+    fn positional(&self) -> Vec<String>;
     /// Runs it. Dropping the future must stop the work (see the crate docs).
     fn call<'a>(&'a self, args: Args, cx: &'a Context) -> CallFuture<'a>;
+}
+
+/// A built-in function with a typed argument struct. Every `Typed` is a [`Function`].
+pub trait Typed: Send + Sync + 'static {
+    /// `module.function`.
+    const NAME: &'static str;
+    /// Documentation (arguments are documented on the struct's fields).
+    const DOC: &'static str;
+    /// Names given to positional arguments, in order.
+    const POSITIONAL: &'static [&'static str] = &[];
+    /// The arguments; use `#[serde(deny_unknown_fields)]`.
+    type Args: DeserializeOwned + JsonSchema + Send;
+    /// Runs with parsed arguments.
+    fn run<'a>(
+        &'a self,
+        args: Self::Args,
+        cx: &'a Context,
+    ) -> impl Future<Output = Result<Output, ModuleError>> + Send + 'a;
+}
+
+impl<T: Typed> Function for T {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+    fn doc(&self) -> &str {
+        T::DOC
+    }
+    fn schema(&self) -> Value {
+        serde_json::to_value(schemars::schema_for!(T::Args)).unwrap_or_default()
+    }
+    fn positional(&self) -> Vec<String> {
+        T::POSITIONAL.iter().map(|p| (*p).to_owned()).collect()
+    }
+    fn call<'a>(&'a self, args: Args, cx: &'a Context) -> CallFuture<'a> {
+        Box::pin(async move {
+            let parsed: T::Args = args.parse(T::POSITIONAL)?;
+            self.run(parsed, cx).await
+        })
+    }
 }
 
 /// A function's result.
@@ -36,6 +82,12 @@ impl Output {
     pub fn ok(value: Value) -> Self {
         Output { value, retcode: 0, truncated: false }
     }
+
+    /// The result of a state-changing function: whether it changed something (or, with
+    /// `test=true`, would), what it did in words, and details (a diff, the commands run).
+    pub fn change(changed: bool, comment: impl Into<String>, details: Value) -> Self {
+        Output::ok(json!({ "changed": changed, "comment": comment.into(), "details": details }))
+    }
 }
 
 /// Why a call failed before producing an [`Output`].
@@ -48,6 +100,9 @@ pub enum ModuleError {
     /// The arguments do not fit the function's schema.
     #[error("bad arguments: {0}")]
     BadArguments(String),
+    /// The minion's policy does not allow this function (for this caller).
+    #[error("denied: {0}")]
+    Denied(String),
     /// The function failed.
     #[error("{0}")]
     Failed(String),

@@ -1,13 +1,14 @@
 //! The minion's execution modules: the registry of named, locally defined actions
-//! (`test.ping`, `cmd.run`, ...), their typed arguments and their documentation.
+//! (`test.ping`, `cmd.run`, `pkg.install`, ...), their typed arguments, their documentation,
+//! the minion's policy over them, and local custom actions.
 //!
 //! A master can only name these functions, never define them. This crate knows nothing of the
-//! network or of cryptography: the minion daemon (or `halite-minion call`) decodes a job, looks
-//! the function up in [`Registry`], and calls it with [`Args`] and a [`Context`].
+//! network or of cryptography: the minion daemon (or `halite-minion call`) decodes a job and
+//! calls through a [`Dispatcher`] (registry + [`Policy`]) with [`Args`] and a [`Context`].
 //!
 //! Cancellation is by drop: the minion drops a call's future at its timeout or on a cancel, and
-//! every function is written so that dropping it stops its work (a command's whole process group
-//! is killed).
+//! every function is written so that dropping it stops its work: the [`Runner`] kills a
+//! command's whole process group.
 //!
 //! ```
 //! # tokio_test_block_on(async {
@@ -22,14 +23,22 @@
 //! # }
 //! ```
 
+pub mod actions;
 mod args;
 mod context;
+mod dispatcher;
+pub mod docs;
 mod function;
 mod functions;
 pub mod grains;
+mod policy;
 mod registry;
+mod runner;
 
 pub use args::Args;
-pub use context::Context;
-pub use function::{CallFuture, Function, ModuleError, Output};
-pub use registry::Registry;
+pub use context::{Context, OutgoingEvent};
+pub use dispatcher::Dispatcher;
+pub use function::{CallFuture, Function, ModuleError, Output, Typed};
+pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};
+pub use registry::{valid_name, Registry};
+pub use runner::{Command, Finished, Runner, OUTPUT_CAP};

@@ -1,13 +1,14 @@
-//! The list of every function a minion offers.
+//! The list of every function a minion offers: built-ins plus local custom actions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::function::Function;
 use crate::functions;
 
 /// Every function, by name.
 pub struct Registry {
-    functions: BTreeMap<&'static str, Box<dyn Function>>,
+    functions: BTreeMap<String, Box<dyn Function>>,
+    actions: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -19,11 +20,22 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     /// The built-in functions.
     pub fn standard() -> Self {
-        let mut functions = BTreeMap::new();
+        let mut registry = Registry { functions: BTreeMap::new(), actions: BTreeSet::new() };
         for function in functions::all() {
-            functions.insert(function.name(), function);
+            registry.functions.insert(function.name().to_owned(), function);
         }
-        Registry { functions }
+        registry
+    }
+
+    /// Adds a local custom action; refuses names already taken.
+    pub fn add_action(&mut self, action: Box<dyn Function>) -> Result<(), String> {
+        let name = action.name().to_owned();
+        if self.functions.contains_key(&name) {
+            return Err(format!("{name} is already defined"));
+        }
+        self.actions.insert(name.clone());
+        self.functions.insert(name, action);
+        Ok(())
     }
 
     /// Looks a function up.
@@ -31,15 +43,24 @@ impl Registry {
         self.functions.get(name).map(|f| f.as_ref())
     }
 
+    /// Whether `name` is a local custom action.
+    pub fn is_action(&self, name: &str) -> bool {
+        self.actions.contains(name)
+    }
+
     /// Every function, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = &dyn Function> {
         self.functions.values().map(|f| f.as_ref())
     }
+}
 
-    /// Names and docs, for `sys.*` and the minion's hello.
-    pub fn docs(&self) -> BTreeMap<String, String> {
-        self.iter().map(|f| (f.name().to_owned(), f.doc().to_owned())).collect()
-    }
+/// Whether a function name has the `module.function` form: `^[a-z]+\.[a-z_]+$`.
+pub fn valid_name(name: &str) -> bool {
+    let Some((module, function)) = name.split_once('.') else { return false };
+    !module.is_empty()
+        && module.bytes().all(|b| b.is_ascii_lowercase())
+        && !function.is_empty()
+        && function.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
 #[cfg(test)]
@@ -47,19 +68,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_function_has_a_valid_unique_name_and_docs() {
+    fn every_function_has_a_valid_unique_name_docs_and_a_schema() {
         let all = functions::all();
         let registry = Registry::standard();
         assert_eq!(registry.iter().count(), all.len(), "duplicate function names");
         for f in registry.iter() {
-            let (module, function) = f.name().split_once('.').unwrap_or_else(|| panic!("{} has no module", f.name()));
-            assert!(!module.is_empty() && module.bytes().all(|b| b.is_ascii_lowercase()), "{}", f.name());
-            assert!(
-                !function.is_empty() && function.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
-                "{}",
-                f.name()
-            );
+            assert!(valid_name(f.name()), "{} does not match ^[a-z]+\\.[a-z_]+$", f.name());
             assert!(f.doc().len() > 20, "{} has no real docs", f.name());
+            let schema = f.schema();
+            assert_eq!(schema["type"], "object", "{}: {schema}", f.name());
+            let rendered = crate::docs::render_function(f);
+            assert!(rendered.contains(f.name()));
+            for positional in f.positional() {
+                assert!(
+                    schema["properties"].get(&positional).is_some(),
+                    "{}: positional {positional} not in schema",
+                    f.name()
+                );
+            }
         }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(valid_name("pkg.install"));
+        assert!(valid_name("mysql.create_user"));
+        assert!(!valid_name("Pkg.install"));
+        assert!(!valid_name("pkg"));
+        assert!(!valid_name("pkg.in-stall"));
+        assert!(!valid_name("a.b.c"));
     }
 }

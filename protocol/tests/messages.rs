@@ -83,7 +83,7 @@ fn target() -> impl Strategy<Value = Target> {
 
 fn job_state() -> impl Strategy<Value = MinionJobState> {
     use MinionJobState::*;
-    prop::sample::select(vec![Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired])
+    prop::sample::select(vec![Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied])
 }
 
 fn request_body() -> impl Strategy<Value = RequestBody> {

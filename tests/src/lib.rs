@@ -178,8 +178,13 @@ impl Cluster {
     }
 
     /// Writes a minion's config and enrollment file (with a fresh token if `token`), without
-    /// starting it.
+    /// starting it. Its policy allows every function.
     pub fn prepare_minion(&self, id: &str, token: bool, grains: &str) {
+        self.prepare_minion_with(id, token, grains, "[policy]\nallow = [\"*\"]\n");
+    }
+
+    /// [`Cluster::prepare_minion`] with `extra` TOML appended to the minion config.
+    pub fn prepare_minion_with(&self, id: &str, token: bool, grains: &str, extra: &str) {
         let dir = self.minion_dir(id);
         std::fs::create_dir_all(dir.join("state")).unwrap_or_else(|e| panic!("{e}"));
         let token_line = if token {
@@ -196,9 +201,11 @@ impl Cluster {
         );
         std::fs::write(dir.join("enrollment.toml"), enrollment).unwrap_or_else(|e| panic!("{e}"));
         let config = format!(
-            "state_dir = {:?}\nenrollment_file = {:?}\nlog = \"info\"\n[grains]\n{grains}\n",
+            "state_dir = {:?}\nenrollment_file = {:?}\nactions_dir = {:?}\nplans_dir = {:?}\nlog = \"info\"\n{extra}\n[grains]\n{grains}\n",
             dir.join("state"),
-            dir.join("enrollment.toml")
+            dir.join("enrollment.toml"),
+            dir.join("actions.d"),
+            dir.join("plans"),
         );
         std::fs::write(dir.join("minion.toml"), config).unwrap_or_else(|e| panic!("{e}"));
     }

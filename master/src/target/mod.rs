@@ -2,7 +2,7 @@
 //! compound, nodegroup). A real parser with errors that say what is wrong and where; nothing is
 //! ever evaluated as code.
 
-pub mod glob;
+pub use halite_protocol::glob;
 
 use std::collections::BTreeMap;
 

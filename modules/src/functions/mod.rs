@@ -19,5 +19,6 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(sys::ListFunctions),
         Box::new(sys::Doc),
         Box::new(cmd::Run),
+        Box::new(cmd::Script),
     ]
 }

@@ -169,7 +169,7 @@ pub struct MinionInfo {
     pub functions: Vec<String>,
 }
 
-/// Where a job stands on one minion. The last six are final.
+/// Where a job stands on one minion. The last seven are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MinionJobState {
@@ -191,6 +191,8 @@ pub enum MinionJobState {
     Cancelled,
     /// Its TTL passed before the minion connected.
     Expired,
+    /// The minion's policy does not allow the function for this caller.
+    Denied,
 }
 
 impl MinionJobState {
@@ -212,13 +214,14 @@ impl MinionJobState {
             Offline => "offline",
             Cancelled => "cancelled",
             Expired => "expired",
+            Denied => "denied",
         }
     }
 
     /// Parses the wire name.
     pub fn parse(name: &str) -> Option<Self> {
         use MinionJobState::*;
-        [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired]
+        [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied]
             .into_iter()
             .find(|s| s.as_str() == name)
     }

@@ -165,8 +165,10 @@ pub enum Outcome {
     Cancelled,
     /// The minion restarted while it ran; at-most-once execution forbids running it again.
     Interrupted,
-    /// The minion refused it (unknown function, bad arguments, expired, not allowed).
+    /// The minion refused it (unknown function, bad arguments).
     Refused,
+    /// The minion's local policy does not allow this function for this caller.
+    Denied,
 }
 
 /// The master stored a return.

@@ -139,7 +139,7 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
         std::fs::write(
             minion_dir.join("minion.toml"),
             format!(
-                "state_dir = {:?}\nenrollment_file = {:?}\nlog = \"warn\"\n[grains]\nrole = {role:?}\n",
+                "state_dir = {:?}\nenrollment_file = {:?}\nlog = \"warn\"\n[policy]\nallow = [\"test.*\", \"grains.*\", \"sys.*\", \"cmd.run\"]\n[grains]\nrole = {role:?}\n",
                 minion_dir.join("state"),
                 minion_dir.join("enrollment.toml")
             ),

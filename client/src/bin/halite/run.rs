@@ -147,6 +147,7 @@ pub(crate) fn describe(state: MinionJobState) -> &'static str {
         MinionJobState::TimedOut => "no return before the timeout; the job may still be running",
         MinionJobState::Cancelled => "cancelled before it finished",
         MinionJobState::Failed => "the job failed",
+        MinionJobState::Denied => "the minion's policy does not allow this function",
         _ => "",
     }
 }
@@ -154,7 +155,7 @@ pub(crate) fn describe(state: MinionJobState) -> &'static str {
 pub(crate) fn state_colour(state: MinionJobState) -> &'static str {
     match state {
         MinionJobState::Returned => "32",
-        MinionJobState::Failed | MinionJobState::TimedOut => "31",
+        MinionJobState::Failed | MinionJobState::TimedOut | MinionJobState::Denied => "31",
         _ => "33",
     }
 }

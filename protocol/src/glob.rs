@@ -1,4 +1,5 @@
-//! Shell-style glob matching (`*`, `?`, `[abc]`, `[a-z]`, `[!abc]`), anchored at both ends.
+//! Shell-style glob matching (`*`, `?`, `[abc]`, `[a-z]`, `[!abc]`), anchored at both ends: minion
+//! targets, key patterns, event tags and function policies all use it.
 
 /// Whether `text` matches `pattern` as a whole.
 pub fn matches(pattern: &str, text: &str) -> bool {
