@@ -1,6 +1,7 @@
 //! The built-in functions, one module per `module.` prefix.
 
 mod cmd;
+mod file;
 mod grains;
 mod sys;
 mod test;
@@ -20,5 +21,10 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(sys::Doc),
         Box::new(cmd::Run),
         Box::new(cmd::Script),
+        Box::new(file::Managed),
+        Box::new(file::Absent),
+        Box::new(file::Directory),
+        Box::new(file::Read),
+        Box::new(file::Stat),
     ]
 }

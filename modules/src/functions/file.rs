@@ -1,0 +1,445 @@
+//! `file.*`: manage files and directories.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Group, Uid, User};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{Context, ModuleError, Output, Typed};
+
+/// Largest file `file.managed` diffs and `file.read` returns by default.
+const READ_CAP: u64 = 1024 * 1024;
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> ModuleError + '_ {
+    move |e| ModuleError::Failed(format!("{}: {e}", path.display()))
+}
+
+fn absolute(name: &str) -> Result<PathBuf, ModuleError> {
+    let path = PathBuf::from(name);
+    if !path.is_absolute() {
+        return Err(ModuleError::BadArguments(format!("{name:?} is not an absolute path")));
+    }
+    Ok(path)
+}
+
+fn parse_mode(mode: &Option<String>) -> Result<Option<u32>, ModuleError> {
+    match mode {
+        None => Ok(None),
+        Some(text) => u32::from_str_radix(text.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .map(Some)
+            .ok_or_else(|| ModuleError::BadArguments(format!("mode {text:?} is not an octal mode like \"0644\""))),
+    }
+}
+
+fn uid_of(user: &Option<String>) -> Result<Option<Uid>, ModuleError> {
+    let Some(user) = user else { return Ok(None) };
+    if let Ok(uid) = user.parse::<u32>() {
+        return Ok(Some(Uid::from_raw(uid)));
+    }
+    User::from_name(user).ok().flatten().map(|u| Some(u.uid)).ok_or_else(|| ModuleError::Failed(format!("no such user {user:?}")))
+}
+
+fn gid_of(group: &Option<String>) -> Result<Option<Gid>, ModuleError> {
+    let Some(group) = group else { return Ok(None) };
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(Some(Gid::from_raw(gid)));
+    }
+    Group::from_name(group)
+        .ok()
+        .flatten()
+        .map(|g| Some(g.gid))
+        .ok_or_else(|| ModuleError::Failed(format!("no such group {group:?}")))
+}
+
+fn selinux_enabled() -> bool {
+    Path::new("/sys/fs/selinux/enforce").exists()
+}
+
+/// What differs between a path's metadata and what is wanted, as human phrases.
+fn attribute_changes(meta: Option<&fs::Metadata>, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Vec<String> {
+    let mut changes = Vec::new();
+    if let Some(mode) = mode {
+        if meta.is_none_or(|m| m.mode() & 0o7777 != mode) {
+            changes.push(format!("mode {mode:04o}"));
+        }
+    }
+    if let Some(uid) = uid {
+        if meta.is_none_or(|m| m.uid() != uid.as_raw()) {
+            changes.push(format!("owner {uid}"));
+        }
+    }
+    if let Some(gid) = gid {
+        if meta.is_none_or(|m| m.gid() != gid.as_raw()) {
+            changes.push(format!("group {gid}"));
+        }
+    }
+    changes
+}
+
+fn apply_attributes(path: &Path, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Result<(), ModuleError> {
+    if uid.is_some() || gid.is_some() {
+        nix::unistd::chown(path, uid, gid).map_err(|e| ModuleError::Failed(format!("{}: chown: {e}", path.display())))?;
+    }
+    if let Some(mode) = mode {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io(path))?;
+    }
+    Ok(())
+}
+
+async fn apply_selinux(cx: &Context, path: &Path, context: &Option<String>) -> Result<Option<String>, ModuleError> {
+    let Some(context) = context else { return Ok(None) };
+    if !selinux_enabled() {
+        return Err(ModuleError::Failed("selinux_context given, but SELinux is not enabled on this host".into()));
+    }
+    let current = cx.runner.check(&["stat", "-c", "%C", &path.display().to_string()]).await?;
+    if current.trim() == context {
+        return Ok(None);
+    }
+    if !cx.test {
+        cx.runner.check(&["chcon", context.as_str(), &path.display().to_string()]).await?;
+    }
+    Ok(Some(format!("SELinux context {context}")))
+}
+
+pub(crate) struct Managed;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ManagedArgs {
+    /// Absolute path of the file.
+    name: String,
+    /// The file's whole content.
+    contents: String,
+    /// Octal mode, e.g. "0644" (new files default to 0644).
+    #[serde(default)]
+    mode: Option<String>,
+    /// Owner (name or uid).
+    #[serde(default)]
+    user: Option<String>,
+    /// Group (name or gid).
+    #[serde(default)]
+    group: Option<String>,
+    /// SELinux context to set (chcon); an error when SELinux is not enabled.
+    #[serde(default)]
+    selinux_context: Option<String>,
+    /// Keep the previous content as `<name>.halite-bak` when replacing it.
+    #[serde(default)]
+    backup: bool,
+    /// Create missing parent directories.
+    #[serde(default)]
+    makedirs: bool,
+}
+
+impl Typed for Managed {
+    const NAME: &'static str = "file.managed";
+    const DOC: &'static str = "Makes a file have exactly this content, mode, owner and group. The content is \
+         replaced atomically (a temporary file in the same directory, synced, then renamed), so readers \
+         never see a partial file. details carries a unified diff of the content.";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = ManagedArgs;
+    async fn run(&self, args: ManagedArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let path = absolute(&args.name)?;
+        let (mode, uid, gid) = (parse_mode(&args.mode)?, uid_of(&args.user)?, gid_of(&args.group)?);
+        let meta = fs::symlink_metadata(&path).ok();
+        if meta.as_ref().is_some_and(|m| !m.is_file()) {
+            return Err(ModuleError::Failed(format!("{} exists and is not a regular file", path.display())));
+        }
+        let old = match &meta {
+            Some(m) if m.len() <= READ_CAP => Some(fs::read(&path).map_err(io(&path))?),
+            Some(_) => None,
+            None => None,
+        };
+        let content_changes = meta.is_none() || old.as_deref() != Some(args.contents.as_bytes());
+        let diff = match (&old, content_changes) {
+            (_, false) => String::new(),
+            (Some(old), true) => similar::TextDiff::from_lines(String::from_utf8_lossy(old).as_ref(), args.contents.as_str())
+                .unified_diff()
+                .header(&args.name, &args.name)
+                .to_string(),
+            (None, true) if meta.is_some() => "(previous content too large to diff)".into(),
+            (None, true) => "new file".into(),
+        };
+        let wanted_mode = mode.or(meta.as_ref().map_or(Some(0o644), |_| None));
+        let mut changes = if content_changes { vec!["content".to_owned()] } else { Vec::new() };
+        changes.extend(attribute_changes(meta.as_ref(), wanted_mode, uid, gid));
+        if let Some(change) = apply_selinux(cx, &path, &args.selinux_context).await.or_else(|e| {
+            if meta.is_none() && cx.test { Ok(None) } else { Err(e) }
+        })? {
+            changes.push(change);
+        }
+        let details = json!({ "diff": diff, "changes": changes });
+        if changes.is_empty() {
+            return Ok(Output::change(false, format!("{} is already in the correct state", args.name), details));
+        }
+        if cx.test {
+            return Ok(Output::change(true, format!("{} would be updated: {}", args.name, changes.join(", ")), details));
+        }
+        let parent = path.parent().ok_or_else(|| ModuleError::BadArguments("no parent directory".into()))?;
+        if args.makedirs {
+            fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        if content_changes {
+            if args.backup && meta.is_some() {
+                let backup = PathBuf::from(format!("{}.halite-bak", path.display()));
+                fs::copy(&path, &backup).map_err(io(&backup))?;
+            }
+            let tmp = parent.join(format!(".{}.halite-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
+            let _ = fs::remove_file(&tmp);
+            let keep_mode = meta.as_ref().map(|m| m.mode() & 0o7777);
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(wanted_mode.or(keep_mode).unwrap_or(0o644))
+                .open(&tmp)
+                .map_err(io(&tmp))?;
+            file.write_all(args.contents.as_bytes()).map_err(io(&tmp))?;
+            file.sync_all().map_err(io(&tmp))?;
+            let (keep_uid, keep_gid) = (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
+            apply_attributes(&tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))?;
+            fs::rename(&tmp, &path).map_err(io(&path))?;
+            fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io(parent))?;
+        } else {
+            apply_attributes(&path, wanted_mode, uid, gid)?;
+        }
+        apply_selinux(cx, &path, &args.selinux_context).await?;
+        Ok(Output::change(true, format!("{} updated: {}", args.name, changes.join(", ")), details))
+    }
+}
+
+pub(crate) struct Absent;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AbsentArgs {
+    /// Absolute path; a directory is removed with its contents.
+    name: String,
+}
+
+impl Typed for Absent {
+    const NAME: &'static str = "file.absent";
+    const DOC: &'static str = "Makes sure a path does not exist (files, links and directory trees are removed).";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = AbsentArgs;
+    async fn run(&self, args: AbsentArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let path = absolute(&args.name)?;
+        if path == Path::new("/") {
+            return Err(ModuleError::BadArguments("refusing to remove /".into()));
+        }
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            return Ok(Output::change(false, format!("{} is already absent", args.name), json!({})));
+        };
+        if cx.test {
+            return Ok(Output::change(true, format!("{} would be removed", args.name), json!({})));
+        }
+        if meta.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) }.map_err(io(&path))?;
+        Ok(Output::change(true, format!("{} removed", args.name), json!({ "removed": args.name })))
+    }
+}
+
+pub(crate) struct Directory;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DirectoryArgs {
+    /// Absolute path of the directory.
+    name: String,
+    /// Octal mode, e.g. "0755" (new directories default to 0755).
+    #[serde(default)]
+    mode: Option<String>,
+    /// Owner (name or uid).
+    #[serde(default)]
+    user: Option<String>,
+    /// Group (name or gid).
+    #[serde(default)]
+    group: Option<String>,
+    /// Create missing parent directories.
+    #[serde(default)]
+    makedirs: bool,
+}
+
+impl Typed for Directory {
+    const NAME: &'static str = "file.directory";
+    const DOC: &'static str = "Makes sure a directory exists with this mode, owner and group.";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = DirectoryArgs;
+    async fn run(&self, args: DirectoryArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let path = absolute(&args.name)?;
+        let (mode, uid, gid) = (parse_mode(&args.mode)?, uid_of(&args.user)?, gid_of(&args.group)?);
+        let meta = fs::symlink_metadata(&path).ok();
+        if meta.as_ref().is_some_and(|m| !m.is_dir()) {
+            return Err(ModuleError::Failed(format!("{} exists and is not a directory", path.display())));
+        }
+        let wanted_mode = mode.or(meta.as_ref().map_or(Some(0o755), |_| None));
+        let mut changes = if meta.is_none() { vec!["created".to_owned()] } else { Vec::new() };
+        changes.extend(attribute_changes(meta.as_ref(), wanted_mode, uid, gid));
+        if changes.is_empty() {
+            return Ok(Output::change(false, format!("{} is already in the correct state", args.name), json!({})));
+        }
+        if cx.test {
+            return Ok(Output::change(true, format!("{} would change: {}", args.name, changes.join(", ")), json!({ "changes": changes })));
+        }
+        if meta.is_none() {
+            if args.makedirs { fs::create_dir_all(&path) } else { fs::create_dir(&path) }.map_err(io(&path))?;
+        }
+        apply_attributes(&path, wanted_mode, uid, gid)?;
+        Ok(Output::change(true, format!("{} updated: {}", args.name, changes.join(", ")), json!({ "changes": changes })))
+    }
+}
+
+pub(crate) struct Read;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadArgs {
+    /// Absolute path of the file.
+    name: String,
+    /// Most bytes returned (default 1 MiB); the rest is cut and `truncated` set.
+    #[serde(default)]
+    max_bytes: Option<u64>,
+}
+
+impl Typed for Read {
+    const NAME: &'static str = "file.read";
+    const DOC: &'static str = "Returns a file's content as text (invalid UTF-8 is replaced), capped in size.";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = ReadArgs;
+    async fn run(&self, args: ReadArgs, _: &Context) -> Result<Output, ModuleError> {
+        use std::io::Read as _;
+        let path = absolute(&args.name)?;
+        let cap = args.max_bytes.unwrap_or(READ_CAP).min(16 * READ_CAP);
+        let file = fs::File::open(&path).map_err(io(&path))?;
+        let mut content = Vec::new();
+        file.take(cap + 1).read_to_end(&mut content).map_err(io(&path))?;
+        let truncated = content.len() as u64 > cap;
+        content.truncate(cap as usize);
+        Ok(Output { value: json!(String::from_utf8_lossy(&content)), retcode: 0, truncated })
+    }
+}
+
+pub(crate) struct Stat;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatArgs {
+    /// Absolute path.
+    name: String,
+}
+
+impl Typed for Stat {
+    const NAME: &'static str = "file.stat";
+    const DOC: &'static str = "Returns {exists, type, size, mode, uid, gid, user, group, mtime} of a path (links are not followed).";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = StatArgs;
+    async fn run(&self, args: StatArgs, _: &Context) -> Result<Output, ModuleError> {
+        let path = absolute(&args.name)?;
+        let Ok(meta) = fs::symlink_metadata(&path) else { return Ok(Output::ok(json!({ "exists": false }))) };
+        let kind = if meta.is_dir() {
+            "directory"
+        } else if meta.file_type().is_symlink() {
+            "symlink"
+        } else if meta.is_file() {
+            "file"
+        } else {
+            "other"
+        };
+        let user = User::from_uid(Uid::from_raw(meta.uid())).ok().flatten().map(|u| u.name);
+        let group = Group::from_gid(Gid::from_raw(meta.gid())).ok().flatten().map(|g| g.name);
+        let mut value = json!({
+            "exists": true,
+            "type": kind,
+            "size": meta.len(),
+            "mode": format!("{:04o}", meta.mode() & 0o7777),
+            "uid": meta.uid(),
+            "gid": meta.gid(),
+            "user": user,
+            "group": group,
+            "mtime": meta.mtime(),
+        });
+        if kind == "symlink" {
+            value["target"] = Value::String(fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default());
+        }
+        Ok(Output::ok(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Args, Function};
+
+    fn call(f: &dyn Function, args: Value, test: bool) -> Result<Output, ModuleError> {
+        let Value::Object(map) = args else { panic!("object expected") };
+        let cx = Context { test, ..Context::default() };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f.call(Args::new(vec![], map.into_iter().collect()), &cx))
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("halite-file-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn managed_writes_atomically_is_idempotent_and_diffs() {
+        let d = dir("managed");
+        let path = d.join("conf");
+        let name = path.display().to_string();
+        let preview = call(&Managed, json!({"name": name, "contents": "a\n"}), true).unwrap();
+        assert_eq!(preview.value["changed"], true);
+        assert!(!path.exists(), "test=true wrote the file");
+        let first = call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false).unwrap();
+        assert_eq!(first.value["changed"], true);
+        let meta = fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o7777, 0o640);
+        assert_eq!(meta.uid(), User::from_name("nobody").unwrap().unwrap().uid.as_raw());
+        let again = call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false).unwrap();
+        assert_eq!(again.value["changed"], false, "{}", again.value);
+        let edit = call(&Managed, json!({"name": name, "contents": "a\nc\n", "backup": true}), false).unwrap();
+        assert!(edit.value["details"]["diff"].as_str().unwrap().contains("-b\n+c\n"), "{}", edit.value);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "a\nc\n");
+        assert_eq!(fs::read_to_string(format!("{name}.halite-bak")).unwrap(), "a\nb\n");
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o640, "mode kept across replacement");
+        assert!(call(&Managed, json!({"name": "relative", "contents": ""}), false).is_err());
+        let selinux = call(&Managed, json!({"name": name, "contents": "a\nc\n", "selinux_context": "system_u:object_r:etc_t:s0"}), false);
+        if !selinux_enabled() {
+            assert!(selinux.unwrap_err().to_string().contains("SELinux is not enabled"));
+        }
+    }
+
+    #[test]
+    fn directory_absent_read_and_stat() {
+        let d = dir("dirs");
+        let sub = d.join("a/b");
+        let name = sub.display().to_string();
+        assert!(call(&Directory, json!({"name": name}), false).is_err(), "parent missing without makedirs");
+        let made = call(&Directory, json!({"name": name, "makedirs": true, "mode": "0700"}), false).unwrap();
+        assert_eq!(made.value["changed"], true);
+        assert_eq!(call(&Directory, json!({"name": name, "mode": "0700"}), false).unwrap().value["changed"], false);
+        let stat = call(&Stat, json!({"name": name}), false).unwrap();
+        assert_eq!(stat.value["type"], "directory");
+        assert_eq!(stat.value["mode"], "0700");
+        fs::write(sub.join("f"), "hello world").unwrap();
+        let read = call(&Read, json!({"name": sub.join("f").display().to_string(), "max_bytes": 5}), false).unwrap();
+        assert_eq!(read.value, "hello");
+        assert!(read.truncated);
+        let top = d.join("a").display().to_string();
+        assert_eq!(call(&Absent, json!({"name": top}), true).unwrap().value["changed"], true);
+        assert!(d.join("a").exists());
+        assert_eq!(call(&Absent, json!({"name": top}), false).unwrap().value["changed"], true);
+        assert!(!d.join("a").exists());
+        assert_eq!(call(&Absent, json!({"name": top}), false).unwrap().value["changed"], false);
+        assert_eq!(call(&Stat, json!({"name": top}), false).unwrap().value, json!({"exists": false}));
+    }
+}
