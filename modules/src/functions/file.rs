@@ -43,7 +43,11 @@ fn uid_of(user: &Option<String>) -> Result<Option<Uid>, ModuleError> {
     if let Ok(uid) = user.parse::<u32>() {
         return Ok(Some(Uid::from_raw(uid)));
     }
-    User::from_name(user).ok().flatten().map(|u| Some(u.uid)).ok_or_else(|| ModuleError::Failed(format!("no such user {user:?}")))
+    User::from_name(user)
+        .ok()
+        .flatten()
+        .map(|u| Some(u.uid))
+        .ok_or_else(|| ModuleError::Failed(format!("no such user {user:?}")))
 }
 
 fn gid_of(group: &Option<String>) -> Result<Option<Gid>, ModuleError> {
@@ -63,7 +67,12 @@ fn selinux_enabled() -> bool {
 }
 
 /// What differs between a path's metadata and what is wanted, as human phrases.
-fn attribute_changes(meta: Option<&fs::Metadata>, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Vec<String> {
+fn attribute_changes(
+    meta: Option<&fs::Metadata>,
+    mode: Option<u32>,
+    uid: Option<Uid>,
+    gid: Option<Gid>,
+) -> Vec<String> {
     let mut changes = Vec::new();
     if let Some(mode) = mode {
         if meta.is_none_or(|m| m.mode() & 0o7777 != mode) {
@@ -85,7 +94,8 @@ fn attribute_changes(meta: Option<&fs::Metadata>, mode: Option<u32>, uid: Option
 
 fn apply_attributes(path: &Path, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Result<(), ModuleError> {
     if uid.is_some() || gid.is_some() {
-        nix::unistd::chown(path, uid, gid).map_err(|e| ModuleError::Failed(format!("{}: chown: {e}", path.display())))?;
+        nix::unistd::chown(path, uid, gid)
+            .map_err(|e| ModuleError::Failed(format!("{}: chown: {e}", path.display())))?;
     }
     if let Some(mode) = mode {
         fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io(path))?;
@@ -159,10 +169,12 @@ impl Typed for Managed {
         let content_changes = meta.is_none() || old.as_deref() != Some(args.contents.as_bytes());
         let diff = match (&old, content_changes) {
             (_, false) => String::new(),
-            (Some(old), true) => similar::TextDiff::from_lines(String::from_utf8_lossy(old).as_ref(), args.contents.as_str())
-                .unified_diff()
-                .header(&args.name, &args.name)
-                .to_string(),
+            (Some(old), true) => {
+                similar::TextDiff::from_lines(String::from_utf8_lossy(old).as_ref(), args.contents.as_str())
+                    .unified_diff()
+                    .header(&args.name, &args.name)
+                    .to_string()
+            }
             (None, true) if meta.is_some() => "(previous content too large to diff)".into(),
             (None, true) => "new file".into(),
         };
@@ -170,7 +182,11 @@ impl Typed for Managed {
         let mut changes = if content_changes { vec!["content".to_owned()] } else { Vec::new() };
         changes.extend(attribute_changes(meta.as_ref(), wanted_mode, uid, gid));
         if let Some(change) = apply_selinux(cx, &path, &args.selinux_context).await.or_else(|e| {
-            if meta.is_none() && cx.test { Ok(None) } else { Err(e) }
+            if meta.is_none() && cx.test {
+                Ok(None)
+            } else {
+                Err(e)
+            }
         })? {
             changes.push(change);
         }
@@ -179,7 +195,11 @@ impl Typed for Managed {
             return Ok(Output::change(false, format!("{} is already in the correct state", args.name), details));
         }
         if cx.test {
-            return Ok(Output::change(true, format!("{} would be updated: {}", args.name, changes.join(", ")), details));
+            return Ok(Output::change(
+                true,
+                format!("{} would be updated: {}", args.name, changes.join(", ")),
+                details,
+            ));
         }
         let parent = path.parent().ok_or_else(|| ModuleError::BadArguments("no parent directory".into()))?;
         if args.makedirs {
@@ -190,7 +210,8 @@ impl Typed for Managed {
                 let backup = PathBuf::from(format!("{}.halite-bak", path.display()));
                 fs::copy(&path, &backup).map_err(io(&backup))?;
             }
-            let tmp = parent.join(format!(".{}.halite-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
+            let tmp =
+                parent.join(format!(".{}.halite-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
             let _ = fs::remove_file(&tmp);
             let keep_mode = meta.as_ref().map(|m| m.mode() & 0o7777);
             let mut file = fs::OpenOptions::new()
@@ -201,7 +222,8 @@ impl Typed for Managed {
                 .map_err(io(&tmp))?;
             file.write_all(args.contents.as_bytes()).map_err(io(&tmp))?;
             file.sync_all().map_err(io(&tmp))?;
-            let (keep_uid, keep_gid) = (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
+            let (keep_uid, keep_gid) =
+                (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
             apply_attributes(&tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))?;
             fs::rename(&tmp, &path).map_err(io(&path))?;
             fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io(parent))?;
@@ -283,13 +305,21 @@ impl Typed for Directory {
             return Ok(Output::change(false, format!("{} is already in the correct state", args.name), json!({})));
         }
         if cx.test {
-            return Ok(Output::change(true, format!("{} would change: {}", args.name, changes.join(", ")), json!({ "changes": changes })));
+            return Ok(Output::change(
+                true,
+                format!("{} would change: {}", args.name, changes.join(", ")),
+                json!({ "changes": changes }),
+            ));
         }
         if meta.is_none() {
             if args.makedirs { fs::create_dir_all(&path) } else { fs::create_dir(&path) }.map_err(io(&path))?;
         }
         apply_attributes(&path, wanted_mode, uid, gid)?;
-        Ok(Output::change(true, format!("{} updated: {}", args.name, changes.join(", ")), json!({ "changes": changes })))
+        Ok(Output::change(
+            true,
+            format!("{} updated: {}", args.name, changes.join(", ")),
+            json!({ "changes": changes }),
+        ))
     }
 }
 
@@ -334,7 +364,8 @@ pub(crate) struct StatArgs {
 
 impl Typed for Stat {
     const NAME: &'static str = "file.stat";
-    const DOC: &'static str = "Returns {exists, type, size, mode, uid, gid, user, group, mtime} of a path (links are not followed).";
+    const DOC: &'static str =
+        "Returns {exists, type, size, mode, uid, gid, user, group, mtime} of a path (links are not followed).";
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = StatArgs;
     async fn run(&self, args: StatArgs, _: &Context) -> Result<Output, ModuleError> {
@@ -399,12 +430,16 @@ mod tests {
         let preview = call(&Managed, json!({"name": name, "contents": "a\n"}), true).unwrap();
         assert_eq!(preview.value["changed"], true);
         assert!(!path.exists(), "test=true wrote the file");
-        let first = call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false).unwrap();
+        let first =
+            call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false)
+                .unwrap();
         assert_eq!(first.value["changed"], true);
         let meta = fs::metadata(&path).unwrap();
         assert_eq!(meta.mode() & 0o7777, 0o640);
         assert_eq!(meta.uid(), User::from_name("nobody").unwrap().unwrap().uid.as_raw());
-        let again = call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false).unwrap();
+        let again =
+            call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false)
+                .unwrap();
         assert_eq!(again.value["changed"], false, "{}", again.value);
         let edit = call(&Managed, json!({"name": name, "contents": "a\nc\n", "backup": true}), false).unwrap();
         assert!(edit.value["details"]["diff"].as_str().unwrap().contains("-b\n+c\n"), "{}", edit.value);
@@ -412,7 +447,11 @@ mod tests {
         assert_eq!(fs::read_to_string(format!("{name}.halite-bak")).unwrap(), "a\nb\n");
         assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o640, "mode kept across replacement");
         assert!(call(&Managed, json!({"name": "relative", "contents": ""}), false).is_err());
-        let selinux = call(&Managed, json!({"name": name, "contents": "a\nc\n", "selinux_context": "system_u:object_r:etc_t:s0"}), false);
+        let selinux = call(
+            &Managed,
+            json!({"name": name, "contents": "a\nc\n", "selinux_context": "system_u:object_r:etc_t:s0"}),
+            false,
+        );
         if !selinux_enabled() {
             assert!(selinux.unwrap_err().to_string().contains("SELinux is not enabled"));
         }

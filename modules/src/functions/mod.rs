@@ -1,5 +1,6 @@
 //! The built-in functions, one module per `module.` prefix.
 
+mod archive;
 mod cmd;
 mod file;
 mod grains;
@@ -26,5 +27,6 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(file::Directory),
         Box::new(file::Read),
         Box::new(file::Stat),
+        Box::new(archive::Extract),
     ]
 }

@@ -1,0 +1,410 @@
+//! `archive.extract`: unpack tar, tar.gz, tar.xz and zip archives, safely.
+//!
+//! Every entry is checked before anything is written: no absolute paths, no `..`, no links
+//! whose target leaves the destination, no device files, and nothing written through an
+//! existing symlink. One bad entry refuses the whole archive, so a malicious archive never
+//! half-extracts.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::{Context, ModuleError, Output, Typed};
+
+pub(crate) struct Extract;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExtractArgs {
+    /// Absolute path of the archive on the minion.
+    name: String,
+    /// Absolute path of the directory to extract into (created if missing).
+    dest: String,
+    /// Expected SHA-256 of the archive: `sha256=<hex>`, `sha256:<hex>` or bare hex. Required unless skip_verify.
+    #[serde(default)]
+    source_hash: Option<String>,
+    /// Extract without checking the checksum.
+    #[serde(default)]
+    skip_verify: bool,
+    /// Skip extraction (changed=false) when this path already exists.
+    #[serde(default)]
+    if_missing: Option<String>,
+}
+
+impl Typed for Extract {
+    const NAME: &'static str = "archive.extract";
+    const DOC: &'static str = "Extracts a tar, tar.gz, tar.xz or zip archive (format detected from its content) after \
+         verifying its SHA-256. Refuses archives with absolute paths, `..` components, links pointing outside \
+         the destination, device files, or entries that would be written through a symlink; nothing is \
+         extracted from a refused archive.";
+    const POSITIONAL: &'static [&'static str] = &["name", "dest"];
+    type Args = ExtractArgs;
+    async fn run(&self, args: ExtractArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let archive = PathBuf::from(&args.name);
+        let dest = PathBuf::from(&args.dest);
+        if !archive.is_absolute() || !dest.is_absolute() {
+            return Err(ModuleError::BadArguments("name and dest must be absolute paths".into()));
+        }
+        if let Some(marker) = &args.if_missing {
+            if Path::new(marker).exists() {
+                return Ok(Output::change(false, format!("{marker} exists; nothing extracted"), json!({})));
+            }
+        }
+        match (&args.source_hash, args.skip_verify) {
+            (Some(expected), _) => verify(&archive, expected)?,
+            (None, true) => {}
+            (None, false) => {
+                return Err(ModuleError::BadArguments("source_hash is required (or skip_verify=true)".into()));
+            }
+        }
+        let format = detect(&archive)?;
+        let entries = tokio::task::spawn_blocking({
+            let (archive, dest) = (archive.clone(), dest.clone());
+            move || check_all(&archive, &dest, format)
+        })
+        .await
+        .map_err(|e| ModuleError::Failed(e.to_string()))??;
+        if cx.test {
+            return Ok(Output::change(
+                true,
+                format!("{} entries would be extracted", entries.len()),
+                json!({ "entries": entries }),
+            ));
+        }
+        let count = entries.len();
+        tokio::task::spawn_blocking(move || extract_all(&archive, &dest, format))
+            .await
+            .map_err(|e| ModuleError::Failed(e.to_string()))??;
+        Ok(Output::change(true, format!("extracted {count} entries into {}", args.dest), json!({ "entries": entries })))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Tar,
+    TarGz,
+    TarXz,
+    Zip,
+}
+
+fn failed(path: &Path) -> impl Fn(io::Error) -> ModuleError + '_ {
+    move |e| ModuleError::Failed(format!("{}: {e}", path.display()))
+}
+
+fn verify(archive: &Path, expected: &str) -> Result<(), ModuleError> {
+    let hex = expected.trim_start_matches("sha256=").trim_start_matches("sha256:").to_ascii_lowercase();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ModuleError::BadArguments(format!("source_hash {expected:?} is not a SHA-256")));
+    }
+    let mut hasher = Sha256::new();
+    io::copy(&mut File::open(archive).map_err(failed(archive))?, &mut hasher).map_err(failed(archive))?;
+    let actual = halite_protocol::hex::encode(&hasher.finalize());
+    if actual != hex {
+        return Err(ModuleError::Failed(format!(
+            "checksum mismatch for {}: expected {hex}, got {actual}",
+            archive.display()
+        )));
+    }
+    Ok(())
+}
+
+fn detect(archive: &Path) -> Result<Format, ModuleError> {
+    let mut magic = [0u8; 6];
+    let n = File::open(archive).and_then(|mut f| f.read(&mut magic)).map_err(failed(archive))?;
+    Ok(match &magic[..n] {
+        [0x1f, 0x8b, ..] => Format::TarGz,
+        [0xfd, b'7', b'z', b'X', b'Z', 0] => Format::TarXz,
+        [b'P', b'K', 3, 4, ..] => Format::Zip,
+        _ => Format::Tar,
+    })
+}
+
+/// Lexically resolves `relative` under `base`; `None` if it is absolute or climbs out.
+fn inside(relative: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for component in relative.components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+enum Kind {
+    File,
+    Dir,
+    Symlink(PathBuf),
+    Hardlink(PathBuf),
+}
+
+/// Checks one entry; returns its path relative to the destination.
+fn check_entry(dest: &Path, name: &Path, kind: &Kind) -> Result<PathBuf, ModuleError> {
+    let refuse = |why: &str| Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display())));
+    if name.is_absolute() {
+        return refuse("absolute path");
+    }
+    if name.components().any(|c| c == Component::ParentDir) {
+        return refuse("contains ..");
+    }
+    let Some(relative) = inside(name) else { return refuse("escapes the destination") };
+    match kind {
+        Kind::Symlink(target) => {
+            if target.is_absolute() {
+                return refuse("symlink to an absolute path");
+            }
+            let parent = relative.parent().unwrap_or(Path::new(""));
+            if inside(&parent.join(target)).is_none() {
+                return refuse("symlink points outside the destination");
+            }
+        }
+        Kind::Hardlink(target) => {
+            if target.is_absolute() || inside(target).is_none() {
+                return refuse("hard link points outside the destination");
+            }
+        }
+        Kind::File | Kind::Dir => {}
+    }
+    // Never write through a symlink that already exists under the destination.
+    let mut walk = dest.to_path_buf();
+    let mut parts = relative.components().peekable();
+    while let Some(part) = parts.next() {
+        walk.push(part);
+        if parts.peek().is_some() && fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_symlink()) {
+            return refuse("would be written through an existing symlink");
+        }
+    }
+    Ok(relative)
+}
+
+fn tar_reader(archive: &Path, format: Format) -> Result<tar::Archive<Box<dyn Read>>, ModuleError> {
+    let file = File::open(archive).map_err(failed(archive))?;
+    let reader: Box<dyn Read> = match format {
+        Format::TarGz => Box::new(flate2::read::GzDecoder::new(file)),
+        Format::TarXz => Box::new(liblzma::read::XzDecoder::new(file)),
+        _ => Box::new(file),
+    };
+    Ok(tar::Archive::new(reader))
+}
+
+fn tar_kind(entry: &tar::Entry<'_, Box<dyn Read>>) -> Result<Kind, String> {
+    let link = || entry.link_name().ok().flatten().map(|l| l.into_owned()).ok_or("link without a target".to_owned());
+    Ok(match entry.header().entry_type() {
+        tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
+        tar::EntryType::Directory => Kind::Dir,
+        tar::EntryType::Symlink => Kind::Symlink(link()?),
+        tar::EntryType::Link => Kind::Hardlink(link()?),
+        tar::EntryType::XGlobalHeader
+        | tar::EntryType::XHeader
+        | tar::EntryType::GNULongName
+        | tar::EntryType::GNULongLink => return Err("skip".into()),
+        other => return Err(format!("unsupported entry type {other:?}")),
+    })
+}
+
+fn zip_kind<R: Read>(file: &mut zip::read::ZipFile<'_, R>) -> Result<Kind, ModuleError> {
+    const S_IFMT: u32 = 0o170000;
+    const S_IFLNK: u32 = 0o120000;
+    if file.unix_mode().is_some_and(|m| m & S_IFMT == S_IFLNK) {
+        let mut target = String::new();
+        file.read_to_string(&mut target).map_err(|e| ModuleError::Failed(e.to_string()))?;
+        return Ok(Kind::Symlink(PathBuf::from(target)));
+    }
+    Ok(if file.is_dir() { Kind::Dir } else { Kind::File })
+}
+
+/// First pass: every entry checked, nothing written. Returns the entry names.
+fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>, ModuleError> {
+    let mut names = Vec::new();
+    if format == Format::Zip {
+        let mut zip = zip::ZipArchive::new(File::open(archive).map_err(failed(archive))?)
+            .map_err(|e| ModuleError::Failed(format!("{}: {e}", archive.display())))?;
+        for i in 0..zip.len() {
+            let mut file = zip.by_index(i).map_err(|e| ModuleError::Failed(e.to_string()))?;
+            let name = PathBuf::from(file.name());
+            let kind = zip_kind(&mut file)?;
+            check_entry(dest, &name, &kind)?;
+            names.push(name.display().to_string());
+        }
+        return Ok(names);
+    }
+    let mut tar = tar_reader(archive, format)?;
+    for entry in tar.entries().map_err(failed(archive))? {
+        let entry = entry.map_err(failed(archive))?;
+        let name = entry.path().map_err(failed(archive))?.into_owned();
+        let kind = match tar_kind(&entry) {
+            Ok(kind) => kind,
+            Err(skip) if skip == "skip" => continue,
+            Err(why) => return Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display()))),
+        };
+        check_entry(dest, &name, &kind)?;
+        names.push(name.display().to_string());
+    }
+    Ok(names)
+}
+
+/// Second pass: extraction, re-checking each entry (the archive file could have changed).
+fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), ModuleError> {
+    fs::create_dir_all(dest).map_err(failed(dest))?;
+    if format == Format::Zip {
+        let mut zip = zip::ZipArchive::new(File::open(archive).map_err(failed(archive))?)
+            .map_err(|e| ModuleError::Failed(e.to_string()))?;
+        for i in 0..zip.len() {
+            let mut file = zip.by_index(i).map_err(|e| ModuleError::Failed(e.to_string()))?;
+            let name = PathBuf::from(file.name());
+            let kind = zip_kind(&mut file)?;
+            let target = dest.join(check_entry(dest, &name, &kind)?);
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent).map_err(failed(parent))?;
+            }
+            match kind {
+                Kind::Dir => fs::create_dir_all(&target).map_err(failed(&target))?,
+                Kind::Symlink(link) => std::os::unix::fs::symlink(link, &target).map_err(failed(&target))?,
+                Kind::File | Kind::Hardlink(_) => {
+                    let mut out = File::create(&target).map_err(failed(&target))?;
+                    io::copy(&mut file, &mut out).map_err(failed(&target))?;
+                    if let Some(mode) = file.unix_mode() {
+                        use std::os::unix::fs::PermissionsExt;
+                        fs::set_permissions(&target, fs::Permissions::from_mode(mode & 0o777))
+                            .map_err(failed(&target))?;
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
+    let mut tar = tar_reader(archive, format)?;
+    for entry in tar.entries().map_err(failed(archive))? {
+        let mut entry = entry.map_err(failed(archive))?;
+        let name = entry.path().map_err(failed(archive))?.into_owned();
+        let kind = match tar_kind(&entry) {
+            Ok(kind) => kind,
+            Err(_) => continue,
+        };
+        let target = dest.join(check_entry(dest, &name, &kind)?);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).map_err(failed(parent))?;
+        }
+        match kind {
+            Kind::Hardlink(link) => {
+                let source = dest.join(inside(&link).unwrap_or_default());
+                let _ = fs::remove_file(&target);
+                fs::hard_link(&source, &target).map_err(failed(&target))?;
+            }
+            _ => {
+                entry.unpack(&target).map_err(failed(&target))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Args, Function};
+    use std::process::Command;
+
+    fn call(args: serde_json::Value) -> Result<Output, ModuleError> {
+        let serde_json::Value::Object(map) = args else { panic!("object expected") };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(Extract.call(Args::new(vec![], map.into_iter().collect()), &Context::default()))
+    }
+
+    fn sha(path: &Path) -> String {
+        let mut h = Sha256::new();
+        io::copy(&mut File::open(path).unwrap(), &mut h).unwrap();
+        format!("sha256={}", halite_protocol::hex::encode(&h.finalize()))
+    }
+
+    fn workdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("halite-archive-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("src/app/sub")).unwrap();
+        fs::write(d.join("src/app/readme"), "hello\n").unwrap();
+        fs::write(d.join("src/app/sub/data"), "data\n").unwrap();
+        std::os::unix::fs::symlink("sub/data", d.join("src/app/link")).unwrap();
+        d
+    }
+
+    fn sh(dir: &Path, script: &str) {
+        let status = Command::new("sh").arg("-c").arg(script).current_dir(dir).status().unwrap();
+        assert!(status.success(), "{script}");
+    }
+
+    #[test]
+    fn tar_gz_xz_and_zip_extract_with_a_verified_checksum() {
+        let d = workdir("good");
+        sh(&d, "tar -C src -cf a.tar app && tar -C src -czf a.tgz app && tar -C src -cJf a.txz app && (cd src && zip -qry ../a.zip app)");
+        for archive in ["a.tar", "a.tgz", "a.txz", "a.zip"] {
+            let path = d.join(archive);
+            let dest = d.join(format!("out-{archive}"));
+            let out = call(json!({"name": path.display().to_string(), "dest": dest.display().to_string(), "source_hash": sha(&path)})).unwrap();
+            assert_eq!(out.value["changed"], true);
+            assert_eq!(fs::read_to_string(dest.join("app/sub/data")).unwrap(), "data\n", "{archive}");
+            assert_eq!(fs::read_link(dest.join("app/link")).unwrap(), PathBuf::from("sub/data"), "{archive}");
+        }
+        let path = d.join("a.tgz").display().to_string();
+        let dest = d.join("x").display().to_string();
+        let err = call(json!({"name": path, "dest": dest})).unwrap_err();
+        assert!(err.to_string().contains("source_hash is required"));
+        let wrong = format!("sha256={}", "0".repeat(64));
+        let err = call(json!({"name": path, "dest": dest, "source_hash": wrong})).unwrap_err();
+        assert!(err.to_string().contains("checksum mismatch"));
+        let skipped = call(
+            json!({"name": path, "dest": dest, "skip_verify": true, "if_missing": d.join("src").display().to_string()}),
+        )
+        .unwrap();
+        assert_eq!(skipped.value["changed"], false);
+    }
+
+    #[test]
+    fn malicious_archives_are_refused_whole() {
+        let d = workdir("evil");
+        // `..` entry (GNU tar keeps it with -P), absolute entry, symlink escapes.
+        sh(&d, "echo x > victim && tar -cPf dotdot.tar src/app/readme ../$(basename $PWD)/victim");
+        sh(&d, "tar -cPf absolute.tar src/app/readme $PWD/victim");
+        sh(&d, "mkdir -p l && ln -s /etc l/etc && tar -cf abslink.tar -C l etc");
+        sh(&d, "mkdir -p r && ln -s ../../outside r/up && tar -cf rellink.tar -C r up");
+        sh(&d, "mkdir -p z && ln -s /etc z/evil && (cd z && zip -qry ../evil.zip evil)");
+        for (archive, why) in [
+            ("dotdot.tar", "contains .."),
+            ("absolute.tar", "absolute path"),
+            ("abslink.tar", "symlink to an absolute path"),
+            ("rellink.tar", "points outside"),
+            ("evil.zip", "symlink to an absolute path"),
+        ] {
+            let path = d.join(archive);
+            let dest = d.join(format!("out-{archive}"));
+            let err = call(
+                json!({"name": path.display().to_string(), "dest": dest.display().to_string(), "skip_verify": true}),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(why), "{archive}: {err}");
+            assert!(!dest.exists() || fs::read_dir(&dest).unwrap().next().is_none(), "{archive} half-extracted");
+        }
+        // A symlink already in the destination is never written through.
+        let dest = d.join("pre");
+        fs::create_dir_all(&dest).unwrap();
+        std::os::unix::fs::symlink("/tmp", dest.join("app")).unwrap();
+        sh(&d, "tar -C src -cf plain.tar app");
+        let err = call(json!({"name": d.join("plain.tar").display().to_string(), "dest": dest.display().to_string(), "skip_verify": true}))
+            .unwrap_err();
+        assert!(err.to_string().contains("through an existing symlink"), "{err}");
+    }
+}
