@@ -30,10 +30,23 @@ pub fn collect(static_grains: &BTreeMap<String, Value>) -> BTreeMap<String, Valu
     grains.insert("mem_total".into(), json!(mem_total_mib()));
     grains.insert("machine_id".into(), json!(read_trimmed("/etc/machine-id").unwrap_or_default()));
     grains.insert("cpuarch".into(), json!(std::env::consts::ARCH));
+    grains.insert("init".into(), json!(init_system()));
     for (key, value) in static_grains {
         grains.insert(key.clone(), value.clone());
     }
     grains
+}
+
+/// The init system: `systemd` when it is PID 1, `openrc` when OpenRC is installed, else
+/// `sysvinit`.
+pub fn init_system() -> &'static str {
+    if std::path::Path::new("/run/systemd/system").is_dir() {
+        "systemd"
+    } else if std::path::Path::new("/sbin/openrc").exists() || std::path::Path::new("/sbin/rc-service").exists() {
+        "openrc"
+    } else {
+        "sysvinit"
+    }
 }
 
 fn read_trimmed(path: &str) -> Option<String> {

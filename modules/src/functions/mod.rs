@@ -1,9 +1,12 @@
 //! The built-in functions, one module per `module.` prefix.
 
+mod accounts;
 mod archive;
 mod cmd;
 mod file;
 mod grains;
+mod pkg;
+mod service;
 mod sys;
 mod test;
 
@@ -28,5 +31,22 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(file::Read),
         Box::new(file::Stat),
         Box::new(archive::Extract),
+        Box::new(accounts::UserPresent),
+        Box::new(accounts::UserAbsent),
+        Box::new(accounts::GroupPresent),
+        Box::new(accounts::GroupAbsent),
+        Box::new(pkg::Install),
+        Box::new(pkg::Remove),
+        Box::new(pkg::List),
+        Box::new(pkg::Version),
+        Box::new(pkg::Refresh),
+        Box::new(service::Start),
+        Box::new(service::Stop),
+        Box::new(service::Restart),
+        Box::new(service::Reload),
+        Box::new(service::Status),
+        Box::new(service::Enabled),
+        Box::new(service::Enable),
+        Box::new(service::Disable),
     ]
 }

@@ -1,0 +1,428 @@
+//! `pkg.*`: packages through apt/dpkg, dnf/yum/rpm, apk, or pip.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{Command, Context, ModuleError, Output, Typed};
+
+/// A package manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Backend {
+    Apt,
+    /// dnf, or yum where dnf is missing.
+    Dnf(&'static str),
+    Apk,
+    /// pip of this interpreter.
+    Pip(PathBuf),
+}
+
+/// Options every `pkg.*` function takes.
+#[derive(Deserialize, JsonSchema, Default)]
+pub(crate) struct Select {
+    /// Package manager: apt, dnf, yum, apk or pip (default: from the os_family grain).
+    #[serde(default)]
+    provider: Option<String>,
+    /// For pip: a virtualenv directory or a Python interpreter (default python3).
+    #[serde(default)]
+    bin_env: Option<PathBuf>,
+}
+
+impl Select {
+    fn backend(&self, cx: &Context) -> Result<Backend, ModuleError> {
+        let family = cx.grains.get("os_family").and_then(|v| v.as_str()).unwrap_or("");
+        let provider = self.provider.clone().unwrap_or_else(|| {
+            match family {
+                "Debian" => "apt",
+                "RedHat" | "Suse" => "dnf",
+                "Alpine" => "apk",
+                _ => "",
+            }
+            .to_owned()
+        });
+        Ok(match provider.as_str() {
+            "apt" => Backend::Apt,
+            "dnf" | "yum" => Backend::Dnf(if provider == "dnf" && cx.runner.exists("dnf") { "dnf" } else { "yum" }),
+            "apk" => Backend::Apk,
+            "pip" => Backend::Pip(match &self.bin_env {
+                Some(env) if env.is_dir() => env.join("bin/python"),
+                Some(python) => python.clone(),
+                None => PathBuf::from("python3"),
+            }),
+            "" => {
+                return Err(ModuleError::Failed(format!(
+                    "no package manager known for os_family {family:?}; pass provider="
+                )))
+            }
+            other => {
+                return Err(ModuleError::BadArguments(format!(
+                    "unknown provider {other:?} (apt, dnf, yum, apk or pip)"
+                )))
+            }
+        })
+    }
+}
+
+fn apt_env(argv: &[&str]) -> Command {
+    let mut c = Command::new(argv);
+    c.env.insert("DEBIAN_FRONTEND".into(), "noninteractive".into());
+    c
+}
+
+impl Backend {
+    async fn list(&self, cx: &Context) -> Result<BTreeMap<String, String>, ModuleError> {
+        let mut out = BTreeMap::new();
+        match self {
+            Backend::Apt => {
+                let text = cx
+                    .runner
+                    .check(&["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n"])
+                    .await?;
+                for line in text.lines() {
+                    let f: Vec<&str> = line.split('\t').collect();
+                    if f.len() == 3 && f[2] == "installed" {
+                        out.insert(f[0].to_owned(), f[1].to_owned());
+                    }
+                }
+            }
+            Backend::Dnf(_) => {
+                let text =
+                    cx.runner.check(&["rpm", "-qa", "--qf", "%{NAME}\t%{EPOCH}:%{VERSION}-%{RELEASE}\n"]).await?;
+                for line in text.lines() {
+                    if let Some((name, version)) = line.split_once('\t') {
+                        out.insert(name.to_owned(), version.trim_start_matches("(none):").to_owned());
+                    }
+                }
+            }
+            Backend::Apk => {
+                let text = cx.runner.check(&["apk", "info", "-v"]).await?;
+                let re = regex::Regex::new(r"^(.+)-([0-9][^-]*-r[0-9]+)$")
+                    .map_err(|e| ModuleError::Failed(e.to_string()))?;
+                for line in text.lines() {
+                    if let Some(c) = re.captures(line.trim()) {
+                        out.insert(c[1].to_owned(), c[2].to_owned());
+                    }
+                }
+            }
+            Backend::Pip(python) => {
+                let text = cx
+                    .runner
+                    .check(&[
+                        python.display().to_string().as_str(),
+                        "-m",
+                        "pip",
+                        "list",
+                        "--format=json",
+                        "--disable-pip-version-check",
+                    ])
+                    .await?;
+                let list: Vec<serde_json::Value> =
+                    serde_json::from_str(&text).map_err(|e| ModuleError::Failed(format!("pip list: {e}")))?;
+                for p in list {
+                    if let (Some(n), Some(v)) = (p["name"].as_str(), p["version"].as_str()) {
+                        out.insert(self.key(n), v.to_owned());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Package names are normalised the way the manager compares them.
+    fn key(&self, name: &str) -> String {
+        match self {
+            Backend::Pip(_) => name.to_ascii_lowercase().replace('_', "-"),
+            _ => name.to_owned(),
+        }
+    }
+
+    fn pinned(&self, name: &str, version: &str) -> String {
+        match self {
+            Backend::Apt | Backend::Apk => format!("{name}={version}"),
+            Backend::Dnf(_) => format!("{name}-{version}"),
+            Backend::Pip(_) => format!("{name}=={version}"),
+        }
+    }
+
+    fn install_command(&self, specs: &[String]) -> Command {
+        let mut c = match self {
+            Backend::Apt => apt_env(&["apt-get", "install", "-y", "-q", "--no-install-recommends"]),
+            Backend::Dnf(tool) => Command::new(&[*tool, "install", "-y"]),
+            Backend::Apk => Command::new(&["apk", "add"]),
+            Backend::Pip(python) => Command::new(&[
+                python.display().to_string().as_str(),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+            ]),
+        };
+        c.argv.extend(specs.iter().cloned());
+        c
+    }
+
+    fn remove_command(&self, names: &[String]) -> Command {
+        let mut c = match self {
+            Backend::Apt => apt_env(&["apt-get", "remove", "-y", "-q"]),
+            Backend::Dnf(tool) => Command::new(&[*tool, "remove", "-y"]),
+            Backend::Apk => Command::new(&["apk", "del"]),
+            Backend::Pip(python) => {
+                Command::new(&[python.display().to_string().as_str(), "-m", "pip", "uninstall", "-y"])
+            }
+        };
+        c.argv.extend(names.iter().cloned());
+        c
+    }
+
+    fn refresh_command(&self) -> Option<Command> {
+        match self {
+            Backend::Apt => Some(apt_env(&["apt-get", "update", "-q"])),
+            Backend::Dnf(tool) => Some(Command::new(&[*tool, "makecache"])),
+            Backend::Apk => Some(Command::new(&["apk", "update"])),
+            Backend::Pip(_) => None,
+        }
+    }
+}
+
+fn names(name: Option<String>, pkgs: Vec<String>) -> Result<Vec<String>, ModuleError> {
+    let all: Vec<String> = name.into_iter().chain(pkgs).collect();
+    if all.is_empty() {
+        return Err(ModuleError::BadArguments("give name or pkgs".into()));
+    }
+    if let Some(bad) = all.iter().find(|n| n.is_empty() || n.starts_with('-') || n.contains(char::is_whitespace)) {
+        return Err(ModuleError::BadArguments(format!("{bad:?} is not a package name")));
+    }
+    Ok(all)
+}
+
+fn versions_changed(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+    names: &[String],
+    backend: &Backend,
+) -> serde_json::Value {
+    let mut changes = serde_json::Map::new();
+    for name in names {
+        let key = backend.key(name);
+        let (old, new) = (before.get(&key), after.get(&key));
+        if old != new {
+            changes.insert(
+                name.clone(),
+                json!({ "old": old.cloned().unwrap_or_default(), "new": new.cloned().unwrap_or_default() }),
+            );
+        }
+    }
+    serde_json::Value::Object(changes)
+}
+
+pub(crate) struct Install;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InstallArgs {
+    /// One package.
+    #[serde(default)]
+    name: Option<String>,
+    /// Several packages.
+    #[serde(default)]
+    pkgs: Vec<String>,
+    /// Exact version to install (with name only).
+    #[serde(default)]
+    version: Option<String>,
+    /// Exact versions by package name (with pkgs).
+    #[serde(default)]
+    versions: BTreeMap<String, String>,
+    /// Refresh the package index first.
+    #[serde(default)]
+    refresh: bool,
+    #[serde(flatten)]
+    select: Select,
+}
+
+impl Typed for Install {
+    const NAME: &'static str = "pkg.install";
+    const DOC: &'static str = "Installs packages, optionally at exact versions; packages already installed (at the \
+         requested version) are left alone, so a second run reports changed=false. details maps each changed \
+         package to {old, new}.";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = InstallArgs;
+    async fn run(&self, a: InstallArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let backend = a.select.backend(cx)?;
+        let mut wanted = a.versions.clone();
+        if let (Some(name), Some(version)) = (&a.name, &a.version) {
+            wanted.insert(name.clone(), version.clone());
+        }
+        let all = names(a.name, a.pkgs)?;
+        if a.refresh && !cx.test {
+            if let Some(c) = backend.refresh_command() {
+                cx.runner.check_env(&c).await?;
+            }
+        }
+        let before = backend.list(cx).await?;
+        let needed: Vec<String> = all
+            .iter()
+            .filter(|n| match (before.get(&backend.key(n)), wanted.get(*n)) {
+                (None, _) => true,
+                (Some(have), Some(want)) => have != want,
+                (Some(_), None) => false,
+            })
+            .map(|n| match wanted.get(n) {
+                Some(v) => backend.pinned(n, v),
+                None => n.clone(),
+            })
+            .collect();
+        if needed.is_empty() {
+            return Ok(Output::change(false, "all packages are already installed", json!({})));
+        }
+        if cx.test {
+            return Ok(Output::change(
+                true,
+                format!("would install {}", needed.join(" ")),
+                json!({ "install": needed }),
+            ));
+        }
+        cx.runner.check_env(&backend.install_command(&needed)).await?;
+        let after = backend.list(cx).await?;
+        let changes = versions_changed(&before, &after, &all, &backend);
+        Ok(Output::change(true, format!("installed {}", needed.join(" ")), changes))
+    }
+}
+
+pub(crate) struct Remove;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RemoveArgs {
+    /// One package.
+    #[serde(default)]
+    name: Option<String>,
+    /// Several packages.
+    #[serde(default)]
+    pkgs: Vec<String>,
+    #[serde(flatten)]
+    select: Select,
+}
+
+impl Typed for Remove {
+    const NAME: &'static str = "pkg.remove";
+    const DOC: &'static str = "Removes installed packages; packages not installed are left alone (changed=false).";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = RemoveArgs;
+    async fn run(&self, a: RemoveArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let backend = a.select.backend(cx)?;
+        let all = names(a.name, a.pkgs)?;
+        let before = backend.list(cx).await?;
+        let present: Vec<String> = all.iter().filter(|n| before.contains_key(&backend.key(n))).cloned().collect();
+        if present.is_empty() {
+            return Ok(Output::change(false, "none of the packages is installed", json!({})));
+        }
+        if cx.test {
+            return Ok(Output::change(
+                true,
+                format!("would remove {}", present.join(" ")),
+                json!({ "remove": present }),
+            ));
+        }
+        cx.runner.check_env(&backend.remove_command(&present)).await?;
+        let after = backend.list(cx).await?;
+        Ok(Output::change(
+            true,
+            format!("removed {}", present.join(" ")),
+            versions_changed(&before, &after, &all, &backend),
+        ))
+    }
+}
+
+pub(crate) struct List;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListArgs {
+    #[serde(flatten)]
+    select: Select,
+}
+
+impl Typed for List {
+    const NAME: &'static str = "pkg.list";
+    const DOC: &'static str = "Returns every installed package with its version.";
+    type Args = ListArgs;
+    async fn run(&self, a: ListArgs, cx: &Context) -> Result<Output, ModuleError> {
+        Ok(Output::ok(json!(a.select.backend(cx)?.list(cx).await?)))
+    }
+}
+
+pub(crate) struct Version;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VersionArgs {
+    /// One package.
+    #[serde(default)]
+    name: Option<String>,
+    /// Several packages.
+    #[serde(default)]
+    pkgs: Vec<String>,
+    #[serde(flatten)]
+    select: Select,
+}
+
+impl Typed for Version {
+    const NAME: &'static str = "pkg.version";
+    const DOC: &'static str = "Returns the installed version of each package (an empty string when not installed).";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = VersionArgs;
+    async fn run(&self, a: VersionArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let backend = a.select.backend(cx)?;
+        let installed = backend.list(cx).await?;
+        let versions: BTreeMap<String, String> = names(a.name, a.pkgs)?
+            .into_iter()
+            .map(|n| (installed.get(&backend.key(&n)).cloned().unwrap_or_default(), n))
+            .map(|(v, n)| (n, v))
+            .collect();
+        Ok(Output::ok(json!(versions)))
+    }
+}
+
+pub(crate) struct Refresh;
+
+impl Typed for Refresh {
+    const NAME: &'static str = "pkg.refresh";
+    const DOC: &'static str =
+        "Refreshes the package index (apt-get update, dnf makecache, apk update; nothing for pip).";
+    type Args = ListArgs;
+    async fn run(&self, a: ListArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let backend = a.select.backend(cx)?;
+        let Some(command) = backend.refresh_command() else {
+            return Ok(Output::change(false, "pip has no index to refresh", json!({})));
+        };
+        if cx.test {
+            return Ok(Output::change(true, "would refresh the package index", json!({ "command": command.argv })));
+        }
+        cx.runner.check_env(&command).await?;
+        Ok(Output::change(true, "package index refreshed", json!({ "command": command.argv })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_written_the_way_each_manager_reads_them() {
+        assert_eq!(Backend::Apt.pinned("nginx", "1.22-1"), "nginx=1.22-1");
+        assert_eq!(Backend::Dnf("dnf").pinned("nginx", "1.22-1.el9"), "nginx-1.22-1.el9");
+        assert_eq!(Backend::Pip("python3".into()).pinned("requests", "2.31.0"), "requests==2.31.0");
+        assert_eq!(Backend::Pip("python3".into()).key("My_Pkg"), "my-pkg");
+        assert!(names(None, vec![]).is_err());
+        assert!(names(Some("-o".into()), vec![]).is_err());
+        let cx = Context::default();
+        assert!(Select { provider: Some("brew".into()), bin_env: None }
+            .backend(&cx)
+            .unwrap_err()
+            .to_string()
+            .contains("brew"));
+    }
+}
