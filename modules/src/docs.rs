@@ -78,3 +78,17 @@ pub fn render_markdown(registry: &Registry) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/modules.md` is generated; regenerate with `halite-minion doc > docs/modules.md`.
+    #[test]
+    fn docs_modules_md_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/modules.md");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        let generated = render_markdown(&Registry::standard());
+        assert!(committed == generated, "docs/modules.md is stale: run `halite-minion doc > docs/modules.md`");
+    }
+}

@@ -28,6 +28,8 @@ enum Command {
         /// Arguments: positional values and key=value pairs.
         args: Vec<String>,
     },
+    /// Print the documentation of every built-in function as Markdown (docs/modules.md).
+    Doc,
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,6 +54,10 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<MinionConfig> {
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let config = load_config(cli.config)?;
     match cli.command.unwrap_or(Command::Run) {
+        Command::Doc => {
+            print!("{}", halite_modules::docs::render_markdown(&halite_modules::Registry::standard()));
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Call { function, args } => {
             // Local calls are latency-sensitive: one thread, no logging set-up.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -3,9 +3,11 @@
 mod accounts;
 mod archive;
 mod cmd;
+mod event;
 mod file;
 mod grains;
 mod pkg;
+mod plan;
 mod service;
 mod sys;
 mod test;
@@ -48,5 +50,7 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(service::Enabled),
         Box::new(service::Enable),
         Box::new(service::Disable),
+        Box::new(event::Send),
+        Box::new(plan::Run),
     ]
 }

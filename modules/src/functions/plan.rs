@@ -1,0 +1,278 @@
+//! `plan.run`: several steps in one job, in order, with requisites, guards and tags.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{Args, Command, Context, ModuleError, Output, Typed};
+
+/// One step of a plan.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Step {
+    /// Unique name of the step.
+    id: String,
+    /// Function to call, e.g. `pkg.install`.
+    function: String,
+    /// Positional arguments.
+    #[serde(default)]
+    args: Vec<Value>,
+    /// Keyword arguments.
+    #[serde(default)]
+    kwargs: BTreeMap<String, Value>,
+    /// Earlier steps that must have succeeded.
+    #[serde(default)]
+    require: Vec<String>,
+    /// Run only if one of these earlier steps changed something.
+    #[serde(default)]
+    onchanges: Vec<String>,
+    /// Shell command that must exit 0 for the step to run (needs cmd.run allowed).
+    #[serde(default)]
+    onlyif: Option<String>,
+    /// Shell command that must not exit 0 for the step to run (needs cmd.run allowed).
+    #[serde(default)]
+    unless: Option<String>,
+    /// Tags for selecting steps.
+    #[serde(default)]
+    tags: Vec<String>,
+}
+
+/// A plan file (`<plans_dir>/<name>.toml`): `[[steps]]` tables.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    steps: Vec<Step>,
+}
+
+pub(crate) struct Run;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunArgs {
+    /// A plan stored on the minion (`<plans_dir>/<name>.toml`).
+    #[serde(default)]
+    name: Option<String>,
+    /// The steps, given inline.
+    #[serde(default)]
+    steps: Option<Vec<Step>>,
+    /// Run only steps carrying one of these tags.
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+}
+
+impl Typed for Run {
+    const NAME: &'static str = "plan.run";
+    const DOC: &'static str = "Runs steps in order in one job. A step runs when its `require` steps succeeded, one of \
+         its `onchanges` steps changed something, its `onlyif` command succeeds and its `unless` command fails; \
+         otherwise it is skipped, and so are its dependents when it fails. `tags` selects a subset; \
+         `test=true` applies to every step. Every step goes through the minion's policy. The result lists \
+         each step's outcome; the job fails if any step failed.";
+    const POSITIONAL: &'static [&'static str] = &["name"];
+    type Args = RunArgs;
+    async fn run(&self, a: RunArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let dispatcher =
+            cx.dispatcher.as_ref().ok_or_else(|| ModuleError::Failed("no registry in this context".into()))?;
+        let steps = match (a.steps, &a.name) {
+            (Some(steps), None) => steps,
+            (None, Some(name)) => {
+                if halite_protocol::id::validate(name).is_err() {
+                    return Err(ModuleError::BadArguments(format!("{name:?} is not a plan name")));
+                }
+                let path = dispatcher.plans_dir.join(format!("{name}.toml"));
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| ModuleError::Failed(format!("{}: {e}", path.display())))?;
+                toml::from_str::<PlanFile>(&text)
+                    .map_err(|e| ModuleError::Failed(format!("{}: {}", path.display(), e.to_string().trim_end())))?
+                    .steps
+            }
+            _ => return Err(ModuleError::BadArguments("give either name (a stored plan) or steps".into())),
+        };
+        check(&steps)?;
+        let mut outcomes: BTreeMap<String, (bool, bool)> = BTreeMap::new(); // id → (succeeded, changed)
+        let mut report = Vec::new();
+        let (mut failed, mut skipped) = (0, 0);
+        for step in &steps {
+            let selected = a.tags.as_ref().is_none_or(|tags| step.tags.iter().any(|t| tags.contains(t)));
+            let skip = |reason: String| json!({ "id": step.id, "function": step.function, "result": "skipped", "reason": reason });
+            if !selected {
+                report.push(skip("not selected by tags".into()));
+                skipped += 1;
+                continue;
+            }
+            if let Some(bad) = step.require.iter().find(|r| outcomes.get(*r).is_none_or(|(ok, _)| !ok)) {
+                report.push(skip(format!("required step {bad} did not succeed")));
+                skipped += 1;
+                continue;
+            }
+            if !step.onchanges.is_empty()
+                && !step.onchanges.iter().any(|r| outcomes.get(r).is_some_and(|(_, changed)| *changed))
+            {
+                report.push(skip(format!("no changes in {}", step.onchanges.join(", "))));
+                skipped += 1;
+                continue;
+            }
+            if let Some(reason) = guard(cx, step).await? {
+                report.push(skip(reason));
+                skipped += 1;
+                continue;
+            }
+            let result = dispatcher.call(&step.function, Args::new(step.args.clone(), step.kwargs.clone()), cx).await;
+            let (ok, changed, entry) = match result {
+                Ok(output) => {
+                    let ok = output.retcode == 0;
+                    let changed = output.value.get("changed").and_then(Value::as_bool).unwrap_or(false);
+                    (
+                        ok,
+                        changed,
+                        json!({ "id": step.id, "function": step.function, "result": if ok { "succeeded" } else { "failed" },
+                                          "changed": changed, "return": output.value }),
+                    )
+                }
+                Err(error) => (
+                    false,
+                    false,
+                    json!({ "id": step.id, "function": step.function, "result": "failed", "error": error.to_string() }),
+                ),
+            };
+            if !ok {
+                failed += 1;
+            }
+            outcomes.insert(step.id.clone(), (ok, changed));
+            report.push(entry);
+        }
+        let changed = outcomes.values().any(|(_, c)| *c);
+        let value = json!({ "changed": changed, "steps": report, "failed": failed, "skipped": skipped,
+                            "succeeded": outcomes.values().filter(|(ok, _)| *ok).count() });
+        Ok(Output { value, retcode: i32::from(failed > 0), truncated: false })
+    }
+}
+
+/// Unique ids; requisites name earlier steps; no nested plans.
+fn check(steps: &[Step]) -> Result<(), ModuleError> {
+    let mut seen = BTreeSet::new();
+    for step in steps {
+        if step.function == "plan.run" {
+            return Err(ModuleError::BadArguments(format!("step {}: plans cannot run plans", step.id)));
+        }
+        for requisite in step.require.iter().chain(&step.onchanges) {
+            if !seen.contains(requisite) {
+                return Err(ModuleError::BadArguments(format!("step {}: {requisite} is not an earlier step", step.id)));
+            }
+        }
+        if !seen.insert(step.id.clone()) {
+            return Err(ModuleError::BadArguments(format!("step id {} is used twice", step.id)));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `onlyif`/`unless`; `Some(reason)` to skip. Guards are shell commands, so they need
+/// `cmd.run` to be allowed: a plan cannot reach a shell the policy forbids.
+async fn guard(cx: &Context, step: &Step) -> Result<Option<String>, ModuleError> {
+    for (command, wanted_success, word) in [(&step.onlyif, true, "onlyif"), (&step.unless, false, "unless")] {
+        let Some(command) = command else { continue };
+        if let Some(dispatcher) = &cx.dispatcher {
+            dispatcher
+                .policy
+                .check("cmd.run", &cx.caller, false)
+                .map_err(|e| ModuleError::Denied(format!("step {} {word}: {e}", step.id)))?;
+        }
+        let done = cx.runner.run(&Command::new(&["/bin/sh", "-c", command.as_str()])).await?;
+        if (done.retcode == 0) != wanted_success {
+            return Ok(Some(format!("{word} command {}", if wanted_success { "failed" } else { "succeeded" })));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Dispatcher, Function, Policy, Registry};
+    use std::sync::Arc;
+
+    fn run(args: Value, policy: Policy, test: bool) -> Result<Output, ModuleError> {
+        let dispatcher =
+            Arc::new(Dispatcher { registry: Arc::new(Registry::standard()), policy, plans_dir: std::env::temp_dir() });
+        let cx = Context { test, dispatcher: Some(dispatcher), ..Context::default() };
+        let Value::Object(map) = args else { panic!("object expected") };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(Run.call(Args::new(vec![], map.into_iter().collect()), &cx))
+    }
+
+    fn results(out: &Output) -> Vec<(String, String)> {
+        out.value["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["id"].as_str().unwrap().to_owned(), s["result"].as_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn requisites_guards_and_tags_decide_what_runs() {
+        let dir = std::env::temp_dir().join(format!("halite-plan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let file = dir.join("f").display().to_string();
+        let steps = json!([
+            {"id": "dir", "function": "file.directory", "kwargs": {"name": dir.display().to_string()}, "tags": ["fs"]},
+            {"id": "file", "function": "file.managed", "kwargs": {"name": file, "contents": "x"}, "require": ["dir"], "tags": ["fs"]},
+            {"id": "notify", "function": "test.echo", "args": ["changed"], "onchanges": ["file"]},
+            {"id": "broken", "function": "cmd.run", "args": ["false"]},
+            {"id": "after", "function": "test.ping", "require": ["broken"]},
+            {"id": "guarded", "function": "test.ping", "unless": "true"},
+            {"id": "allowed", "function": "test.ping", "onlyif": "true"}
+        ]);
+        let out = run(json!({"steps": steps}), Policy::allow_all(), false).unwrap();
+        assert_eq!(out.retcode, 1, "a failed step fails the plan");
+        let expect =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect::<Vec<_>>();
+        assert_eq!(
+            results(&out),
+            expect(&[
+                ("dir", "succeeded"),
+                ("file", "succeeded"),
+                ("notify", "succeeded"),
+                ("broken", "failed"),
+                ("after", "skipped"),
+                ("guarded", "skipped"),
+                ("allowed", "succeeded")
+            ])
+        );
+        // Second run: nothing changes, so onchanges does not fire.
+        let again = run(json!({"steps": steps}), Policy::allow_all(), false).unwrap();
+        assert_eq!(results(&again)[2], ("notify".to_owned(), "skipped".to_owned()));
+        let tagged = run(json!({"steps": steps, "tags": ["fs"]}), Policy::allow_all(), false).unwrap();
+        assert_eq!(tagged.value["skipped"], 5);
+    }
+
+    #[test]
+    fn test_mode_policy_and_malformed_plans() {
+        let dir = std::env::temp_dir().join(format!("halite-plan-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let steps = json!([{"id": "d", "function": "file.directory", "kwargs": {"name": dir.display().to_string()}}]);
+        let out = run(json!({"steps": steps}), Policy::allow_all(), true).unwrap();
+        assert_eq!(out.value["changed"], true);
+        assert!(!dir.exists(), "test=true changed the host");
+        let denied =
+            run(json!({"steps": [{"id": "c", "function": "cmd.run", "args": ["true"]}]}), Policy::default(), false)
+                .unwrap();
+        assert!(denied.value["steps"][0]["error"].as_str().unwrap().starts_with("denied"));
+        let guard =
+            run(json!({"steps": [{"id": "g", "function": "test.ping", "onlyif": "true"}]}), Policy::default(), false);
+        assert!(matches!(guard, Err(ModuleError::Denied(_))));
+        for (steps, why) in [
+            (json!([{"id": "a", "function": "test.ping", "require": ["b"]}]), "not an earlier step"),
+            (json!([{"id": "a", "function": "test.ping"}, {"id": "a", "function": "test.ping"}]), "used twice"),
+            (json!([{"id": "a", "function": "plan.run"}]), "cannot run plans"),
+        ] {
+            let err = run(json!({"steps": steps}), Policy::allow_all(), false).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+}
