@@ -63,6 +63,26 @@ impl Args {
     }
 }
 
+/// A version written on a command line: `1.0` reads as a number, but a version is text.
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(transparent)]
+pub(crate) struct VersionString(pub(crate) String);
+
+impl<'de> serde::Deserialize<'de> for VersionString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(VersionString(s)),
+            Value::Number(n) => Ok(VersionString(n.to_string())),
+            other => Err(serde::de::Error::custom(format!("a version must be text, not {other}"))),
+        }
+    }
+}
+
+/// `deserialize_with` for an optional version (see [`VersionString`]).
+pub(crate) fn version_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Some(<VersionString as serde::Deserialize>::deserialize(d)?.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,8 @@
 //! by `cargo build`), each cluster in its own temporary directory, driven through the real
 //! `halite` CLI. The tests themselves live in `tests/tests/`.
 
+pub mod testroot;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -220,6 +222,36 @@ impl Cluster {
             .stderr(log.map_or(Stdio::null(), Stdio::from))
             .spawn()
             .unwrap_or_else(|e| panic!("starting halite-minion: {e}"));
+        self.minions.push((id.to_owned(), child));
+    }
+
+    /// Enrolls a minion that runs inside `root` (under chroot) with `extra` config; its files
+    /// live in the root's `/etc/halite/<id>/`.
+    pub fn start_minion_in_root(&mut self, root: &Path, id: &str, extra: &str) {
+        let run = self.cli(&["key", "token", "create", "--minion", id, "--ttl", "10m"]);
+        assert_eq!(run.code, 0, "token create: {}", run.stderr);
+        let inner = format!("/etc/halite/{id}");
+        let dir = root.join(inner.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let enrollment = format!(
+            "master = \"127.0.0.1:{}\"\nmaster_key = {:?}\nid = {id:?}\ntoken = {:?}\n",
+            self.port,
+            self.master_key(),
+            run.stdout.trim()
+        );
+        std::fs::write(dir.join("enrollment.toml"), enrollment).unwrap_or_else(|e| panic!("{e}"));
+        let config = format!(
+            "state_dir = \"/var/lib/halite/{id}\"\nenrollment_file = \"{inner}/enrollment.toml\"\nactions_dir = \"{inner}/actions.d\"\nlog = \"info\"\n{extra}\n"
+        );
+        std::fs::write(dir.join("minion.toml"), config).unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::fs::remove_dir_all(root.join(format!("var/lib/halite/{id}")));
+        let log = std::fs::File::create(self.dir.join(format!("{id}.log"))).ok();
+        let child = Command::new("chroot")
+            .arg(root)
+            .args(["/usr/local/bin/halite-minion", "--config", &format!("{inner}/minion.toml")])
+            .stderr(log.map_or(Stdio::null(), Stdio::from))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting a minion in the root: {e}"));
         self.minions.push((id.to_owned(), child));
     }
 

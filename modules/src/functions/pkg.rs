@@ -230,11 +230,12 @@ pub(crate) struct InstallArgs {
     #[serde(default)]
     pkgs: Vec<String>,
     /// Exact version to install (with name only).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::args::version_string")]
+    #[schemars(with = "Option<String>")]
     version: Option<String>,
     /// Exact versions by package name (with pkgs).
     #[serde(default)]
-    versions: BTreeMap<String, String>,
+    versions: BTreeMap<String, crate::args::VersionString>,
     /// Refresh the package index first.
     #[serde(default)]
     refresh: bool,
@@ -251,7 +252,7 @@ impl Typed for Install {
     type Args = InstallArgs;
     async fn run(&self, a: InstallArgs, cx: &Context) -> Result<Output, ModuleError> {
         let backend = a.select.backend(cx)?;
-        let mut wanted = a.versions.clone();
+        let mut wanted: BTreeMap<String, String> = a.versions.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
         if let (Some(name), Some(version)) = (&a.name, &a.version) {
             wanted.insert(name.clone(), version.clone());
         }

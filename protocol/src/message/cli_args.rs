@@ -30,7 +30,12 @@ fn is_identifier(key: &str) -> bool {
 }
 
 fn cli_value(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    match serde_json::from_str(text) {
+        // `1.10` is a version, not 1.1: a number is kept only when it reads back unchanged.
+        Ok(Value::Number(n)) if n.to_string() != text => Value::String(text.to_owned()),
+        Ok(value) => value,
+        Err(_) => Value::String(text.to_owned()),
+    }
 }
 
 #[cfg(test)]
@@ -46,5 +51,7 @@ mod tests {
         assert_eq!(keyword["shell"], json!(true));
         assert_eq!(keyword["env"], json!({"A": "b"}));
         assert_eq!(keyword["a"], json!("b=c"));
+        let (positional, _) = parse_cli_args(&["1.10", "1.5", "007", "1e3"]);
+        assert_eq!(positional, vec![json!("1.10"), json!(1.5), json!("007"), json!("1e3")]);
     }
 }
