@@ -316,3 +316,16 @@ fn a_cancelled_job_is_killed_and_reported_cancelled() {
     let fingerprints = cluster.cli(&["key", "fingerprint"]);
     assert!(fingerprints.stdout.starts_with("master: "), "{}", fingerprints.stdout);
 }
+
+#[test]
+fn local_calls_honour_the_default_deny_policy() {
+    let cluster = Cluster::start("");
+    let config = cluster.dir.join("local-minion.toml");
+    std::fs::write(&config, format!("state_dir = {:?}\n", cluster.dir.join("local"))).unwrap();
+    let config = config.to_str().unwrap();
+    let denied = cluster.bin("halite-minion", &["--config", config, "call", "cmd.run", "true"]);
+    assert_eq!(denied.code, 1);
+    assert!(denied.stdout.contains("denied: cmd.run is not allowed"), "{}", denied.stdout);
+    let allowed = cluster.bin("halite-minion", &["--config", config, "call", "test.ping"]);
+    assert_eq!(allowed.code, 0, "{}", allowed.stdout);
+}

@@ -194,8 +194,11 @@ mod tests {
     use std::sync::Arc;
 
     fn run(args: Value, policy: Policy, test: bool) -> Result<Output, ModuleError> {
-        let dispatcher =
-            Arc::new(Dispatcher { registry: Arc::new(Registry::standard()), policy, plans_dir: std::env::temp_dir() });
+        run_in(args, policy, test, std::env::temp_dir())
+    }
+
+    fn run_in(args: Value, policy: Policy, test: bool, plans_dir: std::path::PathBuf) -> Result<Output, ModuleError> {
+        let dispatcher = Arc::new(Dispatcher { registry: Arc::new(Registry::standard()), policy, plans_dir });
         let cx = Context { test, dispatcher: Some(dispatcher), ..Context::default() };
         let Value::Object(map) = args else { panic!("object expected") };
         tokio::runtime::Builder::new_current_thread()
@@ -274,5 +277,21 @@ mod tests {
             let err = run(json!({"steps": steps}), Policy::allow_all(), false).unwrap_err().to_string();
             assert!(err.contains(why), "{err}");
         }
+    }
+
+    #[test]
+    fn stored_plans_run_by_name() {
+        let dir = std::env::temp_dir().join(format!("halite-plans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("hello.toml"), "[[steps]]\nid = \"p\"\nfunction = \"test.echo\"\nargs = [\"hi\"]\n")
+            .unwrap();
+        std::fs::write(dir.join("bad.toml"), "[[steps]]\nid = \"p\"\nfuntion = \"test.ping\"\n").unwrap();
+        let out = run_in(json!({"name": "hello"}), Policy::default(), false, dir.clone()).unwrap();
+        assert_eq!(out.value["steps"][0]["return"], "hi");
+        let err = run_in(json!({"name": "bad"}), Policy::default(), false, dir.clone()).unwrap_err().to_string();
+        assert!(err.contains("funtion"), "{err}");
+        let err = run_in(json!({"name": "../etc/passwd"}), Policy::default(), false, dir).unwrap_err().to_string();
+        assert!(err.contains("not a plan name"), "{err}");
     }
 }
