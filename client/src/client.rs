@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use halite_protocol::message::{
-    self, Cancel, ClientHello, JobUpdate, Message, PublishRequest, Published, Request, RequestBody, ResponseBody,
-    Target, Value,
+    self, Cancel, ClientHello, Event, JobUpdate, Message, PublishRequest, Published, Request, RequestBody,
+    ResponseBody, Subscribe, Target, Value,
 };
 use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
 use halite_transport::{Dealer, DealerConfig, DealerEvent};
@@ -210,6 +210,21 @@ impl Client {
             _ => None,
         })
         .await?
+    }
+
+    /// Subscribes to bus events whose tags match any of these globs (replacing earlier
+    /// patterns). Events then arrive through [`Client::next_event`], pushed by the master.
+    pub async fn subscribe(&mut self, patterns: Vec<String>) -> Result<(), ClientError> {
+        self.send(&Message::Subscribe(Subscribe { patterns })).await
+    }
+
+    /// The next bus event.
+    pub async fn next_event(&mut self) -> Result<Event, ClientError> {
+        self.recv_matching(|msg| match msg {
+            Message::Event(e) => Some(e.clone()),
+            _ => None,
+        })
+        .await
     }
 
     /// Asks the master to cancel a job. Its minions then report `cancelled` (or finish first).

@@ -42,9 +42,21 @@ fn default_listen() -> String {
 }
 
 impl ClientConfig {
+    /// A principal other than root: its name and key, and the master's address and key.
+    pub fn principal(master: String, master_key: PublicIdentity, key: IdentityKey, name: &str) -> Self {
+        ClientConfig { master, master_key, key, principal: name.to_owned(), connect_timeout: Duration::from_secs(10) }
+    }
+
     /// The root principal on the master's own host: reads the master config for its state
     /// directory, then the master's address and public key and the root key from there.
     pub fn from_master_config(path: &Path) -> Result<Self, ClientError> {
+        let (master, master_key, state_dir) = Self::locate_master(path)?;
+        let key = keyfile::read_secret(&state_dir.join("root.key")).map_err(|e| ClientError::Config(e.to_string()))?;
+        Ok(ClientConfig { master, master_key, key, principal: "root".into(), connect_timeout: Duration::from_secs(10) })
+    }
+
+    /// The master's address, public key and state directory, read through its config file.
+    pub fn locate_master(path: &Path) -> Result<(String, PublicIdentity, PathBuf), ClientError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ClientError::Config(format!("{}: {e} (use --config to name the master config)", path.display()))
         })?;
@@ -57,8 +69,6 @@ impl ClientConfig {
         let master = master.replace("0.0.0.0", "127.0.0.1");
         let master_key = keyfile::read_public(&file.state_dir.join("master.pub"))
             .map_err(|e| ClientError::Config(format!("{e} (has the master been started once with this config?)")))?;
-        let key =
-            keyfile::read_secret(&file.state_dir.join("root.key")).map_err(|e| ClientError::Config(e.to_string()))?;
-        Ok(ClientConfig { master, master_key, key, principal: "root".into(), connect_timeout: Duration::from_secs(10) })
+        Ok((master, master_key, file.state_dir))
     }
 }

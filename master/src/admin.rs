@@ -2,14 +2,16 @@
 
 use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{ErrorKind, KeyInfo, KeyState, MinionInfo, RequestBody, ResponseBody, TokenInfo};
+use halite_protocol::message::{
+    ErrorKind, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
+};
 use rand_core::RngCore;
 use tracing::info;
 
 use crate::clock::now_ms;
 use crate::keys::token_hash;
 use crate::server::Master;
-use crate::store::{KeyRecord, Store, StoreError};
+use crate::store::{KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
 
 type Reply = Result<ResponseBody, (ErrorKind, String)>;
@@ -22,8 +24,56 @@ fn internal(error: StoreError) -> (ErrorKind, String) {
 const MAX_JOB_LIST: u32 = 1000;
 
 impl<S: Store> Master<S> {
-    pub(crate) async fn handle_request(&mut self, body: RequestBody) -> Reply {
+    pub(crate) async fn handle_request(&mut self, body: RequestBody, acl: Option<&PrincipalAcl>) -> Reply {
+        let admin_only =
+            !matches!(body, RequestBody::JobList { .. } | RequestBody::JobShow { .. } | RequestBody::MinionList { .. });
+        if admin_only && acl.is_some_and(|a| !a.admin) {
+            return Err((ErrorKind::Forbidden, "this principal may not administer the master".into()));
+        }
         match body {
+            RequestBody::PrincipalAdd { name, public_key, acl } => {
+                halite_protocol::id::validate(&name).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
+                if name == "root" {
+                    return Err((ErrorKind::BadRequest, "root is built in; its key is root.key".into()));
+                }
+                let key =
+                    PublicIdentity::from_bytes(&public_key).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
+                for rule in &acl.rules {
+                    crate::target::Expr::parse(
+                        halite_protocol::message::TargetKind::Compound,
+                        &rule.targets,
+                        &self.config.nodegroups,
+                    )
+                    .map_err(|e| (ErrorKind::BadRequest, format!("targets {:?}: {e}", rule.targets)))?;
+                    for pattern in rule.args.values() {
+                        regex::Regex::new(pattern)
+                            .map_err(|e| (ErrorKind::BadRequest, format!("args pattern {pattern:?}: {e}")))?;
+                    }
+                }
+                let record = PrincipalRecord { name: name.clone(), public_key: *key.as_bytes(), acl };
+                self.store.put_principal(&record, now_ms()).await.map_err(internal)?;
+                self.reload_principals().await.map_err(internal)?;
+                info!(principal = %name, fingerprint = %key.fingerprint(), "principal registered");
+                Ok(ResponseBody::Changed(vec![name]))
+            }
+            RequestBody::PrincipalList => Ok(ResponseBody::Principals(
+                self.principals
+                    .values()
+                    .map(|p| PrincipalInfo {
+                        name: p.name.clone(),
+                        fingerprint: fingerprint(&p.public_key),
+                        acl: p.acl.clone(),
+                    })
+                    .collect(),
+            )),
+            RequestBody::PrincipalRemove { name } => {
+                if !self.store.delete_principal(&name).await.map_err(internal)? {
+                    return Err((ErrorKind::NotFound, format!("no principal {name}")));
+                }
+                self.reload_principals().await.map_err(internal)?;
+                self.cut_clients(&name);
+                Ok(ResponseBody::Changed(vec![name]))
+            }
             RequestBody::KeyList { pattern } => {
                 let keys = self.store.keys().await.map_err(internal)?;
                 Ok(ResponseBody::Keys(
@@ -109,6 +159,8 @@ impl<S: Store> Master<S> {
                 None => self.store.delete_key(&key.id, &key.public_key).await,
             }
             .map_err(internal)?;
+            let event_state = to.map_or("deleted", |s| s.as_str());
+            self.emit(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
                 self.store.delete_minion(&key.id).await.map_err(internal)?;
                 self.minions.remove(&key.id);

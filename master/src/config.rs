@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::acl::{EventRule, PeerRule};
+
 /// Default config file.
 pub const DEFAULT_PATH: &str = "/etc/halite/master.toml";
 
@@ -48,6 +50,10 @@ pub struct MasterConfig {
     pub timeout_grace_secs: u64,
     /// Named compound targets, used with `-N`.
     pub nodegroups: BTreeMap<String, String>,
+    /// Which events which minions may send (`[[events]]`); none by default.
+    pub events: Vec<EventRule>,
+    /// Which jobs which minions may publish on other minions (`[[peers]]`); none by default.
+    pub peers: Vec<PeerRule>,
     /// Log filter (`tracing` syntax, e.g. `info` or `halite_master=debug`).
     pub log: String,
 }
@@ -62,6 +68,8 @@ impl Default for MasterConfig {
             handshake_timeout_secs: 10,
             timeout_grace_secs: 5,
             nodegroups: BTreeMap::new(),
+            events: Vec::new(),
+            peers: Vec::new(),
             log: "info".into(),
         }
     }
@@ -118,6 +126,17 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:9000");
         assert_eq!(config.nodegroups["web"], "web*");
         assert_eq!(config.keep_jobs_hours, 168);
+    }
+
+    #[test]
+    fn event_and_peer_rules_parse() {
+        let config = MasterConfig::parse(
+            "[[events]]\nminions = [\"web*\"]\nallow = [\"app/*\"]\nrate_per_sec = 5.0\n\n[[peers]]\nminions = [\"ci\"]\ntarget = \"web*\"\nfunctions = [\"service.restart\"]\n",
+        )
+        .unwrap();
+        assert_eq!(config.events[0].burst, 20.0);
+        assert_eq!(config.peers[0].functions, ["service.restart"]);
+        assert!(MasterConfig::parse("[[events]]\nminions = [\"x\"]\nalow = []\n").unwrap_err().contains("alow"));
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! | `master.addr` | the address actually bound, written at start |
 //! | `master.db` | the SQLite store |
 
+pub mod acl;
 mod admin;
+mod bus;
 mod clock;
 pub mod config;
 mod jobs;

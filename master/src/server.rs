@@ -11,20 +11,23 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
-    self, ErrorKind, ErrorMessage, Job, JobDone, JobReturn, JobUpdate, Message, MinionJobState, Outcome,
-    PublishRequest, Published, ReturnAck, SignedJob, Value, Welcome,
+    self, ErrorKind, ErrorMessage, Event, Job, JobDone, JobReturn, JobUpdate, Message, MinionJobState, Outcome,
+    PrincipalAcl, PublishRequest, Published, ReturnAck, SignedJob, Value, Welcome,
 };
 use halite_protocol::noise::{
     AwaitingIdentity, Claim, IdentifiedPeer, LocalIdentity, Responder, Role, Session, SessionConfig,
 };
-use halite_transport::{PeerId, Router, RouterEvent};
+use halite_transport::{PeerId, Router, RouterEvent, SendError};
+use serde_json::json;
 use tracing::{debug, info, warn};
 
+use crate::acl::{self, NoticeThrottle, RateLimiter};
+use crate::bus::Bus;
 use crate::clock::{now_ms, JidGenerator};
 use crate::config::MasterConfig;
 use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::{decide, Decision};
-use crate::store::{JobRecord, MinionRecord, Store, StoreError};
+use crate::store::{JobRecord, MinionRecord, PrincipalRecord, Store, StoreError};
 use crate::target::Expr;
 
 /// How often deadlines are checked.
@@ -39,8 +42,8 @@ enum Conn {
     AwaitIdentity { state: Box<AwaitingIdentity>, since: Instant },
     /// An accepted minion.
     Minion { id: String, session: Session },
-    /// An authenticated client.
-    Client { principal: String, session: Session },
+    /// An authenticated client; `acl` is `None` for root.
+    Client { principal: String, acl: Option<Box<PrincipalAcl>>, session: Session },
 }
 
 impl Conn {
@@ -75,6 +78,23 @@ pub struct Master<S: Store> {
     pub(crate) online: HashMap<String, PeerId>,
     jobs: JobTable,
     jids: JidGenerator,
+    pub(crate) bus: Bus,
+    /// Registered client principals by name (root is not among them).
+    pub(crate) principals: HashMap<String, PrincipalRecord>,
+    event_buckets: HashMap<String, RateLimiter>,
+    notices: NoticeThrottle,
+    /// Minion events refused since start (for operators and metrics).
+    pub(crate) events_denied: u64,
+}
+
+/// Who asks for a job; decides what it may target.
+pub(crate) enum Publisher {
+    /// The root principal: anything.
+    Root,
+    /// A registered principal, within its ACL.
+    Principal(Box<PrincipalAcl>),
+    /// A minion, within the `[[peers]]` rules for it.
+    Peer(String),
 }
 
 impl<S: Store> Master<S> {
@@ -98,7 +118,13 @@ impl<S: Store> Master<S> {
             online: HashMap::new(),
             jobs: JobTable::default(),
             jids: JidGenerator::default(),
+            bus: Bus::default(),
+            principals: HashMap::new(),
+            event_buckets: HashMap::new(),
+            notices: NoticeThrottle::default(),
+            events_denied: 0,
         };
+        master.reload_principals().await?;
         master.reload_accepted().await?;
         for m in master.store.minions().await? {
             master
@@ -126,6 +152,39 @@ impl<S: Store> Master<S> {
             master.jobs.insert(LiveJob { record, minions, watchers: Vec::new() });
         }
         Ok(master)
+    }
+
+    pub(crate) async fn reload_principals(&mut self) -> Result<(), StoreError> {
+        self.principals = self.store.principals().await?.into_iter().map(|p| (p.name.clone(), p)).collect();
+        Ok(())
+    }
+
+    /// Publishes an event on the bus. Each subscriber's queue is bounded: what does not fit is
+    /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
+    pub(crate) fn emit(&mut self, tag: String, data: Value) {
+        if self.bus.is_empty() {
+            return;
+        }
+        let recipients = self.bus.recipients(&tag);
+        if recipients.is_empty() {
+            return;
+        }
+        let event = Message::Event(Event { tag, data });
+        for peer in recipients {
+            let missed = self.bus.take_dropped(peer);
+            if missed > 0 {
+                let notice =
+                    Message::Event(Event { tag: "halite/bus/dropped".into(), data: json!({ "dropped": missed }) });
+                if self.try_send(peer, &notice).is_err() {
+                    self.bus.restore_dropped(peer, missed);
+                    self.bus.dropped(peer);
+                    continue;
+                }
+            }
+            if self.try_send(peer, &event).is_err() {
+                self.bus.dropped(peer);
+            }
+        }
     }
 
     pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {
@@ -213,6 +272,15 @@ impl<S: Store> Master<S> {
         }
     }
 
+    /// Seals and queues a message, reporting a full queue instead of logging it.
+    fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
+        let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else {
+            return Err(SendError::NotConnected);
+        };
+        let parts = session.seal(&message::encode(msg), Instant::now()).map_err(|_| SendError::NotConnected)?;
+        self.router.send(peer, parts)
+    }
+
     /// Seals and queues a message for an authenticated peer.
     pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
         let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else { return };
@@ -263,11 +331,11 @@ impl<S: Store> Master<S> {
                     }
                 }
             }
-            Conn::Client { principal, mut session } => {
+            Conn::Client { principal, acl, mut session } => {
                 let opened = session.open(&parts, Instant::now());
-                self.conns.insert(peer, Conn::Client { principal: principal.clone(), session });
+                self.conns.insert(peer, Conn::Client { principal: principal.clone(), acl: acl.clone(), session });
                 match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
-                    Ok(msg) => self.on_client_message(peer, &principal, msg).await?,
+                    Ok(msg) => self.on_client_message(peer, &principal, acl, msg).await?,
                     Err(error) => self.send_error(peer, ErrorKind::BadRequest, error, None),
                 }
             }
@@ -281,6 +349,21 @@ impl<S: Store> Master<S> {
             info!(minion = id, "key no longer accepted; disconnecting");
             self.conns.remove(&peer);
             self.router.disconnect(peer, "key no longer accepted");
+        }
+    }
+
+    /// Ends every session of a principal that was removed.
+    pub(crate) fn cut_clients(&mut self, principal: &str) {
+        let peers: Vec<PeerId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c, Conn::Client { principal: p, .. } if p == principal))
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in peers {
+            self.conns.remove(&peer);
+            self.bus.unsubscribe(peer);
+            self.router.disconnect(peer, "principal removed");
         }
     }
 
@@ -303,11 +386,19 @@ impl<S: Store> Master<S> {
         let who = identified.peer().clone();
         match who.role {
             Role::Client => {
-                if who.identity == self.root && who.name == "root" {
+                let acl = if who.identity == self.root && who.name == "root" {
+                    Some(None)
+                } else {
+                    self.principals
+                        .get(&who.name)
+                        .filter(|p| p.public_key == *who.identity.as_bytes())
+                        .map(|p| Some(Box::new(p.acl.clone())))
+                };
+                if let Some(acl) = acl {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         let _ = self.router.send(peer, verdict);
                         let _ = self.router.mark_authenticated(peer);
-                        self.conns.insert(peer, Conn::Client { principal: who.name, session });
+                        self.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
                     }
                 } else {
                     warn!(principal = %who.name, fingerprint = %who.identity.fingerprint(), "unknown client refused");
@@ -328,6 +419,10 @@ impl<S: Store> Master<S> {
                         if !self.accepted.contains(&id) {
                             info!(minion = %id, "minion enrolled with a token");
                             self.accepted.insert(id.clone());
+                            self.emit(
+                                format!("halite/key/{id}/accepted"),
+                                json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),
+                            );
                         }
                         let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
                         let _ = self.router.send(peer, verdict);
@@ -343,12 +438,20 @@ impl<S: Store> Master<S> {
                     }
                     Decision::Pending => {
                         info!(minion = %id, fingerprint = %who.identity.fingerprint(), "minion key pending acceptance");
+                        self.emit(
+                            format!("halite/key/{id}/pending"),
+                            json!({ "fingerprint": who.identity.fingerprint() }),
+                        );
                         self.refuse(peer, identified.defer("key pending acceptance", now));
                     }
                     Decision::Reject(reason) => self.refuse(peer, identified.reject(&reason, now)),
                     Decision::Denied => {
                         warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
                               "a different key for a known minion id was denied");
+                        self.emit(
+                            format!("halite/key/{id}/denied"),
+                            json!({ "fingerprint": who.identity.fingerprint() }),
+                        );
                         self.refuse(peer, identified.reject("denied: another key is registered for this id", now));
                     }
                 }
@@ -370,6 +473,7 @@ impl<S: Store> Master<S> {
                 self.touch(id).await;
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
                 self.send(peer, &Message::Welcome(welcome));
+                self.emit(format!("halite/minion/{id}/connected"), json!({}));
                 for jid in self.jobs.deliverable_to(id) {
                     self.deliver(&jid, id, peer).await?;
                 }
@@ -394,7 +498,11 @@ impl<S: Store> Master<S> {
                 self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
-            Message::Event(event) => debug!(minion = id, tag = %event.tag, "minion event dropped: no ACL allows it"),
+            Message::Event(event) => self.on_minion_event(id, event),
+            Message::Publish(request) => {
+                let caller = format!("minion:{id}");
+                self.publish(peer, &caller, Publisher::Peer(id.to_owned()), request).await?;
+            }
             other => {
                 let what = format!("{other:?}");
                 let what = what.split('(').next().unwrap_or_default().to_owned();
@@ -444,6 +552,9 @@ impl<S: Store> Master<S> {
             slot.deadline = None;
         }
         self.store.set_state(jid, minion, state, ret.as_ref(), now_ms()).await?;
+        if state.is_final() {
+            self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
+        }
         self.notify(jid, minion, state, ret);
         self.finish_if_done(jid);
         Ok(())
@@ -461,6 +572,7 @@ impl<S: Store> Master<S> {
     fn finish_if_done(&mut self, jid: &str) {
         if self.jobs.get_mut(jid).is_some_and(|j| j.is_done()) {
             if let Some(job) = self.jobs.remove(jid) {
+                self.emit(format!("halite/job/{jid}/done"), json!({}));
                 let done = Message::JobDone(JobDone { jid: jid.to_owned() });
                 for watcher in job.watchers {
                     self.send(watcher, &done);
@@ -469,17 +581,32 @@ impl<S: Store> Master<S> {
         }
     }
 
-    async fn on_client_message(&mut self, peer: PeerId, principal: &str, msg: Message) -> Result<(), StoreError> {
+    async fn on_client_message(
+        &mut self,
+        peer: PeerId,
+        principal: &str,
+        acl: Option<Box<PrincipalAcl>>,
+        msg: Message,
+    ) -> Result<(), StoreError> {
         match msg {
+            Message::Subscribe(subscribe) => {
+                self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events));
+            }
             Message::ClientHello(_) => {
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
                 self.send(peer, &Message::Welcome(welcome));
             }
-            Message::Publish(request) => self.publish(peer, principal, request).await?,
+            Message::Publish(request) => {
+                let publisher = match acl {
+                    None => Publisher::Root,
+                    Some(acl) => Publisher::Principal(acl),
+                };
+                self.publish(peer, principal, publisher, request).await?
+            }
             Message::Cancel(cancel) => self.cancel(peer, &cancel.jid).await?,
             Message::Request(request) => {
                 let id = request.request_id;
-                match self.handle_request(request.body).await {
+                match self.handle_request(request.body, acl.as_deref()).await {
                     Ok(body) => self.send(peer, &Message::Response(message::Response { request_id: id, body })),
                     Err((kind, error)) => self.send_error(peer, kind, error, Some(id.to_string())),
                 }
@@ -489,7 +616,13 @@ impl<S: Store> Master<S> {
         Ok(())
     }
 
-    async fn publish(&mut self, peer: PeerId, caller: &str, request: PublishRequest) -> Result<(), StoreError> {
+    async fn publish(
+        &mut self,
+        peer: PeerId,
+        caller: &str,
+        publisher: Publisher,
+        request: PublishRequest,
+    ) -> Result<(), StoreError> {
         let request_id = Some(request.request_id.to_string());
         if request.batch.is_some() || request.error_budget.is_some() {
             let message = "batch and error_budget are not supported by this master version".to_owned();
@@ -521,6 +654,13 @@ impl<S: Store> Master<S> {
             .collect();
         if targets.is_empty() {
             self.send_error(peer, ErrorKind::NotFound, "no minions matched the target".into(), request_id);
+            return Ok(());
+        }
+        // A minion that publishes gets its answer, not a stream of updates.
+        let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
+        if let Err(why) = self.authorize(&publisher, &request, &targets) {
+            warn!(%caller, function = %request.function, %why, "publish refused");
+            self.send_error(peer, ErrorKind::Forbidden, why, request_id);
             return Ok(());
         }
 
@@ -568,8 +708,12 @@ impl<S: Store> Master<S> {
         // Stored before anything is sent: a master killed right after sending still knows the job.
         self.store.insert_job(&record, &states).await?;
         info!(%jid, function = %record.function, minions = targets.len(), %caller, "job published");
+        self.emit(
+            format!("halite/job/{jid}/new"),
+            json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets }),
+        );
         let job_message = Message::Job(record.signed.clone());
-        self.jobs.insert(LiveJob { record, minions: slots, watchers: vec![peer] });
+        self.jobs.insert(LiveJob { record, minions: slots, watchers });
         self.send(
             peer,
             &Message::Published(Published { request_id: request.request_id, jid: jid.clone(), minions: targets }),
@@ -604,6 +748,80 @@ impl<S: Store> Master<S> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `publisher` may run `request` on `targets` (already resolved, never empty).
+    fn authorize(&self, publisher: &Publisher, request: &PublishRequest, targets: &[String]) -> Result<(), String> {
+        let empty = BTreeMap::new();
+        let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
+            targets.iter().map(|id| (id.as_str(), self.minions.get(id).map_or(&empty, |m| &m.grains))).collect();
+        let groups = &self.config.nodegroups;
+        match publisher {
+            Publisher::Root => Ok(()),
+            Publisher::Principal(acl) => {
+                let covered = acl.rules.iter().any(|rule| {
+                    acl::any_glob(&rule.functions, &request.function)
+                        && acl::args_allowed(&rule.args, &request.kwargs)
+                        && acl::all_within(&rule.targets, groups, &resolved).unwrap_or(false)
+                });
+                if covered {
+                    Ok(())
+                } else {
+                    Err(format!("not allowed to run {} on {}", request.function, targets.join(",")))
+                }
+            }
+            Publisher::Peer(source) => {
+                let covered = self.config.peers.iter().any(|rule| {
+                    acl::any_glob(&rule.minions, source)
+                        && acl::any_glob(&rule.functions, &request.function)
+                        && acl::all_within(&rule.target, groups, &resolved).unwrap_or(false)
+                });
+                if covered {
+                    Ok(())
+                } else {
+                    Err(format!("no peer rule lets {source} run {} on {}", request.function, targets.join(",")))
+                }
+            }
+        }
+    }
+
+    /// A minion's `event.send`: checked against the `[[events]]` ACL, size and rate, then
+    /// published under the minion's authenticated namespace. The tag and body are the minion's;
+    /// the id is never taken from them.
+    fn on_minion_event(&mut self, id: &str, event: Event) {
+        let now = Instant::now();
+        let size = serde_json::to_vec(&event.data).map_or(usize::MAX, |b| b.len());
+        let rule = self.config.events.iter().find(|r| acl::any_glob(&r.minions, id)).cloned();
+        let refusal = if !acl::valid_tag(&event.tag) {
+            Some("malformed tag")
+        } else if acl::reserved_tag(&event.tag) {
+            Some("reserved namespace")
+        } else {
+            match &rule {
+                None => Some("no event rule for this minion"),
+                Some(rule) if !acl::any_glob(&rule.allow, &event.tag) => Some("tag not allowed"),
+                Some(rule) if size > rule.max_bytes => Some("event too large"),
+                Some(rule) => {
+                    let bucket =
+                        self.event_buckets.entry(id.to_owned()).or_insert_with(|| RateLimiter::new(rule.burst, now));
+                    (!bucket.allow(rule.rate_per_sec, rule.burst, now)).then_some("rate limit exceeded")
+                }
+            }
+        };
+        match refusal {
+            None => self.emit(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data })),
+            Some(reason) => {
+                self.events_denied += 1;
+                debug!(minion = id, tag = %event.tag, reason, "minion event refused");
+                if self.notices.ready(id, Duration::from_secs(1), now) {
+                    let tag: String = event.tag.chars().take(255).collect();
+                    self.emit(
+                        "halite/acl/denied".into(),
+                        json!({ "minion": id, "tag": tag, "reason": reason, "denied_total": self.events_denied }),
+                    );
+                }
+            }
+        }
     }
 
     async fn on_tick(&mut self) {

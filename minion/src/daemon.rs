@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halite_modules::{Context, Dispatcher, OutgoingEvent};
+use halite_modules::{Context, Dispatcher, OutgoingEvent, PeerRequest};
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
     self, ErrorKind, ErrorMessage, Hello, Job, JobAck, JobReturn, Message, ModuleInfo, Outcome, SignedJob,
@@ -41,6 +41,8 @@ pub(crate) struct Setup {
     pub context: Context,
     /// Events from `event.send`, to forward to the master.
     pub events: mpsc::Receiver<OutgoingEvent>,
+    /// Jobs functions ask the master to publish (`peer.publish`).
+    pub peer_requests: mpsc::Receiver<PeerRequest>,
     /// Outbox and markers.
     pub outbox: Outbox,
     /// Concurrency limit.
@@ -67,6 +69,9 @@ struct Minion {
     running: HashMap<String, oneshot::Sender<()>>,
     done_tx: mpsc::Sender<JobReturn>,
     slots: Arc<Semaphore>,
+    /// `peer.publish` calls waiting for the master's answer, by request id.
+    pending_publishes: HashMap<u64, oneshot::Sender<Result<halite_protocol::message::Published, String>>>,
+    next_request: u64,
     /// When refused (pending or rejected), wait before knocking again.
     retry_at: Option<tokio::time::Instant>,
     refusals: Backoff,
@@ -84,6 +89,8 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         done_tx,
         slots,
         retry_at: None,
+        pending_publishes: HashMap::new(),
+        next_request: 1,
         refusals: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
         setup,
     };
@@ -95,6 +102,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
             event = next_event(&mut minion.dealer) => minion.on_event(event).await,
             Some(ret) = done_rx.recv() => minion.on_done(ret).await,
             Some(event) = minion.setup.events.recv() => minion.on_event_send(event).await,
+            Some(request) = minion.setup.peer_requests.recv() => minion.on_peer_request(request).await,
             () = sleep_until(retry), if retry.is_some() => {
                 minion.retry_at = None;
                 minion.connect();
@@ -283,8 +291,23 @@ impl Minion {
                     let _ = stop.send(());
                 }
             }
+            Message::Published(published) => {
+                if let Some(reply) = self.pending_publishes.remove(&published.request_id) {
+                    let _ = reply.send(Ok(published));
+                }
+            }
             Message::Error(error) => {
-                warn!(kind = ?error.kind, message = %error.message, "the master reported an error")
+                let waiting = error
+                    .request
+                    .as_deref()
+                    .and_then(|r| r.parse::<u64>().ok())
+                    .and_then(|id| self.pending_publishes.remove(&id));
+                match waiting {
+                    Some(reply) => {
+                        let _ = reply.send(Err(error.message));
+                    }
+                    None => warn!(kind = ?error.kind, message = %error.message, "the master reported an error"),
+                }
             }
             other => debug!(?other, "ignored message"),
         }
@@ -351,6 +374,19 @@ impl Minion {
             return warn!(tag = %event.tag, "no session with the master; event dropped");
         }
         self.send(&Message::Event(halite_protocol::message::Event { tag: event.tag, data: event.data })).await;
+    }
+
+    /// `peer.publish`: forwards the request and remembers where the answer goes.
+    async fn on_peer_request(&mut self, mut request: PeerRequest) {
+        if !matches!(self.stage, Stage::Up(_)) {
+            let _ = request.reply.send(Err("no session with the master".into()));
+            return;
+        }
+        let id = self.next_request;
+        self.next_request += 1;
+        request.request.request_id = id;
+        self.pending_publishes.insert(id, request.reply);
+        self.send(&Message::Publish(request.request)).await;
     }
 
     /// A job finished: outbox it (durably) first, then send it.

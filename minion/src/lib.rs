@@ -103,6 +103,7 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         outbox::Outbox::open(state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
     let _ = outbox.prune_markers(MARKER_RETENTION);
     let (events_tx, events) = tokio::sync::mpsc::channel(256);
+    let (peer_tx, peer_requests) = tokio::sync::mpsc::channel(64);
     let dispatcher = dispatcher(config);
     Ok(daemon::Setup {
         id,
@@ -111,8 +112,9 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         master_key,
         pin_path,
         token: enrollment.and_then(|e| e.token),
-        context: context(config, Some(events_tx)),
+        context: Context { peer: Some(peer_tx), ..context(config, Some(events_tx)) },
         events,
+        peer_requests,
         dispatcher,
         outbox,
         max_concurrent_jobs: config.max_concurrent_jobs,

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use halite_protocol::message::Value;
-use tokio::sync::{mpsc, watch};
+use halite_protocol::message::{PublishRequest, Published, Value};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{Dispatcher, Runner};
 
@@ -15,6 +15,16 @@ pub struct OutgoingEvent {
     pub tag: String,
     /// Body.
     pub data: Value,
+}
+
+/// A job a function asks the master to run on other minions (`peer.publish`), with where
+/// the master's answer goes.
+#[derive(Debug)]
+pub struct PeerRequest {
+    /// The publish request (its `request_id` is set by the minion daemon).
+    pub request: PublishRequest,
+    /// The master's answer: the job and its minions, or why it refused.
+    pub reply: oneshot::Sender<Result<Published, String>>,
 }
 
 /// Per-call context.
@@ -37,6 +47,8 @@ pub struct Context {
     pub dispatcher: Option<Arc<Dispatcher>>,
     /// Where `event.send` puts events; `None` when there is no master (local calls).
     pub events: Option<mpsc::Sender<OutgoingEvent>>,
+    /// Where `peer.publish` sends requests; `None` when there is no master.
+    pub peer: Option<mpsc::Sender<PeerRequest>>,
 }
 
 impl Default for Context {
@@ -51,6 +63,7 @@ impl Default for Context {
             caller: "local".into(),
             dispatcher: None,
             events: None,
+            peer: None,
         }
     }
 }

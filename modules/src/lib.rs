@@ -36,7 +36,7 @@ mod registry;
 mod runner;
 
 pub use args::Args;
-pub use context::{Context, OutgoingEvent};
+pub use context::{Context, OutgoingEvent, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
 pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};

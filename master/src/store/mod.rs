@@ -7,7 +7,9 @@ mod sqlite;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use halite_protocol::message::{JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, SignedJob, Target, Value};
+use halite_protocol::message::{
+    JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, PrincipalAcl, SignedJob, Target, Value,
+};
 
 pub use sqlite::SqliteStore;
 
@@ -71,6 +73,17 @@ pub struct JobRecord {
     pub signed: SignedJob,
 }
 
+/// A client principal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrincipalRecord {
+    /// Name.
+    pub name: String,
+    /// ed25519 public key.
+    pub public_key: [u8; 32],
+    /// What it may do.
+    pub acl: PrincipalAcl,
+}
+
 /// A job not yet finished, with every targeted minion's state.
 pub type UnfinishedJob = (JobRecord, Vec<(String, MinionJobState)>);
 
@@ -126,6 +139,16 @@ pub trait Store: Send + Sync + 'static {
     fn job(&self, jid: &str) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
     /// Jobs with at least one minion not in a final state, with every minion's state.
     fn unfinished_jobs(&self) -> impl Future<Output = Result<Vec<UnfinishedJob>, StoreError>> + Send;
+    /// Every principal.
+    fn principals(&self) -> impl Future<Output = Result<Vec<PrincipalRecord>, StoreError>> + Send;
+    /// Inserts or replaces a principal.
+    fn put_principal(
+        &self,
+        principal: &PrincipalRecord,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Removes a principal; returns whether it existed.
+    fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Deletes jobs created before `before_ms`; returns how many.
     fn purge_jobs(&self, before_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

@@ -12,10 +12,11 @@ use sqlx::sqlite::{
 };
 use sqlx::Row;
 
-use super::{JobRecord, KeyRecord, MinionRecord, Store, StoreError, UnfinishedJob};
+use super::{JobRecord, KeyRecord, MinionRecord, PrincipalRecord, Store, StoreError, UnfinishedJob};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many have run.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE keys (
     id TEXT NOT NULL,
     public_key BLOB NOT NULL,
@@ -59,7 +60,16 @@ CREATE TABLE job_minions (
 );
 CREATE INDEX job_minions_state ON job_minions(state);
 CREATE INDEX jobs_created ON jobs(created_at);
-"#];
+"#,
+    r#"
+CREATE TABLE principals (
+    name TEXT PRIMARY KEY,
+    public_key BLOB NOT NULL,
+    acl TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+"#,
+];
 
 /// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
 #[derive(Debug, Clone)]
@@ -394,6 +404,37 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
+    async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let rows =
+            sqlx::query("SELECT name, public_key, acl FROM principals ORDER BY name").fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let key: Vec<u8> = row.try_get("public_key")?;
+                Ok(PrincipalRecord {
+                    name: row.try_get("name")?,
+                    public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
+                    acl: json(&row.try_get::<String, _>("acl")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn put_principal(&self, principal: &PrincipalRecord, now_ms: u64) -> Result<(), StoreError> {
+        sqlx::query("INSERT OR REPLACE INTO principals (name, public_key, acl, updated_at) VALUES (?, ?, ?, ?)")
+            .bind(&principal.name)
+            .bind(&principal.public_key[..])
+            .bind(to_json(&principal.acl))
+            .bind(db_int(now_ms))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_principal(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM principals WHERE name = ?").bind(name).execute(&self.pool).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn purge_jobs(&self, before_ms: u64) -> Result<u64, StoreError> {
         let done =
             sqlx::query("DELETE FROM jobs WHERE created_at < ?").bind(db_int(before_ms)).execute(&self.pool).await?;
@@ -502,6 +543,28 @@ mod tests {
             assert_eq!(store.purge_jobs(15).await.unwrap(), 1);
             assert!(store.job("1").await.unwrap().is_none());
             assert!(store.job("2").await.unwrap().is_some());
+        });
+    }
+
+    #[test]
+    fn principals_round_trip() {
+        rt().block_on(async {
+            use halite_protocol::message::{PrincipalAcl, PrincipalRule};
+            let store = SqliteStore::in_memory().await.unwrap();
+            let acl = PrincipalAcl {
+                rules: vec![PrincipalRule {
+                    targets: "web*".into(),
+                    functions: vec!["test.*".into()],
+                    args: BTreeMap::new(),
+                }],
+                events: vec!["halite/job/*".into()],
+                admin: false,
+            };
+            let p = PrincipalRecord { name: "heat".into(), public_key: [3; 32], acl };
+            store.put_principal(&p, 1).await.unwrap();
+            assert_eq!(store.principals().await.unwrap(), vec![p]);
+            assert!(store.delete_principal("heat").await.unwrap());
+            assert!(!store.delete_principal("heat").await.unwrap());
         });
     }
 

@@ -6,6 +6,7 @@ mod cmd;
 mod event;
 mod file;
 mod grains;
+mod peer;
 mod pkg;
 mod plan;
 mod service;
@@ -51,6 +52,7 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(service::Enable),
         Box::new(service::Disable),
         Box::new(event::Send),
+        Box::new(peer::Publish),
         Box::new(plan::Run),
     ]
 }

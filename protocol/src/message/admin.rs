@@ -70,6 +70,23 @@ pub enum RequestBody {
         /// Job id.
         jid: String,
     },
+    /// Registers (or replaces) a client principal with its key and ACL.
+    PrincipalAdd {
+        /// Name it will claim in the handshake.
+        name: String,
+        /// Its 32-byte ed25519 public key.
+        #[serde(with = "serde_bytes")]
+        public_key: Vec<u8>,
+        /// What it may do.
+        acl: PrincipalAcl,
+    },
+    /// Lists principals.
+    PrincipalList,
+    /// Removes a principal; its live sessions are cut.
+    PrincipalRemove {
+        /// Name.
+        name: String,
+    },
 }
 
 /// The answer to a [`Request`].
@@ -79,6 +96,17 @@ pub struct Response {
     pub request_id: u64,
     /// The answer.
     pub body: ResponseBody,
+}
+
+/// A client principal as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrincipalInfo {
+    /// Name (the handshake claim).
+    pub name: String,
+    /// Fingerprint of its key.
+    pub fingerprint: String,
+    /// What it may do.
+    pub acl: PrincipalAcl,
 }
 
 /// Answers.
@@ -97,6 +125,8 @@ pub enum ResponseBody {
     Jobs(Vec<JobSummary>),
     /// One job in detail.
     Job(JobDetail),
+    /// Principals, sorted by name.
+    Principals(Vec<PrincipalInfo>),
 }
 
 /// Key states, as `salt-key` has them.
@@ -288,4 +318,32 @@ pub struct JobDetail {
     pub kwargs: BTreeMap<String, Value>,
     /// Every targeted minion, sorted by id.
     pub minions: Vec<MinionJob>,
+}
+
+/// One rule of a principal's ACL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalRule {
+    /// Compound target expression every targeted minion must match.
+    pub targets: String,
+    /// Function globs.
+    pub functions: Vec<String>,
+    /// Optional constraints: keyword argument → anchored regex its string value must match.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+}
+
+/// What a client principal may do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalAcl {
+    /// Publish rules; a job must be covered entirely by one rule.
+    #[serde(default)]
+    pub rules: Vec<PrincipalRule>,
+    /// Event tag globs it may subscribe to.
+    #[serde(default)]
+    pub events: Vec<String>,
+    /// Whether it may manage keys, tokens and principals.
+    #[serde(default)]
+    pub admin: bool,
 }

@@ -7,7 +7,9 @@
 mod admin;
 mod demo;
 mod duration;
+mod events;
 mod output;
+mod principal;
 mod run;
 
 use std::path::PathBuf;
@@ -31,6 +33,12 @@ struct Cli {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     out: Format,
+    /// Connect as this principal instead of root (with --key).
+    #[arg(long, global = true, requires = "key")]
+    principal: Option<String>,
+    /// The principal's secret key file.
+    #[arg(long, global = true)]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,6 +56,11 @@ enum Command {
     /// Inspect and cancel jobs.
     #[command(subcommand)]
     Jobs(admin::JobsCommand),
+    /// Stream events from the master's bus as they happen.
+    Events(events::EventsArgs),
+    /// Manage client principals and their ACLs.
+    #[command(subcommand)]
+    Principal(principal::PrincipalCommand),
     /// Start a master and three minions in a temporary directory, run jobs, show results.
     Demo(DemoArgs),
 }
@@ -81,13 +94,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Demo(args) = &cli.command {
         return demo::run(args.keep).await;
     }
-    let config = ClientConfig::from_master_config(&cli.config)?;
+    let config = match (&cli.principal, &cli.key) {
+        (Some(name), Some(key)) => {
+            let (master, master_key, _) = ClientConfig::locate_master(&cli.config)?;
+            ClientConfig::principal(master, master_key, halite_transport::keyfile::read_secret(key)?, name)
+        }
+        _ => ClientConfig::from_master_config(&cli.config)?,
+    };
     let mut client = Client::connect(config).await?;
     match cli.command {
         Command::Run(args) => run::run(&mut client, args, cli.out).await,
         Command::Key(command) => admin::key(&mut client, command, cli.out, &cli.config).await,
         Command::Minions(command) => admin::minions(&mut client, command, cli.out).await,
         Command::Jobs(command) => admin::jobs(&mut client, command, cli.out).await,
+        Command::Events(args) => events::run(&mut client, args, cli.out).await,
+        Command::Principal(command) => principal::run(&mut client, command, cli.out).await,
         Command::Demo(_) => unreachable!("handled above"),
     }
 }

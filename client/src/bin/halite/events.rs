@@ -1,0 +1,33 @@
+//! `halite events`: stream bus events as they happen.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use halite_client::Client;
+use serde_json::json;
+
+use crate::output::{self, paint, Format};
+
+#[derive(Args)]
+pub(crate) struct EventsArgs {
+    /// Tag globs (default: everything this principal may see).
+    patterns: Vec<String>,
+    /// Exit after this many events.
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+pub(crate) async fn run(client: &mut Client, args: EventsArgs, format: Format) -> anyhow::Result<ExitCode> {
+    let patterns = if args.patterns.is_empty() { vec!["*".to_owned()] } else { args.patterns };
+    client.subscribe(patterns).await?;
+    let mut seen = 0u64;
+    while args.count.is_none_or(|n| seen < n) {
+        let event = client.next_event().await?;
+        match format {
+            Format::Table => println!("{}  {}", paint(&event.tag, "36"), output::compact(&event.data)),
+            _ => output::print_document(Format::Ndjson, &json!({ "tag": event.tag, "data": event.data })),
+        }
+        seen += 1;
+    }
+    Ok(ExitCode::SUCCESS)
+}

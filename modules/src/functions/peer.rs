@@ -1,0 +1,90 @@
+//! `peer.publish`: ask the master to run a function on other minions, where a `[[peers]]` rule
+//! on the master allows exactly that.
+
+use std::collections::BTreeMap;
+
+use halite_protocol::message::{PublishRequest, Target, TargetKind};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use crate::{Context, ModuleError, Output, PeerRequest, Typed};
+
+pub(crate) struct Publish;
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PublishArgs {
+    /// Target expression.
+    target: String,
+    /// How to read the target: glob (default), list, regex, grain, compound or nodegroup.
+    #[serde(default)]
+    tgt_type: Option<String>,
+    /// Function to run on the targets.
+    function: String,
+    /// Its positional arguments.
+    #[serde(default)]
+    args: Vec<serde_json::Value>,
+    /// Its keyword arguments.
+    #[serde(default)]
+    kwargs: BTreeMap<String, serde_json::Value>,
+    /// Per-minion timeout, seconds (default 30).
+    #[serde(default)]
+    timeout: Option<f64>,
+}
+
+impl Typed for Publish {
+    const NAME: &'static str = "peer.publish";
+    const DOC: &'static str = "Asks the master to run a function on other minions and returns {jid, minions}. The \
+         master allows it only where one of its [[peers]] rules names this minion, the function, and a target \
+         expression covering every targeted minion; otherwise it fails with the master's reason.";
+    const POSITIONAL: &'static [&'static str] = &["target", "function"];
+    type Args = PublishArgs;
+    async fn run(&self, a: PublishArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let kind = match a.tgt_type.as_deref().unwrap_or("glob") {
+            "glob" => TargetKind::Glob,
+            "list" => TargetKind::List,
+            "regex" => TargetKind::Regex,
+            "grain" => TargetKind::Grain,
+            "compound" => TargetKind::Compound,
+            "nodegroup" => TargetKind::Nodegroup,
+            other => return Err(ModuleError::BadArguments(format!("unknown tgt_type {other:?}"))),
+        };
+        let Some(peer) = &cx.peer else {
+            return Err(ModuleError::Failed("no master connection: peer.publish needs the minion daemon".into()));
+        };
+        if cx.test {
+            return Ok(Output::change(
+                true,
+                format!("would ask the master to run {} on {}", a.function, a.target),
+                json!({}),
+            ));
+        }
+        let timeout_ms = (a.timeout.unwrap_or(30.0).max(0.001) * 1000.0) as u64;
+        let request = PublishRequest {
+            request_id: 0,
+            target: Target { kind, expr: a.target },
+            function: a.function,
+            args: a.args,
+            kwargs: a.kwargs,
+            timeout_ms,
+            ttl_ms: 0,
+            batch: None,
+            error_budget: None,
+        };
+        let (reply, answer) = oneshot::channel();
+        peer.send(PeerRequest { request, reply })
+            .await
+            .map_err(|_| ModuleError::Failed("the minion is shutting down".into()))?;
+        match answer.await {
+            Ok(Ok(published)) => Ok(Output::change(
+                true,
+                format!("job {} published", published.jid),
+                json!({ "jid": published.jid, "minions": published.minions }),
+            )),
+            Ok(Err(reason)) => Err(ModuleError::Failed(format!("the master refused: {reason}"))),
+            Err(_) => Err(ModuleError::Failed("lost the connection to the master before it answered".into())),
+        }
+    }
+}
