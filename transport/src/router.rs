@@ -43,7 +43,9 @@ impl Default for RouterConfig {
         RouterConfig {
             limits: Limits::default(),
             heartbeat: Some(Heartbeat::default()),
-            send_queue: 128,
+            // Bounded, but deep enough for event bursts to subscribers; tokio's channel
+            // allocates slots only as they fill, so idle peers cost nothing.
+            send_queue: 1024,
             event_queue: 4096,
             max_pending_total: 4096,
             max_pending_per_ip: 256,
