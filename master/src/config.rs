@@ -10,26 +10,7 @@ use crate::acl::{EventRule, PeerRule};
 /// Default config file.
 pub const DEFAULT_PATH: &str = "/etc/halite/master.toml";
 
-/// Why a config could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not valid for this schema; the message names the key and position.
-    #[error("{path}: {message}")]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong, as toml reports it (key, line and column).
-        message: String,
-    },
-}
+pub use halite_transport::config_file::ConfigError;
 
 /// Master settings. Every field has a default except where noted.
 #[derive(Debug, Clone, Deserialize)]
@@ -78,9 +59,7 @@ impl Default for MasterConfig {
 impl MasterConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+        halite_transport::config_file::load(path, Self::parse)
     }
 
     /// Parses config text; the error names the bad key.

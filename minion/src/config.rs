@@ -10,26 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Default config file.
 pub const DEFAULT_PATH: &str = "/etc/halite/minion.toml";
 
-/// Why a config or enrollment file could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The contents are invalid; the message names the key.
-    #[error("{path}: {message}")]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-}
+pub use halite_transport::config_file::ConfigError;
 
 /// Minion settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -84,9 +65,7 @@ impl Default for MinionConfig {
 impl MinionConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        Self::parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+        halite_transport::config_file::load(path, Self::parse)
     }
 
     /// Parses config text; the error names the bad key.

@@ -36,7 +36,7 @@ impl Subscriber {
             }
         });
         // Give the subscription time to reach the master before anything is sent.
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(500));
         Subscriber { child, lines }
     }
 

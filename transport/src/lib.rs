@@ -14,12 +14,15 @@
 
 mod admission;
 mod backoff;
+pub mod config_file;
 mod connection;
 mod dealer;
 pub mod keyfile;
 mod router;
+mod signal;
 
 pub use backoff::Backoff;
 pub use connection::CloseReason;
 pub use dealer::{Dealer, DealerConfig, DealerEvent};
 pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};
+pub use signal::shutdown_signal;

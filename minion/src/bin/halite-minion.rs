@@ -72,20 +72,8 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
                 .with_writer(std::io::stderr)
                 .init();
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            runtime.block_on(halite_minion::run(config, shutdown_signal()))?;
+            runtime.block_on(halite_minion::run(config, halite_transport::shutdown_signal()))?;
             Ok(std::process::ExitCode::SUCCESS)
         }
-    }
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
     }
 }
