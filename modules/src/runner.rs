@@ -79,7 +79,8 @@ impl Drop for GroupGuard {
     }
 }
 
-fn lookup_user(user: &str) -> Result<User, ModuleError> {
+/// A user by name or uid.
+pub(crate) fn lookup_user(user: &str) -> Result<User, ModuleError> {
     let found = match user.parse::<u32>() {
         Ok(uid) => User::from_uid(uid.into()),
         Err(_) => User::from_name(user),
@@ -87,7 +88,8 @@ fn lookup_user(user: &str) -> Result<User, ModuleError> {
     found.ok().flatten().ok_or_else(|| ModuleError::Failed(format!("no such user {user:?}")))
 }
 
-fn lookup_group(group: &str) -> Result<u32, ModuleError> {
+/// A gid by group name or number.
+pub(crate) fn lookup_group(group: &str) -> Result<u32, ModuleError> {
     if let Ok(gid) = group.parse::<u32>() {
         return Ok(gid);
     }

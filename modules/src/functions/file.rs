@@ -38,28 +38,18 @@ fn parse_mode(mode: &Option<String>) -> Result<Option<u32>, ModuleError> {
     }
 }
 
+/// A numeric uid is taken as is (files may belong to uids without a passwd entry); a name must
+/// exist.
 fn uid_of(user: &Option<String>) -> Result<Option<Uid>, ModuleError> {
     let Some(user) = user else { return Ok(None) };
-    if let Ok(uid) = user.parse::<u32>() {
-        return Ok(Some(Uid::from_raw(uid)));
+    match user.parse::<u32>() {
+        Ok(uid) => Ok(Some(Uid::from_raw(uid))),
+        Err(_) => Ok(Some(crate::runner::lookup_user(user)?.uid)),
     }
-    User::from_name(user)
-        .ok()
-        .flatten()
-        .map(|u| Some(u.uid))
-        .ok_or_else(|| ModuleError::Failed(format!("no such user {user:?}")))
 }
 
 fn gid_of(group: &Option<String>) -> Result<Option<Gid>, ModuleError> {
-    let Some(group) = group else { return Ok(None) };
-    if let Ok(gid) = group.parse::<u32>() {
-        return Ok(Some(Gid::from_raw(gid)));
-    }
-    Group::from_name(group)
-        .ok()
-        .flatten()
-        .map(|g| Some(g.gid))
-        .ok_or_else(|| ModuleError::Failed(format!("no such group {group:?}")))
+    group.as_deref().map(crate::runner::lookup_group).transpose().map(|gid| gid.map(Gid::from_raw))
 }
 
 fn selinux_enabled() -> bool {
