@@ -4,6 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# System tools the tests use: debootstrap and dpkg-dev (module tests build a Debian root and a
+# local apt repository), zip/unzip/xz-utils (archive tests), python3-venv (pyzmq, pip tests).
+need=()
+for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update
+  apt-get install -y "${need[@]}"
+fi
+
 if ! .venv/bin/python -c 'import zmq' 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check 'pyzmq==27.*'
