@@ -1,6 +1,7 @@
 //! `halite run`: publish, stream returns, finish with every minion in a final state.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -90,7 +91,13 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
     }
     let width = published.minions.iter().map(String::len).max().unwrap_or(0);
     let mut finals: BTreeMap<String, (MinionJobState, Option<JobReturn>)> = BTreeMap::new();
+    // On a terminal, a one-line progress counter on stderr, rewritten in place.
+    let progress = format == Format::Table && std::io::stderr().is_terminal();
+    let total = published.minions.len();
     loop {
+        if progress {
+            eprint!("\r{} of {total} minion(s) finished, job {}\x1b[K", finals.len(), published.jid);
+        }
         match client.next_job_event(&published.jid).await? {
             JobEvent::Done => break,
             JobEvent::Update(update) => {
@@ -98,6 +105,9 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
                     output::print_document(format, &serde_json::to_value(&update)?);
                 }
                 if update.state.is_final() {
+                    if progress {
+                        eprint!("\r\x1b[K");
+                    }
                     if format == Format::Table {
                         print_final(&update.minion, width, update.state, update.ret.as_ref());
                     }
@@ -105,6 +115,9 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
                 }
             }
         }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
     }
     let ok = finals.values().filter(|(state, _)| *state == MinionJobState::Returned).count();
     match format {
