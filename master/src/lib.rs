@@ -101,6 +101,9 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Re
     std::fs::write(config.address_path(), format!("{addr}\n"))
         .map_err(|source| MasterError::StateDir { path: config.address_path(), source })?;
     tracing::info!(%addr, fingerprint = %keys.identity.public().fingerprint(), "master listening");
+    if let Err(error) = halite_transport::notify_ready() {
+        tracing::warn!(%error, "could not notify systemd of readiness");
+    }
     let master = Master::new(config, keys.identity, keys.root, router, store).await?;
     master.serve(shutdown).await?;
     Ok(())

@@ -142,6 +142,9 @@ fn context(config: &MinionConfig, events: Option<tokio::sync::mpsc::Sender<Outgo
 pub async fn run(config: MinionConfig, shutdown: impl Future<Output = ()>) -> Result<(), MinionError> {
     let setup = setup(&config)?;
     tracing::info!(id = %setup.id, fingerprint = %setup.identity.public().fingerprint(), "minion starting");
+    if let Err(error) = halite_transport::notify_ready() {
+        tracing::warn!(%error, "could not notify systemd of readiness");
+    }
     daemon::serve(setup, shutdown).await;
     Ok(())
 }

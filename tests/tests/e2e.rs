@@ -329,3 +329,41 @@ fn local_calls_honour_the_default_deny_policy() {
     let allowed = cluster.bin("halite-minion", &["--config", config, "call", "test.ping"]);
     assert_eq!(allowed.code, 0, "{}", allowed.stdout);
 }
+
+#[test]
+fn daemons_tell_systemd_when_they_are_ready() {
+    use std::os::unix::net::UnixDatagram;
+    let cluster = Cluster::start("");
+    let socket = cluster.dir.join("notify.sock");
+    let receiver = UnixDatagram::bind(&socket).unwrap();
+    receiver.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let config = cluster.dir.join("second-master.toml");
+    std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\nstate_dir = {:?}\n", cluster.dir.join("second")))
+        .unwrap();
+    let mut master = std::process::Command::new(halite_tests::bin_dir().join("halite-master"))
+        .arg("--config")
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let got = receiver.recv(&mut buf);
+    let _ = master.kill();
+    let _ = master.wait();
+    assert_eq!(&buf[..got.unwrap()], b"READY=1");
+    assert!(cluster.dir.join("second/master.addr").exists(), "ready before listening");
+}
+
+#[test]
+fn the_cli_prints_shell_completions() {
+    let cluster = Cluster::start("");
+    let bash = cluster.bin("halite", &["completions", "bash"]);
+    assert_eq!(bash.code, 0);
+    assert!(
+        bash.stdout.contains("_halite") && bash.stdout.contains("principal"),
+        "{}",
+        &bash.stdout[..200.min(bash.stdout.len())]
+    );
+    assert_eq!(cluster.bin("halite", &["completions", "tcsh"]).code, 2);
+}

@@ -18,11 +18,13 @@ pub mod config_file;
 mod connection;
 mod dealer;
 pub mod keyfile;
+mod notify;
 mod router;
 mod signal;
 
 pub use backoff::Backoff;
 pub use connection::CloseReason;
 pub use dealer::{Dealer, DealerConfig, DealerEvent};
+pub use notify::{notify_ready, notify_to};
 pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};
 pub use signal::shutdown_signal;

@@ -63,6 +63,11 @@ enum Command {
     Principal(principal::PrincipalCommand),
     /// Start a master and three minions in a temporary directory, run jobs, show results.
     Demo(DemoArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Args)]
@@ -91,8 +96,14 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::Demo(args) = &cli.command {
-        return demo::run(args.keep).await;
+    match &cli.command {
+        Command::Demo(args) => return demo::run(args.keep).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(*shell, &mut Cli::command(), "halite", &mut std::io::stdout());
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
     }
     let config = match (&cli.principal, &cli.key) {
         (Some(name), Some(key)) => {
@@ -109,6 +120,6 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs(command) => admin::jobs(&mut client, command, cli.out).await,
         Command::Events(args) => events::run(&mut client, args, cli.out).await,
         Command::Principal(command) => principal::run(&mut client, command, cli.out).await,
-        Command::Demo(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Completions { .. } => unreachable!("handled above"),
     }
 }
