@@ -127,9 +127,14 @@ impl Client {
 
     /// The next message from the master, buffered ones first.
     async fn recv(&mut self) -> Result<Message, ClientError> {
-        if let Some(msg) = self.inbox.pop_front() {
-            return Ok(msg);
+        match self.inbox.pop_front() {
+            Some(msg) => Ok(msg),
+            None => self.read_message().await,
         }
+    }
+
+    /// Reads, opens and decodes one message from the connection.
+    async fn read_message(&mut self) -> Result<Message, ClientError> {
         let parts = next_raw(&mut self.dealer).await?;
         let bytes = self.session.open(&parts, Instant::now()).map_err(|e| ClientError::Protocol(e.to_string()))?;
         message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
@@ -138,16 +143,12 @@ impl Client {
     /// Receives until `pick` accepts a message; others are kept for later calls.
     async fn recv_matching<T>(&mut self, mut pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
         if let Some(index) = self.inbox.iter().position(|m| pick(m).is_some()) {
-            if let Some(msg) = self.inbox.remove(index) {
-                if let Some(found) = pick(&msg) {
-                    return Ok(found);
-                }
+            if let Some(found) = self.inbox.remove(index).and_then(|msg| pick(&msg)) {
+                return Ok(found);
             }
         }
         loop {
-            let parts = next_raw(&mut self.dealer).await?;
-            let bytes = self.session.open(&parts, Instant::now()).map_err(|e| ClientError::Protocol(e.to_string()))?;
-            let msg = message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let msg = self.read_message().await?;
             match pick(&msg) {
                 Some(found) => return Ok(found),
                 None => self.inbox.push_back(msg),

@@ -7,6 +7,7 @@
 //! is stored.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
@@ -43,7 +44,7 @@ enum Conn {
     /// An accepted minion.
     Minion { id: String, session: Session },
     /// An authenticated client; `acl` is `None` for root.
-    Client { principal: String, acl: Option<Box<PrincipalAcl>>, session: Session },
+    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session },
 }
 
 impl Conn {
@@ -92,7 +93,7 @@ pub(crate) enum Publisher {
     /// The root principal: anything.
     Root,
     /// A registered principal, within its ACL.
-    Principal(Box<PrincipalAcl>),
+    Principal(Arc<PrincipalAcl>),
     /// A minion, within the `[[peers]]` rules for it.
     Peer(String),
 }
@@ -272,28 +273,27 @@ impl<S: Store> Master<S> {
         }
     }
 
-    /// Seals and queues a message, reporting a full queue instead of logging it.
+    /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
+    /// that can no longer seal (expired, nonces exhausted) ends the connection.
     fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
         let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else {
             return Err(SendError::NotConnected);
         };
-        let parts = session.seal(&message::encode(msg), Instant::now()).map_err(|_| SendError::NotConnected)?;
-        self.router.send(peer, parts)
-    }
-
-    /// Seals and queues a message for an authenticated peer.
-    pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
-        let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else { return };
         match session.seal(&message::encode(msg), Instant::now()) {
-            Ok(parts) => {
-                if let Err(error) = self.router.send(peer, parts) {
-                    warn!(peer = peer.0, %error, "message not queued");
-                }
-            }
+            Ok(parts) => self.router.send(peer, parts),
             Err(error) => {
                 warn!(peer = peer.0, %error, "session cannot seal; disconnecting");
                 self.router.disconnect(peer, "session ended");
+                Err(SendError::NotConnected)
             }
+        }
+    }
+
+    /// [`Master::try_send`] for messages whose loss the peer recovers from (it retries, or its
+    /// job times out): a full queue is logged, a vanished peer ignored.
+    pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
+        if let Err(SendError::Full) = self.try_send(peer, msg) {
+            warn!(peer = peer.0, "send queue full; message dropped");
         }
     }
 
@@ -392,7 +392,7 @@ impl<S: Store> Master<S> {
                     self.principals
                         .get(&who.name)
                         .filter(|p| p.public_key == *who.identity.as_bytes())
-                        .map(|p| Some(Box::new(p.acl.clone())))
+                        .map(|p| Some(Arc::new(p.acl.clone())))
                 };
                 if let Some(acl) = acl {
                     if let Ok((session, verdict)) = identified.accept(now) {
@@ -585,12 +585,12 @@ impl<S: Store> Master<S> {
         &mut self,
         peer: PeerId,
         principal: &str,
-        acl: Option<Box<PrincipalAcl>>,
+        acl: Option<Arc<PrincipalAcl>>,
         msg: Message,
     ) -> Result<(), StoreError> {
         match msg {
             Message::Subscribe(subscribe) => {
-                self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events));
+                self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
             }
             Message::ClientHello(_) => {
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
@@ -791,13 +791,14 @@ impl<S: Store> Master<S> {
     fn on_minion_event(&mut self, id: &str, event: Event) {
         let now = Instant::now();
         let size = serde_json::to_vec(&event.data).map_or(usize::MAX, |b| b.len());
-        let rule = self.config.events.iter().find(|r| acl::any_glob(&r.minions, id)).cloned();
+        // Borrowed, not cloned: this runs for every minion event.
+        let rule = self.config.events.iter().find(|r| acl::any_glob(&r.minions, id));
         let refusal = if !acl::valid_tag(&event.tag) {
             Some("malformed tag")
         } else if acl::reserved_tag(&event.tag) {
             Some("reserved namespace")
         } else {
-            match &rule {
+            match rule {
                 None => Some("no event rule for this minion"),
                 Some(rule) if !acl::any_glob(&rule.allow, &event.tag) => Some("tag not allowed"),
                 Some(rule) if size > rule.max_bytes => Some("event too large"),

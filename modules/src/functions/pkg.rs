@@ -294,9 +294,10 @@ impl Typed for Install {
 
 pub(crate) struct Remove;
 
+/// Packages named by `name` and/or `pkgs`, for functions that take nothing else.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RemoveArgs {
+pub(crate) struct PackagesArgs {
     /// One package.
     #[serde(default)]
     name: Option<String>,
@@ -311,8 +312,8 @@ impl Typed for Remove {
     const NAME: &'static str = "pkg.remove";
     const DOC: &'static str = "Removes installed packages; packages not installed are left alone (changed=false).";
     const POSITIONAL: &'static [&'static str] = &["name"];
-    type Args = RemoveArgs;
-    async fn run(&self, a: RemoveArgs, cx: &Context) -> Result<Output, ModuleError> {
+    type Args = PackagesArgs;
+    async fn run(&self, a: PackagesArgs, cx: &Context) -> Result<Output, ModuleError> {
         let backend = a.select.backend(cx)?;
         let all = names(a.name, a.pkgs)?;
         let before = backend.list(cx).await?;
@@ -357,31 +358,20 @@ impl Typed for List {
 
 pub(crate) struct Version;
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct VersionArgs {
-    /// One package.
-    #[serde(default)]
-    name: Option<String>,
-    /// Several packages.
-    #[serde(default)]
-    pkgs: Vec<String>,
-    #[serde(flatten)]
-    select: Select,
-}
-
 impl Typed for Version {
     const NAME: &'static str = "pkg.version";
     const DOC: &'static str = "Returns the installed version of each package (an empty string when not installed).";
     const POSITIONAL: &'static [&'static str] = &["name"];
-    type Args = VersionArgs;
-    async fn run(&self, a: VersionArgs, cx: &Context) -> Result<Output, ModuleError> {
+    type Args = PackagesArgs;
+    async fn run(&self, a: PackagesArgs, cx: &Context) -> Result<Output, ModuleError> {
         let backend = a.select.backend(cx)?;
         let installed = backend.list(cx).await?;
         let versions: BTreeMap<String, String> = names(a.name, a.pkgs)?
             .into_iter()
-            .map(|n| (installed.get(&backend.key(&n)).cloned().unwrap_or_default(), n))
-            .map(|(v, n)| (n, v))
+            .map(|n| {
+                let version = installed.get(&backend.key(&n)).cloned().unwrap_or_default();
+                (n, version)
+            })
             .collect();
         Ok(Output::ok(json!(versions)))
     }
