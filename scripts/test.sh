@@ -22,6 +22,22 @@ if ! .venv/bin/python -c 'import zmq' 2>/dev/null; then
 fi
 export HALITE_PYTHON="$PWD/.venv/bin/python"
 
+# heat-agents 13.0.0 (its source distribution holds the hooks) for the differential test of
+# deploy.apply; PyYAML is what its 55-heat-config imports. Without network the test says so
+# and skips.
+heat_agents=target/heat-agents/heat_agents-13.0.0
+if [ ! -f "$heat_agents/heat-config-script/install.d/hook-script.py" ]; then
+  mkdir -p target/heat-agents
+  if .venv/bin/pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+      'heat-agents==13.0.0' -d target/heat-agents; then
+    tar -xzf target/heat-agents/heat_agents-13.0.0.tar.gz -C target/heat-agents
+  fi
+fi
+.venv/bin/python -c 'import yaml' 2>/dev/null || .venv/bin/pip install --quiet --disable-pip-version-check 'PyYAML==6.*' || true
+if [ -f "$heat_agents/heat-config-script/install.d/hook-script.py" ]; then
+  export HALITE_HEAT_AGENTS="$PWD/$heat_agents"
+fi
+
 # The end-to-end tests run the real binaries.
 cargo build --workspace --bins
 

@@ -39,6 +39,8 @@ pub struct MinionConfig {
     pub actions_dir: PathBuf,
     /// Directory of plans (`*.toml`) that `plan.run name=...` can run.
     pub plans_dir: PathBuf,
+    /// Where `deploy.apply` keeps its markers and finds hooks (`[deploy]`).
+    pub deploy: halite_modules::DeploySettings,
     /// Log filter (`tracing` syntax).
     pub log: String,
 }
@@ -57,6 +59,7 @@ impl Default for MinionConfig {
             policy: Policy::default(),
             actions_dir: PathBuf::from("/etc/halite/actions.d"),
             plans_dir: PathBuf::from("/etc/halite/plans"),
+            deploy: halite_modules::DeploySettings::default(),
             log: "info".into(),
         }
     }

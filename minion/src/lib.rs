@@ -131,6 +131,7 @@ fn dispatcher(config: &MinionConfig) -> Arc<Dispatcher> {
         registry: Arc::new(registry),
         policy: config.policy.clone(),
         plans_dir: config.plans_dir.clone(),
+        deploy: config.deploy.clone(),
     })
 }
 

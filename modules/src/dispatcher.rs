@@ -14,6 +14,8 @@ pub struct Dispatcher {
     pub policy: Policy,
     /// Where stored plans live (`plan.run name=...`).
     pub plans_dir: std::path::PathBuf,
+    /// Where `deploy.apply` keeps markers and finds hooks.
+    pub deploy: crate::DeploySettings,
 }
 
 impl Dispatcher {

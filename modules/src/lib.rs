@@ -39,6 +39,7 @@ pub use args::Args;
 pub use context::{Context, OutgoingEvent, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
+pub use functions::deploy::DeploySettings;
 pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};
 pub use registry::{valid_name, Registry};
 pub use runner::{Command, Finished, Runner, OUTPUT_CAP};

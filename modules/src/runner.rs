@@ -53,6 +53,8 @@ impl Command {
 pub struct Finished {
     /// Exit status, or 128 + signal number.
     pub retcode: i32,
+    /// The signal that killed the process, if one did.
+    pub signal: Option<i32>,
     /// Standard output (lossy UTF-8).
     pub stdout: String,
     /// Standard error (lossy UTF-8).
@@ -164,6 +166,7 @@ impl Runner {
         guard.0 = None;
         Ok(Finished {
             retcode: status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+            signal: status.signal(),
             stdout: String::from_utf8_lossy(&out).into_owned(),
             stderr: String::from_utf8_lossy(&err).into_owned(),
             pid,

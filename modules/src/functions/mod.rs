@@ -3,6 +3,7 @@
 mod accounts;
 mod archive;
 mod cmd;
+pub(crate) mod deploy;
 mod event;
 mod file;
 mod grains;
@@ -54,5 +55,6 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Box::new(event::Send),
         Box::new(peer::Publish),
         Box::new(plan::Run),
+        Box::new(deploy::Apply),
     ]
 }

@@ -198,7 +198,12 @@ mod tests {
     }
 
     fn run_in(args: Value, policy: Policy, test: bool, plans_dir: std::path::PathBuf) -> Result<Output, ModuleError> {
-        let dispatcher = Arc::new(Dispatcher { registry: Arc::new(Registry::standard()), policy, plans_dir });
+        let dispatcher = Arc::new(Dispatcher {
+            registry: Arc::new(Registry::standard()),
+            policy,
+            plans_dir,
+            deploy: Default::default(),
+        });
         let cx = Context { test, dispatcher: Some(dispatcher), ..Context::default() };
         let Value::Object(map) = args else { panic!("object expected") };
         tokio::runtime::Builder::new_current_thread()
