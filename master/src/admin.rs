@@ -24,7 +24,15 @@ fn internal(error: StoreError) -> (ErrorKind, String) {
 const MAX_JOB_LIST: u32 = 1000;
 
 impl<S: Store> Master<S> {
-    pub(crate) async fn handle_request(&mut self, body: RequestBody, acl: Option<&PrincipalAcl>) -> Reply {
+    pub(crate) async fn handle_request(
+        &mut self,
+        body: RequestBody,
+        principal: &str,
+        acl: Option<&PrincipalAcl>,
+    ) -> Reply {
+        if crate::deploy::is_deploy_request(&body) {
+            return self.handle_deploy_request(body, principal, acl).await;
+        }
         let admin_only =
             !matches!(body, RequestBody::JobList { .. } | RequestBody::JobShow { .. } | RequestBody::MinionList { .. });
         if admin_only && acl.is_some_and(|a| !a.admin) {
@@ -145,6 +153,18 @@ impl<S: Store> Master<S> {
                 Some(detail) => Ok(ResponseBody::Job(detail)),
                 None => Err((ErrorKind::NotFound, format!("no job {jid}"))),
             },
+            RequestBody::ApiTokenCreate { principal } => {
+                if principal != "root" && !self.principals.contains_key(&principal) {
+                    return Err((ErrorKind::NotFound, format!("no principal {principal}")));
+                }
+                let mut secret = [0u8; 32];
+                rand_core::OsRng.fill_bytes(&mut secret);
+                let token = format!("hal_{}", hex::encode(&secret));
+                self.store.create_api_token(&token_hash(&token), &principal, now_ms()).await.map_err(internal)?;
+                info!(%principal, "gateway token created");
+                Ok(ResponseBody::ApiToken(token))
+            }
+            _ => Err((ErrorKind::BadRequest, "not an administrative request".into())),
         }
     }
 

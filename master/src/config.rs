@@ -35,6 +35,12 @@ pub struct MasterConfig {
     pub events: Vec<EventRule>,
     /// Which jobs which minions may publish on other minions (`[[peers]]`); none by default.
     pub peers: Vec<PeerRule>,
+    /// How long a deployment waits for its server to connect before it fails.
+    pub deployment_ttl_secs: u64,
+    /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
+    pub deployment_timeout_secs: u64,
+    /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
+    pub gateway: crate::gateway::GatewayConfig,
     /// Log filter (`tracing` syntax, e.g. `info` or `halite_master=debug`).
     pub log: String,
 }
@@ -51,6 +57,9 @@ impl Default for MasterConfig {
             nodegroups: BTreeMap::new(),
             events: Vec::new(),
             peers: Vec::new(),
+            deployment_ttl_secs: 24 * 3600,
+            deployment_timeout_secs: 3600,
+            gateway: crate::gateway::GatewayConfig::default(),
             log: "info".into(),
         }
     }
@@ -66,6 +75,7 @@ impl MasterConfig {
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
+        config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
         Ok(config)
     }
 

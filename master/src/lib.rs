@@ -13,12 +13,15 @@
 //! | `root.key` | the root client principal's key (0600): whoever can read it is root |
 //! | `master.addr` | the address actually bound, written at start |
 //! | `master.db` | the SQLite store |
+//! | `gateway.addr` | the HTTP gateway's bound address, when it is on |
 
 pub mod acl;
 mod admin;
 mod bus;
 mod clock;
 pub mod config;
+mod deploy;
+pub mod gateway;
 mod jobs;
 mod keys;
 mod server;
@@ -65,6 +68,9 @@ pub enum MasterError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The HTTP gateway could not start.
+    #[error(transparent)]
+    Gateway(#[from] gateway::GatewayError),
 }
 
 /// The master's keys, created on first start.
@@ -104,7 +110,25 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Re
     if let Err(error) = halite_transport::notify_ready() {
         tracing::warn!(%error, "could not notify systemd of readiness");
     }
+    let gateway_config = config.gateway.clone();
+    let gateway_addr_path = config.state_dir.join("gateway.addr");
     let master = Master::new(config, keys.identity, keys.root, router, store).await?;
-    master.serve(shutdown).await?;
+    let gateway = match gateway::Gateway::bind(&gateway_config, master.local_commands()).await? {
+        Some(gateway) => {
+            if let Some(addr) = gateway.local_addr() {
+                std::fs::write(&gateway_addr_path, format!("{addr}\n"))
+                    .map_err(|source| MasterError::StateDir { path: gateway_addr_path.clone(), source })?;
+                let scheme = if gateway_config.tls_cert.is_some() { "https" } else { "http" };
+                tracing::info!(url = %format!("{scheme}://{addr}/v1/"), "gateway listening");
+            }
+            Some(tokio::spawn(gateway.serve()))
+        }
+        None => None,
+    };
+    let served = master.serve(shutdown).await;
+    if let Some(gateway) = gateway {
+        gateway.abort();
+    }
+    served?;
     Ok(())
 }

@@ -20,12 +20,15 @@ use halite_protocol::noise::{
 };
 use halite_transport::{PeerId, Router, RouterEvent, SendError};
 use serde_json::json;
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::acl::{self, NoticeThrottle, RateLimiter};
 use crate::bus::Bus;
 use crate::clock::{now_ms, JidGenerator};
 use crate::config::MasterConfig;
+use crate::deploy::relay::{self, RelayDone};
+use crate::gateway::local::LocalCommand;
 use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::{decide, Decision};
 use crate::store::{JobRecord, MinionRecord, PrincipalRecord, Store, StoreError};
@@ -45,6 +48,8 @@ enum Conn {
     Minion { id: String, session: Session },
     /// An authenticated client; `acl` is `None` for root.
     Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session },
+    /// An in-process client (the HTTP gateway), authenticated by a gateway token.
+    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message> },
 }
 
 impl Conn {
@@ -86,6 +91,27 @@ pub struct Master<S: Store> {
     notices: NoticeThrottle,
     /// Minion events refused since start (for operators and metrics).
     pub(crate) events_denied: u64,
+    /// `deploy.apply` jobs in flight: jid → deployment id.
+    pub(crate) deploy_jobs: HashMap<String, String>,
+    /// Sends deployment signals to engines.
+    pub(crate) relay_client: reqwest::Client,
+    pub(crate) relay_tx: mpsc::UnboundedSender<RelayDone>,
+    relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
+    /// Where in-process clients (the gateway) send their commands.
+    local_tx: mpsc::Sender<LocalCommand>,
+    local_rx: Option<mpsc::Receiver<LocalCommand>>,
+    /// Peer ids for local sessions count down from the top, far from the router's.
+    next_local_peer: u64,
+}
+
+/// A job about to be created.
+pub(crate) struct NewJob {
+    pub(crate) function: String,
+    pub(crate) args: Vec<Value>,
+    pub(crate) kwargs: BTreeMap<String, Value>,
+    pub(crate) target: message::Target,
+    pub(crate) timeout_ms: u64,
+    pub(crate) ttl_ms: u64,
 }
 
 /// Who asks for a job; decides what it may target.
@@ -107,6 +133,8 @@ impl<S: Store> Master<S> {
         router: Router,
         store: S,
     ) -> Result<Self, StoreError> {
+        let (relay_tx, relay_rx) = mpsc::unbounded_channel();
+        let (local_tx, local_rx) = mpsc::channel(1024);
         let mut master = Master {
             config,
             identity,
@@ -124,6 +152,13 @@ impl<S: Store> Master<S> {
             event_buckets: HashMap::new(),
             notices: NoticeThrottle::default(),
             events_denied: 0,
+            deploy_jobs: HashMap::new(),
+            relay_client: relay::client(),
+            relay_tx,
+            relay_rx: Some(relay_rx),
+            local_tx,
+            local_rx: Some(local_rx),
+            next_local_peer: u64::MAX,
         };
         master.reload_principals().await?;
         master.reload_accepted().await?;
@@ -152,6 +187,7 @@ impl<S: Store> Master<S> {
                 .collect();
             master.jobs.insert(LiveJob { record, minions, watchers: Vec::new() });
         }
+        master.resume_deployments().await?;
         Ok(master)
     }
 
@@ -206,8 +242,26 @@ impl<S: Store> Master<S> {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_purge: Option<Instant> = None;
+        let (_, mut relays) = mpsc::unbounded_channel();
+        if let Some(rx) = self.relay_rx.take() {
+            relays = rx;
+        }
+        let (_, mut locals) = mpsc::channel(1);
+        if let Some(rx) = self.local_rx.take() {
+            locals = rx;
+        }
         loop {
             tokio::select! {
+                Some(command) = locals.recv() => {
+                    if let Err(error) = self.on_local(command).await {
+                        warn!(%error, "store failure while handling a gateway request");
+                    }
+                }
+                Some(done) = relays.recv() => {
+                    if let Err(error) = self.relay_finished(done).await {
+                        warn!(%error, "recording a relay failed");
+                    }
+                }
                 event = self.router.recv() => match event {
                     Some(event) => self.on_router_event(event).await,
                     None => break,
@@ -276,6 +330,12 @@ impl<S: Store> Master<S> {
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
     fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
+        if let Some(Conn::Local { tx, .. }) = self.conns.get(&peer) {
+            return tx.try_send(msg.clone()).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => SendError::Full,
+                mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+            });
+        }
         let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else {
             return Err(SendError::NotConnected);
         };
@@ -304,6 +364,10 @@ impl<S: Store> Master<S> {
     async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
         let Some(conn) = self.conns.remove(&peer) else { return Ok(()) };
         match conn {
+            // In-process sessions never arrive from the router.
+            local @ Conn::Local { .. } => {
+                self.conns.insert(peer, local);
+            }
             Conn::AwaitHello { .. } => {
                 let result = Claim::new(&self.config.id, None)
                     .and_then(|claim| Responder::new(&self.identity, claim, SessionConfig::default()))
@@ -352,12 +416,58 @@ impl<S: Store> Master<S> {
         }
     }
 
+    /// Where in-process clients send commands (see [`crate::gateway`]).
+    pub(crate) fn local_commands(&self) -> mpsc::Sender<LocalCommand> {
+        self.local_tx.clone()
+    }
+
+    async fn on_local(&mut self, command: LocalCommand) -> Result<(), StoreError> {
+        match command {
+            LocalCommand::Connect { token_hash, to_client, reply } => {
+                let principal = self.store.api_token_principal(&token_hash).await?;
+                let acl = match principal.as_deref() {
+                    None => Err("unknown token".to_owned()),
+                    Some("root") => Ok(None),
+                    Some(name) => self
+                        .principals
+                        .get(name)
+                        .map(|p| Some(Arc::new(p.acl.clone())))
+                        .ok_or_else(|| format!("the token's principal {name} no longer exists")),
+                };
+                let answer = acl.map(|acl| {
+                    let peer = PeerId(self.next_local_peer);
+                    self.next_local_peer -= 1;
+                    let principal = principal.unwrap_or_default();
+                    self.conns.insert(peer, Conn::Local { principal, acl, tx: to_client });
+                    peer
+                });
+                let _ = reply.send(answer);
+            }
+            LocalCommand::Message { peer, msg } => {
+                if let Some(Conn::Local { principal, acl, .. }) = self.conns.get(&peer) {
+                    let (principal, acl) = (principal.clone(), acl.clone());
+                    self.on_client_message(peer, &principal, acl, *msg).await?;
+                }
+            }
+            LocalCommand::Disconnect { peer } => {
+                if matches!(self.conns.get(&peer), Some(Conn::Local { .. })) {
+                    self.conns.remove(&peer);
+                    self.bus.unsubscribe(peer);
+                    self.jobs.forget_watcher(peer);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Ends every session of a principal that was removed.
     pub(crate) fn cut_clients(&mut self, principal: &str) {
         let peers: Vec<PeerId> = self
             .conns
             .iter()
-            .filter(|(_, c)| matches!(c, Conn::Client { principal: p, .. } if p == principal))
+            .filter(|(_, c)| {
+                matches!(c, Conn::Client { principal: p, .. } | Conn::Local { principal: p, .. } if p == principal)
+            })
             .map(|(peer, _)| *peer)
             .collect();
         for peer in peers {
@@ -554,6 +664,9 @@ impl<S: Store> Master<S> {
         self.store.set_state(jid, minion, state, ret.as_ref(), now_ms()).await?;
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
+            if self.deploy_jobs.contains_key(jid) {
+                self.deploy_job_finished(jid, state, ret.as_ref()).await?;
+            }
         }
         self.notify(jid, minion, state, ret);
         self.finish_if_done(jid);
@@ -606,7 +719,7 @@ impl<S: Store> Master<S> {
             Message::Cancel(cancel) => self.cancel(peer, &cancel.jid).await?,
             Message::Request(request) => {
                 let id = request.request_id;
-                match self.handle_request(request.body, acl.as_deref()).await {
+                match self.handle_request(request.body, principal, acl.as_deref()).await {
                     Ok(body) => self.send(peer, &Message::Response(message::Response { request_id: id, body })),
                     Err((kind, error)) => self.send_error(peer, kind, error, Some(id.to_string())),
                 }
@@ -664,29 +777,51 @@ impl<S: Store> Master<S> {
             return Ok(());
         }
 
+        let job = NewJob {
+            function: request.function,
+            args: request.args,
+            kwargs: request.kwargs,
+            target: request.target,
+            timeout_ms: request.timeout_ms,
+            ttl_ms: request.ttl_ms,
+        };
+        self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
+        Ok(())
+    }
+
+    /// Creates, stores and sends a job to already resolved and authorised `targets`. The
+    /// publishing client (when there is one) gets `published` first, then the updates.
+    pub(crate) async fn start_job(
+        &mut self,
+        caller: &str,
+        new: NewJob,
+        targets: Vec<String>,
+        publisher: Option<(PeerId, u64, Vec<PeerId>)>,
+    ) -> Result<String, StoreError> {
+        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms } = new;
         let jid = self.jids.next();
         let created_at_ms = now_ms();
         let job = Job {
             jid: jid.clone(),
-            function: request.function.clone(),
-            args: request.args.clone(),
-            kwargs: request.kwargs.clone(),
-            timeout_ms: request.timeout_ms,
+            function: function.clone(),
+            args: args.clone(),
+            kwargs: kwargs.clone(),
+            timeout_ms,
             issued_at_ms: created_at_ms,
-            ttl_ms: request.ttl_ms,
+            ttl_ms,
             caller: caller.to_owned(),
         };
         let signed = SignedJob::sign(&job, self.identity.key());
         let record = JobRecord {
             jid: jid.clone(),
-            function: request.function,
-            target: request.target,
-            args: request.args,
-            kwargs: request.kwargs,
+            function,
+            target,
+            args,
+            kwargs,
             caller: caller.to_owned(),
             created_at_ms,
-            timeout_ms: request.timeout_ms,
-            ttl_ms: request.ttl_ms,
+            timeout_ms,
+            ttl_ms,
             signed,
         };
         let now = Instant::now();
@@ -713,11 +848,15 @@ impl<S: Store> Master<S> {
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets }),
         );
         let job_message = Message::Job(record.signed.clone());
+        let watchers = match publisher {
+            Some((peer, request_id, watchers)) => {
+                let published = Published { request_id, jid: jid.clone(), minions: targets.clone() };
+                self.send(peer, &Message::Published(published));
+                watchers
+            }
+            None => Vec::new(),
+        };
         self.jobs.insert(LiveJob { record, minions: slots, watchers });
-        self.send(
-            peer,
-            &Message::Published(Published { request_id: request.request_id, jid: jid.clone(), minions: targets }),
-        );
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(&minion_peer)) = (state, self.online.get(&id)) {
                 self.send(minion_peer, &job_message);
@@ -725,7 +864,7 @@ impl<S: Store> Master<S> {
             self.notify(&jid, &id, state, None);
         }
         self.finish_if_done(&jid);
-        Ok(())
+        Ok(jid)
     }
 
     async fn cancel(&mut self, peer: PeerId, jid: &str) -> Result<(), StoreError> {
@@ -736,6 +875,13 @@ impl<S: Store> Master<S> {
         if !job.watchers.contains(&peer) {
             job.watchers.push(peer);
         }
+        self.cancel_live(jid).await
+    }
+
+    /// Cancels a job if it is still live: running minions are told to stop, the others'
+    /// slots end cancelled.
+    pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
         let slots: Vec<(String, MinionJobState)> = job.minions.iter().map(|(m, s)| (m.clone(), s.state)).collect();
         for (minion, state) in slots {
             match (state, self.online.get(&minion).copied()) {

@@ -15,6 +15,15 @@ pub fn compact_utc(micros: u64) -> String {
     )
 }
 
+/// Formats Unix milliseconds as ISO 8601 / RFC 3339 UTC, `YYYY-MM-DDThh:mm:ssZ` (the form
+/// Heat's API gives times in).
+pub fn iso8601_utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
+}
+
 /// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar
 /// (Howard Hinnant's `civil_from_days`).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -33,6 +42,12 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_iso8601() {
+        assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601_utc(1_795_156_522_123), "2026-11-21T06:35:22Z");
+    }
 
     #[test]
     fn formats_utc_with_microseconds() {

@@ -2,7 +2,9 @@
 //! and per-minion job states with their returns. [`SqliteStore`] is the embedded default; the
 //! trait is shaped so a PostgreSQL implementation can follow (no SQLite-isms in it).
 
+mod deploy;
 mod sqlite;
+mod sqlite_deploy;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,6 +13,7 @@ use halite_protocol::message::{
     JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, PrincipalAcl, SignedJob, Target, Value,
 };
 
+pub use deploy::{DeployStore, DeploymentRecord};
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed.
@@ -88,7 +91,7 @@ pub struct PrincipalRecord {
 pub type UnfinishedJob = (JobRecord, Vec<(String, MinionJobState)>);
 
 /// Persistent state. Every method is one transaction.
-pub trait Store: Send + Sync + 'static {
+pub trait Store: DeployStore + Send + Sync + 'static {
     /// Every key.
     fn keys(&self) -> impl Future<Output = Result<Vec<KeyRecord>, StoreError>> + Send;
     /// The keys recorded for one id (at most one not denied).

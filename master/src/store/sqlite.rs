@@ -69,6 +69,7 @@ CREATE TABLE principals (
     updated_at INTEGER NOT NULL
 );
 "#,
+    super::sqlite_deploy::MIGRATION,
 ];
 
 /// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
@@ -101,6 +102,10 @@ impl SqliteStore {
         let store = SqliteStore { pool };
         store.migrate().await?;
         Ok(store)
+    }
+
+    pub(super) fn pool(&self) -> &SqlitePool {
+        &self.pool
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -148,11 +153,11 @@ fn target_kind(name: &str) -> Result<TargetKind, StoreError> {
     serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(corrupt)
 }
 
-fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+pub(super) fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(corrupt)
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> String {
+pub(super) fn to_json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 
@@ -160,7 +165,7 @@ fn ms(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-fn db_int(value: u64) -> i64 {
+pub(super) fn db_int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::deploy::{DeploymentUpdate, NewDeployment, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment};
 use super::types::{JobReturn, Target, Value};
 
 /// A client request; answered by a [`Response`] with the same `request_id`, or by an `error`
@@ -17,7 +18,7 @@ pub struct Request {
 }
 
 /// The administrative requests. Patterns are minion-id globs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestBody {
     /// List keys whose id matches `pattern`.
@@ -87,6 +88,60 @@ pub enum RequestBody {
         /// Name.
         name: String,
     },
+    /// Creates a bearer token for the HTTP gateway that acts as `principal` (`root` or a
+    /// registered one). Shown once; stored hashed.
+    ApiTokenCreate {
+        /// The principal the token acts as.
+        principal: String,
+    },
+    /// Stores a new software config.
+    ConfigCreate(NewSoftwareConfig),
+    /// One config.
+    ConfigShow {
+        /// Config id.
+        id: String,
+    },
+    /// Configs, newest first.
+    ConfigList {
+        /// At most this many.
+        limit: u32,
+    },
+    /// Deletes a config.
+    ConfigDelete {
+        /// Config id.
+        id: String,
+    },
+    /// Deploys a config to a server: the derived config is pushed to the minion at once, or
+    /// when it connects.
+    DeploymentCreate(NewDeployment),
+    /// Re-derives and pushes a deployment with new inputs, config or action.
+    DeploymentUpdate {
+        /// Deployment id.
+        id: String,
+        /// What changes.
+        update: DeploymentUpdate,
+    },
+    /// One deployment.
+    DeploymentShow {
+        /// Deployment id.
+        id: String,
+    },
+    /// Deployments, optionally of one server, newest first.
+    DeploymentList {
+        /// Only this minion's.
+        #[serde(default)]
+        server_id: Option<String>,
+    },
+    /// Deletes a deployment (a pending push is cancelled).
+    DeploymentDelete {
+        /// Deployment id.
+        id: String,
+    },
+    /// Heat's per-server metadata: every derived config of a server's deployments.
+    ServerConfigs {
+        /// Minion id.
+        server_id: String,
+    },
 }
 
 /// The answer to a [`Request`].
@@ -127,6 +182,20 @@ pub enum ResponseBody {
     Job(JobDetail),
     /// Principals, sorted by name.
     Principals(Vec<PrincipalInfo>),
+    /// A new gateway token (shown once).
+    ApiToken(String),
+    /// One config.
+    Config(SoftwareConfig),
+    /// Configs.
+    Configs(Vec<SoftwareConfig>),
+    /// One deployment.
+    Deployment(SoftwareDeployment),
+    /// Deployments.
+    Deployments(Vec<SoftwareDeployment>),
+    /// The id of what was deleted.
+    Deleted(String),
+    /// Derived config items.
+    Items(Vec<Value>),
 }
 
 /// Key states, as `salt-key` has them.
@@ -202,6 +271,7 @@ pub struct MinionInfo {
 /// Where a job stands on one minion. The last seven are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum MinionJobState {
     /// Offline when published; the job waits for it until its TTL.
     Waiting,
@@ -280,6 +350,7 @@ pub struct JobDone {
 
 /// A job in a listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobSummary {
     /// Job id.
     pub jid: String,
@@ -297,6 +368,7 @@ pub struct JobSummary {
 
 /// One minion's part in a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MinionJob {
     /// The minion.
     pub minion: String,
@@ -309,6 +381,7 @@ pub struct MinionJob {
 
 /// A job in detail.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobDetail {
     /// Summary.
     pub summary: JobSummary,

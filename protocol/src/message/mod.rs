@@ -8,12 +8,14 @@
 mod admin;
 mod cli_args;
 mod codec;
+mod deploy;
 mod job;
 mod types;
 
 pub use admin::*;
 pub use cli_args::parse_cli_args;
 pub use codec::{decode, encode, CodecError, MAX_DEPTH};
+pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
 pub use types::*;
 

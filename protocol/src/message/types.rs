@@ -128,6 +128,7 @@ pub struct JobProgress {
 
 /// The final result of a job on one minion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobReturn {
     /// Job id.
     pub jid: String,
@@ -155,6 +156,7 @@ pub struct JobReturn {
 /// How a job ended on the minion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Outcome {
     /// The function ran to completion (successfully or not: see `success`).
     #[default]
@@ -197,6 +199,7 @@ pub struct Event {
 /// How a target expression is interpreted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum TargetKind {
     /// Shell-style glob on minion ids (the default).
     Glob,
@@ -214,6 +217,7 @@ pub enum TargetKind {
 
 /// A target: which minions a job is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Target {
     /// How to read `expr`.
     pub kind: TargetKind,

@@ -1,0 +1,427 @@
+//! Software configs and deployments (`docs/engine-guide.md`, "Heat"): requests from engines,
+//! the `deploy.apply` job that carries each derived config to its minion, and what the
+//! minion's signal does to the deployment.
+//!
+//! A deployment rides on an ordinary job with a long TTL, so it inherits everything jobs
+//! already guarantee: pushed at once to a connected minion or when it connects (enrolled by
+//! token or not yet), at-most-once execution, and a return that survives restarts of either
+//! side.
+
+pub(crate) mod derive;
+pub(crate) mod relay;
+mod validate;
+
+use halite_protocol::message::{
+    status, DeploymentUpdate, ErrorKind, JobReturn, MinionJobState, NewDeployment, NewSoftwareConfig, PrincipalAcl,
+    RequestBody, ResponseBody, SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
+};
+use serde_json::{json, Map};
+use tracing::{info, warn};
+
+use crate::clock::{new_uuid, now_ms};
+use crate::server::{Master, NewJob};
+use crate::store::{DeploymentRecord, Store, StoreError};
+use relay::RelayRequest;
+
+type Reply = Result<ResponseBody, (ErrorKind, String)>;
+
+fn internal(error: StoreError) -> (ErrorKind, String) {
+    (ErrorKind::Internal, error.to_string())
+}
+
+fn bad(message: impl Into<String>) -> (ErrorKind, String) {
+    (ErrorKind::BadRequest, message.into())
+}
+
+/// Most configs one listing returns.
+const MAX_CONFIG_LIST: u32 = 1000;
+/// Extra time the job gets past the hook's own timeout, for the minion to report it.
+const JOB_MARGIN_MS: u64 = 30_000;
+
+/// Whether a request is about configs or deployments.
+pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
+    matches!(
+        body,
+        RequestBody::ConfigCreate(_)
+            | RequestBody::ConfigShow { .. }
+            | RequestBody::ConfigList { .. }
+            | RequestBody::ConfigDelete { .. }
+            | RequestBody::DeploymentCreate(_)
+            | RequestBody::DeploymentUpdate { .. }
+            | RequestBody::DeploymentShow { .. }
+            | RequestBody::DeploymentList { .. }
+            | RequestBody::DeploymentDelete { .. }
+            | RequestBody::ServerConfigs { .. }
+    )
+}
+
+impl<S: Store> Master<S> {
+    /// Serves a config or deployment request for `principal`.
+    pub(crate) async fn handle_deploy_request(
+        &mut self,
+        body: RequestBody,
+        principal: &str,
+        acl: Option<&PrincipalAcl>,
+    ) -> Reply {
+        match body {
+            RequestBody::ConfigCreate(new) => {
+                self.may_deploy(acl, None)?;
+                self.create_config(new).await
+            }
+            RequestBody::ConfigShow { id } => {
+                self.may_deploy(acl, None)?;
+                self.store.config(&id).await.map_err(internal)?.map(ResponseBody::Config).ok_or_else(|| no_config(&id))
+            }
+            RequestBody::ConfigList { limit } => {
+                self.may_deploy(acl, None)?;
+                Ok(ResponseBody::Configs(self.store.configs(limit.min(MAX_CONFIG_LIST)).await.map_err(internal)?))
+            }
+            RequestBody::ConfigDelete { id } => {
+                self.may_deploy(acl, None)?;
+                if !self.store.delete_config(&id).await.map_err(internal)? {
+                    return Err(no_config(&id));
+                }
+                info!(config = %id, "software config deleted");
+                Ok(ResponseBody::Deleted(id))
+            }
+            RequestBody::DeploymentCreate(spec) => {
+                self.may_deploy(acl, Some(&spec.server_id))?;
+                self.create_deployment(spec, principal).await
+            }
+            RequestBody::DeploymentUpdate { id, update } => {
+                let record = self.load_deployment(&id).await?;
+                self.may_deploy(acl, Some(&record.deployment.server_id))?;
+                self.update_deployment(record, update, principal).await
+            }
+            RequestBody::DeploymentShow { id } => {
+                let record = self.load_deployment(&id).await?;
+                self.may_deploy(acl, Some(&record.deployment.server_id))?;
+                Ok(ResponseBody::Deployment(record.deployment))
+            }
+            RequestBody::DeploymentList { server_id } => {
+                let records = self.store.deployments(server_id.as_deref()).await.map_err(internal)?;
+                let visible = records
+                    .into_iter()
+                    .filter(|r| self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok())
+                    .map(|r| r.deployment)
+                    .collect();
+                Ok(ResponseBody::Deployments(visible))
+            }
+            RequestBody::DeploymentDelete { id } => {
+                let record = self.load_deployment(&id).await?;
+                self.may_deploy(acl, Some(&record.deployment.server_id))?;
+                self.deploy_jobs.remove(&record.jid);
+                self.cancel_live(&record.jid).await.map_err(internal)?;
+                self.store.delete_deployment(&id).await.map_err(internal)?;
+                info!(deployment = %id, "deployment deleted");
+                self.emit(
+                    format!("halite/deployment/{id}/DELETED"),
+                    json!({ "server_id": record.deployment.server_id }),
+                );
+                Ok(ResponseBody::Deleted(id))
+            }
+            RequestBody::ServerConfigs { server_id } => {
+                self.may_deploy(acl, Some(&server_id))?;
+                let mut records = self.store.deployments(Some(&server_id)).await.map_err(internal)?;
+                records.reverse();
+                Ok(ResponseBody::Items(records.into_iter().map(|r| r.item).collect()))
+            }
+            _ => Err(bad("not a deployment request")),
+        }
+    }
+
+    /// Root and admins may do anything; other principals need a publish rule for
+    /// `deploy.apply` (covering the server, when there is one).
+    fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), (ErrorKind, String)> {
+        let Some(acl) = acl.filter(|a| !a.admin) else { return Ok(()) };
+        let empty = std::collections::BTreeMap::new();
+        let grains = server.map(|s| self.minions.get(s).map_or(&empty, |m| &m.grains));
+        let allowed = acl.rules.iter().any(|rule| {
+            crate::acl::any_glob(&rule.functions, "deploy.apply")
+                && match (server, grains) {
+                    (Some(id), Some(grains)) => {
+                        crate::acl::all_within(&rule.targets, &self.config.nodegroups, &[(id, grains)]).unwrap_or(false)
+                    }
+                    _ => true,
+                }
+        });
+        if allowed {
+            Ok(())
+        } else {
+            let on = server.map(|s| format!(" on {s}")).unwrap_or_default();
+            Err((ErrorKind::Forbidden, format!("not allowed to deploy{on} (needs a rule for deploy.apply)")))
+        }
+    }
+
+    async fn create_config(&mut self, new: NewSoftwareConfig) -> Reply {
+        validate::config(&new).map_err(bad)?;
+        let now = now_ms();
+        let config = SoftwareConfig {
+            id: new_uuid(),
+            name: new.name,
+            group: new.group,
+            config: new.config,
+            inputs: new.inputs,
+            outputs: new.outputs,
+            options: new.options,
+            creation_time: halite_protocol::time::iso8601_utc(now),
+        };
+        self.store.put_config(&config, now).await.map_err(internal)?;
+        info!(config = %config.id, name = %config.name, group = %config.group, "software config created");
+        Ok(ResponseBody::Config(config))
+    }
+
+    async fn load_deployment(&self, id: &str) -> Result<DeploymentRecord, (ErrorKind, String)> {
+        self.store
+            .deployment(id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| (ErrorKind::NotFound, format!("no deployment {id}")))
+    }
+
+    async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
+        validate::deployment(&spec).map_err(bad)?;
+        let config =
+            self.store.config(&spec.config_id).await.map_err(internal)?.ok_or_else(|| no_config(&spec.config_id))?;
+        let action = spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase();
+        let now = now_ms();
+        let deployment = SoftwareDeployment {
+            id: new_uuid(),
+            config_id: config.id.clone(),
+            server_id: spec.server_id.clone(),
+            input_values: spec.input_values.clone(),
+            output_values: Map::new(),
+            action,
+            status: status::IN_PROGRESS.into(),
+            status_reason: "Deploy data available".into(),
+            derived_config_id: String::new(),
+            creation_time: halite_protocol::time::iso8601_utc(now),
+            updated_time: None,
+        };
+        let record = DeploymentRecord {
+            deployment,
+            spec,
+            jid: String::new(),
+            item: Value::Null,
+            relay_pending: false,
+            last_signal: None,
+        };
+        let record = self.push(record, &config, principal).await?;
+        Ok(ResponseBody::Deployment(record.deployment))
+    }
+
+    async fn update_deployment(
+        &mut self,
+        mut record: DeploymentRecord,
+        update: DeploymentUpdate,
+        principal: &str,
+    ) -> Reply {
+        if let Some(config_id) = update.config_id {
+            record.spec.config_id = config_id;
+        }
+        if let Some(values) = update.input_values {
+            record.spec.input_values = values;
+        }
+        let action = update.action.unwrap_or_else(|| "UPDATE".into()).to_ascii_uppercase();
+        record.spec.action = Some(action.clone());
+        validate::deployment(&record.spec).map_err(bad)?;
+        let config = self
+            .store
+            .config(&record.spec.config_id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| no_config(&record.spec.config_id))?;
+        // The previous derived config is superseded: its job is cancelled if still pending.
+        self.deploy_jobs.remove(&record.jid);
+        self.cancel_live(&record.jid).await.map_err(internal)?;
+        let now = now_ms();
+        record.deployment.config_id = config.id.clone();
+        record.deployment.input_values = record.spec.input_values.clone();
+        record.deployment.action = action;
+        record.deployment.status = status::IN_PROGRESS.into();
+        record.deployment.status_reason = "Deploy data available".into();
+        record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
+        record.relay_pending = false;
+        let record = self.push(record, &config, principal).await?;
+        Ok(ResponseBody::Deployment(record.deployment))
+    }
+
+    /// Derives the config for the deployment's current action and starts its `deploy.apply`
+    /// job on the server; stores the deployment and announces it.
+    async fn push(
+        &mut self,
+        mut record: DeploymentRecord,
+        config: &SoftwareConfig,
+        principal: &str,
+    ) -> Result<DeploymentRecord, (ErrorKind, String)> {
+        let derived_id = new_uuid();
+        let now = now_ms();
+        let item = derive::derived_item(
+            config,
+            &record.spec,
+            &record.deployment.action,
+            &derived_id,
+            &halite_protocol::time::iso8601_utc(now),
+        )
+        .map_err(bad)?;
+        let timeout_secs = record.spec.timeout_secs.unwrap_or(self.config.deployment_timeout_secs).max(1);
+        let mut kwargs = std::collections::BTreeMap::new();
+        kwargs.insert("item".to_owned(), item.clone());
+        kwargs.insert("timeout".to_owned(), json!(timeout_secs));
+        let server = record.deployment.server_id.clone();
+        let job = NewJob {
+            function: "deploy.apply".into(),
+            args: Vec::new(),
+            kwargs,
+            target: Target { kind: TargetKind::List, expr: server.clone() },
+            timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
+            ttl_ms: self.config.deployment_ttl_secs * 1000,
+        };
+        let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(internal)?;
+        record.deployment.derived_config_id = derived_id;
+        record.jid = jid.clone();
+        record.item = item;
+        self.store.put_deployment(&record, now).await.map_err(internal)?;
+        self.deploy_jobs.insert(jid.clone(), record.deployment.id.clone());
+        info!(deployment = %record.deployment.id, server = %server, %jid, action = %record.deployment.action, "deployment pushed");
+        self.announce(&record.deployment);
+        // A server that is not a known minion cannot receive it until it enrolls: the job waits.
+        Ok(record)
+    }
+
+    fn announce(&mut self, deployment: &SoftwareDeployment) {
+        self.emit(
+            format!("halite/deployment/{}/{}", deployment.id, deployment.status),
+            serde_json::to_value(deployment).unwrap_or_default(),
+        );
+    }
+
+    /// A `deploy.apply` job reached a final state: the deployment takes the signal's status
+    /// (or fails with the reason the job gives), is stored and announced, and the signal is
+    /// relayed when the engine gave a URL.
+    pub(crate) async fn deploy_job_finished(
+        &mut self,
+        jid: &str,
+        state: MinionJobState,
+        ret: Option<&JobReturn>,
+    ) -> Result<(), StoreError> {
+        let Some(id) = self.deploy_jobs.remove(jid) else { return Ok(()) };
+        let Some(mut record) = self.store.deployment(&id).await? else { return Ok(()) };
+        if record.jid != jid || record.deployment.status != status::IN_PROGRESS {
+            return Ok(());
+        }
+        let signal = match (state, ret.map(|r| &r.outputs)) {
+            (MinionJobState::Returned, Some(Value::Object(signal))) => Some(signal.clone()),
+            (MinionJobState::Failed, Some(Value::Object(signal))) if signal.contains_key("deploy_status_code") => {
+                Some(signal.clone())
+            }
+            _ => None,
+        };
+        let outcome = match &signal {
+            Some(signal) => {
+                let config = self.store.config(&record.deployment.config_id).await?;
+                let outputs = config.map(|c| c.outputs).unwrap_or_default();
+                derive::apply_signal(&outputs, signal, &record.deployment.output_values)
+            }
+            None => {
+                let reason = self.failure_reason(&record, state, ret);
+                let mut output_values = record.deployment.output_values.clone();
+                output_values.insert("deploy_stdout".into(), json!(""));
+                output_values.insert("deploy_stderr".into(), json!(reason));
+                output_values.insert("deploy_status_code".into(), json!(1));
+                derive::Outcome { status: status::FAILED, reason, output_values }
+            }
+        };
+        let now = now_ms();
+        record.deployment.status = outcome.status.into();
+        record.deployment.status_reason = outcome.reason;
+        record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
+        // A failure with no signal still reaches the engine, so Heat fails at once instead of
+        // waiting for its timeout.
+        let relayed_signal = signal.unwrap_or_else(|| {
+            let mut made_up = Map::new();
+            for key in ["deploy_stdout", "deploy_stderr", "deploy_status_code"] {
+                made_up.insert(key.into(), outcome.output_values.get(key).cloned().unwrap_or(Value::Null));
+            }
+            made_up
+        });
+        record.deployment.output_values = outcome.output_values;
+        record.last_signal = Some(Value::Object(relayed_signal));
+        record.relay_pending = record.spec.signal_id.is_some();
+        self.store.put_deployment(&record, now).await?;
+        info!(deployment = %id, status = %record.deployment.status, reason = %record.deployment.status_reason, "deployment signalled");
+        self.announce(&record.deployment);
+        if record.relay_pending {
+            self.start_relay(&record);
+        }
+        Ok(())
+    }
+
+    fn failure_reason(&self, record: &DeploymentRecord, state: MinionJobState, ret: Option<&JobReturn>) -> String {
+        let error = ret.and_then(|r| r.outputs.get("error")).and_then(Value::as_str);
+        match (state, error) {
+            (MinionJobState::Expired, _) => format!(
+                "server {} did not connect within {} s of the deployment",
+                record.deployment.server_id, self.config.deployment_ttl_secs
+            ),
+            (MinionJobState::TimedOut, _) => "deploy.apply did not finish before its timeout".into(),
+            (MinionJobState::Cancelled, _) => "deployment cancelled".into(),
+            (MinionJobState::Offline, _) => format!("server {} is offline", record.deployment.server_id),
+            (MinionJobState::Denied, Some(error)) => format!("the server's policy refused deploy.apply: {error}"),
+            (_, Some(error)) => error.to_owned(),
+            (state, None) => format!("deploy.apply ended {}", state.as_str()),
+        }
+    }
+
+    /// Starts relaying a deployment's last signal to its `signal_id`.
+    pub(crate) fn start_relay(&mut self, record: &DeploymentRecord) {
+        let (Some(url), Some(Value::Object(signal))) = (&record.spec.signal_id, &record.last_signal) else { return };
+        let request = RelayRequest {
+            deployment_id: record.deployment.id.clone(),
+            derived_config_id: record.deployment.derived_config_id.clone(),
+            url: url.clone(),
+            verb: derive::signal_verb(&record.spec),
+            body: derive::trimmed_body(signal, relay::MAX_BODY),
+        };
+        relay::spawn(self.relay_client.clone(), request, self.relay_tx.clone());
+    }
+
+    /// A relay ended: recorded, announced.
+    pub(crate) async fn relay_finished(&mut self, done: relay::RelayDone) -> Result<(), StoreError> {
+        let id = &done.request.deployment_id;
+        let Some(mut record) = self.store.deployment(id).await? else { return Ok(()) };
+        if record.deployment.derived_config_id != done.request.derived_config_id {
+            return Ok(());
+        }
+        record.relay_pending = false;
+        self.store.put_deployment(&record, now_ms()).await?;
+        match &done.result {
+            Ok(code) => info!(deployment = %id, status = code, "signal relayed"),
+            Err(error) => warn!(deployment = %id, %error, "signal relay failed"),
+        }
+        let data = match done.result {
+            Ok(code) => json!({ "ok": (200..300).contains(&code), "http_status": code }),
+            Err(error) => json!({ "ok": false, "error": error }),
+        };
+        self.emit(format!("halite/deployment/{id}/relayed"), data);
+        Ok(())
+    }
+
+    /// After a restart: in-progress deployments are linked to their jobs again and pending
+    /// relays resume.
+    pub(crate) async fn resume_deployments(&mut self) -> Result<(), StoreError> {
+        for record in self.store.open_deployments().await? {
+            if record.deployment.status == status::IN_PROGRESS {
+                self.deploy_jobs.insert(record.jid.clone(), record.deployment.id.clone());
+            }
+            if record.relay_pending {
+                self.start_relay(&record);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn no_config(id: &str) -> (ErrorKind, String) {
+    (ErrorKind::NotFound, format!("no software config {id}"))
+}

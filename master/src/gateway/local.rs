@@ -1,0 +1,138 @@
+//! In-process client sessions: the gateway talks to the master's core with the same messages
+//! a networked client sends, so every check (ACLs, targeting, job streaming, the bus) is the
+//! one code path. Each HTTP request opens one local session authenticated by its token.
+
+use std::time::Duration;
+
+use halite_protocol::message::{
+    ErrorKind, ErrorMessage, Message, PublishRequest, Published, Request, RequestBody, ResponseBody, Subscribe,
+};
+use halite_transport::PeerId;
+use tokio::sync::{mpsc, oneshot};
+
+/// Messages one local session can have queued towards it before the core drops (bus events)
+/// or reports a full queue.
+const QUEUE: usize = 1024;
+/// How long a request may take in the core.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the gateway asks of the core.
+#[derive(Debug)]
+pub(crate) enum LocalCommand {
+    /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
+    Connect { token_hash: [u8; 32], to_client: mpsc::Sender<Message>, reply: oneshot::Sender<Result<PeerId, String>> },
+    /// A message from the session's client.
+    Message { peer: PeerId, msg: Box<Message> },
+    /// The session ended.
+    Disconnect { peer: PeerId },
+}
+
+/// Why a local call failed; maps to an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// Missing or unknown token.
+    Unauthorized(String),
+    /// The core answered with an error.
+    Refused(ErrorKind, String),
+    /// The core is gone or did not answer in time.
+    Unavailable(String),
+}
+
+/// A session with the core; ends when dropped.
+pub(crate) struct LocalSession {
+    commands: mpsc::Sender<LocalCommand>,
+    peer: PeerId,
+    inbox: mpsc::Receiver<Message>,
+    next_request: u64,
+}
+
+impl Drop for LocalSession {
+    fn drop(&mut self) {
+        let _ = self.commands.try_send(LocalCommand::Disconnect { peer: self.peer });
+    }
+}
+
+impl LocalSession {
+    /// Authenticates a token and opens a session.
+    pub(crate) async fn open(commands: &mpsc::Sender<LocalCommand>, token: &str) -> Result<Self, CallError> {
+        let (to_client, inbox) = mpsc::channel(QUEUE);
+        let (reply, answer) = oneshot::channel();
+        let token_hash = crate::keys::token_hash(token);
+        commands
+            .send(LocalCommand::Connect { token_hash, to_client, reply })
+            .await
+            .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?;
+        let peer = answer
+            .await
+            .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?
+            .map_err(CallError::Unauthorized)?;
+        Ok(LocalSession { commands: commands.clone(), peer, inbox, next_request: 1 })
+    }
+
+    async fn send(&self, msg: Message) -> Result<(), CallError> {
+        self.commands
+            .send(LocalCommand::Message { peer: self.peer, msg: Box::new(msg) })
+            .await
+            .map_err(|_| CallError::Unavailable("the master is shutting down".into()))
+    }
+
+    /// The next message for this session.
+    pub(crate) async fn recv(&mut self) -> Option<Message> {
+        self.inbox.recv().await
+    }
+
+    /// An administrative or deployment request and its answer.
+    pub(crate) async fn request(&mut self, body: RequestBody) -> Result<ResponseBody, CallError> {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.send(Message::Request(Request { request_id, body })).await?;
+        let wanted = request_id.to_string();
+        self.answer(|msg| match msg {
+            Message::Response(r) if r.request_id == request_id => Some(Ok(r.body)),
+            Message::Error(e) if e.request.as_deref() == Some(wanted.as_str()) => Some(Err(refused(e))),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Publishes a job; the answer is its jid and minions (returns are not awaited).
+    pub(crate) async fn publish(&mut self, mut request: PublishRequest) -> Result<Published, CallError> {
+        request.request_id = self.next_request;
+        self.next_request += 1;
+        let request_id = request.request_id;
+        let wanted = request_id.to_string();
+        self.send(Message::Publish(request)).await?;
+        self.answer(|msg| match msg {
+            Message::Published(p) if p.request_id == request_id => Some(Ok(p)),
+            Message::Error(e) if e.request.as_deref() == Some(wanted.as_str()) => Some(Err(refused(e))),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Subscribes to bus events whose tags match `patterns`.
+    pub(crate) async fn subscribe(&self, patterns: Vec<String>) -> Result<(), CallError> {
+        self.send(Message::Subscribe(Subscribe { patterns })).await
+    }
+
+    async fn answer<T>(
+        &mut self,
+        mut pick: impl FnMut(Message) -> Option<Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        let wait = async {
+            while let Some(msg) = self.inbox.recv().await {
+                if let Some(result) = pick(msg) {
+                    return result;
+                }
+            }
+            Err(CallError::Unavailable("the master closed the session".into()))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, wait)
+            .await
+            .unwrap_or_else(|_| Err(CallError::Unavailable("the master did not answer in time".into())))
+    }
+}
+
+fn refused(error: ErrorMessage) -> CallError {
+    CallError::Refused(error.kind, error.message)
+}

@@ -1,0 +1,164 @@
+//! The OpenAPI 3.1 document of the gateway. Schemas are generated from the Rust types the
+//! handlers (de)serialise, so they cannot drift from the implementation; the paths mirror
+//! `routes::router` one for one (a test walks every path against a live gateway).
+
+use halite_protocol::message::{
+    DeploymentUpdate, JobDetail, JobSummary, NewDeployment, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment,
+};
+use schemars::generate::SchemaSettings;
+use serde_json::{json, Map, Value};
+
+use super::routes::JobRequest;
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+/// A JSON body `{ key: <schema> }`, as every answer is wrapped.
+fn wrapped(key: &str, schema: Value) -> Value {
+    json!({ "description": "OK", "content": { "application/json": { "schema": {
+        "type": "object", "required": [key], "properties": { key: schema } } } } })
+}
+
+fn body(name: &str) -> Value {
+    json!({ "required": true, "content": { "application/json": { "schema": schema_ref(name) } } })
+}
+
+fn path_param(name: &str) -> Value {
+    json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } })
+}
+
+fn query_param(name: &str, kind: &str, description: &str) -> Value {
+    json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": kind } })
+}
+
+fn operation(id: &str, summary: &str, parameters: Vec<Value>, request: Option<Value>, ok: Value) -> Value {
+    let mut op = json!({
+        "operationId": id,
+        "summary": summary,
+        "parameters": parameters,
+        "responses": {
+            "200": ok,
+            "400": schema_ref_response(), "401": schema_ref_response(), "403": schema_ref_response(),
+            "404": schema_ref_response(),
+        },
+    });
+    if let Some(request) = request {
+        op["requestBody"] = request;
+    }
+    op
+}
+
+fn schema_ref_response() -> Value {
+    json!({ "$ref": "#/components/responses/Error" })
+}
+
+fn no_content(id: &str, summary: &str, parameters: Vec<Value>) -> Value {
+    let mut op = operation(id, summary, parameters, None, json!({ "description": "unused" }));
+    if let Some(responses) = op["responses"].as_object_mut() {
+        responses.remove("200");
+        responses.insert("204".into(), json!({ "description": "Deleted" }));
+    }
+    op
+}
+
+/// The whole document.
+pub(super) fn document() -> Value {
+    let mut generator = SchemaSettings::openapi3().into_generator();
+    let names = [
+        ("NewSoftwareConfig", generator.subschema_for::<NewSoftwareConfig>()),
+        ("SoftwareConfig", generator.subschema_for::<SoftwareConfig>()),
+        ("NewDeployment", generator.subschema_for::<NewDeployment>()),
+        ("DeploymentUpdate", generator.subschema_for::<DeploymentUpdate>()),
+        ("SoftwareDeployment", generator.subschema_for::<SoftwareDeployment>()),
+        ("JobRequest", generator.subschema_for::<JobRequest>()),
+        ("JobSummary", generator.subschema_for::<JobSummary>()),
+        ("JobDetail", generator.subschema_for::<JobDetail>()),
+    ];
+    let mut schemas: Map<String, Value> = generator.take_definitions(true);
+    for (name, schema) in names {
+        // Types defined inline by the generator are referenced by name; keep both.
+        if !schemas.contains_key(name) {
+            schemas.insert(name.into(), schema.to_value());
+        }
+    }
+    schemas.insert(
+        "Error".into(),
+        json!({ "type": "object", "required": ["error"], "properties": { "error": {
+            "type": "object", "required": ["kind", "message"],
+            "properties": { "kind": { "type": "string" }, "message": { "type": "string" } } } } }),
+    );
+    let list = |name: &str| json!({ "type": "array", "items": schema_ref(name) });
+    let id = || vec![path_param("id")];
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "halite gateway",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Software configs, deployments, jobs and events of a halite master. \
+                            Authenticate with `Authorization: Bearer <token>` (`halite principal token NAME`).",
+        },
+        "security": [{ "bearer": [] }],
+        "paths": {
+            "/v1/software_configs": {
+                "get": operation("listConfigs", "List configs, newest first",
+                    vec![query_param("limit", "integer", "At most this many (default 100)")], None,
+                    wrapped("software_configs", list("SoftwareConfig"))),
+                "post": operation("createConfig", "Create an immutable config", vec![], Some(body("NewSoftwareConfig")),
+                    wrapped("software_config", schema_ref("SoftwareConfig"))),
+            },
+            "/v1/software_configs/{id}": {
+                "get": operation("showConfig", "One config", id(), None,
+                    wrapped("software_config", schema_ref("SoftwareConfig"))),
+                "delete": no_content("deleteConfig", "Delete a config", id()),
+            },
+            "/v1/software_deployments": {
+                "get": operation("listDeployments", "List deployments, newest first",
+                    vec![query_param("server_id", "string", "Only this server's")], None,
+                    wrapped("software_deployments", list("SoftwareDeployment"))),
+                "post": operation("createDeployment", "Deploy a config to a server (pushed at once or on connect)",
+                    vec![], Some(body("NewDeployment")), wrapped("software_deployment", schema_ref("SoftwareDeployment"))),
+            },
+            "/v1/software_deployments/{id}": {
+                "get": operation("showDeployment", "One deployment", id(), None,
+                    wrapped("software_deployment", schema_ref("SoftwareDeployment"))),
+                "put": operation("updateDeployment", "Re-derive and push with new inputs, config or action", id(),
+                    Some(body("DeploymentUpdate")), wrapped("software_deployment", schema_ref("SoftwareDeployment"))),
+                "delete": no_content("deleteDeployment", "Delete a deployment", id()),
+            },
+            "/v1/software_deployments/metadata/{server_id}": {
+                "get": operation("serverMetadata", "Every derived config of a server (Heat's per-server metadata)",
+                    vec![path_param("server_id")], None, wrapped("metadata", json!({ "type": "array", "items": { "type": "object" } }))),
+            },
+            "/v1/jobs": {
+                "get": operation("listJobs", "Recent jobs, newest first",
+                    vec![query_param("limit", "integer", "At most this many (default 100)")], None,
+                    wrapped("jobs", list("JobSummary"))),
+                "post": operation("publishJob", "Run a function on a target; returns the jid at once", vec![],
+                    Some(body("JobRequest")), wrapped("job", json!({ "type": "object", "required": ["jid", "minions"],
+                        "properties": { "jid": { "type": "string" }, "minions": { "type": "array", "items": { "type": "string" } } } }))),
+            },
+            "/v1/jobs/{jid}": {
+                "get": operation("showJob", "One job with every minion's state and return", vec![path_param("jid")], None,
+                    wrapped("job", schema_ref("JobDetail"))),
+            },
+            "/v1/events": {
+                "get": operation("events", "Server-sent events: one `halite` event per bus event, data {tag, data}",
+                    vec![query_param("tag", "string", "Comma-separated tag globs (default: all the principal may see)")],
+                    None, json!({ "description": "An event stream", "content": { "text/event-stream": {
+                        "schema": { "type": "string" } } } })),
+            },
+            "/v1/openapi.json": {
+                "get": { "operationId": "openapi", "summary": "This document", "security": [],
+                         "responses": { "200": { "description": "OK", "content": { "application/json": {
+                             "schema": { "type": "object" } } } } } },
+            },
+        },
+        "components": {
+            "schemas": schemas,
+            "responses": { "Error": { "description": "The request failed", "content": { "application/json": {
+                "schema": schema_ref("Error") } } } },
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+        },
+    })
+}

@@ -1,0 +1,265 @@
+//! The gateway's routes. Each handler opens a local session with the request's token, asks
+//! the core, and maps the answer to JSON and an HTTP status.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use halite_protocol::message::{
+    DeploymentUpdate, ErrorKind, Message, NewDeployment, NewSoftwareConfig, PublishRequest, RequestBody, ResponseBody,
+    Target, TargetKind, Value,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::local::{CallError, LocalCommand, LocalSession};
+
+type Commands = mpsc::Sender<LocalCommand>;
+
+/// Every route. `openapi.rs` describes exactly these.
+pub(super) fn router(commands: Commands) -> Router {
+    Router::new()
+        .route("/v1/openapi.json", get(|| async { Json(super::openapi::document()) }))
+        .route("/v1/software_configs", get(list_configs).post(create_config))
+        .route("/v1/software_configs/{id}", get(show_config).delete(delete_config))
+        .route("/v1/software_deployments", get(list_deployments).post(create_deployment))
+        .route("/v1/software_deployments/{id}", get(show_deployment).put(update_deployment).delete(delete_deployment))
+        .route("/v1/software_deployments/metadata/{server_id}", get(server_metadata))
+        .route("/v1/jobs", get(list_jobs).post(publish_job))
+        .route("/v1/jobs/{jid}", get(show_job))
+        .route("/v1/events", get(events))
+        .with_state(commands)
+}
+
+/// An error as JSON: `{"error": {"kind": ..., "message": ...}}`.
+pub(super) struct ApiError(StatusCode, String, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": { "kind": self.1, "message": self.2 } }))).into_response()
+    }
+}
+
+impl From<CallError> for ApiError {
+    fn from(error: CallError) -> Self {
+        match error {
+            CallError::Unauthorized(why) => ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into(), why),
+            CallError::Unavailable(why) => ApiError(StatusCode::SERVICE_UNAVAILABLE, "unavailable".into(), why),
+            CallError::Refused(kind, why) => {
+                let status = match kind {
+                    ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+                    ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+                    ErrorKind::NotFound => StatusCode::NOT_FOUND,
+                    ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned));
+                ApiError(status, name.unwrap_or_else(|| "error".into()), why)
+            }
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+async fn session(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, ApiError> {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into(), "missing Authorization: Bearer token".into())
+        })?;
+    Ok(LocalSession::open(commands, token).await?)
+}
+
+async fn ask(commands: &Commands, headers: &HeaderMap, body: RequestBody) -> Result<ResponseBody, ApiError> {
+    Ok(session(commands, headers).await?.request(body).await?)
+}
+
+fn unexpected() -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal".into(), "unexpected answer from the master".into())
+}
+
+fn ok(key: &str, value: impl serde::Serialize) -> ApiResult {
+    Ok(Json(json!({ key: value })).into_response())
+}
+
+/// `?limit=`.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Limit {
+    /// At most this many (default 100).
+    limit: Option<u32>,
+}
+
+async fn create_config(State(c): State<Commands>, h: HeaderMap, Json(new): Json<NewSoftwareConfig>) -> ApiResult {
+    match ask(&c, &h, RequestBody::ConfigCreate(new)).await? {
+        ResponseBody::Config(config) => ok("software_config", config),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn list_configs(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Limit>) -> ApiResult {
+    match ask(&c, &h, RequestBody::ConfigList { limit: q.limit.unwrap_or(100) }).await? {
+        ResponseBody::Configs(configs) => ok("software_configs", configs),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_config(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    match ask(&c, &h, RequestBody::ConfigShow { id }).await? {
+        ResponseBody::Config(config) => ok("software_config", config),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn delete_config(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    ask(&c, &h, RequestBody::ConfigDelete { id }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn create_deployment(State(c): State<Commands>, h: HeaderMap, Json(new): Json<NewDeployment>) -> ApiResult {
+    match ask(&c, &h, RequestBody::DeploymentCreate(new)).await? {
+        ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
+        _ => Err(unexpected()),
+    }
+}
+
+/// `?server_id=`.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct ServerFilter {
+    /// Only this server's deployments.
+    server_id: Option<String>,
+}
+
+async fn list_deployments(State(c): State<Commands>, h: HeaderMap, Query(q): Query<ServerFilter>) -> ApiResult {
+    match ask(&c, &h, RequestBody::DeploymentList { server_id: q.server_id }).await? {
+        ResponseBody::Deployments(deployments) => ok("software_deployments", deployments),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_deployment(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    match ask(&c, &h, RequestBody::DeploymentShow { id }).await? {
+        ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn update_deployment(
+    State(c): State<Commands>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    Json(update): Json<DeploymentUpdate>,
+) -> ApiResult {
+    match ask(&c, &h, RequestBody::DeploymentUpdate { id, update }).await? {
+        ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn delete_deployment(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    ask(&c, &h, RequestBody::DeploymentDelete { id }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn server_metadata(State(c): State<Commands>, h: HeaderMap, Path(server_id): Path<String>) -> ApiResult {
+    match ask(&c, &h, RequestBody::ServerConfigs { server_id }).await? {
+        ResponseBody::Items(items) => ok("metadata", items),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn list_jobs(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Limit>) -> ApiResult {
+    match ask(&c, &h, RequestBody::JobList { limit: q.limit.unwrap_or(100) }).await? {
+        ResponseBody::Jobs(jobs) => ok("jobs", jobs),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
+    match ask(&c, &h, RequestBody::JobShow { jid }).await? {
+        ResponseBody::Job(job) => ok("job", job),
+        _ => Err(unexpected()),
+    }
+}
+
+/// A job to publish.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JobRequest {
+    /// Target expression.
+    target: String,
+    /// How to read it: `glob` (default), `list`, `regex`, `grain`, `compound`, `nodegroup`.
+    #[serde(default)]
+    target_kind: Option<TargetKind>,
+    /// `module.function`.
+    function: String,
+    /// Positional arguments.
+    #[serde(default)]
+    args: Vec<Value>,
+    /// Keyword arguments.
+    #[serde(default)]
+    kwargs: std::collections::BTreeMap<String, Value>,
+    /// Seconds each minion may run it (default 60).
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+    /// Seconds offline minions are waited for (default 0: not at all).
+    #[serde(default)]
+    ttl_secs: Option<u64>,
+}
+
+async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<JobRequest>) -> ApiResult {
+    let request = PublishRequest {
+        request_id: 0,
+        target: Target { kind: job.target_kind.unwrap_or(TargetKind::Glob), expr: job.target },
+        function: job.function,
+        args: job.args,
+        kwargs: job.kwargs,
+        timeout_ms: job.timeout_secs.unwrap_or(60).saturating_mul(1000),
+        ttl_ms: job.ttl_secs.unwrap_or(0).saturating_mul(1000),
+        batch: None,
+        error_budget: None,
+    };
+    let published = session(&c, &h).await?.publish(request).await?;
+    ok("job", json!({ "jid": published.jid, "minions": published.minions }))
+}
+
+/// `?tag=` (repeatable, globs; default everything the principal may see).
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct TagFilter {
+    /// Tag globs, comma-separated.
+    tag: Option<String>,
+}
+
+async fn events(State(c): State<Commands>, h: HeaderMap, Query(q): Query<TagFilter>) -> Result<Response, ApiError> {
+    let session = session(&c, &h).await?;
+    let patterns: Vec<String> = match q.tag {
+        Some(tags) => tags.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect(),
+        None => vec!["*".into()],
+    };
+    session.subscribe(patterns).await?;
+    let stream = futures_util::stream::unfold(session, |mut session| async move {
+        loop {
+            match session.recv().await? {
+                Message::Event(event) => {
+                    let data =
+                        serde_json::to_string(&json!({ "tag": event.tag, "data": event.data })).unwrap_or_default();
+                    let sse = SseEvent::default().event("halite").data(data);
+                    return Some((Ok::<_, Infallible>(sse), session));
+                }
+                _ => continue,
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}

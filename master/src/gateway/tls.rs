@@ -1,0 +1,44 @@
+//! HTTPS for the gateway: rustls with the configured PEM certificate chain and key.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::{self, ServerConfig};
+use tokio_rustls::TlsAcceptor;
+
+/// Loads the certificate chain and key.
+pub(super) fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<_, _>>())
+        .map_err(|e| format!("tls_cert {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("tls_cert {}: no certificate in it", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls_key {}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("tls_cert/tls_key: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Accepts TLS connections and serves HTTP/1.1 on each.
+pub(super) async fn serve(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, app: axum::Router) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream));
+            let Ok(Ok(tls)) = handshake.await else { return };
+            let service = TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+        });
+    }
+}

@@ -1,0 +1,64 @@
+//! Persistent software configs, deployments and gateway tokens: the engine-facing half of the
+//! store, a supertrait of [`super::Store`].
+
+use std::future::Future;
+
+use halite_protocol::message::{NewDeployment, SoftwareConfig, SoftwareDeployment, Value};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+
+/// A deployment with what the master needs to carry it out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentRecord {
+    /// What engines see.
+    pub deployment: SoftwareDeployment,
+    /// How it was asked for (signal URL, stack, timeout): re-derivation starts from it.
+    pub spec: NewDeployment,
+    /// The `deploy.apply` job of the current derived config.
+    pub jid: String,
+    /// The derived config item pushed to the minion.
+    pub item: Value,
+    /// The signal still has to be relayed to `spec.signal_id`.
+    pub relay_pending: bool,
+    /// The last signal received (or made up for a failure), for the relay.
+    pub last_signal: Option<Value>,
+}
+
+/// Configs, deployments and gateway tokens. Every method is one transaction.
+pub trait DeployStore: Send + Sync + 'static {
+    /// Stores a new config.
+    fn put_config(&self, config: &SoftwareConfig, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// One config.
+    fn config(&self, id: &str) -> impl Future<Output = Result<Option<SoftwareConfig>, StoreError>> + Send;
+    /// The newest configs.
+    fn configs(&self, limit: u32) -> impl Future<Output = Result<Vec<SoftwareConfig>, StoreError>> + Send;
+    /// Deletes a config; returns whether it existed.
+    fn delete_config(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Inserts or replaces a deployment.
+    fn put_deployment(
+        &self,
+        record: &DeploymentRecord,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// One deployment.
+    fn deployment(&self, id: &str) -> impl Future<Output = Result<Option<DeploymentRecord>, StoreError>> + Send;
+    /// Deployments (of one server when given), newest first.
+    fn deployments(
+        &self,
+        server_id: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<DeploymentRecord>, StoreError>> + Send;
+    /// Deployments still in progress or with a signal to relay: what a restarted master resumes.
+    fn open_deployments(&self) -> impl Future<Output = Result<Vec<DeploymentRecord>, StoreError>> + Send;
+    /// Deletes a deployment; returns whether it existed.
+    fn delete_deployment(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Records a gateway token (by its hash) acting as `principal`.
+    fn create_api_token(
+        &self,
+        hash: &[u8; 32],
+        principal: &str,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The principal a gateway token acts as.
+    fn api_token_principal(&self, hash: &[u8; 32]) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+}
