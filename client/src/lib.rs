@@ -1,6 +1,7 @@
 //! The engine SDK: connect to a halite master as a principal, publish jobs and follow them to
-//! the end, manage keys and enrollment tokens, list minions and jobs. The `halite` CLI is built
-//! on it.
+//! the end, manage keys and enrollment tokens, list minions and jobs, create software configs
+//! and deployments and wait for them to finish (OpenStack Heat's model, `docs/engine-guide.md`).
+//! The `halite` CLI is built on it.
 //!
 //! It talks to the master only through the protocol (`docs/protocol.md`), never through
 //! `halite-master` internals, so it works against any master that speaks the protocol.
@@ -25,6 +26,7 @@
 
 mod client;
 mod config;
+mod deployments;
 mod error;
 
 pub use client::{Client, JobEvent, PublishSpec};

@@ -2,6 +2,7 @@
 //! by `cargo build`), each cluster in its own temporary directory, driven through the real
 //! `halite` CLI. The tests themselves live in `tests/tests/`.
 
+pub mod http;
 pub mod testroot;
 
 use std::path::{Path, PathBuf};
@@ -183,6 +184,19 @@ impl Cluster {
     /// starting it. Its policy allows every function.
     pub fn prepare_minion(&self, id: &str, token: bool, grains: &str) {
         self.prepare_minion_with(id, token, grains, "[policy]\nallow = [\"*\"]\n");
+    }
+
+    /// A minion config section that keeps `deploy.apply`'s directories inside the minion's
+    /// own directory (instead of heat-agents' system paths), with every function allowed.
+    pub fn deploy_section(&self, id: &str) -> String {
+        let dir = self.minion_dir(id).join("heat");
+        format!(
+            "[policy]\nallow = [\"*\"]\n[deploy]\ndeployed_dir = {:?}\nhooks_dirs = [{:?}]\nscript_working_dir = {:?}\nscript_outputs_dir = {:?}\n",
+            dir.join("deployed"),
+            dir.join("hooks"),
+            dir.join("working"),
+            dir.join("outputs"),
+        )
     }
 
     /// [`Cluster::prepare_minion`] with `extra` TOML appended to the minion config.

@@ -6,6 +6,7 @@
 
 mod admin;
 mod demo;
+mod deploy;
 mod duration;
 mod events;
 mod output;
@@ -61,6 +62,12 @@ enum Command {
     /// Manage client principals and their ACLs.
     #[command(subcommand)]
     Principal(principal::PrincipalCommand),
+    /// Software configs (OpenStack Heat's model): create, show, list, delete.
+    #[command(subcommand)]
+    Config(deploy::ConfigCommand),
+    /// Deployments of configs to servers: create, show, list, delete, wait.
+    #[command(subcommand)]
+    Deployment(deploy::DeploymentCommand),
     /// Start a master and three minions in a temporary directory, run jobs, show results.
     Demo(DemoArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
@@ -120,6 +127,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs(command) => admin::jobs(&mut client, command, cli.out).await,
         Command::Events(args) => events::run(&mut client, args, cli.out).await,
         Command::Principal(command) => principal::run(&mut client, command, cli.out).await,
+        Command::Config(command) => deploy::config(&mut client, command, cli.out).await,
+        Command::Deployment(command) => deploy::deployment(&mut client, command, cli.out).await,
         Command::Demo(_) | Command::Completions { .. } => unreachable!("handled above"),
     }
 }

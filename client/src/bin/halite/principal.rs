@@ -48,10 +48,24 @@ pub(crate) enum PrincipalCommand {
         /// Name.
         name: String,
     },
+    /// Create a bearer token for the HTTP gateway acting as this principal (`root` or a
+    /// registered one). Printed once; the master keeps only its hash.
+    Token {
+        /// Name.
+        name: String,
+    },
 }
 
 pub(crate) async fn run(client: &mut Client, command: PrincipalCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
+        PrincipalCommand::Token { name } => {
+            let token = client.create_api_token(&name).await?;
+            match format {
+                Format::Table => println!("{token}"),
+                _ => output::print_document(format, &json!({ "principal": name, "token": token })),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         PrincipalCommand::Add { name, key, generate, target, functions, args, events, admin } => {
             let public = match (key, generate) {
                 (Some(path), _) => keyfile::read_public(&path)?,

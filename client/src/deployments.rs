@@ -1,0 +1,130 @@
+//! Software configs and deployments (OpenStack Heat's model) through the SDK.
+
+use std::time::Duration;
+
+use halite_protocol::message::{
+    status, DeploymentUpdate, NewDeployment, NewSoftwareConfig, RequestBody, ResponseBody, SoftwareConfig,
+    SoftwareDeployment, Value,
+};
+
+use crate::{Client, ClientError};
+
+fn unexpected(what: &str, body: &ResponseBody) -> ClientError {
+    ClientError::Protocol(format!("expected {what}, got {body:?}"))
+}
+
+impl Client {
+    /// Stores an immutable config.
+    pub async fn create_config(&mut self, config: NewSoftwareConfig) -> Result<SoftwareConfig, ClientError> {
+        match self.request(RequestBody::ConfigCreate(config)).await? {
+            ResponseBody::Config(config) => Ok(config),
+            other => Err(unexpected("a config", &other)),
+        }
+    }
+
+    /// One config.
+    pub async fn show_config(&mut self, id: &str) -> Result<SoftwareConfig, ClientError> {
+        match self.request(RequestBody::ConfigShow { id: id.into() }).await? {
+            ResponseBody::Config(config) => Ok(config),
+            other => Err(unexpected("a config", &other)),
+        }
+    }
+
+    /// The newest configs.
+    pub async fn list_configs(&mut self, limit: u32) -> Result<Vec<SoftwareConfig>, ClientError> {
+        match self.request(RequestBody::ConfigList { limit }).await? {
+            ResponseBody::Configs(configs) => Ok(configs),
+            other => Err(unexpected("configs", &other)),
+        }
+    }
+
+    /// Deletes a config.
+    pub async fn delete_config(&mut self, id: &str) -> Result<(), ClientError> {
+        self.request(RequestBody::ConfigDelete { id: id.into() }).await.map(drop)
+    }
+
+    /// Deploys a config to a server; the master pushes it at once, or when the minion connects.
+    pub async fn create_deployment(&mut self, spec: NewDeployment) -> Result<SoftwareDeployment, ClientError> {
+        match self.request(RequestBody::DeploymentCreate(spec)).await? {
+            ResponseBody::Deployment(deployment) => Ok(deployment),
+            other => Err(unexpected("a deployment", &other)),
+        }
+    }
+
+    /// Changes a deployment's config, inputs or action; a new derived config is pushed.
+    pub async fn update_deployment(
+        &mut self,
+        id: &str,
+        update: DeploymentUpdate,
+    ) -> Result<SoftwareDeployment, ClientError> {
+        match self.request(RequestBody::DeploymentUpdate { id: id.into(), update }).await? {
+            ResponseBody::Deployment(deployment) => Ok(deployment),
+            other => Err(unexpected("a deployment", &other)),
+        }
+    }
+
+    /// One deployment.
+    pub async fn show_deployment(&mut self, id: &str) -> Result<SoftwareDeployment, ClientError> {
+        match self.request(RequestBody::DeploymentShow { id: id.into() }).await? {
+            ResponseBody::Deployment(deployment) => Ok(deployment),
+            other => Err(unexpected("a deployment", &other)),
+        }
+    }
+
+    /// Deployments, all or one server's.
+    pub async fn list_deployments(&mut self, server_id: Option<&str>) -> Result<Vec<SoftwareDeployment>, ClientError> {
+        match self.request(RequestBody::DeploymentList { server_id: server_id.map(str::to_owned) }).await? {
+            ResponseBody::Deployments(deployments) => Ok(deployments),
+            other => Err(unexpected("deployments", &other)),
+        }
+    }
+
+    /// Deletes a deployment.
+    pub async fn delete_deployment(&mut self, id: &str) -> Result<(), ClientError> {
+        self.request(RequestBody::DeploymentDelete { id: id.into() }).await.map(drop)
+    }
+
+    /// Every derived config of a server (Heat's per-server metadata).
+    pub async fn server_configs(&mut self, server_id: &str) -> Result<Vec<Value>, ClientError> {
+        match self.request(RequestBody::ServerConfigs { server_id: server_id.into() }).await? {
+            ResponseBody::Items(items) => Ok(items),
+            other => Err(unexpected("items", &other)),
+        }
+    }
+
+    /// Waits until a deployment is COMPLETE or FAILED, without polling: it subscribes to the
+    /// deployment's events, then reads its state once, then waits for the event. `None` as
+    /// timeout waits for ever. The subscription replaces earlier ones of this client.
+    pub async fn wait_for_deployment(
+        &mut self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<SoftwareDeployment, ClientError> {
+        self.subscribe(vec![format!("halite/deployment/{id}/*")]).await?;
+        let wait = async {
+            loop {
+                let deployment = self.show_deployment(id).await?;
+                if deployment.status != status::IN_PROGRESS {
+                    return Ok(deployment);
+                }
+                // Any event for it (a new status, or a relay report) means: look again.
+                self.next_event().await?;
+            }
+        };
+        match timeout {
+            Some(limit) => tokio::time::timeout(limit, wait).await.map_err(|_| ClientError::Master {
+                kind: halite_protocol::message::ErrorKind::Timeout,
+                message: format!("deployment {id} still IN_PROGRESS after {} s", limit.as_secs()),
+            })?,
+            None => wait.await,
+        }
+    }
+
+    /// Creates a bearer token for the HTTP gateway acting as `principal` (admin only).
+    pub async fn create_api_token(&mut self, principal: &str) -> Result<String, ClientError> {
+        match self.request(RequestBody::ApiTokenCreate { principal: principal.into() }).await? {
+            ResponseBody::ApiToken(token) => Ok(token),
+            other => Err(unexpected("a token", &other)),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Just enough HTTP/1.1 for tests: a client for the gateway (requests and a server-sent
+//! events reader) and a recording server standing in for Heat's signal URL.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Body as text.
+    pub body: String,
+}
+
+impl Response {
+    /// The body as JSON (`null` when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+fn write_request(
+    stream: &mut TcpStream,
+    method: &str,
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    if let Some(body) = body {
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(body) = body {
+        stream.write_all(body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Reads the status line and headers; returns the status and the headers, lowercased names.
+fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap_or_else(|e| panic!("{e}"));
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            return (status, headers);
+        }
+        if let Some((name, value)) = line.trim_end().split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+}
+
+/// Sends one request (Connection: close) and reads the whole response.
+pub fn request(method: &str, addr: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Response {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap_or_else(|e| panic!("{e}"));
+    write_request(&mut stream, method, addr, path, token, body);
+    let mut reader = BufReader::new(stream);
+    let (status, headers) = read_head(&mut reader);
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).unwrap_or(0);
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            let mut chunk = vec![0; n + 2];
+            reader.read_exact(&mut chunk).unwrap_or_else(|e| panic!("{e}"));
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else {
+        reader.read_to_end(&mut body).unwrap_or(0);
+    }
+    Response { status, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+/// A server-sent events stream.
+pub struct EventStream {
+    reader: BufReader<TcpStream>,
+    /// The response status.
+    pub status: u16,
+}
+
+impl EventStream {
+    /// Opens `GET path` and reads the response head.
+    pub fn open(addr: &str, path: &str, token: &str) -> EventStream {
+        let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap_or_else(|e| panic!("{e}"));
+        write_request(&mut stream, "GET", addr, path, Some(token), None);
+        let mut reader = BufReader::new(stream);
+        let (status, _) = read_head(&mut reader);
+        EventStream { reader, status }
+    }
+
+    /// The next event's `data` as JSON (chunk framing and keep-alive comments skipped).
+    pub fn next_data(&mut self) -> Value {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.reader.read_line(&mut line).unwrap_or_else(|e| panic!("reading events: {e}"));
+            assert!(n > 0, "the event stream ended");
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                return serde_json::from_str(data).unwrap_or_else(|e| panic!("event data {data:?}: {e}"));
+            }
+        }
+    }
+}
+
+/// One request a [`Recorder`] received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Method.
+    pub method: String,
+    /// Path.
+    pub path: String,
+    /// Content-Type header.
+    pub content_type: String,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+/// An HTTP server that records every request and answers each with the next status of a
+/// script (the last one repeats): e.g. `[503, 200]` tests retries.
+pub struct Recorder {
+    /// `http://127.0.0.1:port`.
+    pub url: String,
+    /// What arrived.
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl Recorder {
+    /// Starts it on a free loopback port.
+    pub fn start(statuses: Vec<u16>) -> Recorder {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let url = format!("http://{}", listener.local_addr().unwrap_or_else(|e| panic!("{e}")));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for (i, stream) in listener.incoming().enumerate() {
+                let Ok(stream) = stream else { continue };
+                let status = statuses.get(i).or(statuses.last()).copied().unwrap_or(200);
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap_or(0);
+                let mut parts = line.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or("").to_owned(), parts.next().unwrap_or("").to_owned());
+                let (mut length, mut content_type) = (0, String::new());
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.trim_end().split_once(':') {
+                        match name.trim().to_ascii_lowercase().as_str() {
+                            "content-length" => length = value.trim().parse().unwrap_or(0),
+                            "content-type" => content_type = value.trim().to_owned(),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Recorded {
+                    method,
+                    path,
+                    content_type,
+                    body,
+                });
+                let mut stream = reader.into_inner();
+                let _ = write!(stream, "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            }
+        });
+        Recorder { url, requests }
+    }
+
+    /// The requests so far.
+    pub fn received(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}

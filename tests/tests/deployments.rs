@@ -1,0 +1,295 @@
+//! Heat-style software deployments end to end: an engine (through the SDK, and through the
+//! HTTP gateway) creates a config and a deployment for a server that has not booted yet; the
+//! server's minion enrolls with a token, receives the deployment, applies it, and the engine
+//! sees COMPLETE (or FAILED, worded as Heat words it) through the event stream, while the
+//! signal is relayed to the engine's own URL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use halite_client::{Client, ClientConfig};
+use halite_protocol::message::{
+    ConfigInput, ConfigOutput, DeploymentUpdate, NewDeployment, NewSoftwareConfig, SoftwareDeployment,
+};
+use halite_tests::http::{self, EventStream, Recorder};
+use halite_tests::{wait_for, Cluster};
+use serde_json::{json, Value};
+use tokio::time::timeout;
+
+const SCRIPT: &str = "#!/bin/sh\necho \"deploying $greeting to $deploy_server_id\"\n\
+printf '%s' \"$greeting, $name\" > \"$heat_outputs_path.result\"\n\
+[ \"$fail\" = yes ] && { printf 'disk full' > \"$heat_outputs_path.problem\"; exit 3; }\nexit 0\n";
+
+fn greet_config() -> NewSoftwareConfig {
+    let input = |name: &str, default: Option<Value>| ConfigInput {
+        name: name.into(),
+        kind: "String".into(),
+        default,
+        description: None,
+        replace_on_change: false,
+    };
+    let output = |name: &str, error_output| ConfigOutput {
+        name: name.into(),
+        kind: "String".into(),
+        description: None,
+        error_output,
+    };
+    NewSoftwareConfig {
+        name: "greet".into(),
+        group: "script".into(),
+        config: json!(SCRIPT),
+        inputs: vec![input("greeting", Some(json!("hello"))), input("fail", Some(json!("no")))],
+        outputs: vec![output("result", false), output("problem", true)],
+        options: None,
+    }
+}
+
+fn deployment(config_id: &str, server: &str, values: Value, signal: Option<&str>) -> NewDeployment {
+    serde_json::from_value(json!({
+        "config_id": config_id, "server_id": server, "input_values": values, "signal_id": signal,
+        "stack_id": "stack/1", "resource_name": "greet_deployment",
+    }))
+    .unwrap()
+}
+
+/// Boots a server: its minion enrolls with a one-time token.
+fn boot(cluster: &mut Cluster, id: &str) {
+    let section = cluster.deploy_section(id);
+    cluster.prepare_minion_with(id, true, "", &section);
+    cluster.start_minion(id);
+}
+
+async fn until_final(client: &mut Client, id: &str) -> SoftwareDeployment {
+    timeout(Duration::from_secs(60), client.wait_for_deployment(id, None)).await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_deploys_to_a_server_before_it_boots_and_gets_outputs_and_failures_through_the_sdk() {
+    let mut cluster = Cluster::start("");
+    let heat = Recorder::start(vec![503, 200]);
+    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+
+    let config = client.create_config(greet_config()).await.unwrap();
+    assert_eq!(client.show_config(&config.id).await.unwrap(), config);
+    let signal_url = format!("{}/signal/greet", heat.url);
+    let created = client
+        .create_deployment(deployment(&config.id, "vm-1", json!({"name": "world", "extra": 7}), Some(&signal_url)))
+        .await
+        .unwrap();
+    assert_eq!((created.status.as_str(), created.status_reason.as_str()), ("IN_PROGRESS", "Deploy data available"));
+
+    // The per-server metadata already lists the derived config, with Heat's inputs.
+    let items = client.server_configs("vm-1").await.unwrap();
+    assert_eq!(items.len(), 1);
+    let names: Vec<&str> = items[0]["inputs"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "greeting",
+            "fail",
+            "name",
+            "extra",
+            "deploy_server_id",
+            "deploy_action",
+            "deploy_stack_id",
+            "deploy_resource_name",
+            "deploy_signal_transport",
+            "deploy_signal_id",
+            "deploy_signal_verb"
+        ]
+    );
+
+    // Now the server boots and enrolls; the deployment is pushed on connect.
+    boot(&mut cluster, "vm-1");
+    let done = until_final(&mut client, &created.id).await;
+    assert_eq!(done.status, "COMPLETE", "{done:?}");
+    assert_eq!(done.status_reason, "Outputs received");
+    assert_eq!(done.output_values["result"], json!("hello, world"));
+    assert_eq!(done.output_values["deploy_stdout"], json!("deploying hello to vm-1\n"));
+    assert_eq!(done.output_values["deploy_status_code"], json!(0));
+    assert!(!done.output_values.contains_key("problem"));
+
+    // The signal went to the engine's URL too: retried after a 503, as JSON, by POST.
+    let received = wait_for("the relayed signal", Duration::from_secs(20), || {
+        let got = heat.received();
+        (got.len() >= 2).then_some(got)
+    });
+    let last = received.last().unwrap();
+    assert_eq!(
+        (last.method.as_str(), last.path.as_str(), last.content_type.as_str()),
+        ("POST", "/signal/greet", "application/json")
+    );
+    let body: Value = serde_json::from_slice(&last.body).unwrap();
+    assert_eq!(body["result"], json!("hello, world"));
+    assert_eq!(body["deploy_status_code"], json!(0));
+
+    // A failing run: FAILED with Heat's reason text, error_output and status code both named.
+    let failing = client.create_deployment(deployment(&config.id, "vm-1", json!({"fail": "yes"}), None)).await.unwrap();
+    let failed = until_final(&mut client, &failing.id).await;
+    assert_eq!(failed.status, "FAILED");
+    assert_eq!(
+        failed.status_reason,
+        "deploy_status_code : Deployment exited with non-zero status code: 3, problem : disk full"
+    );
+
+    // Updating re-derives (new id) and runs again: the script runs a second time.
+    let updated = client
+        .update_deployment(
+            &failing.id,
+            DeploymentUpdate {
+                input_values: Some(serde_json::from_value(json!({"name": "again"})).unwrap()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_ne!(updated.derived_config_id, failed.derived_config_id);
+    let again = until_final(&mut client, &failing.id).await;
+    assert_eq!((again.status.as_str(), again.action.as_str()), ("COMPLETE", "UPDATE"));
+    assert_eq!(again.output_values["result"], json!("hello, again"));
+
+    // A group with no hook on the server fails at once, with the reason.
+    let mut unknown = greet_config();
+    unknown.group = "puppet".into();
+    let unknown = client.create_config(unknown).await.unwrap();
+    let started = std::time::Instant::now();
+    let d = client.create_deployment(deployment(&unknown.id, "vm-1", json!({}), None)).await.unwrap();
+    let failed = until_final(&mut client, &d.id).await;
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(failed.status, "FAILED");
+    assert!(failed.status_reason.contains("no hook for group \"puppet\""), "{}", failed.status_reason);
+
+    // Listing and deleting.
+    assert_eq!(client.list_deployments(Some("vm-1")).await.unwrap().len(), 3);
+    client.delete_deployment(&d.id).await.unwrap();
+    assert_eq!(client.list_deployments(Some("vm-1")).await.unwrap().len(), 2);
+    assert!(client.show_deployment(&d.id).await.is_err());
+}
+
+#[test]
+fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
+    let mut cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim().to_owned();
+
+    // A principal for the engine: it may deploy to vm-* and watch deployment events, no more.
+    let keys = cluster.dir.join("keys");
+    let run = cluster.cli(&[
+        "principal",
+        "add",
+        "heat",
+        "--generate",
+        keys.to_str().unwrap(),
+        "--target",
+        "vm-*",
+        "--function",
+        "deploy.apply",
+        "--event",
+        "halite/deployment/*",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = cluster.cli(&["principal", "token", "heat"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let token = run.stdout.trim().to_owned();
+
+    // The OpenAPI document is public and names every route; every route answers (not 404/405).
+    let doc = http::request("GET", &addr, "/v1/openapi.json", None, None).json();
+    assert_eq!(doc["openapi"], json!("3.1.0"));
+    let paths = doc["paths"].as_object().unwrap();
+    assert_eq!(paths.len(), 9);
+    for (path, methods) in paths {
+        for method in methods.as_object().unwrap().keys() {
+            let concrete = path.replace("{id}", "none").replace("{jid}", "none").replace("{server_id}", "vm-9");
+            if concrete == "/v1/events" {
+                continue;
+            }
+            let body = matches!(method.as_str(), "post" | "put").then_some("{}");
+            let answer = http::request(&method.to_uppercase(), &addr, &concrete, Some(&token), body);
+            assert!(
+                ![404, 405].contains(&answer.status) || answer.json()["error"]["kind"].is_string(),
+                "{method} {concrete}: route missing ({})",
+                answer.status
+            );
+        }
+    }
+
+    // Authentication and authorisation.
+    assert_eq!(http::request("GET", &addr, "/v1/software_configs", None, None).status, 401);
+    assert_eq!(http::request("GET", &addr, "/v1/software_configs", Some("wrong"), None).status, 401);
+    let body = serde_json::to_string(&greet_config()).unwrap();
+    let created = http::request("POST", &addr, "/v1/software_configs", Some(&token), Some(&body));
+    assert_eq!(created.status, 200, "{}", created.body);
+    let config_id = created.json()["software_config"]["id"].as_str().unwrap().to_owned();
+    let outside = json!({"config_id": config_id, "server_id": "db-1"}).to_string();
+    let refused = http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some(&outside));
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let typo = json!({"config_id": config_id, "server_id": "vm-2", "input_valuez": {}}).to_string();
+    assert_eq!(http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some(&typo)).status, 422);
+
+    // Deploy to vm-2 before it exists; watch its events; boot it; see COMPLETE arrive.
+    let spec = json!({"config_id": config_id, "server_id": "vm-2", "input_values": {"name": "http"}}).to_string();
+    let created = http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some(&spec));
+    assert_eq!(created.status, 200, "{}", created.body);
+    let id = created.json()["software_deployment"]["id"].as_str().unwrap().to_owned();
+    let mut events = EventStream::open(&addr, &format!("/v1/events?tag=halite/deployment/{id}/*"), &token);
+    assert_eq!(events.status, 200);
+    boot(&mut cluster, "vm-2");
+    let event = events.next_data();
+    assert_eq!(event["tag"], json!(format!("halite/deployment/{id}/COMPLETE")), "{event}");
+    assert_eq!(event["data"]["output_values"]["result"], json!("hello, http"));
+
+    let shown = http::request("GET", &addr, &format!("/v1/software_deployments/{id}"), Some(&token), None).json();
+    assert_eq!(shown["software_deployment"]["status"], json!("COMPLETE"));
+    let listed = http::request("GET", &addr, "/v1/software_deployments?server_id=vm-2", Some(&token), None).json();
+    assert_eq!(listed["software_deployments"].as_array().unwrap().len(), 1);
+    let metadata = http::request("GET", &addr, "/v1/software_deployments/metadata/vm-2", Some(&token), None).json();
+    assert_eq!(metadata["metadata"][0]["group"], json!("script"));
+    // Jobs are within the same ACL: the deploy.apply job is visible, a test.ping to db-* is not allowed.
+    let job = json!({"target": "vm-2", "function": "test.ping"}).to_string();
+    assert_eq!(http::request("POST", &addr, "/v1/jobs", Some(&token), Some(&job)).status, 403);
+    let deleted = http::request("DELETE", &addr, &format!("/v1/software_deployments/{id}"), Some(&token), None);
+    assert_eq!(deleted.status, 204);
+}
+
+#[test]
+fn the_cli_creates_deploys_and_waits() {
+    let mut cluster = Cluster::start("");
+    boot(&mut cluster, "vm-3");
+    cluster.wait_connected(&["vm-3"]);
+    let script = cluster.dir.join("greet.sh");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let run = cluster.cli(&[
+        "config",
+        "create",
+        "greet",
+        "--file",
+        script.to_str().unwrap(),
+        "--input",
+        "greeting=hi",
+        "--input",
+        "fail=no",
+        "--output",
+        "result",
+        "--error-output",
+        "problem",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let config_id = run.stdout.trim().to_owned();
+    let run =
+        cluster.cli(&["--out", "json", "deployment", "create", &config_id, "vm-3", "--input", "name=cli", "--wait"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(run.json()["output_values"]["result"], json!("hi, cli"));
+    let run = cluster.cli(&["--out", "json", "deployment", "create", &config_id, "vm-3", "--input", "fail=yes"]);
+    let id = run.json()["id"].as_str().unwrap().to_owned();
+    let run = cluster.cli(&["deployment", "wait", &id, "--timeout", "60s"]);
+    assert_eq!(run.code, 3, "FAILED exits 3: {}", run.stdout);
+    assert!(run.stdout.contains("FAILED") && run.stdout.contains("disk full"), "{}", run.stdout);
+    let run = cluster.cli(&["deployment", "list", "--server", "vm-3"]);
+    assert_eq!(run.stdout.lines().count(), 3, "{}", run.stdout);
+    let run = cluster.cli(&["config", "list"]);
+    assert!(run.stdout.contains("greet"), "{}", run.stdout);
+    assert_eq!(cluster.cli(&["config", "delete", &config_id]).code, 0);
+    assert_eq!(cluster.cli(&["config", "show", &config_id]).code, 1);
+}
