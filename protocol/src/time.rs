@@ -46,7 +46,7 @@ mod tests {
     #[test]
     fn formats_iso8601() {
         assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(iso8601_utc(1_795_156_522_123), "2026-11-21T06:35:22Z");
+        assert_eq!(iso8601_utc(1_795_242_922_123), "2026-11-21T06:35:22Z");
     }
 
     #[test]

@@ -184,7 +184,8 @@ mod tests {
         let v = json!({"web1": {"retcode": 0, "stdout": "a\nb\n", "ok": true, "list": [1, "2", "yes"], "empty": {}}});
         assert_eq!(
             yaml(&v),
-            "web1:\n  empty: {}\n  list:\n    - 1\n    - \"2\"\n    - \"yes\"\n  ok: true\n  retcode: 0\n  stdout: |\n    a\n    b\n"
+            // Keys keep their order (serde_json's preserve_order).
+            "web1:\n  retcode: 0\n  stdout: |\n    a\n    b\n  ok: true\n  list:\n    - 1\n    - \"2\"\n    - \"yes\"\n  empty: {}\n"
         );
         assert_eq!(yaml(&json!(true)), "true\n");
         assert_eq!(yaml(&json!("- x")), "\"- x\"\n");
