@@ -293,3 +293,54 @@ fn the_cli_creates_deploys_and_waits() {
     assert_eq!(cluster.cli(&["config", "delete", &config_id]).code, 0);
     assert_eq!(cluster.cli(&["config", "show", &config_id]).code, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_created_before_a_master_restart_still_completes() {
+    let mut cluster = Cluster::start("");
+    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let config = client.create_config(greet_config()).await.unwrap();
+    let created =
+        client.create_deployment(deployment(&config.id, "vm-4", json!({"name": "later"}), None)).await.unwrap();
+    drop(client);
+    cluster.kill_master();
+    cluster.start_master();
+    boot(&mut cluster, "vm-4");
+    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let done = until_final(&mut client, &created.id).await;
+    assert_eq!((done.status.as_str(), done.output_values["result"].clone()), ("COMPLETE", json!("hello, later")));
+}
+
+#[test]
+fn the_gateway_serves_https_with_the_configured_certificate() {
+    let dir = std::env::temp_dir().join(format!("halite-gateway-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let cluster = Cluster::start(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ));
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let url = format!("https://{}/v1/openapi.json", addr.trim());
+    let curl = |extra: &[&str]| {
+        std::process::Command::new("curl").args(["-sS", "--max-time", "10"]).args(extra).arg(&url).output().unwrap()
+    };
+    let ok = curl(&["--cacert", cert.to_str().unwrap()]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let doc: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(doc["openapi"], json!("3.1.0"));
+    // Without trusting the certificate, the client refuses: it really is TLS with that certificate.
+    assert!(!curl(&[]).status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

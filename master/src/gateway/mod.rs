@@ -107,3 +107,37 @@ impl Gateway {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(listen: &str, tls: bool) -> GatewayConfig {
+        GatewayConfig {
+            listen: Some(listen.into()),
+            tls_cert: tls.then(|| "cert.pem".into()),
+            tls_key: tls.then(|| "key.pem".into()),
+        }
+    }
+
+    #[test]
+    fn plain_http_only_on_loopback() {
+        assert!(GatewayConfig::default().validate().is_ok(), "off by default");
+        assert!(config("127.0.0.1:8506", false).validate().is_ok());
+        assert!(config("[::1]:8506", false).validate().is_ok());
+        let error = config("0.0.0.0:8506", false).validate().unwrap_err();
+        assert!(error.contains("not a loopback address"), "{error}");
+        assert!(config("0.0.0.0:8506", true).validate().is_ok());
+        assert!(config("localhost:80", false).validate().unwrap_err().contains("ip:port"));
+        let half = GatewayConfig { tls_key: None, ..config("127.0.0.1:1", true) };
+        assert!(half.validate().unwrap_err().contains("go together"));
+    }
+
+    #[test]
+    fn the_master_config_refuses_an_exposed_plain_gateway() {
+        let error = crate::MasterConfig::parse("[gateway]\nlisten = \"10.0.0.1:8506\"\n").unwrap_err();
+        assert!(error.starts_with("gateway: listen"), "{error}");
+        let error = crate::MasterConfig::parse("[gateway]\nlisen = \"127.0.0.1:1\"\n").unwrap_err();
+        assert!(error.contains("lisen"), "{error}");
+    }
+}

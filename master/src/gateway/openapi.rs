@@ -162,3 +162,38 @@ pub(super) fn document() -> Value {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get("$ref") {
+                    out.push(r.clone());
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves_and_schemas_come_from_the_types() {
+        let doc = document();
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(all.len() > 20);
+        for reference in all {
+            let pointer = reference.trim_start_matches('#');
+            assert!(doc.pointer(pointer).is_some(), "{reference} does not resolve");
+        }
+        let deployment = &doc["components"]["schemas"]["NewDeployment"];
+        assert!(deployment["properties"]["signal_id"].is_object(), "{deployment}");
+        assert_eq!(deployment["additionalProperties"], json!(false), "deny_unknown_fields is described");
+        let required: Vec<&str> = deployment["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(required, ["config_id", "server_id"]);
+    }
+}
