@@ -1,7 +1,9 @@
-//! The halite master daemon: key registry, minion registry and targeting, job dispatch and
-//! the store.
+//! The halite master daemon: key registry, minion registry and targeting, job dispatch, the
+//! event bus, software configs and deployments for orchestration engines (OpenStack Heat's
+//! model, `deploy/`), the optional HTTP/JSON gateway (`gateway/`) and the store.
 //!
-//! It never runs modules itself; minions do. [`run`] is the whole daemon; the `halite-master`
+//! It never runs modules itself; minions do. It does not poll minions: everything it learns is
+//! pushed over their sessions. [`run`] is the whole daemon; the `halite-master`
 //! binary parses flags, sets up logging and signals, and calls it.
 //!
 //! Layout of the state directory (created 0700):

@@ -98,6 +98,59 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
         ".{0,10}".prop_map(|pattern| RequestBody::MinionList { pattern }),
         any::<u32>().prop_map(|limit| RequestBody::JobList { limit }),
         ".{0,10}".prop_map(|jid| RequestBody::JobShow { jid }),
+        ".{0,10}".prop_map(|principal| RequestBody::ApiTokenCreate { principal }),
+        (".{0,10}", ".{0,10}", value(), prop::collection::vec(".{1,6}", 0..3)).prop_map(
+            |(name, group, config, names)| {
+                RequestBody::ConfigCreate(NewSoftwareConfig {
+                    name,
+                    group,
+                    config,
+                    inputs: names
+                        .iter()
+                        .map(|n| ConfigInput {
+                            name: n.clone(),
+                            kind: "String".into(),
+                            default: Some(Value::String(n.clone())),
+                            description: None,
+                            replace_on_change: false,
+                        })
+                        .collect(),
+                    outputs: names
+                        .iter()
+                        .map(|n| ConfigOutput {
+                            name: n.clone(),
+                            kind: "Json".into(),
+                            description: None,
+                            error_output: true,
+                        })
+                        .collect(),
+                    options: None,
+                })
+            }
+        ),
+        (".{0,10}", ".{0,10}", prop::collection::vec((".{1,6}", value()), 0..3), proptest::option::of(".{0,12}"))
+            .prop_map(|(config_id, server_id, values, signal_id)| {
+                RequestBody::DeploymentCreate(NewDeployment {
+                    config_id,
+                    server_id,
+                    input_values: values.into_iter().collect(),
+                    action: Some("CREATE".into()),
+                    stack_id: String::new(),
+                    resource_name: "r".into(),
+                    signal_transport: None,
+                    signal_id,
+                    signal_verb: None,
+                    timeout_secs: Some(5),
+                    input_key: None,
+                    input_values_validation: Some("STRICT".into()),
+                })
+            }),
+        (".{0,10}", proptest::option::of(".{0,10}")).prop_map(|(id, action)| RequestBody::DeploymentUpdate {
+            id,
+            update: DeploymentUpdate { config_id: None, input_values: None, action },
+        }),
+        proptest::option::of(".{0,10}").prop_map(|server_id| RequestBody::DeploymentList { server_id }),
+        ".{0,10}".prop_map(|server_id| RequestBody::ServerConfigs { server_id }),
     ]
 }
 
