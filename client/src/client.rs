@@ -1,6 +1,6 @@
 //! A client session with the master.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use halite_protocol::message::{
@@ -60,6 +60,8 @@ pub struct Client {
     next_request: u64,
     /// Messages received while waiting for something else.
     inbox: VecDeque<Message>,
+    /// Per job being followed, the minions whose final state was handed out.
+    finals: HashMap<String, HashSet<String>>,
 }
 
 impl Client {
@@ -103,7 +105,14 @@ impl Client {
         let verdict = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
         let session = awaiting.read_verdict(&verdict, Instant::now()).map_err(|e| fail(e.to_string()))?;
         dealer.mark_authenticated().await.map_err(|e| fail(e.to_string()))?;
-        let mut client = Client { dealer, session, addr: config.master, next_request: 1, inbox: VecDeque::new() };
+        let mut client = Client {
+            dealer,
+            session,
+            addr: config.master,
+            next_request: 1,
+            inbox: VecDeque::new(),
+            finals: HashMap::new(),
+        };
         let hello = ClientHello { principal: config.principal, version: env!("CARGO_PKG_VERSION").into() };
         client.send(&Message::ClientHello(hello)).await?;
         match client.recv().await? {
@@ -127,32 +136,37 @@ impl Client {
 
     /// The next message from the master, buffered ones first.
     async fn recv(&mut self) -> Result<Message, ClientError> {
-        match self.inbox.pop_front() {
-            Some(msg) => Ok(msg),
-            None => self.read_message().await,
+        loop {
+            if let Some(msg) = self.inbox.pop_front() {
+                return Ok(msg);
+            }
+            self.read_into_inbox().await?;
         }
     }
 
-    /// Reads, opens and decodes one message from the connection.
-    async fn read_message(&mut self) -> Result<Message, ClientError> {
+    /// Reads, opens and decodes one message from the connection into the inbox; batched job
+    /// updates are unpacked in order.
+    async fn read_into_inbox(&mut self) -> Result<(), ClientError> {
         let parts = next_raw(&mut self.dealer).await?;
         let bytes = self.session.open(&parts, Instant::now()).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+        match message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))? {
+            Message::JobUpdates(batch) => self.inbox.extend(batch.updates.into_iter().map(Message::JobUpdate)),
+            msg => self.inbox.push_back(msg),
+        }
+        Ok(())
     }
 
-    /// Receives until `pick` accepts a message; others are kept for later calls.
+    /// Receives until `pick` accepts a message; others are kept, in order, for later calls.
     async fn recv_matching<T>(&mut self, mut pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
-        if let Some(index) = self.inbox.iter().position(|m| pick(m).is_some()) {
-            if let Some(found) = self.inbox.remove(index).and_then(|msg| pick(&msg)) {
-                return Ok(found);
-            }
-        }
+        let mut scanned = 0;
         loop {
-            let msg = self.read_message().await?;
-            match pick(&msg) {
-                Some(found) => return Ok(found),
-                None => self.inbox.push_back(msg),
+            if let Some(offset) = self.inbox.iter().skip(scanned).position(|m| pick(m).is_some()) {
+                if let Some(found) = self.inbox.remove(scanned + offset).and_then(|msg| pick(&msg)) {
+                    return Ok(found);
+                }
             }
+            scanned = self.inbox.len();
+            self.read_into_inbox().await?;
         }
     }
 
@@ -201,16 +215,56 @@ impl Client {
     }
 
     /// The next state change of job `jid` (published by this client or cancelled by it).
+    /// Every minion's final state is handed out before [`JobEvent::Done`]: when the master
+    /// reports updates this client was too slow to receive, they are read back from the job.
     pub async fn next_job_event(&mut self, jid: &str) -> Result<JobEvent, ClientError> {
-        self.recv_matching(|msg| match msg {
-            Message::JobUpdate(u) if u.jid == jid => Some(Ok(JobEvent::Update(u.clone()))),
-            Message::JobDone(d) if d.jid == jid => Some(Ok(JobEvent::Done)),
-            Message::Error(e) if e.request.as_deref() == Some(jid) => {
-                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+        let event = self
+            .recv_matching(|msg| match msg {
+                Message::JobUpdate(u) if u.jid == jid => Some(Ok(Ok(u.clone()))),
+                Message::JobDone(d) if d.jid == jid => Some(Ok(Err(d.missed))),
+                Message::Error(e) if e.request.as_deref() == Some(jid) => {
+                    Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+                }
+                _ => None,
+            })
+            .await??;
+        match event {
+            Ok(update) => {
+                if update.state.is_final() {
+                    self.finals.entry(jid.to_owned()).or_default().insert(update.minion.clone());
+                }
+                Ok(JobEvent::Update(update))
             }
-            _ => None,
-        })
-        .await?
+            Err(0) => {
+                self.finals.remove(jid);
+                Ok(JobEvent::Done)
+            }
+            Err(_missed) => {
+                let ResponseBody::Job(detail) = self.request(RequestBody::JobShow { jid: jid.to_owned() }).await?
+                else {
+                    return Err(ClientError::Protocol("unexpected answer to job_show".into()));
+                };
+                let seen = self.finals.remove(jid).unwrap_or_default();
+                let mut replay: Vec<Message> = detail
+                    .minions
+                    .into_iter()
+                    .filter(|m| m.state.is_final() && !seen.contains(&m.minion))
+                    .map(|m| {
+                        Message::JobUpdate(JobUpdate {
+                            jid: jid.to_owned(),
+                            minion: m.minion,
+                            state: m.state,
+                            ret: m.ret,
+                        })
+                    })
+                    .collect();
+                replay.push(Message::JobDone(message::JobDone { jid: jid.to_owned(), missed: 0 }));
+                for msg in replay.into_iter().rev() {
+                    self.inbox.push_front(msg);
+                }
+                Box::pin(self.next_job_event(jid)).await
+            }
+        }
     }
 
     /// Subscribes to bus events whose tags match any of these globs (replacing earlier

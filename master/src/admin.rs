@@ -111,7 +111,8 @@ impl<S: Store> Master<S> {
                 }
                 let record = KeyRecord { id: id.clone(), public_key: *key.as_bytes(), state: KeyState::Accepted };
                 self.store.put_key(&record, now_ms()).await.map_err(internal)?;
-                self.reload_accepted().await.map_err(internal)?;
+                // One id changed: no need to reread every key (preseeding thousands stays linear).
+                self.accepted.insert(id.clone());
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }

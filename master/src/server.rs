@@ -2,9 +2,11 @@
 //! live jobs, and reacts to router events, timer ticks and shutdown.
 //!
 //! A single owner keeps the invariants simple (a minion has at most one live session; a job
-//! slot changes state in one place) and needs no locks. Store calls are awaited inline: SQLite
-//! in WAL mode answers in microseconds, and a return is acknowledged to the minion only after it
-//! is stored.
+//! slot changes state in one place) and needs no locks. Store calls are awaited inline, except
+//! job state changes: those are group-committed, one transaction per batch of router events
+//! (every store call is a round trip to SQLite's thread, and a fan-out brings thousands of
+//! returns at once). A return is acknowledged to the minion only after its batch is stored, and
+//! requests see every change made before them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -31,11 +33,13 @@ use crate::deploy::relay::{self, RelayDone};
 use crate::gateway::local::LocalCommand;
 use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::{decide, Decision};
-use crate::store::{JobRecord, MinionRecord, PrincipalRecord, Store, StoreError};
+use crate::store::{JobRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError};
 use crate::target::Expr;
 
 /// How often deadlines are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// Router events handled in one batch before state changes are written (group commit).
+const BATCH: usize = 512;
 /// How often old jobs are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -91,6 +95,15 @@ pub struct Master<S: Store> {
     notices: NoticeThrottle,
     /// Minion events refused since start (for operators and metrics).
     pub(crate) events_denied: u64,
+    /// Job state changes not yet written: written together, in one transaction, at the end of
+    /// each batch of events (see [`Master::flush`]).
+    pending_states: Vec<StateChange>,
+    /// Returns to acknowledge once `pending_states` is written.
+    pending_acks: Vec<(PeerId, String)>,
+    /// Job updates and finished jobs for each watching client, sent at the end of the batch.
+    watcher_out: HashMap<PeerId, WatcherBatch>,
+    /// Updates a watcher could not take, by watcher and job, until its `job_done`.
+    watch_missed: HashMap<(PeerId, String), u32>,
     /// `deploy.apply` jobs in flight: jid → deployment id.
     pub(crate) deploy_jobs: HashMap<String, String>,
     /// Sends deployment signals to engines.
@@ -102,6 +115,13 @@ pub struct Master<S: Store> {
     local_rx: Option<mpsc::Receiver<LocalCommand>>,
     /// Peer ids for local sessions count down from the top, far from the router's.
     next_local_peer: u64,
+}
+
+/// What one client is sent at the end of a batch.
+#[derive(Default)]
+struct WatcherBatch {
+    updates: Vec<JobUpdate>,
+    done: Vec<String>,
 }
 
 /// A job about to be created.
@@ -152,6 +172,10 @@ impl<S: Store> Master<S> {
             event_buckets: HashMap::new(),
             notices: NoticeThrottle::default(),
             events_denied: 0,
+            pending_states: Vec::new(),
+            pending_acks: Vec::new(),
+            watcher_out: HashMap::new(),
+            watch_missed: HashMap::new(),
             deploy_jobs: HashMap::new(),
             relay_client: relay::client(),
             relay_tx,
@@ -256,6 +280,7 @@ impl<S: Store> Master<S> {
                     if let Err(error) = self.on_local(command).await {
                         warn!(%error, "store failure while handling a gateway request");
                     }
+                    self.flush().await;
                 }
                 Some(done) = relays.recv() => {
                     if let Err(error) = self.relay_finished(done).await {
@@ -263,11 +288,21 @@ impl<S: Store> Master<S> {
                     }
                 }
                 event = self.router.recv() => match event {
-                    Some(event) => self.on_router_event(event).await,
+                    Some(event) => {
+                        self.on_router_event(event).await;
+                        // Whatever else has arrived is handled in the same batch, so one
+                        // transaction records a burst of returns.
+                        for _ in 1..BATCH {
+                            let Some(event) = self.router.try_recv() else { break };
+                            self.on_router_event(event).await;
+                        }
+                        self.flush().await;
+                    }
                     None => break,
                 },
                 _ = tick.tick() => {
                     self.on_tick().await;
+                    self.flush().await;
                     if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
                         last_purge = Some(Instant::now());
                         let before = now_ms().saturating_sub(self.config.keep_jobs_hours * 3_600_000);
@@ -281,8 +316,29 @@ impl<S: Store> Master<S> {
                 () = &mut shutdown => break,
             }
         }
+        self.flush().await;
         info!("master shutting down");
         Ok(())
+    }
+
+    /// Writes the batched state changes in one transaction, then acknowledges the returns they
+    /// include: a minion drops a return from its outbox only once it is stored.
+    pub(crate) async fn flush(&mut self) {
+        if self.pending_states.is_empty() && self.pending_acks.is_empty() {
+            self.send_watcher_batches();
+            return;
+        }
+        let changes = std::mem::take(&mut self.pending_states);
+        let acks = std::mem::take(&mut self.pending_acks);
+        if let Err(error) = self.store.set_states(&changes).await {
+            // Not acknowledged: the minions keep the returns and send them again on reconnect.
+            warn!(%error, changes = changes.len(), "recording job states failed");
+            return;
+        }
+        for (peer, jid) in acks {
+            self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
+        }
+        self.send_watcher_batches();
     }
 
     async fn on_router_event(&mut self, event: RouterEvent) {
@@ -307,6 +363,7 @@ impl<S: Store> Master<S> {
                 Some(Conn::Client { principal, .. }) => {
                     debug!(%principal, %reason, "client disconnected");
                     self.jobs.forget_watcher(peer);
+                    self.watch_missed.retain(|(p, _), _| *p != peer);
                 }
                 _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
             },
@@ -454,6 +511,7 @@ impl<S: Store> Master<S> {
                     self.conns.remove(&peer);
                     self.bus.unsubscribe(peer);
                     self.jobs.forget_watcher(peer);
+                    self.watch_missed.retain(|(p, _), _| *p != peer);
                 }
             }
         }
@@ -604,8 +662,9 @@ impl<S: Store> Master<S> {
                 };
                 let jid = ret.jid.clone();
                 self.set_slot(&jid, id, state, Some(ret)).await?;
-                // Acknowledged only once stored: the minion keeps it in its outbox until then.
-                self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
+                // Acknowledged only once stored (at the end of this batch): the minion keeps it
+                // in its outbox until then.
+                self.pending_acks.push((peer, jid));
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
@@ -634,10 +693,15 @@ impl<S: Store> Master<S> {
         slot.deadline = Some(deadline);
         self.send(peer, &Message::Job(signed));
         if was == MinionJobState::Waiting {
-            self.store.set_state(jid, minion, MinionJobState::Sent, None, now_ms()).await?;
+            self.record_state(jid, minion, MinionJobState::Sent, None);
             self.notify(jid, minion, MinionJobState::Sent, None);
         }
         Ok(())
+    }
+
+    fn record_state(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        let change = StateChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret, at_ms: now_ms() };
+        self.pending_states.push(change);
     }
 
     /// Moves a minion's slot to `state` (unless it is already final), stores it, streams it to
@@ -661,7 +725,7 @@ impl<S: Store> Master<S> {
         if state.is_final() {
             slot.deadline = None;
         }
-        self.store.set_state(jid, minion, state, ret.as_ref(), now_ms()).await?;
+        self.record_state(jid, minion, state, ret.clone());
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
             if self.deploy_jobs.contains_key(jid) {
@@ -673,12 +737,16 @@ impl<S: Store> Master<S> {
         Ok(())
     }
 
+    /// Queues a state change for the job's watchers; sent batched by [`Master::flush`].
     fn notify(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         let Some(job) = self.jobs.get_mut(jid) else { return };
-        let watchers = job.watchers.clone();
-        let update = Message::JobUpdate(JobUpdate { jid: jid.to_owned(), minion: minion.to_owned(), state, ret });
-        for watcher in watchers {
-            self.send(watcher, &update);
+        let update = JobUpdate { jid: jid.to_owned(), minion: minion.to_owned(), state, ret };
+        if let Some((last, others)) = job.watchers.split_last() {
+            for watcher in others {
+                self.watcher_out.entry(*watcher).or_default().updates.push(update.clone());
+            }
+            // The last watcher takes the update itself: returns can be large.
+            self.watcher_out.entry(*last).or_default().updates.push(update);
         }
     }
 
@@ -686,9 +754,42 @@ impl<S: Store> Master<S> {
         if self.jobs.get_mut(jid).is_some_and(|j| j.is_done()) {
             if let Some(job) = self.jobs.remove(jid) {
                 self.emit(format!("halite/job/{jid}/done"), json!({}));
-                let done = Message::JobDone(JobDone { jid: jid.to_owned() });
                 for watcher in job.watchers {
-                    self.send(watcher, &done);
+                    self.watcher_out.entry(watcher).or_default().done.push(jid.to_owned());
+                }
+            }
+        }
+    }
+
+    /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
+    /// slow to take are counted and reported in `job_done.missed` (the client then reads the
+    /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
+    /// partial result complete.
+    fn send_watcher_batches(&mut self) {
+        for (peer, batch) in std::mem::take(&mut self.watcher_out) {
+            if !batch.updates.is_empty() {
+                let mut per_job: HashMap<String, u32> = HashMap::new();
+                for update in &batch.updates {
+                    *per_job.entry(update.jid.clone()).or_default() += 1;
+                }
+                let updates = Message::JobUpdates(message::JobUpdates { updates: batch.updates });
+                if self.try_send(peer, &updates).is_err() {
+                    for (jid, n) in per_job {
+                        *self.watch_missed.entry((peer, jid)).or_default() += n;
+                    }
+                }
+            }
+            for jid in batch.done {
+                let missed = self.watch_missed.remove(&(peer, jid.clone())).unwrap_or(0);
+                if missed > 0 {
+                    warn!(peer = peer.0, %jid, missed, "a client missed job updates; told so in job_done");
+                }
+                if let Err(SendError::Full) = self.try_send(peer, &Message::JobDone(JobDone { jid, missed })) {
+                    warn!(peer = peer.0, "client too slow to take job_done; disconnecting it");
+                    self.conns.remove(&peer);
+                    self.bus.unsubscribe(peer);
+                    self.jobs.forget_watcher(peer);
+                    self.router.disconnect(peer, "too slow to read job results");
                 }
             }
         }
@@ -718,6 +819,8 @@ impl<S: Store> Master<S> {
             }
             Message::Cancel(cancel) => self.cancel(peer, &cancel.jid).await?,
             Message::Request(request) => {
+                // Requests read the store: they see every state change made before them.
+                self.flush().await;
                 let id = request.request_id;
                 match self.handle_request(request.body, principal, acl.as_deref()).await {
                     Ok(body) => self.send(peer, &Message::Response(message::Response { request_id: id, body })),

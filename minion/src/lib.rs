@@ -11,6 +11,7 @@
 
 pub mod config;
 mod daemon;
+mod embedded;
 mod executor;
 pub mod outbox;
 
@@ -27,6 +28,7 @@ use halite_protocol::noise::{HandshakeError, LocalIdentity};
 use halite_transport::keyfile::{self, KeyFileError};
 
 pub use config::{ConfigError, Enrollment, MinionConfig};
+pub use embedded::{run_embedded, EmbeddedMinion};
 
 /// Markers older than this are pruned at start.
 const MARKER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);

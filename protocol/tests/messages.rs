@@ -317,7 +317,7 @@ fn message() -> impl Strategy<Value = Message> {
                 }),
             })
         ),
-        ".{0,20}".prop_map(|jid| Message::JobDone(JobDone { jid })),
+        (".{0,20}", any::<u32>()).prop_map(|(jid, missed)| Message::JobDone(JobDone { jid, missed })),
     ]
 }
 

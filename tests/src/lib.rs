@@ -104,6 +104,11 @@ impl Run {
 impl Cluster {
     /// Starts a master with `extra` appended to its config.
     pub fn start(extra: &str) -> Cluster {
+        Cluster::start_with(extra, "info")
+    }
+
+    /// [`Cluster::start`] with the master's log filter (`warn` for benchmarks).
+    pub fn start_with(extra: &str, log: &str) -> Cluster {
         let bins = bin_dir();
         let dir = std::env::temp_dir().join(format!(
             "halite-e2e-{}-{}",
@@ -116,7 +121,7 @@ impl Cluster {
             std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
         let config = dir.join("master.toml");
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\nstate_dir = {:?}\nlog = \"info\"\ntimeout_grace_secs = 2\n{extra}\n",
+            "listen = \"127.0.0.1:{port}\"\nstate_dir = {:?}\nlog = {log:?}\ntimeout_grace_secs = 2\n{extra}\n",
             dir.join("master")
         );
         std::fs::write(&config, text).unwrap_or_else(|e| panic!("{e}"));
@@ -139,6 +144,16 @@ impl Cluster {
         wait_for("the master", Duration::from_secs(15), || {
             (self.dir.join("master/master.addr").exists() && self.cli(&["key", "list"]).code == 0).then_some(())
         });
+    }
+
+    /// The master's process id.
+    pub fn master_pid(&self) -> Option<u32> {
+        self.master.as_ref().map(Child::id)
+    }
+
+    /// The directory the binaries are taken from.
+    pub fn bins(&self) -> &Path {
+        &self.bins
     }
 
     /// Kills the master with SIGKILL.

@@ -19,6 +19,7 @@ mod connection;
 mod dealer;
 pub mod keyfile;
 mod notify;
+mod open_files;
 mod router;
 mod signal;
 
@@ -26,5 +27,6 @@ pub use backoff::Backoff;
 pub use connection::CloseReason;
 pub use dealer::{Dealer, DealerConfig, DealerEvent};
 pub use notify::{notify_ready, notify_to};
+pub use open_files::raise_open_files;
 pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};
 pub use signal::shutdown_signal;

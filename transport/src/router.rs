@@ -134,6 +134,11 @@ impl Router {
         self.events.recv().await
     }
 
+    /// The next event if one is ready, without waiting (to handle bursts in one batch).
+    pub fn try_recv(&mut self) -> Option<RouterEvent> {
+        self.events.try_recv().ok()
+    }
+
     /// Queues a message for a peer without waiting.
     pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
         self.control(peer, Control::Send(parts, None))

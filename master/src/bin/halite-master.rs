@@ -32,6 +32,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
         .with_writer(std::io::stderr)
         .init();
+    // Every minion is a connection: use all the descriptors the hard limit allows.
+    match halite_transport::raise_open_files(None) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "open-file limit unchanged"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move { halite_master::run(config, halite_transport::shutdown_signal()).await })?;
     Ok(())

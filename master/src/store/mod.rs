@@ -87,6 +87,21 @@ pub struct PrincipalRecord {
     pub acl: PrincipalAcl,
 }
 
+/// One minion's new state for a job, as the core batches them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateChange {
+    /// Job id.
+    pub jid: String,
+    /// The minion.
+    pub minion: String,
+    /// Its new state.
+    pub state: MinionJobState,
+    /// Its return, when the state came from one.
+    pub ret: Option<JobReturn>,
+    /// When, Unix milliseconds.
+    pub at_ms: u64,
+}
+
 /// A job not yet finished, with every targeted minion's state.
 pub type UnfinishedJob = (JobRecord, Vec<(String, MinionJobState)>);
 
@@ -127,15 +142,9 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         job: &JobRecord,
         states: &[(String, MinionJobState)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Updates one minion's state for a job, with its return if any.
-    fn set_state(
-        &self,
-        jid: &str,
-        minion: &str,
-        state: MinionJobState,
-        ret: Option<&JobReturn>,
-        now_ms: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Applies state changes in one transaction, in order (a later change for the same job and
+    /// minion wins; a return, once recorded, is kept).
+    fn set_states(&self, changes: &[StateChange]) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The newest jobs.
     fn jobs(&self, limit: u32) -> impl Future<Output = Result<Vec<JobSummary>, StoreError>> + Send;
     /// One job in detail.

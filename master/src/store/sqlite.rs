@@ -1,18 +1,18 @@
 //! The embedded SQLite store.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
 
 use halite_protocol::message::{
-    JobDetail, JobReturn, JobSummary, KeyState, MinionJob, MinionJobState, SignedJob, Target, TargetKind,
+    JobDetail, JobSummary, KeyState, MinionJob, MinionJobState, SignedJob, Target, TargetKind,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::Row;
 
-use super::{JobRecord, KeyRecord, MinionRecord, PrincipalRecord, Store, StoreError, UnfinishedJob};
+use super::{JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError, UnfinishedJob};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many have run.
 const MIGRATIONS: &[&str] = &[
@@ -71,6 +71,9 @@ CREATE TABLE principals (
 "#,
     super::sqlite_deploy::MIGRATION,
 ];
+
+/// Rows written by one statement (5 bound values each, far below SQLite's variable limit).
+const ROWS_PER_STATEMENT: usize = 200;
 
 /// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
 #[derive(Debug, Clone)]
@@ -318,37 +321,56 @@ impl Store for SqliteStore {
         .bind(&job.signed.signature)
         .execute(&mut *tx)
         .await?;
-        for (minion, state) in states {
-            sqlx::query("INSERT INTO job_minions (jid, minion, state, updated_at) VALUES (?, ?, ?, ?)")
-                .bind(&job.jid)
-                .bind(minion)
-                .bind(state.as_str())
-                .bind(db_int(job.created_at_ms))
-                .execute(&mut *tx)
-                .await?;
+        // Many rows per statement: each statement is a round trip to SQLite's thread.
+        for chunk in states.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!("INSERT INTO job_minions (jid, minion, state, updated_at) VALUES {values}");
+            let mut query = sqlx::query(&sql);
+            for (minion, state) in chunk {
+                query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
+            }
+            query.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
-    async fn set_state(
-        &self,
-        jid: &str,
-        minion: &str,
-        state: MinionJobState,
-        ret: Option<&JobReturn>,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE job_minions SET state = ?, ret = COALESCE(?, ret), updated_at = ? WHERE jid = ? AND minion = ?",
-        )
-        .bind(state.as_str())
-        .bind(ret.map(to_json))
-        .bind(db_int(now_ms))
-        .bind(jid)
-        .bind(minion)
-        .execute(&self.pool)
-        .await?;
+    async fn set_states(&self, changes: &[StateChange]) -> Result<(), StoreError> {
+        // One row per job and minion: the last state, and the last return given.
+        let mut merged: Vec<StateChange> = Vec::with_capacity(changes.len());
+        let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(changes.len());
+        for change in changes {
+            match index.get(&(change.jid.as_str(), change.minion.as_str())) {
+                Some(&i) => {
+                    let ret = change.ret.clone().or_else(|| merged[i].ret.take());
+                    merged[i] = StateChange { ret, ..change.clone() };
+                }
+                None => {
+                    index.insert((change.jid.as_str(), change.minion.as_str()), merged.len());
+                    merged.push(change.clone());
+                }
+            }
+        }
+        let mut tx = self.pool.begin().await?;
+        for chunk in merged.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "WITH v(jid, minion, state, ret, at) AS (VALUES {values}) \
+                 UPDATE job_minions SET state = v.state, ret = COALESCE(v.ret, job_minions.ret), updated_at = v.at \
+                 FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion"
+            );
+            let mut query = sqlx::query(&sql);
+            for change in chunk {
+                query = query
+                    .bind(&change.jid)
+                    .bind(&change.minion)
+                    .bind(change.state.as_str())
+                    .bind(change.ret.as_ref().map(to_json))
+                    .bind(db_int(change.at_ms));
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -450,7 +472,7 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halite_protocol::message::Outcome;
+    use halite_protocol::message::{JobReturn, Outcome};
     use serde_json::json;
 
     fn job(jid: &str, created_at_ms: u64) -> JobRecord {
@@ -535,7 +557,14 @@ mod tests {
                 duration_ms: 3,
                 outcome: Outcome::Completed,
             };
-            store.set_state("1", "web1", MinionJobState::Returned, Some(&ret), 11).await.unwrap();
+            let change = StateChange {
+                jid: "1".into(),
+                minion: "web1".into(),
+                state: MinionJobState::Returned,
+                ret: Some(ret.clone()),
+                at_ms: 11,
+            };
+            store.set_states(&[change]).await.unwrap();
             let detail = store.job("1").await.unwrap().unwrap();
             assert_eq!(detail.minions[0].state, MinionJobState::Returned);
             assert_eq!(detail.minions[0].ret.as_ref(), Some(&ret));

@@ -346,6 +346,17 @@ pub struct JobUpdate {
 pub struct JobDone {
     /// Job id.
     pub jid: String,
+    /// Updates for this job the master could not queue for this client (it was not reading
+    /// fast enough); the client reads the job's final states with `job_show` instead.
+    #[serde(default)]
+    pub missed: u32,
+}
+
+/// Job state changes batched: what happened to a client's jobs in one turn of the master.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobUpdates {
+    /// In the order they happened.
+    pub updates: Vec<JobUpdate>,
 }
 
 /// A job in a listing.

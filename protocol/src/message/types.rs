@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::admin::{JobDone, JobUpdate, Request, Response};
+use super::admin::{JobDone, JobUpdate, JobUpdates, Request, Response};
 use super::job::SignedJob;
 
 /// A dynamic value (function arguments, return data, grains, event data).
@@ -59,6 +59,8 @@ pub enum Message {
     JobUpdate(JobUpdate),
     /// Master → client: every minion of a job reached a final state.
     JobDone(JobDone),
+    /// Master → client: several job state changes at once.
+    JobUpdates(JobUpdates),
 }
 
 /// A module (group of functions) a minion offers, with its version.

@@ -1,0 +1,269 @@
+//! Swarm benchmarks: a real master and `halite-swarm` minions (real keys, sessions and TCP
+//! connections, in one process) on loopback.
+//!
+//! `cargo build --release --bins && HALITE_BIN_DIR=target/release ./target/release/bench-swarm [--max 10000]`
+//!
+//! 1. fan-out latency, publish → last return of `test.ping`, at 1, 100, 1,000 and 10,000 minions;
+//! 2. sequential jobs/s to one minion, and concurrent jobs/s across minions;
+//! 4. master RSS and RSS per connected minion at 1,000 and 10,000;
+//! 5. reconnect storm: master killed and restarted under 10,000 minions, time until every one
+//!    answers `test.ping` again, and handshakes admitted per second.
+//!
+//! Prints a table and writes `target/bench-swarm.json`; every figure is the median and p99 of
+//! repeated runs. `--max 100` is the quick smoke run CI uses.
+
+// A benchmark binary: any failure is a broken run, reported by the panic message.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
+use halite_protocol::message::{MinionJobState, RequestBody, ResponseBody, Target, TargetKind};
+use halite_tests::Cluster;
+use serde_json::json;
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[index]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A swarm process, stopped when dropped.
+struct Swarm(Child);
+
+impl Drop for Swarm {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+fn start_swarm(cluster: &Cluster, start: usize, count: usize) -> Swarm {
+    let log = std::fs::File::create(cluster.dir.join(format!("swarm-{start}.log"))).unwrap();
+    let child = Command::new(cluster.bins().join("halite-swarm"))
+        .arg("--config")
+        .arg(&cluster.config)
+        .args(["--start", &start.to_string(), "--count", &count.to_string()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting halite-swarm (built with `cargo build --release --bins`)");
+    Swarm(child)
+}
+
+async fn connect(cluster: &Cluster) -> Client {
+    let config = ClientConfig::from_master_config(&cluster.config).unwrap();
+    let started = Instant::now();
+    loop {
+        match Client::connect(config.clone()).await {
+            Ok(client) => return client,
+            Err(error) if started.elapsed() > Duration::from_secs(30) => panic!("connecting: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+async fn connected_count(client: &mut Client) -> usize {
+    match client.request(RequestBody::MinionList { pattern: "swarm-*".into() }).await.unwrap() {
+        ResponseBody::Minions(minions) => minions.iter().filter(|m| m.connected).count(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn wait_connected(client: &mut Client, n: usize) -> Duration {
+    let started = Instant::now();
+    loop {
+        let count = connected_count(client).await;
+        if count >= n {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "only {count} of {n} minions connected");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Publishes `test.ping` to `target` and waits for the last return; every minion must return.
+async fn ping(client: &mut Client, target: &str, expected: usize, ttl_ms: u64) -> Duration {
+    let mut spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: target.into() }, "test.ping");
+    spec.ttl_ms = ttl_ms;
+    spec.timeout_ms = 60_000;
+    let started = Instant::now();
+    let published = client.publish(spec).await.unwrap();
+    assert_eq!(published.minions.len(), expected, "{target}");
+    let mut returned = 0;
+    loop {
+        match client.next_job_event(&published.jid).await.unwrap() {
+            JobEvent::Update(u) if u.state == MinionJobState::Returned => returned += 1,
+            JobEvent::Update(u) if u.state.is_final() => panic!("{} ended {:?}", u.minion, u.state),
+            JobEvent::Update(_) => {}
+            JobEvent::Done => break,
+        }
+    }
+    assert_eq!(returned, expected);
+    started.elapsed()
+}
+
+struct Figures(Vec<(String, f64, f64, &'static str)>);
+
+impl Figures {
+    fn add(&mut self, name: impl Into<String>, samples: &mut [f64], unit: &'static str) {
+        let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
+        let name = name.into();
+        println!("{name:<64} {p50:>10.1} {unit:<6} {p99:>10.1} {unit}");
+        self.0.push((name, p50, p99, unit));
+    }
+}
+
+fn main() {
+    if std::env::var_os("HALITE_BIN_DIR").is_none() {
+        std::env::set_var("HALITE_BIN_DIR", concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release"));
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let max: usize = args
+        .iter()
+        .position(|a| a == "--max")
+        .and_then(|i| args.get(i + 1))
+        .map_or(10_000, |v| v.parse().expect("--max N"));
+    halite_transport::raise_open_files(Some(4096)).ok();
+    let mut cluster = Cluster::start_with("", "warn");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let mut figures = Figures(Vec::new());
+    println!("{:<64} {:>17} {:>17}", "figure", "median", "p99");
+    runtime.block_on(async {
+        let mut client = connect(&cluster).await;
+        let master_idle = rss_kib(cluster.master_pid().unwrap()) as f64;
+        let first = max.min(1000);
+        let _swarm_a = start_swarm(&cluster, 0, first);
+        wait_connected(&mut client, first).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        let tiers: Vec<(usize, &str)> = [(1, "swarm-00000"), (100, "swarm-000??"), (1000, "swarm-00???")]
+            .into_iter()
+            .filter(|(n, _)| *n <= first)
+            .collect();
+        for (n, target) in &tiers {
+            ping(&mut client, target, *n, 0).await;
+            let mut samples: Vec<f64> = Vec::new();
+            for _ in 0..20 {
+                samples.push(ping(&mut client, target, *n, 0).await.as_secs_f64() * 1000.0);
+            }
+            figures.add(format!("fan-out test.ping, publish → last return, {n} minions"), &mut samples, "ms");
+        }
+
+        // Sequential round trips to one minion.
+        let mut latencies: Vec<f64> = Vec::new();
+        let started = Instant::now();
+        for _ in 0..2000 {
+            latencies.push(ping(&mut client, "swarm-00000", 1, 0).await.as_secs_f64() * 1000.0);
+        }
+        let rate = 2000.0 / started.elapsed().as_secs_f64();
+        figures.add("sequential test.ping to one minion: round trip", &mut latencies, "ms");
+        figures.add("sequential test.ping to one minion: jobs/s", &mut [rate], "jobs/s");
+
+        // Concurrent jobs: 16 clients, each a loop of single-minion jobs to its own minions.
+        let clients = 16.min(first);
+        let per_client = 300;
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let mut own = connect(&cluster).await;
+            tasks.push(tokio::spawn(async move {
+                for j in 0..per_client {
+                    let id = format!("swarm-{:05}", (c + j * clients) % first);
+                    ping(&mut own, &id, 1, 0).await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let rate = (clients * per_client) as f64 / started.elapsed().as_secs_f64();
+        figures.add(
+            format!("concurrent test.ping jobs/s ({clients} clients, one minion each job)"),
+            &mut [rate],
+            "jobs/s",
+        );
+
+        let master_pid = cluster.master_pid().unwrap();
+        let per = (rss_kib(master_pid) as f64 - master_idle) / first as f64;
+        figures.add(format!("master RSS per connected minion at {first}"), &mut [per], "KiB");
+        figures.add(format!("master RSS with {first} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
+
+        if max > 1000 {
+            let _swarm_b = start_swarm(&cluster, 1000, max - 1000);
+            let joined = wait_connected(&mut client, max).await;
+            figures.add(
+                format!("{} more swarm minions enrolled and connected", max - 1000),
+                &mut [joined.as_secs_f64()],
+                "s",
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            ping(&mut client, "swarm-*", max, 0).await;
+            let mut samples: Vec<f64> = Vec::new();
+            for _ in 0..10 {
+                samples.push(ping(&mut client, "swarm-*", max, 0).await.as_secs_f64() * 1000.0);
+            }
+            figures.add(format!("fan-out test.ping, publish → last return, {max} minions"), &mut samples, "ms");
+            let per = (rss_kib(master_pid) as f64 - master_idle) / max as f64;
+            figures.add(format!("master RSS per connected minion at {max}"), &mut [per], "KiB");
+            figures.add(format!("master RSS with {max} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
+
+            // Reconnect storm.
+            drop(client);
+            let mut storms: Vec<f64> = Vec::new();
+            let mut rates: Vec<f64> = Vec::new();
+            for _ in 0..3 {
+                cluster.kill_master();
+                let killed = Instant::now();
+                cluster.start_master();
+                let mut client = connect(&cluster).await;
+                let mut watcher = connect(&cluster).await;
+                watcher.subscribe(vec!["halite/minion/*/connected".into(), "halite/bus/dropped".into()]).await.unwrap();
+                let counter = tokio::spawn(async move {
+                    let (mut seen, mut dropped, mut first_at, mut last_at) =
+                        (HashSet::new(), 0u64, None, Instant::now());
+                    while seen.len() as u64 + dropped < max as u64 {
+                        let Ok(Ok(event)) = tokio::time::timeout(Duration::from_secs(60), watcher.next_event()).await
+                        else {
+                            break;
+                        };
+                        if event.tag == "halite/bus/dropped" {
+                            dropped += event.data["dropped"].as_u64().unwrap_or(0);
+                        } else {
+                            seen.insert(event.tag);
+                        }
+                        first_at.get_or_insert_with(Instant::now);
+                        last_at = Instant::now();
+                    }
+                    let span = first_at.map_or(1.0, |f| last_at.duration_since(f).as_secs_f64().max(0.001));
+                    (seen.len() as f64 + dropped as f64) / span
+                });
+                ping(&mut client, "swarm-*", max, 120_000).await;
+                storms.push(killed.elapsed().as_secs_f64());
+                rates.push(counter.await.unwrap());
+                client = connect(&cluster).await;
+                wait_connected(&mut client, max).await;
+            }
+            figures.add(format!("reconnect storm: master restart → all {max} answer test.ping"), &mut storms, "s");
+            figures.add("reconnect storm: handshakes admitted per second", &mut rates, "hs/s");
+        }
+    });
+    let json: Vec<serde_json::Value> = figures
+        .0
+        .iter()
+        .map(|(name, p50, p99, unit)| json!({ "name": name, "median": p50, "p99": p99, "unit": unit }))
+        .collect();
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-swarm.json");
+    let _ = std::fs::write(out, serde_json::to_string_pretty(&json).unwrap());
+}

@@ -1,0 +1,23 @@
+//! The open-file limit: every connection is a file descriptor, and the usual soft limit of
+//! 1,024 would cap a master (or a swarm) at about a thousand minions.
+
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+
+/// Raises the soft `RLIMIT_NOFILE` to `needed` (to the hard limit when `None`) and returns the
+/// new soft limit. When the hard limit is below `needed`, the error says exactly how to allow it.
+pub fn raise_open_files(needed: Option<u64>) -> Result<u64, String> {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("reading the open-file limit: {e}"))?;
+    let wanted = needed.unwrap_or(hard);
+    if soft >= wanted {
+        return Ok(soft);
+    }
+    if hard < wanted {
+        return Err(format!(
+            "{wanted} open files are needed but the hard limit is {hard}. As root, run `ulimit -Hn {wanted}` in \
+             this shell (or set `LimitNOFILE={wanted}` for a systemd unit, or `* hard nofile {wanted}` in \
+             /etc/security/limits.conf), then try again"
+        ));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).map_err(|e| format!("raising the open-file limit: {e}"))?;
+    Ok(wanted)
+}
