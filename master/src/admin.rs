@@ -113,6 +113,7 @@ impl<S: Store> Master<S> {
                 self.store.put_key(&record, now_ms()).await.map_err(internal)?;
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.accepted.insert(id.clone());
+                self.accepted_keys.insert(id.clone(), *key.as_bytes());
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }
@@ -183,6 +184,7 @@ impl<S: Store> Master<S> {
             let event_state = to.map_or("deleted", |s| s.as_str());
             self.emit(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
+                self.pending_minions.remove(&key.id);
                 self.store.delete_minion(&key.id).await.map_err(internal)?;
                 self.minions.remove(&key.id);
             }

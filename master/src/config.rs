@@ -35,6 +35,12 @@ pub struct MasterConfig {
     pub events: Vec<EventRule>,
     /// Which jobs which minions may publish on other minions (`[[peers]]`); none by default.
     pub peers: Vec<PeerRule>,
+    /// Connections still in the handshake, at most, in total (more are closed at once and
+    /// retry with backoff).
+    pub max_pending_handshakes: usize,
+    /// The same, from one IP address. Raise it for many minions behind one address (NAT, or a
+    /// load-test swarm on loopback).
+    pub max_pending_handshakes_per_ip: usize,
     /// How long a deployment waits for its server to connect before it fails.
     pub deployment_ttl_secs: u64,
     /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
@@ -57,6 +63,8 @@ impl Default for MasterConfig {
             nodegroups: BTreeMap::new(),
             events: Vec::new(),
             peers: Vec::new(),
+            max_pending_handshakes: 4096,
+            max_pending_handshakes_per_ip: 256,
             deployment_ttl_secs: 24 * 3600,
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
@@ -76,6 +84,9 @@ impl MasterConfig {
         let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
+        if config.max_pending_handshakes == 0 || config.max_pending_handshakes_per_ip == 0 {
+            return Err("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1".into());
+        }
         Ok(config)
     }
 

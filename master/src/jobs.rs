@@ -26,12 +26,34 @@ pub(crate) struct LiveJob {
     pub minions: BTreeMap<String, Slot>,
     /// Clients to stream updates to.
     pub watchers: Vec<PeerId>,
+    /// How many minions are not yet in a final state (so finishing is O(1), not O(minions)).
+    remaining: usize,
 }
 
 impl LiveJob {
+    /// A live job.
+    pub(crate) fn new(record: JobRecord, minions: BTreeMap<String, Slot>, watchers: Vec<PeerId>) -> Self {
+        let remaining = minions.values().filter(|s| !s.state.is_final()).count();
+        LiveJob { record, minions, watchers, remaining }
+    }
+
     /// Whether every minion is in a final state.
     pub(crate) fn is_done(&self) -> bool {
-        self.minions.values().all(|s| s.state.is_final())
+        self.remaining == 0
+    }
+
+    /// Moves a minion's slot to `state`; `false` (and no change) when it is already final.
+    pub(crate) fn set_state(&mut self, minion: &str, state: MinionJobState) -> bool {
+        let Some(slot) = self.minions.get_mut(minion) else { return false };
+        if slot.state.is_final() {
+            return false;
+        }
+        slot.state = state;
+        if state.is_final() {
+            slot.deadline = None;
+            self.remaining -= 1;
+        }
+        true
     }
 
     /// The deadline for a job sent now.

@@ -102,7 +102,12 @@ pub fn init(config: &MasterConfig) -> Result<Keys, MasterError> {
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
     let keys = init(&config)?;
     let store = SqliteStore::open(&config.database_path()).await?;
-    let router = Router::bind(&config.listen, RouterConfig::default())
+    let router_config = RouterConfig {
+        max_pending_total: config.max_pending_handshakes,
+        max_pending_per_ip: config.max_pending_handshakes_per_ip,
+        ..RouterConfig::default()
+    };
+    let router = Router::bind(&config.listen, router_config)
         .await
         .map_err(|source| MasterError::Listen { addr: config.listen.clone(), source })?;
     let addr = router.local_addr();

@@ -83,6 +83,8 @@ pub struct Master<S: Store> {
     conns: HashMap<PeerId, Conn>,
     /// Ids with an accepted key: the universe targets are resolved against.
     pub(crate) accepted: BTreeSet<String>,
+    /// Their accepted keys: a reconnecting minion is admitted without a store round trip.
+    pub(crate) accepted_keys: HashMap<String, [u8; 32]>,
     pub(crate) minions: HashMap<String, MinionEntry>,
     /// Minions with a live session.
     pub(crate) online: HashMap<String, PeerId>,
@@ -98,6 +100,8 @@ pub struct Master<S: Store> {
     /// Job state changes not yet written: written together, in one transaction, at the end of
     /// each batch of events (see [`Master::flush`]).
     pending_states: Vec<StateChange>,
+    /// Minion registry entries (presence, grains) to write with the next batch.
+    pub(crate) pending_minions: HashMap<String, MinionRecord>,
     /// Returns to acknowledge once `pending_states` is written.
     pending_acks: Vec<(PeerId, String)>,
     /// Job updates and finished jobs for each watching client, sent at the end of the batch.
@@ -163,6 +167,7 @@ impl<S: Store> Master<S> {
             store,
             conns: HashMap::new(),
             accepted: BTreeSet::new(),
+            accepted_keys: HashMap::new(),
             minions: HashMap::new(),
             online: HashMap::new(),
             jobs: JobTable::default(),
@@ -174,6 +179,7 @@ impl<S: Store> Master<S> {
             events_denied: 0,
             pending_states: Vec::new(),
             pending_acks: Vec::new(),
+            pending_minions: HashMap::new(),
             watcher_out: HashMap::new(),
             watch_missed: HashMap::new(),
             deploy_jobs: HashMap::new(),
@@ -209,7 +215,7 @@ impl<S: Store> Master<S> {
                     (minion, Slot { state, deadline })
                 })
                 .collect();
-            master.jobs.insert(LiveJob { record, minions, watchers: Vec::new() });
+            master.jobs.insert(LiveJob::new(record, minions, Vec::new()));
         }
         master.resume_deployments().await?;
         Ok(master)
@@ -249,14 +255,15 @@ impl<S: Store> Master<S> {
     }
 
     pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {
-        self.accepted = self
+        self.accepted_keys = self
             .store
             .keys()
             .await?
             .into_iter()
             .filter(|k| k.state == halite_protocol::message::KeyState::Accepted)
-            .map(|k| k.id)
+            .map(|k| (k.id, k.public_key))
             .collect();
+        self.accepted = self.accepted_keys.keys().cloned().collect();
         Ok(())
     }
 
@@ -324,6 +331,12 @@ impl<S: Store> Master<S> {
     /// Writes the batched state changes in one transaction, then acknowledges the returns they
     /// include: a minion drops a return from its outbox only once it is stored.
     pub(crate) async fn flush(&mut self) {
+        if !self.pending_minions.is_empty() {
+            let records: Vec<MinionRecord> = self.pending_minions.drain().map(|(_, r)| r).collect();
+            if let Err(error) = self.store.put_minions(&records).await {
+                warn!(%error, minions = records.len(), "recording presence failed");
+            }
+        }
         if self.pending_states.is_empty() && self.pending_acks.is_empty() {
             self.send_watcher_batches();
             return;
@@ -357,7 +370,7 @@ impl<S: Store> Master<S> {
                     info!(minion = %id, %reason, "minion disconnected");
                     if self.online.get(&id) == Some(&peer) {
                         self.online.remove(&id);
-                        self.touch(&id).await;
+                        self.touch(&id);
                     }
                 }
                 Some(Conn::Client { principal, .. }) => {
@@ -370,7 +383,8 @@ impl<S: Store> Master<S> {
         }
     }
 
-    async fn touch(&mut self, id: &str) {
+    /// Records presence; written with the next batch.
+    fn touch(&mut self, id: &str) {
         let entry = self.minions.entry(id.to_owned()).or_default();
         entry.last_seen_ms = now_ms();
         let record = MinionRecord {
@@ -379,9 +393,7 @@ impl<S: Store> Master<S> {
             functions: entry.functions.clone(),
             last_seen_ms: entry.last_seen_ms,
         };
-        if let Err(error) = self.store.put_minion(&record).await {
-            warn!(%error, minion = id, "recording presence failed");
-        }
+        self.pending_minions.insert(id.to_owned(), record);
     }
 
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
@@ -580,13 +592,17 @@ impl<S: Store> Master<S> {
                     self.refuse(peer, identified.reject(&format!("invalid minion id: {error}"), now));
                     return Ok(());
                 }
-                let decision =
-                    decide(&self.store, &id, who.identity.as_bytes(), identified.enrollment_token(), now_ms()).await?;
+                let decision = if self.accepted_keys.get(&id) == Some(who.identity.as_bytes()) {
+                    Decision::Accept
+                } else {
+                    decide(&self.store, &id, who.identity.as_bytes(), identified.enrollment_token(), now_ms()).await?
+                };
                 match decision {
                     Decision::Accept => {
                         if !self.accepted.contains(&id) {
                             info!(minion = %id, "minion enrolled with a token");
                             self.accepted.insert(id.clone());
+                            self.accepted_keys.insert(id.clone(), *who.identity.as_bytes());
                             self.emit(
                                 format!("halite/key/{id}/accepted"),
                                 json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),
@@ -638,7 +654,7 @@ impl<S: Store> Master<S> {
                 let entry = self.minions.entry(id.to_owned()).or_default();
                 entry.grains = hello.grains;
                 entry.functions = hello.functions;
-                self.touch(id).await;
+                self.touch(id);
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
                 self.send(peer, &Message::Welcome(welcome));
                 self.emit(format!("halite/minion/{id}/connected"), json!({}));
@@ -717,13 +733,8 @@ impl<S: Store> Master<S> {
             debug!(jid, minion, "update for a job that is no longer live");
             return Ok(());
         };
-        let Some(slot) = job.minions.get_mut(minion) else { return Ok(()) };
-        if slot.state.is_final() {
+        if !job.set_state(minion, state) {
             return Ok(());
-        }
-        slot.state = state;
-        if state.is_final() {
-            slot.deadline = None;
         }
         self.record_state(jid, minion, state, ret.clone());
         if state.is_final() {
@@ -959,7 +970,7 @@ impl<S: Store> Master<S> {
             }
             None => Vec::new(),
         };
-        self.jobs.insert(LiveJob { record, minions: slots, watchers });
+        self.jobs.insert(LiveJob::new(record, slots, watchers));
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(&minion_peer)) = (state, self.online.get(&id)) {
                 self.send(minion_peer, &job_message);

@@ -132,8 +132,8 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Every minion in the registry.
     fn minions(&self) -> impl Future<Output = Result<Vec<MinionRecord>, StoreError>> + Send;
-    /// Inserts or replaces a minion's entry.
-    fn put_minion(&self, minion: &MinionRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Inserts or replaces minions' entries, in one transaction.
+    fn put_minions(&self, minions: &[MinionRecord]) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Removes a minion's entry.
     fn delete_minion(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Records a new job and every targeted minion's first state.

@@ -72,6 +72,11 @@ CREATE TABLE principals (
     super::sqlite_deploy::MIGRATION,
 ];
 
+fn minion_rows_sql(rows: usize) -> String {
+    let values = vec!["(?, ?, ?, ?)"; rows].join(", ");
+    format!(" INSERT INTO job_minions (jid, minion, state, updated_at) VALUES {values};")
+}
+
 /// Rows written by one statement (5 bound values each, far below SQLite's variable limit).
 const ROWS_PER_STATEMENT: usize = 200;
 
@@ -285,14 +290,22 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn put_minion(&self, minion: &MinionRecord) -> Result<(), StoreError> {
-        sqlx::query("INSERT OR REPLACE INTO minions (id, grains, functions, last_seen) VALUES (?, ?, ?, ?)")
-            .bind(&minion.id)
-            .bind(to_json(&minion.grains))
-            .bind(to_json(&minion.functions))
-            .bind(db_int(minion.last_seen_ms))
-            .execute(&self.pool)
-            .await?;
+    async fn put_minions(&self, minions: &[MinionRecord]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for chunk in minions.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!("INSERT OR REPLACE INTO minions (id, grains, functions, last_seen) VALUES {values}");
+            let mut query = sqlx::query(&sql);
+            for minion in chunk {
+                query = query
+                    .bind(&minion.id)
+                    .bind(to_json(&minion.grains))
+                    .bind(to_json(&minion.functions))
+                    .bind(db_int(minion.last_seen_ms));
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -302,36 +315,59 @@ impl Store for SqliteStore {
     }
 
     async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, created_at, timeout_ms, \
-             ttl_ms, body, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&job.jid)
-        .bind(&job.function)
-        .bind(target_kind_name(job.target.kind))
-        .bind(&job.target.expr)
-        .bind(to_json(&job.args))
-        .bind(to_json(&job.kwargs))
-        .bind(&job.caller)
-        .bind(db_int(job.created_at_ms))
-        .bind(db_int(job.timeout_ms))
-        .bind(db_int(job.ttl_ms))
-        .bind(&job.signed.body)
-        .bind(&job.signed.signature)
-        .execute(&mut *tx)
-        .await?;
-        // Many rows per statement: each statement is a round trip to SQLite's thread.
-        for chunk in states.chunks(ROWS_PER_STATEMENT) {
-            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
-            let sql = format!("INSERT INTO job_minions (jid, minion, state, updated_at) VALUES {values}");
-            let mut query = sqlx::query(&sql);
-            for (minion, state) in chunk {
-                query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
-            }
-            query.execute(&mut *tx).await?;
+        // The job and its first chunk of minions go in one multi-statement query, a single
+        // round trip to SQLite's thread; bigger jobs add one statement per chunk.
+        let mut chunks = states.chunks(ROWS_PER_STATEMENT);
+        let first = chunks.next().unwrap_or(&[]);
+        let more = states.len() > ROWS_PER_STATEMENT;
+        let mut sql = String::from(
+            "BEGIN IMMEDIATE; INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
+             created_at, timeout_ms, ttl_ms, body, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
+        );
+        if !first.is_empty() {
+            sql.push_str(&minion_rows_sql(first.len()));
         }
-        tx.commit().await?;
+        if !more {
+            sql.push_str(" COMMIT;");
+        }
+        let mut query = sqlx::query(&sql)
+            .bind(&job.jid)
+            .bind(&job.function)
+            .bind(target_kind_name(job.target.kind))
+            .bind(&job.target.expr)
+            .bind(to_json(&job.args))
+            .bind(to_json(&job.kwargs))
+            .bind(&job.caller)
+            .bind(db_int(job.created_at_ms))
+            .bind(db_int(job.timeout_ms))
+            .bind(db_int(job.ttl_ms))
+            .bind(&job.signed.body)
+            .bind(&job.signed.signature);
+        for (minion, state) in first {
+            query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
+        }
+        let mut result = query.execute(&self.pool).await.map(drop);
+        if more && result.is_ok() {
+            for chunk in chunks {
+                let sql = minion_rows_sql(chunk.len());
+                let mut query = sqlx::query(&sql);
+                for (minion, state) in chunk {
+                    query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
+                }
+                result = query.execute(&self.pool).await.map(drop);
+                if result.is_err() {
+                    break;
+                }
+            }
+            if result.is_ok() {
+                result = sqlx::query("COMMIT").execute(&self.pool).await.map(drop);
+            }
+        }
+        if let Err(error) = result {
+            // Leave no transaction open on the connection, whatever statement failed.
+            let _ = sqlx::query("ROLLBACK").execute(&self.pool).await;
+            return Err(error.into());
+        }
         Ok(())
     }
 
@@ -351,7 +387,9 @@ impl Store for SqliteStore {
                 }
             }
         }
-        let mut tx = self.pool.begin().await?;
+        // One statement is atomic on its own; more need a transaction (each statement, begin
+        // and commit is a round trip to SQLite's thread, so small batches skip it).
+        let mut tx = if merged.len() > ROWS_PER_STATEMENT { Some(self.pool.begin().await?) } else { None };
         for chunk in merged.chunks(ROWS_PER_STATEMENT) {
             let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
             let sql = format!(
@@ -368,9 +406,14 @@ impl Store for SqliteStore {
                     .bind(change.ret.as_ref().map(to_json))
                     .bind(db_int(change.at_ms));
             }
-            query.execute(&mut *tx).await?;
+            match tx.as_mut() {
+                Some(tx) => query.execute(&mut **tx).await?,
+                None => query.execute(&self.pool).await?,
+            };
         }
-        tx.commit().await?;
+        if let Some(tx) = tx {
+            tx.commit().await?;
+        }
         Ok(())
     }
 
@@ -529,10 +572,41 @@ mod tests {
                 functions: vec!["test.ping".into()],
                 last_seen_ms: 5,
             };
-            store.put_minion(&minion).await.unwrap();
+            store.put_minions(std::slice::from_ref(&minion)).await.unwrap();
             assert_eq!(store.minions().await.unwrap(), vec![minion]);
             store.delete_minion("web1").await.unwrap();
             assert!(store.minions().await.unwrap().is_empty());
+        });
+    }
+
+    #[test]
+    fn big_jobs_batched_states_and_a_failed_insert_leave_a_consistent_store() {
+        rt().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            let states: Vec<(String, MinionJobState)> =
+                (0..450).map(|i| (format!("m{i:03}"), MinionJobState::Sent)).collect();
+            store.insert_job(&job("big", 1), &states).await.unwrap();
+            let changes: Vec<StateChange> = (0..450)
+                .flat_map(|i| {
+                    let minion = format!("m{i:03}");
+                    [MinionJobState::Running, MinionJobState::Returned].map(|state| StateChange {
+                        jid: "big".into(),
+                        minion: minion.clone(),
+                        state,
+                        ret: None,
+                        at_ms: 2,
+                    })
+                })
+                .collect();
+            store.set_states(&changes).await.unwrap();
+            let detail = store.job("big").await.unwrap().unwrap();
+            assert_eq!(detail.minions.len(), 450);
+            assert!(detail.minions.iter().all(|m| m.state == MinionJobState::Returned));
+            // A duplicate jid fails as a whole and leaves no transaction open behind it.
+            assert!(store.insert_job(&job("big", 3), &states[..2]).await.is_err());
+            store.insert_job(&job("next", 4), &states[..2]).await.unwrap();
+            assert_eq!(store.job("next").await.unwrap().unwrap().minions.len(), 2);
+            assert_eq!(store.job("big").await.unwrap().unwrap().minions.len(), 450);
         });
     }
 

@@ -136,7 +136,9 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map_or(10_000, |v| v.parse().expect("--max N"));
     halite_transport::raise_open_files(Some(4096)).ok();
-    let mut cluster = Cluster::start_with("", "warn");
+    // Every swarm minion connects from 127.0.0.1: let one address have as many handshakes in
+    // flight as the master allows in total, as distinct hosts would.
+    let mut cluster = Cluster::start_with("max_pending_handshakes_per_ip = 4096\n", "warn");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let mut figures = Figures(Vec::new());
     println!("{:<64} {:>17} {:>17}", "figure", "median", "p99");
