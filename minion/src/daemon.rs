@@ -47,6 +47,8 @@ pub(crate) struct Setup {
     pub outbox: Outbox,
     /// Concurrency limit.
     pub max_concurrent_jobs: usize,
+    /// A verification cache shared with other minions of this process (the swarm only).
+    pub verified: Option<Arc<crate::VerifiedJobs>>,
 }
 
 enum Stage {
@@ -320,7 +322,11 @@ impl Minion {
 
     async fn on_job(&mut self, signed: SignedJob) {
         let Some(master) = self.setup.master_key else { return };
-        let job: Job = match signed.verify(&master) {
+        let verdict = match &self.setup.verified {
+            Some(cache) => cache.verify(&signed, &master),
+            None => signed.verify(&master),
+        };
+        let job: Job = match verdict {
             Ok(job) => job,
             Err(error) => return self.refuse(ErrorKind::BadSignature, error.to_string(), None).await,
         };

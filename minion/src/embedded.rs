@@ -34,6 +34,9 @@ pub struct EmbeddedMinion {
     pub grains: Arc<BTreeMap<String, Value>>,
     /// Jobs run at once.
     pub max_concurrent_jobs: usize,
+    /// Verified jobs shared by the process's minions (see [`crate::VerifiedJobs`]); `None`
+    /// verifies every job in every minion.
+    pub verified: Option<Arc<crate::VerifiedJobs>>,
 }
 
 /// Runs one embedded minion until `shutdown` completes.
@@ -57,6 +60,7 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
         dispatcher: minion.dispatcher,
         outbox,
         max_concurrent_jobs: minion.max_concurrent_jobs,
+        verified: minion.verified,
     };
     daemon::serve(setup, shutdown).await;
     Ok(())

@@ -14,6 +14,7 @@ mod daemon;
 mod embedded;
 mod executor;
 pub mod outbox;
+mod verified;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;
@@ -29,6 +30,7 @@ use halite_transport::keyfile::{self, KeyFileError};
 
 pub use config::{ConfigError, Enrollment, MinionConfig};
 pub use embedded::{run_embedded, EmbeddedMinion};
+pub use verified::VerifiedJobs;
 
 /// Markers older than this are pruned at start.
 const MARKER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -120,6 +122,7 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         dispatcher,
         outbox,
         max_concurrent_jobs: config.max_concurrent_jobs,
+        verified: None,
     })
 }
 

@@ -2,9 +2,12 @@
 //!
 //! Each minion is real where it matters to a master: its own ed25519 identity, its own TCP
 //! connection and Noise session, the real minion connection loop, executor, at-most-once
-//! markers, durable outbox and dispatcher (`halite-minion`'s embedded mode). What is shared,
-//! only to save memory: the function registry and policy (the default policy: `test.*` and
-//! the other read-only functions) and the grains map. Keep the state directory on tmpfs
+//! markers, durable outbox and dispatcher (`halite-minion`'s embedded mode). What is shared:
+//! the function registry and policy (the default policy: `test.*` and the other read-only
+//! functions) and the grains map, to save memory; and job signature verification, done once per
+//! distinct job for the whole process (`VerifiedJobs`), because separate machines verify in
+//! parallel on their own CPUs while a swarm on one machine would measure its own ed25519
+//! throughput. Keep the state directory on tmpfs
 //! (the default, under `/dev/shm`): every job writes a marker and a return there.
 //!
 //! Enrollment is by preseeded keys (fast: one admin request per minion over one session) or by
@@ -137,6 +140,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         deploy: Default::default(),
     });
     let grains = Arc::new(halite_modules::grains::collect(&BTreeMap::new()));
+    let verified = Arc::new(halite_minion::VerifiedJobs::new());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::with_capacity(ids.len());
     let pace = (args.connect_rate > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(args.connect_rate)));
@@ -151,6 +155,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             dispatcher: dispatcher.clone(),
             grains: grains.clone(),
             max_concurrent_jobs: 16,
+            verified: Some(verified.clone()),
         };
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
