@@ -149,10 +149,17 @@ impl<S: Store> Master<S> {
                 Ok(ResponseBody::Minions(minions))
             }
             RequestBody::JobList { limit } => {
-                Ok(ResponseBody::Jobs(self.store.jobs(limit.min(MAX_JOB_LIST)).await.map_err(internal)?))
+                let mut jobs = self.store.jobs(limit.min(MAX_JOB_LIST)).await.map_err(internal)?;
+                for summary in &mut jobs {
+                    self.overlay_live(summary, None);
+                }
+                Ok(ResponseBody::Jobs(jobs))
             }
             RequestBody::JobShow { jid } => match self.store.job(&jid).await.map_err(internal)? {
-                Some(detail) => Ok(ResponseBody::Job(detail)),
+                Some(mut detail) => {
+                    self.overlay_live(&mut detail.summary, Some(&mut detail.minions));
+                    Ok(ResponseBody::Job(detail))
+                }
                 None => Err((ErrorKind::NotFound, format!("no job {jid}"))),
             },
             RequestBody::ApiTokenCreate { principal } => {

@@ -101,7 +101,8 @@ pub fn init(config: &MasterConfig) -> Result<Keys, MasterError> {
 /// Runs the master until `shutdown` completes.
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
     let keys = init(&config)?;
-    let store = SqliteStore::open(&config.database_path()).await?;
+    let database = config.database_path();
+    let store = SqliteStore::open(&database).await?;
     let router_config = RouterConfig {
         max_pending_total: config.max_pending_handshakes,
         max_pending_per_ip: config.max_pending_handshakes_per_ip,

@@ -337,21 +337,25 @@ impl<S: Store> Master<S> {
                 warn!(%error, minions = records.len(), "recording presence failed");
             }
         }
+        // Watchers first: what they are told is already decided, and their latency should not
+        // include the write. Minions are acknowledged only after it.
+        self.send_watcher_batches();
         if self.pending_states.is_empty() && self.pending_acks.is_empty() {
-            self.send_watcher_batches();
             return;
         }
         let changes = std::mem::take(&mut self.pending_states);
         let acks = std::mem::take(&mut self.pending_acks);
         if let Err(error) = self.store.set_states(&changes).await {
-            // Not acknowledged: the minions keep the returns and send them again on reconnect.
-            warn!(%error, changes = changes.len(), "recording job states failed");
+            // Kept for the next flush (every tick): nothing is acknowledged until it is stored,
+            // so the minions keep their returns meanwhile.
+            warn!(%error, changes = changes.len(), "recording job states failed; will retry");
+            self.pending_states.splice(0..0, changes);
+            self.pending_acks.splice(0..0, acks);
             return;
         }
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
-        self.send_watcher_batches();
     }
 
     async fn on_router_event(&mut self, event: RouterEvent) {
@@ -482,6 +486,27 @@ impl<S: Store> Master<S> {
             info!(minion = id, "key no longer accepted; disconnecting");
             self.conns.remove(&peer);
             self.router.disconnect(peer, "key no longer accepted");
+        }
+    }
+
+    /// Replaces stored states with live ones for a job still in flight (`running` is not
+    /// written, and the latest changes may still be in the batch).
+    pub(crate) fn overlay_live(
+        &mut self,
+        summary: &mut message::JobSummary,
+        minions: Option<&mut Vec<message::MinionJob>>,
+    ) {
+        let Some(job) = self.jobs.get_mut(&summary.jid) else { return };
+        summary.states.clear();
+        for slot in job.minions.values() {
+            *summary.states.entry(slot.state).or_default() += 1;
+        }
+        for minion in minions.into_iter().flatten() {
+            if let Some(slot) = job.minions.get(&minion.minion) {
+                if !minion.state.is_final() {
+                    minion.state = slot.state;
+                }
+            }
         }
     }
 
@@ -736,7 +761,11 @@ impl<S: Store> Master<S> {
         if !job.set_state(minion, state) {
             return Ok(());
         }
-        self.record_state(jid, minion, state, ret.clone());
+        // `running` lives in memory only: a restarted master treats sent and running jobs alike,
+        // and job listings show the live state. One write less per job.
+        if state != MinionJobState::Running {
+            self.record_state(jid, minion, state, ret.clone());
+        }
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
             if self.deploy_jobs.contains_key(jid) {

@@ -72,6 +72,30 @@ CREATE TABLE principals (
     super::sqlite_deploy::MIGRATION,
 ];
 
+fn state_rows_sql(rows: usize) -> String {
+    let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
+    format!(
+        "WITH v(jid, minion, state, ret, at) AS (VALUES {values}) \
+         UPDATE job_minions SET state = v.state, ret = COALESCE(v.ret, job_minions.ret), updated_at = v.at \
+         FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion"
+    )
+}
+
+fn bind_states<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    changes: &'q [StateChange],
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    for change in changes {
+        query = query
+            .bind(&change.jid)
+            .bind(&change.minion)
+            .bind(change.state.as_str())
+            .bind(change.ret.as_ref().map(to_json))
+            .bind(db_int(change.at_ms));
+    }
+    query
+}
+
 fn minion_rows_sql(rows: usize) -> String {
     let values = vec!["(?, ?, ?, ?)"; rows].join(", ");
     format!(" INSERT INTO job_minions (jid, minion, state, updated_at) VALUES {values};")
@@ -389,31 +413,17 @@ impl Store for SqliteStore {
         }
         // One statement is atomic on its own; more need a transaction (each statement, begin
         // and commit is a round trip to SQLite's thread, so small batches skip it).
-        let mut tx = if merged.len() > ROWS_PER_STATEMENT { Some(self.pool.begin().await?) } else { None };
+        if merged.len() <= ROWS_PER_STATEMENT {
+            let sql = state_rows_sql(merged.len());
+            bind_states(sqlx::query(&sql), &merged).execute(&self.pool).await?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
         for chunk in merged.chunks(ROWS_PER_STATEMENT) {
-            let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-            let sql = format!(
-                "WITH v(jid, minion, state, ret, at) AS (VALUES {values}) \
-                 UPDATE job_minions SET state = v.state, ret = COALESCE(v.ret, job_minions.ret), updated_at = v.at \
-                 FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion"
-            );
-            let mut query = sqlx::query(&sql);
-            for change in chunk {
-                query = query
-                    .bind(&change.jid)
-                    .bind(&change.minion)
-                    .bind(change.state.as_str())
-                    .bind(change.ret.as_ref().map(to_json))
-                    .bind(db_int(change.at_ms));
-            }
-            match tx.as_mut() {
-                Some(tx) => query.execute(&mut **tx).await?,
-                None => query.execute(&self.pool).await?,
-            };
+            let sql = state_rows_sql(chunk.len());
+            bind_states(sqlx::query(&sql), chunk).execute(&mut *tx).await?;
         }
-        if let Some(tx) = tx {
-            tx.commit().await?;
-        }
+        tx.commit().await?;
         Ok(())
     }
 
