@@ -92,6 +92,36 @@ fn main() {
     let (p50, p99) = (percentile(&mut cold, 0.5), percentile(&mut cold, 0.99));
     figures.push(("minion start → first job answered (incl. CLI connect)".into(), p50, p99, "ms"));
 
+    // Start → connected: the master's `connected` event, seen by a subscribed client.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let config = halite_client::ClientConfig::from_master_config(&cluster.config).unwrap();
+    let mut watcher = runtime.block_on(halite_client::Client::connect(config)).unwrap();
+    runtime.block_on(watcher.subscribe(vec!["halite/minion/m00/connected".into()])).unwrap();
+    let mut connect: Vec<f64> = Vec::new();
+    for _ in 0..15 {
+        cluster.stop_minion("m00", false);
+        wait_for("m00 offline", Duration::from_secs(10), || {
+            (!cluster.connected().contains(&"m00".to_owned())).then_some(())
+        });
+        let started = Instant::now();
+        cluster.start_minion("m00");
+        runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), watcher.next_event()).await })
+            .unwrap()
+            .unwrap();
+        connect.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (p50, p99) = (percentile(&mut connect, 0.5), percentile(&mut connect, 0.99));
+    figures.push(("minion start → connected (session up, hello sent)".into(), p50, p99, "ms"));
+
+    // The minion binary as an image would ship it: stripped.
+    let stripped = cluster.dir.join("halite-minion.stripped");
+    let status = Command::new("strip").arg("-o").arg(&stripped).arg(cluster.bins().join("halite-minion")).status();
+    if status.is_ok_and(|s| s.success()) {
+        let mib = std::fs::metadata(&stripped).map_or(0.0, |m| m.len() as f64 / 1_048_576.0);
+        figures.push(("halite-minion binary, stripped".into(), mib, mib, "MiB"));
+    }
+
     let mut local: Vec<f64> = (0..runs)
         .map(|_| {
             let started = Instant::now();
