@@ -4,6 +4,9 @@
 //! `cargo build --release --bins && HALITE_BIN_DIR=target/release cargo run --release -p halite-tests --bin bench-cli`
 //! Prints a table and writes `target/bench-cli.json`. Figures are medians and p99 of repeated runs.
 
+// A benchmark binary: any failure is a broken run, reported by the panic message.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
