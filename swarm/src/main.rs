@@ -131,8 +131,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let state_root =
-        args.state_dir.unwrap_or_else(|| PathBuf::from(format!("/dev/shm/halite-swarm-{}", std::process::id())));
+    // tmpfs when there is one: every job writes a marker and a return.
+    let tmpfs = std::path::Path::new("/dev/shm");
+    let parent = if tmpfs.is_dir() { tmpfs.to_path_buf() } else { std::env::temp_dir() };
+    let state_root = args.state_dir.unwrap_or_else(|| parent.join(format!("halite-swarm-{}", std::process::id())));
     let dispatcher = Arc::new(Dispatcher {
         registry: Arc::new(Registry::standard()),
         policy: Policy::default(),
