@@ -813,10 +813,15 @@ impl<S: Store> Master<S> {
                     *per_job.entry(update.jid.clone()).or_default() += 1;
                 }
                 let updates = Message::JobUpdates(message::JobUpdates { updates: batch.updates });
-                if self.try_send(peer, &updates).is_err() {
-                    for (jid, n) in per_job {
-                        *self.watch_missed.entry((peer, jid)).or_default() += n;
+                match self.try_send(peer, &updates) {
+                    Ok(()) => {}
+                    Err(SendError::Full) => {
+                        for (jid, n) in per_job {
+                            *self.watch_missed.entry((peer, jid)).or_default() += n;
+                        }
                     }
+                    // Gone: nothing to report to anyone.
+                    Err(_) => continue,
                 }
             }
             for jid in batch.done {
