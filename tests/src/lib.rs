@@ -2,6 +2,7 @@
 //! by `cargo build`), each cluster in its own temporary directory, driven through the real
 //! `halite` CLI. The tests themselves live in `tests/tests/`.
 
+pub mod bench;
 pub mod http;
 pub mod testroot;
 

@@ -10,13 +10,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use halite_tests::{wait_for, Cluster};
-
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-    samples[index]
-}
+use halite_tests::bench::{minion_pids, percentile, rss_kib, stop_and_wait_offline};
+use halite_tests::Cluster;
 
 fn time_cli(cluster: &Cluster, args: &[&str], runs: usize) -> (f64, f64) {
     let mut samples: Vec<f64> = (0..runs)
@@ -28,26 +23,6 @@ fn time_cli(cluster: &Cluster, args: &[&str], runs: usize) -> (f64, f64) {
         })
         .collect();
     (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99))
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn minion_pids(cluster: &Cluster) -> Vec<u32> {
-    let out = Command::new("pgrep").args(["-f", &format!("{}/", cluster.dir.display())]).output();
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .filter(|pid: &u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().contains("minion.toml")
-        })
-        .collect()
 }
 
 fn main() {
@@ -82,10 +57,7 @@ fn main() {
     // spawned; it is delivered when the minion connects, and the CLI returns when it answers.
     let mut cold: Vec<f64> = Vec::new();
     for _ in 0..15 {
-        cluster.stop_minion("m00", false);
-        wait_for("m00 offline", Duration::from_secs(10), || {
-            (!cluster.connected().contains(&"m00".to_owned())).then_some(())
-        });
+        stop_and_wait_offline(&mut cluster, "m00");
         let started = Instant::now();
         cluster.start_minion("m00");
         let run = cluster.cli(&["run", "--ttl", "10s", "m00", "test.ping"]);
@@ -102,10 +74,7 @@ fn main() {
     runtime.block_on(watcher.subscribe(vec!["halite/minion/m00/connected".into()])).unwrap();
     let mut connect: Vec<f64> = Vec::new();
     for _ in 0..15 {
-        cluster.stop_minion("m00", false);
-        wait_for("m00 offline", Duration::from_secs(10), || {
-            (!cluster.connected().contains(&"m00".to_owned())).then_some(())
-        });
+        stop_and_wait_offline(&mut cluster, "m00");
         let started = Instant::now();
         cluster.start_minion("m00");
         runtime

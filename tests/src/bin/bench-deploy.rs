@@ -11,16 +11,11 @@ use std::time::{Duration, Instant};
 
 use halite_client::{Client, ClientConfig};
 use halite_protocol::message::{NewDeployment, NewSoftwareConfig};
+use halite_tests::bench::percentile;
 use halite_tests::Cluster;
 use serde_json::json;
 
 const MINIONS: usize = 100;
-
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-    samples[index]
-}
 
 fn spec(config_id: &str, server: &str) -> NewDeployment {
     serde_json::from_value(json!({ "config_id": config_id, "server_id": server })).unwrap()

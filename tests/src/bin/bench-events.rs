@@ -11,17 +11,12 @@ use std::time::{Duration, Instant};
 
 use halite_client::{Client, ClientConfig, PublishSpec};
 use halite_protocol::message::{Target, TargetKind};
+use halite_tests::bench::percentile;
 use halite_tests::Cluster;
 use serde_json::json;
 
 const MINIONS: usize = 100;
 const EVENTS_PER_MINION: usize = 50;
-
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-    samples[index]
-}
 
 fn main() {
     if std::env::var_os("HALITE_BIN_DIR").is_none() {

@@ -20,23 +20,9 @@ use std::time::{Duration, Instant};
 
 use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
 use halite_protocol::message::{MinionJobState, RequestBody, ResponseBody, Target, TargetKind};
+use halite_tests::bench::{percentile, rss_kib};
 use halite_tests::Cluster;
 use serde_json::json;
-
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-    samples[index]
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// A swarm process, stopped when dropped.
 struct Swarm(Child);

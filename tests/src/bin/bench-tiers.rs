@@ -7,47 +7,29 @@
 // A benchmark binary: any failure is a broken run, reported by the panic message.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
 use halite_protocol::message::{Target, TargetKind};
-use halite_tests::{wait_for, Cluster};
+use halite_tests::bench::{minion_pids, percentile, rss_kib, stop_and_wait_offline};
+use halite_tests::Cluster;
 use serde_json::{json, Value};
 
 const TIERS: [usize; 3] = [1, 10, 30];
 const REPS: usize = 7;
 
 fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    percentile(samples, 0.5)
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    rss_kib(pid) as f64 / 1024.0
 }
 
 fn wall(mut f: impl FnMut()) -> f64 {
     let started = Instant::now();
     f();
     started.elapsed().as_secs_f64()
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
-fn minion_pids(cluster: &Cluster) -> Vec<u32> {
-    let out = Command::new("pgrep").args(["-f", &format!("{}/", cluster.dir.display())]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .filter(|pid: &u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().contains("minion.toml")
-        })
-        .collect()
 }
 
 /// Sequential `test.ping` jobs to one minion through the SDK: jobs per second.
@@ -113,10 +95,7 @@ fn main() {
     // Cold start: spawn → first job answered (a job with a TTL waits for the minion).
     let mut cold: Vec<f64> = Vec::new();
     for _ in 0..5 {
-        cluster.stop_minion("m01", false);
-        wait_for("m01 offline", Duration::from_secs(10), || {
-            (!cluster.connected().contains(&"m01".to_owned())).then_some(())
-        });
+        stop_and_wait_offline(&mut cluster, "m01");
         let started = Instant::now();
         cluster.start_minion("m01");
         let out = cluster.cli(&["run", "--ttl", "10s", "m01", "test.ping"]);

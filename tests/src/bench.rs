@@ -1,0 +1,47 @@
+//! What the benchmark binaries (`src/bin/bench-*.rs`) share: percentiles, process memory, and
+//! finding and restarting minion processes.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{wait_for, Cluster};
+
+/// The `p` quantile (0.5 for the median, 0.99 for p99) of samples, nearest-rank.
+pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(f64::total_cmp);
+    let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[index]
+}
+
+/// A process's resident set size in KiB (0 when it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The pids of the cluster's minion processes.
+pub fn minion_pids(cluster: &Cluster) -> Vec<u32> {
+    let out = Command::new("pgrep").args(["-f", &format!("{}/", cluster.dir.display())]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .filter(|pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().contains("minion.toml")
+        })
+        .collect()
+}
+
+/// Stops a minion and waits until the master has seen it go, so a restart is a cold start.
+pub fn stop_and_wait_offline(cluster: &mut Cluster, id: &str) {
+    cluster.stop_minion(id, false);
+    wait_for(&format!("{id} offline"), Duration::from_secs(10), || {
+        (!cluster.connected().iter().any(|c| c == id)).then_some(())
+    });
+}
