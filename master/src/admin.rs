@@ -122,9 +122,7 @@ impl<S: Store> Master<S> {
                 if ttl_ms == 0 {
                     return Err((ErrorKind::BadRequest, "token ttl must be positive".into()));
                 }
-                let mut secret = [0u8; 32];
-                rand_core::OsRng.fill_bytes(&mut secret);
-                let token = hex::encode(&secret);
+                let token = new_secret();
                 let expires_at_ms = now_ms().saturating_add(ttl_ms);
                 self.store.create_token(&token_hash(&token), &minion, expires_at_ms).await.map_err(internal)?;
                 info!(%minion, "enrollment token created");
@@ -166,9 +164,7 @@ impl<S: Store> Master<S> {
                 if principal != "root" && !self.principals.contains_key(&principal) {
                     return Err((ErrorKind::NotFound, format!("no principal {principal}")));
                 }
-                let mut secret = [0u8; 32];
-                rand_core::OsRng.fill_bytes(&mut secret);
-                let token = format!("hal_{}", hex::encode(&secret));
+                let token = format!("hal_{}", new_secret());
                 self.store.create_api_token(&token_hash(&token), &principal, now_ms()).await.map_err(internal)?;
                 info!(%principal, "gateway token created");
                 Ok(ResponseBody::ApiToken(token))
@@ -205,6 +201,13 @@ impl<S: Store> Master<S> {
         self.reload_accepted().await.map_err(internal)?;
         Ok(ResponseBody::Changed(changed))
     }
+}
+
+/// 32 random bytes as hex: enrollment and gateway tokens (only their hashes are stored).
+fn new_secret() -> String {
+    let mut secret = [0u8; 32];
+    rand_core::OsRng.fill_bytes(&mut secret);
+    hex::encode(&secret)
 }
 
 fn fingerprint(public_key: &[u8; 32]) -> String {

@@ -808,16 +808,15 @@ impl<S: Store> Master<S> {
     fn send_watcher_batches(&mut self) {
         for (peer, batch) in std::mem::take(&mut self.watcher_out) {
             if !batch.updates.is_empty() {
-                let mut per_job: HashMap<String, u32> = HashMap::new();
-                for update in &batch.updates {
-                    *per_job.entry(update.jid.clone()).or_default() += 1;
-                }
-                let updates = Message::JobUpdates(message::JobUpdates { updates: batch.updates });
-                match self.try_send(peer, &updates) {
+                let updates = message::JobUpdates { updates: batch.updates };
+                let message = Message::JobUpdates(updates);
+                match self.try_send(peer, &message) {
                     Ok(()) => {}
                     Err(SendError::Full) => {
-                        for (jid, n) in per_job {
-                            *self.watch_missed.entry((peer, jid)).or_default() += n;
+                        if let Message::JobUpdates(lost) = message {
+                            for update in lost.updates {
+                                *self.watch_missed.entry((peer, update.jid)).or_default() += 1;
+                            }
                         }
                     }
                     // Gone: nothing to report to anyone.

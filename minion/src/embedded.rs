@@ -42,7 +42,7 @@ pub struct EmbeddedMinion {
 /// Runs one embedded minion until `shutdown` completes.
 pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output = ()>) -> Result<(), MinionError> {
     let state_dir = minion.state_dir;
-    std::fs::create_dir_all(&state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
+    // Creates the state directory too.
     let outbox =
         outbox::Outbox::open(&state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
     let (events_tx, events) = tokio::sync::mpsc::channel(16);

@@ -173,23 +173,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     eprintln!("halite-swarm: {} minions running; Ctrl-C or SIGTERM stops them", tasks.len());
-    halite_minion_shutdown().await;
+    halite_transport::shutdown_signal().await;
     let _ = stop_tx.send(true);
     for task in tasks {
         let _ = task.await;
     }
     let _ = std::fs::remove_dir_all(&state_root);
     Ok(())
-}
-
-/// SIGINT or SIGTERM.
-async fn halite_minion_shutdown() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

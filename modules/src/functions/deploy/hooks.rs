@@ -34,16 +34,10 @@ pub(crate) async fn run(
         output_cap: CAPTURE_CAP,
         ..Command::default()
     };
-    let finished = match timeout {
-        Some(limit) => tokio::time::timeout(limit, cx.runner.run(&command)).await.map_err(|_| {
-            ModuleError::Failed(format!(
-                "hook {} timed out after {} s and was killed",
-                path.display(),
-                limit.as_secs_f64()
-            ))
-        })?,
-        None => cx.runner.run(&command).await,
-    }?;
+    let finished = super::run_within(&command, timeout, cx).await.ok_or_else(|| {
+        let limit = timeout.unwrap_or_default().as_secs_f64();
+        ModuleError::Failed(format!("hook {} timed out after {limit} s and was killed", path.display()))
+    })??;
     let code = finished.signal.map_or(finished.retcode, |sig| -sig);
     if !finished.stdout.is_empty() {
         if let Ok(Value::Object(signal)) = serde_json::from_str(&finished.stdout) {

@@ -10,7 +10,7 @@ mod script;
 mod settings;
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 pub use settings::DeploySettings;
 
-use crate::{Context, ModuleError, Output, Typed};
+use crate::{Command, Context, Finished, ModuleError, Output, Typed};
 use item::Item;
 
 /// `deploy.apply`.
@@ -96,12 +96,12 @@ already applied is not run again: its recorded signal is returned. An unknown gr
         }
         // Written before the hook runs: a config that fails, or is interrupted, never runs twice.
         script::prepare_dir(&settings.deployed_dir)?;
-        write_private(&marker, &serde_json::to_vec_pretty(&item.raw).unwrap_or_default())?;
+        write_synced(&marker, &serde_json::to_vec_pretty(&item.raw).unwrap_or_default(), 0o600)?;
         let signal = match hook {
             Hook::Script => script::run(&item, &settings, timeout, cx).await?,
             Hook::External(path) => hooks::run(&path, &item, timeout, cx).await?,
         };
-        write_private(&notify, &serde_json::to_vec_pretty(&signal).unwrap_or_default())?;
+        write_synced(&notify, &serde_json::to_vec_pretty(&signal).unwrap_or_default(), 0o600)?;
         Ok(signal_output(signal))
     }
 }
@@ -133,10 +133,24 @@ fn previous_signal(id: &str, marker: &Path, notify: &Path) -> Result<Output, Mod
     }
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), ModuleError> {
+/// Writes a file with exactly `mode` (even if it existed with another) and syncs it.
+pub(crate) fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ModuleError> {
     let fail = |e: std::io::Error| ModuleError::Failed(format!("cannot write {}: {e}", path.display()));
     let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(fail)?;
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path).map_err(fail)?;
     file.write_all(bytes).map_err(fail)?;
-    file.sync_all().map_err(fail)
+    file.sync_all().map_err(fail)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(fail)
+}
+
+/// Runs a hook's process; `None` when `timeout` passed first (its process group is killed).
+pub(crate) async fn run_within(
+    command: &Command,
+    timeout: Option<Duration>,
+    cx: &Context,
+) -> Option<Result<Finished, ModuleError>> {
+    match timeout {
+        Some(limit) => tokio::time::timeout(limit, cx.runner.run(command)).await.ok(),
+        None => Some(cx.runner.run(command).await),
+    }
 }

@@ -1,7 +1,7 @@
 //! The built-in `script` hook: heat-agents' `hook-script.py`, observable behaviour for
 //! observable behaviour, minus its crashes.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ pub(crate) async fn run(
         Some(_) => return Err(ModuleError::Failed("the script hook needs the config to be a string".into())),
     };
     let path = working.join(&item.id);
-    write_script(&path, &script)?;
+    super::write_synced(&path, script.as_bytes(), 0o700)?;
     let outputs_path = outputs.join(&item.id);
 
     let mut env = std::collections::BTreeMap::new();
@@ -63,23 +63,20 @@ pub(crate) async fn run(
         output_cap: CAPTURE_CAP,
         ..Command::default()
     };
-    let finished = match timeout {
-        Some(limit) => match tokio::time::timeout(limit, cx.runner.run(&command)).await {
-            Ok(done) => done,
-            Err(_) => {
-                let why = format!("halite: the script timed out after {} s and was killed", limit.as_secs_f64());
-                let mut signal = Map::new();
-                signal.insert("deploy_stdout".into(), json!(""));
-                signal.insert("deploy_stderr".into(), json!(why));
-                signal.insert("deploy_status_code".into(), json!(-9));
-                return Ok(signal);
-            }
-        },
-        None => cx.runner.run(&command).await,
-    };
-    let finished = match finished {
-        Ok(done) => done,
-        Err(error) => return Ok(failed(format!("halite: {error}"))),
+    let finished = match super::run_within(&command, timeout, cx).await {
+        Some(Ok(done)) => done,
+        Some(Err(error)) => return Ok(failed(format!("halite: {error}"))),
+        None => {
+            let limit = timeout.unwrap_or_default().as_secs_f64();
+            let mut signal = Map::new();
+            signal.insert("deploy_stdout".into(), json!(""));
+            signal.insert(
+                "deploy_stderr".into(),
+                json!(format!("halite: the script timed out after {limit} s and was killed")),
+            );
+            signal.insert("deploy_status_code".into(), json!(-9));
+            return Ok(signal);
+        }
     };
 
     let mut signal = Map::new();
@@ -132,16 +129,6 @@ pub(crate) fn prepare_dir(path: &Path) -> Result<(), ModuleError> {
         .mode(0o700)
         .create(path)
         .map_err(|e| ModuleError::Failed(format!("cannot create {}: {e}", path.display())))
-}
-
-fn write_script(path: &Path, script: &str) -> Result<(), ModuleError> {
-    let fail = |e: std::io::Error| ModuleError::Failed(format!("cannot write {}: {e}", path.display()));
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o700).open(path).map_err(fail)?;
-    std::io::Write::write_all(&mut file, script.as_bytes()).map_err(fail)?;
-    file.sync_all().map_err(fail)?;
-    drop(file);
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(fail)
 }
 
 /// Why the kernel would refuse to execute the script, worded for a person: heat-agents shows
