@@ -8,11 +8,13 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::info;
 
-use crate::clock::now_ms;
+use crate::authz::Who;
 use crate::keys::token_hash;
+use crate::net::Net;
 use crate::server::Master;
 use crate::store::{KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
+use halite_protocol::message::JobSummary;
 
 type Reply = Result<ResponseBody, (ErrorKind, String)>;
 
@@ -23,7 +25,7 @@ fn internal(error: StoreError) -> (ErrorKind, String) {
 /// Most jobs one listing returns.
 const MAX_JOB_LIST: u32 = 1000;
 
-impl<S: Store> Master<S> {
+impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn handle_request(
         &mut self,
         body: RequestBody,
@@ -59,7 +61,7 @@ impl<S: Store> Master<S> {
                     }
                 }
                 let record = PrincipalRecord { name: name.clone(), public_key: *key.as_bytes(), acl };
-                self.store.put_principal(&record, now_ms()).await.map_err(internal)?;
+                self.store.put_principal(&record, self.clock.wall_ms()).await.map_err(internal)?;
                 self.reload_principals().await.map_err(internal)?;
                 info!(principal = %name, fingerprint = %key.fingerprint(), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
@@ -110,7 +112,7 @@ impl<S: Store> Master<S> {
                     return Err((ErrorKind::BadRequest, format!("{id} already has another key; delete it first")));
                 }
                 let record = KeyRecord { id: id.clone(), public_key: *key.as_bytes(), state: KeyState::Accepted };
-                self.store.put_key(&record, now_ms()).await.map_err(internal)?;
+                self.store.put_key(&record, self.clock.wall_ms()).await.map_err(internal)?;
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.accepted.insert(id.clone());
                 self.accepted_keys.insert(id.clone(), *key.as_bytes());
@@ -123,16 +125,20 @@ impl<S: Store> Master<S> {
                     return Err((ErrorKind::BadRequest, "token ttl must be positive".into()));
                 }
                 let token = new_secret();
-                let expires_at_ms = now_ms().saturating_add(ttl_ms);
+                let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
                 self.store.create_token(&token_hash(&token), &minion, expires_at_ms).await.map_err(internal)?;
                 info!(%minion, "enrollment token created");
                 Ok(ResponseBody::Token(TokenInfo { token, minion, expires_at_ms }))
             }
             RequestBody::MinionList { pattern } => {
+                // A principal lists only the minions its rules can target.
+                let view = crate::authz::TargetView::of_principal(acl, &self.config.nodegroups);
+                let empty = std::collections::BTreeMap::new();
                 let minions = self
                     .accepted
                     .iter()
                     .filter(|id| glob::matches(&pattern, id))
+                    .filter(|id| view.contains(id, self.minions.get(*id).map_or(&empty, |m| &m.grains)))
                     .map(|id| {
                         let entry = self.minions.get(id).cloned().unwrap_or_default();
                         MinionInfo {
@@ -147,30 +153,77 @@ impl<S: Store> Master<S> {
                 Ok(ResponseBody::Minions(minions))
             }
             RequestBody::JobList { limit } => {
-                let mut jobs = self.store.jobs(limit.min(MAX_JOB_LIST)).await.map_err(internal)?;
-                for summary in &mut jobs {
-                    self.overlay_live(summary, None);
-                }
+                let who = Who { name: principal, acl };
+                let jobs = self.visible_jobs(who, limit.min(MAX_JOB_LIST)).await.map_err(internal)?;
                 Ok(ResponseBody::Jobs(jobs))
             }
-            RequestBody::JobShow { jid } => match self.store.job(&jid).await.map_err(internal)? {
-                Some(mut detail) => {
-                    self.overlay_live(&mut detail.summary, Some(&mut detail.minions));
-                    Ok(ResponseBody::Job(detail))
+            RequestBody::JobShow { jid } => {
+                let who = Who { name: principal, acl };
+                let detail = self.store.job(&jid).await.map_err(internal)?.filter(|detail| {
+                    let minions: Vec<&str> = detail.minions.iter().map(|m| m.minion.as_str()).collect();
+                    self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
+                });
+                match detail {
+                    Some(mut detail) => {
+                        self.overlay_live(&mut detail.summary, Some(&mut detail.minions));
+                        Ok(ResponseBody::Job(detail))
+                    }
+                    // Another principal's job is answered like a job that does not exist.
+                    None => Err((ErrorKind::NotFound, format!("no job {jid}"))),
                 }
-                None => Err((ErrorKind::NotFound, format!("no job {jid}"))),
-            },
+            }
             RequestBody::ApiTokenCreate { principal } => {
                 if principal != "root" && !self.principals.contains_key(&principal) {
                     return Err((ErrorKind::NotFound, format!("no principal {principal}")));
                 }
                 let token = format!("hal_{}", new_secret());
-                self.store.create_api_token(&token_hash(&token), &principal, now_ms()).await.map_err(internal)?;
+                self.store
+                    .create_api_token(&token_hash(&token), &principal, self.clock.wall_ms())
+                    .await
+                    .map_err(internal)?;
                 info!(%principal, "gateway token created");
                 Ok(ResponseBody::ApiToken(token))
             }
             _ => Err((ErrorKind::BadRequest, "not an administrative request".into())),
         }
+    }
+
+    /// The newest `limit` jobs `who` may see, read page by page until enough are found (or a
+    /// bounded number of pages is read: a principal that sees few jobs gets fewer, not a stall).
+    async fn visible_jobs(&mut self, who: Who<'_>, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
+        const PAGE: u32 = 500;
+        const MAX_PAGES: usize = 20;
+        if who.sees_all() {
+            let mut jobs: Vec<JobSummary> =
+                self.store.jobs(None, limit, false).await?.into_iter().map(|l| l.summary).collect();
+            for summary in &mut jobs {
+                self.overlay_live(summary, None);
+            }
+            return Ok(jobs);
+        }
+        let mut out = Vec::new();
+        let mut before: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let page = self.store.jobs(before.as_deref(), PAGE, true).await?;
+            let full = page.len() == PAGE as usize;
+            before = page.last().map(|l| l.summary.jid.clone());
+            for listing in page {
+                let minions: Vec<&str> = listing.minions.iter().map(String::as_str).collect();
+                if self.may_see_job(who, &listing.summary.caller, &listing.summary.function, &minions) {
+                    out.push(listing.summary);
+                    if out.len() == limit as usize {
+                        break;
+                    }
+                }
+            }
+            if out.len() == limit as usize || !full {
+                break;
+            }
+        }
+        for summary in &mut out {
+            self.overlay_live(summary, None);
+        }
+        Ok(out)
     }
 
     /// Moves keys matching `pattern` whose state is in `from` to `to` (or deletes them), and
@@ -180,7 +233,7 @@ impl<S: Store> Master<S> {
         let mut changed = Vec::new();
         for key in keys.into_iter().filter(|k| from.contains(&k.state) && glob::matches(pattern, &k.id)) {
             match to {
-                Some(state) => self.store.put_key(&KeyRecord { state, ..key.clone() }, now_ms()).await,
+                Some(state) => self.store.put_key(&KeyRecord { state, ..key.clone() }, self.clock.wall_ms()).await,
                 None => self.store.delete_key(&key.id, &key.public_key).await,
             }
             .map_err(internal)?;

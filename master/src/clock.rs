@@ -1,10 +1,85 @@
-//! Wall-clock time and job ids: the daemon reads the clock here and nowhere else.
+//! Time for the master, from one injected source, and job ids.
+//!
+//! Two clocks, kept apart on purpose: the monotonic one (`Instant`) measures every timeout,
+//! TTL and rate, so a wall-clock step never makes one longer or shorter; the wall clock only
+//! stamps records (`created_at`, `last_seen`) and seeds jids. The daemon uses [`SystemClock`];
+//! tests drive a [`FakeClock`] and step either clock alone.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Now, in Unix milliseconds.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+/// Where the master reads the time.
+pub trait Clock: Send + Sync + 'static {
+    /// Monotonic now: deadlines and rates.
+    fn now(&self) -> Instant;
+    /// Wall-clock now, in Unix milliseconds: what records are stamped with.
+    fn wall_ms(&self) -> u64 {
+        self.wall_micros() / 1000
+    }
+    /// Wall-clock now, in Unix microseconds.
+    fn wall_micros(&self) -> u64;
+}
+
+/// The operating system's clocks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wall_micros(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    }
+}
+
+/// A clock that moves only when told: both clocks together ([`FakeClock::advance`]) or the
+/// wall clock alone ([`FakeClock::step_wall`], like NTP or an operator fixing the date).
+#[derive(Debug, Clone)]
+pub struct FakeClock {
+    inner: Arc<Mutex<FakeTime>>,
+}
+
+#[derive(Debug)]
+struct FakeTime {
+    now: Instant,
+    wall_micros: u64,
+}
+
+impl FakeClock {
+    /// A clock whose wall time starts at `wall_ms`.
+    pub fn new(wall_ms: u64) -> Self {
+        FakeClock { inner: Arc::new(Mutex::new(FakeTime { now: Instant::now(), wall_micros: wall_ms * 1000 })) }
+    }
+
+    fn time(&self) -> std::sync::MutexGuard<'_, FakeTime> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lets `by` pass on both clocks.
+    pub fn advance(&self, by: Duration) {
+        let mut time = self.time();
+        time.now += by;
+        time.wall_micros += by.as_micros() as u64;
+    }
+
+    /// Steps the wall clock alone, forwards (`ahead`) or back.
+    pub fn step_wall(&self, by: Duration, ahead: bool) {
+        let mut time = self.time();
+        let by = by.as_micros() as u64;
+        time.wall_micros = if ahead { time.wall_micros + by } else { time.wall_micros.saturating_sub(by) };
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Instant {
+        self.time().now
+    }
+
+    fn wall_micros(&self) -> u64 {
+        self.time().wall_micros
+    }
 }
 
 /// A random (version 4) UUID, the form of Heat's config and deployment ids.
@@ -19,17 +94,25 @@ pub(crate) fn new_uuid() -> String {
 }
 
 /// Hands out job ids like Salt's: `YYYYMMDDhhmmssffffff` (UTC, microseconds), strictly
-/// increasing even when two jobs are published in the same microsecond.
+/// increasing: within a run even when two jobs are published in the same microsecond or the
+/// wall clock is set back, and across restarts once [`JidGenerator::resume_after`] is given
+/// the newest stored jid.
 #[derive(Debug, Default)]
 pub(crate) struct JidGenerator {
     last: u64,
 }
 
 impl JidGenerator {
-    /// The next jid.
-    pub(crate) fn next(&mut self) -> String {
-        let micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-        self.last = micros.max(self.last + 1);
+    /// Continues after `jid` (the newest one stored), whatever the wall clock says now.
+    pub(crate) fn resume_after(&mut self, jid: &str) {
+        if let Some(micros) = halite_protocol::time::parse_compact_utc(jid) {
+            self.last = self.last.max(micros);
+        }
+    }
+
+    /// The next jid, given the wall clock now.
+    pub(crate) fn next(&mut self, wall_micros: u64) -> String {
+        self.last = wall_micros.max(self.last + 1);
         halite_protocol::time::compact_utc(self.last)
     }
 }
@@ -47,10 +130,29 @@ mod tests {
     }
 
     #[test]
-    fn jids_strictly_increase() {
+    fn jids_strictly_increase_through_clock_steps_and_restarts() {
+        let clock = FakeClock::new(1_795_242_922_123);
         let mut generator = JidGenerator::default();
-        let a = generator.next();
-        let b = generator.next();
+        let a = generator.next(clock.wall_micros());
+        let b = generator.next(clock.wall_micros());
         assert!(b > a);
+        clock.step_wall(Duration::from_secs(3600), false);
+        let c = generator.next(clock.wall_micros());
+        assert!(c > b, "a clock set back must not reuse jids");
+        // A restarted master, clock still behind, resumes after the newest stored jid.
+        let mut restarted = JidGenerator::default();
+        restarted.resume_after(&c);
+        assert!(restarted.next(clock.wall_micros()) > c);
+    }
+
+    #[test]
+    fn the_fake_clock_steps_wall_time_alone() {
+        let clock = FakeClock::new(1000);
+        let t0 = clock.now();
+        clock.step_wall(Duration::from_secs(7 * 86_400), true);
+        assert_eq!(clock.now(), t0);
+        assert_eq!(clock.wall_ms(), 1000 + 7 * 86_400_000);
+        clock.advance(Duration::from_millis(5));
+        assert_eq!(clock.now() - t0, Duration::from_millis(5));
     }
 }

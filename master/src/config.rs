@@ -41,6 +41,9 @@ pub struct MasterConfig {
     /// The same, from one IP address. Raise it for many minions behind one address (NAT, or a
     /// load-test swarm on loopback).
     pub max_pending_handshakes_per_ip: usize,
+    /// Most minion keys pending acceptance at once; more are refused until an administrator
+    /// accepts, rejects or deletes some (an unauthenticated flood cannot fill the registry).
+    pub max_pending_keys: u64,
     /// How long a deployment waits for its server to connect before it fails.
     pub deployment_ttl_secs: u64,
     /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
@@ -65,6 +68,7 @@ impl Default for MasterConfig {
             peers: Vec::new(),
             max_pending_handshakes: 4096,
             max_pending_handshakes_per_ip: 256,
+            max_pending_keys: 1000,
             deployment_ttl_secs: 24 * 3600,
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),

@@ -1,6 +1,10 @@
 //! Jobs in flight: which minion is in which state, when each must finish, who is watching.
+//!
+//! [`JobTable`] is the only code that changes a slot. States move forward only
+//! ([`transition_allowed`]); deadlines live in one ordered index, so a tick costs the number of
+//! deadlines that passed, not the number of slots.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use halite_protocol::message::MinionJobState;
@@ -17,13 +21,27 @@ pub(crate) struct Slot {
     pub deadline: Option<Instant>,
 }
 
+/// Whether a slot may move from `from` to `to`. Forward only: waiting → sent → running →
+/// a final state; a final state never changes. `sent → sent` and `running → running` are
+/// redeliveries and change nothing but the deadline.
+pub(crate) fn transition_allowed(from: MinionJobState, to: MinionJobState) -> bool {
+    use MinionJobState::*;
+    match from {
+        _ if from.is_final() => false,
+        Waiting => to != Waiting,
+        Sent => !matches!(to, Waiting),
+        Running => !matches!(to, Waiting | Sent),
+        _ => false,
+    }
+}
+
 /// A job with at least one minion not yet in a final state.
 #[derive(Debug)]
 pub(crate) struct LiveJob {
     /// The job as published and stored.
     pub record: JobRecord,
-    /// Every targeted minion.
-    pub minions: BTreeMap<String, Slot>,
+    /// Every targeted minion (changed only through [`JobTable`]).
+    minions: BTreeMap<String, Slot>,
     /// Clients to stream updates to.
     pub watchers: Vec<PeerId>,
     /// How many minions are not yet in a final state (so finishing is O(1), not O(minions)).
@@ -42,18 +60,9 @@ impl LiveJob {
         self.remaining == 0
     }
 
-    /// Moves a minion's slot to `state`; `false` (and no change) when it is already final.
-    pub(crate) fn set_state(&mut self, minion: &str, state: MinionJobState) -> bool {
-        let Some(slot) = self.minions.get_mut(minion) else { return false };
-        if slot.state.is_final() {
-            return false;
-        }
-        slot.state = state;
-        if state.is_final() {
-            slot.deadline = None;
-            self.remaining -= 1;
-        }
-        true
+    /// Every targeted minion's slot.
+    pub(crate) fn slots(&self) -> &BTreeMap<String, Slot> {
+        &self.minions
     }
 
     /// The deadline for a job sent now.
@@ -62,26 +71,79 @@ impl LiveJob {
     }
 }
 
-/// Every live job, by jid.
+/// Every live job, by jid, and their deadlines in order.
 #[derive(Debug, Default)]
 pub(crate) struct JobTable {
     jobs: HashMap<String, LiveJob>,
+    deadlines: BTreeSet<(Instant, String, String)>,
 }
 
 impl JobTable {
     /// Adds a job.
     pub(crate) fn insert(&mut self, job: LiveJob) {
+        for (minion, slot) in &job.minions {
+            if let (Some(at), false) = (slot.deadline, slot.state.is_final()) {
+                self.deadlines.insert((at, job.record.jid.clone(), minion.clone()));
+            }
+        }
         self.jobs.insert(job.record.jid.clone(), job);
     }
 
     /// A live job.
+    pub(crate) fn get(&self, jid: &str) -> Option<&LiveJob> {
+        self.jobs.get(jid)
+    }
+
+    /// A live job, to change its watchers.
     pub(crate) fn get_mut(&mut self, jid: &str) -> Option<&mut LiveJob> {
         self.jobs.get_mut(jid)
     }
 
     /// Removes a finished job.
     pub(crate) fn remove(&mut self, jid: &str) -> Option<LiveJob> {
-        self.jobs.remove(jid)
+        let job = self.jobs.remove(jid)?;
+        for (minion, slot) in &job.minions {
+            if let Some(at) = slot.deadline {
+                self.deadlines.remove(&(at, jid.to_owned(), minion.clone()));
+            }
+        }
+        Some(job)
+    }
+
+    /// Moves a minion's slot to `state` if the transition table allows it; returns whether it
+    /// changed. A final state clears the slot's deadline.
+    pub(crate) fn set_state(&mut self, jid: &str, minion: &str, state: MinionJobState) -> bool {
+        let Some(job) = self.jobs.get_mut(jid) else { return false };
+        let Some(slot) = job.minions.get_mut(minion) else { return false };
+        if !transition_allowed(slot.state, state) {
+            return false;
+        }
+        let changed = slot.state != state;
+        slot.state = state;
+        if state.is_final() {
+            job.remaining -= 1;
+            if let Some(at) = slot.deadline.take() {
+                self.deadlines.remove(&(at, jid.to_owned(), minion.to_owned()));
+            }
+        }
+        changed
+    }
+
+    /// Sets the deadline of a slot that is not final.
+    pub(crate) fn set_deadline(&mut self, jid: &str, minion: &str, deadline: Instant) {
+        let Some(slot) = self.jobs.get_mut(jid).and_then(|j| j.minions.get_mut(minion)) else { return };
+        if slot.state.is_final() {
+            return;
+        }
+        if let Some(old) = slot.deadline.replace(deadline) {
+            self.deadlines.remove(&(old, jid.to_owned(), minion.to_owned()));
+        }
+        self.deadlines.insert((deadline, jid.to_owned(), minion.to_owned()));
+    }
+
+    /// The state of one slot.
+    pub(crate) fn state(&self, jid: &str, minion: &str) -> Option<MinionJobState> {
+        self.jobs.get(jid)?.minions.get(minion).map(|s| s.state)
     }
 
     /// Jobs for which `minion` is waiting, sent or running: what to (re)deliver when it connects.
@@ -96,23 +158,54 @@ impl JobTable {
         jids
     }
 
-    /// (jid, minion, state) of every slot whose deadline has passed.
+    /// (jid, minion, state) of every slot whose deadline has passed, earliest first.
     pub(crate) fn expired(&self, now: Instant) -> Vec<(String, String, MinionJobState)> {
-        let mut out = Vec::new();
-        for job in self.jobs.values() {
-            for (minion, slot) in &job.minions {
-                if !slot.state.is_final() && slot.deadline.is_some_and(|d| now >= d) {
-                    out.push((job.record.jid.clone(), minion.clone(), slot.state));
-                }
+        self.deadlines
+            .iter()
+            .take_while(|(at, _, _)| *at <= now)
+            .filter_map(|(_, jid, minion)| Some((jid.clone(), minion.clone(), self.state(jid, minion)?)))
+            .collect()
+    }
+
+    /// Moves every deadline `by` later (the master was paused for that long).
+    pub(crate) fn postpone_deadlines(&mut self, by: Duration) {
+        let old = std::mem::take(&mut self.deadlines);
+        for (at, jid, minion) in old {
+            let at = at + by;
+            if let Some(slot) = self.jobs.get_mut(&jid).and_then(|j| j.minions.get_mut(&minion)) {
+                slot.deadline = Some(at);
             }
+            self.deadlines.insert((at, jid, minion));
         }
-        out
     }
 
     /// Stops streaming to a client that went away.
     pub(crate) fn forget_watcher(&mut self, peer: PeerId) {
         for job in self.jobs.values_mut() {
             job.watchers.retain(|w| *w != peer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MinionJobState::*;
+
+    #[test]
+    fn states_only_move_forward() {
+        let all = [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied];
+        for from in all {
+            for to in all {
+                let forward = match (from, to) {
+                    (f, _) if f.is_final() => false,
+                    (Waiting, Waiting) => false,
+                    (Sent, Waiting) => false,
+                    (Running, Waiting | Sent) => false,
+                    _ => true,
+                };
+                assert_eq!(transition_allowed(from, to), forward, "{from:?} -> {to:?}");
+            }
         }
     }
 }

@@ -19,13 +19,15 @@
 
 pub mod acl;
 mod admin;
+mod authz;
 mod bus;
-mod clock;
+pub mod clock;
 pub mod config;
 mod deploy;
 pub mod gateway;
 mod jobs;
 mod keys;
+pub mod net;
 mod server;
 pub mod store;
 pub mod target;
@@ -67,6 +69,14 @@ pub enum MasterError {
         /// Why.
         source: std::io::Error,
     },
+    /// The database file is damaged.
+    #[error("database {path}: {error}; restore it from a backup or move it away to start empty")]
+    Database {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the check found.
+        error: store::StoreError,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] store::StoreError),
@@ -90,6 +100,7 @@ pub fn init(config: &MasterConfig) -> Result<Keys, MasterError> {
         .mode(0o700)
         .create(&config.state_dir)
         .map_err(|source| MasterError::StateDir { path: config.state_dir.clone(), source })?;
+    tighten_state_dir(&config.state_dir)?;
     let key = keyfile::load_or_generate(&config.key_path())?;
     if !config.public_key_path().exists() {
         keyfile::write_public(&config.public_key_path(), &key.public())?;
@@ -98,11 +109,27 @@ pub fn init(config: &MasterConfig) -> Result<Keys, MasterError> {
     Ok(Keys { identity: LocalIdentity::new(key)?, root })
 }
 
+/// The state directory holds job arguments and results: a directory that group or others can
+/// read (made by hand, or by an older package) is tightened to 0700, with a warning.
+fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
+    use std::os::unix::fs::PermissionsExt;
+    let error = |source| MasterError::StateDir { path: dir.to_owned(), source };
+    let mode = std::fs::metadata(dir).map_err(error)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(dir = %dir.display(), mode = format!("{mode:o}"), "state directory was readable by others; set to 0700");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(error)?;
+    }
+    Ok(())
+}
+
 /// Runs the master until `shutdown` completes.
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
     let keys = init(&config)?;
     let database = config.database_path();
-    let store = SqliteStore::open(&database).await?;
+    let store =
+        SqliteStore::open(&database).await.map_err(|error| MasterError::Database { path: database.clone(), error })?;
+    // A damaged database is refused, never half-used.
+    store.check().await.map_err(|error| MasterError::Database { path: database.clone(), error })?;
     let router_config = RouterConfig {
         max_pending_total: config.max_pending_handshakes,
         max_pending_per_ip: config.max_pending_handshakes_per_ip,
@@ -120,7 +147,8 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Re
     }
     let gateway_config = config.gateway.clone();
     let gateway_addr_path = config.state_dir.join("gateway.addr");
-    let master = Master::new(config, keys.identity, keys.root, router, store).await?;
+    let clock = std::sync::Arc::new(clock::SystemClock);
+    let master = Master::new(config, keys.identity, keys.root, router, store, clock).await?;
     let gateway = match gateway::Gateway::bind(&gateway_config, master.local_commands()).await? {
         Some(gateway) => {
             if let Some(addr) = gateway.local_addr() {

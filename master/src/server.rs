@@ -1,12 +1,16 @@
 //! The master's core: one task that owns every connection's session, the registry and the
-//! live jobs, and reacts to router events, timer ticks and shutdown.
+//! live jobs. Everything that wakes it is an [`Input`]; [`Master::step`] handles one, then
+//! writes what it changed ([`Master::flush`]).
 //!
 //! A single owner keeps the invariants simple (a minion has at most one live session; a job
 //! slot changes state in one place) and needs no locks. Store calls are awaited inline, except
-//! job state changes: those are group-committed, one transaction per batch of router events
-//! (every store call is a round trip to SQLite's thread, and a fan-out brings thousands of
-//! returns at once). A return is acknowledged to the minion only after its batch is stored, and
-//! requests see every change made before them.
+//! job state changes: those are group-committed, one transaction per step (every store call is
+//! a round trip to SQLite's thread, and a fan-out brings thousands of returns at once). A return
+//! is acknowledged to the minion only after its step is stored, and requests see every change
+//! made before them.
+//!
+//! The core reads time only from its [`Clock`] and talks to connections only through its
+//! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -26,22 +30,42 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::acl::{self, NoticeThrottle, RateLimiter};
+use crate::authz::{TargetView, Who};
 use crate::bus::Bus;
-use crate::clock::{now_ms, JidGenerator};
+use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
 use crate::deploy::relay::{self, RelayDone};
 use crate::gateway::local::LocalCommand;
 use crate::jobs::{JobTable, LiveJob, Slot};
-use crate::keys::{decide, Decision};
+use crate::keys::{decide, Decision, PendingLimits};
+use crate::net::Net;
 use crate::store::{JobRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError};
 use crate::target::Expr;
 
+/// The `request` an `error` refusing a subscription names.
+pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
 /// How often deadlines are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
-/// Router events handled in one batch before state changes are written (group commit).
+/// Router events handled in one step before state changes are written (group commit).
 const BATCH: usize = 512;
 /// How often old jobs are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
+/// A gap between ticks longer than this means the master itself was not running (SIGSTOP, a
+/// VM migration, a long swap storm): the time it lost is not charged to the minions' jobs.
+const PAUSE_THRESHOLD: Duration = Duration::from_secs(1);
+
+/// Everything that wakes the core: one closed list.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A connection event from the network.
+    Net(RouterEvent),
+    /// A command from an in-process client (the HTTP gateway).
+    Local(LocalCommand),
+    /// A deployment signal relay finished.
+    Relay(RelayDone),
+    /// Time passed: deadlines, handshake timeouts, retention.
+    Tick,
+}
 
 enum Conn {
     /// ZMTP is up; waiting for Noise message 1.
@@ -74,12 +98,14 @@ pub(crate) struct MinionEntry {
 }
 
 /// The master's state; see the module docs.
-pub struct Master<S: Store> {
+pub struct Master<S: Store, N: Net = Router> {
     pub(crate) config: MasterConfig,
     identity: LocalIdentity,
     root: PublicIdentity,
-    pub(crate) router: Router,
+    pub(crate) net: N,
     pub(crate) store: S,
+    /// The only time source.
+    pub(crate) clock: Arc<dyn Clock>,
     conns: HashMap<PeerId, Conn>,
     /// Ids with an accepted key: the universe targets are resolved against.
     pub(crate) accepted: BTreeSet<String>,
@@ -88,7 +114,7 @@ pub struct Master<S: Store> {
     pub(crate) minions: HashMap<String, MinionEntry>,
     /// Minions with a live session.
     pub(crate) online: HashMap<String, PeerId>,
-    jobs: JobTable,
+    pub(crate) jobs: JobTable,
     jids: JidGenerator,
     pub(crate) bus: Bus,
     /// Registered client principals by name (root is not among them).
@@ -98,7 +124,7 @@ pub struct Master<S: Store> {
     /// Minion events refused since start (for operators and metrics).
     pub(crate) events_denied: u64,
     /// Job state changes not yet written: written together, in one transaction, at the end of
-    /// each batch of events (see [`Master::flush`]).
+    /// each step (see [`Master::flush`]).
     pending_states: Vec<StateChange>,
     /// Minion registry entries (presence, grains) to write with the next batch.
     pub(crate) pending_minions: HashMap<String, MinionRecord>,
@@ -119,6 +145,12 @@ pub struct Master<S: Store> {
     local_rx: Option<mpsc::Receiver<LocalCommand>>,
     /// Peer ids for local sessions count down from the top, far from the router's.
     next_local_peer: u64,
+    /// Final slots of deployment jobs, for the deployments to react to after the step.
+    finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
+    /// When the last tick ran (a long gap means the master was paused).
+    last_tick: Option<Instant>,
+    /// When retention last ran.
+    last_purge: Option<Instant>,
 }
 
 /// What one client is sent at the end of a batch.
@@ -148,14 +180,15 @@ pub(crate) enum Publisher {
     Peer(String),
 }
 
-impl<S: Store> Master<S> {
+impl<S: Store, N: Net> Master<S, N> {
     /// Loads the registry and unfinished jobs from the store.
     pub async fn new(
         config: MasterConfig,
         identity: LocalIdentity,
         root: PublicIdentity,
-        router: Router,
+        net: N,
         store: S,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let (relay_tx, relay_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
@@ -163,8 +196,9 @@ impl<S: Store> Master<S> {
             config,
             identity,
             root,
-            router,
+            net,
             store,
+            clock,
             conns: HashMap::new(),
             accepted: BTreeSet::new(),
             accepted_keys: HashMap::new(),
@@ -189,6 +223,9 @@ impl<S: Store> Master<S> {
             local_tx,
             local_rx: Some(local_rx),
             next_local_peer: u64::MAX,
+            finished_slots: Vec::new(),
+            last_tick: None,
+            last_purge: None,
         };
         master.reload_principals().await?;
         master.reload_accepted().await?;
@@ -197,10 +234,16 @@ impl<S: Store> Master<S> {
                 .minions
                 .insert(m.id, MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms });
         }
-        let (now, wall) = (Instant::now(), now_ms());
+        if let Some(jid) = master.store.last_jid().await? {
+            master.jids.resume_after(&jid);
+        }
+        let (now, wall) = (master.clock.now(), master.clock.wall_ms());
         let grace = Duration::from_secs(master.config.timeout_grace_secs);
         for (record, states) in master.store.unfinished_jobs().await? {
-            let ttl_left = Duration::from_millis((record.created_at_ms + record.ttl_ms).saturating_sub(wall));
+            // What is left of the TTL by the wall clock, but never more than the TTL itself: a
+            // clock set back while the master was down must not lengthen it.
+            let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
+            let ttl_left = Duration::from_millis(ttl_left);
             let run_for = Duration::from_millis(record.timeout_ms) + grace;
             let minions = states
                 .into_iter()
@@ -232,7 +275,8 @@ impl<S: Store> Master<S> {
         if self.bus.is_empty() {
             return;
         }
-        let recipients = self.bus.recipients(&tag);
+        let recipients: Vec<PeerId> =
+            self.bus.recipients(&tag).into_iter().filter(|peer| self.peer_may_receive(*peer, &tag, &data)).collect();
         if recipients.is_empty() {
             return;
         }
@@ -254,6 +298,20 @@ impl<S: Store> Master<S> {
         }
     }
 
+    /// Who is on a client connection, for [`crate::authz`].
+    pub(crate) fn who(&self, peer: PeerId) -> Option<Who<'_>> {
+        match self.conns.get(&peer)? {
+            Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
+                Some(Who { name: principal, acl: acl.as_deref() })
+            }
+            _ => None,
+        }
+    }
+
+    fn peer_may_receive(&self, peer: PeerId, tag: &str, data: &Value) -> bool {
+        self.who(peer).is_some_and(|who| self.may_receive(who, tag, data))
+    }
+
     pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {
         self.accepted_keys = self
             .store
@@ -267,12 +325,11 @@ impl<S: Store> Master<S> {
         Ok(())
     }
 
-    /// Serves until `shutdown` completes.
+    /// Serves until `shutdown` completes, then writes what is pending.
     pub async fn serve(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), StoreError> {
         tokio::pin!(shutdown);
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_purge: Option<Instant> = None;
         let (_, mut relays) = mpsc::unbounded_channel();
         if let Some(rx) = self.relay_rx.take() {
             relays = rx;
@@ -282,50 +339,64 @@ impl<S: Store> Master<S> {
             locals = rx;
         }
         loop {
-            tokio::select! {
-                Some(command) = locals.recv() => {
-                    if let Err(error) = self.on_local(command).await {
-                        warn!(%error, "store failure while handling a gateway request");
-                    }
-                    self.flush().await;
-                }
-                Some(done) = relays.recv() => {
-                    if let Err(error) = self.relay_finished(done).await {
-                        warn!(%error, "recording a relay failed");
-                    }
-                }
-                event = self.router.recv() => match event {
-                    Some(event) => {
-                        self.on_router_event(event).await;
-                        // Whatever else has arrived is handled in the same batch, so one
-                        // transaction records a burst of returns.
-                        for _ in 1..BATCH {
-                            let Some(event) = self.router.try_recv() else { break };
-                            self.on_router_event(event).await;
-                        }
-                        self.flush().await;
-                    }
+            let input = tokio::select! {
+                event = self.net.recv() => match event {
+                    Some(event) => Input::Net(event),
                     None => break,
                 },
-                _ = tick.tick() => {
-                    self.on_tick().await;
-                    self.flush().await;
-                    if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
-                        last_purge = Some(Instant::now());
-                        let before = now_ms().saturating_sub(self.config.keep_jobs_hours * 3_600_000);
-                        match self.store.purge_jobs(before).await {
-                            Ok(0) => {}
-                            Ok(n) => info!(jobs = n, "purged jobs past retention"),
-                            Err(error) => warn!(%error, "purging old jobs failed"),
-                        }
-                    }
-                }
+                Some(command) = locals.recv() => Input::Local(command),
+                Some(done) = relays.recv() => Input::Relay(done),
+                _ = tick.tick() => Input::Tick,
                 () = &mut shutdown => break,
-            }
+            };
+            self.step(input).await;
         }
         self.flush().await;
         info!("master shutting down");
+        self.store.close().await;
         Ok(())
+    }
+
+    /// Handles one input, then writes and sends what it changed.
+    pub(crate) async fn step(&mut self, input: Input) {
+        match input {
+            Input::Net(event) => {
+                self.on_router_event(event).await;
+                // Whatever else has arrived is handled in the same step, so one transaction
+                // records a burst of returns.
+                self.drain_net(BATCH - 1).await;
+            }
+            Input::Local(command) => {
+                if let Err(error) = self.on_local(command).await {
+                    warn!(%error, "store failure while handling a gateway request");
+                }
+            }
+            Input::Relay(done) => {
+                if let Err(error) = self.relay_finished(done).await {
+                    warn!(%error, "recording a relay failed");
+                }
+            }
+            Input::Tick => {
+                // Inputs already received are processed before deadlines fire.
+                self.drain_net(usize::MAX).await;
+                self.on_tick().await;
+            }
+        }
+        // Deployments react to their jobs' final states once the step has made them.
+        for (jid, state, ret) in std::mem::take(&mut self.finished_slots) {
+            if let Err(error) = self.deploy_job_finished(&jid, state, ret.as_ref()).await {
+                warn!(%error, %jid, "recording a deployment's result failed");
+            }
+        }
+        self.flush().await;
+    }
+
+    /// Handles up to `limit` network events that are already waiting.
+    async fn drain_net(&mut self, limit: usize) {
+        for _ in 0..limit {
+            let Some(event) = self.net.try_recv() else { break };
+            self.on_router_event(event).await;
+        }
     }
 
     /// Writes the batched state changes in one transaction, then acknowledges the returns they
@@ -345,7 +416,8 @@ impl<S: Store> Master<S> {
         }
         let changes = std::mem::take(&mut self.pending_states);
         let acks = std::mem::take(&mut self.pending_acks);
-        if let Err(error) = self.store.set_states(&changes).await {
+        let stored = if changes.is_empty() { Ok(()) } else { self.store.set_states(&changes).await };
+        if let Err(error) = stored {
             // Kept for the next flush (every tick): nothing is acknowledged until it is stored,
             // so the minions keep their returns meanwhile.
             warn!(%error, changes = changes.len(), "recording job states failed; will retry");
@@ -362,35 +434,47 @@ impl<S: Store> Master<S> {
         match event {
             RouterEvent::Connected { peer, addr, .. } => {
                 debug!(peer = peer.0, %addr, "connection");
-                self.conns.insert(peer, Conn::AwaitHello { since: Instant::now() });
+                self.conns.insert(peer, Conn::AwaitHello { since: self.clock.now() });
             }
             RouterEvent::Message { peer, parts } => {
                 if let Err(error) = self.on_message(peer, parts).await {
                     warn!(%error, "store failure while handling a message");
                 }
             }
-            RouterEvent::Disconnected { peer, reason } => match self.conns.remove(&peer) {
-                Some(Conn::Minion { id, .. }) => {
-                    info!(minion = %id, %reason, "minion disconnected");
-                    if self.online.get(&id) == Some(&peer) {
-                        self.online.remove(&id);
-                        self.touch(&id);
-                    }
+            RouterEvent::Disconnected { peer, reason } => {
+                match self.conns.get(&peer) {
+                    Some(Conn::Minion { id, .. }) => info!(minion = %id, %reason, "minion disconnected"),
+                    Some(Conn::Client { principal, .. }) => debug!(%principal, %reason, "client disconnected"),
+                    _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
                 }
-                Some(Conn::Client { principal, .. }) => {
-                    debug!(%principal, %reason, "client disconnected");
-                    self.jobs.forget_watcher(peer);
-                    self.watch_missed.retain(|(p, _), _| *p != peer);
-                }
-                _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
-            },
+                self.forget(peer, None);
+            }
+        }
+    }
+
+    /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
+    /// session, its presence, its subscriptions, its watches, its pending batches. With a
+    /// reason, its connection is also closed. The one clean-up path for every peer.
+    pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
+        if let Some(Conn::Minion { id, .. }) = self.conns.remove(&peer) {
+            if self.online.get(&id) == Some(&peer) {
+                self.online.remove(&id);
+                self.touch(&id);
+            }
+        }
+        self.bus.unsubscribe(peer);
+        self.jobs.forget_watcher(peer);
+        self.watch_missed.retain(|(p, _), _| *p != peer);
+        self.watcher_out.remove(&peer);
+        if let Some(reason) = close {
+            self.net.disconnect(peer, reason);
         }
     }
 
     /// Records presence; written with the next batch.
     fn touch(&mut self, id: &str) {
         let entry = self.minions.entry(id.to_owned()).or_default();
-        entry.last_seen_ms = now_ms();
+        entry.last_seen_ms = self.clock.wall_ms();
         let record = MinionRecord {
             id: id.to_owned(),
             grains: entry.grains.clone(),
@@ -412,11 +496,11 @@ impl<S: Store> Master<S> {
         let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else {
             return Err(SendError::NotConnected);
         };
-        match session.seal(&message::encode(msg), Instant::now()) {
-            Ok(parts) => self.router.send(peer, parts),
+        match session.seal(&message::encode(msg), self.clock.now()) {
+            Ok(parts) => self.net.send(peer, parts),
             Err(error) => {
                 warn!(peer = peer.0, %error, "session cannot seal; disconnecting");
-                self.router.disconnect(peer, "session ended");
+                self.net.disconnect(peer, "session ended");
                 Err(SendError::NotConnected)
             }
         }
@@ -447,8 +531,9 @@ impl<S: Store> Master<S> {
                     .and_then(|r| r.read_hello(single(&parts)?));
                 match result {
                     Ok((state, msg2)) => {
-                        let _ = self.router.send(peer, vec![msg2]);
-                        self.conns.insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: Instant::now() });
+                        let _ = self.net.send(peer, vec![msg2]);
+                        self.conns
+                            .insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: self.clock.now() });
                     }
                     Err(error) => self.drop_peer(peer, &error.to_string()),
                 }
@@ -458,7 +543,7 @@ impl<S: Store> Master<S> {
                 Err(error) => self.drop_peer(peer, &error.to_string()),
             },
             Conn::Minion { id, mut session } => {
-                let opened = session.open(&parts, Instant::now());
+                let opened = session.open(&parts, self.clock.now());
                 self.conns.insert(peer, Conn::Minion { id: id.clone(), session });
                 match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
                     Ok(msg) => self.on_minion_message(peer, &id, msg).await?,
@@ -469,7 +554,7 @@ impl<S: Store> Master<S> {
                 }
             }
             Conn::Client { principal, acl, mut session } => {
-                let opened = session.open(&parts, Instant::now());
+                let opened = session.open(&parts, self.clock.now());
                 self.conns.insert(peer, Conn::Client { principal: principal.clone(), acl: acl.clone(), session });
                 match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
                     Ok(msg) => self.on_client_message(peer, &principal, acl, msg).await?,
@@ -482,10 +567,9 @@ impl<S: Store> Master<S> {
 
     /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
     pub(crate) fn cut_minion(&mut self, id: &str) {
-        if let Some(peer) = self.online.remove(id) {
+        if let Some(&peer) = self.online.get(id) {
             info!(minion = id, "key no longer accepted; disconnecting");
-            self.conns.remove(&peer);
-            self.router.disconnect(peer, "key no longer accepted");
+            self.forget(peer, Some("key no longer accepted"));
         }
     }
 
@@ -498,11 +582,11 @@ impl<S: Store> Master<S> {
     ) {
         let Some(job) = self.jobs.get_mut(&summary.jid) else { return };
         summary.states.clear();
-        for slot in job.minions.values() {
+        for slot in job.slots().values() {
             *summary.states.entry(slot.state).or_default() += 1;
         }
         for minion in minions.into_iter().flatten() {
-            if let Some(slot) = job.minions.get(&minion.minion) {
+            if let Some(slot) = job.slots().get(&minion.minion) {
                 if !minion.state.is_final() {
                     minion.state = slot.state;
                 }
@@ -545,10 +629,7 @@ impl<S: Store> Master<S> {
             }
             LocalCommand::Disconnect { peer } => {
                 if matches!(self.conns.get(&peer), Some(Conn::Local { .. })) {
-                    self.conns.remove(&peer);
-                    self.bus.unsubscribe(peer);
-                    self.jobs.forget_watcher(peer);
-                    self.watch_missed.retain(|(p, _), _| *p != peer);
+                    self.forget(peer, None);
                 }
             }
         }
@@ -566,28 +647,25 @@ impl<S: Store> Master<S> {
             .map(|(peer, _)| *peer)
             .collect();
         for peer in peers {
-            self.conns.remove(&peer);
-            self.bus.unsubscribe(peer);
-            self.router.disconnect(peer, "principal removed");
+            self.forget(peer, Some("principal removed"));
         }
     }
 
     fn drop_peer(&mut self, peer: PeerId, reason: &str) {
         debug!(peer = peer.0, reason, "handshake failed");
-        self.conns.remove(&peer);
-        self.router.disconnect(peer, reason);
+        self.forget(peer, Some(reason));
     }
 
     /// Sends a refusal verdict, then closes.
     fn refuse(&mut self, peer: PeerId, verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>) {
         if let Ok(parts) = verdict {
-            let _ = self.router.send(peer, parts);
+            let _ = self.net.send(peer, parts);
         }
-        self.router.disconnect(peer, "not accepted");
+        self.net.disconnect(peer, "not accepted");
     }
 
     async fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) -> Result<(), StoreError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let who = identified.peer().clone();
         match who.role {
             Role::Client => {
@@ -601,8 +679,8 @@ impl<S: Store> Master<S> {
                 };
                 if let Some(acl) = acl {
                     if let Ok((session, verdict)) = identified.accept(now) {
-                        let _ = self.router.send(peer, verdict);
-                        let _ = self.router.mark_authenticated(peer);
+                        let _ = self.net.send(peer, verdict);
+                        self.net.mark_authenticated(peer);
                         self.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
                     }
                 } else {
@@ -620,11 +698,13 @@ impl<S: Store> Master<S> {
                 let decision = if self.accepted_keys.get(&id) == Some(who.identity.as_bytes()) {
                     Decision::Accept
                 } else {
-                    decide(&self.store, &id, who.identity.as_bytes(), identified.enrollment_token(), now_ms()).await?
+                    let limits = PendingLimits { max: self.config.max_pending_keys };
+                    let token = identified.enrollment_token();
+                    decide(&self.store, &id, who.identity.as_bytes(), token, self.clock.wall_ms(), limits).await?
                 };
                 match decision {
                     Decision::Accept => {
-                        if !self.accepted.contains(&id) {
+                        if self.accepted_keys.get(&id) != Some(who.identity.as_bytes()) {
                             info!(minion = %id, "minion enrolled with a token");
                             self.accepted.insert(id.clone());
                             self.accepted_keys.insert(id.clone(), *who.identity.as_bytes());
@@ -634,14 +714,14 @@ impl<S: Store> Master<S> {
                             );
                         }
                         let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
-                        let _ = self.router.send(peer, verdict);
-                        let _ = self.router.mark_authenticated(peer);
-                        if let Some(old) = self.online.insert(id.clone(), peer) {
+                        let _ = self.net.send(peer, verdict);
+                        self.net.mark_authenticated(peer);
+                        if let Some(&old) = self.online.get(&id) {
                             if old != peer {
-                                self.conns.remove(&old);
-                                self.router.disconnect(old, "replaced by a newer connection");
+                                self.forget(old, Some("replaced by a newer connection"));
                             }
                         }
+                        self.online.insert(id.clone(), peer);
                         info!(minion = %id, "minion authenticated");
                         self.conns.insert(peer, Conn::Minion { id, session });
                     }
@@ -687,11 +767,20 @@ impl<S: Store> Master<S> {
                     self.deliver(&jid, id, peer).await?;
                 }
             }
-            Message::JobAck(ack) => {
-                if ack.accepted {
-                    self.set_slot(&ack.jid, id, MinionJobState::Running, None).await?;
-                }
+            Message::JobAck(ack) if ack.accepted => {
+                self.set_slot(&ack.jid, id, MinionJobState::Running, None).await?;
             }
+            Message::JobAck(ack) => {
+                let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
+                self.minion_refused(id, &ack.jid, ErrorKind::Forbidden, reason).await?;
+            }
+            Message::Error(error) => match error.request {
+                // A refusal of a job names its jid; nothing else a minion reports needs an answer.
+                Some(jid) => self.minion_refused(id, &jid, error.kind, error.message).await?,
+                None => {
+                    warn!(minion = id, kind = ?error.kind, message = %error.message, "the minion reported an error")
+                }
+            },
             Message::JobReturn(mut ret) => {
                 ret.minion = id.to_owned();
                 let state = match ret.outcome {
@@ -702,8 +791,13 @@ impl<S: Store> Master<S> {
                     Outcome::Denied => MinionJobState::Denied,
                 };
                 let jid = ret.jid.clone();
-                self.set_slot(&jid, id, state, Some(ret)).await?;
-                // Acknowledged only once stored (at the end of this batch): the minion keeps it
+                match self.jobs.state(&jid, id) {
+                    Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)).await?,
+                    // After the slot ended (timed out, cancelled) or the job finished: kept as a
+                    // late return beside the final state, never thrown away.
+                    _ => self.late_return(&jid, id, state, ret),
+                }
+                // Acknowledged only once stored (at the end of this step): the minion keeps it
                 // in its outbox until then.
                 self.pending_acks.push((peer, jid));
             }
@@ -725,28 +819,73 @@ impl<S: Store> Master<S> {
     /// Sends a live job to a connected minion and marks it sent.
     async fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) -> Result<(), StoreError> {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
-        let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
-        let deadline = job.run_deadline(Instant::now(), grace);
+        let now = self.clock.now();
+        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let deadline = job.run_deadline(now, grace);
         let signed = job.record.signed.clone();
-        let Some(slot) = job.minions.get_mut(minion) else { return Ok(()) };
-        let was = slot.state;
-        slot.state = if was == MinionJobState::Running { MinionJobState::Running } else { MinionJobState::Sent };
-        slot.deadline = Some(deadline);
+        let was = self.jobs.state(jid, minion);
+        if was.is_none_or(MinionJobState::is_final) {
+            return Ok(());
+        }
+        self.jobs.set_deadline(jid, minion, deadline);
         self.send(peer, &Message::Job(signed));
-        if was == MinionJobState::Waiting {
-            self.record_state(jid, minion, MinionJobState::Sent, None);
-            self.notify(jid, minion, MinionJobState::Sent, None);
+        if was == Some(MinionJobState::Waiting) {
+            self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
         }
         Ok(())
     }
 
-    fn record_state(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
-        let change = StateChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret, at_ms: now_ms() };
+    fn record_state(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>, late: bool) {
+        let at_ms = self.clock.wall_ms();
+        let change = StateChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret, at_ms, late };
         self.pending_states.push(change);
     }
 
-    /// Moves a minion's slot to `state` (unless it is already final), stores it, streams it to
-    /// watchers, and finishes the job when every slot is final.
+    /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):
+    /// its slot ends at once, `denied` when the refusal is about permission, else `failed`,
+    /// with the minion's reason as the result.
+    async fn minion_refused(
+        &mut self,
+        minion: &str,
+        jid: &str,
+        kind: ErrorKind,
+        reason: String,
+    ) -> Result<(), StoreError> {
+        if self.jobs.state(jid, minion).is_none_or(MinionJobState::is_final) {
+            debug!(minion, jid, %reason, "refusal of a job that is not in flight there");
+            return Ok(());
+        }
+        warn!(minion, jid, ?kind, %reason, "the minion refused a job");
+        let (state, outcome) = match kind {
+            ErrorKind::Forbidden | ErrorKind::BadSignature => (MinionJobState::Denied, Outcome::Denied),
+            _ => (MinionJobState::Failed, Outcome::Refused),
+        };
+        let ret = JobReturn {
+            jid: jid.to_owned(),
+            minion: minion.to_owned(),
+            success: false,
+            retcode: 1,
+            outputs: json!({ "error": reason }),
+            truncated: false,
+            duration_ms: 0,
+            outcome,
+        };
+        self.set_slot(jid, minion, state, Some(ret)).await
+    }
+
+    /// A return for a slot that is already final: stored beside that state (which does not
+    /// change), shown by `jobs show` and announced on the bus.
+    fn late_return(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: JobReturn) {
+        info!(jid, minion, state = state.as_str(), "late return stored");
+        self.emit(
+            format!("halite/job/{jid}/ret/{minion}"),
+            json!({ "state": state.as_str(), "late": true, "ret": ret }),
+        );
+        self.record_state(jid, minion, state, Some(ret), true);
+    }
+
+    /// Moves a minion's slot to `state` if the transition table allows it, stores it, streams
+    /// it to watchers, and finishes the job when every slot is final.
     async fn set_slot(
         &mut self,
         jid: &str,
@@ -754,22 +893,19 @@ impl<S: Store> Master<S> {
         state: MinionJobState,
         ret: Option<JobReturn>,
     ) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get_mut(jid) else {
-            debug!(jid, minion, "update for a job that is no longer live");
-            return Ok(());
-        };
-        if !job.set_state(minion, state) {
+        if !self.jobs.set_state(jid, minion, state) {
+            debug!(jid, minion, state = state.as_str(), "no change: the slot is gone, final, or already there");
             return Ok(());
         }
         // `running` lives in memory only: a restarted master treats sent and running jobs alike,
         // and job listings show the live state. One write less per job.
         if state != MinionJobState::Running {
-            self.record_state(jid, minion, state, ret.clone());
+            self.record_state(jid, minion, state, ret.clone(), false);
         }
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
             if self.deploy_jobs.contains_key(jid) {
-                self.deploy_job_finished(jid, state, ret.as_ref()).await?;
+                self.finished_slots.push((jid.to_owned(), state, ret.clone()));
             }
         }
         self.notify(jid, minion, state, ret);
@@ -791,9 +927,10 @@ impl<S: Store> Master<S> {
     }
 
     fn finish_if_done(&mut self, jid: &str) {
-        if self.jobs.get_mut(jid).is_some_and(|j| j.is_done()) {
+        if self.jobs.get(jid).is_some_and(|j| j.is_done()) {
+            // Announced while still live, so the bus can tell who may see it.
+            self.emit(format!("halite/job/{jid}/done"), json!({}));
             if let Some(job) = self.jobs.remove(jid) {
-                self.emit(format!("halite/job/{jid}/done"), json!({}));
                 for watcher in job.watchers {
                     self.watcher_out.entry(watcher).or_default().done.push(jid.to_owned());
                 }
@@ -830,10 +967,7 @@ impl<S: Store> Master<S> {
                 }
                 if let Err(SendError::Full) = self.try_send(peer, &Message::JobDone(JobDone { jid, missed })) {
                     warn!(peer = peer.0, "client too slow to take job_done; disconnecting it");
-                    self.conns.remove(&peer);
-                    self.bus.unsubscribe(peer);
-                    self.jobs.forget_watcher(peer);
-                    self.router.disconnect(peer, "too slow to read job results");
+                    self.forget(peer, Some("too slow to read job results"));
                 }
             }
         }
@@ -848,7 +982,13 @@ impl<S: Store> Master<S> {
     ) -> Result<(), StoreError> {
         match msg {
             Message::Subscribe(subscribe) => {
-                self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
+                match crate::authz::check_subscription(acl.as_deref(), &subscribe.patterns) {
+                    Ok(()) => self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone())),
+                    Err(why) => {
+                        warn!(%principal, %why, "subscription refused");
+                        self.send_error(peer, ErrorKind::Forbidden, why, Some(SUBSCRIBE_REQUEST.into()));
+                    }
+                }
             }
             Message::ClientHello(_) => {
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
@@ -861,7 +1001,11 @@ impl<S: Store> Master<S> {
                 };
                 self.publish(peer, principal, publisher, request).await?
             }
-            Message::Cancel(cancel) => self.cancel(peer, &cancel.jid).await?,
+            Message::Cancel(cancel) => {
+                let who = Who { name: principal, acl: acl.as_deref() };
+                let visible = self.may_see_live_job(who, &cancel.jid);
+                self.cancel(peer, &cancel.jid, visible).await?
+            }
             Message::Request(request) => {
                 // Requests read the store: they see every state change made before them.
                 self.flush().await;
@@ -906,10 +1050,23 @@ impl<S: Store> Master<S> {
             }
         };
         let empty = BTreeMap::new();
+        // Resolved within what the publisher can see: a minion outside its view is never
+        // matched, so neither the answer nor an error reveals it or its grains.
+        let view = match &publisher {
+            Publisher::Root => TargetView::all(),
+            Publisher::Principal(acl) => TargetView::of_principal(Some(acl), &self.config.nodegroups),
+            Publisher::Peer(source) => TargetView::of(
+                self.config.peers.iter().filter(|r| acl::any_glob(&r.minions, source)).map(|r| r.target.as_str()),
+                &self.config.nodegroups,
+            ),
+        };
         let targets: Vec<String> = self
             .accepted
             .iter()
-            .filter(|id| expr.matches(id, self.minions.get(*id).map_or(&empty, |m| &m.grains)))
+            .filter(|id| {
+                let grains = self.minions.get(*id).map_or(&empty, |m| &m.grains);
+                view.contains(id, grains) && expr.matches(id, grains)
+            })
             .cloned()
             .collect();
         if targets.is_empty() {
@@ -946,8 +1103,8 @@ impl<S: Store> Master<S> {
         publisher: Option<(PeerId, u64, Vec<PeerId>)>,
     ) -> Result<String, StoreError> {
         let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms } = new;
-        let jid = self.jids.next();
-        let created_at_ms = now_ms();
+        let jid = self.jids.next(self.clock.wall_micros());
+        let created_at_ms = self.clock.wall_ms();
         let job = Job {
             jid: jid.clone(),
             function: function.clone(),
@@ -971,7 +1128,7 @@ impl<S: Store> Master<S> {
             ttl_ms,
             signed,
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         let run_deadline =
             now + Duration::from_millis(record.timeout_ms) + Duration::from_secs(self.config.timeout_grace_secs);
         let mut slots = BTreeMap::new();
@@ -988,12 +1145,18 @@ impl<S: Store> Master<S> {
             states.push((id.clone(), state));
         }
         // Stored before anything is sent: a master killed right after sending still knows the job.
-        self.store.insert_job(&record, &states).await?;
+        // A publisher whose job could not be stored is told so: it must never wait for a reply.
+        if let Err(error) = self.store.insert_job(&record, &states).await {
+            warn!(%jid, %error, "storing a new job failed");
+            if let Some((peer, request_id, _)) = &publisher {
+                let why = format!("the job could not be stored ({}); nothing was sent", error.class());
+                self.send_error(*peer, ErrorKind::Internal, why, Some(request_id.to_string()));
+            }
+            return Err(error);
+        }
         info!(%jid, function = %record.function, minions = targets.len(), %caller, "job published");
-        self.emit(
-            format!("halite/job/{jid}/new"),
-            json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets }),
-        );
+        let new_event =
+            json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
         let job_message = Message::Job(record.signed.clone());
         let watchers = match publisher {
             Some((peer, request_id, watchers)) => {
@@ -1004,6 +1167,8 @@ impl<S: Store> Master<S> {
             None => Vec::new(),
         };
         self.jobs.insert(LiveJob::new(record, slots, watchers));
+        // Announced once live, so the bus can tell who may see it.
+        self.emit(format!("halite/job/{jid}/new"), new_event);
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(&minion_peer)) = (state, self.online.get(&id)) {
                 self.send(minion_peer, &job_message);
@@ -1014,8 +1179,10 @@ impl<S: Store> Master<S> {
         Ok(jid)
     }
 
-    async fn cancel(&mut self, peer: PeerId, jid: &str) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get_mut(jid) else {
+    /// A client's cancel: only of a job it may see (`visible`); another principal's job is
+    /// answered exactly like a job that does not exist, so its jid reveals nothing.
+    async fn cancel(&mut self, peer: PeerId, jid: &str, visible: bool) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(jid).filter(|_| visible) else {
             self.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
             return Ok(());
         };
@@ -1029,7 +1196,7 @@ impl<S: Store> Master<S> {
     /// slots end cancelled.
     pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
-        let slots: Vec<(String, MinionJobState)> = job.minions.iter().map(|(m, s)| (m.clone(), s.state)).collect();
+        let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
         for (minion, state) in slots {
             match (state, self.online.get(&minion).copied()) {
                 (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
@@ -1060,7 +1227,7 @@ impl<S: Store> Master<S> {
                 if covered {
                     Ok(())
                 } else {
-                    Err(format!("not allowed to run {} on {}", request.function, targets.join(",")))
+                    Err(format!("not allowed to run {} on {}", request.function, list_some(targets)))
                 }
             }
             Publisher::Peer(source) => {
@@ -1072,7 +1239,7 @@ impl<S: Store> Master<S> {
                 if covered {
                     Ok(())
                 } else {
-                    Err(format!("no peer rule lets {source} run {} on {}", request.function, targets.join(",")))
+                    Err(format!("no peer rule lets {source} run {} on {}", request.function, list_some(targets)))
                 }
             }
         }
@@ -1082,7 +1249,7 @@ impl<S: Store> Master<S> {
     /// published under the minion's authenticated namespace. The tag and body are the minion's;
     /// the id is never taken from them.
     fn on_minion_event(&mut self, id: &str, event: Event) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let size = serde_json::to_vec(&event.data).map_or(usize::MAX, |b| b.len());
         // Borrowed, not cloned: this runs for every minion event.
         let rule = self.config.events.iter().find(|r| acl::any_glob(&r.minions, id));
@@ -1119,13 +1286,27 @@ impl<S: Store> Master<S> {
     }
 
     async fn on_tick(&mut self) {
-        let now = Instant::now();
+        let now = self.clock.now();
+        // A tick far later than scheduled means the master was not running: minions' returns
+        // may be waiting unread in socket buffers. The lost time is added to every deadline, so
+        // a pause of the master never turns a minion's result into `timed_out`.
+        if let Some(last) = self.last_tick {
+            let gap = now.saturating_duration_since(last);
+            if gap > PAUSE_THRESHOLD {
+                let lost = gap - TICK;
+                warn!(paused_ms = lost.as_millis() as u64, "the master was not running; deadlines moved by that long");
+                self.jobs.postpone_deadlines(lost);
+            }
+        }
+        self.last_tick = Some(now);
         let handshake_timeout = Duration::from_secs(self.config.handshake_timeout_secs);
         let stale: Vec<PeerId> = self
             .conns
             .iter()
             .filter(|(_, c)| match c {
-                Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. } => now - *since > handshake_timeout,
+                Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. } => {
+                    now.saturating_duration_since(*since) > handshake_timeout
+                }
                 _ => false,
             })
             .map(|(p, _)| *p)
@@ -1139,6 +1320,30 @@ impl<S: Store> Master<S> {
                 warn!(%error, "recording a deadline failed");
             }
         }
+        if self.last_purge.is_none_or(|t| now.saturating_duration_since(t) >= PURGE_EVERY) {
+            self.last_purge = Some(now);
+            self.purge().await;
+        }
+    }
+
+    /// Retention: deletes finished jobs older than `keep_jobs_hours` by the wall clock. A job
+    /// with any minion not yet in a final state is never deleted, whatever the clock says.
+    pub(crate) async fn purge(&mut self) {
+        let before = self.clock.wall_ms().saturating_sub(self.config.keep_jobs_hours * 3_600_000);
+        match self.store.purge_jobs(before).await {
+            Ok(0) => {}
+            Ok(n) => info!(jobs = n, "purged jobs past retention"),
+            Err(error) => warn!(%error, "purging old jobs failed"),
+        }
+    }
+}
+
+/// Up to ten ids for a message, and how many more there are.
+fn list_some(ids: &[String]) -> String {
+    const SHOWN: usize = 10;
+    match ids.len() {
+        n if n <= SHOWN => ids.join(","),
+        n => format!("{} and {} more", ids[..SHOWN].join(","), n - SHOWN),
     }
 }
 

@@ -54,6 +54,67 @@ pub fn matches(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// Whether every text `inner` matches is also matched by `outer` (so a subscription to `inner`
+/// can be allowed by an ACL glob `outer`). Conservative: `inner`'s wildcards are covered only by
+/// a `*` of `outer`, and an `inner` with a `[class]` is covered only by an `outer` of `*`s.
+/// Quadratic in the lengths, which callers cap.
+pub fn covers(outer: &str, inner: &str) -> bool {
+    let o: Vec<char> = outer.chars().collect();
+    let i: Vec<char> = inner.chars().collect();
+    if i.contains(&'[') {
+        return o.iter().all(|&c| c == '*');
+    }
+    let wild = |c: char| c == '*' || c == '?';
+    // reach[j]: `o[..oi]` can match `i[..j]`.
+    let mut reach = vec![false; i.len() + 1];
+    reach[0] = true;
+    let mut oi = 0;
+    while oi < o.len() {
+        let mut next = vec![false; i.len() + 1];
+        let mut step = 1;
+        match o[oi] {
+            '*' => {
+                let mut any = false;
+                for j in 0..=i.len() {
+                    any |= reach[j];
+                    next[j] = any;
+                }
+            }
+            '[' => match class_end(&o, oi) {
+                Some(end) => {
+                    for j in 0..i.len() {
+                        next[j + 1] = reach[j] && !wild(i[j]) && class(&o, oi, i[j]).is_some_and(|(m, _)| m);
+                    }
+                    step = end - oi;
+                }
+                None => {
+                    for j in 0..i.len() {
+                        next[j + 1] = reach[j] && i[j] == '[';
+                    }
+                }
+            },
+            '?' => {
+                for j in 0..i.len() {
+                    next[j + 1] = reach[j] && i[j] != '*';
+                }
+            }
+            c => {
+                for j in 0..i.len() {
+                    next[j + 1] = reach[j] && i[j] == c;
+                }
+            }
+        }
+        reach = next;
+        oi += step;
+    }
+    reach[i.len()]
+}
+
+/// The index after the class starting at `p[start] == '['`, if it is closed.
+fn class_end(p: &[char], start: usize) -> Option<usize> {
+    class(p, start, '\0').map(|(_, end)| end)
+}
+
 /// Matches `c` against the class starting at `p[start] == '['`; returns whether it matched and
 /// the index after the class, or `None` if the class is not closed (then `[` is literal).
 fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
@@ -87,7 +148,23 @@ pub fn is_pattern(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::matches;
+    use super::{covers, matches};
+
+    #[test]
+    fn coverage_of_one_glob_by_another() {
+        assert!(covers("halite/job/*", "halite/job/*/ret/*"));
+        assert!(covers("minion/db*/*", "minion/db1/app/ready"));
+        assert!(covers("*", "anything/[ab]"));
+        assert!(covers("a?c", "a?c"));
+        assert!(!covers("a?c", "a*c"), "? covers one character, * many");
+        assert!(!covers("halite/job/*", "halite/*"));
+        assert!(!covers("minion/db*/*", "minion/*/app"));
+        assert!(!covers("minion/db*", "minion/[dw]b1"));
+        assert!(covers("minion/[dw]b1/*", "minion/db1/x"));
+        assert!(!covers("minion/[dw]b1/*", "minion/?b1/x"));
+        assert!(!covers("", "x"));
+        assert!(covers("", ""));
+    }
 
     #[test]
     fn globs_match_like_a_shell() {

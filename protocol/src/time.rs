@@ -15,6 +15,34 @@ pub fn compact_utc(micros: u64) -> String {
     )
 }
 
+/// Reads a `YYYYMMDDhhmmssffffff` time (as [`compact_utc`] writes it) back into Unix
+/// microseconds; `None` for anything else. The master resumes its jid sequence from it.
+pub fn parse_compact_utc(text: &str) -> Option<u64> {
+    if text.len() != 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let field = |range: std::ops::Range<usize>| text[range].parse::<i64>().ok();
+    let (year, month, day) = (field(0..4)?, field(4..6)?, field(6..8)?);
+    let (hour, minute, second, micros) = (field(8..10)?, field(10..12)?, field(12..14)?, field(14..20)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
+    u64::try_from(secs).ok()?.checked_mul(1_000_000)?.checked_add(micros as u64)
+}
+
+/// (year, month, day) to days since 1970-01-01 (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Formats Unix milliseconds as ISO 8601 / RFC 3339 UTC, `YYYY-MM-DDThh:mm:ssZ` (the form
 /// Heat's API gives times in).
 pub fn iso8601_utc(ms: u64) -> String {
@@ -55,5 +83,15 @@ mod tests {
         // 2026-11-21 06:35:22.123456 UTC
         assert_eq!(compact_utc(1_795_242_922_123_456), "20261121063522123456");
         assert_eq!(compact_utc(951_782_400_000_001), "20000229000000000001");
+    }
+
+    #[test]
+    fn compact_times_read_back() {
+        for micros in [0, 1_795_242_922_123_456, 951_782_400_000_001, 4_102_444_799_999_999] {
+            assert_eq!(parse_compact_utc(&compact_utc(micros)), Some(micros));
+        }
+        assert_eq!(parse_compact_utc("2026112106352212345"), None);
+        assert_eq!(parse_compact_utc("20261321063522123456"), None);
+        assert_eq!(parse_compact_utc("2026112106352212345x"), None);
     }
 }

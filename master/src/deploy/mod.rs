@@ -18,7 +18,8 @@ use halite_protocol::message::{
 use serde_json::{json, Map};
 use tracing::{info, warn};
 
-use crate::clock::{new_uuid, now_ms};
+use crate::clock::new_uuid;
+use crate::net::Net;
 use crate::server::{Master, NewJob};
 use crate::store::{DeploymentRecord, Store, StoreError};
 use relay::RelayRequest;
@@ -55,7 +56,7 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
     )
 }
 
-impl<S: Store> Master<S> {
+impl<S: Store, N: Net> Master<S, N> {
     /// Serves a config or deployment request for `principal`.
     pub(crate) async fn handle_deploy_request(
         &mut self,
@@ -155,7 +156,7 @@ impl<S: Store> Master<S> {
 
     async fn create_config(&mut self, new: NewSoftwareConfig) -> Reply {
         validate::config(&new).map_err(bad)?;
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         let config = SoftwareConfig {
             id: new_uuid(),
             name: new.name,
@@ -184,7 +185,7 @@ impl<S: Store> Master<S> {
         let config =
             self.store.config(&spec.config_id).await.map_err(internal)?.ok_or_else(|| no_config(&spec.config_id))?;
         let action = spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase();
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         let deployment = SoftwareDeployment {
             id: new_uuid(),
             config_id: config.id.clone(),
@@ -234,7 +235,7 @@ impl<S: Store> Master<S> {
         // The previous derived config is superseded: its job is cancelled if still pending.
         self.deploy_jobs.remove(&record.jid);
         self.cancel_live(&record.jid).await.map_err(internal)?;
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         record.deployment.config_id = config.id.clone();
         record.deployment.input_values = record.spec.input_values.clone();
         record.deployment.action = action;
@@ -255,7 +256,7 @@ impl<S: Store> Master<S> {
         principal: &str,
     ) -> Result<DeploymentRecord, (ErrorKind, String)> {
         let derived_id = new_uuid();
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         let item = derive::derived_item(
             config,
             &record.spec,
@@ -332,7 +333,7 @@ impl<S: Store> Master<S> {
                 derive::Outcome { status: status::FAILED, reason, output_values }
             }
         };
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         record.deployment.status = outcome.status.into();
         record.deployment.status_reason = outcome.reason;
         record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
@@ -394,14 +395,15 @@ impl<S: Store> Master<S> {
             return Ok(());
         }
         record.relay_pending = false;
-        self.store.put_deployment(&record, now_ms()).await?;
+        self.store.put_deployment(&record, self.clock.wall_ms()).await?;
         match &done.result {
             Ok(code) => info!(deployment = %id, status = code, "signal relayed"),
             Err(error) => warn!(deployment = %id, %error, "signal relay failed"),
         }
+        let server_id = record.deployment.server_id.clone();
         let data = match done.result {
-            Ok(code) => json!({ "ok": (200..300).contains(&code), "http_status": code }),
-            Err(error) => json!({ "ok": false, "error": error }),
+            Ok(code) => json!({ "ok": (200..300).contains(&code), "http_status": code, "server_id": server_id }),
+            Err(error) => json!({ "ok": false, "error": error, "server_id": server_id }),
         };
         self.emit(format!("halite/deployment/{id}/relayed"), data);
         Ok(())

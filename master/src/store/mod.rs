@@ -16,15 +16,53 @@ use halite_protocol::message::{
 pub use deploy::{DeployStore, DeploymentRecord};
 pub use sqlite::SqliteStore;
 
-/// Why a store operation failed.
+/// Why a store operation failed, by what a caller can do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database failed.
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    /// Stored data could not be decoded (a bug or a hand-edited database).
-    #[error("corrupt record: {0}")]
+    /// The database cannot be used right now (I/O error, full disk, locked, closed): the
+    /// operation may succeed if retried later.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The write clashes with what is stored (a unique key, a reference): retrying the same
+    /// write fails again.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Stored data is damaged or cannot be decoded (a bug, a hand-edited or broken file).
+    #[error("corrupt database: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// The class, as a word for messages to clients (which do not get the database's text).
+    pub fn class(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "store unavailable",
+            StoreError::Conflict(_) => "store conflict",
+            StoreError::Corrupt(_) => "store corrupt",
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        use sqlx::error::ErrorKind;
+        match &error {
+            sqlx::Error::Database(db) => match db.kind() {
+                ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation | ErrorKind::CheckViolation => {
+                    StoreError::Conflict(error.to_string())
+                }
+                // SQLITE_CORRUPT (11) and SQLITE_NOTADB (26), extended codes included.
+                _ if db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| matches!(c & 0xff, 11 | 26)) => {
+                    StoreError::Corrupt(error.to_string())
+                }
+                _ => StoreError::Unavailable(error.to_string()),
+            },
+            sqlx::Error::Decode(_) | sqlx::Error::ColumnDecode { .. } | sqlx::Error::ColumnNotFound(_) => {
+                StoreError::Corrupt(error.to_string())
+            }
+            _ => StoreError::Unavailable(error.to_string()),
+        }
+    }
 }
 
 /// A key in the registry.
@@ -100,6 +138,18 @@ pub struct StateChange {
     pub ret: Option<JobReturn>,
     /// When, Unix milliseconds.
     pub at_ms: u64,
+    /// A return that came after the slot had ended: only `ret` is recorded (if none is yet),
+    /// marked late; the final state stays as it was.
+    pub late: bool,
+}
+
+/// A job in a listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobListing {
+    /// What clients are shown.
+    pub summary: JobSummary,
+    /// Its targeted minions, when asked for.
+    pub minions: Vec<String>,
 }
 
 /// A job not yet finished, with every targeted minion's state.
@@ -122,14 +172,20 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         minion: &str,
         expires_at_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Burns a token if it exists, is bound to `minion`, is unused and unexpired; returns
-    /// whether it was burnt (atomically: a token enrolls at most once).
-    fn burn_token(
+    /// Enrolls `public_key` as `minion` with a token, in one transaction: the token burns if
+    /// it exists, is bound to `minion`, is unused and unexpired; then this key is accepted and
+    /// any other key for the id is denied. Returns whether it enrolled (a token enrolls once).
+    fn enroll_with_token(
         &self,
         hash: &[u8; 32],
         minion: &str,
+        public_key: &[u8; 32],
         now_ms: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Whether `minion` has an unused, unexpired enrollment token.
+    fn token_outstanding(&self, minion: &str, now_ms: u64) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// How many keys are pending.
+    fn pending_key_count(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Every minion in the registry.
     fn minions(&self) -> impl Future<Output = Result<Vec<MinionRecord>, StoreError>> + Send;
     /// Inserts or replaces minions' entries, in one transaction.
@@ -145,8 +201,14 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// Applies state changes in one transaction, in order (a later change for the same job and
     /// minion wins; a return, once recorded, is kept).
     fn set_states(&self, changes: &[StateChange]) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The newest jobs.
-    fn jobs(&self, limit: u32) -> impl Future<Output = Result<Vec<JobSummary>, StoreError>> + Send;
+    /// The newest jobs, newest first, older than the jid `before` when given (a cursor for
+    /// paging); with their minions' ids when `with_minions` (to decide who may see them).
+    fn jobs(
+        &self,
+        before: Option<&str>,
+        limit: u32,
+        with_minions: bool,
+    ) -> impl Future<Output = Result<Vec<JobListing>, StoreError>> + Send;
     /// One job in detail.
     fn job(&self, jid: &str) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
     /// Jobs with at least one minion not in a final state, with every minion's state.
@@ -161,6 +223,13 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Removes a principal; returns whether it existed.
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Deletes jobs created before `before_ms`; returns how many.
+    /// The newest jid ever stored, so jids keep increasing across restarts and clock steps.
+    fn last_jid(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    /// Checks the database's integrity (a damaged file is refused, not half-used).
+    fn check(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Writes everything out and closes (SQLite: checkpoints the WAL into the main file).
+    fn close(&self) -> impl Future<Output = ()> + Send;
+    /// Deletes finished jobs created before `before_ms`; returns how many. A job with any
+    /// minion not in a final state is kept, whatever its age.
     fn purge_jobs(&self, before_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

@@ -12,7 +12,9 @@ use sqlx::sqlite::{
 };
 use sqlx::Row;
 
-use super::{JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError, UnfinishedJob};
+use super::{
+    JobListing, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError, UnfinishedJob,
+};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many have run.
 const MIGRATIONS: &[&str] = &[
@@ -70,7 +72,23 @@ CREATE TABLE principals (
 );
 "#,
     super::sqlite_deploy::MIGRATION,
+    r#"
+ALTER TABLE job_minions ADD COLUMN late INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT INTO meta (key, value) SELECT 'last_jid', jid FROM jobs ORDER BY jid DESC LIMIT 1;
+"#,
 ];
+
+/// Keeps the newest jid ever stored (jobs are purged; the sequence must not restart).
+const LAST_JID_SQL: &str = " INSERT INTO meta (key, value) VALUES ('last_jid', ?) \
+     ON CONFLICT(key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value;";
+
+/// A return that came after its slot ended: kept beside the final state, the first one wins.
+const LATE_RETURN_SQL: &str = "UPDATE job_minions SET ret = ?, late = 1, updated_at = ? \
+     WHERE jid = ? AND minion = ? AND ret IS NULL";
 
 fn state_rows_sql(rows: usize) -> String {
     let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
@@ -285,17 +303,62 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn burn_token(&self, hash: &[u8; 32], minion: &str, now_ms: u64) -> Result<bool, StoreError> {
-        let done = sqlx::query(
+    async fn enroll_with_token(
+        &self,
+        hash: &[u8; 32],
+        minion: &str,
+        public_key: &[u8; 32],
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let burnt = sqlx::query(
             "UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?",
         )
         .bind(db_int(now_ms))
         .bind(&hash[..])
         .bind(minion)
         .bind(db_int(now_ms))
-        .execute(&self.pool)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !burnt {
+            return Ok(false);
+        }
+        // The token holder is the minion: any other key recorded for the id is denied.
+        sqlx::query("UPDATE keys SET state = 'denied', updated_at = ? WHERE id = ? AND public_key != ?")
+            .bind(db_int(now_ms))
+            .bind(minion)
+            .bind(&public_key[..])
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, 'accepted', ?) \
+             ON CONFLICT(id, public_key) DO UPDATE SET state = 'accepted', updated_at = excluded.updated_at",
+        )
+        .bind(minion)
+        .bind(&public_key[..])
+        .bind(db_int(now_ms))
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? LIMIT 1")
+                .bind(minion)
+                .bind(db_int(now_ms))
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
+    }
+
+    async fn pending_key_count(&self) -> Result<u64, StoreError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM keys WHERE state = 'pending'").fetch_one(&self.pool).await?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn minions(&self) -> Result<Vec<MinionRecord>, StoreError> {
@@ -348,6 +411,7 @@ impl Store for SqliteStore {
             "BEGIN IMMEDIATE; INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
              created_at, timeout_ms, ttl_ms, body, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
         );
+        sql.push_str(LAST_JID_SQL);
         if !first.is_empty() {
             sql.push_str(&minion_rows_sql(first.len()));
         }
@@ -366,7 +430,8 @@ impl Store for SqliteStore {
             .bind(db_int(job.timeout_ms))
             .bind(db_int(job.ttl_ms))
             .bind(&job.signed.body)
-            .bind(&job.signed.signature);
+            .bind(&job.signed.signature)
+            .bind(&job.jid);
         for (minion, state) in first {
             query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
         }
@@ -396,6 +461,7 @@ impl Store for SqliteStore {
     }
 
     async fn set_states(&self, changes: &[StateChange]) -> Result<(), StoreError> {
+        let (late, changes): (Vec<&StateChange>, Vec<&StateChange>) = changes.iter().partition(|c| c.late);
         // One row per job and minion: the last state, and the last return given.
         let mut merged: Vec<StateChange> = Vec::with_capacity(changes.len());
         let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(changes.len());
@@ -413,9 +479,11 @@ impl Store for SqliteStore {
         }
         // One statement is atomic on its own; more need a transaction (each statement, begin
         // and commit is a round trip to SQLite's thread, so small batches skip it).
-        if merged.len() <= ROWS_PER_STATEMENT {
-            let sql = state_rows_sql(merged.len());
-            bind_states(sqlx::query(&sql), &merged).execute(&self.pool).await?;
+        if late.is_empty() && merged.len() <= ROWS_PER_STATEMENT {
+            if !merged.is_empty() {
+                let sql = state_rows_sql(merged.len());
+                bind_states(sqlx::query(&sql), &merged).execute(&self.pool).await?;
+            }
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
@@ -423,18 +491,72 @@ impl Store for SqliteStore {
             let sql = state_rows_sql(chunk.len());
             bind_states(sqlx::query(&sql), chunk).execute(&mut *tx).await?;
         }
+        // After the states: a late return in the same batch as its slot's end lands beside it.
+        for change in late {
+            sqlx::query(LATE_RETURN_SQL)
+                .bind(change.ret.as_ref().map(to_json))
+                .bind(db_int(change.at_ms))
+                .bind(&change.jid)
+                .bind(&change.minion)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
 
-    async fn jobs(&self, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM jobs ORDER BY created_at DESC, jid DESC LIMIT ?")
+    async fn jobs(&self, before: Option<&str>, limit: u32, with_minions: bool) -> Result<Vec<JobListing>, StoreError> {
+        // Three queries for the whole page, whatever its size: the jobs, their state counts,
+        // and (when asked) their minions.
+        const PAGE: &str = "SELECT jid FROM jobs WHERE (?1 IS NULL OR jid < ?1) ORDER BY jid DESC LIMIT ?2";
+        let rows = sqlx::query(&format!("SELECT * FROM jobs WHERE jid IN ({PAGE}) ORDER BY jid DESC"))
+            .bind(before)
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await?;
         let mut out = Vec::with_capacity(rows.len());
+        let mut index = HashMap::with_capacity(rows.len());
         for row in &rows {
-            out.push(self.summary(&job_from_row(row)?).await?);
+            let job = job_from_row(row)?;
+            index.insert(job.jid.clone(), out.len());
+            let summary = JobSummary {
+                jid: job.jid,
+                function: job.function,
+                target: job.target,
+                caller: job.caller,
+                created_at_ms: job.created_at_ms,
+                states: BTreeMap::new(),
+            };
+            out.push(JobListing { summary, minions: Vec::new() });
+        }
+        let counts = sqlx::query(&format!(
+            "SELECT jid, state, COUNT(*) AS n FROM job_minions WHERE jid IN ({PAGE}) GROUP BY jid, state"
+        ))
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        for row in counts {
+            let jid: String = row.try_get("jid")?;
+            let n: i64 = row.try_get("n")?;
+            if let Some(&i) = index.get(&jid) {
+                let state = job_state(&row.try_get::<String, _>("state")?)?;
+                out[i].summary.states.insert(state, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+        if with_minions {
+            let minions =
+                sqlx::query(&format!("SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) ORDER BY jid, minion"))
+                    .bind(before)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await?;
+            for row in minions {
+                let jid: String = row.try_get("jid")?;
+                if let Some(&i) = index.get(&jid) {
+                    out[i].minions.push(row.try_get("minion")?);
+                }
+            }
         }
         Ok(out)
     }
@@ -445,7 +567,7 @@ impl Store for SqliteStore {
             return Ok(None);
         };
         let job = job_from_row(&row)?;
-        let rows = sqlx::query("SELECT minion, state, ret FROM job_minions WHERE jid = ? ORDER BY minion")
+        let rows = sqlx::query("SELECT minion, state, ret, late FROM job_minions WHERE jid = ? ORDER BY minion")
             .bind(jid)
             .fetch_all(&self.pool)
             .await?;
@@ -456,6 +578,7 @@ impl Store for SqliteStore {
                 minion: row.try_get("minion")?,
                 state: job_state(&row.try_get::<String, _>("state")?)?,
                 ret: ret.as_deref().map(json).transpose()?,
+                late: row.try_get::<i64, _>("late")? != 0,
             });
         }
         let summary = self.summary(&job).await?;
@@ -515,9 +638,35 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn last_jid(&self) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = 'last_jid'").fetch_optional(&self.pool).await?)
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        let rows: Vec<String> = sqlx::query_scalar("PRAGMA quick_check").fetch_all(&self.pool).await?;
+        if rows.len() == 1 && rows[0] == "ok" {
+            Ok(())
+        } else {
+            Err(corrupt(format!("integrity check failed: {}", rows.join("; "))))
+        }
+    }
+
+    async fn close(&self) {
+        // Folds the write-ahead log into the main file: a copy of master.db alone is complete.
+        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.pool).await {
+            tracing::warn!(%error, "checkpointing the database failed");
+        }
+        self.pool.close().await;
+    }
+
     async fn purge_jobs(&self, before_ms: u64) -> Result<u64, StoreError> {
-        let done =
-            sqlx::query("DELETE FROM jobs WHERE created_at < ?").bind(db_int(before_ms)).execute(&self.pool).await?;
+        let done = sqlx::query(
+            "DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
+             WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running'))",
+        )
+        .bind(db_int(before_ms))
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }
@@ -565,10 +714,10 @@ mod tests {
             assert_eq!(store.keys().await.unwrap().len(), 1);
 
             store.create_token(&[7; 32], "web2", 100).await.unwrap();
-            assert!(!store.burn_token(&[7; 32], "web3", 50).await.unwrap(), "bound to another minion");
-            assert!(!store.burn_token(&[7; 32], "web2", 100).await.unwrap(), "expired");
-            assert!(store.burn_token(&[7; 32], "web2", 99).await.unwrap());
-            assert!(!store.burn_token(&[7; 32], "web2", 99).await.unwrap(), "burns once");
+            assert!(!store.enroll_with_token(&[7; 32], "web3", &[1; 32], 50).await.unwrap(), "bound to another minion");
+            assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 100).await.unwrap(), "expired");
+            assert!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap());
+            assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(), "burns once");
         });
     }
 
@@ -605,6 +754,7 @@ mod tests {
                         state,
                         ret: None,
                         at_ms: 2,
+                        late: false,
                     })
                 })
                 .collect();
@@ -647,6 +797,7 @@ mod tests {
                 state: MinionJobState::Returned,
                 ret: Some(ret.clone()),
                 at_ms: 11,
+                late: false,
             };
             store.set_states(&[change]).await.unwrap();
             let detail = store.job("1").await.unwrap().unwrap();
@@ -656,7 +807,8 @@ mod tests {
             assert_eq!(detail.summary.states[&MinionJobState::Returned], 1);
             assert_eq!(store.unfinished_jobs().await.unwrap().len(), 1);
 
-            let listed = store.jobs(10).await.unwrap();
+            let listed: Vec<JobSummary> =
+                store.jobs(None, 10, false).await.unwrap().into_iter().map(|l| l.summary).collect();
             assert_eq!(listed.iter().map(|j| j.jid.as_str()).collect::<Vec<_>>(), ["2", "1"]);
             assert_eq!(store.purge_jobs(15).await.unwrap(), 1);
             assert!(store.job("1").await.unwrap().is_none());
@@ -698,7 +850,7 @@ mod tests {
                 store.insert_job(&job("1", 10), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
             }
             let store = SqliteStore::open(&path).await.unwrap();
-            assert_eq!(store.jobs(5).await.unwrap().len(), 1);
+            assert_eq!(store.jobs(None, 5, false).await.unwrap().len(), 1);
         });
     }
 }

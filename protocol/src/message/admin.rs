@@ -388,6 +388,10 @@ pub struct MinionJob {
     /// Its return, if any.
     #[serde(default)]
     pub ret: Option<JobReturn>,
+    /// The return came after the slot had already ended (`state` says how, usually
+    /// `timed_out`); it is kept, never thrown away.
+    #[serde(default)]
+    pub late: bool,
 }
 
 /// A job in detail.

@@ -1,0 +1,44 @@
+//! What the core needs of the network: the router's side it talks to. The daemon passes the
+//! transport's [`Router`]; the in-process tests (`sim/`) pass a network made of queues, so the
+//! whole core runs without sockets.
+
+use std::future::Future;
+
+use halite_transport::{PeerId, Router, RouterEvent, SendError};
+
+/// The master's connections, as the core sees them.
+pub trait Net: Send + 'static {
+    /// The next event; `None` once the network is gone for good.
+    fn recv(&mut self) -> impl Future<Output = Option<RouterEvent>> + Send;
+    /// An event already waiting, without waiting for one.
+    fn try_recv(&mut self) -> Option<RouterEvent>;
+    /// Queues a message for a peer without waiting.
+    fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
+    /// Lifts a peer's pre-authentication limits.
+    fn mark_authenticated(&self, peer: PeerId);
+    /// Closes a peer's connection with a reason.
+    fn disconnect(&self, peer: PeerId, reason: &str);
+}
+
+impl Net for Router {
+    fn recv(&mut self) -> impl Future<Output = Option<RouterEvent>> + Send {
+        Router::recv(self)
+    }
+
+    fn try_recv(&mut self) -> Option<RouterEvent> {
+        Router::try_recv(self)
+    }
+
+    fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        Router::send(self, peer, parts)
+    }
+
+    fn mark_authenticated(&self, peer: PeerId) {
+        // A peer already gone is handled by its Disconnected event.
+        let _ = Router::mark_authenticated(self, peer);
+    }
+
+    fn disconnect(&self, peer: PeerId, reason: &str) {
+        Router::disconnect(self, peer, reason);
+    }
+}
