@@ -34,7 +34,7 @@ pub(crate) struct PendingLimits {
 ///
 /// - a token that is valid for the id enrolls this key (one transaction: the token burns, the
 ///   key is accepted, any other key for the id is denied): the token holder always enrolls;
-/// - a token that is not valid (unknown, expired, used, bound to another id) → refused;
+/// - a token that is not valid (unknown, expired, used, bound to another id) counts as none;
 /// - the id's accepted key → accept; its rejected key → reject; its denied key → denied;
 /// - an id with an unused token outstanding refuses keys without a token, and records nothing,
 ///   so nobody can take a token-bound id by connecting first;
@@ -51,11 +51,11 @@ pub(crate) async fn decide<S: Store>(
     let keys = store.keys_for(id).await?;
     let same = keys.iter().find(|k| &k.public_key == public_key).map(|k| k.state);
     if let Some(token) = token.filter(|_| same != Some(KeyState::Accepted)) {
-        return Ok(if store.enroll_with_token(&token_hash(token), id, public_key, now_ms).await? {
-            Decision::Accept
-        } else {
-            Decision::Reject("enrollment token unknown, expired, already used or for another id".into())
-        });
+        if store.enroll_with_token(&token_hash(token), id, public_key, now_ms).await? {
+            return Ok(Decision::Accept);
+        }
+        // A used, expired or foreign token counts as none (a minion keeps its token in its
+        // enrollment file after enrolling): the rules below apply.
     }
     let other_live = keys.iter().any(|k| &k.public_key != public_key && k.state != KeyState::Denied);
     let record = |state| KeyRecord { id: id.to_owned(), public_key: *public_key, state };
@@ -103,20 +103,15 @@ mod tests {
             assert_eq!(decide(&store, "web1", &[2; 32], None, 6, LIMITS).await.unwrap(), Decision::Denied);
 
             store.create_token(&token_hash("secret"), "web2", 100).await.unwrap();
-            assert!(matches!(
-                decide(&store, "web3", &[3; 32], Some("secret"), 7, LIMITS).await.unwrap(),
-                Decision::Reject(_)
-            ));
+            // A token for another id counts as none: web3 is held pending.
+            assert_eq!(decide(&store, "web3", &[3; 32], Some("secret"), 7, LIMITS).await.unwrap(), Decision::Pending);
             assert!(matches!(
                 decide(&store, "web2", &[4; 32], Some("wrong"), 8, LIMITS).await.unwrap(),
                 Decision::Reject(_)
             ));
             assert_eq!(decide(&store, "web2", &[4; 32], Some("secret"), 9, LIMITS).await.unwrap(), Decision::Accept);
             // The token is burnt: another key cannot use it, and web2's key is now the accepted one.
-            assert!(matches!(
-                decide(&store, "web2", &[5; 32], Some("secret"), 10, LIMITS).await.unwrap(),
-                Decision::Reject(_)
-            ));
+            assert_eq!(decide(&store, "web2", &[5; 32], Some("secret"), 10, LIMITS).await.unwrap(), Decision::Denied);
             assert_eq!(decide(&store, "web2", &[5; 32], None, 10, LIMITS).await.unwrap(), Decision::Denied);
             assert_eq!(decide(&store, "web2", &[4; 32], None, 11, LIMITS).await.unwrap(), Decision::Accept);
         });

@@ -29,6 +29,8 @@ mod jobs;
 mod keys;
 pub mod net;
 mod server;
+#[cfg(test)]
+mod sim;
 pub mod store;
 pub mod target;
 

@@ -48,6 +48,8 @@ pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 /// Router events handled in one step before state changes are written (group commit).
 const BATCH: usize = 512;
+/// How often the wall clock reached is recorded (TTLs resume from it after a restart).
+const WALL_MARK_EVERY: Duration = Duration::from_secs(5);
 /// How often old jobs are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 /// A gap between ticks longer than this means the master itself was not running (SIGSTOP, a
@@ -151,6 +153,8 @@ pub struct Master<S: Store, N: Net = Router> {
     last_tick: Option<Instant>,
     /// When retention last ran.
     last_purge: Option<Instant>,
+    /// When the wall clock was last recorded in the store.
+    last_wall_mark: Option<Instant>,
 }
 
 /// What one client is sent at the end of a batch.
@@ -226,6 +230,7 @@ impl<S: Store, N: Net> Master<S, N> {
             finished_slots: Vec::new(),
             last_tick: None,
             last_purge: None,
+            last_wall_mark: None,
         };
         master.reload_principals().await?;
         master.reload_accepted().await?;
@@ -237,7 +242,10 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(jid) = master.store.last_jid().await? {
             master.jids.resume_after(&jid);
         }
-        let (now, wall) = (master.clock.now(), master.clock.wall_ms());
+        // TTLs count from the latest wall time ever reached: a clock set back while the master
+        // was down must not give waiting jobs that time again.
+        let mark = master.store.wall_mark().await?.unwrap_or(0);
+        let (now, wall) = (master.clock.now(), master.clock.wall_ms().max(mark));
         let grace = Duration::from_secs(master.config.timeout_grace_secs);
         for (record, states) in master.store.unfinished_jobs().await? {
             // What is left of the TTL by the wall clock, but never more than the TTL itself: a
@@ -352,6 +360,9 @@ impl<S: Store, N: Net> Master<S, N> {
             self.step(input).await;
         }
         self.flush().await;
+        if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
+            warn!(%error, "recording the wall clock failed");
+        }
         info!("master shutting down");
         self.store.close().await;
         Ok(())
@@ -1070,7 +1081,12 @@ impl<S: Store, N: Net> Master<S, N> {
             .cloned()
             .collect();
         if targets.is_empty() {
-            self.send_error(peer, ErrorKind::NotFound, "no minions matched the target".into(), request_id);
+            let why = match publisher {
+                Publisher::Root => "no minions matched the target",
+                Publisher::Principal(_) => "no minions matched the target among those this principal may target",
+                Publisher::Peer(_) => "no minions matched the target among those a peer rule lets this minion target",
+            };
+            self.send_error(peer, ErrorKind::NotFound, why.into(), request_id);
             return Ok(());
         }
         // A minion that publishes gets its answer, not a stream of updates.
@@ -1318,6 +1334,12 @@ impl<S: Store, N: Net> Master<S, N> {
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
             if let Err(error) = self.set_slot(&jid, &minion, new, None).await {
                 warn!(%error, "recording a deadline failed");
+            }
+        }
+        if self.last_wall_mark.is_none_or(|t| now.saturating_duration_since(t) >= WALL_MARK_EVERY) {
+            self.last_wall_mark = Some(now);
+            if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
+                warn!(%error, "recording the wall clock failed");
             }
         }
         if self.last_purge.is_none_or(|t| now.saturating_duration_since(t) >= PURGE_EVERY) {

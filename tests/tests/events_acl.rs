@@ -137,7 +137,7 @@ fn peer_publishing_is_allowed_exactly_where_a_rule_says() {
     assert_eq!(shown["caller"], "minion:ci");
 
     for (args, why) in
-        [(vec!["db1", "test.ping"], "no peer rule"), (vec!["web1", "cmd.run", "args=[\"true\"]"], "no peer rule")]
+        [(vec!["db1", "test.ping"], "no minions matched"), (vec!["web1", "cmd.run", "args=[\"true\"]"], "no peer rule")]
     {
         let (code, err) = run(&args);
         assert_eq!(code, 3, "{args:?}: {err}");
@@ -183,11 +183,16 @@ fn principals_act_only_within_their_acl_and_minion_policies_can_narrow_them() {
         cluster.cli(&full)
     };
     assert_eq!(ops(&["run", "web1", "test.ping"]).code, 0);
-    for args in [vec!["run", "web1", "cmd.run", "true"], vec!["run", "db1", "test.ping"], vec!["run", "*", "test.ping"]]
-    {
+    // A target resolves among the minions it may target: `*` means its web minions.
+    let all = ops(&["run", "*", "test.ping"]);
+    assert_eq!(all.code, 0, "{}", all.stderr);
+    assert!(!all.stdout.contains("db1"), "{}", all.stdout);
+    for args in [vec!["run", "web1", "cmd.run", "true"], vec!["run", "db1", "test.ping"]] {
         let r = ops(&args);
         assert_eq!(r.code, 1, "{args:?}: {}", r.stdout);
-        assert!(r.stderr.contains("not allowed"), "{}", r.stderr);
+        // Minions outside its targets are not even matched: the answer does not reveal them.
+        let why = if args[1] == "db1" { "may target" } else { "not allowed" };
+        assert!(r.stderr.contains(why), "{}", r.stderr);
     }
     let admin = ops(&["key", "list"]);
     assert_eq!(admin.code, 1);

@@ -225,6 +225,10 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The newest jid ever stored, so jids keep increasing across restarts and clock steps.
     fn last_jid(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    /// The latest wall time the master recorded as reached (`None` before the first).
+    fn wall_mark(&self) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
+    /// Records that the wall clock reached `ms` (kept only if later than the last mark).
+    fn set_wall_mark(&self, ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Checks the database's integrity (a damaged file is refused, not half-used).
     fn check(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Writes everything out and closes (SQLite: checkpoints the WAL into the main file).

@@ -642,6 +642,23 @@ impl Store for SqliteStore {
         Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = 'last_jid'").fetch_optional(&self.pool).await?)
     }
 
+    async fn wall_mark(&self) -> Result<Option<u64>, StoreError> {
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'wall_mark'").fetch_optional(&self.pool).await?;
+        value.map(|v| v.parse().map_err(|_| corrupt("wall mark is not a number"))).transpose()
+    }
+
+    async fn set_wall_mark(&self, ms: u64) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO meta (key, value) VALUES ('wall_mark', ?1) ON CONFLICT(key) DO UPDATE \
+             SET value = excluded.value WHERE CAST(excluded.value AS INTEGER) > CAST(meta.value AS INTEGER)",
+        )
+        .bind(ms.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn check(&self) -> Result<(), StoreError> {
         let rows: Vec<String> = sqlx::query_scalar("PRAGMA quick_check").fetch_all(&self.pool).await?;
         if rows.len() == 1 && rows[0] == "ok" {

@@ -1,0 +1,292 @@
+//! The master's core in-process, in simulated time: an in-memory store, a fake clock and
+//! in-memory connections. Minions and clients are real Noise initiators driven by the test;
+//! only the sockets are missing. Each input goes through [`Master::step`], exactly as the
+//! daemon's loop feeds it.
+
+mod net;
+mod tests;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use halite_protocol::identity::IdentityKey;
+use halite_protocol::message::{
+    self, Hello, JobReturn, Message, Outcome, PrincipalAcl, PrincipalRule, PublishRequest, Request, RequestBody,
+    ResponseBody, SignedJob, Target, TargetKind,
+};
+use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
+use halite_protocol::zmtp::{PeerInfo, SocketType};
+use halite_transport::{CloseReason, PeerId, RouterEvent};
+use serde_json::json;
+
+use crate::clock::{Clock, FakeClock};
+use crate::config::MasterConfig;
+use crate::server::{Input, Master};
+use crate::store::{PrincipalRecord, SqliteStore, Store};
+
+pub(crate) use net::MemNet;
+
+/// A master with everything in memory.
+pub(crate) struct Sim {
+    pub(crate) master: Master<SqliteStore, MemNet>,
+    pub(crate) clock: FakeClock,
+    pub(crate) net: MemNet,
+    identity: LocalIdentity,
+    root: IdentityKey,
+    next_peer: u64,
+}
+
+/// Wall time the simulations start at (2026-11-21).
+const START_MS: u64 = 1_795_242_922_123;
+
+impl Sim {
+    /// A master with default settings.
+    pub(crate) async fn new() -> Sim {
+        Sim::with_config(|_| {}).await
+    }
+
+    /// A master whose config `tune` adjusts.
+    pub(crate) async fn with_config(tune: impl FnOnce(&mut MasterConfig)) -> Sim {
+        let store = SqliteStore::in_memory().await.expect("in-memory store");
+        Sim::with_store(store, FakeClock::new(START_MS), tune).await
+    }
+
+    /// A master on an existing store and clock (a restart).
+    pub(crate) async fn with_store(store: SqliteStore, clock: FakeClock, tune: impl FnOnce(&mut MasterConfig)) -> Sim {
+        let mut config = MasterConfig { timeout_grace_secs: 1, ..MasterConfig::default() };
+        tune(&mut config);
+        let identity = LocalIdentity::new(IdentityKey::from_seed(&[1; 32])).expect("identity");
+        let root = IdentityKey::from_seed(&[2; 32]);
+        let net = MemNet::default();
+        let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+        let master = Master::new(config, identity.clone(), root.public(), net.clone(), store, shared_clock)
+            .await
+            .expect("master starts");
+        Sim { master, clock, net, identity, root, next_peer: 1 }
+    }
+
+    /// The store, to look behind the core.
+    pub(crate) fn store(&self) -> &SqliteStore {
+        &self.master.store
+    }
+
+    /// Feeds one input and lets the core handle it.
+    pub(crate) async fn step(&mut self, input: Input) {
+        self.master.step(input).await;
+    }
+
+    /// Lets time pass, ticking as the daemon does.
+    pub(crate) async fn advance(&mut self, by: Duration) {
+        let tick = crate::server::TICK;
+        let mut left = by;
+        while left > Duration::ZERO {
+            let step = left.min(tick);
+            self.clock.advance(step);
+            left -= step;
+            self.step(Input::Tick).await;
+        }
+    }
+
+    /// Runs the handshake of a new connection; `Ok(session)` once accepted, else the refusal.
+    async fn handshake(&mut self, key: &IdentityKey, role: Role, claim: Claim) -> (PeerId, Result<Session, String>) {
+        let peer = PeerId(self.next_peer);
+        self.next_peer += 1;
+        let local = LocalIdentity::new(IdentityKey::from_seed(key.seed())).expect("identity");
+        let pin = MasterPin::Key(self.identity.public());
+        let (initiator, msg1) = Initiator::start(&local, role, claim, pin, SessionConfig::default()).expect("msg1");
+        let addr: SocketAddr = "127.0.0.1:40000".parse().expect("address");
+        let info =
+            PeerInfo { socket_type: SocketType::Dealer, identity: Vec::new(), minor_version: 1, metadata: Vec::new() };
+        self.step(Input::Net(RouterEvent::Connected { peer, addr, info })).await;
+        self.step(Input::Net(RouterEvent::Message { peer, parts: vec![msg1] })).await;
+        let msg2 = self.net.take(peer).pop().and_then(|mut p| p.pop()).expect("message 2");
+        let (awaiting, msg3) = initiator.read_response(&msg2).expect("master identity");
+        self.step(Input::Net(RouterEvent::Message { peer, parts: vec![msg3] })).await;
+        let verdict = self.net.take(peer).pop().expect("a verdict");
+        (peer, awaiting.read_verdict(&verdict, self.clock.now()).map_err(|e| e.to_string()))
+    }
+
+    /// Connects a minion with a key from `seed` (preseeded as accepted unless it has a token).
+    pub(crate) async fn minion(&mut self, id: &str) -> SimPeer {
+        let key = IdentityKey::from_seed(&seed_of(id));
+        let record = crate::store::KeyRecord {
+            id: id.to_owned(),
+            public_key: *key.public().as_bytes(),
+            state: halite_protocol::message::KeyState::Accepted,
+        };
+        self.master.store.put_key(&record, self.clock.wall_ms()).await.expect("preseed");
+        self.master.reload_accepted().await.expect("reload");
+        let mut minion = self.connect_minion(id, &key, None).await.expect("accepted");
+        minion.send(self, &Message::Hello(hello(id))).await;
+        minion
+    }
+
+    /// Connects a minion with its own key, maybe a token; the refusal as text otherwise.
+    pub(crate) async fn connect_minion(
+        &mut self,
+        id: &str,
+        key: &IdentityKey,
+        token: Option<&str>,
+    ) -> Result<SimPeer, String> {
+        let claim = Claim::new(id, token).expect("claim");
+        let (peer, session) = self.handshake(key, Role::Minion, claim).await;
+        Ok(SimPeer { peer, session: session? })
+    }
+
+    /// Connects the root client.
+    pub(crate) async fn root(&mut self) -> SimPeer {
+        let key = IdentityKey::from_seed(self.root.seed());
+        let (peer, session) = self.handshake(&key, Role::Client, Claim::new("root", None).expect("claim")).await;
+        SimPeer { peer, session: session.expect("root is accepted") }
+    }
+
+    /// Registers a principal limited to `targets` × `functions` (events: job events and the
+    /// minions' namespace) and connects it.
+    pub(crate) async fn principal(&mut self, name: &str, targets: &str, functions: &[&str]) -> SimPeer {
+        let key = IdentityKey::from_seed(&seed_of(name));
+        let acl = PrincipalAcl {
+            rules: vec![PrincipalRule {
+                targets: targets.into(),
+                functions: functions.iter().map(|f| (*f).to_owned()).collect(),
+                args: BTreeMap::new(),
+            }],
+            events: vec!["halite/job/*".into(), "minion/*".into()],
+            admin: false,
+        };
+        let record = PrincipalRecord { name: name.into(), public_key: *key.public().as_bytes(), acl };
+        self.master.store.put_principal(&record, 0).await.expect("principal");
+        self.master.reload_principals().await.expect("reload");
+        let (peer, session) = self.handshake(&key, Role::Client, Claim::new(name, None).expect("claim")).await;
+        SimPeer { peer, session: session.expect("principal is accepted") }
+    }
+
+    /// Publishes `function` on a glob target as `client`; the jid, or the error message.
+    pub(crate) async fn publish(
+        &mut self,
+        client: &mut SimPeer,
+        target: &str,
+        function: &str,
+        timeout_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<String, String> {
+        let request = PublishRequest {
+            request_id: 7,
+            target: Target { kind: TargetKind::Glob, expr: target.into() },
+            function: function.into(),
+            args: Vec::new(),
+            kwargs: BTreeMap::new(),
+            timeout_ms,
+            ttl_ms,
+            batch: None,
+            error_budget: None,
+        };
+        client.send(self, &Message::Publish(request)).await;
+        for msg in client.recv(self) {
+            match msg {
+                Message::Published(p) => return Ok(p.jid),
+                Message::Error(e) => return Err(e.message),
+                _ => {}
+            }
+        }
+        Err("no answer".into())
+    }
+
+    /// Sends a request as `client` and returns its answer.
+    pub(crate) async fn request(&mut self, client: &mut SimPeer, body: RequestBody) -> Result<ResponseBody, String> {
+        client.send(self, &Message::Request(Request { request_id: 99, body })).await;
+        for msg in client.recv(self) {
+            match msg {
+                Message::Response(r) if r.request_id == 99 => return Ok(r.body),
+                Message::Error(e) if e.request.as_deref() == Some("99") => return Err(e.message),
+                _ => {}
+            }
+        }
+        Err("no answer".into())
+    }
+}
+
+/// A connected minion or client, seen from its side.
+pub(crate) struct SimPeer {
+    pub(crate) peer: PeerId,
+    session: Session,
+}
+
+impl SimPeer {
+    /// Seals a message and hands it to the master as arrived, without handling it yet (as when
+    /// it waits in the router's queue).
+    pub(crate) fn queue(&mut self, sim: &Sim, msg: &Message) {
+        let parts = self.session.seal(&message::encode(msg), sim.clock.now()).expect("seal");
+        sim.net.arrive(RouterEvent::Message { peer: self.peer, parts });
+    }
+
+    /// Sends a message and lets the master handle it.
+    pub(crate) async fn send(&mut self, sim: &mut Sim, msg: &Message) {
+        let parts = self.session.seal(&message::encode(msg), sim.clock.now()).expect("seal");
+        sim.step(Input::Net(RouterEvent::Message { peer: self.peer, parts })).await;
+    }
+
+    /// Everything the master sent this peer since the last call.
+    pub(crate) fn recv(&mut self, sim: &Sim) -> Vec<Message> {
+        let now = sim.clock.now();
+        let mut out = Vec::new();
+        for parts in sim.net.take(self.peer) {
+            let bytes = self.session.open(&parts, now).expect("open");
+            match message::decode(&bytes).expect("decode") {
+                Message::JobUpdates(batch) => out.extend(batch.updates.into_iter().map(Message::JobUpdate)),
+                msg => out.push(msg),
+            }
+        }
+        out
+    }
+
+    /// The jobs the master sent this minion since the last call.
+    pub(crate) fn jobs(&mut self, sim: &Sim) -> Vec<SignedJob> {
+        self.recv(sim)
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Job(job) => Some(job),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The connection goes away.
+    pub(crate) async fn disconnect(self, sim: &mut Sim) {
+        sim.step(Input::Net(RouterEvent::Disconnected { peer: self.peer, reason: CloseReason::Eof })).await;
+    }
+}
+
+/// A successful return of `jid`.
+pub(crate) fn ret(jid: &str) -> JobReturn {
+    JobReturn {
+        jid: jid.into(),
+        minion: String::new(),
+        success: true,
+        retcode: 0,
+        outputs: json!({ "ok": true }),
+        truncated: false,
+        duration_ms: 5,
+        outcome: Outcome::Completed,
+    }
+}
+
+/// A deterministic key seed per name, so a name always has the same key.
+pub(crate) fn seed_of(name: &str) -> [u8; 32] {
+    let mut seed = [7u8; 32];
+    for (i, b) in name.bytes().enumerate() {
+        seed[i % 32] ^= b.wrapping_add(i as u8);
+    }
+    seed
+}
+
+fn hello(id: &str) -> Hello {
+    Hello {
+        id: id.into(),
+        version: "test".into(),
+        grains: BTreeMap::from([("role".to_owned(), json!(id.trim_end_matches(char::is_numeric)))]),
+        functions: vec!["test.ping".into()],
+        modules: Vec::new(),
+    }
+}

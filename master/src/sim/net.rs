@@ -1,0 +1,73 @@
+//! In-memory connections: what arrives waits in a queue, what is sent is kept per peer.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use halite_transport::{PeerId, RouterEvent, SendError};
+
+use crate::net::Net;
+
+/// The network of one simulated master.
+#[derive(Clone, Default)]
+pub(crate) struct MemNet {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    arrived: VecDeque<RouterEvent>,
+    sent: HashMap<PeerId, Vec<Vec<Vec<u8>>>>,
+    closed: HashMap<PeerId, String>,
+    full: HashSet<PeerId>,
+}
+
+impl MemNet {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An event that has arrived but that the core has not read yet.
+    pub(crate) fn arrive(&self, event: RouterEvent) {
+        self.state().arrived.push_back(event);
+    }
+
+    /// What was sent to `peer` since the last call.
+    pub(crate) fn take(&self, peer: PeerId) -> Vec<Vec<Vec<u8>>> {
+        self.state().sent.remove(&peer).unwrap_or_default()
+    }
+}
+
+impl Net for MemNet {
+    fn recv(&mut self) -> impl Future<Output = Option<RouterEvent>> + Send {
+        let next = self.state().arrived.pop_front();
+        async move {
+            match next {
+                Some(event) => Some(event),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<RouterEvent> {
+        self.state().arrived.pop_front()
+    }
+
+    fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        let mut state = self.state();
+        if state.closed.contains_key(&peer) {
+            return Err(SendError::NotConnected);
+        }
+        if state.full.contains(&peer) {
+            return Err(SendError::Full);
+        }
+        state.sent.entry(peer).or_default().push(parts);
+        Ok(())
+    }
+
+    fn mark_authenticated(&self, _peer: PeerId) {}
+
+    fn disconnect(&self, peer: PeerId, reason: &str) {
+        self.state().closed.insert(peer, reason.to_owned());
+    }
+}

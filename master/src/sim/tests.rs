@@ -1,0 +1,358 @@
+//! The core's behaviour, in simulated time. Each test names the rule it holds the core to.
+
+#![cfg(test)]
+
+use std::time::Duration;
+
+use halite_protocol::message::{
+    Cancel, ErrorKind, ErrorMessage, JobAck, JobReturn, Message, MinionJobState, RequestBody, ResponseBody, Subscribe,
+};
+
+use super::{ret, Sim, SimPeer};
+use crate::clock::Clock;
+use crate::server::Input;
+use crate::store::Store;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+async fn state_of(sim: &Sim, jid: &str, minion: &str) -> (MinionJobState, Option<JobReturn>, bool) {
+    let detail = sim.store().job(jid).await.expect("store").expect("job stored");
+    let m = detail.minions.into_iter().find(|m| m.minion == minion).expect("minion in job");
+    (m.state, m.ret, m.late)
+}
+
+fn acked(messages: &[Message], jid: &str) -> bool {
+    messages.iter().any(|m| matches!(m, Message::ReturnAck(a) if a.jid == jid))
+}
+
+async fn show(sim: &mut Sim, client: &mut SimPeer, jid: &str) -> Result<ResponseBody, String> {
+    sim.request(client, RequestBody::JobShow { jid: jid.into() }).await
+}
+
+#[test]
+fn a_job_runs_returns_and_is_acknowledged_only_once_stored() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        assert_eq!(web1.jobs(&sim).len(), 1);
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        assert!(acked(&web1.recv(&sim), &jid));
+        assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::Returned);
+        let seen = root.recv(&sim);
+        assert!(seen.iter().any(|m| matches!(m, Message::JobDone(d) if d.jid == jid)), "{seen:?}");
+    });
+}
+
+#[test]
+fn a_return_after_the_timeout_is_stored_as_late_and_acknowledged() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 2_000, 0).await.expect("published");
+        sim.advance(4 * SECOND).await;
+        assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::TimedOut);
+        web1.recv(&sim);
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        assert!(acked(&web1.recv(&sim), &jid));
+        let (state, stored, late) = state_of(&sim, &jid, "web1").await;
+        assert_eq!(state, MinionJobState::TimedOut, "a final state never changes");
+        assert!(late);
+        assert_eq!(stored.expect("the late return is kept").outputs["ok"], true);
+        // The same return again (the minion did not get the ack): acknowledged, first one kept.
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        assert!(acked(&web1.recv(&sim), &jid));
+    });
+}
+
+#[test]
+fn returns_already_received_are_handled_before_deadlines_fire() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut minions = Vec::new();
+        for i in 0..8 {
+            minions.push(sim.minion(&format!("web{i}")).await);
+        }
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 2_000, 0).await.expect("published");
+        // The returns arrive while the core is not looking, then the deadline passes.
+        for minion in &mut minions {
+            minion.queue(&sim, &Message::JobReturn(ret(&jid)));
+        }
+        sim.clock.advance(10 * SECOND);
+        sim.step(Input::Tick).await;
+        for i in 0..8 {
+            assert_eq!(state_of(&sim, &jid, &format!("web{i}")).await.0, MinionJobState::Returned);
+        }
+    });
+}
+
+#[test]
+fn a_paused_master_does_not_charge_its_pause_to_the_minions() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 5_000, 0).await.expect("published");
+        sim.advance(SECOND).await;
+        // SIGSTOP for 30 s: no tick runs; the return is still in the socket when it wakes.
+        sim.clock.advance(30 * SECOND);
+        sim.step(Input::Tick).await;
+        assert_eq!(sim.master.jobs.state(&jid, "web1"), Some(MinionJobState::Sent));
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::Returned);
+    });
+}
+
+#[test]
+fn a_job_that_never_returns_times_out_and_an_offline_one_expires() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let _web1 = sim.minion("web1").await;
+        let _db1 = sim.minion("db1").await;
+        let offline = sim.connect_minion_then_leave("db2").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "*", "test.ping", 2_000, 5_000).await.expect("published");
+        assert_eq!(sim.master.jobs.state(&jid, &offline), Some(MinionJobState::Waiting));
+        sim.advance(4 * SECOND).await;
+        assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::TimedOut);
+        sim.advance(2 * SECOND).await;
+        assert_eq!(state_of(&sim, &jid, "db2").await.0, MinionJobState::Expired);
+    });
+}
+
+#[test]
+fn a_waiting_job_is_delivered_when_its_minion_connects() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let offline = sim.connect_minion_then_leave("web1").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 2_000, 60_000).await.expect("published");
+        sim.advance(10 * SECOND).await;
+        let mut web1 = sim.minion(&offline).await;
+        assert_eq!(web1.jobs(&sim).len(), 1);
+        assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::Sent);
+        // Redelivered after a reconnect while running, not run twice by the master's count.
+        web1.send(&mut sim, &Message::JobAck(JobAck { jid: jid.clone(), accepted: true, reason: String::new() })).await;
+        web1.disconnect(&mut sim).await;
+        let mut again = sim.minion("web1").await;
+        assert_eq!(again.jobs(&sim).len(), 1);
+        assert_eq!(sim.master.jobs.state(&jid, "web1"), Some(MinionJobState::Running));
+    });
+}
+
+#[test]
+fn a_minion_refusal_ends_its_slot_at_once_with_the_reason() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut web2 = sim.minion("web2").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 60_000, 0).await.expect("published");
+        let refusal = JobAck { jid: jid.clone(), accepted: false, reason: "not allowed for this caller".into() };
+        web1.send(&mut sim, &Message::JobAck(refusal)).await;
+        let error = ErrorMessage {
+            kind: ErrorKind::Internal,
+            message: "cannot record the job: No space left on device".into(),
+            request: Some(jid.clone()),
+        };
+        web2.send(&mut sim, &Message::Error(error)).await;
+        assert!(!web2.recv(&sim).iter().any(|m| matches!(m, Message::Error(_))), "a refusal is not answered");
+        let (state, stored, _) = state_of(&sim, &jid, "web1").await;
+        assert_eq!(state, MinionJobState::Denied);
+        assert_eq!(stored.expect("reason kept").outputs["error"], "not allowed for this caller");
+        let (state, stored, _) = state_of(&sim, &jid, "web2").await;
+        assert_eq!(state, MinionJobState::Failed);
+        assert!(stored.expect("reason").outputs["error"].as_str().unwrap_or_default().contains("No space"));
+        assert!(sim.master.jobs.get(&jid).is_none(), "the job is done");
+    });
+}
+
+#[test]
+fn a_job_that_cannot_be_stored_is_refused_to_its_publisher() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let _web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        // A row already holds the jid the generator will hand out next (a clash).
+        let jid = halite_protocol::time::compact_utc(sim.clock.wall_micros());
+        let first = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await.expect("published");
+        assert!(first >= jid);
+        let mut record = sim.store().unfinished_jobs().await.expect("store")[0].0.clone();
+        record.jid =
+            halite_protocol::time::compact_utc(halite_protocol::time::parse_compact_utc(&first).expect("jid") + 1);
+        sim.store().insert_job(&record, &[("web1".into(), MinionJobState::Sent)]).await.expect("insert");
+        let answer = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await;
+        let message = answer.expect_err("the publisher is told");
+        assert!(message.contains("could not be stored"), "{message}");
+    });
+}
+
+#[test]
+fn retention_never_deletes_an_unfinished_job() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let _web1 = sim.minion("web1").await;
+        let offline = sim.connect_minion_then_leave("db1").await;
+        let mut root = sim.root().await;
+        let done = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await.expect("published");
+        sim.advance(3 * SECOND).await;
+        let waiting = sim.publish(&mut root, &offline, "test.ping", 1_000, 30 * 86_400_000).await.expect("published");
+        sim.clock.step_wall(Duration::from_secs(8 * 86_400), true);
+        sim.master.purge().await;
+        assert!(sim.store().job(&done).await.expect("store").is_none(), "finished and old: purged");
+        assert!(sim.store().job(&waiting).await.expect("store").is_some(), "still waiting: kept");
+    });
+}
+
+#[test]
+fn jids_keep_increasing_across_a_restart_with_the_clock_set_back_and_ttls_do_not_grow() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let offline = sim.connect_minion_then_leave("web1").await;
+        let mut root = sim.root().await;
+        let first = sim.publish(&mut root, &offline, "test.ping", 1_000, 60_000).await.expect("published");
+        sim.advance(30 * SECOND).await;
+        let (store, clock) = (sim.store().clone(), sim.clock.clone());
+        drop(sim);
+        clock.step_wall(Duration::from_secs(86_400), false);
+        let mut sim = super::Sim::with_store(store, clock, |c| c.timeout_grace_secs = 1).await;
+        let mut root = sim.root().await;
+        let second = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await.expect("published");
+        assert!(second > first, "{second} after {first}");
+        // 30 s of the TTL were left; a day of clock set back must not add to them. (The master
+        // was killed, not stopped: the wall time it reached is recorded every 5 s, so up to
+        // 5 s may be given back; nothing more.)
+        sim.advance(36 * SECOND).await;
+        assert_eq!(state_of(&sim, &first, "web1").await.0, MinionJobState::Expired);
+    });
+}
+
+#[test]
+fn a_client_that_goes_away_leaves_no_subscription_or_watch() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let _web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        root.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["*".into()] })).await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await.expect("published");
+        assert!(!sim.master.bus.is_empty());
+        root.disconnect(&mut sim).await;
+        assert!(sim.master.bus.is_empty());
+        assert!(sim.master.jobs.get(&jid).expect("live").watchers.is_empty());
+    });
+}
+
+#[test]
+fn a_principal_neither_sees_watches_cancels_nor_hears_of_another_targets_job() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut db1 = sim.minion("db1").await;
+        let mut root = sim.root().await;
+        let mut dba = sim.principal("dba", "db*", &["test.ping"]).await;
+        dba.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["halite/job/*".into()] })).await;
+        assert!(dba.recv(&sim).is_empty(), "an allowed subscription is not refused");
+
+        let web_job = sim.publish(&mut root, "web1", "cmd.run", 60_000, 0).await.expect("published");
+        let db_job = sim.publish(&mut root, "db1", "test.ping", 60_000, 0).await.expect("published");
+        let heard = dba.recv(&sim);
+        assert!(heard.iter().all(|m| !matches!(m, Message::Event(e) if e.tag.contains(&web_job))), "{heard:?}");
+        assert!(heard.iter().any(|m| matches!(m, Message::Event(e) if e.tag.contains(&db_job))), "{heard:?}");
+
+        assert!(show(&mut sim, &mut dba, &web_job).await.expect_err("hidden").contains("no job"));
+        assert!(show(&mut sim, &mut dba, &db_job).await.is_ok());
+        let Ok(ResponseBody::Jobs(listed)) = sim.request(&mut dba, RequestBody::JobList { limit: 10 }).await else {
+            panic!("a listing");
+        };
+        assert_eq!(listed.iter().map(|j| j.jid.as_str()).collect::<Vec<_>>(), [db_job.as_str()]);
+
+        dba.send(&mut sim, &Message::Cancel(Cancel { jid: web_job.clone() })).await;
+        let answer = dba.recv(&sim);
+        assert!(answer.iter().any(|m| matches!(m, Message::Error(e) if e.kind == ErrorKind::NotFound)), "{answer:?}");
+        assert!(web1.recv(&sim).iter().all(|m| !matches!(m, Message::Cancel(_))), "root's job is not cancelled");
+        assert!(!sim.master.jobs.get(&web_job).expect("live").watchers.contains(&dba.peer));
+
+        web1.send(&mut sim, &Message::JobReturn(ret(&web_job))).await;
+        db1.send(&mut sim, &Message::JobReturn(ret(&db_job))).await;
+        let heard = dba.recv(&sim);
+        assert!(heard.iter().all(|m| !matches!(m, Message::Event(e) if e.tag.contains(&web_job))), "{heard:?}");
+
+        // Its view of minions, and what a publish can reveal, stop at its targets.
+        let Ok(ResponseBody::Minions(minions)) =
+            sim.request(&mut dba, RequestBody::MinionList { pattern: "*".into() }).await
+        else {
+            panic!("a listing");
+        };
+        assert_eq!(minions.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["db1"]);
+        let error = sim.publish(&mut dba, "web1", "test.ping", 1_000, 0).await.expect_err("refused");
+        assert!(error.starts_with("no minions matched the target among those"), "{error}");
+        let error = sim.publish(&mut dba, "*", "cmd.run", 1_000, 0).await.expect_err("refused");
+        assert!(!error.contains("web1"), "{error}");
+    });
+}
+
+#[test]
+fn a_subscription_beyond_the_events_acl_is_refused() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut dba = sim.principal("dba", "db*", &["test.ping"]).await;
+        dba.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["halite/key/*".into()] })).await;
+        let answer = dba.recv(&sim);
+        assert!(
+            answer.iter().any(|m| matches!(m, Message::Error(e) if e.kind == ErrorKind::Forbidden
+                && e.message.contains("halite/key/*"))),
+            "{answer:?}"
+        );
+        assert!(sim.master.bus.is_empty());
+    });
+}
+
+#[test]
+fn a_minion_id_bound_to_a_token_cannot_be_taken_by_connecting_first() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut root = sim.root().await;
+        let Ok(ResponseBody::Token(token)) =
+            sim.request(&mut root, RequestBody::TokenCreate { minion: "db9".into(), ttl_ms: 60_000 }).await
+        else {
+            panic!("a token");
+        };
+        let squatter = halite_protocol::identity::IdentityKey::from_seed(&[66; 32]);
+        let refused = sim.connect_minion("db9", &squatter, None).await.err().expect("refused");
+        assert!(refused.contains("enrollment token"), "{refused}");
+        assert!(sim.store().keys_for("db9").await.expect("store").is_empty(), "nothing recorded as pending");
+        let real = halite_protocol::identity::IdentityKey::from_seed(&super::seed_of("db9"));
+        assert!(sim.connect_minion("db9", &real, Some(&token.token)).await.is_ok());
+        assert!(sim.master.accepted.contains("db9"));
+    });
+}
+
+#[test]
+fn cancel_stops_running_minions_and_ends_waiting_ones() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let offline = sim.connect_minion_then_leave("web2").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 60_000, 60_000).await.expect("published");
+        root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;
+        assert!(web1.recv(&sim).iter().any(|m| matches!(m, Message::Cancel(c) if c.jid == jid)));
+        assert_eq!(state_of(&sim, &jid, &offline).await.0, MinionJobState::Cancelled);
+    });
+}
+
+impl Sim {
+    /// Enrolls a minion, then disconnects it: known, accepted, offline. Returns its id.
+    async fn connect_minion_then_leave(&mut self, id: &str) -> String {
+        let minion = self.minion(id).await;
+        minion.disconnect(self).await;
+        id.to_owned()
+    }
+}
