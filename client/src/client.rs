@@ -1,7 +1,7 @@
 //! A client session with the master.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use halite_protocol::message::{
     self, Cancel, ClientHello, Event, JobUpdate, Message, PublishRequest, Published, Request, RequestBody,
@@ -51,6 +51,9 @@ pub enum JobEvent {
     /// Every minion reached a final state.
     Done,
 }
+
+/// How long `Client::request` and `Client::publish` wait for the master's answer.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An authenticated session with the master.
 pub struct Client {
@@ -156,6 +159,13 @@ impl Client {
         Ok(())
     }
 
+    /// [`Client::recv_matching`] for the answer to a request: bounded by [`REQUEST_TIMEOUT`].
+    async fn answer<T>(&mut self, pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.recv_matching(pick))
+            .await
+            .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
+    }
+
     /// Receives until `pick` accepts a message; others are kept, in order, for later calls.
     async fn recv_matching<T>(&mut self, mut pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
         let mut scanned = 0;
@@ -176,7 +186,7 @@ impl Client {
         self.next_request += 1;
         self.send(&Message::Request(Request { request_id, body })).await?;
         let id = request_id.to_string();
-        self.recv_matching(|msg| match msg {
+        self.answer(|msg| match msg {
             Message::Response(r) if r.request_id == request_id => Some(Ok(r.body.clone())),
             Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
                 Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
@@ -204,7 +214,7 @@ impl Client {
         };
         self.send(&Message::Publish(request)).await?;
         let id = request_id.to_string();
-        self.recv_matching(|msg| match msg {
+        self.answer(|msg| match msg {
             Message::Published(p) if p.request_id == request_id => Some(Ok(p.clone())),
             Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
                 Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
@@ -273,13 +283,16 @@ impl Client {
         self.send(&Message::Subscribe(Subscribe { patterns })).await
     }
 
-    /// The next bus event.
+    /// The next bus event, or the master's refusal of the subscription.
     pub async fn next_event(&mut self) -> Result<Event, ClientError> {
         self.recv_matching(|msg| match msg {
-            Message::Event(e) => Some(e.clone()),
+            Message::Event(e) => Some(Ok(e.clone())),
+            Message::Error(e) if e.request.as_deref() == Some("subscribe") => {
+                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+            }
             _ => None,
         })
-        .await
+        .await?
     }
 
     /// Asks the master to cancel a job. Its minions then report `cancelled` (or finish first).

@@ -31,4 +31,8 @@ pub enum ClientError {
     /// The master sent something this client cannot use.
     #[error("unexpected answer from the master: {0}")]
     Protocol(String),
+    /// The master did not answer a request in time (the request may or may not have been
+    /// carried out: read back before retrying a publish).
+    #[error("the master did not answer within {0:?}")]
+    Timeout(std::time::Duration),
 }
