@@ -320,8 +320,18 @@ pub(crate) async fn jobs(client: &mut Client, command: JobsCommand, format: Form
 }
 
 fn show_job(detail: &JobDetail, format: Format) {
-    let minions: serde_json::Map<String, serde_json::Value> =
-        detail.minions.iter().map(|m| (m.minion.clone(), result_value(m.state, m.ret.as_ref()))).collect();
+    let minions: serde_json::Map<String, serde_json::Value> = detail
+        .minions
+        .iter()
+        .map(|m| {
+            let mut value = result_value(m.state, m.ret.as_ref());
+            if m.late {
+                // The return came after the slot had ended: shown, and said to be late.
+                value["late"] = json!(true);
+            }
+            (m.minion.clone(), value)
+        })
+        .collect();
     if format != Format::Table {
         let doc = json!({
             "jid": detail.summary.jid,
@@ -351,7 +361,9 @@ fn show_job(detail: &JobDetail, format: Format) {
                 None => crate::run::describe(m.state).to_owned(),
             };
             let retcode = m.ret.as_ref().map_or("-".to_owned(), |r| r.retcode.to_string());
-            vec![m.minion.clone(), paint(m.state.as_str(), state_colour(m.state)), retcode, truncate(&result, 80)]
+            let state =
+                if m.late { format!("{} (late return)", m.state.as_str()) } else { m.state.as_str().to_owned() };
+            vec![m.minion.clone(), paint(&state, state_colour(m.state)), retcode, truncate(&result, 80)]
         })
         .collect();
     output::print_table(&["MINION", "STATE", "RETCODE", "RESULT"], &rows);
