@@ -188,19 +188,25 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// The newest `limit` jobs `who` may see, read page by page until enough are found (or a
-    /// bounded number of pages is read: a principal that sees few jobs gets fewer, not a stall).
+    /// The newest `limit` jobs `who` may see, with their live states.
     async fn visible_jobs(&mut self, who: Who<'_>, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
+        let mut jobs = if who.sees_all() {
+            self.store.jobs(None, limit, false).await?.into_iter().map(|l| l.summary).collect()
+        } else {
+            self.jobs_seen_by(who, limit).await?
+        };
+        for summary in &mut jobs {
+            self.overlay_live(summary, None);
+        }
+        Ok(jobs)
+    }
+
+    /// For a principal that does not see everything: read page by page until `limit` visible
+    /// jobs are found, or a bounded number of pages is read (a principal that sees few jobs
+    /// gets fewer, not a stall).
+    async fn jobs_seen_by(&self, who: Who<'_>, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
         const PAGE: u32 = 500;
         const MAX_PAGES: usize = 20;
-        if who.sees_all() {
-            let mut jobs: Vec<JobSummary> =
-                self.store.jobs(None, limit, false).await?.into_iter().map(|l| l.summary).collect();
-            for summary in &mut jobs {
-                self.overlay_live(summary, None);
-            }
-            return Ok(jobs);
-        }
         let mut out = Vec::new();
         let mut before: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -212,16 +218,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 if self.may_see_job(who, &listing.summary.caller, &listing.summary.function, &minions) {
                     out.push(listing.summary);
                     if out.len() == limit as usize {
-                        break;
+                        return Ok(out);
                     }
                 }
             }
-            if out.len() == limit as usize || !full {
+            if !full {
                 break;
             }
-        }
-        for summary in &mut out {
-            self.overlay_live(summary, None);
         }
         Ok(out)
     }

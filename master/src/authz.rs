@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 use halite_protocol::glob;
 use halite_protocol::message::{PrincipalAcl, TargetKind, Value};
 
+use halite_transport::PeerId;
+
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::Store;
@@ -77,16 +79,6 @@ impl TargetView {
     }
 }
 
-/// Whether every minion lies within one of the ACL's rule targets.
-fn within_target_acl(
-    acl: &PrincipalAcl,
-    nodegroups: &BTreeMap<String, String>,
-    minions: &[(&str, &BTreeMap<String, Value>)],
-) -> bool {
-    let view = TargetView::of(acl.rules.iter().map(|r| r.targets.as_str()), nodegroups);
-    !minions.is_empty() && minions.iter().all(|(id, grains)| view.contains(id, grains))
-}
-
 /// Why a subscription is refused, if it is.
 pub(crate) fn check_subscription(acl: Option<&PrincipalAcl>, patterns: &[String]) -> Result<(), String> {
     if patterns.len() > MAX_PATTERNS {
@@ -110,20 +102,19 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Whether `who` may see (read, watch, cancel) a job published by `caller` with `function`
     /// on `minions`.
     pub(crate) fn may_see_job(&self, who: Who<'_>, caller: &str, function: &str, minions: &[&str]) -> bool {
-        if who.sees_all() || caller == who.name {
-            return true;
+        let acl = match who.acl {
+            Some(acl) if !acl.admin && caller != who.name => acl,
+            _ => return true,
+        };
+        if minions.is_empty() {
+            return false;
         }
-        let Some(acl) = who.acl else { return true };
-        let empty = BTreeMap::new();
-        let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
-            minions.iter().map(|id| (*id, self.minions.get(*id).map_or(&empty, |m| &m.grains))).collect();
         if function == DEPLOY_FUNCTION {
-            return acl.rules.iter().any(|rule| {
-                crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)
-                    && crate::acl::all_within(&rule.targets, &self.config.nodegroups, &resolved).unwrap_or(false)
-            });
+            return minions.iter().all(|server| self.may_deploy_to(acl, server));
         }
-        within_target_acl(acl, &self.config.nodegroups, &resolved)
+        let view = TargetView::of_principal(Some(acl), &self.config.nodegroups);
+        let empty = BTreeMap::new();
+        minions.iter().all(|id| view.contains(id, self.minions.get(*id).map_or(&empty, |m| &m.grains)))
     }
 
     /// Whether `who` may see a live job.
@@ -133,10 +124,13 @@ impl<S: Store, N: Net> Master<S, N> {
         self.may_see_job(who, &job.record.caller, &job.record.function, &minions)
     }
 
-    /// Whether `who` may receive an event (its subscription patterns aside). Events of a job
-    /// that is no longer live (a late return) go only to those who see everything.
-    pub(crate) fn may_receive(&self, who: Who<'_>, tag: &str, data: &Value) -> bool {
-        let Some(acl) = who.acl else { return true };
+    /// Whether the client on `peer` may receive an event (its subscription patterns aside).
+    /// Events of a job that is no longer live (a late return) go only to those who see
+    /// everything. A job's answer is remembered per connection while the job lives: its events
+    /// come once per minion, and deciding costs a match per targeted minion.
+    pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
+        let Some((name, acl)) = self.principal_on(peer) else { return false };
+        let Some(acl) = acl else { return true };
         if !acl.events.iter().any(|p| glob::matches(p, tag)) {
             return false;
         }
@@ -145,9 +139,19 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let mut parts = tag.split('/');
         match (parts.next(), parts.next(), parts.next()) {
-            (Some("halite"), Some("job"), Some(jid)) => self.may_see_live_job(who, jid),
+            (Some("halite"), Some("job"), Some(jid)) => {
+                let Some(job) = self.jobs.get(jid) else { return false };
+                if let Some(&known) = job.visible_to.get(&peer) {
+                    return known;
+                }
+                let visible = self.may_see_live_job(Who { name: &name, acl: Some(&acl) }, jid);
+                if let Some(job) = self.jobs.get_mut(jid) {
+                    job.visible_to.insert(peer, visible);
+                }
+                visible
+            }
             (Some("halite"), Some("deployment"), Some(_)) => {
-                data.get("server_id").and_then(Value::as_str).is_some_and(|server| self.may_deploy_to(acl, server))
+                data.get("server_id").and_then(Value::as_str).is_some_and(|server| self.may_deploy_to(&acl, server))
             }
             _ => true,
         }

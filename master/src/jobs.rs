@@ -44,6 +44,9 @@ pub(crate) struct LiveJob {
     minions: BTreeMap<String, Slot>,
     /// Clients to stream updates to.
     pub watchers: Vec<PeerId>,
+    /// Whether the client on each connection may see this job, once asked (see
+    /// `Master::peer_may_receive`).
+    pub visible_to: HashMap<PeerId, bool>,
     /// How many minions are not yet in a final state (so finishing is O(1), not O(minions)).
     remaining: usize,
 }
@@ -52,7 +55,7 @@ impl LiveJob {
     /// A live job.
     pub(crate) fn new(record: JobRecord, minions: BTreeMap<String, Slot>, watchers: Vec<PeerId>) -> Self {
         let remaining = minions.values().filter(|s| !s.state.is_final()).count();
-        LiveJob { record, minions, watchers, remaining }
+        LiveJob { record, minions, watchers, visible_to: HashMap::new(), remaining }
     }
 
     /// Whether every minion is in a final state.
@@ -190,22 +193,57 @@ impl JobTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use halite_protocol::message::{SignedJob, Target, TargetKind};
     use MinionJobState::*;
 
+    fn table(now: Instant) -> JobTable {
+        let record = JobRecord {
+            jid: "1".into(),
+            function: "test.ping".into(),
+            target: Target { kind: TargetKind::Glob, expr: "*".into() },
+            args: Vec::new(),
+            kwargs: Default::default(),
+            caller: "root".into(),
+            created_at_ms: 0,
+            timeout_ms: 1000,
+            ttl_ms: 0,
+            signed: SignedJob { body: Vec::new(), signature: Vec::new() },
+        };
+        let slot = |state, after: u64| Slot { state, deadline: Some(now + Duration::from_secs(after)) };
+        let slots = BTreeMap::from([("a".to_owned(), slot(Sent, 2)), ("b".to_owned(), slot(Waiting, 1))]);
+        let mut jobs = JobTable::default();
+        jobs.insert(LiveJob::new(record, slots, Vec::new()));
+        jobs
+    }
+
     #[test]
-    fn states_only_move_forward() {
-        let all = [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied];
-        for from in all {
-            for to in all {
-                let forward = match (from, to) {
-                    (f, _) if f.is_final() => false,
-                    (Waiting, Waiting) => false,
-                    (Sent, Waiting) => false,
-                    (Running, Waiting | Sent) => false,
-                    _ => true,
-                };
-                assert_eq!(transition_allowed(from, to), forward, "{from:?} -> {to:?}");
-            }
-        }
+    fn slots_move_forward_only_and_a_final_state_never_changes() {
+        let mut jobs = table(Instant::now());
+        assert!(!jobs.set_state("1", "b", Waiting));
+        assert!(jobs.set_state("1", "a", Running));
+        assert!(!jobs.set_state("1", "a", Sent), "running never goes back to sent");
+        assert!(jobs.set_state("1", "a", TimedOut));
+        assert!(!jobs.set_state("1", "a", Returned), "a final state is kept");
+        assert_eq!(jobs.state("1", "a"), Some(TimedOut));
+        assert!(!jobs.get("1").is_some_and(LiveJob::is_done));
+        assert!(jobs.set_state("1", "b", Expired));
+        assert!(jobs.get("1").is_some_and(LiveJob::is_done));
+    }
+
+    #[test]
+    fn deadlines_expire_in_order_are_postponed_and_leave_with_their_slot() {
+        let now = Instant::now();
+        let mut jobs = table(now);
+        assert!(jobs.expired(now).is_empty());
+        let late = now + Duration::from_secs(3);
+        let names: Vec<String> = jobs.expired(late).into_iter().map(|(_, m, _)| m).collect();
+        assert_eq!(names, ["b", "a"], "earliest first");
+        jobs.postpone_deadlines(Duration::from_secs(10));
+        assert!(jobs.expired(late).is_empty());
+        jobs.set_state("1", "b", Expired);
+        let names: Vec<String> = jobs.expired(late + Duration::from_secs(10)).into_iter().map(|(_, m, _)| m).collect();
+        assert_eq!(names, ["a"], "a final slot has no deadline");
+        jobs.remove("1");
+        assert!(jobs.expired(late + Duration::from_secs(60)).is_empty());
     }
 }

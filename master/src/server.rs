@@ -242,14 +242,12 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(jid) = master.store.last_jid().await? {
             master.jids.resume_after(&jid);
         }
-        // TTLs count from the latest wall time ever reached: a clock set back while the master
-        // was down must not give waiting jobs that time again.
+        // TTLs count from the latest wall time ever reached, and are never longer than the TTL
+        // itself: a clock set back while the master was down must not lengthen them.
         let mark = master.store.wall_mark().await?.unwrap_or(0);
         let (now, wall) = (master.clock.now(), master.clock.wall_ms().max(mark));
         let grace = Duration::from_secs(master.config.timeout_grace_secs);
         for (record, states) in master.store.unfinished_jobs().await? {
-            // What is left of the TTL by the wall clock, but never more than the TTL itself: a
-            // clock set back while the master was down must not lengthen it.
             let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
             let ttl_left = Duration::from_millis(ttl_left);
             let run_for = Duration::from_millis(record.timeout_ms) + grace;
@@ -283,8 +281,8 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.bus.is_empty() {
             return;
         }
-        let recipients: Vec<PeerId> =
-            self.bus.recipients(&tag).into_iter().filter(|peer| self.peer_may_receive(*peer, &tag, &data)).collect();
+        let mut recipients = self.bus.recipients(&tag);
+        recipients.retain(|peer| self.peer_may_receive(*peer, &tag, &data));
         if recipients.is_empty() {
             return;
         }
@@ -306,18 +304,15 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Who is on a client connection, for [`crate::authz`].
-    pub(crate) fn who(&self, peer: PeerId) -> Option<Who<'_>> {
+    /// The principal on a client connection and its ACL (`None` for root), for
+    /// [`crate::authz`].
+    pub(crate) fn principal_on(&self, peer: PeerId) -> Option<(String, Option<Arc<PrincipalAcl>>)> {
         match self.conns.get(&peer)? {
             Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
-                Some(Who { name: principal, acl: acl.as_deref() })
+                Some((principal.clone(), acl.clone()))
             }
             _ => None,
         }
-    }
-
-    fn peer_may_receive(&self, peer: PeerId, tag: &str, data: &Value) -> bool {
-        self.who(peer).is_some_and(|who| self.may_receive(who, tag, data))
     }
 
     pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {

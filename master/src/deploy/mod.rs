@@ -134,18 +134,12 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Root and admins may do anything; other principals need a publish rule for
     /// `deploy.apply` (covering the server, when there is one).
     fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), (ErrorKind, String)> {
-        let Some(acl) = acl.filter(|a| !a.admin) else { return Ok(()) };
-        let empty = std::collections::BTreeMap::new();
-        let grains = server.map(|s| self.minions.get(s).map_or(&empty, |m| &m.grains));
-        let allowed = acl.rules.iter().any(|rule| {
-            crate::acl::any_glob(&rule.functions, "deploy.apply")
-                && match (server, grains) {
-                    (Some(id), Some(grains)) => {
-                        crate::acl::all_within(&rule.targets, &self.config.nodegroups, &[(id, grains)]).unwrap_or(false)
-                    }
-                    _ => true,
-                }
-        });
+        let Some(acl) = acl else { return Ok(()) };
+        let allowed = match server {
+            Some(server) => self.may_deploy_to(acl, server),
+            // Configs belong to no server: any rule for deploy.apply is enough.
+            None => acl.admin || acl.rules.iter().any(|rule| crate::acl::any_glob(&rule.functions, "deploy.apply")),
+        };
         if allowed {
             Ok(())
         } else {

@@ -236,6 +236,14 @@ fn job_from_row(row: &SqliteRow) -> Result<JobRecord, StoreError> {
 }
 
 impl SqliteStore {
+    /// Runs `sql` with `{PAGE}` standing for the page's jids: the `limit` newest jobs older than
+    /// `before`.
+    async fn page_rows(&self, sql: &str, before: Option<&str>, limit: u32) -> Result<Vec<SqliteRow>, StoreError> {
+        const PAGE: &str = "SELECT jid FROM jobs WHERE (?1 IS NULL OR jid < ?1) ORDER BY jid DESC LIMIT ?2";
+        let sql = sql.replace("{PAGE}", PAGE);
+        Ok(sqlx::query(&sql).bind(before).bind(i64::from(limit)).fetch_all(&self.pool).await?)
+    }
+
     async fn summary(&self, job: &JobRecord) -> Result<JobSummary, StoreError> {
         let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state")
             .bind(&job.jid)
@@ -508,12 +516,7 @@ impl Store for SqliteStore {
     async fn jobs(&self, before: Option<&str>, limit: u32, with_minions: bool) -> Result<Vec<JobListing>, StoreError> {
         // Three queries for the whole page, whatever its size: the jobs, their state counts,
         // and (when asked) their minions.
-        const PAGE: &str = "SELECT jid FROM jobs WHERE (?1 IS NULL OR jid < ?1) ORDER BY jid DESC LIMIT ?2";
-        let rows = sqlx::query(&format!("SELECT * FROM jobs WHERE jid IN ({PAGE}) ORDER BY jid DESC"))
-            .bind(before)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = self.page_rows("SELECT * FROM jobs WHERE jid IN ({PAGE}) ORDER BY jid DESC", before, limit).await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut index = HashMap::with_capacity(rows.len());
         for row in &rows {
@@ -529,13 +532,13 @@ impl Store for SqliteStore {
             };
             out.push(JobListing { summary, minions: Vec::new() });
         }
-        let counts = sqlx::query(&format!(
-            "SELECT jid, state, COUNT(*) AS n FROM job_minions WHERE jid IN ({PAGE}) GROUP BY jid, state"
-        ))
-        .bind(before)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let counts = self
+            .page_rows(
+                "SELECT jid, state, COUNT(*) AS n FROM job_minions WHERE jid IN ({PAGE}) GROUP BY jid, state",
+                before,
+                limit,
+            )
+            .await?;
         for row in counts {
             let jid: String = row.try_get("jid")?;
             let n: i64 = row.try_get("n")?;
@@ -545,12 +548,13 @@ impl Store for SqliteStore {
             }
         }
         if with_minions {
-            let minions =
-                sqlx::query(&format!("SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) ORDER BY jid, minion"))
-                    .bind(before)
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
-                    .await?;
+            let minions = self
+                .page_rows(
+                    "SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) ORDER BY jid, minion",
+                    before,
+                    limit,
+                )
+                .await?;
             for row in minions {
                 let jid: String = row.try_get("jid")?;
                 if let Some(&i) = index.get(&jid) {
