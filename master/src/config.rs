@@ -44,6 +44,24 @@ pub struct MasterConfig {
     /// Most minion keys pending acceptance at once; more are refused until an administrator
     /// accepts, rejects or deletes some (an unauthenticated flood cannot fill the registry).
     pub max_pending_keys: u64,
+    /// New unknown keys recorded per second, on average; faster arrivals are told to retry
+    /// later (a handshake flood cannot fill the registry in seconds).
+    pub pending_keys_per_sec: f64,
+    /// How many new keys may arrive at once before the rate applies.
+    pub pending_keys_burst: f64,
+    /// Largest grains a minion may announce, in bytes of JSON; larger grains are refused and
+    /// the ones stored before are kept (grains of every minion stay in memory).
+    pub max_grains_bytes: usize,
+    /// Largest job return kept, in encoded bytes; a larger one is stored as failed with a note
+    /// instead of its outputs. The default is the transport's message cap (16 MiB).
+    pub max_return_bytes: usize,
+    /// Bytes of received messages the master buffers before it stops reading from peers (all
+    /// connections together): with the decoder's value count and the caps above, what bounds
+    /// the memory peers can make the master use.
+    pub max_receive_buffer_bytes: usize,
+    /// Bytes queued for one peer (a slow subscriber, a minion behind a slow link) before more
+    /// messages to it are dropped or, for a watcher, counted as missed.
+    pub max_peer_queue_bytes: usize,
     /// How long a deployment waits for its server to connect before it fails.
     pub deployment_ttl_secs: u64,
     /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
@@ -69,6 +87,12 @@ impl Default for MasterConfig {
             max_pending_handshakes: 4096,
             max_pending_handshakes_per_ip: 256,
             max_pending_keys: 1000,
+            pending_keys_per_sec: 10.0,
+            pending_keys_burst: 100.0,
+            max_grains_bytes: 64 * 1024,
+            max_return_bytes: 16 * 1024 * 1024,
+            max_receive_buffer_bytes: 256 * 1024 * 1024,
+            max_peer_queue_bytes: 32 * 1024 * 1024,
             deployment_ttl_secs: 24 * 3600,
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
@@ -90,6 +114,9 @@ impl MasterConfig {
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
         if config.max_pending_handshakes == 0 || config.max_pending_handshakes_per_ip == 0 {
             return Err("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1".into());
+        }
+        if !(config.pending_keys_per_sec > 0.0 && config.pending_keys_burst >= 1.0) {
+            return Err("pending_keys_per_sec, pending_keys_burst: must be above 0 and at least 1".into());
         }
         Ok(config)
     }

@@ -1,8 +1,11 @@
 //! Deciding whether a minion that completed the handshake may stay: the key registry's rules.
 
+use std::time::Instant;
+
 use halite_protocol::message::KeyState;
 use sha2::{Digest, Sha256};
 
+use crate::acl::RateLimiter;
 use crate::store::{KeyRecord, Store, StoreError};
 
 /// The master's decision about an authenticated minion key.
@@ -14,6 +17,9 @@ pub(crate) enum Decision {
     Pending,
     /// Refused, with the reason the minion is told.
     Reject(String),
+    /// Not recorded because too many unknown keys are pending or arriving: the minion is told
+    /// to try again later.
+    Busy(String),
     /// A different key for a known id: recorded as denied and refused.
     Denied,
 }
@@ -23,11 +29,25 @@ pub(crate) fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Limits on keys recorded as pending, so unauthenticated peers cannot fill the registry.
-#[derive(Debug, Clone, Copy)]
+/// Limits on keys recorded as pending, so unauthenticated peers cannot fill the registry: a cap
+/// on how many are pending, and a rate at which new ones are recorded.
+#[derive(Debug)]
 pub(crate) struct PendingLimits {
-    /// Most pending keys at once.
-    pub(crate) max: u64,
+    max: u64,
+    per_sec: f64,
+    burst: f64,
+    bucket: RateLimiter,
+}
+
+impl PendingLimits {
+    pub(crate) fn new(max: u64, per_sec: f64, burst: f64, now: Instant) -> Self {
+        PendingLimits { max, per_sec, burst, bucket: RateLimiter::new(burst, now) }
+    }
+
+    /// Whether one more new key may be recorded now (spends the allowance if so).
+    fn admit_new(&mut self, now: Instant) -> bool {
+        self.bucket.allow(self.per_sec, self.burst, now)
+    }
 }
 
 /// Applies the registry rules to minion `id` presenting `public_key` and maybe a token:
@@ -39,14 +59,15 @@ pub(crate) struct PendingLimits {
 /// - an id with an unused token outstanding refuses keys without a token, and records nothing,
 ///   so nobody can take a token-bound id by connecting first;
 /// - a different key while the id has a non-denied key → recorded as denied;
-/// - otherwise → recorded as pending, unless too many keys are pending already.
+/// - otherwise → recorded as pending, unless too many keys are pending already or new keys
+///   arrive faster than the allowed rate (then busy: try again later).
 pub(crate) async fn decide<S: Store>(
     store: &S,
     id: &str,
     public_key: &[u8; 32],
     token: Option<&str>,
-    now_ms: u64,
-    limits: PendingLimits,
+    (now_ms, now): (u64, Instant),
+    limits: &mut PendingLimits,
 ) -> Result<Decision, StoreError> {
     let keys = store.keys_for(id).await?;
     let same = keys.iter().find(|k| &k.public_key == public_key).map(|k| k.state);
@@ -73,7 +94,10 @@ pub(crate) async fn decide<S: Store>(
         Some(KeyState::Pending) => Ok(Decision::Pending),
         None => {
             if store.pending_key_count().await? >= limits.max {
-                return Ok(Decision::Reject("too many keys are pending acceptance; try again later".into()));
+                return Ok(Decision::Busy("too many keys are pending acceptance; try again later".into()));
+            }
+            if !limits.admit_new(now) {
+                return Ok(Decision::Busy("too many new keys are arriving; try again later".into()));
             }
             store.put_key(&record(KeyState::Pending), now_ms).await?;
             Ok(Decision::Pending)
@@ -86,34 +110,49 @@ mod tests {
     use super::*;
     use crate::store::SqliteStore;
 
-    const LIMITS: PendingLimits = PendingLimits { max: 100 };
+    fn at(ms: u64) -> (u64, Instant) {
+        (ms, Instant::now())
+    }
+
+    fn limits() -> PendingLimits {
+        PendingLimits::new(100, 1000.0, 1000.0, Instant::now())
+    }
 
     #[test]
     fn registry_rules() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            assert_eq!(decide(&store, "web1", &[1; 32], None, 1, LIMITS).await.unwrap(), Decision::Pending);
-            assert_eq!(decide(&store, "web1", &[1; 32], None, 2, LIMITS).await.unwrap(), Decision::Pending);
-            assert_eq!(decide(&store, "web1", &[2; 32], None, 3, LIMITS).await.unwrap(), Decision::Denied);
+            assert_eq!(decide(&store, "web1", &[1; 32], None, at(1), &mut limits()).await.unwrap(), Decision::Pending);
+            assert_eq!(decide(&store, "web1", &[1; 32], None, at(2), &mut limits()).await.unwrap(), Decision::Pending);
+            assert_eq!(decide(&store, "web1", &[2; 32], None, at(3), &mut limits()).await.unwrap(), Decision::Denied);
             store
                 .put_key(&KeyRecord { id: "web1".into(), public_key: [1; 32], state: KeyState::Accepted }, 4)
                 .await
                 .unwrap();
-            assert_eq!(decide(&store, "web1", &[1; 32], None, 5, LIMITS).await.unwrap(), Decision::Accept);
-            assert_eq!(decide(&store, "web1", &[2; 32], None, 6, LIMITS).await.unwrap(), Decision::Denied);
+            assert_eq!(decide(&store, "web1", &[1; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Accept);
+            assert_eq!(decide(&store, "web1", &[2; 32], None, at(6), &mut limits()).await.unwrap(), Decision::Denied);
 
             store.create_token(&token_hash("secret"), "web2", 100).await.unwrap();
             // A token for another id counts as none: web3 is held pending.
-            assert_eq!(decide(&store, "web3", &[3; 32], Some("secret"), 7, LIMITS).await.unwrap(), Decision::Pending);
+            assert_eq!(
+                decide(&store, "web3", &[3; 32], Some("secret"), at(7), &mut limits()).await.unwrap(),
+                Decision::Pending
+            );
             assert!(matches!(
-                decide(&store, "web2", &[4; 32], Some("wrong"), 8, LIMITS).await.unwrap(),
+                decide(&store, "web2", &[4; 32], Some("wrong"), at(8), &mut limits()).await.unwrap(),
                 Decision::Reject(_)
             ));
-            assert_eq!(decide(&store, "web2", &[4; 32], Some("secret"), 9, LIMITS).await.unwrap(), Decision::Accept);
+            assert_eq!(
+                decide(&store, "web2", &[4; 32], Some("secret"), at(9), &mut limits()).await.unwrap(),
+                Decision::Accept
+            );
             // The token is burnt: another key cannot use it, and web2's key is now the accepted one.
-            assert_eq!(decide(&store, "web2", &[5; 32], Some("secret"), 10, LIMITS).await.unwrap(), Decision::Denied);
-            assert_eq!(decide(&store, "web2", &[5; 32], None, 10, LIMITS).await.unwrap(), Decision::Denied);
-            assert_eq!(decide(&store, "web2", &[4; 32], None, 11, LIMITS).await.unwrap(), Decision::Accept);
+            assert_eq!(
+                decide(&store, "web2", &[5; 32], Some("secret"), at(10), &mut limits()).await.unwrap(),
+                Decision::Denied
+            );
+            assert_eq!(decide(&store, "web2", &[5; 32], None, at(10), &mut limits()).await.unwrap(), Decision::Denied);
+            assert_eq!(decide(&store, "web2", &[4; 32], None, at(11), &mut limits()).await.unwrap(), Decision::Accept);
         });
     }
 
@@ -123,19 +162,28 @@ mod tests {
             let store = SqliteStore::in_memory().await.unwrap();
             store.create_token(&token_hash("secret"), "db1", 1000).await.unwrap();
             // The squatter, without a token: refused, and nothing is recorded.
-            assert!(matches!(decide(&store, "db1", &[6; 32], None, 1, LIMITS).await.unwrap(), Decision::Reject(_)));
+            assert!(matches!(
+                decide(&store, "db1", &[6; 32], None, at(1), &mut limits()).await.unwrap(),
+                Decision::Reject(_)
+            ));
             assert!(store.keys_for("db1").await.unwrap().is_empty());
             // The token holder enrolls.
-            assert_eq!(decide(&store, "db1", &[7; 32], Some("secret"), 2, LIMITS).await.unwrap(), Decision::Accept);
+            assert_eq!(
+                decide(&store, "db1", &[7; 32], Some("secret"), at(2), &mut limits()).await.unwrap(),
+                Decision::Accept
+            );
             // Once the token is used, an unknown key is denied as usual.
-            assert_eq!(decide(&store, "db1", &[6; 32], None, 3, LIMITS).await.unwrap(), Decision::Denied);
+            assert_eq!(decide(&store, "db1", &[6; 32], None, at(3), &mut limits()).await.unwrap(), Decision::Denied);
             // A key that went pending before a token was issued loses to the token holder.
             store
                 .put_key(&KeyRecord { id: "db2".into(), public_key: [8; 32], state: KeyState::Pending }, 4)
                 .await
                 .unwrap();
             store.create_token(&token_hash("t2"), "db2", 1000).await.unwrap();
-            assert_eq!(decide(&store, "db2", &[9; 32], Some("t2"), 5, LIMITS).await.unwrap(), Decision::Accept);
+            assert_eq!(
+                decide(&store, "db2", &[9; 32], Some("t2"), at(5), &mut limits()).await.unwrap(),
+                Decision::Accept
+            );
             let keys = store.keys_for("db2").await.unwrap();
             assert!(keys.iter().any(|k| k.public_key == [8; 32] && k.state == KeyState::Denied), "{keys:?}");
         });
@@ -145,12 +193,32 @@ mod tests {
     fn pending_keys_are_capped() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            let limits = PendingLimits { max: 2 };
-            assert_eq!(decide(&store, "a", &[1; 32], None, 1, limits).await.unwrap(), Decision::Pending);
-            assert_eq!(decide(&store, "b", &[2; 32], None, 1, limits).await.unwrap(), Decision::Pending);
-            assert!(matches!(decide(&store, "c", &[3; 32], None, 1, limits).await.unwrap(), Decision::Reject(_)));
+            let mut capped = PendingLimits::new(2, 1000.0, 1000.0, Instant::now());
+            let limits = &mut capped;
+            assert_eq!(decide(&store, "a", &[1; 32], None, at(1), limits).await.unwrap(), Decision::Pending);
+            assert_eq!(decide(&store, "b", &[2; 32], None, at(1), limits).await.unwrap(), Decision::Pending);
+            assert!(matches!(decide(&store, "c", &[3; 32], None, at(1), limits).await.unwrap(), Decision::Busy(_)));
             // A key already pending is still answered as pending.
-            assert_eq!(decide(&store, "a", &[1; 32], None, 2, limits).await.unwrap(), Decision::Pending);
+            assert_eq!(decide(&store, "a", &[1; 32], None, at(2), limits).await.unwrap(), Decision::Pending);
+        });
+    }
+
+    #[test]
+    fn new_pending_keys_are_rate_limited() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            let start = Instant::now();
+            let mut limits = PendingLimits::new(100, 1.0, 2.0, start);
+            let at = |secs| (1, start + std::time::Duration::from_secs(secs));
+            assert_eq!(decide(&store, "a", &[1; 32], None, at(0), &mut limits).await.unwrap(), Decision::Pending);
+            assert_eq!(decide(&store, "b", &[2; 32], None, at(0), &mut limits).await.unwrap(), Decision::Pending);
+            let busy = decide(&store, "c", &[3; 32], None, at(0), &mut limits).await.unwrap();
+            assert!(matches!(&busy, Decision::Busy(reason) if reason.contains("arriving")), "{busy:?}");
+            assert!(store.keys_for("c").await.unwrap().is_empty(), "a refused key is not recorded");
+            // Keys already known are answered without spending the allowance.
+            assert_eq!(decide(&store, "a", &[1; 32], None, at(0), &mut limits).await.unwrap(), Decision::Pending);
+            // A second later there is room for one more.
+            assert_eq!(decide(&store, "c", &[3; 32], None, at(1), &mut limits).await.unwrap(), Decision::Pending);
         });
     }
 }

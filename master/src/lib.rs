@@ -27,6 +27,7 @@ mod deploy;
 pub mod gateway;
 mod jobs;
 mod keys;
+mod limits;
 pub mod net;
 mod server;
 #[cfg(test)]
@@ -135,6 +136,8 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Re
     let router_config = RouterConfig {
         max_pending_total: config.max_pending_handshakes,
         max_pending_per_ip: config.max_pending_handshakes_per_ip,
+        event_queue_bytes: config.max_receive_buffer_bytes,
+        send_queue_bytes: config.max_peer_queue_bytes,
         ..RouterConfig::default()
     };
     let router = Router::bind(&config.listen, router_config)

@@ -38,6 +38,7 @@ use crate::deploy::relay::{self, RelayDone};
 use crate::gateway::local::LocalCommand;
 use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::{decide, Decision, PendingLimits};
+use crate::limits;
 use crate::net::Net;
 use crate::store::{JobRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError};
 use crate::target::Expr;
@@ -125,6 +126,10 @@ pub struct Master<S: Store, N: Net = Router> {
     notices: NoticeThrottle,
     /// Minion events refused since start (for operators and metrics).
     pub(crate) events_denied: u64,
+    /// The pending-key cap and arrival rate.
+    pending_limits: PendingLimits,
+    /// Unknown keys turned away by those limits since start.
+    keys_refused: u64,
     /// Job state changes not yet written: written together, in one transaction, at the end of
     /// each step (see [`Master::flush`]).
     pending_states: Vec<StateChange>,
@@ -196,6 +201,12 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<Self, StoreError> {
         let (relay_tx, relay_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
+        let pending_limits = PendingLimits::new(
+            config.max_pending_keys,
+            config.pending_keys_per_sec,
+            config.pending_keys_burst,
+            clock.now(),
+        );
         let mut master = Master {
             config,
             identity,
@@ -215,6 +226,8 @@ impl<S: Store, N: Net> Master<S, N> {
             event_buckets: HashMap::new(),
             notices: NoticeThrottle::default(),
             events_denied: 0,
+            pending_limits,
+            keys_refused: 0,
             pending_states: Vec::new(),
             pending_acks: Vec::new(),
             pending_minions: HashMap::new(),
@@ -551,8 +564,11 @@ impl<S: Store, N: Net> Master<S, N> {
             Conn::Minion { id, mut session } => {
                 let opened = session.open(&parts, self.clock.now());
                 self.conns.insert(peer, Conn::Minion { id: id.clone(), session });
-                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
-                    Ok(msg) => self.on_minion_message(peer, &id, msg).await?,
+                let decoded = opened
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(|e| e.to_string()));
+                match decoded {
+                    Ok((msg, size)) => self.on_minion_message(peer, &id, msg, size).await?,
                     Err(error) => {
                         warn!(minion = %id, %error, "undecodable message");
                         self.send_error(peer, ErrorKind::BadRequest, error, None);
@@ -704,9 +720,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 let decision = if self.accepted_keys.get(&id) == Some(who.identity.as_bytes()) {
                     Decision::Accept
                 } else {
-                    let limits = PendingLimits { max: self.config.max_pending_keys };
                     let token = identified.enrollment_token();
-                    decide(&self.store, &id, who.identity.as_bytes(), token, self.clock.wall_ms(), limits).await?
+                    let at = (self.clock.wall_ms(), now);
+                    decide(&self.store, &id, who.identity.as_bytes(), token, at, &mut self.pending_limits).await?
                 };
                 match decision {
                     Decision::Accept => {
@@ -740,6 +756,17 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.refuse(peer, identified.defer("key pending acceptance", now));
                     }
                     Decision::Reject(reason) => self.refuse(peer, identified.reject(&reason, now)),
+                    Decision::Busy(reason) => {
+                        self.keys_refused += 1;
+                        warn!(minion = %id, "{reason}");
+                        if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
+                            self.emit(
+                                "halite/key/refused".into(),
+                                json!({ "id": id, "reason": reason, "refused_total": self.keys_refused }),
+                            );
+                        }
+                        self.refuse(peer, identified.defer(&reason, now));
+                    }
                     Decision::Denied => {
                         warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
                               "a different key for a known minion id was denied");
@@ -756,14 +783,31 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
-    async fn on_minion_message(&mut self, peer: PeerId, id: &str, msg: Message) -> Result<(), StoreError> {
+    /// Handles a decoded message from an authenticated minion; `size` is its encoded length,
+    /// which bounds what the caps below must measure.
+    async fn on_minion_message(&mut self, peer: PeerId, id: &str, msg: Message, size: usize) -> Result<(), StoreError> {
         match msg {
             Message::Hello(hello) => {
                 if hello.id != id {
                     warn!(minion = id, claimed = %hello.id, "hello names another id; using the authenticated one");
                 }
+                let grains_size =
+                    if size > self.config.max_grains_bytes { limits::json_size(&hello.grains) } else { 0 };
                 let entry = self.minions.entry(id.to_owned()).or_default();
-                entry.grains = hello.grains;
+                if grains_size > self.config.max_grains_bytes {
+                    // Grains live in memory for every minion and are reloaded at each start:
+                    // over the cap they are refused, and the minion keeps the ones stored.
+                    let reason = format!(
+                        "grains are {grains_size} bytes, more than the master's max_grains_bytes ({})",
+                        self.config.max_grains_bytes
+                    );
+                    warn!(minion = id, "{reason}; keeping the grains stored before");
+                    self.emit(format!("halite/minion/{id}/grains_refused"), json!({ "reason": reason }));
+                    self.send_error(peer, ErrorKind::BadRequest, reason, None);
+                } else {
+                    entry.grains = hello.grains;
+                }
+                let entry = self.minions.entry(id.to_owned()).or_default();
                 entry.functions = hello.functions;
                 self.touch(id);
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
@@ -789,6 +833,9 @@ impl<S: Store, N: Net> Master<S, N> {
             },
             Message::JobReturn(mut ret) => {
                 ret.minion = id.to_owned();
+                if size > self.config.max_return_bytes {
+                    limits::replace_oversized_return(&mut ret, size, self.config.max_return_bytes);
+                }
                 let state = match ret.outcome {
                     Outcome::Completed if ret.success => MinionJobState::Returned,
                     Outcome::Completed | Outcome::Interrupted | Outcome::Refused => MinionJobState::Failed,

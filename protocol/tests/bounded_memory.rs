@@ -108,6 +108,21 @@ fn decoders_stay_within_their_limits() {
     let grew = peak_growth(|| drop(feed_router(&preamble, &chunk, false, now)));
     assert!(grew < 256 * 1024, "pre-auth multipart grew the heap by {grew} bytes");
 
+    // 16 MiB of MessagePack nils in an event's data would decode into 16 M values (over a
+    // gigabyte): refused before anything is built.
+    let template = message::encode(&message::Message::Event(message::Event {
+        tag: "x".into(),
+        data: serde_json::json!([null, null, null]),
+    }));
+    assert!(template.ends_with(&[0x93, 0xc0, 0xc0, 0xc0]));
+    let mut nils = template[..template.len() - 4].to_vec();
+    let count = 16u32 << 20;
+    nils.push(0xdd);
+    nils.extend_from_slice(&count.to_be_bytes());
+    nils.resize(nils.len() + count as usize, 0xc0);
+    let grew = peak_growth(|| assert_eq!(message::decode(&nils).err(), Some(message::CodecError::TooManyValues)));
+    assert!(grew < 64 * 1024, "16 MiB of nils grew the heap by {grew} bytes");
+
     // Arbitrary bytes, at every stage: raw, after the preamble, into the session and codec.
     let master = LocalIdentity::new(IdentityKey::from_seed(&[1; 32])).unwrap_or_else(|e| panic!("{e}"));
     let mut runner = TestRunner::new(Config { cases: 512, ..Config::default() });

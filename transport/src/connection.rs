@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::admission::Slot;
+use crate::budget::{message_bytes, InboundBudget, OutboundBytes};
 
 /// Size of the per-thread read buffer. Shared by every connection a runtime thread drives, so
 /// 10,000 idle peers cost no read buffers at all.
@@ -69,12 +70,18 @@ pub(crate) struct DriveOptions {
     pub(crate) write_timeout: Duration,
     /// Which connection of its socket this is (1 for the first that completes the handshake).
     pub(crate) epoch: u64,
+    /// Bytes of received messages not yet taken by the socket's owner, shared by its
+    /// connections (the router's); `None` bounds by message count only.
+    pub(crate) inbound: Option<InboundBudget>,
+    /// Bytes queued for this peer, released as messages are taken from `control`.
+    pub(crate) outbound: Option<OutboundBytes>,
 }
 
 /// Runs `conn` over `stream` until it closes. Returns why, and whether the handshake completed.
 ///
 /// Backpressure: a message is taken from `control` only once the previous one has been written,
-/// and reading stops while `up` is full, so neither direction buffers more than one message.
+/// and reading stops while `up` is full or the inbound byte budget is spent, so neither
+/// direction buffers more than one message.
 pub(crate) async fn drive<T>(
     mut stream: TcpStream,
     mut conn: Connection,
@@ -103,7 +110,12 @@ pub(crate) async fn drive<T>(
                     was_ready = true;
                     Up::Ready(info)
                 }
-                Event::Message(parts) => Up::Message(parts),
+                Event::Message(parts) => {
+                    if let Some(inbound) = &options.inbound {
+                        inbound.take(inbound.charge(message_bytes(&parts))).await;
+                    }
+                    Up::Message(parts)
+                }
                 Event::HeartbeatDue => continue,
                 Event::TimedOut(kind) => {
                     ending = Some(CloseReason::TimedOut(kind));
@@ -145,6 +157,9 @@ pub(crate) async fn drive<T>(
             }
             command = control.recv(), if ready => match command {
                 Some(Control::Send(parts, epoch)) => {
+                    if let Some(outbound) = &options.outbound {
+                        outbound.release(message_bytes(&parts));
+                    }
                     if epoch.is_none_or(|e| e == options.epoch) {
                         // Only fails once closed, which ends the loop above first.
                         let _ = conn.send(&parts);

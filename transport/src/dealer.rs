@@ -143,7 +143,12 @@ async fn run(
                     Up::Ready(info) => DealerEvent::Connected(info),
                     Up::Message(parts) => DealerEvent::Message(parts),
                 };
-                let options = DriveOptions { write_timeout: config.write_timeout, epoch: epoch + 1 };
+                let options = DriveOptions {
+                    write_timeout: config.write_timeout,
+                    epoch: epoch + 1,
+                    inbound: None,
+                    outbound: None,
+                };
                 let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, None, &options).await;
                 tracing::debug!(%addr, %reason, "connection closed; reconnecting");
                 if was_ready {

@@ -14,6 +14,7 @@
 
 mod admission;
 mod backoff;
+mod budget;
 pub mod config_file;
 mod connection;
 mod dealer;

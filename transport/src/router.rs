@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, Slot};
+use crate::budget::{message_bytes, InboundBudget, OutboundBytes};
 use crate::connection::{drive, CloseReason, Control, DriveOptions, Up};
 
 /// A connection's handle on this router. Never reused within one router.
@@ -28,8 +29,15 @@ pub struct RouterConfig {
     pub heartbeat: Option<Heartbeat>,
     /// Messages queued per peer before [`Router::send`] returns [`SendError::Full`].
     pub send_queue: usize,
+    /// Bytes queued per peer, at most: past it [`Router::send`] returns [`SendError::Full`]
+    /// (an empty queue still takes one message of any size).
+    pub send_queue_bytes: usize,
     /// Events buffered for [`Router::recv`] before connections stop reading.
     pub event_queue: usize,
+    /// Bytes of received messages buffered for [`Router::recv`], over all connections, before
+    /// connections stop reading: what peers can make the router hold is bounded in bytes, not
+    /// only in messages.
+    pub event_queue_bytes: usize,
     /// Unauthenticated connections allowed at once, in total.
     pub max_pending_total: usize,
     /// Unauthenticated connections allowed at once from one IP address.
@@ -46,7 +54,9 @@ impl Default for RouterConfig {
             // Bounded, but deep enough for event bursts to subscribers; tokio's channel
             // allocates slots only as they fill, so idle peers cost nothing.
             send_queue: 1024,
+            send_queue_bytes: 32 * 1024 * 1024,
             event_queue: 4096,
+            event_queue_bytes: 256 * 1024 * 1024,
             max_pending_total: 4096,
             max_pending_per_ip: 256,
             write_timeout: Duration::from_secs(10),
@@ -94,7 +104,14 @@ pub enum SendError {
     NotConnected,
 }
 
-type Peers = Arc<Mutex<HashMap<PeerId, mpsc::Sender<Control>>>>;
+/// What the router keeps of one connection: its control queue and that queue's bytes.
+#[derive(Debug)]
+struct PeerHandle {
+    control: mpsc::Sender<Control>,
+    queued: OutboundBytes,
+}
+
+type Peers = Arc<Mutex<HashMap<PeerId, PeerHandle>>>;
 
 /// A listening ROUTER socket. Dropping it stops accepting and closes every connection.
 #[derive(Debug)]
@@ -102,6 +119,8 @@ pub struct Router {
     local_addr: SocketAddr,
     events: mpsc::Receiver<RouterEvent>,
     peers: Peers,
+    inbound: InboundBudget,
+    send_queue_bytes: usize,
     accept_task: JoinHandle<()>,
 }
 
@@ -120,8 +139,10 @@ impl Router {
         let local_addr = listener.local_addr()?;
         let (events_tx, events) = mpsc::channel(config.event_queue);
         let peers: Peers = Arc::default();
-        let accept_task = tokio::spawn(accept_loop(listener, config, events_tx, peers.clone()));
-        Ok(Router { local_addr, events, peers, accept_task })
+        let inbound = InboundBudget::new(config.event_queue_bytes);
+        let send_queue_bytes = config.send_queue_bytes;
+        let accept_task = tokio::spawn(accept_loop(listener, config, events_tx, peers.clone(), inbound.clone()));
+        Ok(Router { local_addr, events, peers, inbound, send_queue_bytes, accept_task })
     }
 
     /// The address actually bound (useful after binding port 0).
@@ -131,17 +152,37 @@ impl Router {
 
     /// The next event; `None` only if the accept loop died.
     pub async fn recv(&mut self) -> Option<RouterEvent> {
-        self.events.recv().await
+        let event = self.events.recv().await;
+        self.taken(event)
     }
 
     /// The next event if one is ready, without waiting (to handle bursts in one batch).
     pub fn try_recv(&mut self) -> Option<RouterEvent> {
-        self.events.try_recv().ok()
+        let event = self.events.try_recv().ok();
+        self.taken(event)
+    }
+
+    /// A message leaving the queue gives its bytes back to the inbound budget.
+    fn taken(&self, event: Option<RouterEvent>) -> Option<RouterEvent> {
+        if let Some(RouterEvent::Message { parts, .. }) = &event {
+            self.inbound.give_back(self.inbound.charge(message_bytes(parts)));
+        }
+        event
     }
 
     /// Queues a message for a peer without waiting.
     pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        self.control(peer, Control::Send(parts, None))
+        let bytes = message_bytes(&parts);
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let handle = peers.get(&peer).ok_or(SendError::NotConnected)?;
+        if !handle.queued.reserve(bytes, self.send_queue_bytes) {
+            return Err(SendError::Full);
+        }
+        let sent = handle.control.try_send(Control::Send(parts, None)).map_err(map_send_error);
+        if sent.is_err() {
+            handle.queued.release(bytes);
+        }
+        sent
     }
 
     /// Tells the connection its peer is authenticated (see [`Limits`]).
@@ -151,10 +192,10 @@ impl Router {
 
     /// Closes a peer's connection, sending it a ZMTP ERROR with `reason`.
     pub fn disconnect(&self, peer: PeerId, reason: &str) {
-        let sender = self.peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
-        if let Some(sender) = sender {
+        let handle = self.peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
+        if let Some(handle) = handle {
             // If the queue is full the sender is dropped instead, which closes the connection too.
-            let _ = sender.try_send(Control::Close(reason.to_owned()));
+            let _ = handle.control.try_send(Control::Close(reason.to_owned()));
         }
     }
 
@@ -165,15 +206,25 @@ impl Router {
 
     fn control(&self, peer: PeerId, control: Control) -> Result<(), SendError> {
         let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        let sender = peers.get(&peer).ok_or(SendError::NotConnected)?;
-        sender.try_send(control).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => SendError::Full,
-            mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
-        })
+        let handle = peers.get(&peer).ok_or(SendError::NotConnected)?;
+        handle.control.try_send(control).map_err(map_send_error)
     }
 }
 
-async fn accept_loop(listener: TcpListener, config: RouterConfig, events: mpsc::Sender<RouterEvent>, peers: Peers) {
+fn map_send_error(error: mpsc::error::TrySendError<Control>) -> SendError {
+    match error {
+        mpsc::error::TrySendError::Full(_) => SendError::Full,
+        mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    config: RouterConfig,
+    events: mpsc::Sender<RouterEvent>,
+    peers: Peers,
+    inbound: InboundBudget,
+) {
     let admission = Admission::new(config.max_pending_total, config.max_pending_per_ip);
     let next_id = AtomicU64::new(1);
     let config = Arc::new(config);
@@ -194,8 +245,25 @@ async fn accept_loop(listener: TcpListener, config: RouterConfig, events: mpsc::
         };
         let peer = PeerId(next_id.fetch_add(1, Ordering::Relaxed));
         let (control_tx, control_rx) = mpsc::channel(config.send_queue);
-        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, control_tx);
-        tokio::spawn(serve(stream, addr, peer, slot, control_rx, events.clone(), peers.clone(), config.clone()));
+        let queued = OutboundBytes::default();
+        let options = DriveOptions {
+            write_timeout: config.write_timeout,
+            epoch: 1,
+            inbound: Some(inbound.clone()),
+            outbound: Some(queued.clone()),
+        };
+        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, PeerHandle { control: control_tx, queued });
+        tokio::spawn(serve(
+            stream,
+            addr,
+            peer,
+            slot,
+            control_rx,
+            events.clone(),
+            peers.clone(),
+            config.clone(),
+            options,
+        ));
     }
 }
 
@@ -209,6 +277,7 @@ async fn serve(
     events: mpsc::Sender<RouterEvent>,
     peers: Peers,
     config: Arc<RouterConfig>,
+    options: DriveOptions,
 ) {
     let _ = stream.set_nodelay(true);
     let conn = Connection::new(
@@ -222,7 +291,6 @@ async fn serve(
         Up::Ready(info) => RouterEvent::Connected { peer, addr, info },
         Up::Message(parts) => RouterEvent::Message { peer, parts },
     };
-    let options = DriveOptions { write_timeout: config.write_timeout, epoch: 1 };
     let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, Some(slot), &options).await;
     peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
     tracing::debug!(%addr, peer = peer.0, %reason, "connection closed");

@@ -171,9 +171,22 @@ impl Sim {
         timeout_ms: u64,
         ttl_ms: u64,
     ) -> Result<String, String> {
+        let target = Target { kind: TargetKind::Glob, expr: target.into() };
+        self.publish_to(client, target, function, timeout_ms, ttl_ms).await
+    }
+
+    /// Publishes `function` on any kind of target as `client`; the jid, or the error message.
+    pub(crate) async fn publish_to(
+        &mut self,
+        client: &mut SimPeer,
+        target: Target,
+        function: &str,
+        timeout_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<String, String> {
         let request = PublishRequest {
             request_id: 7,
-            target: Target { kind: TargetKind::Glob, expr: target.into() },
+            target,
             function: function.into(),
             args: Vec::new(),
             kwargs: BTreeMap::new(),
@@ -281,7 +294,7 @@ pub(crate) fn seed_of(name: &str) -> [u8; 32] {
     seed
 }
 
-fn hello(id: &str) -> Hello {
+pub(crate) fn hello(id: &str) -> Hello {
     Hello {
         id: id.into(),
         version: "test".into(),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use halite_protocol::message::{
     Cancel, ErrorKind, ErrorMessage, JobAck, JobReturn, Message, MinionJobState, RequestBody, ResponseBody, Subscribe,
+    Target, TargetKind,
 };
 
 use super::{ret, Sim, SimPeer};
@@ -352,4 +353,44 @@ impl Sim {
         minion.disconnect(self).await;
         id.to_owned()
     }
+}
+
+#[test]
+fn grains_over_the_cap_are_refused_and_the_stored_ones_kept() {
+    rt().block_on(async {
+        let mut sim = Sim::with_config(|c| c.max_grains_bytes = 1024).await;
+        let mut web1 = sim.minion("web1").await;
+        web1.recv(&sim);
+        let mut big = super::hello("web1");
+        big.grains.insert("role".into(), serde_json::json!("x".repeat(4096)));
+        web1.send(&mut sim, &Message::Hello(big)).await;
+        let answers = web1.recv(&sim);
+        assert!(
+            answers.iter().any(|m| matches!(m, Message::Error(e) if e.message.contains("max_grains_bytes"))),
+            "{answers:?}"
+        );
+        // Still targetable by the grains it had.
+        let mut root = sim.root().await;
+        let target = Target { kind: TargetKind::Grain, expr: "role:web".into() };
+        let published = sim.publish_to(&mut root, target, "test.ping", 10_000, 0).await;
+        assert!(published.is_ok(), "{published:?}");
+    });
+}
+
+#[test]
+fn a_return_over_the_cap_ends_failed_with_the_reason_and_is_acknowledged() {
+    rt().block_on(async {
+        let mut sim = Sim::with_config(|c| c.max_return_bytes = 1024).await;
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        let mut big = ret(&jid);
+        big.outputs = serde_json::json!({ "stdout": "x".repeat(4096) });
+        web1.send(&mut sim, &Message::JobReturn(big)).await;
+        assert!(acked(&web1.recv(&sim), &jid));
+        let (state, stored, _) = state_of(&sim, &jid, "web1").await;
+        assert_eq!(state, MinionJobState::Failed);
+        let stored = stored.expect("a note is stored");
+        assert!(stored.truncated && stored.outputs["error"].as_str().is_some_and(|e| e.contains("max_return_bytes")));
+    });
 }

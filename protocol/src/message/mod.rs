@@ -14,7 +14,7 @@ mod types;
 
 pub use admin::*;
 pub use cli_args::parse_cli_args;
-pub use codec::{decode, encode, CodecError, MAX_DEPTH};
+pub use codec::{decode, encode, CodecError, MAX_DEPTH, MAX_VALUES};
 pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
 pub use types::*;

@@ -1,0 +1,70 @@
+//! Size caps applied to what peers send before it is kept: what no authenticated peer may make
+//! the master hold (`max_grains_bytes`, `max_return_bytes`; event sizes are per `[[events]]`
+//! rule). The decoder's value count (`halite_protocol::message::MAX_VALUES`) and the transport's
+//! byte-accounted queues bound the rest.
+
+use std::io;
+
+use halite_protocol::message::JobReturn;
+use serde::Serialize;
+use serde_json::json;
+
+/// The length of a value's JSON encoding, counted without building it.
+pub(crate) fn json_size(value: &impl Serialize) -> usize {
+    struct Count(usize);
+    impl io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and our values always serialize.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Replaces the outputs of a return larger than the cap with a note saying so: the slot still
+/// ends (failed, with the reason) and the minion's copy is acknowledged, instead of storing
+/// megabytes nobody allowed for.
+pub(crate) fn replace_oversized_return(ret: &mut JobReturn, size: usize, cap: usize) {
+    ret.outputs = json!({
+        "error": format!("the return was {size} bytes, more than the master's max_return_bytes ({cap}); its outputs were not kept"),
+    });
+    ret.success = false;
+    ret.truncated = true;
+    if ret.retcode == 0 {
+        ret.retcode = 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_size_matches_the_encoding() {
+        let value = json!({"a": [1, "two", null], "b": {"c": 3.5}});
+        assert_eq!(json_size(&value), serde_json::to_vec(&value).map(|v| v.len()).unwrap_or_default());
+    }
+
+    #[test]
+    fn an_oversized_return_fails_with_the_reason() {
+        let mut ret = JobReturn {
+            jid: "1".into(),
+            minion: "m".into(),
+            success: true,
+            retcode: 0,
+            outputs: json!({"stdout": "x".repeat(100)}),
+            truncated: false,
+            duration_ms: 5,
+            outcome: Default::default(),
+        };
+        replace_oversized_return(&mut ret, 100, 10);
+        assert!(!ret.success && ret.truncated && ret.retcode == 1);
+        assert!(ret.outputs["error"].as_str().is_some_and(|e| e.contains("max_return_bytes (10)")), "{}", ret.outputs);
+    }
+}
