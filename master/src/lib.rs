@@ -129,8 +129,24 @@ fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
     let keys = init(&config)?;
     let database = config.database_path();
-    let store =
-        SqliteStore::open(&database).await.map_err(|error| MasterError::Database { path: database.clone(), error })?;
+    let store = SqliteStore::open_with(&database, config.accept_missing_wal)
+        .await
+        .map_err(|error| MasterError::Database { path: database.clone(), error })?;
+    let closer = store.clone();
+    let served = serve(config, keys, store, shutdown).await;
+    // `serve` closes the store when it stops; on an early error it is closed here, so the
+    // database is always left marked closed with its log folded in.
+    closer.close().await;
+    served
+}
+
+async fn serve(
+    config: MasterConfig,
+    keys: Keys,
+    store: SqliteStore,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), MasterError> {
+    let database = config.database_path();
     // A damaged database is refused, never half-used.
     store.check().await.map_err(|error| MasterError::Database { path: database.clone(), error })?;
     let router_config = RouterConfig {

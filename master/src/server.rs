@@ -247,7 +247,13 @@ impl<S: Store, N: Net> Master<S, N> {
         };
         master.reload_principals().await?;
         master.reload_accepted().await?;
-        for m in master.store.minions().await? {
+        for mut m in master.store.minions().await? {
+            // Grains stored before the cap existed (or under a larger one) are not carried into
+            // memory; the minion announces them again when it connects.
+            if limits::json_size(&m.grains) > master.config.max_grains_bytes {
+                warn!(minion = %m.id, "stored grains exceed max_grains_bytes; not loaded");
+                m.grains.clear();
+            }
             master
                 .minions
                 .insert(m.id, MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms });

@@ -2,56 +2,102 @@
 //! targets, key patterns, event tags and function policies all use it.
 
 /// Whether `text` matches `pattern` as a whole.
+///
+/// No backtracking: the pattern is cut at its `*`s into segments that each match a fixed number
+/// of characters; the first and last are anchored, each middle one is taken at its leftmost
+/// match (which never loses a match). A literal segment is found with `str::find` (linear), so a
+/// pattern of literals and stars costs O(pattern + text) whatever its shape; a segment with `?`
+/// or a class is tried at each position, and a pattern asking for more characters than the
+/// text has is refused before any search.
 pub fn matches(pattern: &str, text: &str) -> bool {
+    if !is_pattern(pattern) {
+        return pattern == text;
+    }
     let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative matcher with backtracking to the last `*`: linear in practice, no recursion.
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() {
-            match p[pi] {
-                '*' => {
-                    star = Some((pi, ti));
-                    pi += 1;
-                    continue;
-                }
-                '?' => {
-                    pi += 1;
-                    ti += 1;
-                    continue;
-                }
-                '[' => {
-                    if let Some((matched, next)) = class(&p, pi, t[ti]) {
-                        if matched {
-                            pi = next;
-                            ti += 1;
-                            continue;
-                        }
-                    } else if t[ti] == '[' {
-                        pi += 1;
-                        ti += 1;
-                        continue;
-                    }
-                }
-                c if c == t[ti] => {
-                    pi += 1;
-                    ti += 1;
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        match star {
-            Some((sp, st)) => {
-                pi = sp + 1;
-                ti = st + 1;
-                star = Some((sp, st + 1));
-            }
+    let tokens = tokenize(&p);
+    let mut segments = tokens.split(|t| matches!(t, Token::Star));
+    let first = segments.next().unwrap_or_default();
+    let Some(last) = segments.next_back() else {
+        // No star: one anchored segment.
+        return anchored(&p, first, text, 0) == Some(text.len());
+    };
+    let needed = tokens.iter().filter(|t| !matches!(t, Token::Star)).count();
+    if needed > text.chars().count() {
+        return false;
+    }
+    let Some(mut at) = anchored(&p, first, text, 0) else { return false };
+    for middle in segments {
+        match leftmost(&p, middle, text, at) {
+            Some(end) => at = end,
             None => return false,
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    // The last segment takes exactly the last `last.len()` characters.
+    let tail = text.char_indices().rev().nth(last.len().wrapping_sub(1)).map_or(text.len(), |(i, _)| i);
+    tail >= at && anchored(&p, last, text, tail) == Some(text.len())
+}
+
+/// One element of a pattern: a star, or something that matches exactly one character.
+#[derive(Debug, Clone, Copy)]
+enum Token {
+    Star,
+    Literal(char),
+    Any,
+    /// A closed `[...]` class starting at this index of the pattern.
+    Class(usize),
+}
+
+fn tokenize(p: &[char]) -> Vec<Token> {
+    let mut tokens = Vec::with_capacity(p.len());
+    let mut i = 0;
+    while i < p.len() {
+        let (token, next) = match p[i] {
+            '*' => (Token::Star, i + 1),
+            '?' => (Token::Any, i + 1),
+            '[' => match class_end(p, i) {
+                Some(end) => (Token::Class(i), end),
+                None => (Token::Literal('['), i + 1),
+            },
+            c => (Token::Literal(c), i + 1),
+        };
+        // Consecutive stars are one star.
+        if !(matches!(token, Token::Star) && matches!(tokens.last(), Some(Token::Star))) {
+            tokens.push(token);
+        }
+        i = next;
+    }
+    tokens
+}
+
+fn token_matches(p: &[char], token: Token, c: char) -> bool {
+    match token {
+        Token::Star | Token::Any => true,
+        Token::Literal(l) => l == c,
+        Token::Class(start) => class(p, start, c).is_some_and(|(matched, _)| matched),
+    }
+}
+
+/// Matches a star-free segment at byte offset `at`; the byte offset after it.
+fn anchored(p: &[char], segment: &[Token], text: &str, at: usize) -> Option<usize> {
+    let mut chars = text.get(at..)?.char_indices();
+    for &token in segment {
+        let (_, c) = chars.next()?;
+        if !token_matches(p, token, c) {
+            return None;
+        }
+    }
+    Some(chars.next().map_or(text.len(), |(i, _)| at + i))
+}
+
+/// The end of the leftmost match of a star-free segment at or after byte offset `from`.
+fn leftmost(p: &[char], segment: &[Token], text: &str, from: usize) -> Option<usize> {
+    if segment.iter().all(|t| matches!(t, Token::Literal(_))) {
+        let literal: String =
+            segment.iter().filter_map(|t| if let Token::Literal(c) = t { Some(*c) } else { None }).collect();
+        return text.get(from..)?.find(&literal).map(|i| from + i + literal.len());
+    }
+    let rest = text.get(from..)?;
+    rest.char_indices().map(|(i, _)| from + i).find_map(|start| anchored(p, segment, text, start))
 }
 
 /// Whether every text `inner` matches is also matched by `outer` (so a subscription to `inner`
@@ -181,5 +227,53 @@ mod tests {
         assert!(!matches("a*b*c", "axxbyy"));
         assert!(matches("[ab", "[ab"));
         assert!(matches("Debian*", "Debian GNU/Linux"));
+        assert!(matches("**a**", "xay"));
+        assert!(matches("*a", "aaa"));
+        assert!(!matches("a*a", "a"));
+        assert!(matches("é*[à-ü]", "été"));
+        assert!(matches("*[!/]", "x/y"));
+        assert!(!matches("*?", ""));
+        assert!(matches("a*", "a"));
+        assert!(matches("*b*", "abc"));
+        assert!(!matches("*b*c", "acb"));
+    }
+
+    /// The shapes that made a backtracking matcher slow (many stars, long literals, a pattern
+    /// longer than the text) agree with a simple reference on every small case.
+    #[test]
+    fn agrees_with_a_reference_matcher() {
+        fn reference(p: &[char], t: &[char]) -> bool {
+            match p.first() {
+                None => t.is_empty(),
+                Some('*') => (0..=t.len()).any(|k| reference(&p[1..], &t[k..])),
+                Some(&c) => t.first().is_some_and(|&d| c == '?' || c == d) && reference(&p[1..], &t[1..]),
+            }
+        }
+        let alphabet = ['a', 'b', '*', '?'];
+        let mut patterns = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> =
+                patterns.iter().flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}"))).collect();
+            patterns.extend(longer);
+        }
+        patterns.dedup();
+        let texts = ["", "a", "b", "ab", "ba", "aab", "abab", "bbba", "aaaaa"];
+        for pattern in &patterns {
+            for text in texts {
+                let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+                assert_eq!(matches(pattern, text), reference(&p, &t), "{pattern:?} on {text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_pattern_on_a_long_text_costs_no_more_than_reading_them() {
+        // A backtracking matcher takes pattern × text steps here, each time.
+        let text = "a".repeat(100_000);
+        let pattern = format!("*{}b*", "a".repeat(50_000));
+        assert!(!matches(&pattern, &text));
+        let pattern = "*a".repeat(50_000) + "b";
+        assert!(!matches(&pattern, &text));
+        assert!(matches(&"*a".repeat(50_000), &text));
     }
 }

@@ -13,6 +13,10 @@ struct Cli {
     /// Config file (TOML).
     #[arg(short, long, default_value = DEFAULT_PATH)]
     config: PathBuf,
+    /// Start even if the database was not closed cleanly and its write-ahead log
+    /// (`master.db-wal`) is missing, going on with what the database file holds.
+    #[arg(long)]
+    accept_missing_wal: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -27,7 +31,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = MasterConfig::load(&cli.config)?;
+    let mut config = MasterConfig::load(&cli.config)?;
+    config.accept_missing_wal = cli.accept_missing_wal;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
         .with_writer(std::io::stderr)

@@ -16,71 +16,8 @@ use super::{
     JobListing, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError, UnfinishedJob,
 };
 
-/// Schema migrations, applied in order; `PRAGMA user_version` records how many have run.
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE keys (
-    id TEXT NOT NULL,
-    public_key BLOB NOT NULL,
-    state TEXT NOT NULL,
-    updated_at INTEGER NOT NULL,
-    PRIMARY KEY (id, public_key)
-);
-CREATE TABLE tokens (
-    token_hash BLOB PRIMARY KEY,
-    minion TEXT NOT NULL,
-    expires_at INTEGER NOT NULL,
-    used_at INTEGER
-);
-CREATE TABLE minions (
-    id TEXT PRIMARY KEY,
-    grains TEXT NOT NULL,
-    functions TEXT NOT NULL,
-    last_seen INTEGER NOT NULL
-);
-CREATE TABLE jobs (
-    jid TEXT PRIMARY KEY,
-    function TEXT NOT NULL,
-    target_kind TEXT NOT NULL,
-    target_expr TEXT NOT NULL,
-    args TEXT NOT NULL,
-    kwargs TEXT NOT NULL,
-    caller TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    timeout_ms INTEGER NOT NULL,
-    ttl_ms INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    signature BLOB NOT NULL
-);
-CREATE TABLE job_minions (
-    jid TEXT NOT NULL REFERENCES jobs(jid) ON DELETE CASCADE,
-    minion TEXT NOT NULL,
-    state TEXT NOT NULL,
-    ret TEXT,
-    updated_at INTEGER NOT NULL,
-    PRIMARY KEY (jid, minion)
-);
-CREATE INDEX job_minions_state ON job_minions(state);
-CREATE INDEX jobs_created ON jobs(created_at);
-"#,
-    r#"
-CREATE TABLE principals (
-    name TEXT PRIMARY KEY,
-    public_key BLOB NOT NULL,
-    acl TEXT NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-"#,
-    super::sqlite_deploy::MIGRATION,
-    r#"
-ALTER TABLE job_minions ADD COLUMN late INTEGER NOT NULL DEFAULT 0;
-CREATE TABLE meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-INSERT INTO meta (key, value) SELECT 'last_jid', jid FROM jobs ORDER BY jid DESC LIMIT 1;
-"#,
-];
+/// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// Keeps the newest jid ever stored (jobs are purged; the sequence must not restart).
 const LAST_JID_SQL: &str = " INSERT INTO meta (key, value) VALUES ('last_jid', ?) \
@@ -130,7 +67,25 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) and migrates the database at `path`.
+    ///
+    /// A database that was open when its master stopped uncleanly keeps its latest commits in
+    /// `<path>-wal`; if that file is missing (the database was copied alone, or the log
+    /// deleted) opening it would silently drop them, so it is refused unless `accept_loss`.
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, false).await
+    }
+
+    /// [`SqliteStore::open`], optionally accepting a database whose write-ahead log is lost.
+    pub async fn open_with(path: &Path, accept_loss: bool) -> Result<Self, StoreError> {
+        if !accept_loss && left_open_without_log(path).await {
+            return Err(StoreError::Corrupt(format!(
+                "{} was not closed cleanly and its write-ahead log {} is missing: the jobs, returns and \
+                 keys written last are not in it. Put the -wal file back beside it (copy both together), \
+                 or start with --accept-missing-wal to go on with what the file holds",
+                path.display(),
+                wal_path(path).display(),
+            )));
+        }
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -142,6 +97,10 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
         let store = SqliteStore { pool };
         store.migrate().await?;
+        // Marks the file open, in the main file itself (the checkpoint), so a copy of it alone
+        // after a crash is recognised; `close` removes the mark.
+        sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '1')").execute(&store.pool).await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&store.pool).await?;
         Ok(store)
     }
 
@@ -159,15 +118,64 @@ impl SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let version: i64 = sqlx::query_scalar("PRAGMA user_version").fetch_one(&mut *tx).await?;
-        for (index, migration) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
-            sqlx::raw_sql(migration).execute(&mut *tx).await?;
-            sqlx::raw_sql(&format!("PRAGMA user_version = {}", index + 1)).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        adopt_user_version(&self.pool).await?;
+        MIGRATOR.run(&self.pool).await.map_err(|error| match error {
+            sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
+            other => StoreError::Corrupt(format!("schema migration: {other}")),
+        })
     }
+}
+
+/// Databases made before migrations were files counted them in `PRAGMA user_version`: the
+/// migrations they already ran are recorded as applied (same versions, same checksums), once,
+/// so sqlx's migrator takes over from there.
+async fn adopt_user_version(pool: &SqlitePool) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version").fetch_one(&mut *tx).await?;
+    if version > 0 {
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+             checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        for migration in MIGRATOR.iter().take_while(|m| m.version <= version) {
+            sqlx::query(
+                "INSERT OR IGNORE INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+                 VALUES (?, ?, TRUE, ?, 0)",
+            )
+            .bind(migration.version)
+            .bind(&*migration.description)
+            .bind(&*migration.checksum)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::raw_sql("PRAGMA user_version = 0").execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn wal_path(path: &Path) -> std::path::PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    wal.into()
+}
+
+/// Whether the database at `path` is marked open (its master did not close it) while its
+/// write-ahead log is gone. Read without touching the file (immutable), so nothing is lost
+/// by looking.
+async fn left_open_without_log(path: &Path) -> bool {
+    if !path.exists() || wal_path(path).exists() {
+        return false;
+    }
+    let options = SqliteConnectOptions::new().filename(path).read_only(true).immutable(true);
+    let Ok(mut conn) = sqlx::ConnectOptions::connect(&options).await else { return false };
+    let marked: Result<Option<String>, _> =
+        sqlx::query_scalar("SELECT value FROM meta WHERE key = 'open'").fetch_optional(&mut conn).await;
+    let _ = sqlx::Connection::close(conn).await;
+    matches!(marked, Ok(Some(_)))
 }
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -673,6 +681,12 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        if self.pool.is_closed() {
+            return;
+        }
+        if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&self.pool).await {
+            tracing::warn!(%error, "marking the database closed failed");
+        }
         // Folds the write-ahead log into the main file: a copy of master.db alone is complete.
         if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.pool).await {
             tracing::warn!(%error, "checkpointing the database failed");
@@ -869,9 +883,68 @@ mod tests {
             {
                 let store = SqliteStore::open(&path).await.unwrap();
                 store.insert_job(&job("1", 10), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+                store.close().await;
             }
             let store = SqliteStore::open(&path).await.unwrap();
             assert_eq!(store.jobs(None, 5, false).await.unwrap().len(), 1);
+        });
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("halite-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_database_copied_without_its_log_after_a_crash_is_refused() {
+        rt().block_on(async {
+            let dir = scratch("nowal");
+            let path = dir.join("master.db");
+            let store = SqliteStore::open(&path).await.unwrap();
+            store.insert_job(&job("1", 10), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+            // The crash: the file is copied while open, without master.db-wal.
+            let copy = dir.join("copy.db");
+            std::fs::copy(&path, &copy).unwrap();
+            let error = SqliteStore::open(&copy).await.unwrap_err().to_string();
+            assert!(error.contains("copy.db-wal") && error.contains("not closed cleanly"), "{error}");
+            // The operator may accept the loss.
+            let recovered = SqliteStore::open_with(&copy, true).await.unwrap();
+            assert!(recovered.jobs(None, 5, false).await.unwrap().is_empty(), "the job was only in the log");
+            recovered.close().await;
+            // The original, closed cleanly, then copied alone: complete, and opens.
+            store.close().await;
+            assert!(!dir.join("master.db-wal").exists());
+            std::fs::copy(&path, &copy).unwrap();
+            let reopened = SqliteStore::open(&copy).await.unwrap();
+            assert_eq!(reopened.jobs(None, 5, false).await.unwrap().len(), 1);
+        });
+    }
+
+    #[test]
+    fn a_database_numbered_by_user_version_is_adopted_by_the_migrator() {
+        rt().block_on(async {
+            let dir = scratch("adopt");
+            let path = dir.join("master.db");
+            {
+                let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+                let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
+                for migration in MIGRATOR.iter() {
+                    sqlx::raw_sql(&migration.sql).execute(&mut conn).await.unwrap();
+                }
+                sqlx::raw_sql("PRAGMA user_version = 4").execute(&mut conn).await.unwrap();
+                sqlx::raw_sql("INSERT INTO principals VALUES ('heat', x'00', '{}', 1)")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            let store = SqliteStore::open(&path).await.unwrap();
+            let applied: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations").fetch_one(&store.pool).await.unwrap();
+            assert_eq!(applied, MIGRATOR.iter().count() as i64);
+            let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM principals").fetch_one(&store.pool).await.unwrap();
+            assert_eq!(kept, 1, "nothing was re-run over the existing tables");
         });
     }
 }

@@ -6,33 +6,6 @@ use sqlx::Row;
 use super::deploy::{DeployStore, DeploymentRecord};
 use super::sqlite::{db_int, json, to_json};
 use super::{SqliteStore, StoreError};
-
-/// The tables, appended to the store's migrations.
-pub(super) const MIGRATION: &str = r#"
-CREATE TABLE software_configs (
-    id TEXT PRIMARY KEY,
-    body TEXT NOT NULL,
-    created_at INTEGER NOT NULL
-);
-CREATE INDEX software_configs_created ON software_configs(created_at);
-CREATE TABLE deployments (
-    id TEXT PRIMARY KEY,
-    server_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    relay_pending INTEGER NOT NULL,
-    body TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE INDEX deployments_server ON deployments(server_id);
-CREATE INDEX deployments_open ON deployments(status, relay_pending);
-CREATE TABLE api_tokens (
-    token_hash BLOB PRIMARY KEY,
-    principal TEXT NOT NULL,
-    created_at INTEGER NOT NULL
-);
-"#;
-
 impl DeployStore for SqliteStore {
     async fn put_config(&self, config: &SoftwareConfig, now_ms: u64) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO software_configs (id, body, created_at) VALUES (?, ?, ?)")
