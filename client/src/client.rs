@@ -211,6 +211,7 @@ impl Client {
             ttl_ms: spec.ttl_ms,
             batch: None,
             error_budget: None,
+            on_behalf_of: None,
         };
         self.send(&Message::Publish(request)).await?;
         let id = request_id.to_string();

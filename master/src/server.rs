@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::acl::{self, NoticeThrottle, RateLimiter};
+use crate::authz::publish::{self, Publisher};
 use crate::authz::{TargetView, Who};
 use crate::bus::Bus;
 use crate::clock::{Clock, JidGenerator};
@@ -177,16 +178,8 @@ pub(crate) struct NewJob {
     pub(crate) target: message::Target,
     pub(crate) timeout_ms: u64,
     pub(crate) ttl_ms: u64,
-}
-
-/// Who asks for a job; decides what it may target.
-pub(crate) enum Publisher {
-    /// The root principal: anything.
-    Root,
-    /// A registered principal, within its ACL.
-    Principal(Arc<PrincipalAcl>),
-    /// A minion, within the `[[peers]]` rules for it.
-    Peer(String),
+    /// What the job may reach through functions that call functions (see `authz::publish`).
+    pub(crate) reach: Option<Vec<String>>,
 }
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -1092,7 +1085,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.send_error(peer, ErrorKind::BadRequest, message, request_id);
             return Ok(());
         }
-        if !request.function.contains('.') || request.function.len() > 128 {
+        if !publish::valid_function(&request.function) {
             self.send_error(
                 peer,
                 ErrorKind::BadRequest,
@@ -1139,11 +1132,14 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // A minion that publishes gets its answer, not a stream of updates.
         let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
-        if let Err(why) = self.authorize(&publisher, &request, &targets) {
-            warn!(%caller, function = %request.function, %why, "publish refused");
-            self.send_error(peer, ErrorKind::Forbidden, why, request_id);
-            return Ok(());
-        }
+        let reach = match self.authorize(&publisher, &request, &targets) {
+            Ok(reach) => reach,
+            Err(why) => {
+                warn!(%caller, function = %request.function, %why, "publish refused");
+                self.send_error(peer, ErrorKind::Forbidden, why, request_id);
+                return Ok(());
+            }
+        };
 
         let job = NewJob {
             function: request.function,
@@ -1152,6 +1148,7 @@ impl<S: Store, N: Net> Master<S, N> {
             target: request.target,
             timeout_ms: request.timeout_ms,
             ttl_ms: request.ttl_ms,
+            reach,
         };
         self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
         Ok(())
@@ -1166,7 +1163,7 @@ impl<S: Store, N: Net> Master<S, N> {
         targets: Vec<String>,
         publisher: Option<(PeerId, u64, Vec<PeerId>)>,
     ) -> Result<String, StoreError> {
-        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms } = new;
+        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach } = new;
         let jid = self.jids.next(self.clock.wall_micros());
         let created_at_ms = self.clock.wall_ms();
         let job = Job {
@@ -1178,6 +1175,7 @@ impl<S: Store, N: Net> Master<S, N> {
             issued_at_ms: created_at_ms,
             ttl_ms,
             caller: caller.to_owned(),
+            reach,
         };
         let signed = SignedJob::sign(&job, self.identity.key());
         let record = JobRecord {
@@ -1274,39 +1272,37 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
-    /// Whether `publisher` may run `request` on `targets` (already resolved, never empty).
-    fn authorize(&self, publisher: &Publisher, request: &PublishRequest, targets: &[String]) -> Result<(), String> {
+    /// Whether `publisher` may run `request` on `targets` (already resolved, never empty):
+    /// what the job may reach if so (see [`publish::authorize`]). A minion publishing on behalf
+    /// of its job's caller needs that caller's permission too.
+    fn authorize(
+        &self,
+        publisher: &Publisher,
+        request: &PublishRequest,
+        targets: &[String],
+    ) -> Result<Option<Vec<String>>, String> {
         let empty = BTreeMap::new();
         let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
             targets.iter().map(|id| (id.as_str(), self.minions.get(id).map_or(&empty, |m| &m.grains))).collect();
-        let groups = &self.config.nodegroups;
-        match publisher {
-            Publisher::Root => Ok(()),
-            Publisher::Principal(acl) => {
-                let covered = acl.rules.iter().any(|rule| {
-                    acl::any_glob(&rule.functions, &request.function)
-                        && acl::args_allowed(&rule.args, &request.kwargs)
-                        && acl::all_within(&rule.targets, groups, &resolved).unwrap_or(false)
-                });
-                if covered {
-                    Ok(())
-                } else {
-                    Err(format!("not allowed to run {} on {}", request.function, list_some(targets)))
-                }
-            }
-            Publisher::Peer(source) => {
-                let covered = self.config.peers.iter().any(|rule| {
-                    acl::any_glob(&rule.minions, source)
-                        && acl::any_glob(&rule.functions, &request.function)
-                        && acl::all_within(&rule.target, groups, &resolved).unwrap_or(false)
-                });
-                if covered {
-                    Ok(())
-                } else {
-                    Err(format!("no peer rule lets {source} run {} on {}", request.function, list_some(targets)))
-                }
-            }
-        }
+        let rules = publish::Rules { nodegroups: &self.config.nodegroups, peers: &self.config.peers };
+        let check = publish::Publish { function: &request.function, kwargs: &request.kwargs, targets: &resolved };
+        let reach = publish::authorize(publisher, &rules, &check)?;
+        let (Publisher::Peer(_), Some(caller)) = (publisher, &request.on_behalf_of) else { return Ok(reach) };
+        let on_behalf = match caller.as_str() {
+            "root" => Publisher::Root,
+            // A local call on the minion (`halite-minion call`): its own administrator.
+            "local" => return Ok(reach),
+            name => match name.strip_prefix("minion:") {
+                Some(minion) => Publisher::Peer(minion.to_owned()),
+                None => match self.principals.get(name) {
+                    Some(principal) => Publisher::Principal(Arc::new(principal.acl.clone())),
+                    None => return Err(format!("{caller}, on whose behalf this is published, is not a principal")),
+                },
+            },
+        };
+        let theirs =
+            publish::authorize(&on_behalf, &rules, &check).map_err(|why| format!("on behalf of {caller}: {why}"))?;
+        Ok(publish::both(reach, theirs))
     }
 
     /// A minion's `event.send`: checked against the `[[events]]` ACL, size and rate, then
@@ -1405,15 +1401,6 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(n) => info!(jobs = n, "purged jobs past retention"),
             Err(error) => warn!(%error, "purging old jobs failed"),
         }
-    }
-}
-
-/// Up to ten ids for a message, and how many more there are.
-fn list_some(ids: &[String]) -> String {
-    const SHOWN: usize = 10;
-    match ids.len() {
-        n if n <= SHOWN => ids.join(","),
-        n => format!("{} and {} more", ids[..SHOWN].join(","), n - SHOWN),
     }
 }
 

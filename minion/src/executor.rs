@@ -45,6 +45,7 @@ pub(crate) async fn execute(
         deadline: timeout.map(|t| tokio::time::Instant::now() + t),
         cancelled,
         caller: job.caller.clone(),
+        reach: job.reach.as_deref().map(Arc::from),
         dispatcher: Some(dispatcher.clone()),
         ..base
     };

@@ -170,6 +170,7 @@ pub async fn call_local(config: &MinionConfig, function: &str, words: &[String])
         issued_at_ms: 0,
         ttl_ms: 0,
         caller: "local".into(),
+        reach: None,
     };
     let (_keep, never) = tokio::sync::oneshot::channel();
     executor::execute(dispatcher, cx, job, never).await

@@ -62,6 +62,7 @@ mod tests {
             issued_at_ms: 1,
             ttl_ms: 0,
             caller: "root".into(),
+            reach: None,
         }
     }
 

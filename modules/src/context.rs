@@ -43,6 +43,9 @@ pub struct Context {
     pub grains: Arc<BTreeMap<String, Value>>,
     /// Who asked (the job's caller; `local` for `halite-minion call`).
     pub caller: String,
+    /// Function globs the caller may reach, from the master-signed job: every call through the
+    /// dispatcher, nested ones included, must match one. `None`: no limit beyond the policy.
+    pub reach: Option<Arc<[String]>>,
     /// The registry and policy, for functions that call functions (`plan.run`, `sys.*`).
     pub dispatcher: Option<Arc<Dispatcher>>,
     /// Where `event.send` puts events; `None` when there is no master (local calls).
@@ -61,6 +64,7 @@ impl Default for Context {
             runner: Runner,
             grains: Arc::default(),
             caller: "local".into(),
+            reach: None,
             dispatcher: None,
             events: None,
             peer: None,

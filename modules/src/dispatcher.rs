@@ -1,5 +1,6 @@
-//! Calls a function by name through the policy: the minion's executor and `plan.run` both call
-//! through here, so a plan cannot reach a function the policy forbids.
+//! Calls a function by name through the policy and the job's reach: the minion's executor and
+//! `plan.run` both call through here, so a plan cannot reach a function the policy forbids or
+//! its caller may not call directly (Salt CVE-2013-4435's class).
 
 use std::sync::Arc;
 
@@ -19,12 +20,25 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Checks the policy for `cx.caller`, then calls `function`.
+    /// Checks the policy and the reach for `cx.caller`, then calls `function`.
     pub async fn call(&self, function: &str, args: Args, cx: &Context) -> Result<Output, ModuleError> {
         let Some(f) = self.registry.get(function) else {
             return Err(ModuleError::UnknownFunction(function.to_owned()));
         };
-        self.policy.check(function, &cx.caller, self.registry.is_action(function)).map_err(ModuleError::Denied)?;
+        self.permit(function, cx)?;
         f.call(args, cx).await
+    }
+
+    /// Whether `cx.caller` may have `function` run here: this minion's policy allows it, and
+    /// the master signed it into the job's reach. Also for what runs without a function call
+    /// (a plan's shell guards count as `cmd.run`).
+    pub fn permit(&self, function: &str, cx: &Context) -> Result<(), ModuleError> {
+        self.policy.check(function, &cx.caller, self.registry.is_action(function)).map_err(ModuleError::Denied)?;
+        match &cx.reach {
+            Some(reach) if !reach.iter().any(|g| halite_protocol::glob::matches(g, function)) => {
+                Err(ModuleError::Denied(format!("{function} is beyond what {} may call on this minion", cx.caller)))
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -75,6 +75,7 @@ fn typical_job() -> Job {
         issued_at_ms: 1_795_243_659_935,
         ttl_ms: 3_600_000,
         caller: "root".into(),
+        reach: None,
     }
 }
 

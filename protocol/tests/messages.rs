@@ -41,8 +41,9 @@ fn job() -> impl Strategy<Value = Job> {
         any::<u64>(),
         any::<u64>(),
         ".{0,16}",
+        prop::option::of(prop::collection::vec(".{0,8}", 0..3)),
     )
-        .prop_map(|(jid, function, args, kwargs, timeout_ms, issued_at_ms, ttl_ms, caller)| Job {
+        .prop_map(|(jid, function, args, kwargs, timeout_ms, issued_at_ms, ttl_ms, caller, reach)| Job {
             jid,
             function,
             args,
@@ -51,6 +52,7 @@ fn job() -> impl Strategy<Value = Job> {
             issued_at_ms,
             ttl_ms,
             caller,
+            reach,
         })
 }
 
@@ -272,27 +274,30 @@ fn message() -> impl Strategy<Value = Message> {
             map(),
             any::<u64>(),
             any::<u64>(),
-            prop::option::of(prop_oneof![
-                any::<u32>().prop_map(BatchSize::Count),
-                (1u8..=100).prop_map(BatchSize::Percent)
-            ]),
-            prop::option::of(any::<u32>())
-        )
-            .prop_map(
-                |(request_id, target, function, args, kwargs, timeout_ms, ttl_ms, batch, error_budget)| {
-                    Message::Publish(PublishRequest {
-                        request_id,
-                        target,
-                        function,
-                        args,
-                        kwargs,
-                        timeout_ms,
-                        ttl_ms,
-                        batch,
-                        error_budget,
-                    })
-                }
+            (
+                prop::option::of(prop_oneof![
+                    any::<u32>().prop_map(BatchSize::Count),
+                    (1u8..=100).prop_map(BatchSize::Percent)
+                ]),
+                prop::option::of(any::<u32>()),
+                prop::option::of(".{0,8}"),
             ),
+        )
+            .prop_map(|(request_id, target, function, args, kwargs, timeout_ms, ttl_ms, rollout)| {
+                let (batch, error_budget, on_behalf_of) = rollout;
+                Message::Publish(PublishRequest {
+                    request_id,
+                    target,
+                    function,
+                    args,
+                    kwargs,
+                    timeout_ms,
+                    ttl_ms,
+                    batch,
+                    error_budget,
+                    on_behalf_of,
+                })
+            }),
         (any::<u64>(), ".{0,20}", prop::collection::vec(".{0,8}", 0..5))
             .prop_map(|(request_id, jid, minions)| Message::Published(Published { request_id, jid, minions })),
         prop::collection::vec(".{0,12}", 0..4).prop_map(|patterns| Message::Subscribe(Subscribe { patterns })),
@@ -398,6 +403,7 @@ fn a_job_signed_by_another_key_is_refused() {
         issued_at_ms: 0,
         ttl_ms: 0,
         caller: "root".into(),
+        reach: None,
     };
     let signed = SignedJob::sign(&j, &IdentityKey::from_seed(&[1; 32]));
     assert!(matches!(signed.verify(&IdentityKey::from_seed(&[2; 32]).public()), Err(JobError::Signature(_))));

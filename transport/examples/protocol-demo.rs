@@ -124,6 +124,7 @@ async fn run_master(mut router: Router, identity: LocalIdentity) -> Result<()> {
         issued_at_ms: now_ms,
         ttl_ms: 60_000,
         caller: "root".into(),
+        reach: None,
     };
     let signed = Message::Job(SignedJob::sign(&job, identity.key()));
     router.send(peer, session.seal(&message::encode(&signed), Instant::now())?)?;

@@ -271,6 +271,8 @@ impl<S: Store, N: Net> Master<S, N> {
             target: Target { kind: TargetKind::List, expr: server.clone() },
             timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
             ttl_ms: self.config.deployment_ttl_secs * 1000,
+            // The hook runs the deployment's own config; it calls no other function.
+            reach: Some(vec!["deploy.apply".into()]),
         };
         let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(internal)?;
         record.deployment.derived_config_id = derived_id;

@@ -229,6 +229,7 @@ async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<Jo
         ttl_ms: job.ttl_secs.unwrap_or(0).saturating_mul(1000),
         batch: None,
         error_budget: None,
+        on_behalf_of: None,
     };
     let published = session(&c, &h).await?.publish(request).await?;
     ok("job", json!({ "jid": published.jid, "minions": published.minions }))

@@ -68,6 +68,11 @@ impl Sim {
     }
 
     /// The store, to look behind the core.
+    /// The master's public key (what minions pin and verify jobs with).
+    pub(crate) fn master_public(&self) -> halite_protocol::identity::PublicIdentity {
+        self.identity.public()
+    }
+
     pub(crate) fn store(&self) -> &SqliteStore {
         &self.master.store
     }
@@ -194,6 +199,7 @@ impl Sim {
             ttl_ms,
             batch: None,
             error_budget: None,
+            on_behalf_of: None,
         };
         client.send(self, &Message::Publish(request)).await;
         for msg in client.recv(self) {

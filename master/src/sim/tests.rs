@@ -394,3 +394,55 @@ fn a_return_over_the_cap_ends_failed_with_the_reason_and_is_acknowledged() {
         assert!(stored.truncated && stored.outputs["error"].as_str().is_some_and(|e| e.contains("max_return_bytes")));
     });
 }
+
+/// Salt CVE-2013-4435's class: the signed job carries what its caller may reach, so the minion
+/// can refuse nested calls; a minion publishing on behalf of a caller needs that caller's rules
+/// too.
+#[test]
+fn a_job_carries_its_callers_reach_and_peer_publishes_need_the_callers_rules() {
+    rt().block_on(async {
+        let mut sim = Sim::with_config(|c| {
+            c.peers = vec![crate::acl::PeerRule {
+                minions: vec!["web1".into()],
+                target: "db*".into(),
+                functions: vec!["service.restart".into()],
+            }];
+        })
+        .await;
+        let mut web1 = sim.minion("web1").await;
+        let _db1 = sim.minion("db1").await;
+        let mut ops = sim.principal("ops", "web*", &["plan.run", "test.*"]).await;
+        let jid = sim.publish(&mut ops, "web1", "plan.run", 10_000, 0).await.expect("published");
+        let job = web1.jobs(&sim).pop().expect("job").verify(&sim.master_public()).expect("signed");
+        assert_eq!(job.jid, jid);
+        assert_eq!(job.reach, Some(vec!["plan.run".to_owned(), "test.*".to_owned()]));
+
+        let request = |on_behalf_of: Option<&str>| {
+            Message::Publish(halite_protocol::message::PublishRequest {
+                request_id: 1,
+                target: Target { kind: TargetKind::Glob, expr: "db1".into() },
+                function: "service.restart".into(),
+                args: Vec::new(),
+                kwargs: Default::default(),
+                timeout_ms: 1000,
+                ttl_ms: 0,
+                batch: None,
+                error_budget: None,
+                on_behalf_of: on_behalf_of.map(str::to_owned),
+            })
+        };
+        web1.recv(&sim);
+        web1.send(&mut sim, &request(Some("ops"))).await;
+        let refused = web1.recv(&sim);
+        assert!(
+            refused.iter().any(|m| matches!(m, Message::Error(e) if e.kind == ErrorKind::Forbidden
+                && e.message.contains("on behalf of ops"))),
+            "{refused:?}"
+        );
+        web1.send(&mut sim, &request(Some("nobody"))).await;
+        assert!(web1.recv(&sim).iter().any(|m| matches!(m, Message::Error(e) if e.kind == ErrorKind::Forbidden)));
+        web1.send(&mut sim, &request(Some("root"))).await;
+        let published = web1.recv(&sim);
+        assert!(published.iter().any(|m| matches!(m, Message::Published(_))), "{published:?}");
+    });
+}

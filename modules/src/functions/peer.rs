@@ -72,6 +72,8 @@ impl Typed for Publish {
             ttl_ms: 0,
             batch: None,
             error_budget: None,
+            // The master allows it only if this job's caller may run it too.
+            on_behalf_of: Some(cx.caller.clone()),
         };
         let (reply, answer) = oneshot::channel();
         peer.send(PeerRequest { request, reply })

@@ -67,7 +67,7 @@ impl Typed for Run {
     const DOC: &'static str = "Runs steps in order in one job. A step runs when its `require` steps succeeded, one of \
          its `onchanges` steps changed something, its `onlyif` command succeeds and its `unless` command fails; \
          otherwise it is skipped, and so are its dependents when it fails. `tags` selects a subset; \
-         `test=true` applies to every step. Every step goes through the minion's policy. The result lists \
+         `test=true` applies to every step. Every step, guard and stored plan goes through the minion's policy and stays within what the job's caller may call (the reach the master signs into the job). The result lists \
          each step's outcome; the job fails if any step failed.";
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = RunArgs;
@@ -175,8 +175,7 @@ async fn guard(cx: &Context, step: &Step) -> Result<Option<String>, ModuleError>
         let Some(command) = command else { continue };
         if let Some(dispatcher) = &cx.dispatcher {
             dispatcher
-                .policy
-                .check("cmd.run", &cx.caller, false)
+                .permit("cmd.run", cx)
                 .map_err(|e| ModuleError::Denied(format!("step {} {word}: {e}", step.id)))?;
         }
         let done = cx.runner.run(&Command::new(&["/bin/sh", "-c", command.as_str()])).await?;
@@ -198,13 +197,24 @@ mod tests {
     }
 
     fn run_in(args: Value, policy: Policy, test: bool, plans_dir: std::path::PathBuf) -> Result<Output, ModuleError> {
+        run_as(args, policy, test, plans_dir, None)
+    }
+
+    fn run_as(
+        args: Value,
+        policy: Policy,
+        test: bool,
+        plans_dir: std::path::PathBuf,
+        reach: Option<&[&str]>,
+    ) -> Result<Output, ModuleError> {
         let dispatcher = Arc::new(Dispatcher {
             registry: Arc::new(Registry::standard()),
             policy,
             plans_dir,
             deploy: Default::default(),
         });
-        let cx = Context { test, dispatcher: Some(dispatcher), ..Context::default() };
+        let reach = reach.map(|r| r.iter().map(|g| (*g).to_owned()).collect());
+        let cx = Context { test, dispatcher: Some(dispatcher), caller: "ops".into(), reach, ..Context::default() };
         let Value::Object(map) = args else { panic!("object expected") };
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -298,5 +308,44 @@ mod tests {
         assert!(err.contains("funtion"), "{err}");
         let err = run_in(json!({"name": "../etc/passwd"}), Policy::default(), false, dir).unwrap_err().to_string();
         assert!(err.contains("not a plan name"), "{err}");
+    }
+
+    /// Salt CVE-2013-4435's class: a caller allowed only `plan.run` (and what else the master
+    /// signed into the job's reach) reaches nothing more through steps, guards or stored plans,
+    /// even where this minion's policy allows everything.
+    #[test]
+    fn steps_guards_and_stored_plans_stay_within_the_callers_reach() {
+        let dir = std::env::temp_dir().join(format!("halite-plan-reach-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let reach: &[&str] = &["plan.run", "test.*"];
+        let steps = json!([
+            {"id": "ping", "function": "test.ping"},
+            {"id": "shell", "function": "deploy.apply", "kwargs": {"deployments": []}},
+            {"id": "grains", "function": "grains.items"}
+        ]);
+        let out = run_as(json!({"steps": steps}), Policy::allow_all(), false, dir.clone(), Some(reach)).unwrap();
+        assert_eq!(out.retcode, 1);
+        let steps = out.value["steps"].as_array().unwrap();
+        assert_eq!(steps[0]["result"], "succeeded");
+        for denied in &steps[1..] {
+            let error = denied["error"].as_str().unwrap();
+            assert!(error.contains("beyond what ops may call"), "{error}");
+        }
+        let guard = run_as(
+            json!({"steps": [{"id": "g", "function": "test.ping", "unless": "touch /tmp/never"}]}),
+            Policy::allow_all(),
+            false,
+            dir.clone(),
+            Some(reach),
+        );
+        assert!(matches!(&guard, Err(ModuleError::Denied(e)) if e.contains("cmd.run")), "{guard:?}");
+        std::fs::write(dir.join("stored.toml"), "[[steps]]\nid = \"c\"\nfunction = \"cmd.run\"\nargs = [\"true\"]\n")
+            .unwrap();
+        let stored = run_as(json!({"name": "stored"}), Policy::allow_all(), false, dir.clone(), Some(reach)).unwrap();
+        assert!(stored.value["steps"][0]["error"].as_str().unwrap().contains("beyond what ops may call"));
+        // Without a reach (root's jobs) the policy alone decides.
+        let root = run_as(json!({"name": "stored"}), Policy::allow_all(), false, dir, None).unwrap();
+        assert_eq!(root.value["steps"][0]["result"], "succeeded");
     }
 }

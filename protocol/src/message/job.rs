@@ -37,6 +37,11 @@ pub struct Job {
     pub ttl_ms: u64,
     /// The principal on whose behalf the job runs (for the minion's per-caller policy).
     pub caller: String,
+    /// Function globs the caller may reach on this job's targets, directly or through
+    /// functions that call functions (`plan.run` steps and guards, stored plans): the minion
+    /// refuses any nested call outside them. `None` for a caller without limits (root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<Vec<String>>,
 }
 
 /// A job with the master's signature over its encoded bytes.

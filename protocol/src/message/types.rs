@@ -262,6 +262,11 @@ pub struct PublishRequest {
     /// Stop dispatching after this many failures; `None` never stops.
     #[serde(default)]
     pub error_budget: Option<u32>,
+    /// Set by a minion's `peer.publish`: the caller of the job that is publishing. The master
+    /// then requires the caller's own rules to allow the new job too, so nobody reaches
+    /// through a minion what they may not call themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<String>,
 }
 
 /// The answer to a publish request.

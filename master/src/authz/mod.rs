@@ -14,7 +14,8 @@
 //! - it may subscribe only to patterns its `events` globs cover (refused otherwise, so a
 //!   client never waits on events it will never get).
 //!
-//! Publishing is checked in `server.rs` (`Master::authorize`), where targets are resolved.
+//! Publishing, and what a job may reach through functions that call functions, is in
+//! [`publish`].
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,8 @@ use crate::net::Net;
 use crate::server::Master;
 use crate::store::Store;
 use crate::target::Expr;
+
+pub(crate) mod publish;
 
 /// The function that carries deployments (its arguments hold their input values).
 const DEPLOY_FUNCTION: &str = "deploy.apply";
