@@ -186,14 +186,28 @@ impl Client {
         self.next_request += 1;
         self.send(&Message::Request(Request { request_id, body })).await?;
         let id = request_id.to_string();
-        self.answer(|msg| match msg {
-            Message::Response(r) if r.request_id == request_id => Some(Ok(r.body.clone())),
-            Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
-                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+        // A listing too large for one message comes in parts, joined here in order.
+        let mut answer: Option<ResponseBody> = None;
+        loop {
+            let (part, more) = self
+                .answer(|msg| match msg {
+                    Message::Response(r) if r.request_id == request_id => Some(Ok((r.body.clone(), r.more))),
+                    Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
+                        Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
+                    }
+                    _ => None,
+                })
+                .await??;
+            match &mut answer {
+                None => answer = Some(part),
+                Some(so_far) => so_far
+                    .append(part)
+                    .map_err(|_| ClientError::Protocol("an answer's parts are of different kinds".into()))?,
             }
-            _ => None,
-        })
-        .await?
+            if !more {
+                return answer.ok_or_else(|| ClientError::Protocol("empty answer".into()));
+            }
+        }
     }
 
     /// Publishes a job; the master answers with its jid and the minions expected to answer.

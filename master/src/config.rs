@@ -53,7 +53,8 @@ pub struct MasterConfig {
     /// the ones stored before are kept (grains of every minion stay in memory).
     pub max_grains_bytes: usize,
     /// Largest job return kept, in encoded bytes; a larger one is stored as failed with a note
-    /// instead of its outputs. The default is the transport's message cap (16 MiB).
+    /// instead of its outputs. The default (15.5 MiB) is what still fits, wrapped, in one
+    /// message to a client.
     pub max_return_bytes: usize,
     /// Bytes of received messages the master buffers before it stops reading from peers (all
     /// connections together): with the decoder's value count and the caps above, what bounds
@@ -95,7 +96,7 @@ impl Default for MasterConfig {
             pending_keys_per_sec: 10.0,
             pending_keys_burst: 100.0,
             max_grains_bytes: 64 * 1024,
-            max_return_bytes: 16 * 1024 * 1024,
+            max_return_bytes: crate::limits::DEFAULT_MAX_RETURN,
             max_receive_buffer_bytes: 256 * 1024 * 1024,
             max_peer_queue_bytes: 32 * 1024 * 1024,
             deployment_ttl_secs: 24 * 3600,

@@ -5,6 +5,17 @@
 
 use std::io;
 
+/// Largest application message a peer accepts (the session's default cap).
+pub(crate) const MESSAGE_CAP: usize = halite_protocol::noise::MAX_MESSAGE_SIZE;
+
+/// What one outgoing message may carry: the cap, less room for the envelope around a part of
+/// an answer or a batch of updates.
+pub(crate) const MESSAGE_BUDGET: usize = MESSAGE_CAP - 256 * 1024;
+
+/// Default `max_return_bytes`: small enough that any stored return, wrapped in an answer or an
+/// update, still fits in one message.
+pub(crate) const DEFAULT_MAX_RETURN: usize = MESSAGE_CAP - 512 * 1024;
+
 use halite_protocol::message::JobReturn;
 use serde::Serialize;
 use serde_json::json;

@@ -532,6 +532,19 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Answers a request; over a connection, a listing too large for one message goes in
+    /// parts (`more`), each within the message cap, so no answer ever drops its client.
+    fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
+        let parts = match self.conns.get(&peer) {
+            Some(Conn::Local { .. }) => vec![body],
+            _ => body.into_parts(limits::MESSAGE_BUDGET),
+        };
+        let last = parts.len().saturating_sub(1);
+        for (index, body) in parts.into_iter().enumerate() {
+            self.send(peer, &Message::Response(message::Response { request_id, body, more: index < last }));
+        }
+    }
+
     pub(crate) fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
         self.send(peer, &Message::Error(ErrorMessage { kind, message, request }));
     }
@@ -996,9 +1009,10 @@ impl<S: Store, N: Net> Master<S, N> {
     /// partial result complete.
     fn send_watcher_batches(&mut self) {
         for (peer, batch) in std::mem::take(&mut self.watcher_out) {
-            if !batch.updates.is_empty() {
-                let updates = message::JobUpdates { updates: batch.updates };
-                let message = Message::JobUpdates(updates);
+            // Several messages when the returns are large: each within the message cap.
+            let mut gone = false;
+            for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
+                let message = Message::JobUpdates(message::JobUpdates { updates });
                 match self.try_send(peer, &message) {
                     Ok(()) => {}
                     Err(SendError::Full) => {
@@ -1009,8 +1023,11 @@ impl<S: Store, N: Net> Master<S, N> {
                         }
                     }
                     // Gone: nothing to report to anyone.
-                    Err(_) => continue,
+                    Err(_) => gone = true,
                 }
+            }
+            if gone {
+                continue;
             }
             for jid in batch.done {
                 let missed = self.watch_missed.remove(&(peer, jid.clone())).unwrap_or(0);
@@ -1063,7 +1080,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.flush().await;
                 let id = request.request_id;
                 match self.handle_request(request.body, principal, acl.as_deref()).await {
-                    Ok(body) => self.send(peer, &Message::Response(message::Response { request_id: id, body })),
+                    Ok(body) => self.respond(peer, id, body),
                     Err((kind, error)) => self.send_error(peer, kind, error, Some(id.to_string())),
                 }
             }
@@ -1083,6 +1100,12 @@ impl<S: Store, N: Net> Master<S, N> {
         if request.batch.is_some() || request.error_budget.is_some() {
             let message = "batch and error_budget are not supported by this master version".to_owned();
             self.send_error(peer, ErrorKind::BadRequest, message, request_id);
+            return Ok(());
+        }
+        if message::encoded_len(&request.args) + message::encoded_len(&request.kwargs) > limits::MESSAGE_BUDGET {
+            let why =
+                format!("the arguments take more than {} bytes; pass large data as files", limits::MESSAGE_BUDGET);
+            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return Ok(());
         }
         if !publish::valid_function(&request.function) {

@@ -304,7 +304,8 @@ fn message() -> impl Strategy<Value = Message> {
         (error_kind(), ".{0,30}", prop::option::of(".{0,10}"))
             .prop_map(|(kind, message, request)| Message::Error(ErrorMessage { kind, message, request })),
         (any::<u64>(), request_body()).prop_map(|(request_id, body)| Message::Request(Request { request_id, body })),
-        (any::<u64>(), response_body()).prop_map(|(request_id, body)| Message::Response(Response { request_id, body })),
+        (any::<u64>(), response_body(), any::<bool>())
+            .prop_map(|(request_id, body, more)| Message::Response(Response { request_id, body, more })),
         (".{0,20}", ".{0,10}", job_state(), prop::option::of((any::<bool>(), value()))).prop_map(
             |(jid, minion, state, ret)| Message::JobUpdate(JobUpdate {
                 jid: jid.clone(),

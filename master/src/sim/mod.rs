@@ -215,14 +215,24 @@ impl Sim {
     /// Sends a request as `client` and returns its answer.
     pub(crate) async fn request(&mut self, client: &mut SimPeer, body: RequestBody) -> Result<ResponseBody, String> {
         client.send(self, &Message::Request(Request { request_id: 99, body })).await;
+        let mut answer: Option<ResponseBody> = None;
         for msg in client.recv(self) {
             match msg {
-                Message::Response(r) if r.request_id == 99 => return Ok(r.body),
+                // An answer in parts is joined, as the SDK does.
+                Message::Response(r) if r.request_id == 99 => {
+                    match &mut answer {
+                        None => answer = Some(r.body),
+                        Some(so_far) => so_far.append(r.body).map_err(|_| "parts of different kinds".to_owned())?,
+                    }
+                    if !r.more {
+                        return answer.ok_or_else(|| "no answer".into());
+                    }
+                }
                 Message::Error(e) if e.request.as_deref() == Some("99") => return Err(e.message),
                 _ => {}
             }
         }
-        Err("no answer".into())
+        Err("no answer, or an unfinished one".into())
     }
 }
 

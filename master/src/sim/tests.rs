@@ -446,3 +446,34 @@ fn a_job_carries_its_callers_reach_and_peer_publishes_need_the_callers_rules() {
         assert!(published.iter().any(|m| matches!(m, Message::Published(_))), "{published:?}");
     });
 }
+
+/// Two 9 MiB returns together exceed the 16 MiB message cap: the watcher's updates and the
+/// `jobs show` answer come in several messages (each within the cap) instead of dropping it.
+#[test]
+fn results_larger_than_one_message_reach_the_client_in_parts() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut web2 = sim.minion("web2").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 10_000, 0).await.expect("published");
+        root.recv(&sim);
+        let big = "x".repeat(9 << 20);
+        for minion in [&mut web1, &mut web2] {
+            let mut ret = ret(&jid);
+            ret.outputs = serde_json::json!({ "stdout": big });
+            minion.send(&mut sim, &Message::JobReturn(ret)).await;
+        }
+        let updates = root.recv(&sim);
+        let returned = updates
+            .iter()
+            .filter(
+                |m| matches!(m, Message::JobUpdate(u) if u.ret.as_ref().is_some_and(|r| r.outputs["stdout"] == big)),
+            )
+            .count();
+        assert_eq!(returned, 2, "both returns reached the watcher");
+        let Ok(ResponseBody::Job(detail)) = show(&mut sim, &mut root, &jid).await else { panic!("no job") };
+        assert_eq!(detail.minions.len(), 2);
+        assert!(detail.minions.iter().all(|m| m.ret.as_ref().is_some_and(|r| r.outputs["stdout"] == big)));
+    });
+}

@@ -149,8 +149,13 @@ pub enum RequestBody {
 pub struct Response {
     /// The request answered.
     pub request_id: u64,
-    /// The answer.
+    /// The answer, or one part of it (see `more`).
     pub body: ResponseBody,
+    /// More parts of this answer follow: a listing too large for one message is sent in
+    /// parts, each a valid body of the same kind, to be joined in order
+    /// ([`ResponseBody::append`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
 }
 
 /// A client principal as listed.

@@ -65,6 +65,23 @@ pub(crate) fn to_vec<T: Serialize>(value: &T) -> Vec<u8> {
     out
 }
 
+/// The length of a value's encoding, counted without building it.
+pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = value.serialize(&mut rmp_serde::Serializer::new(&mut count).with_struct_map());
+    count.0
+}
+
 pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     scan(bytes)?;
     // Reading through `&[u8]` advances the slice, which leaves the trailing bytes to check.

@@ -10,13 +10,15 @@ mod cli_args;
 mod codec;
 mod deploy;
 mod job;
+mod parts;
 mod types;
 
 pub use admin::*;
 pub use cli_args::parse_cli_args;
-pub use codec::{decode, encode, CodecError, MAX_DEPTH, MAX_VALUES};
+pub use codec::{decode, encode, encoded_len, CodecError, MAX_DEPTH, MAX_VALUES};
 pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
+pub use parts::{split_by_size, MismatchedPart};
 pub use types::*;
 
 /// Version of the message layer. A reader refuses envelopes with a different major version.

@@ -119,6 +119,9 @@ pub enum MasterPin {
     TrustOnFirstUse,
 }
 
+/// Default largest application message, in bytes ([`SessionConfig::max_message_size`]).
+pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
 /// Session tunables (`docs/protocol.md` §7 lists the defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionConfig {
@@ -136,7 +139,7 @@ pub struct SessionConfig {
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
-            max_message_size: 16 * 1024 * 1024,
+            max_message_size: MAX_MESSAGE_SIZE,
             rekey_after_messages: 1 << 20,
             rekey_after: Duration::from_secs(3600),
             max_age: Some(Duration::from_secs(24 * 3600)),
