@@ -4,12 +4,11 @@
 use std::future::Future;
 
 use halite_protocol::message::{NewDeployment, SoftwareConfig, SoftwareDeployment, Value};
-use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 
 /// A deployment with what the master needs to carry it out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeploymentRecord {
     /// What engines see.
     pub deployment: SoftwareDeployment,

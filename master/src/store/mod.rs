@@ -2,7 +2,10 @@
 //! and per-minion job states with their returns. [`SqliteStore`] is the embedded default; the
 //! trait is shaped so a PostgreSQL implementation can follow (no SQLite-isms in it).
 
+mod conformance;
 mod deploy;
+mod deploy_records;
+mod records;
 mod sqlite;
 mod sqlite_deploy;
 

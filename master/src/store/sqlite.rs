@@ -4,14 +4,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
 
-use halite_protocol::message::{
-    JobDetail, JobSummary, KeyState, MinionJob, MinionJobState, SignedJob, Target, TargetKind,
-};
+use halite_protocol::message::{JobDetail, JobSummary, MinionJob, MinionJobState, SignedJob, Target};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::Row;
 
+use super::records::{
+    acl_from_json, acl_json, job_state, job_state_name, json, key_state, key_state_name, return_from_json, return_json,
+    target_kind, target_kind_name, to_json,
+};
 use super::{
     JobListing, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError, UnfinishedJob,
 };
@@ -44,8 +46,8 @@ fn bind_states<'q>(
         query = query
             .bind(&change.jid)
             .bind(&change.minion)
-            .bind(change.state.as_str())
-            .bind(change.ret.as_ref().map(to_json))
+            .bind(job_state_name(change.state))
+            .bind(change.ret.as_ref().map(return_json))
             .bind(db_int(change.at_ms));
     }
     query
@@ -188,35 +190,8 @@ fn key_from_row(row: &SqliteRow) -> Result<KeyRecord, StoreError> {
     Ok(KeyRecord {
         id: row.try_get("id")?,
         public_key: public_key.try_into().map_err(|_| corrupt("public key is not 32 bytes"))?,
-        state: KeyState::parse(&state).ok_or_else(|| corrupt(format!("key state {state:?}")))?,
+        state: key_state(&state)?,
     })
-}
-
-fn job_state(text: &str) -> Result<MinionJobState, StoreError> {
-    MinionJobState::parse(text).ok_or_else(|| corrupt(format!("job state {text:?}")))
-}
-
-fn target_kind_name(kind: TargetKind) -> &'static str {
-    match kind {
-        TargetKind::Glob => "glob",
-        TargetKind::List => "list",
-        TargetKind::Regex => "regex",
-        TargetKind::Grain => "grain",
-        TargetKind::Compound => "compound",
-        TargetKind::Nodegroup => "nodegroup",
-    }
-}
-
-fn target_kind(name: &str) -> Result<TargetKind, StoreError> {
-    serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(corrupt)
-}
-
-pub(super) fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(corrupt)
-}
-
-pub(super) fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 
 fn ms(value: i64) -> u64 {
@@ -293,7 +268,7 @@ impl Store for SqliteStore {
         )
         .bind(&key.id)
         .bind(&key.public_key[..])
-        .bind(key.state.as_str())
+        .bind(key_state_name(key.state))
         .bind(db_int(now_ms))
         .execute(&self.pool)
         .await?;
@@ -449,7 +424,7 @@ impl Store for SqliteStore {
             .bind(&job.signed.signature)
             .bind(&job.jid);
         for (minion, state) in first {
-            query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
+            query = query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
         }
         let mut result = query.execute(&self.pool).await.map(drop);
         if more && result.is_ok() {
@@ -457,7 +432,8 @@ impl Store for SqliteStore {
                 let sql = minion_rows_sql(chunk.len());
                 let mut query = sqlx::query(&sql);
                 for (minion, state) in chunk {
-                    query = query.bind(&job.jid).bind(minion).bind(state.as_str()).bind(db_int(job.created_at_ms));
+                    query =
+                        query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
                 }
                 result = query.execute(&self.pool).await.map(drop);
                 if result.is_err() {
@@ -510,7 +486,7 @@ impl Store for SqliteStore {
         // After the states: a late return in the same batch as its slot's end lands beside it.
         for change in late {
             sqlx::query(LATE_RETURN_SQL)
-                .bind(change.ret.as_ref().map(to_json))
+                .bind(change.ret.as_ref().map(return_json))
                 .bind(db_int(change.at_ms))
                 .bind(&change.jid)
                 .bind(&change.minion)
@@ -589,7 +565,7 @@ impl Store for SqliteStore {
             minions.push(MinionJob {
                 minion: row.try_get("minion")?,
                 state: job_state(&row.try_get::<String, _>("state")?)?,
-                ret: ret.as_deref().map(json).transpose()?,
+                ret: ret.as_deref().map(return_from_json).transpose()?,
                 late: row.try_get::<i64, _>("late")? != 0,
             });
         }
@@ -628,7 +604,7 @@ impl Store for SqliteStore {
                 Ok(PrincipalRecord {
                     name: row.try_get("name")?,
                     public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
-                    acl: json(&row.try_get::<String, _>("acl")?)?,
+                    acl: acl_from_json(&row.try_get::<String, _>("acl")?)?,
                 })
             })
             .collect()
@@ -638,7 +614,7 @@ impl Store for SqliteStore {
         sqlx::query("INSERT OR REPLACE INTO principals (name, public_key, acl, updated_at) VALUES (?, ?, ?, ?)")
             .bind(&principal.name)
             .bind(&principal.public_key[..])
-            .bind(to_json(&principal.acl))
+            .bind(acl_json(&principal.acl))
             .bind(db_int(now_ms))
             .execute(&self.pool)
             .await?;
@@ -709,168 +685,26 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halite_protocol::message::{JobReturn, Outcome};
-    use serde_json::json;
+    use crate::store::conformance::{conformance_suite, job};
 
-    fn job(jid: &str, created_at_ms: u64) -> JobRecord {
-        JobRecord {
-            jid: jid.into(),
-            function: "test.ping".into(),
-            target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
-            args: vec![json!(1)],
-            kwargs: BTreeMap::from([("name".into(), json!("nginx"))]),
-            caller: "root".into(),
-            created_at_ms,
-            timeout_ms: 1000,
-            ttl_ms: 0,
-            signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64] },
+    conformance_suite!(async { SqliteStore::in_memory().await.expect("in-memory store") });
+
+    /// The same cases on a database file, as the daemon uses it (WAL, one connection).
+    mod on_a_file {
+        use super::*;
+
+        async fn fresh() -> SqliteStore {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = scratch(&format!("conformance-{n}"));
+            SqliteStore::open(&dir.join("master.db")).await.expect("file store")
         }
+
+        conformance_suite!(fresh());
     }
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
-    }
-
-    #[test]
-    fn keys_and_tokens() {
-        rt().block_on(async {
-            let store = SqliteStore::in_memory().await.unwrap();
-            let key = KeyRecord { id: "web1".into(), public_key: [1; 32], state: KeyState::Pending };
-            store.put_key(&key, 1).await.unwrap();
-            store.put_key(&KeyRecord { state: KeyState::Accepted, ..key.clone() }, 2).await.unwrap();
-            store
-                .put_key(&KeyRecord { id: "web1".into(), public_key: [2; 32], state: KeyState::Denied }, 3)
-                .await
-                .unwrap();
-            let keys = store.keys_for("web1").await.unwrap();
-            assert_eq!(keys.len(), 2);
-            assert!(keys.contains(&KeyRecord { state: KeyState::Accepted, ..key.clone() }));
-            store.delete_key("web1", &[2; 32]).await.unwrap();
-            assert_eq!(store.keys().await.unwrap().len(), 1);
-
-            store.create_token(&[7; 32], "web2", 100).await.unwrap();
-            assert!(!store.enroll_with_token(&[7; 32], "web3", &[1; 32], 50).await.unwrap(), "bound to another minion");
-            assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 100).await.unwrap(), "expired");
-            assert!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap());
-            assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(), "burns once");
-        });
-    }
-
-    #[test]
-    fn minions_round_trip() {
-        rt().block_on(async {
-            let store = SqliteStore::in_memory().await.unwrap();
-            let minion = MinionRecord {
-                id: "web1".into(),
-                grains: BTreeMap::from([("os".into(), json!("Debian"))]),
-                functions: vec!["test.ping".into()],
-                last_seen_ms: 5,
-            };
-            store.put_minions(std::slice::from_ref(&minion)).await.unwrap();
-            assert_eq!(store.minions().await.unwrap(), vec![minion]);
-            store.delete_minion("web1").await.unwrap();
-            assert!(store.minions().await.unwrap().is_empty());
-        });
-    }
-
-    #[test]
-    fn big_jobs_batched_states_and_a_failed_insert_leave_a_consistent_store() {
-        rt().block_on(async {
-            let store = SqliteStore::in_memory().await.unwrap();
-            let states: Vec<(String, MinionJobState)> =
-                (0..450).map(|i| (format!("m{i:03}"), MinionJobState::Sent)).collect();
-            store.insert_job(&job("big", 1), &states).await.unwrap();
-            let changes: Vec<StateChange> = (0..450)
-                .flat_map(|i| {
-                    let minion = format!("m{i:03}");
-                    [MinionJobState::Running, MinionJobState::Returned].map(|state| StateChange {
-                        jid: "big".into(),
-                        minion: minion.clone(),
-                        state,
-                        ret: None,
-                        at_ms: 2,
-                        late: false,
-                    })
-                })
-                .collect();
-            store.set_states(&changes).await.unwrap();
-            let detail = store.job("big").await.unwrap().unwrap();
-            assert_eq!(detail.minions.len(), 450);
-            assert!(detail.minions.iter().all(|m| m.state == MinionJobState::Returned));
-            // A duplicate jid fails as a whole and leaves no transaction open behind it.
-            assert!(store.insert_job(&job("big", 3), &states[..2]).await.is_err());
-            store.insert_job(&job("next", 4), &states[..2]).await.unwrap();
-            assert_eq!(store.job("next").await.unwrap().unwrap().minions.len(), 2);
-            assert_eq!(store.job("big").await.unwrap().unwrap().minions.len(), 450);
-        });
-    }
-
-    #[test]
-    fn jobs_states_returns_and_retention() {
-        rt().block_on(async {
-            let store = SqliteStore::in_memory().await.unwrap();
-            let states = vec![("web1".to_owned(), MinionJobState::Sent), ("web2".to_owned(), MinionJobState::Offline)];
-            store.insert_job(&job("1", 10), &states).await.unwrap();
-            store.insert_job(&job("2", 20), &[("web1".to_owned(), MinionJobState::Waiting)]).await.unwrap();
-            let unfinished = store.unfinished_jobs().await.unwrap();
-            assert_eq!(unfinished.len(), 2);
-            assert_eq!(unfinished[0].0, job("1", 10));
-
-            let ret = JobReturn {
-                jid: "1".into(),
-                minion: "web1".into(),
-                success: true,
-                retcode: 0,
-                outputs: json!(true),
-                truncated: false,
-                duration_ms: 3,
-                outcome: Outcome::Completed,
-            };
-            let change = StateChange {
-                jid: "1".into(),
-                minion: "web1".into(),
-                state: MinionJobState::Returned,
-                ret: Some(ret.clone()),
-                at_ms: 11,
-                late: false,
-            };
-            store.set_states(&[change]).await.unwrap();
-            let detail = store.job("1").await.unwrap().unwrap();
-            assert_eq!(detail.minions[0].state, MinionJobState::Returned);
-            assert_eq!(detail.minions[0].ret.as_ref(), Some(&ret));
-            assert_eq!(detail.minions[1].state, MinionJobState::Offline);
-            assert_eq!(detail.summary.states[&MinionJobState::Returned], 1);
-            assert_eq!(store.unfinished_jobs().await.unwrap().len(), 1);
-
-            let listed: Vec<JobSummary> =
-                store.jobs(None, 10, false).await.unwrap().into_iter().map(|l| l.summary).collect();
-            assert_eq!(listed.iter().map(|j| j.jid.as_str()).collect::<Vec<_>>(), ["2", "1"]);
-            assert_eq!(store.purge_jobs(15).await.unwrap(), 1);
-            assert!(store.job("1").await.unwrap().is_none());
-            assert!(store.job("2").await.unwrap().is_some());
-        });
-    }
-
-    #[test]
-    fn principals_round_trip() {
-        rt().block_on(async {
-            use halite_protocol::message::{PrincipalAcl, PrincipalRule};
-            let store = SqliteStore::in_memory().await.unwrap();
-            let acl = PrincipalAcl {
-                rules: vec![PrincipalRule {
-                    targets: "web*".into(),
-                    functions: vec!["test.*".into()],
-                    args: BTreeMap::new(),
-                }],
-                events: vec!["halite/job/*".into()],
-                admin: false,
-            };
-            let p = PrincipalRecord { name: "heat".into(), public_key: [3; 32], acl };
-            store.put_principal(&p, 1).await.unwrap();
-            assert_eq!(store.principals().await.unwrap(), vec![p]);
-            assert!(store.delete_principal("heat").await.unwrap());
-            assert!(!store.delete_principal("heat").await.unwrap());
-        });
     }
 
     #[test]

@@ -4,13 +4,14 @@ use halite_protocol::message::{status, SoftwareConfig};
 use sqlx::Row;
 
 use super::deploy::{DeployStore, DeploymentRecord};
-use super::sqlite::{db_int, json, to_json};
+use super::deploy_records::{config_from_json, config_json, record_from_json, record_json};
+use super::sqlite::db_int;
 use super::{SqliteStore, StoreError};
 impl DeployStore for SqliteStore {
     async fn put_config(&self, config: &SoftwareConfig, now_ms: u64) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO software_configs (id, body, created_at) VALUES (?, ?, ?)")
             .bind(&config.id)
-            .bind(to_json(config))
+            .bind(config_json(config))
             .bind(db_int(now_ms))
             .execute(self.pool())
             .await?;
@@ -20,7 +21,7 @@ impl DeployStore for SqliteStore {
     async fn config(&self, id: &str) -> Result<Option<SoftwareConfig>, StoreError> {
         let row =
             sqlx::query("SELECT body FROM software_configs WHERE id = ?").bind(id).fetch_optional(self.pool()).await?;
-        row.map(|r| json(&r.try_get::<String, _>("body")?)).transpose()
+        row.map(|r| config_from_json(&r.try_get::<String, _>("body")?)).transpose()
     }
 
     async fn configs(&self, limit: u32) -> Result<Vec<SoftwareConfig>, StoreError> {
@@ -28,7 +29,7 @@ impl DeployStore for SqliteStore {
             .bind(i64::from(limit))
             .fetch_all(self.pool())
             .await?;
-        rows.iter().map(|r| json(&r.try_get::<String, _>("body")?)).collect()
+        rows.iter().map(|r| config_from_json(&r.try_get::<String, _>("body")?)).collect()
     }
 
     async fn delete_config(&self, id: &str) -> Result<bool, StoreError> {
@@ -47,7 +48,7 @@ impl DeployStore for SqliteStore {
         .bind(&record.deployment.server_id)
         .bind(&record.deployment.status)
         .bind(record.relay_pending)
-        .bind(to_json(record))
+        .bind(record_json(record))
         .bind(db_int(now_ms))
         .bind(db_int(now_ms))
         .execute(self.pool())
@@ -57,7 +58,7 @@ impl DeployStore for SqliteStore {
 
     async fn deployment(&self, id: &str) -> Result<Option<DeploymentRecord>, StoreError> {
         let row = sqlx::query("SELECT body FROM deployments WHERE id = ?").bind(id).fetch_optional(self.pool()).await?;
-        row.map(|r| json(&r.try_get::<String, _>("body")?)).transpose()
+        row.map(|r| record_from_json(&r.try_get::<String, _>("body")?)).transpose()
     }
 
     async fn deployments(&self, server_id: Option<&str>) -> Result<Vec<DeploymentRecord>, StoreError> {
@@ -72,7 +73,7 @@ impl DeployStore for SqliteStore {
                 sqlx::query("SELECT body FROM deployments ORDER BY created_at DESC, id").fetch_all(self.pool()).await?
             }
         };
-        rows.iter().map(|r| json(&r.try_get::<String, _>("body")?)).collect()
+        rows.iter().map(|r| record_from_json(&r.try_get::<String, _>("body")?)).collect()
     }
 
     async fn open_deployments(&self) -> Result<Vec<DeploymentRecord>, StoreError> {
@@ -80,7 +81,7 @@ impl DeployStore for SqliteStore {
             .bind(status::IN_PROGRESS)
             .fetch_all(self.pool())
             .await?;
-        rows.iter().map(|r| json(&r.try_get::<String, _>("body")?)).collect()
+        rows.iter().map(|r| record_from_json(&r.try_get::<String, _>("body")?)).collect()
     }
 
     async fn delete_deployment(&self, id: &str) -> Result<bool, StoreError> {

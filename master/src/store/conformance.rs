@@ -1,0 +1,357 @@
+//! The behaviour every [`Store`] implementation must have, as generic cases any backend runs
+//! (`conformance_suite!` makes one test per case): every trait method, its edge cases, and
+//! concurrent use. SQLite runs it in memory and on a file; another backend adds one line.
+
+#![cfg(test)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use halite_protocol::message::{
+    status, JobReturn, KeyState, MinionJobState, NewDeployment, Outcome, PrincipalAcl, PrincipalRule, SignedJob,
+    SoftwareConfig, SoftwareDeployment, Target, TargetKind,
+};
+use serde_json::json;
+
+use super::{DeploymentRecord, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store};
+
+/// Runs one case on a fresh store, on a runtime with worker threads (for the concurrency case).
+pub(crate) fn run<S, Open, Case, Done>(open: Open, case: Case)
+where
+    Open: Future<Output = S>,
+    Case: FnOnce(S) -> Done,
+    Done: Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    runtime.block_on(async { case(open.await).await });
+}
+
+/// One `#[test]` per case, for the backend that `$open` (an expression giving a future of a
+/// fresh store) opens.
+macro_rules! conformance_suite {
+    ($open:expr) => {
+        $crate::store::conformance::conformance_suite!(@cases $open;
+            keys_and_tokens, minions, big_jobs_and_failed_inserts, states_returns_listing_and_retention,
+            later_changes_win_and_returns_stay, principals, jids_and_wall_marks_only_grow,
+            configs_deployments_and_api_tokens, concurrent_writers);
+    };
+    (@cases $open:expr; $($case:ident),*) => {
+        mod conformance {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    $crate::store::conformance::run($open, $crate::store::conformance::$case)
+                }
+            )*
+        }
+    };
+}
+pub(crate) use conformance_suite;
+
+pub(crate) fn job(jid: &str, created_at_ms: u64) -> JobRecord {
+    JobRecord {
+        jid: jid.into(),
+        function: "test.ping".into(),
+        target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
+        args: vec![json!(1)],
+        kwargs: BTreeMap::from([("name".into(), json!("nginx"))]),
+        caller: "root".into(),
+        created_at_ms,
+        timeout_ms: 1000,
+        ttl_ms: 0,
+        signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64] },
+    }
+}
+
+fn ret(jid: &str, minion: &str, stdout: &str) -> JobReturn {
+    JobReturn {
+        jid: jid.into(),
+        minion: minion.into(),
+        success: true,
+        retcode: 0,
+        outputs: json!({ "stdout": stdout }),
+        truncated: false,
+        duration_ms: 3,
+        outcome: Outcome::Completed,
+    }
+}
+
+fn change(jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>, late: bool) -> StateChange {
+    StateChange { jid: jid.into(), minion: minion.into(), state, ret, at_ms: 11, late }
+}
+
+pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
+    let key = KeyRecord { id: "web1".into(), public_key: [1; 32], state: KeyState::Pending };
+    store.put_key(&key, 1).await.unwrap();
+    assert_eq!(store.pending_key_count().await.unwrap(), 1);
+    store.put_key(&KeyRecord { state: KeyState::Accepted, ..key.clone() }, 2).await.unwrap();
+    assert_eq!(store.pending_key_count().await.unwrap(), 0);
+    store.put_key(&KeyRecord { id: "web1".into(), public_key: [2; 32], state: KeyState::Denied }, 3).await.unwrap();
+    let keys = store.keys_for("web1").await.unwrap();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.contains(&KeyRecord { state: KeyState::Accepted, ..key.clone() }));
+    store.delete_key("web1", &[2; 32]).await.unwrap();
+    assert_eq!(store.keys().await.unwrap().len(), 1);
+    assert!(store.keys_for("nobody").await.unwrap().is_empty());
+
+    store.create_token(&[7; 32], "web2", 100).await.unwrap();
+    assert!(store.token_outstanding("web2", 50).await.unwrap());
+    assert!(!store.token_outstanding("web2", 100).await.unwrap(), "expired");
+    assert!(!store.token_outstanding("web3", 50).await.unwrap());
+    store.put_key(&KeyRecord { id: "web2".into(), public_key: [5; 32], state: KeyState::Pending }, 4).await.unwrap();
+    assert!(!store.enroll_with_token(&[7; 32], "web3", &[1; 32], 50).await.unwrap(), "bound to another minion");
+    assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 100).await.unwrap(), "expired");
+    assert!(!store.enroll_with_token(&[8; 32], "web2", &[1; 32], 50).await.unwrap(), "unknown token");
+    assert!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap());
+    assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(), "burns once");
+    assert!(!store.token_outstanding("web2", 50).await.unwrap(), "used");
+    let web2 = store.keys_for("web2").await.unwrap();
+    assert!(web2.contains(&KeyRecord { id: "web2".into(), public_key: [1; 32], state: KeyState::Accepted }));
+    assert!(
+        web2.contains(&KeyRecord { id: "web2".into(), public_key: [5; 32], state: KeyState::Denied }),
+        "the other key is denied in the same transaction: {web2:?}"
+    );
+}
+
+pub(crate) async fn minions<S: Store>(store: S) {
+    let minion = |id: &str, seen| MinionRecord {
+        id: id.into(),
+        grains: BTreeMap::from([("os".into(), json!("Debian")), ("nested".into(), json!({"a": [1, 2]}))]),
+        functions: vec!["test.ping".into()],
+        last_seen_ms: seen,
+    };
+    store.put_minions(&[minion("web1", 5), minion("db1", 6)]).await.unwrap();
+    store.put_minions(&[minion("web1", 9)]).await.unwrap();
+    assert_eq!(store.minions().await.unwrap(), vec![minion("db1", 6), minion("web1", 9)], "sorted, replaced");
+    store.put_minions(&[]).await.unwrap();
+    store.delete_minion("web1").await.unwrap();
+    store.delete_minion("web1").await.unwrap();
+    assert_eq!(store.minions().await.unwrap(), vec![minion("db1", 6)]);
+}
+
+pub(crate) async fn big_jobs_and_failed_inserts<S: Store>(store: S) {
+    let states: Vec<(String, MinionJobState)> = (0..450).map(|i| (format!("m{i:03}"), MinionJobState::Sent)).collect();
+    store.insert_job(&job("big", 1), &states).await.unwrap();
+    let changes: Vec<StateChange> = (0..450)
+        .flat_map(|i| {
+            let minion = format!("m{i:03}");
+            [MinionJobState::Running, MinionJobState::Returned].map(|state| change("big", &minion, state, None, false))
+        })
+        .collect();
+    store.set_states(&changes).await.unwrap();
+    store.set_states(&[]).await.unwrap();
+    let detail = store.job("big").await.unwrap().unwrap();
+    assert_eq!(detail.minions.len(), 450);
+    assert!(detail.minions.iter().all(|m| m.state == MinionJobState::Returned));
+    // A duplicate jid fails as a whole, as a conflict, and leaves nothing behind.
+    let clash = store.insert_job(&job("big", 3), &states[..2]).await.unwrap_err();
+    assert!(matches!(clash, super::StoreError::Conflict(_)), "{clash:?}");
+    store.insert_job(&job("next", 4), &states[..2]).await.unwrap();
+    assert_eq!(store.job("next").await.unwrap().unwrap().minions.len(), 2);
+    assert_eq!(store.job("big").await.unwrap().unwrap().minions.len(), 450);
+    assert!(store.job("none").await.unwrap().is_none());
+}
+
+pub(crate) async fn states_returns_listing_and_retention<S: Store>(store: S) {
+    let states = vec![("web1".to_owned(), MinionJobState::Sent), ("web2".to_owned(), MinionJobState::Offline)];
+    store.insert_job(&job("1", 10), &states).await.unwrap();
+    store.insert_job(&job("2", 20), &[("web1".to_owned(), MinionJobState::Waiting)]).await.unwrap();
+    store.insert_job(&job("3", 30), &[("db1".to_owned(), MinionJobState::Offline)]).await.unwrap();
+    let unfinished = store.unfinished_jobs().await.unwrap();
+    assert_eq!(unfinished.iter().map(|(j, _)| j.jid.as_str()).collect::<Vec<_>>(), ["1", "2"]);
+    assert_eq!(unfinished[0].0, job("1", 10));
+    assert_eq!(unfinished[0].1.len(), 2);
+
+    let returned = ret("1", "web1", "hi");
+    store.set_states(&[change("1", "web1", MinionJobState::Returned, Some(returned.clone()), false)]).await.unwrap();
+    let detail = store.job("1").await.unwrap().unwrap();
+    assert_eq!((detail.args.clone(), detail.kwargs.clone()), (job("1", 10).args, job("1", 10).kwargs));
+    assert_eq!(detail.minions[0].state, MinionJobState::Returned);
+    assert_eq!(detail.minions[0].ret.as_ref(), Some(&returned));
+    assert_eq!(detail.minions[1].state, MinionJobState::Offline);
+    assert_eq!(detail.summary.states[&MinionJobState::Returned], 1);
+    assert_eq!(store.unfinished_jobs().await.unwrap().len(), 1);
+
+    // Newest first, paged by a jid cursor; minions only when asked.
+    let page = store.jobs(None, 2, true).await.unwrap();
+    assert_eq!(page.iter().map(|l| l.summary.jid.as_str()).collect::<Vec<_>>(), ["3", "2"]);
+    assert_eq!(page[0].minions, ["db1"]);
+    let rest = store.jobs(Some("2"), 2, false).await.unwrap();
+    assert_eq!(rest.iter().map(|l| l.summary.jid.as_str()).collect::<Vec<_>>(), ["1"]);
+    assert!(rest[0].minions.is_empty());
+    assert!(store.jobs(None, 0, false).await.unwrap().is_empty());
+
+    // Retention: finished and old goes; unfinished stays whatever its age.
+    assert_eq!(store.purge_jobs(25).await.unwrap(), 1);
+    assert!(store.job("1").await.unwrap().is_none());
+    assert!(store.job("2").await.unwrap().is_some(), "still waiting");
+    assert_eq!(store.purge_jobs(1_000).await.unwrap(), 1);
+    assert!(store.job("3").await.unwrap().is_none());
+    assert!(store.job("2").await.unwrap().is_some());
+}
+
+pub(crate) async fn later_changes_win_and_returns_stay<S: Store>(store: S) {
+    store.insert_job(&job("1", 1), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+    let first = ret("1", "web1", "first");
+    store
+        .set_states(&[
+            change("1", "web1", MinionJobState::Running, None, false),
+            change("1", "web1", MinionJobState::Failed, Some(first.clone()), false),
+        ])
+        .await
+        .unwrap();
+    // A later change without a return keeps the stored one.
+    store.set_states(&[change("1", "web1", MinionJobState::TimedOut, None, false)]).await.unwrap();
+    let m = store.job("1").await.unwrap().unwrap().minions.remove(0);
+    assert_eq!((m.state, m.ret.as_ref(), m.late), (MinionJobState::TimedOut, Some(&first), false));
+
+    // A late return is kept beside the final state, only if none is stored yet.
+    store.insert_job(&job("2", 2), &[("web1".to_owned(), MinionJobState::TimedOut)]).await.unwrap();
+    let late = ret("2", "web1", "late");
+    store.set_states(&[change("2", "web1", MinionJobState::Returned, Some(late.clone()), true)]).await.unwrap();
+    store
+        .set_states(&[change("2", "web1", MinionJobState::Returned, Some(ret("2", "web1", "again")), true)])
+        .await
+        .unwrap();
+    let m = store.job("2").await.unwrap().unwrap().minions.remove(0);
+    assert_eq!((m.state, m.ret.as_ref(), m.late), (MinionJobState::TimedOut, Some(&late), true));
+    // A change for a slot that does not exist changes nothing.
+    store.set_states(&[change("9", "web1", MinionJobState::Returned, None, false)]).await.unwrap();
+    assert!(store.job("9").await.unwrap().is_none());
+}
+
+pub(crate) async fn principals<S: Store>(store: S) {
+    let principal = |functions: &[&str]| PrincipalRecord {
+        name: "heat".into(),
+        public_key: [3; 32],
+        acl: PrincipalAcl {
+            rules: vec![PrincipalRule {
+                targets: "web*".into(),
+                functions: functions.iter().map(|f| (*f).to_owned()).collect(),
+                args: BTreeMap::from([("name".into(), "nginx|apache2".into())]),
+            }],
+            events: vec!["halite/job/*".into()],
+            admin: false,
+        },
+    };
+    store.put_principal(&principal(&["test.*"]), 1).await.unwrap();
+    store.put_principal(&principal(&["pkg.install"]), 2).await.unwrap();
+    assert_eq!(store.principals().await.unwrap(), vec![principal(&["pkg.install"])]);
+    assert!(store.delete_principal("heat").await.unwrap());
+    assert!(!store.delete_principal("heat").await.unwrap());
+    assert!(store.principals().await.unwrap().is_empty());
+}
+
+pub(crate) async fn jids_and_wall_marks_only_grow<S: Store>(store: S) {
+    assert_eq!(store.last_jid().await.unwrap(), None);
+    assert_eq!(store.wall_mark().await.unwrap(), None);
+    store.insert_job(&job("20261122000000000002", 1), &[("a".to_owned(), MinionJobState::Offline)]).await.unwrap();
+    store.insert_job(&job("20261122000000000001", 1), &[("a".to_owned(), MinionJobState::Offline)]).await.unwrap();
+    assert_eq!(store.last_jid().await.unwrap().as_deref(), Some("20261122000000000002"));
+    store.purge_jobs(u64::MAX / 2).await.unwrap();
+    assert_eq!(store.last_jid().await.unwrap().as_deref(), Some("20261122000000000002"), "kept through purges");
+    store.set_wall_mark(1_000).await.unwrap();
+    store.set_wall_mark(500).await.unwrap();
+    assert_eq!(store.wall_mark().await.unwrap(), Some(1_000));
+    store.set_wall_mark(1_500).await.unwrap();
+    assert_eq!(store.wall_mark().await.unwrap(), Some(1_500));
+    store.check().await.unwrap();
+}
+
+pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
+    let config = |id: &str| SoftwareConfig {
+        id: id.into(),
+        name: id.into(),
+        group: "script".into(),
+        config: json!("echo hi"),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        options: None,
+        creation_time: "2026-11-22T00:00:00Z".into(),
+    };
+    store.put_config(&config("c1"), 1).await.unwrap();
+    store.put_config(&config("c2"), 2).await.unwrap();
+    assert_eq!(store.config("c1").await.unwrap(), Some(config("c1")));
+    assert_eq!(store.configs(10).await.unwrap(), vec![config("c2"), config("c1")], "newest first");
+    assert_eq!(store.configs(1).await.unwrap().len(), 1);
+    assert!(store.delete_config("c2").await.unwrap());
+    assert!(!store.delete_config("c2").await.unwrap());
+    assert_eq!(store.config("c2").await.unwrap(), None);
+
+    let record = |id: &str, server: &str, status: &str, relay_pending| {
+        let spec: NewDeployment =
+            serde_json::from_value(json!({"config_id": "c1", "server_id": server})).expect("spec");
+        DeploymentRecord {
+            deployment: SoftwareDeployment {
+                id: id.into(),
+                config_id: "c1".into(),
+                server_id: server.into(),
+                input_values: Default::default(),
+                output_values: Default::default(),
+                action: "CREATE".into(),
+                status: status.into(),
+                status_reason: String::new(),
+                derived_config_id: format!("{id}-d"),
+                creation_time: "2026-11-22T00:00:00Z".into(),
+                updated_time: None,
+            },
+            spec,
+            jid: "1".into(),
+            item: json!({}),
+            relay_pending,
+            last_signal: None,
+        }
+    };
+    store.put_deployment(&record("d1", "web1", status::IN_PROGRESS, false), 1).await.unwrap();
+    store.put_deployment(&record("d2", "web2", status::COMPLETE, true), 2).await.unwrap();
+    store.put_deployment(&record("d3", "web1", status::COMPLETE, false), 3).await.unwrap();
+    assert_eq!(store.deployment("d2").await.unwrap(), Some(record("d2", "web2", status::COMPLETE, true)));
+    assert_eq!(store.deployments(None).await.unwrap().len(), 3);
+    let web1: Vec<String> =
+        store.deployments(Some("web1")).await.unwrap().into_iter().map(|r| r.deployment.id).collect();
+    assert_eq!(web1.len(), 2);
+    assert!(web1.contains(&"d1".to_owned()) && web1.contains(&"d3".to_owned()));
+    let mut open: Vec<String> = store.open_deployments().await.unwrap().into_iter().map(|r| r.deployment.id).collect();
+    open.sort();
+    assert_eq!(open, ["d1", "d2"], "in progress, or a signal still to relay");
+    store.put_deployment(&record("d1", "web1", status::FAILED, false), 4).await.unwrap();
+    assert_eq!(store.deployment("d1").await.unwrap().map(|r| r.deployment.status), Some(status::FAILED.to_owned()));
+    assert!(store.delete_deployment("d1").await.unwrap());
+    assert!(!store.delete_deployment("d1").await.unwrap());
+
+    store.create_api_token(&[4; 32], "heat", 1).await.unwrap();
+    assert_eq!(store.api_token_principal(&[4; 32]).await.unwrap().as_deref(), Some("heat"));
+    assert_eq!(store.api_token_principal(&[5; 32]).await.unwrap(), None);
+}
+
+/// Writers in parallel tasks: every job and every change lands, none is half-applied.
+pub(crate) async fn concurrent_writers<S: Store + Clone>(store: S) {
+    let mut tasks = Vec::new();
+    for writer in 0..8u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..25u64 {
+                let jid = format!("2026112200000{writer:02}{n:05}");
+                let minions: Vec<(String, MinionJobState)> =
+                    (0..3).map(|m| (format!("m{m}"), MinionJobState::Sent)).collect();
+                store.insert_job(&job(&jid, writer * 100 + n), &minions).await.expect("insert");
+                let changes: Vec<StateChange> = (0..3)
+                    .map(|m| {
+                        let minion = format!("m{m}");
+                        change(&jid, &minion, MinionJobState::Returned, Some(ret(&jid, &minion, "ok")), false)
+                    })
+                    .collect();
+                store.set_states(&changes).await.expect("states");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("writer");
+    }
+    let all = store.jobs(None, 1_000, true).await.unwrap();
+    assert_eq!(all.len(), 200);
+    assert!(all.iter().all(|l| l.summary.states.get(&MinionJobState::Returned) == Some(&3)));
+    assert!(store.unfinished_jobs().await.unwrap().is_empty());
+    assert_eq!(store.last_jid().await.unwrap().as_deref(), Some("20261122000000700024"));
+}
