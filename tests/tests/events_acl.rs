@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use halite_tests::{bin_dir, Cluster};
+use halite_tests::{bin_dir, http, wait_for, Cluster};
 use serde_json::Value;
 
 /// `halite events` running in the background; its ndjson lines arrive on a channel.
@@ -18,9 +18,15 @@ struct Subscriber {
 
 impl Subscriber {
     fn start(cluster: &Cluster, patterns: &[&str]) -> Subscriber {
+        Subscriber::start_as(cluster, &[], patterns)
+    }
+
+    /// The same, with extra global options (`--principal`, `--key`).
+    fn start_as(cluster: &Cluster, options: &[&str], patterns: &[&str]) -> Subscriber {
         let mut child = Command::new(bin_dir().join("halite"))
             .arg("--config")
             .arg(&cluster.config)
+            .args(options)
             .args(["events", "--out", "ndjson"])
             .args(patterns)
             .stdout(Stdio::piped())
@@ -220,4 +226,122 @@ fn principals_act_only_within_their_acl_and_minion_policies_can_narrow_them() {
     assert_eq!(wrong.code, 1);
     assert_eq!(cluster.cli(&["principal", "remove", "ops"]).code, 0);
     assert_eq!(ops(&["run", "web1", "test.ping"]).code, 1);
+}
+
+/// A principal limited to `db*` and `test.ping` can neither see, cancel nor hear of a job on
+/// web1: through the CLI, the events stream and the HTTP gateway. Its own job on db1 it sees.
+#[test]
+fn a_principal_limited_to_db_sees_nothing_of_a_job_on_web1() {
+    let mut cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim().to_owned();
+    cluster.enroll_minion("web1", "");
+    cluster.enroll_minion("db1", "");
+    cluster.wait_connected(&["web1", "db1"]);
+    let keys = cluster.dir.join("principals");
+    let add = cluster.cli(&[
+        "principal",
+        "add",
+        "dbops",
+        "--generate",
+        keys.to_str().unwrap(),
+        "--target",
+        "db*",
+        "--function",
+        "test.ping",
+        "--event",
+        "halite/job/*",
+    ]);
+    assert_eq!(add.code, 0, "{}", add.stderr);
+    let token = cluster.cli(&["principal", "token", "dbops"]).stdout.trim().to_owned();
+    let key = keys.join("dbops.key");
+    let as_dbops = ["--principal", "dbops", "--key", key.to_str().unwrap()];
+    let dbops = |args: &[&str]| {
+        let mut full = as_dbops.to_vec();
+        full.extend_from_slice(args);
+        cluster.cli(&full)
+    };
+    let events = Subscriber::start_as(&cluster, &as_dbops, &["halite/job/*"]);
+
+    let root_job = cluster.cli(&["run", "--async", "web1", "test.sleep", "3"]);
+    assert_eq!(root_job.code, 0, "{}", root_job.stderr);
+    let hidden = root_job.stdout.trim().to_owned();
+    let own = dbops(&["run", "--async", "db1", "test.ping"]);
+    assert_eq!(own.code, 0, "{}", own.stderr);
+    let own = own.stdout.trim().to_owned();
+
+    let listed = dbops(&["jobs", "list", "--out", "json"]).stdout;
+    assert!(listed.contains(&own), "its own job is listed: {listed}");
+    assert!(!listed.contains(&hidden), "root's job on web1 is not: {listed}");
+    let shown = dbops(&["jobs", "show", &hidden]);
+    assert_eq!(shown.code, 1);
+    assert!(shown.stderr.contains("no job"), "{}", shown.stderr);
+    let cancel = dbops(&["jobs", "cancel", &hidden]);
+    assert_eq!(cancel.code, 1, "{}", cancel.stdout);
+    assert!(cancel.stderr.contains("no running job"), "{}", cancel.stderr);
+
+    let listed = http::request("GET", &addr, "/v1/jobs", Some(&token), None);
+    assert_eq!(listed.status, 200);
+    assert!(listed.body.contains(&own) && !listed.body.contains(&hidden), "{}", listed.body);
+    assert_eq!(http::request("GET", &addr, &format!("/v1/jobs/{hidden}"), Some(&token), None).status, 404);
+
+    // Root's job was not cancelled, and ran to the end.
+    wait_for("root's job to return", Duration::from_secs(20), || {
+        (cluster.job_states(&hidden) == [("web1".to_owned(), "returned".to_owned())]).then_some(())
+    });
+    let heard = events.collect(Duration::from_secs(1));
+    let tags: Vec<&str> = heard.iter().filter_map(|e| e["tag"].as_str()).collect();
+    assert!(tags.iter().any(|t| t.contains(&own)), "its own job's events arrive: {tags:?}");
+    assert!(!tags.iter().any(|t| t.contains(&hidden)), "none of root's job on web1: {tags:?}");
+}
+
+/// Salt CVE-2013-4435's class, on real processes: a principal allowed only `plan.run` (and
+/// `test.*`) on web1 cannot reach a shell or grains through a plan, even on a minion whose own
+/// policy allows everything.
+#[test]
+fn a_plan_reaches_nothing_its_caller_may_not_call() {
+    let mut cluster = Cluster::start("");
+    cluster.prepare_minion_with("web1", true, "", "[policy]\nallow = [\"*\"]\n");
+    cluster.start_minion("web1");
+    cluster.wait_connected(&["web1"]);
+    let keys = cluster.dir.join("principals");
+    let add = cluster.cli(&[
+        "principal",
+        "add",
+        "planner",
+        "--generate",
+        keys.to_str().unwrap(),
+        "--target",
+        "web1",
+        "--function",
+        "plan.run",
+        "--function",
+        "test.*",
+    ]);
+    assert_eq!(add.code, 0, "{}", add.stderr);
+    let key = keys.join("planner.key");
+    let marker = cluster.dir.join("pwned");
+    let planner = |steps: &str| {
+        let key = key.to_str().unwrap();
+        cluster.cli(&["--principal", "planner", "--key", key, "run", "--out", "json", "web1", "plan.run", steps]).json()
+    };
+    let doc = planner(&format!(
+        r#"steps=[{{"id":"ok","function":"test.ping"}},{{"id":"shell","function":"cmd.run","args":["touch {}"]}},{{"id":"grains","function":"grains.items"}}]"#,
+        marker.display()
+    ));
+    let steps = doc["minions"]["web1"]["return"]["steps"].as_array().unwrap_or_else(|| panic!("{doc}"));
+    assert_eq!(steps[0]["result"], "succeeded", "{doc}");
+    for denied in &steps[1..] {
+        assert!(denied["error"].as_str().is_some_and(|e| e.contains("beyond what planner may call")), "{doc}");
+    }
+    // A guard is a shell command: the whole plan is refused.
+    let doc = planner(&format!(r#"steps=[{{"id":"g","function":"test.ping","unless":"touch {}"}}]"#, marker.display()));
+    assert_eq!(doc["minions"]["web1"]["state"], "denied", "{doc}");
+    assert!(doc["minions"]["web1"]["return"]["error"].as_str().is_some_and(|e| e.contains("cmd.run")), "{doc}");
+    assert!(!marker.exists(), "neither the step nor the guard ran a shell");
+    // Root, on the same minion, is not limited beyond the minion's policy.
+    let root =
+        cluster.cli(&["run", "--out", "json", "web1", "plan.run", r#"steps=[{"id":"g","function":"grains.items"}]"#]);
+    assert_eq!(root.json()["minions"]["web1"]["return"]["steps"][0]["result"], "succeeded", "{}", root.stdout);
 }
