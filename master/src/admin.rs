@@ -67,7 +67,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::Changed(vec![name]))
             }
             RequestBody::PrincipalList => Ok(ResponseBody::Principals(
-                self.principals
+                self.registry.principals
                     .values()
                     .map(|p| PrincipalInfo {
                         name: p.name.clone(),
@@ -114,8 +114,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let record = KeyRecord { id: id.clone(), public_key: *key.as_bytes(), state: KeyState::Accepted };
                 self.store.put_key(&record, self.clock.wall_ms()).await.map_err(internal)?;
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
-                self.accepted.insert(id.clone());
-                self.accepted_keys.insert(id.clone(), *key.as_bytes());
+                self.registry.accept(&id, *key.as_bytes());
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }
@@ -133,17 +132,17 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::MinionList { pattern } => {
                 // A principal lists only the minions its rules can target.
                 let view = crate::authz::TargetView::of_principal(acl, &self.config.nodegroups);
-                let empty = std::collections::BTreeMap::new();
                 let minions = self
+                    .registry
                     .accepted
                     .iter()
                     .filter(|id| glob::matches(&pattern, id))
-                    .filter(|id| view.contains(id, self.minions.get(*id).map_or(&empty, |m| &m.grains)))
+                    .filter(|id| view.contains(id, self.registry.grains(*id)))
                     .map(|id| {
-                        let entry = self.minions.get(id).cloned().unwrap_or_default();
+                        let entry = self.registry.minions.get(id).cloned().unwrap_or_default();
                         MinionInfo {
                             id: id.clone(),
-                            connected: self.online.contains_key(id),
+                            connected: self.sessions.online.contains_key(id),
                             last_seen_ms: entry.last_seen_ms,
                             grains: entry.grains,
                             functions: entry.functions,
@@ -173,7 +172,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             RequestBody::ApiTokenCreate { principal } => {
-                if principal != "root" && !self.principals.contains_key(&principal) {
+                if principal != "root" && !self.registry.principals.contains_key(&principal) {
                     return Err((ErrorKind::NotFound, format!("no principal {principal}")));
                 }
                 let token = format!("hal_{}", new_secret());
@@ -243,9 +242,9 @@ impl<S: Store, N: Net> Master<S, N> {
             let event_state = to.map_or("deleted", |s| s.as_str());
             self.emit(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
-                self.pending_minions.remove(&key.id);
+                self.pending.minions.remove(&key.id);
                 self.store.delete_minion(&key.id).await.map_err(internal)?;
-                self.minions.remove(&key.id);
+                self.registry.minions.remove(&key.id);
             }
             if to != Some(KeyState::Accepted) {
                 self.cut_minion(&key.id);

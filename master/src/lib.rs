@@ -29,11 +29,15 @@ mod jobs;
 mod keys;
 mod limits;
 pub mod net;
+mod registry;
 mod server;
+mod sessions;
 #[cfg(test)]
 mod sim;
 pub mod store;
 pub mod target;
+mod watchers;
+mod writes;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;

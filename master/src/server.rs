@@ -12,7 +12,7 @@
 //! The core reads time only from its [`Clock`] and talks to connections only through its
 //! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use halite_protocol::message::{
     PrincipalAcl, PublishRequest, Published, ReturnAck, SignedJob, Value, Welcome,
 };
 use halite_protocol::noise::{
-    AwaitingIdentity, Claim, IdentifiedPeer, LocalIdentity, Responder, Role, Session, SessionConfig,
+    Claim, IdentifiedPeer, LocalIdentity, Responder, Role, SessionConfig,
 };
 use halite_transport::{PeerId, Router, RouterEvent, SendError};
 use serde_json::json;
@@ -41,7 +41,11 @@ use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::{decide, Decision, PendingLimits};
 use crate::limits;
 use crate::net::Net;
-use crate::store::{JobRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError};
+use crate::registry::{MinionEntry, Registry};
+use crate::sessions::{Conn, Sessions};
+use crate::watchers::Watchers;
+use crate::writes::PendingWrites;
+use crate::store::{JobRecord, MinionRecord, StateChange, Store, StoreError};
 use crate::target::Expr;
 
 /// The `request` an `error` refusing a subscription names.
@@ -71,36 +75,6 @@ pub(crate) enum Input {
     Tick,
 }
 
-enum Conn {
-    /// ZMTP is up; waiting for Noise message 1.
-    AwaitHello { since: Instant },
-    /// Message 2 sent; waiting for message 3.
-    AwaitIdentity { state: Box<AwaitingIdentity>, since: Instant },
-    /// An accepted minion.
-    Minion { id: String, session: Session },
-    /// An authenticated client; `acl` is `None` for root.
-    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session },
-    /// An in-process client (the HTTP gateway), authenticated by a gateway token.
-    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message> },
-}
-
-impl Conn {
-    fn session_mut(&mut self) -> Option<&mut Session> {
-        match self {
-            Conn::Minion { session, .. } | Conn::Client { session, .. } => Some(session),
-            _ => None,
-        }
-    }
-}
-
-/// What the registry knows of a minion.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct MinionEntry {
-    pub(crate) grains: BTreeMap<String, Value>,
-    pub(crate) functions: Vec<String>,
-    pub(crate) last_seen_ms: u64,
-}
-
 /// The master's state; see the module docs.
 pub struct Master<S: Store, N: Net = Router> {
     pub(crate) config: MasterConfig,
@@ -110,19 +84,13 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) store: S,
     /// The only time source.
     pub(crate) clock: Arc<dyn Clock>,
-    conns: HashMap<PeerId, Conn>,
-    /// Ids with an accepted key: the universe targets are resolved against.
-    pub(crate) accepted: BTreeSet<String>,
-    /// Their accepted keys: a reconnecting minion is admitted without a store round trip.
-    pub(crate) accepted_keys: HashMap<String, [u8; 32]>,
-    pub(crate) minions: HashMap<String, MinionEntry>,
-    /// Minions with a live session.
-    pub(crate) online: HashMap<String, PeerId>,
+    /// Every connection and its session; which minions are online.
+    pub(crate) sessions: Sessions,
+    /// Accepted keys, minions, principals.
+    pub(crate) registry: Registry,
     pub(crate) jobs: JobTable,
     jids: JidGenerator,
     pub(crate) bus: Bus,
-    /// Registered client principals by name (root is not among them).
-    pub(crate) principals: HashMap<String, PrincipalRecord>,
     event_buckets: HashMap<String, RateLimiter>,
     notices: NoticeThrottle,
     /// Minion events refused since start (for operators and metrics).
@@ -131,17 +99,10 @@ pub struct Master<S: Store, N: Net = Router> {
     pending_limits: PendingLimits,
     /// Unknown keys turned away by those limits since start.
     keys_refused: u64,
-    /// Job state changes not yet written: written together, in one transaction, at the end of
-    /// each step (see [`Master::flush`]).
-    pending_states: Vec<StateChange>,
-    /// Minion registry entries (presence, grains) to write with the next batch.
-    pub(crate) pending_minions: HashMap<String, MinionRecord>,
-    /// Returns to acknowledge once `pending_states` is written.
-    pending_acks: Vec<(PeerId, String)>,
-    /// Job updates and finished jobs for each watching client, sent at the end of the batch.
-    watcher_out: HashMap<PeerId, WatcherBatch>,
-    /// Updates a watcher could not take, by watcher and job, until its `job_done`.
-    watch_missed: HashMap<(PeerId, String), u32>,
+    /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
+    pub(crate) pending: PendingWrites,
+    /// What each watching client is told at the end of the step.
+    watchers: Watchers,
     /// `deploy.apply` jobs in flight: jid → deployment id.
     pub(crate) deploy_jobs: HashMap<String, String>,
     /// Sends deployment signals to engines.
@@ -151,23 +112,12 @@ pub struct Master<S: Store, N: Net = Router> {
     /// Where in-process clients (the gateway) send their commands.
     local_tx: mpsc::Sender<LocalCommand>,
     local_rx: Option<mpsc::Receiver<LocalCommand>>,
-    /// Peer ids for local sessions count down from the top, far from the router's.
-    next_local_peer: u64,
-    /// Final slots of deployment jobs, for the deployments to react to after the step.
-    finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
     /// When the last tick ran (a long gap means the master was paused).
     last_tick: Option<Instant>,
     /// When retention last ran.
     last_purge: Option<Instant>,
     /// When the wall clock was last recorded in the store.
     last_wall_mark: Option<Instant>,
-}
-
-/// What one client is sent at the end of a batch.
-#[derive(Default)]
-struct WatcherBatch {
-    updates: Vec<JobUpdate>,
-    done: Vec<String>,
 }
 
 /// A job about to be created.
@@ -207,33 +157,24 @@ impl<S: Store, N: Net> Master<S, N> {
             net,
             store,
             clock,
-            conns: HashMap::new(),
-            accepted: BTreeSet::new(),
-            accepted_keys: HashMap::new(),
-            minions: HashMap::new(),
-            online: HashMap::new(),
+            sessions: Sessions::default(),
+            registry: Registry::default(),
             jobs: JobTable::default(),
             jids: JidGenerator::default(),
             bus: Bus::default(),
-            principals: HashMap::new(),
             event_buckets: HashMap::new(),
             notices: NoticeThrottle::default(),
             events_denied: 0,
             pending_limits,
             keys_refused: 0,
-            pending_states: Vec::new(),
-            pending_acks: Vec::new(),
-            pending_minions: HashMap::new(),
-            watcher_out: HashMap::new(),
-            watch_missed: HashMap::new(),
+            pending: PendingWrites::default(),
+            watchers: Watchers::default(),
             deploy_jobs: HashMap::new(),
             relay_client: relay::client(),
             relay_tx,
             relay_rx: Some(relay_rx),
             local_tx,
             local_rx: Some(local_rx),
-            next_local_peer: u64::MAX,
-            finished_slots: Vec::new(),
             last_tick: None,
             last_purge: None,
             last_wall_mark: None,
@@ -248,6 +189,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 m.grains.clear();
             }
             master
+                .registry
                 .minions
                 .insert(m.id, MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms });
         }
@@ -283,7 +225,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     pub(crate) async fn reload_principals(&mut self) -> Result<(), StoreError> {
-        self.principals = self.store.principals().await?.into_iter().map(|p| (p.name.clone(), p)).collect();
+        self.registry.principals = self.store.principals().await?.into_iter().map(|p| (p.name.clone(), p)).collect();
         Ok(())
     }
 
@@ -319,7 +261,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The principal on a client connection and its ACL (`None` for root), for
     /// [`crate::authz`].
     pub(crate) fn principal_on(&self, peer: PeerId) -> Option<(String, Option<Arc<PrincipalAcl>>)> {
-        match self.conns.get(&peer)? {
+        match self.sessions.conns.get(&peer)? {
             Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
                 Some((principal.clone(), acl.clone()))
             }
@@ -328,15 +270,12 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {
-        self.accepted_keys = self
-            .store
-            .keys()
-            .await?
-            .into_iter()
-            .filter(|k| k.state == halite_protocol::message::KeyState::Accepted)
-            .map(|k| (k.id, k.public_key))
-            .collect();
-        self.accepted = self.accepted_keys.keys().cloned().collect();
+        let keys = self.store.keys().await?;
+        self.registry.set_accepted(
+            keys.into_iter()
+                .filter(|k| k.state == halite_protocol::message::KeyState::Accepted)
+                .map(|k| (k.id, k.public_key)),
+        );
         Ok(())
     }
 
@@ -401,7 +340,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         // Deployments react to their jobs' final states once the step has made them.
-        for (jid, state, ret) in std::mem::take(&mut self.finished_slots) {
+        for (jid, state, ret) in std::mem::take(&mut self.pending.finished_slots) {
             if let Err(error) = self.deploy_job_finished(&jid, state, ret.as_ref()).await {
                 warn!(%error, %jid, "recording a deployment's result failed");
             }
@@ -420,8 +359,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Writes the batched state changes in one transaction, then acknowledges the returns they
     /// include: a minion drops a return from its outbox only once it is stored.
     pub(crate) async fn flush(&mut self) {
-        if !self.pending_minions.is_empty() {
-            let records: Vec<MinionRecord> = self.pending_minions.drain().map(|(_, r)| r).collect();
+        if !self.pending.minions.is_empty() {
+            let records: Vec<MinionRecord> = self.pending.minions.drain().map(|(_, r)| r).collect();
             if let Err(error) = self.store.put_minions(&records).await {
                 warn!(%error, minions = records.len(), "recording presence failed");
             }
@@ -429,18 +368,16 @@ impl<S: Store, N: Net> Master<S, N> {
         // Watchers first: what they are told is already decided, and their latency should not
         // include the write. Minions are acknowledged only after it.
         self.send_watcher_batches();
-        if self.pending_states.is_empty() && self.pending_acks.is_empty() {
+        if self.pending.states.is_empty() && self.pending.acks.is_empty() {
             return;
         }
-        let changes = std::mem::take(&mut self.pending_states);
-        let acks = std::mem::take(&mut self.pending_acks);
+        let (changes, acks) = self.pending.take_states();
         let stored = if changes.is_empty() { Ok(()) } else { self.store.set_states(&changes).await };
         if let Err(error) = stored {
             // Kept for the next flush (every tick): nothing is acknowledged until it is stored,
             // so the minions keep their returns meanwhile.
             warn!(%error, changes = changes.len(), "recording job states failed; will retry");
-            self.pending_states.splice(0..0, changes);
-            self.pending_acks.splice(0..0, acks);
+            self.pending.restore_states(changes, acks);
             return;
         }
         for (peer, jid) in acks {
@@ -452,7 +389,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match event {
             RouterEvent::Connected { peer, addr, .. } => {
                 debug!(peer = peer.0, %addr, "connection");
-                self.conns.insert(peer, Conn::AwaitHello { since: self.clock.now() });
+                self.sessions.conns.insert(peer, Conn::AwaitHello { since: self.clock.now() });
             }
             RouterEvent::Message { peer, parts } => {
                 if let Err(error) = self.on_message(peer, parts).await {
@@ -460,7 +397,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             RouterEvent::Disconnected { peer, reason } => {
-                match self.conns.get(&peer) {
+                match self.sessions.conns.get(&peer) {
                     Some(Conn::Minion { id, .. }) => info!(minion = %id, %reason, "minion disconnected"),
                     Some(Conn::Client { principal, .. }) => debug!(%principal, %reason, "client disconnected"),
                     _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
@@ -474,16 +411,15 @@ impl<S: Store, N: Net> Master<S, N> {
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.
     pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
-        if let Some(Conn::Minion { id, .. }) = self.conns.remove(&peer) {
-            if self.online.get(&id) == Some(&peer) {
-                self.online.remove(&id);
+        if let Some(Conn::Minion { id, .. }) = self.sessions.conns.remove(&peer) {
+            if self.sessions.online.get(&id) == Some(&peer) {
+                self.sessions.online.remove(&id);
                 self.touch(&id);
             }
         }
         self.bus.unsubscribe(peer);
         self.jobs.forget_watcher(peer);
-        self.watch_missed.retain(|(p, _), _| *p != peer);
-        self.watcher_out.remove(&peer);
+        self.watchers.forget(peer);
         if let Some(reason) = close {
             self.net.disconnect(peer, reason);
         }
@@ -491,7 +427,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Records presence; written with the next batch.
     fn touch(&mut self, id: &str) {
-        let entry = self.minions.entry(id.to_owned()).or_default();
+        let entry = self.registry.minions.entry(id.to_owned()).or_default();
         entry.last_seen_ms = self.clock.wall_ms();
         let record = MinionRecord {
             id: id.to_owned(),
@@ -499,19 +435,19 @@ impl<S: Store, N: Net> Master<S, N> {
             functions: entry.functions.clone(),
             last_seen_ms: entry.last_seen_ms,
         };
-        self.pending_minions.insert(id.to_owned(), record);
+        self.pending.minions.insert(id.to_owned(), record);
     }
 
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
     fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
-        if let Some(Conn::Local { tx, .. }) = self.conns.get(&peer) {
+        if let Some(Conn::Local { tx, .. }) = self.sessions.conns.get(&peer) {
             return tx.try_send(msg.clone()).map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => SendError::Full,
                 mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
             });
         }
-        let Some(session) = self.conns.get_mut(&peer).and_then(Conn::session_mut) else {
+        let Some(session) = self.sessions.conns.get_mut(&peer).and_then(Conn::session_mut) else {
             return Err(SendError::NotConnected);
         };
         match session.seal(&message::encode(msg), self.clock.now()) {
@@ -535,7 +471,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Answers a request; over a connection, a listing too large for one message goes in
     /// parts (`more`), each within the message cap, so no answer ever drops its client.
     fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
-        let parts = match self.conns.get(&peer) {
+        let parts = match self.sessions.conns.get(&peer) {
             Some(Conn::Local { .. }) => vec![body],
             _ => body.into_parts(limits::MESSAGE_BUDGET),
         };
@@ -550,11 +486,11 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
-        let Some(conn) = self.conns.remove(&peer) else { return Ok(()) };
+        let Some(conn) = self.sessions.conns.remove(&peer) else { return Ok(()) };
         match conn {
             // In-process sessions never arrive from the router.
             local @ Conn::Local { .. } => {
-                self.conns.insert(peer, local);
+                self.sessions.conns.insert(peer, local);
             }
             Conn::AwaitHello { .. } => {
                 let result = Claim::new(&self.config.id, None)
@@ -563,7 +499,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 match result {
                     Ok((state, msg2)) => {
                         let _ = self.net.send(peer, vec![msg2]);
-                        self.conns
+                        self.sessions.conns
                             .insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: self.clock.now() });
                     }
                     Err(error) => self.drop_peer(peer, &error.to_string()),
@@ -575,7 +511,7 @@ impl<S: Store, N: Net> Master<S, N> {
             },
             Conn::Minion { id, mut session } => {
                 let opened = session.open(&parts, self.clock.now());
-                self.conns.insert(peer, Conn::Minion { id: id.clone(), session });
+                self.sessions.conns.insert(peer, Conn::Minion { id: id.clone(), session });
                 let decoded = opened
                     .map_err(|e| e.to_string())
                     .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(|e| e.to_string()));
@@ -589,7 +525,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Conn::Client { principal, acl, mut session } => {
                 let opened = session.open(&parts, self.clock.now());
-                self.conns.insert(peer, Conn::Client { principal: principal.clone(), acl: acl.clone(), session });
+                self.sessions.conns.insert(peer, Conn::Client { principal: principal.clone(), acl: acl.clone(), session });
                 match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
                     Ok(msg) => self.on_client_message(peer, &principal, acl, msg).await?,
                     Err(error) => self.send_error(peer, ErrorKind::BadRequest, error, None),
@@ -601,7 +537,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
     pub(crate) fn cut_minion(&mut self, id: &str) {
-        if let Some(&peer) = self.online.get(id) {
+        if let Some(peer) = self.sessions.peer_of(id) {
             info!(minion = id, "key no longer accepted; disconnecting");
             self.forget(peer, Some("key no longer accepted"));
         }
@@ -641,28 +577,28 @@ impl<S: Store, N: Net> Master<S, N> {
                     None => Err("unknown token".to_owned()),
                     Some("root") => Ok(None),
                     Some(name) => self
+                        .registry
                         .principals
                         .get(name)
                         .map(|p| Some(Arc::new(p.acl.clone())))
                         .ok_or_else(|| format!("the token's principal {name} no longer exists")),
                 };
                 let answer = acl.map(|acl| {
-                    let peer = PeerId(self.next_local_peer);
-                    self.next_local_peer -= 1;
+                    let peer = self.sessions.next_local();
                     let principal = principal.unwrap_or_default();
-                    self.conns.insert(peer, Conn::Local { principal, acl, tx: to_client });
+                    self.sessions.conns.insert(peer, Conn::Local { principal, acl, tx: to_client });
                     peer
                 });
                 let _ = reply.send(answer);
             }
             LocalCommand::Message { peer, msg } => {
-                if let Some(Conn::Local { principal, acl, .. }) = self.conns.get(&peer) {
+                if let Some(Conn::Local { principal, acl, .. }) = self.sessions.conns.get(&peer) {
                     let (principal, acl) = (principal.clone(), acl.clone());
                     self.on_client_message(peer, &principal, acl, *msg).await?;
                 }
             }
             LocalCommand::Disconnect { peer } => {
-                if matches!(self.conns.get(&peer), Some(Conn::Local { .. })) {
+                if matches!(self.sessions.conns.get(&peer), Some(Conn::Local { .. })) {
                     self.forget(peer, None);
                 }
             }
@@ -672,14 +608,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Ends every session of a principal that was removed.
     pub(crate) fn cut_clients(&mut self, principal: &str) {
-        let peers: Vec<PeerId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                matches!(c, Conn::Client { principal: p, .. } | Conn::Local { principal: p, .. } if p == principal)
-            })
-            .map(|(peer, _)| *peer)
-            .collect();
+        let peers = self.sessions.clients_of(principal);
         for peer in peers {
             self.forget(peer, Some("principal removed"));
         }
@@ -706,7 +635,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let acl = if who.identity == self.root && who.name == "root" {
                     Some(None)
                 } else {
-                    self.principals
+                    self.registry.principals
                         .get(&who.name)
                         .filter(|p| p.public_key == *who.identity.as_bytes())
                         .map(|p| Some(Arc::new(p.acl.clone())))
@@ -715,7 +644,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         let _ = self.net.send(peer, verdict);
                         self.net.mark_authenticated(peer);
-                        self.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
+                        self.sessions.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
                     }
                 } else {
                     warn!(principal = %who.name, fingerprint = %who.identity.fingerprint(), "unknown client refused");
@@ -729,7 +658,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.refuse(peer, identified.reject(&format!("invalid minion id: {error}"), now));
                     return Ok(());
                 }
-                let decision = if self.accepted_keys.get(&id) == Some(who.identity.as_bytes()) {
+                let decision = if self.registry.is_accepted(&id, who.identity.as_bytes()) {
                     Decision::Accept
                 } else {
                     let token = identified.enrollment_token();
@@ -738,10 +667,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 };
                 match decision {
                     Decision::Accept => {
-                        if self.accepted_keys.get(&id) != Some(who.identity.as_bytes()) {
+                        if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
                             info!(minion = %id, "minion enrolled with a token");
-                            self.accepted.insert(id.clone());
-                            self.accepted_keys.insert(id.clone(), *who.identity.as_bytes());
+                            self.registry.accept(&id, *who.identity.as_bytes());
                             self.emit(
                                 format!("halite/key/{id}/accepted"),
                                 json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),
@@ -750,14 +678,14 @@ impl<S: Store, N: Net> Master<S, N> {
                         let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
                         let _ = self.net.send(peer, verdict);
                         self.net.mark_authenticated(peer);
-                        if let Some(&old) = self.online.get(&id) {
+                        if let Some(old) = self.sessions.peer_of(&id) {
                             if old != peer {
                                 self.forget(old, Some("replaced by a newer connection"));
                             }
                         }
-                        self.online.insert(id.clone(), peer);
+                        self.sessions.online.insert(id.clone(), peer);
                         info!(minion = %id, "minion authenticated");
-                        self.conns.insert(peer, Conn::Minion { id, session });
+                        self.sessions.conns.insert(peer, Conn::Minion { id, session });
                     }
                     Decision::Pending => {
                         info!(minion = %id, fingerprint = %who.identity.fingerprint(), "minion key pending acceptance");
@@ -805,7 +733,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 let grains_size =
                     if size > self.config.max_grains_bytes { limits::json_size(&hello.grains) } else { 0 };
-                let entry = self.minions.entry(id.to_owned()).or_default();
+                let entry = self.registry.minions.entry(id.to_owned()).or_default();
                 if grains_size > self.config.max_grains_bytes {
                     // Grains live in memory for every minion and are reloaded at each start:
                     // over the cap they are refused, and the minion keeps the ones stored.
@@ -819,7 +747,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 } else {
                     entry.grains = hello.grains;
                 }
-                let entry = self.minions.entry(id.to_owned()).or_default();
+                let entry = self.registry.minions.entry(id.to_owned()).or_default();
                 entry.functions = hello.functions;
                 self.touch(id);
                 let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
@@ -864,7 +792,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 // Acknowledged only once stored (at the end of this step): the minion keeps it
                 // in its outbox until then.
-                self.pending_acks.push((peer, jid));
+                self.pending.acks.push((peer, jid));
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
@@ -903,7 +831,7 @@ impl<S: Store, N: Net> Master<S, N> {
     fn record_state(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>, late: bool) {
         let at_ms = self.clock.wall_ms();
         let change = StateChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret, at_ms, late };
-        self.pending_states.push(change);
+        self.pending.states.push(change);
     }
 
     /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):
@@ -970,7 +898,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
             if self.deploy_jobs.contains_key(jid) {
-                self.finished_slots.push((jid.to_owned(), state, ret.clone()));
+                self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));
             }
         }
         self.notify(jid, minion, state, ret);
@@ -982,13 +910,7 @@ impl<S: Store, N: Net> Master<S, N> {
     fn notify(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         let Some(job) = self.jobs.get_mut(jid) else { return };
         let update = JobUpdate { jid: jid.to_owned(), minion: minion.to_owned(), state, ret };
-        if let Some((last, others)) = job.watchers.split_last() {
-            for watcher in others {
-                self.watcher_out.entry(*watcher).or_default().updates.push(update.clone());
-            }
-            // The last watcher takes the update itself: returns can be large.
-            self.watcher_out.entry(*last).or_default().updates.push(update);
-        }
+        self.watchers.update(&job.watchers, update);
     }
 
     fn finish_if_done(&mut self, jid: &str) {
@@ -996,9 +918,7 @@ impl<S: Store, N: Net> Master<S, N> {
             // Announced while still live, so the bus can tell who may see it.
             self.emit(format!("halite/job/{jid}/done"), json!({}));
             if let Some(job) = self.jobs.remove(jid) {
-                for watcher in job.watchers {
-                    self.watcher_out.entry(watcher).or_default().done.push(jid.to_owned());
-                }
+                self.watchers.done(job.watchers, jid);
             }
         }
     }
@@ -1008,7 +928,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
     /// partial result complete.
     fn send_watcher_batches(&mut self) {
-        for (peer, batch) in std::mem::take(&mut self.watcher_out) {
+        for (peer, batch) in self.watchers.take() {
             // Several messages when the returns are large: each within the message cap.
             let mut gone = false;
             for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
@@ -1017,9 +937,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     Ok(()) => {}
                     Err(SendError::Full) => {
                         if let Message::JobUpdates(lost) = message {
-                            for update in lost.updates {
-                                *self.watch_missed.entry((peer, update.jid)).or_default() += 1;
-                            }
+                            self.watchers.missed(peer, lost.updates);
                         }
                     }
                     // Gone: nothing to report to anyone.
@@ -1030,7 +948,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 continue;
             }
             for jid in batch.done {
-                let missed = self.watch_missed.remove(&(peer, jid.clone())).unwrap_or(0);
+                let missed = self.watchers.take_missed(peer, &jid);
                 if missed > 0 {
                     warn!(peer = peer.0, %jid, missed, "a client missed job updates; told so in job_done");
                 }
@@ -1124,7 +1042,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 return Ok(());
             }
         };
-        let empty = BTreeMap::new();
         // Resolved within what the publisher can see: a minion outside its view is never
         // matched, so neither the answer nor an error reveals it or its grains.
         let view = match &publisher {
@@ -1136,10 +1053,11 @@ impl<S: Store, N: Net> Master<S, N> {
             ),
         };
         let targets: Vec<String> = self
+            .registry
             .accepted
             .iter()
             .filter(|id| {
-                let grains = self.minions.get(*id).map_or(&empty, |m| &m.grains);
+                let grains = self.registry.grains(*id);
                 view.contains(id, grains) && expr.matches(id, grains)
             })
             .cloned()
@@ -1219,7 +1137,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let mut slots = BTreeMap::new();
         let mut states = Vec::with_capacity(targets.len());
         for id in &targets {
-            let (state, deadline) = if self.online.contains_key(id) {
+            let (state, deadline) = if self.sessions.online.contains_key(id) {
                 (MinionJobState::Sent, Some(run_deadline))
             } else if record.ttl_ms > 0 {
                 (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
@@ -1255,7 +1173,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // Announced once live, so the bus can tell who may see it.
         self.emit(format!("halite/job/{jid}/new"), new_event);
         for (id, state) in states {
-            if let (MinionJobState::Sent, Some(&minion_peer)) = (state, self.online.get(&id)) {
+            if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
                 self.send(minion_peer, &job_message);
             }
             self.notify(&jid, &id, state, None);
@@ -1283,7 +1201,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
         let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
         for (minion, state) in slots {
-            match (state, self.online.get(&minion).copied()) {
+            match (state, self.sessions.peer_of(&minion)) {
                 (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
                     // The minion kills the job and returns it as cancelled.
                     self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
@@ -1304,9 +1222,8 @@ impl<S: Store, N: Net> Master<S, N> {
         request: &PublishRequest,
         targets: &[String],
     ) -> Result<Option<Vec<String>>, String> {
-        let empty = BTreeMap::new();
         let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
-            targets.iter().map(|id| (id.as_str(), self.minions.get(id).map_or(&empty, |m| &m.grains))).collect();
+            targets.iter().map(|id| (id.as_str(), self.registry.grains(id))).collect();
         let rules = publish::Rules { nodegroups: &self.config.nodegroups, peers: &self.config.peers };
         let check = publish::Publish { function: &request.function, kwargs: &request.kwargs, targets: &resolved };
         let reach = publish::authorize(publisher, &rules, &check)?;
@@ -1317,7 +1234,7 @@ impl<S: Store, N: Net> Master<S, N> {
             "local" => return Ok(reach),
             name => match name.strip_prefix("minion:") {
                 Some(minion) => Publisher::Peer(minion.to_owned()),
-                None => match self.principals.get(name) {
+                None => match self.registry.principals.get(name) {
                     Some(principal) => Publisher::Principal(Arc::new(principal.acl.clone())),
                     None => return Err(format!("{caller}, on whose behalf this is published, is not a principal")),
                 },
@@ -1383,17 +1300,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         self.last_tick = Some(now);
         let handshake_timeout = Duration::from_secs(self.config.handshake_timeout_secs);
-        let stale: Vec<PeerId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| match c {
-                Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. } => {
-                    now.saturating_duration_since(*since) > handshake_timeout
-                }
-                _ => false,
-            })
-            .map(|(p, _)| *p)
-            .collect();
+        let stale = self.sessions.stale_handshakes(now, handshake_timeout);
         for peer in stale {
             self.drop_peer(peer, "handshake timed out");
         }

@@ -116,8 +116,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return minions.iter().all(|server| self.may_deploy_to(acl, server));
         }
         let view = TargetView::of_principal(Some(acl), &self.config.nodegroups);
-        let empty = BTreeMap::new();
-        minions.iter().all(|id| view.contains(id, self.minions.get(*id).map_or(&empty, |m| &m.grains)))
+        minions.iter().all(|id| view.contains(id, self.registry.grains(*id)))
     }
 
     /// Whether `who` may see a live job.
@@ -162,8 +161,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Whether an ACL allows `deploy.apply` on `server`.
     pub(crate) fn may_deploy_to(&self, acl: &PrincipalAcl, server: &str) -> bool {
-        let empty = BTreeMap::new();
-        let grains = self.minions.get(server).map_or(&empty, |m| &m.grains);
+        let grains = self.registry.grains(server);
         acl.admin
             || acl.rules.iter().any(|rule| {
                 crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)

@@ -1,0 +1,58 @@
+//! The registries the core keeps in memory: which minion ids have an accepted key (the universe
+//! targets resolve against) and which key, what each minion announced (grains, functions, when
+//! it was last seen), and the client principals. Loaded from the store at start and kept in
+//! step with it by the code that changes the store; nothing here writes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use halite_protocol::message::Value;
+
+use crate::store::PrincipalRecord;
+
+/// What the registry knows of a minion.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MinionEntry {
+    pub(crate) grains: BTreeMap<String, Value>,
+    pub(crate) functions: Vec<String>,
+    pub(crate) last_seen_ms: u64,
+}
+
+/// Keys, minions and principals, as the core holds them.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    /// Ids with an accepted key: the universe targets are resolved against.
+    pub(crate) accepted: BTreeSet<String>,
+    /// Their accepted keys: a reconnecting minion is admitted without a store round trip.
+    pub(crate) accepted_keys: HashMap<String, [u8; 32]>,
+    /// What each minion announced.
+    pub(crate) minions: HashMap<String, MinionEntry>,
+    /// Registered client principals by name (root is not among them).
+    pub(crate) principals: HashMap<String, PrincipalRecord>,
+}
+
+/// The grains of a minion nobody has heard from.
+static NO_GRAINS: BTreeMap<String, Value> = BTreeMap::new();
+
+impl Registry {
+    /// A minion's grains (empty when unknown).
+    pub(crate) fn grains(&self, id: &str) -> &BTreeMap<String, Value> {
+        self.minions.get(id).map_or(&NO_GRAINS, |m| &m.grains)
+    }
+
+    /// Replaces the accepted keys (at start, and after the store changed them).
+    pub(crate) fn set_accepted(&mut self, keys: impl IntoIterator<Item = (String, [u8; 32])>) {
+        self.accepted_keys = keys.into_iter().collect();
+        self.accepted = self.accepted_keys.keys().cloned().collect();
+    }
+
+    /// Records a newly accepted key for `id`.
+    pub(crate) fn accept(&mut self, id: &str, key: [u8; 32]) {
+        self.accepted.insert(id.to_owned());
+        self.accepted_keys.insert(id.to_owned(), key);
+    }
+
+    /// Whether `key` is the accepted key of `id`.
+    pub(crate) fn is_accepted(&self, id: &str, key: &[u8; 32]) -> bool {
+        self.accepted_keys.get(id) == Some(key)
+    }
+}

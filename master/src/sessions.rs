@@ -1,0 +1,89 @@
+//! The connections the core talks to: each one's stage (handshake, minion, client, in-process
+//! client) with its session, and which minion is online on which connection. The core's
+//! `forget` is the one way a connection leaves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use halite_protocol::message::{Message, PrincipalAcl};
+use halite_protocol::noise::{AwaitingIdentity, Session};
+use halite_transport::PeerId;
+use tokio::sync::mpsc;
+
+/// One connection's stage.
+pub(crate) enum Conn {
+    /// ZMTP is up; waiting for Noise message 1.
+    AwaitHello { since: Instant },
+    /// Message 2 sent; waiting for message 3.
+    AwaitIdentity { state: Box<AwaitingIdentity>, since: Instant },
+    /// An accepted minion.
+    Minion { id: String, session: Session },
+    /// An authenticated client; `acl` is `None` for root.
+    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session },
+    /// An in-process client (the HTTP gateway), authenticated by a gateway token.
+    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message> },
+}
+
+impl Conn {
+    pub(crate) fn session_mut(&mut self) -> Option<&mut Session> {
+        match self {
+            Conn::Minion { session, .. } | Conn::Client { session, .. } => Some(session),
+            _ => None,
+        }
+    }
+}
+
+/// Every connection, and the minions online.
+pub(crate) struct Sessions {
+    pub(crate) conns: HashMap<PeerId, Conn>,
+    /// Minions with a live session, and on which connection.
+    pub(crate) online: HashMap<String, PeerId>,
+    /// Peer ids for local sessions count down from the top, far from the router's.
+    pub(crate) next_local_peer: u64,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions { conns: HashMap::new(), online: HashMap::new(), next_local_peer: u64::MAX }
+    }
+}
+
+impl Sessions {
+    /// The connection a minion is online on.
+    pub(crate) fn peer_of(&self, minion: &str) -> Option<PeerId> {
+        self.online.get(minion).copied()
+    }
+
+    /// A new id for an in-process session.
+    pub(crate) fn next_local(&mut self) -> PeerId {
+        let peer = PeerId(self.next_local_peer);
+        self.next_local_peer -= 1;
+        peer
+    }
+
+    /// Every session of a principal (over the network or in-process).
+    pub(crate) fn clients_of(&self, principal: &str) -> Vec<PeerId> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| {
+                matches!(c, Conn::Client { principal: p, .. } | Conn::Local { principal: p, .. } if p == principal)
+            })
+            .map(|(peer, _)| *peer)
+            .collect()
+    }
+
+    /// Connections still in the handshake after `timeout`.
+    pub(crate) fn stale_handshakes(&self, now: Instant, timeout: Duration) -> Vec<PeerId> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| match c {
+                Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. } => {
+                    now.saturating_duration_since(*since) > timeout
+                }
+                _ => false,
+            })
+            .map(|(peer, _)| *peer)
+            .collect()
+    }
+}

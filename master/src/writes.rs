@@ -1,0 +1,37 @@
+//! Writes the core has decided but not yet stored: job state changes, minion registry entries,
+//! and the acknowledgements that must wait for them. They are stored together at the end of
+//! each step (group commit); a return is acknowledged only once its change is stored.
+
+use std::collections::HashMap;
+
+use halite_protocol::message::{JobReturn, MinionJobState};
+use halite_transport::PeerId;
+
+use crate::store::{MinionRecord, StateChange};
+
+/// What the next commit writes, and what follows from it.
+#[derive(Default)]
+pub(crate) struct PendingWrites {
+    /// Job state changes, in order.
+    pub(crate) states: Vec<StateChange>,
+    /// Minion registry entries (presence, grains), the latest per minion.
+    pub(crate) minions: HashMap<String, MinionRecord>,
+    /// Returns to acknowledge once `states` is written.
+    pub(crate) acks: Vec<(PeerId, String)>,
+    /// Final slots of deployment jobs, for the deployments to react to after the step.
+    pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
+}
+
+impl PendingWrites {
+    /// Takes the state changes and their acknowledgements, to write.
+    pub(crate) fn take_states(&mut self) -> (Vec<StateChange>, Vec<(PeerId, String)>) {
+        (std::mem::take(&mut self.states), std::mem::take(&mut self.acks))
+    }
+
+    /// Puts back changes whose write failed, ahead of any newer ones: retried at the next
+    /// commit, and nothing is acknowledged meanwhile.
+    pub(crate) fn restore_states(&mut self, changes: Vec<StateChange>, acks: Vec<(PeerId, String)>) {
+        self.states.splice(0..0, changes);
+        self.acks.splice(0..0, acks);
+    }
+}
