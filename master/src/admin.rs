@@ -3,7 +3,7 @@
 use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
-    ErrorKind, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
+    KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
 };
 use rand_core::RngCore;
 use tracing::info;
@@ -11,16 +11,11 @@ use tracing::info;
 use crate::authz::Who;
 use crate::keys::token_hash;
 use crate::net::Net;
+use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::{KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
 use halite_protocol::message::JobSummary;
-
-type Reply = Result<ResponseBody, (ErrorKind, String)>;
-
-fn internal(error: StoreError) -> (ErrorKind, String) {
-    (ErrorKind::Internal, error.to_string())
-}
 
 /// Most jobs one listing returns.
 const MAX_JOB_LIST: u32 = 1000;
@@ -38,36 +33,37 @@ impl<S: Store, N: Net> Master<S, N> {
         let admin_only =
             !matches!(body, RequestBody::JobList { .. } | RequestBody::JobShow { .. } | RequestBody::MinionList { .. });
         if admin_only && acl.is_some_and(|a| !a.admin) {
-            return Err((ErrorKind::Forbidden, "this principal may not administer the master".into()));
+            return Err(RequestError::forbidden("this principal may not administer the master"));
         }
         match body {
             RequestBody::PrincipalAdd { name, public_key, acl } => {
-                halite_protocol::id::validate(&name).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
+                halite_protocol::id::validate(&name).map_err(|e| RequestError::bad_request(e.to_string()))?;
                 if name == "root" {
-                    return Err((ErrorKind::BadRequest, "root is built in; its key is root.key".into()));
+                    return Err(RequestError::bad_request("root is built in; its key is root.key"));
                 }
                 let key =
-                    PublicIdentity::from_bytes(&public_key).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
+                    PublicIdentity::from_bytes(&public_key).map_err(|e| RequestError::bad_request(e.to_string()))?;
                 for rule in &acl.rules {
                     crate::target::Expr::parse(
                         halite_protocol::message::TargetKind::Compound,
                         &rule.targets,
                         &self.config.nodegroups,
                     )
-                    .map_err(|e| (ErrorKind::BadRequest, format!("targets {:?}: {e}", rule.targets)))?;
+                    .map_err(|e| RequestError::bad_request(format!("targets {:?}: {e}", rule.targets)))?;
                     for pattern in rule.args.values() {
                         regex::Regex::new(pattern)
-                            .map_err(|e| (ErrorKind::BadRequest, format!("args pattern {pattern:?}: {e}")))?;
+                            .map_err(|e| RequestError::bad_request(format!("args pattern {pattern:?}: {e}")))?;
                     }
                 }
                 let record = PrincipalRecord { name: name.clone(), public_key: *key.as_bytes(), acl };
-                self.store.put_principal(&record, self.clock.wall_ms()).await.map_err(internal)?;
-                self.reload_principals().await.map_err(internal)?;
+                self.store.put_principal(&record, self.clock.wall_ms()).await.map_err(RequestError::from)?;
+                self.reload_principals().await.map_err(RequestError::from)?;
                 info!(principal = %name, fingerprint = %key.fingerprint(), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
             }
             RequestBody::PrincipalList => Ok(ResponseBody::Principals(
-                self.registry.principals
+                self.registry
+                    .principals
                     .values()
                     .map(|p| PrincipalInfo {
                         name: p.name.clone(),
@@ -77,15 +73,15 @@ impl<S: Store, N: Net> Master<S, N> {
                     .collect(),
             )),
             RequestBody::PrincipalRemove { name } => {
-                if !self.store.delete_principal(&name).await.map_err(internal)? {
-                    return Err((ErrorKind::NotFound, format!("no principal {name}")));
+                if !self.store.delete_principal(&name).await.map_err(RequestError::from)? {
+                    return Err(RequestError::not_found(format!("no principal {name}")));
                 }
-                self.reload_principals().await.map_err(internal)?;
+                self.reload_principals().await.map_err(RequestError::from)?;
                 self.cut_clients(&name);
                 Ok(ResponseBody::Changed(vec![name]))
             }
             RequestBody::KeyList { pattern } => {
-                let keys = self.store.keys().await.map_err(internal)?;
+                let keys = self.store.keys().await.map_err(RequestError::from)?;
                 Ok(ResponseBody::Keys(
                     keys.into_iter()
                         .filter(|k| glob::matches(&pattern, &k.id))
@@ -104,28 +100,31 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.change_keys(&pattern, &all, None).await
             }
             RequestBody::KeyPreseed { id, public_key } => {
-                halite_protocol::id::validate(&id).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
+                halite_protocol::id::validate(&id).map_err(|e| RequestError::bad_request(e.to_string()))?;
                 let key =
-                    PublicIdentity::from_bytes(&public_key).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
-                let existing = self.store.keys_for(&id).await.map_err(internal)?;
+                    PublicIdentity::from_bytes(&public_key).map_err(|e| RequestError::bad_request(e.to_string()))?;
+                let existing = self.store.keys_for(&id).await.map_err(RequestError::from)?;
                 if existing.iter().any(|k| k.public_key != *key.as_bytes() && k.state != KeyState::Denied) {
-                    return Err((ErrorKind::BadRequest, format!("{id} already has another key; delete it first")));
+                    return Err(RequestError::bad_request(format!("{id} already has another key; delete it first")));
                 }
                 let record = KeyRecord { id: id.clone(), public_key: *key.as_bytes(), state: KeyState::Accepted };
-                self.store.put_key(&record, self.clock.wall_ms()).await.map_err(internal)?;
+                self.store.put_key(&record, self.clock.wall_ms()).await.map_err(RequestError::from)?;
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.registry.accept(&id, *key.as_bytes());
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }
             RequestBody::TokenCreate { minion, ttl_ms } => {
-                halite_protocol::id::validate(&minion).map_err(|e| (ErrorKind::BadRequest, e.to_string()))?;
+                halite_protocol::id::validate(&minion).map_err(|e| RequestError::bad_request(e.to_string()))?;
                 if ttl_ms == 0 {
-                    return Err((ErrorKind::BadRequest, "token ttl must be positive".into()));
+                    return Err(RequestError::bad_request("token ttl must be positive"));
                 }
                 let token = new_secret();
                 let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
-                self.store.create_token(&token_hash(&token), &minion, expires_at_ms).await.map_err(internal)?;
+                self.store
+                    .create_token(&token_hash(&token), &minion, expires_at_ms)
+                    .await
+                    .map_err(RequestError::from)?;
                 info!(%minion, "enrollment token created");
                 Ok(ResponseBody::Token(TokenInfo { token, minion, expires_at_ms }))
             }
@@ -137,7 +136,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     .accepted
                     .iter()
                     .filter(|id| glob::matches(&pattern, id))
-                    .filter(|id| view.contains(id, self.registry.grains(*id)))
+                    .filter(|id| view.contains(id, self.registry.grains(id)))
                     .map(|id| {
                         let entry = self.registry.minions.get(id).cloned().unwrap_or_default();
                         MinionInfo {
@@ -153,12 +152,12 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::JobList { limit } => {
                 let who = Who { name: principal, acl };
-                let jobs = self.visible_jobs(who, limit.min(MAX_JOB_LIST)).await.map_err(internal)?;
+                let jobs = self.visible_jobs(who, limit.min(MAX_JOB_LIST)).await.map_err(RequestError::from)?;
                 Ok(ResponseBody::Jobs(jobs))
             }
             RequestBody::JobShow { jid } => {
                 let who = Who { name: principal, acl };
-                let detail = self.store.job(&jid).await.map_err(internal)?.filter(|detail| {
+                let detail = self.store.job(&jid).await.map_err(RequestError::from)?.filter(|detail| {
                     let minions: Vec<&str> = detail.minions.iter().map(|m| m.minion.as_str()).collect();
                     self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
                 });
@@ -168,22 +167,22 @@ impl<S: Store, N: Net> Master<S, N> {
                         Ok(ResponseBody::Job(detail))
                     }
                     // Another principal's job is answered like a job that does not exist.
-                    None => Err((ErrorKind::NotFound, format!("no job {jid}"))),
+                    None => Err(RequestError::not_found(format!("no job {jid}"))),
                 }
             }
             RequestBody::ApiTokenCreate { principal } => {
                 if principal != "root" && !self.registry.principals.contains_key(&principal) {
-                    return Err((ErrorKind::NotFound, format!("no principal {principal}")));
+                    return Err(RequestError::not_found(format!("no principal {principal}")));
                 }
                 let token = format!("hal_{}", new_secret());
                 self.store
                     .create_api_token(&token_hash(&token), &principal, self.clock.wall_ms())
                     .await
-                    .map_err(internal)?;
+                    .map_err(RequestError::from)?;
                 info!(%principal, "gateway token created");
                 Ok(ResponseBody::ApiToken(token))
             }
-            _ => Err((ErrorKind::BadRequest, "not an administrative request".into())),
+            _ => Err(RequestError::bad_request("not an administrative request")),
         }
     }
 
@@ -231,19 +230,19 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Moves keys matching `pattern` whose state is in `from` to `to` (or deletes them), and
     /// cuts the live sessions of minions that lost their accepted key.
     async fn change_keys(&mut self, pattern: &str, from: &[KeyState], to: Option<KeyState>) -> Reply {
-        let keys = self.store.keys().await.map_err(internal)?;
+        let keys = self.store.keys().await.map_err(RequestError::from)?;
         let mut changed = Vec::new();
         for key in keys.into_iter().filter(|k| from.contains(&k.state) && glob::matches(pattern, &k.id)) {
             match to {
                 Some(state) => self.store.put_key(&KeyRecord { state, ..key.clone() }, self.clock.wall_ms()).await,
                 None => self.store.delete_key(&key.id, &key.public_key).await,
             }
-            .map_err(internal)?;
+            .map_err(RequestError::from)?;
             let event_state = to.map_or("deleted", |s| s.as_str());
             self.emit(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
                 self.pending.minions.remove(&key.id);
-                self.store.delete_minion(&key.id).await.map_err(internal)?;
+                self.store.delete_minion(&key.id).await.map_err(RequestError::from)?;
                 self.registry.minions.remove(&key.id);
             }
             if to != Some(KeyState::Accepted) {
@@ -253,7 +252,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         changed.sort();
         changed.dedup();
-        self.reload_accepted().await.map_err(internal)?;
+        self.reload_accepted().await.map_err(RequestError::from)?;
         Ok(ResponseBody::Changed(changed))
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod acl;
 mod admin;
+mod admission;
 mod authz;
 mod bus;
 pub mod clock;
@@ -28,12 +29,17 @@ pub mod gateway;
 mod jobs;
 mod keys;
 mod limits;
+mod minion_messages;
 pub mod net;
+mod publishing;
 mod registry;
+mod request_error;
+mod requests;
 mod server;
 mod sessions;
 #[cfg(test)]
 mod sim;
+mod slots;
 pub mod store;
 pub mod target;
 mod watchers;

@@ -116,7 +116,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return minions.iter().all(|server| self.may_deploy_to(acl, server));
         }
         let view = TargetView::of_principal(Some(acl), &self.config.nodegroups);
-        minions.iter().all(|id| view.contains(id, self.registry.grains(*id)))
+        minions.iter().all(|id| view.contains(id, self.registry.grains(id)))
     }
 
     /// Whether `who` may see a live job.

@@ -12,27 +12,18 @@ pub(crate) mod relay;
 mod validate;
 
 use halite_protocol::message::{
-    status, DeploymentUpdate, ErrorKind, JobReturn, MinionJobState, NewDeployment, NewSoftwareConfig, PrincipalAcl,
-    RequestBody, ResponseBody, SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
+    status, DeploymentUpdate, JobReturn, MinionJobState, NewDeployment, NewSoftwareConfig, PrincipalAcl, RequestBody,
+    ResponseBody, SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
 };
 use serde_json::{json, Map};
 use tracing::{info, warn};
 
 use crate::clock::new_uuid;
 use crate::net::Net;
+use crate::request_error::{Reply, RequestError};
 use crate::server::{Master, NewJob};
 use crate::store::{DeploymentRecord, Store, StoreError};
 use relay::RelayRequest;
-
-type Reply = Result<ResponseBody, (ErrorKind, String)>;
-
-fn internal(error: StoreError) -> (ErrorKind, String) {
-    (ErrorKind::Internal, error.to_string())
-}
-
-fn bad(message: impl Into<String>) -> (ErrorKind, String) {
-    (ErrorKind::BadRequest, message.into())
-}
 
 /// Most configs one listing returns.
 const MAX_CONFIG_LIST: u32 = 1000;
@@ -71,15 +62,22 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::ConfigShow { id } => {
                 self.may_deploy(acl, None)?;
-                self.store.config(&id).await.map_err(internal)?.map(ResponseBody::Config).ok_or_else(|| no_config(&id))
+                self.store
+                    .config(&id)
+                    .await
+                    .map_err(RequestError::from)?
+                    .map(ResponseBody::Config)
+                    .ok_or_else(|| no_config(&id))
             }
             RequestBody::ConfigList { limit } => {
                 self.may_deploy(acl, None)?;
-                Ok(ResponseBody::Configs(self.store.configs(limit.min(MAX_CONFIG_LIST)).await.map_err(internal)?))
+                Ok(ResponseBody::Configs(
+                    self.store.configs(limit.min(MAX_CONFIG_LIST)).await.map_err(RequestError::from)?,
+                ))
             }
             RequestBody::ConfigDelete { id } => {
                 self.may_deploy(acl, None)?;
-                if !self.store.delete_config(&id).await.map_err(internal)? {
+                if !self.store.delete_config(&id).await.map_err(RequestError::from)? {
                     return Err(no_config(&id));
                 }
                 info!(config = %id, "software config deleted");
@@ -100,7 +98,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::Deployment(record.deployment))
             }
             RequestBody::DeploymentList { server_id } => {
-                let records = self.store.deployments(server_id.as_deref()).await.map_err(internal)?;
+                let records = self.store.deployments(server_id.as_deref()).await.map_err(RequestError::from)?;
                 let visible = records
                     .into_iter()
                     .filter(|r| self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok())
@@ -112,8 +110,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 let record = self.load_deployment(&id).await?;
                 self.may_deploy(acl, Some(&record.deployment.server_id))?;
                 self.deploy_jobs.remove(&record.jid);
-                self.cancel_live(&record.jid).await.map_err(internal)?;
-                self.store.delete_deployment(&id).await.map_err(internal)?;
+                self.cancel_live(&record.jid).await.map_err(RequestError::from)?;
+                self.store.delete_deployment(&id).await.map_err(RequestError::from)?;
                 info!(deployment = %id, "deployment deleted");
                 self.emit(
                     format!("halite/deployment/{id}/DELETED"),
@@ -123,17 +121,17 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::ServerConfigs { server_id } => {
                 self.may_deploy(acl, Some(&server_id))?;
-                let mut records = self.store.deployments(Some(&server_id)).await.map_err(internal)?;
+                let mut records = self.store.deployments(Some(&server_id)).await.map_err(RequestError::from)?;
                 records.reverse();
                 Ok(ResponseBody::Items(records.into_iter().map(|r| r.item).collect()))
             }
-            _ => Err(bad("not a deployment request")),
+            _ => Err(RequestError::bad_request("not a deployment request")),
         }
     }
 
     /// Root and admins may do anything; other principals need a publish rule for
     /// `deploy.apply` (covering the server, when there is one).
-    fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), (ErrorKind, String)> {
+    fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
         let Some(acl) = acl else { return Ok(()) };
         let allowed = match server {
             Some(server) => self.may_deploy_to(acl, server),
@@ -144,12 +142,12 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(())
         } else {
             let on = server.map(|s| format!(" on {s}")).unwrap_or_default();
-            Err((ErrorKind::Forbidden, format!("not allowed to deploy{on} (needs a rule for deploy.apply)")))
+            Err(RequestError::forbidden(format!("not allowed to deploy{on} (needs a rule for deploy.apply)")))
         }
     }
 
     async fn create_config(&mut self, new: NewSoftwareConfig) -> Reply {
-        validate::config(&new).map_err(bad)?;
+        validate::config(&new).map_err(RequestError::bad_request)?;
         let now = self.clock.wall_ms();
         let config = SoftwareConfig {
             id: new_uuid(),
@@ -161,23 +159,27 @@ impl<S: Store, N: Net> Master<S, N> {
             options: new.options,
             creation_time: halite_protocol::time::iso8601_utc(now),
         };
-        self.store.put_config(&config, now).await.map_err(internal)?;
+        self.store.put_config(&config, now).await.map_err(RequestError::from)?;
         info!(config = %config.id, name = %config.name, group = %config.group, "software config created");
         Ok(ResponseBody::Config(config))
     }
 
-    async fn load_deployment(&self, id: &str) -> Result<DeploymentRecord, (ErrorKind, String)> {
+    async fn load_deployment(&self, id: &str) -> Result<DeploymentRecord, RequestError> {
         self.store
             .deployment(id)
             .await
-            .map_err(internal)?
-            .ok_or_else(|| (ErrorKind::NotFound, format!("no deployment {id}")))
+            .map_err(RequestError::from)?
+            .ok_or_else(|| RequestError::not_found(format!("no deployment {id}")))
     }
 
     async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
-        validate::deployment(&spec).map_err(bad)?;
-        let config =
-            self.store.config(&spec.config_id).await.map_err(internal)?.ok_or_else(|| no_config(&spec.config_id))?;
+        validate::deployment(&spec).map_err(RequestError::bad_request)?;
+        let config = self
+            .store
+            .config(&spec.config_id)
+            .await
+            .map_err(RequestError::from)?
+            .ok_or_else(|| no_config(&spec.config_id))?;
         let action = spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase();
         let now = self.clock.wall_ms();
         let deployment = SoftwareDeployment {
@@ -219,16 +221,16 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let action = update.action.unwrap_or_else(|| "UPDATE".into()).to_ascii_uppercase();
         record.spec.action = Some(action.clone());
-        validate::deployment(&record.spec).map_err(bad)?;
+        validate::deployment(&record.spec).map_err(RequestError::bad_request)?;
         let config = self
             .store
             .config(&record.spec.config_id)
             .await
-            .map_err(internal)?
+            .map_err(RequestError::from)?
             .ok_or_else(|| no_config(&record.spec.config_id))?;
         // The previous derived config is superseded: its job is cancelled if still pending.
         self.deploy_jobs.remove(&record.jid);
-        self.cancel_live(&record.jid).await.map_err(internal)?;
+        self.cancel_live(&record.jid).await.map_err(RequestError::from)?;
         let now = self.clock.wall_ms();
         record.deployment.config_id = config.id.clone();
         record.deployment.input_values = record.spec.input_values.clone();
@@ -248,7 +250,7 @@ impl<S: Store, N: Net> Master<S, N> {
         mut record: DeploymentRecord,
         config: &SoftwareConfig,
         principal: &str,
-    ) -> Result<DeploymentRecord, (ErrorKind, String)> {
+    ) -> Result<DeploymentRecord, RequestError> {
         let derived_id = new_uuid();
         let now = self.clock.wall_ms();
         let item = derive::derived_item(
@@ -258,7 +260,7 @@ impl<S: Store, N: Net> Master<S, N> {
             &derived_id,
             &halite_protocol::time::iso8601_utc(now),
         )
-        .map_err(bad)?;
+        .map_err(RequestError::bad_request)?;
         let timeout_secs = record.spec.timeout_secs.unwrap_or(self.config.deployment_timeout_secs).max(1);
         let mut kwargs = std::collections::BTreeMap::new();
         kwargs.insert("item".to_owned(), item.clone());
@@ -274,11 +276,11 @@ impl<S: Store, N: Net> Master<S, N> {
             // The hook runs the deployment's own config; it calls no other function.
             reach: Some(vec!["deploy.apply".into()]),
         };
-        let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(internal)?;
+        let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(RequestError::from)?;
         record.deployment.derived_config_id = derived_id;
         record.jid = jid.clone();
         record.item = item;
-        self.store.put_deployment(&record, now).await.map_err(internal)?;
+        self.store.put_deployment(&record, now).await.map_err(RequestError::from)?;
         self.deploy_jobs.insert(jid.clone(), record.deployment.id.clone());
         info!(deployment = %record.deployment.id, server = %server, %jid, action = %record.deployment.action, "deployment pushed");
         self.announce(&record.deployment);
@@ -420,6 +422,6 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 }
 
-fn no_config(id: &str) -> (ErrorKind, String) {
-    (ErrorKind::NotFound, format!("no software config {id}"))
+fn no_config(id: &str) -> RequestError {
+    RequestError::not_found(format!("no software config {id}"))
 }

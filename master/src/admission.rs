@@ -1,0 +1,240 @@
+//! Connections through the handshake to a session: each stage of the Noise handshake, the
+//! key registry's decision for a minion (accepted, pending, refused, busy), principals for
+//! clients, and the one way a connection leaves (`forget`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use halite_protocol::message::{self, ErrorKind, PrincipalAcl};
+use halite_protocol::noise::{Claim, IdentifiedPeer, Responder, Role, SessionConfig};
+use halite_transport::PeerId;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::keys::{decide, Decision};
+use crate::net::Net;
+use crate::server::Master;
+use crate::sessions::Conn;
+use crate::store::{Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    pub(crate) async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
+        let Some(conn) = self.sessions.conns.remove(&peer) else { return Ok(()) };
+        match conn {
+            // In-process sessions never arrive from the router.
+            local @ Conn::Local { .. } => {
+                self.sessions.conns.insert(peer, local);
+            }
+            Conn::AwaitHello { .. } => {
+                let result = Claim::new(&self.config.id, None)
+                    .and_then(|claim| Responder::new(&self.identity, claim, SessionConfig::default()))
+                    .and_then(|r| r.read_hello(single(&parts)?));
+                match result {
+                    Ok((state, msg2)) => {
+                        let _ = self.net.send(peer, vec![msg2]);
+                        self.sessions
+                            .conns
+                            .insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: self.clock.now() });
+                    }
+                    Err(error) => self.drop_peer(peer, &error.to_string()),
+                }
+            }
+            Conn::AwaitIdentity { state, .. } => match state.read_identity(single(&parts).unwrap_or_default()) {
+                Ok(identified) => self.admit(peer, identified).await?,
+                Err(error) => self.drop_peer(peer, &error.to_string()),
+            },
+            Conn::Minion { id, mut session } => {
+                let opened = session.open(&parts, self.clock.now());
+                self.sessions.conns.insert(peer, Conn::Minion { id: id.clone(), session });
+                let decoded = opened
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(|e| e.to_string()));
+                match decoded {
+                    Ok((msg, size)) => self.on_minion_message(peer, &id, msg, size).await?,
+                    Err(error) => {
+                        warn!(minion = %id, %error, "undecodable message");
+                        self.send_error(peer, ErrorKind::BadRequest, error, None);
+                    }
+                }
+            }
+            Conn::Client { principal, acl, mut session } => {
+                let opened = session.open(&parts, self.clock.now());
+                self.sessions
+                    .conns
+                    .insert(peer, Conn::Client { principal: principal.clone(), acl: acl.clone(), session });
+                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
+                    Ok(msg) => self.on_client_message(peer, &principal, acl, msg).await?,
+                    Err(error) => self.send_error(peer, ErrorKind::BadRequest, error, None),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let who = identified.peer().clone();
+        match who.role {
+            Role::Client => {
+                let acl = if who.identity == self.root && who.name == "root" {
+                    Some(None)
+                } else {
+                    self.registry
+                        .principals
+                        .get(&who.name)
+                        .filter(|p| p.public_key == *who.identity.as_bytes())
+                        .map(|p| Some(Arc::new(p.acl.clone())))
+                };
+                if let Some(acl) = acl {
+                    if let Ok((session, verdict)) = identified.accept(now) {
+                        let _ = self.net.send(peer, verdict);
+                        self.net.mark_authenticated(peer);
+                        self.sessions.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
+                    }
+                } else {
+                    warn!(principal = %who.name, fingerprint = %who.identity.fingerprint(), "unknown client refused");
+                    self.refuse(peer, identified.reject("unknown principal", now));
+                }
+            }
+            Role::Minion => {
+                let id = who.name.clone();
+                if let Err(error) = halite_protocol::id::validate(&id) {
+                    warn!(%error, "minion with an invalid id refused");
+                    self.refuse(peer, identified.reject(&format!("invalid minion id: {error}"), now));
+                    return Ok(());
+                }
+                let decision = if self.registry.is_accepted(&id, who.identity.as_bytes()) {
+                    Decision::Accept
+                } else {
+                    let token = identified.enrollment_token();
+                    let at = (self.clock.wall_ms(), now);
+                    decide(&self.store, &id, who.identity.as_bytes(), token, at, &mut self.pending_limits).await?
+                };
+                match decision {
+                    Decision::Accept => {
+                        if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
+                            info!(minion = %id, "minion enrolled with a token");
+                            self.registry.accept(&id, *who.identity.as_bytes());
+                            self.emit(
+                                format!("halite/key/{id}/accepted"),
+                                json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),
+                            );
+                        }
+                        let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
+                        let _ = self.net.send(peer, verdict);
+                        self.net.mark_authenticated(peer);
+                        if let Some(old) = self.sessions.peer_of(&id) {
+                            if old != peer {
+                                self.forget(old, Some("replaced by a newer connection"));
+                            }
+                        }
+                        self.sessions.online.insert(id.clone(), peer);
+                        info!(minion = %id, "minion authenticated");
+                        self.sessions.conns.insert(peer, Conn::Minion { id, session });
+                    }
+                    Decision::Pending => {
+                        info!(minion = %id, fingerprint = %who.identity.fingerprint(), "minion key pending acceptance");
+                        self.emit(
+                            format!("halite/key/{id}/pending"),
+                            json!({ "fingerprint": who.identity.fingerprint() }),
+                        );
+                        self.refuse(peer, identified.defer("key pending acceptance", now));
+                    }
+                    Decision::Reject(reason) => self.refuse(peer, identified.reject(&reason, now)),
+                    Decision::Busy(reason) => {
+                        self.keys_refused += 1;
+                        warn!(minion = %id, "{reason}");
+                        if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
+                            self.emit(
+                                "halite/key/refused".into(),
+                                json!({ "id": id, "reason": reason, "refused_total": self.keys_refused }),
+                            );
+                        }
+                        self.refuse(peer, identified.defer(&reason, now));
+                    }
+                    Decision::Denied => {
+                        warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
+                              "a different key for a known minion id was denied");
+                        self.emit(
+                            format!("halite/key/{id}/denied"),
+                            json!({ "fingerprint": who.identity.fingerprint() }),
+                        );
+                        self.refuse(peer, identified.reject("denied: another key is registered for this id", now));
+                    }
+                }
+            }
+            Role::Master => self.refuse(peer, identified.reject("a master cannot connect as a peer", now)),
+        }
+        Ok(())
+    }
+
+    /// Sends a refusal verdict, then closes.
+    pub(crate) fn refuse(
+        &mut self,
+        peer: PeerId,
+        verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
+    ) {
+        if let Ok(parts) = verdict {
+            let _ = self.net.send(peer, parts);
+        }
+        self.net.disconnect(peer, "not accepted");
+    }
+
+    pub(crate) fn drop_peer(&mut self, peer: PeerId, reason: &str) {
+        debug!(peer = peer.0, reason, "handshake failed");
+        self.forget(peer, Some(reason));
+    }
+
+    /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
+    /// session, its presence, its subscriptions, its watches, its pending batches. With a
+    /// reason, its connection is also closed. The one clean-up path for every peer.
+    pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
+        if let Some(Conn::Minion { id, .. }) = self.sessions.conns.remove(&peer) {
+            if self.sessions.online.get(&id) == Some(&peer) {
+                self.sessions.online.remove(&id);
+                self.touch(&id);
+            }
+        }
+        self.bus.unsubscribe(peer);
+        self.jobs.forget_watcher(peer);
+        self.watchers.forget(peer);
+        if let Some(reason) = close {
+            self.net.disconnect(peer, reason);
+        }
+    }
+
+    /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
+    pub(crate) fn cut_minion(&mut self, id: &str) {
+        if let Some(peer) = self.sessions.peer_of(id) {
+            info!(minion = id, "key no longer accepted; disconnecting");
+            self.forget(peer, Some("key no longer accepted"));
+        }
+    }
+
+    /// Ends every session of a principal that was removed.
+    pub(crate) fn cut_clients(&mut self, principal: &str) {
+        let peers = self.sessions.clients_of(principal);
+        for peer in peers {
+            self.forget(peer, Some("principal removed"));
+        }
+    }
+
+    /// The principal on a client connection and its ACL (`None` for root), for
+    /// [`crate::authz`].
+    pub(crate) fn principal_on(&self, peer: PeerId) -> Option<(String, Option<Arc<PrincipalAcl>>)> {
+        match self.sessions.conns.get(&peer)? {
+            Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
+                Some((principal.clone(), acl.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The one part of a handshake message.
+fn single(parts: &[Vec<u8>]) -> Result<&[u8], halite_protocol::noise::HandshakeError> {
+    match parts {
+        [one] => Ok(one),
+        _ => Err(halite_protocol::noise::HandshakeError::Malformed("handshake messages have one part")),
+    }
+}

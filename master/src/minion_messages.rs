@@ -1,0 +1,226 @@
+//! What minions send once in session: hello (grains, within their cap), acknowledgements and
+//! refusals of jobs, returns (stored before they are acknowledged, late ones kept), events
+//! (checked against the `[[events]]` ACL, size and rate) and peer publishes.
+
+use std::time::Duration;
+
+use halite_protocol::message::{ErrorKind, Event, JobReturn, Message, MinionJobState, Outcome, Welcome};
+use halite_transport::PeerId;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::acl::{self, RateLimiter};
+use crate::authz::publish::Publisher;
+use crate::limits;
+use crate::net::Net;
+use crate::server::Master;
+use crate::store::{MinionRecord, Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Handles a decoded message from an authenticated minion; `size` is its encoded length,
+    /// which bounds what the caps below must measure.
+    pub(crate) async fn on_minion_message(
+        &mut self,
+        peer: PeerId,
+        id: &str,
+        msg: Message,
+        size: usize,
+    ) -> Result<(), StoreError> {
+        match msg {
+            Message::Hello(hello) => {
+                if hello.id != id {
+                    warn!(minion = id, claimed = %hello.id, "hello names another id; using the authenticated one");
+                }
+                let grains_size =
+                    if size > self.config.max_grains_bytes { limits::json_size(&hello.grains) } else { 0 };
+                let entry = self.registry.minions.entry(id.to_owned()).or_default();
+                if grains_size > self.config.max_grains_bytes {
+                    // Grains live in memory for every minion and are reloaded at each start:
+                    // over the cap they are refused, and the minion keeps the ones stored.
+                    let reason = format!(
+                        "grains are {grains_size} bytes, more than the master's max_grains_bytes ({})",
+                        self.config.max_grains_bytes
+                    );
+                    warn!(minion = id, "{reason}; keeping the grains stored before");
+                    self.emit(format!("halite/minion/{id}/grains_refused"), json!({ "reason": reason }));
+                    self.send_error(peer, ErrorKind::BadRequest, reason, None);
+                } else {
+                    entry.grains = hello.grains;
+                }
+                let entry = self.registry.minions.entry(id.to_owned()).or_default();
+                entry.functions = hello.functions;
+                self.touch(id);
+                let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
+                self.send(peer, &Message::Welcome(welcome));
+                self.emit(format!("halite/minion/{id}/connected"), json!({}));
+                for jid in self.jobs.deliverable_to(id) {
+                    self.deliver(&jid, id, peer).await?;
+                }
+            }
+            Message::JobAck(ack) if ack.accepted => {
+                self.set_slot(&ack.jid, id, MinionJobState::Running, None).await?;
+            }
+            Message::JobAck(ack) => {
+                let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
+                self.minion_refused(id, &ack.jid, ErrorKind::Forbidden, reason).await?;
+            }
+            Message::Error(error) => match error.request {
+                // A refusal of a job names its jid; nothing else a minion reports needs an answer.
+                Some(jid) => self.minion_refused(id, &jid, error.kind, error.message).await?,
+                None => {
+                    warn!(minion = id, kind = ?error.kind, message = %error.message, "the minion reported an error")
+                }
+            },
+            Message::JobReturn(mut ret) => {
+                ret.minion = id.to_owned();
+                if size > self.config.max_return_bytes {
+                    limits::replace_oversized_return(&mut ret, size, self.config.max_return_bytes);
+                }
+                let state = match ret.outcome {
+                    Outcome::Completed if ret.success => MinionJobState::Returned,
+                    Outcome::Completed | Outcome::Interrupted | Outcome::Refused => MinionJobState::Failed,
+                    Outcome::TimedOut => MinionJobState::TimedOut,
+                    Outcome::Cancelled => MinionJobState::Cancelled,
+                    Outcome::Denied => MinionJobState::Denied,
+                };
+                let jid = ret.jid.clone();
+                match self.jobs.state(&jid, id) {
+                    Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)).await?,
+                    // After the slot ended (timed out, cancelled) or the job finished: kept as a
+                    // late return beside the final state, never thrown away.
+                    _ => self.late_return(&jid, id, state, ret),
+                }
+                // Acknowledged only once stored (at the end of this step): the minion keeps it
+                // in its outbox until then.
+                self.pending.acks.push((peer, jid));
+            }
+            Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
+            Message::Event(event) => self.on_minion_event(id, event),
+            Message::Publish(request) => {
+                let caller = format!("minion:{id}");
+                self.publish(peer, &caller, Publisher::Peer(id.to_owned()), request).await?;
+            }
+            other => {
+                let what = format!("{other:?}");
+                let what = what.split('(').next().unwrap_or_default().to_owned();
+                self.send_error(peer, ErrorKind::BadRequest, format!("{what} is not a minion message"), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a live job to a connected minion and marks it sent.
+    pub(crate) async fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) -> Result<(), StoreError> {
+        let grace = Duration::from_secs(self.config.timeout_grace_secs);
+        let now = self.clock.now();
+        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let deadline = job.run_deadline(now, grace);
+        let signed = job.record.signed.clone();
+        let was = self.jobs.state(jid, minion);
+        if was.is_none_or(MinionJobState::is_final) {
+            return Ok(());
+        }
+        self.jobs.set_deadline(jid, minion, deadline);
+        self.send(peer, &Message::Job(signed));
+        if was == Some(MinionJobState::Waiting) {
+            self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
+        }
+        Ok(())
+    }
+
+    /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):
+    /// its slot ends at once, `denied` when the refusal is about permission, else `failed`,
+    /// with the minion's reason as the result.
+    pub(crate) async fn minion_refused(
+        &mut self,
+        minion: &str,
+        jid: &str,
+        kind: ErrorKind,
+        reason: String,
+    ) -> Result<(), StoreError> {
+        if self.jobs.state(jid, minion).is_none_or(MinionJobState::is_final) {
+            debug!(minion, jid, %reason, "refusal of a job that is not in flight there");
+            return Ok(());
+        }
+        warn!(minion, jid, ?kind, %reason, "the minion refused a job");
+        let (state, outcome) = match kind {
+            ErrorKind::Forbidden | ErrorKind::BadSignature => (MinionJobState::Denied, Outcome::Denied),
+            _ => (MinionJobState::Failed, Outcome::Refused),
+        };
+        let ret = JobReturn {
+            jid: jid.to_owned(),
+            minion: minion.to_owned(),
+            success: false,
+            retcode: 1,
+            outputs: json!({ "error": reason }),
+            truncated: false,
+            duration_ms: 0,
+            outcome,
+        };
+        self.set_slot(jid, minion, state, Some(ret)).await
+    }
+
+    /// A return for a slot that is already final: stored beside that state (which does not
+    /// change), shown by `jobs show` and announced on the bus.
+    pub(crate) fn late_return(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: JobReturn) {
+        info!(jid, minion, state = state.as_str(), "late return stored");
+        self.emit(
+            format!("halite/job/{jid}/ret/{minion}"),
+            json!({ "state": state.as_str(), "late": true, "ret": ret }),
+        );
+        self.record_state(jid, minion, state, Some(ret), true);
+    }
+
+    /// A minion's `event.send`: checked against the `[[events]]` ACL, size and rate, then
+    /// published under the minion's authenticated namespace. The tag and body are the minion's;
+    /// the id is never taken from them.
+    pub(crate) fn on_minion_event(&mut self, id: &str, event: Event) {
+        let now = self.clock.now();
+        let size = serde_json::to_vec(&event.data).map_or(usize::MAX, |b| b.len());
+        // Borrowed, not cloned: this runs for every minion event.
+        let rule = self.config.events.iter().find(|r| acl::any_glob(&r.minions, id));
+        let refusal = if !acl::valid_tag(&event.tag) {
+            Some("malformed tag")
+        } else if acl::reserved_tag(&event.tag) {
+            Some("reserved namespace")
+        } else {
+            match rule {
+                None => Some("no event rule for this minion"),
+                Some(rule) if !acl::any_glob(&rule.allow, &event.tag) => Some("tag not allowed"),
+                Some(rule) if size > rule.max_bytes => Some("event too large"),
+                Some(rule) => {
+                    let bucket =
+                        self.event_buckets.entry(id.to_owned()).or_insert_with(|| RateLimiter::new(rule.burst, now));
+                    (!bucket.allow(rule.rate_per_sec, rule.burst, now)).then_some("rate limit exceeded")
+                }
+            }
+        };
+        match refusal {
+            None => self.emit(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data })),
+            Some(reason) => {
+                self.events_denied += 1;
+                debug!(minion = id, tag = %event.tag, reason, "minion event refused");
+                if self.notices.ready(id, Duration::from_secs(1), now) {
+                    let tag: String = event.tag.chars().take(255).collect();
+                    self.emit(
+                        "halite/acl/denied".into(),
+                        json!({ "minion": id, "tag": tag, "reason": reason, "denied_total": self.events_denied }),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Records presence; written with the next batch.
+    pub(crate) fn touch(&mut self, id: &str) {
+        let entry = self.registry.minions.entry(id.to_owned()).or_default();
+        entry.last_seen_ms = self.clock.wall_ms();
+        let record = MinionRecord {
+            id: id.to_owned(),
+            grains: entry.grains.clone(),
+            functions: entry.functions.clone(),
+            last_seen_ms: entry.last_seen_ms,
+        };
+        self.pending.minions.insert(id.to_owned(), record);
+    }
+}

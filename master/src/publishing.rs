@@ -1,0 +1,263 @@
+//! Jobs coming to be: a publish resolved within what the publisher can see, authorised (with
+//! the reach its job carries), stored, then sent; and cancelled.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use halite_protocol::message::{
+    self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob, Value,
+};
+use halite_transport::PeerId;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::acl::{self};
+use crate::authz::publish::{self, Publisher};
+use crate::authz::TargetView;
+use crate::jobs::{LiveJob, Slot};
+use crate::limits;
+use crate::net::Net;
+use crate::server::{Master, NewJob};
+use crate::store::{JobRecord, Store, StoreError};
+use crate::target::Expr;
+
+impl<S: Store, N: Net> Master<S, N> {
+    pub(crate) async fn publish(
+        &mut self,
+        peer: PeerId,
+        caller: &str,
+        publisher: Publisher,
+        request: PublishRequest,
+    ) -> Result<(), StoreError> {
+        let request_id = Some(request.request_id.to_string());
+        if request.batch.is_some() || request.error_budget.is_some() {
+            let message = "batch and error_budget are not supported by this master version".to_owned();
+            self.send_error(peer, ErrorKind::BadRequest, message, request_id);
+            return Ok(());
+        }
+        if message::encoded_len(&request.args) + message::encoded_len(&request.kwargs) > limits::MESSAGE_BUDGET {
+            let why =
+                format!("the arguments take more than {} bytes; pass large data as files", limits::MESSAGE_BUDGET);
+            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            return Ok(());
+        }
+        if !publish::valid_function(&request.function) {
+            self.send_error(
+                peer,
+                ErrorKind::BadRequest,
+                format!("bad function name {:?}", request.function),
+                request_id,
+            );
+            return Ok(());
+        }
+        let expr = match Expr::parse(request.target.kind, &request.target.expr, &self.config.nodegroups) {
+            Ok(expr) => expr,
+            Err(error) => {
+                self.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
+                return Ok(());
+            }
+        };
+        // Resolved within what the publisher can see: a minion outside its view is never
+        // matched, so neither the answer nor an error reveals it or its grains.
+        let view = match &publisher {
+            Publisher::Root => TargetView::all(),
+            Publisher::Principal(acl) => TargetView::of_principal(Some(acl), &self.config.nodegroups),
+            Publisher::Peer(source) => TargetView::of(
+                self.config.peers.iter().filter(|r| acl::any_glob(&r.minions, source)).map(|r| r.target.as_str()),
+                &self.config.nodegroups,
+            ),
+        };
+        let targets: Vec<String> = self
+            .registry
+            .accepted
+            .iter()
+            .filter(|id| {
+                let grains = self.registry.grains(id);
+                view.contains(id, grains) && expr.matches(id, grains)
+            })
+            .cloned()
+            .collect();
+        if targets.is_empty() {
+            let why = match publisher {
+                Publisher::Root => "no minions matched the target",
+                Publisher::Principal(_) => "no minions matched the target among those this principal may target",
+                Publisher::Peer(_) => "no minions matched the target among those a peer rule lets this minion target",
+            };
+            self.send_error(peer, ErrorKind::NotFound, why.into(), request_id);
+            return Ok(());
+        }
+        // A minion that publishes gets its answer, not a stream of updates.
+        let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
+        let reach = match self.authorize(&publisher, &request, &targets) {
+            Ok(reach) => reach,
+            Err(why) => {
+                warn!(%caller, function = %request.function, %why, "publish refused");
+                self.send_error(peer, ErrorKind::Forbidden, why, request_id);
+                return Ok(());
+            }
+        };
+
+        let job = NewJob {
+            function: request.function,
+            args: request.args,
+            kwargs: request.kwargs,
+            target: request.target,
+            timeout_ms: request.timeout_ms,
+            ttl_ms: request.ttl_ms,
+            reach,
+        };
+        self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
+        Ok(())
+    }
+
+    /// Creates, stores and sends a job to already resolved and authorised `targets`. The
+    /// publishing client (when there is one) gets `published` first, then the updates.
+    pub(crate) async fn start_job(
+        &mut self,
+        caller: &str,
+        new: NewJob,
+        targets: Vec<String>,
+        publisher: Option<(PeerId, u64, Vec<PeerId>)>,
+    ) -> Result<String, StoreError> {
+        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach } = new;
+        let jid = self.jids.next(self.clock.wall_micros());
+        let created_at_ms = self.clock.wall_ms();
+        let job = Job {
+            jid: jid.clone(),
+            function: function.clone(),
+            args: args.clone(),
+            kwargs: kwargs.clone(),
+            timeout_ms,
+            issued_at_ms: created_at_ms,
+            ttl_ms,
+            caller: caller.to_owned(),
+            reach,
+        };
+        let signed = SignedJob::sign(&job, self.identity.key());
+        let record = JobRecord {
+            jid: jid.clone(),
+            function,
+            target,
+            args,
+            kwargs,
+            caller: caller.to_owned(),
+            created_at_ms,
+            timeout_ms,
+            ttl_ms,
+            signed,
+        };
+        let now = self.clock.now();
+        let run_deadline =
+            now + Duration::from_millis(record.timeout_ms) + Duration::from_secs(self.config.timeout_grace_secs);
+        let mut slots = BTreeMap::new();
+        let mut states = Vec::with_capacity(targets.len());
+        for id in &targets {
+            let (state, deadline) = if self.sessions.online.contains_key(id) {
+                (MinionJobState::Sent, Some(run_deadline))
+            } else if record.ttl_ms > 0 {
+                (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
+            } else {
+                (MinionJobState::Offline, None)
+            };
+            slots.insert(id.clone(), Slot { state, deadline });
+            states.push((id.clone(), state));
+        }
+        // Stored before anything is sent: a master killed right after sending still knows the job.
+        // A publisher whose job could not be stored is told so: it must never wait for a reply.
+        if let Err(error) = self.store.insert_job(&record, &states).await {
+            warn!(%jid, %error, "storing a new job failed");
+            if let Some((peer, request_id, _)) = &publisher {
+                let why = format!("the job could not be stored ({}); nothing was sent", error.class());
+                self.send_error(*peer, ErrorKind::Internal, why, Some(request_id.to_string()));
+            }
+            return Err(error);
+        }
+        info!(%jid, function = %record.function, minions = targets.len(), %caller, "job published");
+        let new_event =
+            json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
+        let job_message = Message::Job(record.signed.clone());
+        let watchers = match publisher {
+            Some((peer, request_id, watchers)) => {
+                let published = Published { request_id, jid: jid.clone(), minions: targets.clone() };
+                self.send(peer, &Message::Published(published));
+                watchers
+            }
+            None => Vec::new(),
+        };
+        self.jobs.insert(LiveJob::new(record, slots, watchers));
+        // Announced once live, so the bus can tell who may see it.
+        self.emit(format!("halite/job/{jid}/new"), new_event);
+        for (id, state) in states {
+            if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
+                self.send(minion_peer, &job_message);
+            }
+            self.notify(&jid, &id, state, None);
+        }
+        self.finish_if_done(&jid);
+        Ok(jid)
+    }
+
+    /// A client's cancel: only of a job it may see (`visible`); another principal's job is
+    /// answered exactly like a job that does not exist, so its jid reveals nothing.
+    pub(crate) async fn cancel(&mut self, peer: PeerId, jid: &str, visible: bool) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(jid).filter(|_| visible) else {
+            self.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
+            return Ok(());
+        };
+        if !job.watchers.contains(&peer) {
+            job.watchers.push(peer);
+        }
+        self.cancel_live(jid).await
+    }
+
+    /// Cancels a job if it is still live: running minions are told to stop, the others'
+    /// slots end cancelled.
+    pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
+        let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
+        for (minion, state) in slots {
+            match (state, self.sessions.peer_of(&minion)) {
+                (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
+                    // The minion kills the job and returns it as cancelled.
+                    self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
+                }
+                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None).await?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `publisher` may run `request` on `targets` (already resolved, never empty):
+    /// what the job may reach if so (see [`publish::authorize`]). A minion publishing on behalf
+    /// of its job's caller needs that caller's permission too.
+    pub(crate) fn authorize(
+        &self,
+        publisher: &Publisher,
+        request: &PublishRequest,
+        targets: &[String],
+    ) -> Result<Option<Vec<String>>, String> {
+        let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
+            targets.iter().map(|id| (id.as_str(), self.registry.grains(id))).collect();
+        let rules = publish::Rules { nodegroups: &self.config.nodegroups, peers: &self.config.peers };
+        let check = publish::Publish { function: &request.function, kwargs: &request.kwargs, targets: &resolved };
+        let reach = publish::authorize(publisher, &rules, &check)?;
+        let (Publisher::Peer(_), Some(caller)) = (publisher, &request.on_behalf_of) else { return Ok(reach) };
+        let on_behalf = match caller.as_str() {
+            "root" => Publisher::Root,
+            // A local call on the minion (`halite-minion call`): its own administrator.
+            "local" => return Ok(reach),
+            name => match name.strip_prefix("minion:") {
+                Some(minion) => Publisher::Peer(minion.to_owned()),
+                None => match self.registry.principals.get(name) {
+                    Some(principal) => Publisher::Principal(Arc::new(principal.acl.clone())),
+                    None => return Err(format!("{caller}, on whose behalf this is published, is not a principal")),
+                },
+            },
+        };
+        let theirs =
+            publish::authorize(&on_behalf, &rules, &check).map_err(|why| format!("on behalf of {caller}: {why}"))?;
+        Ok(publish::both(reach, theirs))
+    }
+}

@@ -1,0 +1,122 @@
+//! What clients send once in session (over the network or in-process through the gateway):
+//! subscriptions, publishes, cancels and requests, answered in parts when large.
+
+use std::sync::Arc;
+
+use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, Welcome};
+use halite_transport::PeerId;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::authz::publish::Publisher;
+use crate::authz::Who;
+use crate::gateway::local::LocalCommand;
+use crate::limits;
+use crate::net::Net;
+use crate::server::{Master, SUBSCRIBE_REQUEST};
+use crate::sessions::Conn;
+use crate::store::{Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    pub(crate) async fn on_client_message(
+        &mut self,
+        peer: PeerId,
+        principal: &str,
+        acl: Option<Arc<PrincipalAcl>>,
+        msg: Message,
+    ) -> Result<(), StoreError> {
+        match msg {
+            Message::Subscribe(subscribe) => {
+                match crate::authz::check_subscription(acl.as_deref(), &subscribe.patterns) {
+                    Ok(()) => self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone())),
+                    Err(why) => {
+                        warn!(%principal, %why, "subscription refused");
+                        self.send_error(peer, ErrorKind::Forbidden, why, Some(SUBSCRIBE_REQUEST.into()));
+                    }
+                }
+            }
+            Message::ClientHello(_) => {
+                let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
+                self.send(peer, &Message::Welcome(welcome));
+            }
+            Message::Publish(request) => {
+                let publisher = match acl {
+                    None => Publisher::Root,
+                    Some(acl) => Publisher::Principal(acl),
+                };
+                self.publish(peer, principal, publisher, request).await?
+            }
+            Message::Cancel(cancel) => {
+                let who = Who { name: principal, acl: acl.as_deref() };
+                let visible = self.may_see_live_job(who, &cancel.jid);
+                self.cancel(peer, &cancel.jid, visible).await?
+            }
+            Message::Request(request) => {
+                // Requests read the store: they see every state change made before them.
+                self.flush().await;
+                let id = request.request_id;
+                match self.handle_request(request.body, principal, acl.as_deref()).await {
+                    Ok(body) => self.respond(peer, id, body),
+                    Err(error) => self.send_error(peer, error.kind, error.message, Some(id.to_string())),
+                }
+            }
+            _ => self.send_error(peer, ErrorKind::BadRequest, "not a client message".into(), None),
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn on_local(&mut self, command: LocalCommand) -> Result<(), StoreError> {
+        match command {
+            LocalCommand::Connect { token_hash, to_client, reply } => {
+                let principal = self.store.api_token_principal(&token_hash).await?;
+                let acl = match principal.as_deref() {
+                    None => Err("unknown token".to_owned()),
+                    Some("root") => Ok(None),
+                    Some(name) => self
+                        .registry
+                        .principals
+                        .get(name)
+                        .map(|p| Some(Arc::new(p.acl.clone())))
+                        .ok_or_else(|| format!("the token's principal {name} no longer exists")),
+                };
+                let answer = acl.map(|acl| {
+                    let peer = self.sessions.next_local();
+                    let principal = principal.unwrap_or_default();
+                    self.sessions.conns.insert(peer, Conn::Local { principal, acl, tx: to_client });
+                    peer
+                });
+                let _ = reply.send(answer);
+            }
+            LocalCommand::Message { peer, msg } => {
+                if let Some(Conn::Local { principal, acl, .. }) = self.sessions.conns.get(&peer) {
+                    let (principal, acl) = (principal.clone(), acl.clone());
+                    self.on_client_message(peer, &principal, acl, *msg).await?;
+                }
+            }
+            LocalCommand::Disconnect { peer } => {
+                if matches!(self.sessions.conns.get(&peer), Some(Conn::Local { .. })) {
+                    self.forget(peer, None);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where in-process clients send commands (see [`crate::gateway`]).
+    pub(crate) fn local_commands(&self) -> mpsc::Sender<LocalCommand> {
+        self.local_tx.clone()
+    }
+
+    /// Answers a request; over a connection, a listing too large for one message goes in
+    /// parts (`more`), each within the message cap, so no answer ever drops its client.
+    pub(crate) fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
+        let parts = match self.sessions.conns.get(&peer) {
+            Some(Conn::Local { .. }) => vec![body],
+            _ => body.into_parts(limits::MESSAGE_BUDGET),
+        };
+        let last = parts.len().saturating_sub(1);
+        for (index, body) in parts.into_iter().enumerate() {
+            self.send(peer, &Message::Response(message::Response { request_id, body, more: index < last }));
+        }
+    }
+}

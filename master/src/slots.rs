@@ -1,0 +1,112 @@
+//! Job slots changing state, and who hears of it: every change is recorded for the group
+//! commit, announced on the bus, queued for the job's watchers and, at the end of the step,
+//! sent to them in batches within the message cap.
+
+use halite_protocol::message::{self, JobDone, JobReturn, JobUpdate, Message, MinionJobState};
+use halite_transport::SendError;
+use serde_json::json;
+use tracing::{debug, warn};
+
+use crate::limits;
+use crate::net::Net;
+use crate::server::Master;
+use crate::store::{StateChange, Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Queues a slot's new state (and return) for the group commit at the end of the step.
+    pub(crate) fn record_state(
+        &mut self,
+        jid: &str,
+        minion: &str,
+        state: MinionJobState,
+        ret: Option<JobReturn>,
+        late: bool,
+    ) {
+        let at_ms = self.clock.wall_ms();
+        let change = StateChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret, at_ms, late };
+        self.pending.states.push(change);
+    }
+
+    /// Moves a minion's slot to `state` if the transition table allows it, stores it, streams
+    /// it to watchers, and finishes the job when every slot is final.
+    pub(crate) async fn set_slot(
+        &mut self,
+        jid: &str,
+        minion: &str,
+        state: MinionJobState,
+        ret: Option<JobReturn>,
+    ) -> Result<(), StoreError> {
+        if !self.jobs.set_state(jid, minion, state) {
+            debug!(jid, minion, state = state.as_str(), "no change: the slot is gone, final, or already there");
+            return Ok(());
+        }
+        // `running` lives in memory only: a restarted master treats sent and running jobs alike,
+        // and job listings show the live state. One write less per job.
+        if state != MinionJobState::Running {
+            self.record_state(jid, minion, state, ret.clone(), false);
+        }
+        if state.is_final() {
+            self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
+            if self.deploy_jobs.contains_key(jid) {
+                self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));
+            }
+        }
+        self.notify(jid, minion, state, ret);
+        self.finish_if_done(jid);
+        Ok(())
+    }
+
+    /// Queues a state change for the job's watchers; sent batched by [`Master::flush`].
+    pub(crate) fn notify(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        let Some(job) = self.jobs.get_mut(jid) else { return };
+        let update = JobUpdate { jid: jid.to_owned(), minion: minion.to_owned(), state, ret };
+        self.watchers.update(&job.watchers, update);
+    }
+
+    pub(crate) fn finish_if_done(&mut self, jid: &str) {
+        if self.jobs.get(jid).is_some_and(|j| j.is_done()) {
+            // Announced while still live, so the bus can tell who may see it.
+            self.emit(format!("halite/job/{jid}/done"), json!({}));
+            if let Some(job) = self.jobs.remove(jid) {
+                self.watchers.done(job.watchers, jid);
+            }
+        }
+    }
+
+    /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
+    /// slow to take are counted and reported in `job_done.missed` (the client then reads the
+    /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
+    /// partial result complete.
+    pub(crate) fn send_watcher_batches(&mut self) {
+        for (peer, batch) in self.watchers.take() {
+            // Several messages when the returns are large: each within the message cap.
+            let mut gone = false;
+            for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
+                let message = Message::JobUpdates(message::JobUpdates { updates });
+                match self.try_send(peer, &message) {
+                    Ok(()) => {}
+                    Err(SendError::Full) => {
+                        if let Message::JobUpdates(lost) = message {
+                            self.watchers.missed(peer, lost.updates);
+                        }
+                    }
+                    // Gone: nothing to report to anyone.
+                    Err(_) => gone = true,
+                }
+            }
+            if gone {
+                continue;
+            }
+            for jid in batch.done {
+                let missed = self.watchers.take_missed(peer, &jid);
+                if missed > 0 {
+                    warn!(peer = peer.0, %jid, missed, "a client missed job updates; told so in job_done");
+                }
+                if let Err(SendError::Full) = self.try_send(peer, &Message::JobDone(JobDone { jid, missed })) {
+                    warn!(peer = peer.0, "client too slow to take job_done; disconnecting it");
+                    self.forget(peer, Some("too slow to read job results"));
+                }
+            }
+        }
+    }
+}
