@@ -38,13 +38,30 @@ pub(crate) fn json_size(value: &impl Serialize) -> usize {
     count.0
 }
 
-/// Replaces the outputs of a return larger than the cap with a note saying so: the slot still
-/// ends (failed, with the reason) and the minion's copy is acknowledged, instead of storing
-/// megabytes nobody allowed for.
-pub(crate) fn replace_oversized_return(ret: &mut JobReturn, size: usize, cap: usize) {
-    ret.outputs = json!({
-        "error": format!("the return was {size} bytes, more than the master's max_return_bytes ({cap}); its outputs were not kept"),
-    });
+/// Most values a kept return may hold: what still decodes, wrapped in an update or an answer,
+/// under the decoder's limit.
+pub(crate) const RETURN_VALUES: usize = halite_protocol::message::MAX_VALUES - 1024;
+
+/// Why a return cannot be kept as it is, if so: more bytes than `max_return_bytes`, or more
+/// values than can be relayed. `size` is its encoded length, which bounds its value count.
+pub(crate) fn oversized_return(ret: &JobReturn, size: usize, max_bytes: usize) -> Option<String> {
+    if size > max_bytes {
+        return Some(format!("the return was {size} bytes, more than the master's max_return_bytes ({max_bytes})"));
+    }
+    if size > RETURN_VALUES {
+        let (_, values) = halite_protocol::message::measure(ret);
+        if values > RETURN_VALUES {
+            return Some(format!("the return held {values} values, more than the master relays ({RETURN_VALUES})"));
+        }
+    }
+    None
+}
+
+/// Replaces the outputs of a return that cannot be kept with a note saying why: the slot
+/// still ends (failed, with the reason) and the minion's copy is acknowledged, instead of
+/// storing what nobody allowed for.
+pub(crate) fn replace_oversized_return(ret: &mut JobReturn, why: &str) {
+    ret.outputs = json!({ "error": format!("{why}; its outputs were not kept") });
     ret.success = false;
     ret.truncated = true;
     if ret.retcode == 0 {
@@ -63,6 +80,24 @@ mod tests {
     }
 
     #[test]
+    fn a_return_of_too_many_values_is_not_kept() {
+        let mut ret = JobReturn {
+            jid: "1".into(),
+            minion: "m".into(),
+            success: true,
+            retcode: 0,
+            outputs: serde_json::Value::Array(vec![serde_json::Value::Null; RETURN_VALUES]),
+            truncated: false,
+            duration_ms: 5,
+            outcome: Default::default(),
+        };
+        let size = halite_protocol::message::encoded_len(&ret);
+        assert!(oversized_return(&ret, size, usize::MAX).is_some_and(|why| why.contains("values")));
+        ret.outputs = serde_json::Value::Array(vec![serde_json::Value::Null; 1000]);
+        assert_eq!(oversized_return(&ret, size, usize::MAX), None);
+    }
+
+    #[test]
     fn an_oversized_return_fails_with_the_reason() {
         let mut ret = JobReturn {
             jid: "1".into(),
@@ -74,7 +109,8 @@ mod tests {
             duration_ms: 5,
             outcome: Default::default(),
         };
-        replace_oversized_return(&mut ret, 100, 10);
+        let why = oversized_return(&ret, 100, 10).expect("over the cap");
+        replace_oversized_return(&mut ret, &why);
         assert!(!ret.success && ret.truncated && ret.retcode == 1);
         assert!(ret.outputs["error"].as_str().is_some_and(|e| e.contains("max_return_bytes (10)")), "{}", ret.outputs);
     }

@@ -73,8 +73,9 @@ impl<S: Store, N: Net> Master<S, N> {
             },
             Message::JobReturn(mut ret) => {
                 ret.minion = id.to_owned();
-                if size > self.config.max_return_bytes {
-                    limits::replace_oversized_return(&mut ret, size, self.config.max_return_bytes);
+                if let Some(why) = limits::oversized_return(&ret, size, self.config.max_return_bytes) {
+                    warn!(minion = id, jid = %ret.jid, "{why}");
+                    limits::replace_oversized_return(&mut ret, &why);
                 }
                 let state = match ret.outcome {
                     Outcome::Completed if ret.success => MinionJobState::Returned,

@@ -101,22 +101,40 @@ pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecEr
     Ok(value)
 }
 
+/// The length of a value's encoding and how many MessagePack values it holds: what a part of
+/// an answer must keep under the message cap and [`MAX_VALUES`].
+pub fn measure<T: Serialize>(value: &T) -> (usize, usize) {
+    let bytes = to_vec(value);
+    (bytes.len(), count_values(&bytes))
+}
+
+/// How many values a well-formed encoding holds (the same walk as the decoder's check).
+fn count_values(bytes: &[u8]) -> usize {
+    let mut count = 0;
+    let _ = walk(bytes, usize::MAX, &mut count);
+    count
+}
+
 /// Walks the MessagePack structure without building anything, so a message that would expand
 /// into too many values is refused before it costs memory. Linear in the number of values:
 /// strings, binaries and extensions are skipped by their length. Anything malformed is left
 /// for the real decoder to name, except a container claiming more elements than there are
 /// bytes left, which is malformed for certain (every element takes at least one byte).
 fn scan(bytes: &[u8]) -> Result<(), CodecError> {
+    walk(bytes, MAX_VALUES, &mut 0)
+}
+
+/// [`scan`] with a given limit, counting the values seen into `seen`.
+fn walk(bytes: &[u8], limit: usize, seen: &mut usize) -> Result<(), CodecError> {
     let mut at = 0usize;
     // Values still to read: one top-level value, plus every element announced so far.
     let mut pending: usize = 1;
-    let mut seen: usize = 0;
     while pending > 0 {
         let Some(&marker) = bytes.get(at) else { return Ok(()) };
         at += 1;
         pending -= 1;
-        seen += 1;
-        if seen > MAX_VALUES {
+        *seen += 1;
+        if *seen > limit {
             return Err(CodecError::TooManyValues);
         }
         let (children, skip) = match marker {
@@ -184,6 +202,14 @@ mod tests {
     fn counts_values_not_bytes() {
         assert_eq!(scan(&array32(MAX_VALUES as u32 - 1, 0xc0)), Ok(()));
         assert_eq!(scan(&array32(MAX_VALUES as u32, 0xc0)), Err(CodecError::TooManyValues));
+    }
+
+    #[test]
+    fn measures_bytes_and_values() {
+        let value = serde_json::json!({"a": [1, 2, "x"], "b": null});
+        let (bytes, values) = measure(&value);
+        assert_eq!(bytes, to_vec(&value).len());
+        assert_eq!(values, 8, "map, 2 keys, array, 3 items, null");
     }
 
     #[test]

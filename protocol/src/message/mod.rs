@@ -15,10 +15,10 @@ mod types;
 
 pub use admin::*;
 pub use cli_args::parse_cli_args;
-pub use codec::{decode, encode, encoded_len, CodecError, MAX_DEPTH, MAX_VALUES};
+pub use codec::{decode, encode, encoded_len, measure, CodecError, MAX_DEPTH, MAX_VALUES};
 pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};
-pub use parts::{split_by_size, MismatchedPart};
+pub use parts::{split_by_size, MismatchedPart, PART_VALUES};
 pub use types::*;
 
 /// Version of the message layer. A reader refuses envelopes with a different major version.

@@ -4,14 +4,19 @@
 use serde::Serialize;
 
 use super::admin::ResponseBody;
-use super::codec::encoded_len;
+use super::codec::{encoded_len, measure, MAX_VALUES};
+
+/// Most values one part may hold: half the decoder's limit, leaving room for the envelope and
+/// for what wraps a part (a job's summary, an update's fields).
+pub const PART_VALUES: usize = MAX_VALUES / 2;
 
 impl ResponseBody {
-    /// Cuts a listing into parts that each encode to at most `budget` bytes (a part holds at
-    /// least one item, so an item larger than the budget travels alone). Answers that are not
-    /// listings, and listings that fit, come back whole.
+    /// Cuts a listing into parts that each encode to at most `budget` bytes and
+    /// [`PART_VALUES`] values (a part holds at least one item, so an item larger than that
+    /// travels alone). Answers that are not listings, and listings that fit, come back whole.
     pub fn into_parts(self, budget: usize) -> Vec<ResponseBody> {
-        if encoded_len(&self) <= budget {
+        let (bytes, values) = measure(&self);
+        if bytes <= budget && values <= PART_VALUES {
             return vec![self];
         }
         match self {
@@ -87,18 +92,20 @@ impl ResponseBody {
 #[error("the parts of an answer are of different kinds")]
 pub struct MismatchedPart;
 
-/// Splits `items` into runs whose encodings sum to at most `budget` (one item at least per run).
+/// Splits `items` into runs whose encodings sum to at most `budget` bytes and [`PART_VALUES`]
+/// values (one item at least per run).
 pub fn split_by_size<T: Serialize>(items: Vec<T>, budget: usize) -> Vec<Vec<T>> {
     let mut runs = Vec::new();
     let mut run = Vec::new();
-    let mut size = 0;
+    let (mut size, mut count) = (0, 0);
     for item in items {
-        let len = encoded_len(&item);
-        if !run.is_empty() && size + len > budget {
+        let (len, values) = measure(&item);
+        if !run.is_empty() && (size + len > budget || count + values > PART_VALUES) {
             runs.push(std::mem::take(&mut run));
-            size = 0;
+            (size, count) = (0, 0);
         }
         size += len;
+        count += values;
         run.push(item);
     }
     if !run.is_empty() {
@@ -127,6 +134,25 @@ mod tests {
         }
         assert_eq!(joined, whole);
         assert_eq!(whole.clone().into_parts(1 << 20), vec![whole]);
+    }
+
+    /// 10,000 minions with their grains are a few megabytes but more values than a decoder
+    /// takes in one message: cut by values too.
+    #[test]
+    fn a_listing_of_many_small_items_is_cut_by_values() {
+        let keys: Vec<KeyInfo> = (0..150_000)
+            .map(|i| KeyInfo { id: format!("m{i}"), state: KeyState::Accepted, fingerprint: String::new() })
+            .collect();
+        let parts = ResponseBody::Keys(keys).into_parts(16 << 20);
+        assert!(parts.len() >= 2);
+        for part in &parts {
+            let bytes = crate::message::encode(&crate::message::Message::Response(crate::message::Response {
+                request_id: 1,
+                body: part.clone(),
+                more: true,
+            }));
+            assert!(crate::message::decode(&bytes).is_ok(), "every part decodes");
+        }
     }
 
     #[test]
