@@ -72,10 +72,10 @@ pub struct MasterConfig {
     /// Log filter (`tracing` syntax, e.g. `info` or `halite_master=debug`).
     pub log: String,
     /// Start on a database whose write-ahead log is missing after an unclean stop, accepting
-    /// the loss of what only the log held (`halite-master --accept-missing-wal`; never read
+    /// the loss of what only the log held (`halite-master --accept-wal-loss`; never read
     /// from the file).
     #[serde(skip)]
-    pub accept_missing_wal: bool,
+    pub accept_wal_loss: bool,
 }
 
 impl Default for MasterConfig {
@@ -103,7 +103,7 @@ impl Default for MasterConfig {
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
             log: "info".into(),
-            accept_missing_wal: false,
+            accept_wal_loss: false,
         }
     }
 }

@@ -139,7 +139,7 @@ fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
     let keys = init(&config)?;
     let database = config.database_path();
-    let store = SqliteStore::open_with(&database, config.accept_missing_wal)
+    let store = SqliteStore::open_with(&database, config.accept_wal_loss)
         .await
         .map_err(|error| MasterError::Database { path: database.clone(), error })?;
     let closer = store.clone();

@@ -13,10 +13,10 @@ struct Cli {
     /// Config file (TOML).
     #[arg(short, long, default_value = DEFAULT_PATH)]
     config: PathBuf,
-    /// Start even if the database was not closed cleanly and its write-ahead log
-    /// (`master.db-wal`) is missing, going on with what the database file holds.
+    /// Start even if the database's write-ahead log (`master.db-wal`) is missing after an
+    /// unclean stop, or damaged, going on with what SQLite can read.
     #[arg(long)]
-    accept_missing_wal: bool,
+    accept_wal_loss: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,7 +32,7 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let mut config = MasterConfig::load(&cli.config)?;
-    config.accept_missing_wal = cli.accept_missing_wal;
+    config.accept_wal_loss = cli.accept_wal_loss;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
         .with_writer(std::io::stderr)

@@ -8,6 +8,7 @@ mod deploy_records;
 mod records;
 mod sqlite;
 mod sqlite_deploy;
+mod wal;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -79,14 +79,8 @@ impl SqliteStore {
 
     /// [`SqliteStore::open`], optionally accepting a database whose write-ahead log is lost.
     pub async fn open_with(path: &Path, accept_loss: bool) -> Result<Self, StoreError> {
-        if !accept_loss && left_open_without_log(path).await {
-            return Err(StoreError::Corrupt(format!(
-                "{} was not closed cleanly and its write-ahead log {} is missing: the jobs, returns and \
-                 keys written last are not in it. Put the -wal file back beside it (copy both together), \
-                 or start with --accept-missing-wal to go on with what the file holds",
-                path.display(),
-                wal_path(path).display(),
-            )));
+        if !accept_loss {
+            check_log(path).await?;
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -163,6 +157,32 @@ fn wal_path(path: &Path) -> std::path::PathBuf {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     wal.into()
+}
+
+/// Refuses a database whose write-ahead log is missing after an unclean stop, or damaged
+/// before its last committed transaction: opening either would silently lose what the log held.
+async fn check_log(path: &Path) -> Result<(), StoreError> {
+    let wal = wal_path(path);
+    let hint = "Put the -wal file back beside it (copy both together), or start with --accept-wal-loss \
+                to go on with what SQLite can read";
+    if left_open_without_log(path).await {
+        return Err(StoreError::Corrupt(format!(
+            "{} was not closed cleanly and its write-ahead log {} is missing: the jobs, returns and keys \
+             written last are not in it. {hint}",
+            path.display(),
+            wal.display(),
+        )));
+    }
+    match super::wal::check(&wal) {
+        Ok(Some(damage)) => Err(StoreError::Corrupt(format!(
+            "the write-ahead log {} is damaged at {}, before transactions it records: they would be lost. {hint}",
+            wal.display(),
+            if damage.frame == 0 { "its header".to_owned() } else { format!("frame {}", damage.frame) },
+        ))),
+        Ok(None) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(StoreError::Unavailable(format!("reading {}: {error}", wal.display()))),
+    }
 }
 
 /// Whether the database at `path` is marked open (its master did not close it) while its
@@ -753,6 +773,53 @@ mod tests {
             std::fs::copy(&path, &copy).unwrap();
             let reopened = SqliteStore::open(&copy).await.unwrap();
             assert_eq!(reopened.jobs(None, 5, false).await.unwrap().len(), 1);
+        });
+    }
+
+    /// A copy taken while the master runs (as a crash leaves it) opens with everything; a log
+    /// damaged before its last commit is refused, naming the frame; a torn end is a crash and
+    /// opens.
+    #[test]
+    fn a_damaged_write_ahead_log_is_refused_and_a_torn_end_is_not() {
+        rt().block_on(async {
+            let dir = scratch("walcheck");
+            let path = dir.join("master.db");
+            let store = SqliteStore::open(&path).await.unwrap();
+            for n in 1..=3 {
+                let jid = n.to_string();
+                store.insert_job(&job(&jid, n), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+            }
+            let copy = |name: &str| {
+                let db = dir.join(format!("{name}.db"));
+                std::fs::copy(&path, &db).unwrap();
+                std::fs::copy(dir.join("master.db-wal"), dir.join(format!("{name}.db-wal"))).unwrap();
+                db
+            };
+            let frame = |n: u64| 32 + (n - 1) * (24 + 4096);
+
+            let intact = copy("intact");
+            let reopened = SqliteStore::open(&intact).await.unwrap();
+            assert_eq!(reopened.jobs(None, 10, false).await.unwrap().len(), 3, "replayed from the log");
+            reopened.close().await;
+
+            let damaged = copy("damaged");
+            let wal = dir.join("damaged.db-wal");
+            let mut bytes = std::fs::read(&wal).unwrap();
+            assert!(bytes.len() as u64 > frame(4), "several frames in the log");
+            let at = usize::try_from(frame(2) + 24 + 100).unwrap();
+            bytes[at] ^= 0xff;
+            std::fs::write(&wal, &bytes).unwrap();
+            let error = SqliteStore::open(&damaged).await.unwrap_err().to_string();
+            assert!(error.contains("damaged at frame 2") && error.contains("damaged.db-wal"), "{error}");
+            assert!(SqliteStore::open_with(&damaged, true).await.is_ok(), "the operator may accept the loss");
+
+            let torn = copy("torn");
+            let wal = dir.join("torn.db-wal");
+            let bytes = std::fs::read(&wal).unwrap();
+            std::fs::write(&wal, &bytes[..bytes.len() - 1000]).unwrap();
+            let reopened = SqliteStore::open(&torn).await.unwrap();
+            assert_eq!(reopened.jobs(None, 10, false).await.unwrap().len(), 2, "the torn last transaction is dropped");
+            store.close().await;
         });
     }
 
