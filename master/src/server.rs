@@ -315,8 +315,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Input::Tick => {
-                // Inputs already received are processed before deadlines fire.
-                self.drain_net(usize::MAX).await;
+                // Inputs already received are processed before deadlines fire, a batch (and
+                // its commit) at a time, so a burst never builds one unbounded write.
+                while self.drain_net(BATCH).await == BATCH {
+                    self.flush().await;
+                }
                 self.on_tick().await;
             }
         }
@@ -329,12 +332,13 @@ impl<S: Store, N: Net> Master<S, N> {
         self.flush().await;
     }
 
-    /// Handles up to `limit` network events that are already waiting.
-    pub(crate) async fn drain_net(&mut self, limit: usize) {
-        for _ in 0..limit {
-            let Some(event) = self.net.try_recv() else { break };
+    /// Handles up to `limit` network events that are already waiting; how many it handled.
+    pub(crate) async fn drain_net(&mut self, limit: usize) -> usize {
+        for handled in 0..limit {
+            let Some(event) = self.net.try_recv() else { return handled };
             self.on_router_event(event).await;
         }
+        limit
     }
 
     /// Writes the batched state changes in one transaction, then acknowledges the returns they

@@ -4,10 +4,12 @@
 use serde::Serialize;
 
 use super::admin::ResponseBody;
-use super::codec::{encoded_len, measure, MAX_VALUES};
+use super::codec::{encoded_len, MAX_VALUES};
 
 /// Most values one part may hold: half the decoder's limit, leaving room for the envelope and
-/// for what wraps a part (a job's summary, an update's fields).
+/// for what wraps a part (a job's summary, an update's fields). Every MessagePack value takes
+/// at least one byte, so a part of at most this many bytes holds at most this many values:
+/// parts are cut by bytes alone, counted without encoding anything.
 pub const PART_VALUES: usize = MAX_VALUES / 2;
 
 impl ResponseBody {
@@ -15,8 +17,8 @@ impl ResponseBody {
     /// [`PART_VALUES`] values (a part holds at least one item, so an item larger than that
     /// travels alone). Answers that are not listings, and listings that fit, come back whole.
     pub fn into_parts(self, budget: usize) -> Vec<ResponseBody> {
-        let (bytes, values) = measure(&self);
-        if bytes <= budget && values <= PART_VALUES {
+        let budget = budget.min(PART_VALUES);
+        if encoded_len(&self) <= budget {
             return vec![self];
         }
         match self {
@@ -92,20 +94,20 @@ impl ResponseBody {
 #[error("the parts of an answer are of different kinds")]
 pub struct MismatchedPart;
 
-/// Splits `items` into runs whose encodings sum to at most `budget` bytes and [`PART_VALUES`]
-/// values (one item at least per run).
+/// Splits `items` into runs whose encodings sum to at most `budget` bytes, and at most
+/// [`PART_VALUES`] (so as many values), one item at least per run.
 pub fn split_by_size<T: Serialize>(items: Vec<T>, budget: usize) -> Vec<Vec<T>> {
+    let budget = budget.min(PART_VALUES);
     let mut runs = Vec::new();
     let mut run = Vec::new();
-    let (mut size, mut count) = (0, 0);
+    let mut size = 0;
     for item in items {
-        let (len, values) = measure(&item);
-        if !run.is_empty() && (size + len > budget || count + values > PART_VALUES) {
+        let len = encoded_len(&item);
+        if !run.is_empty() && size + len > budget {
             runs.push(std::mem::take(&mut run));
-            (size, count) = (0, 0);
+            size = 0;
         }
         size += len;
-        count += values;
         run.push(item);
     }
     if !run.is_empty() {
