@@ -35,6 +35,19 @@ impl<S: Store, N: Net> Master<S, N> {
         if admin_only && acl.is_some_and(|a| !a.admin) {
             return Err(RequestError::forbidden("this principal may not administer the master"));
         }
+        if let RequestBody::KeyList { pattern }
+        | RequestBody::KeyAccept { pattern }
+        | RequestBody::KeyReject { pattern }
+        | RequestBody::KeyDelete { pattern }
+        | RequestBody::MinionList { pattern } = &body
+        {
+            // Ids are at most 128 bytes: a glob past 255 matches nothing, and would only cost time
+            // for every id it is tried on.
+            if pattern.len() > crate::authz::MAX_PATTERN_LEN {
+                let why = format!("id pattern longer than {} bytes", crate::authz::MAX_PATTERN_LEN);
+                return Err(RequestError::bad_request(why));
+            }
+        }
         match body {
             RequestBody::PrincipalAdd { name, public_key, acl } => {
                 halite_protocol::id::validate(&name).map_err(|e| RequestError::bad_request(e.to_string()))?;

@@ -477,3 +477,21 @@ fn results_larger_than_one_message_reach_the_client_in_parts() {
         assert!(detail.minions.iter().all(|m| m.ret.as_ref().is_some_and(|r| r.outputs["stdout"] == big)));
     });
 }
+
+/// An id pattern far longer than any id is refused at once instead of being tried on every id.
+#[test]
+fn id_patterns_longer_than_any_id_are_refused() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let _web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let long = format!("{}*", "?".repeat(300));
+        for body in [RequestBody::MinionList { pattern: long.clone() }, RequestBody::KeyList { pattern: long.clone() }]
+        {
+            let refused = sim.request(&mut root, body).await;
+            assert!(refused.as_ref().is_err_and(|e| e.contains("longer than 255")), "{refused:?}");
+        }
+        let listed = sim.request(&mut root, RequestBody::MinionList { pattern: "web*".into() }).await;
+        assert!(matches!(listed, Ok(ResponseBody::Minions(m)) if m.len() == 1));
+    });
+}
