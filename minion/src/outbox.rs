@@ -5,13 +5,20 @@
 //! - `outbox/<jid>`: the job's return, written atomically (temporary file, fsync, rename, fsync of
 //!   the directory) before it is sent, and deleted only when the master acknowledges it.
 //!
-//! Jids reach file names only after [`halite_protocol::id::validate`].
+//! Jids reach file names only through [`Outbox::path`], which refuses anything that is not a
+//! valid id ([`halite_protocol::id::validate`]: no `/`, no leading `.`): a jid from the master,
+//! even one holding the master's key, can never name another file.
+//!
+//! Markers are pruned by the jids' own times (the master's clock), counted back from the newest
+//! jid this minion has a marker for, never by the minion's wall clock: a guest whose clock jumps
+//! a month ahead does not forget what it ran. A marker whose return is still in the outbox is
+//! kept whatever its age.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use halite_protocol::message::{self, JobReturn, Message};
 
@@ -46,9 +53,16 @@ impl Outbox {
         Ok(Outbox { outbox, markers })
     }
 
+    /// `dir/jid`, once `jid` is known to be a plain name.
+    fn path(dir: &Path, jid: &str) -> io::Result<PathBuf> {
+        halite_protocol::id::validate(jid)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("jid {jid:?} refused: {e}")))?;
+        Ok(dir.join(jid))
+    }
+
     /// Records that `jid` starts now, durably. Returns [`Claim::Seen`] if it had already.
     pub fn claim(&self, jid: &str) -> io::Result<Claim> {
-        match OpenOptions::new().write(true).create_new(true).mode(0o600).open(self.markers.join(jid)) {
+        match OpenOptions::new().write(true).create_new(true).mode(0o600).open(Self::path(&self.markers, jid)?) {
             Ok(file) => {
                 file.sync_all()?;
                 sync_dir(&self.markers)?;
@@ -61,7 +75,7 @@ impl Outbox {
 
     /// Writes a return durably.
     pub fn store(&self, ret: &JobReturn) -> io::Result<()> {
-        let path = self.outbox.join(&ret.jid);
+        let path = Self::path(&self.outbox, &ret.jid)?;
         let tmp = self.outbox.join(format!(".{}.tmp", ret.jid));
         let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
         file.write_all(&message::encode(&Message::JobReturn(ret.clone())))?;
@@ -72,7 +86,7 @@ impl Outbox {
 
     /// The stored return for `jid`, if any.
     pub fn get(&self, jid: &str) -> Option<JobReturn> {
-        let bytes = fs::read(self.outbox.join(jid)).ok()?;
+        let bytes = fs::read(Self::path(&self.outbox, jid).ok()?).ok()?;
         match message::decode(&bytes) {
             Ok(Message::JobReturn(ret)) => Some(ret),
             _ => None,
@@ -81,7 +95,7 @@ impl Outbox {
 
     /// Deletes the return for `jid` (the master has it).
     pub fn remove(&self, jid: &str) -> io::Result<()> {
-        match fs::remove_file(self.outbox.join(jid)) {
+        match fs::remove_file(Self::path(&self.outbox, jid)?) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -98,14 +112,24 @@ impl Outbox {
         jids.iter().filter_map(|jid| self.get(jid)).collect()
     }
 
-    /// Deletes markers older than `age` (a jid is never redelivered that late).
+    /// Deletes markers of jids issued more than `age` before the newest marked jid (by the
+    /// times the jids carry), except those whose return is still in the outbox. Markers whose
+    /// names are not jid times are kept.
     pub fn prune_markers(&self, age: Duration) -> io::Result<usize> {
-        let cutoff = SystemTime::now() - age;
-        let mut pruned = 0;
+        let mut marked: Vec<(u64, PathBuf, String)> = Vec::new();
         for entry in fs::read_dir(&self.markers)? {
             let entry = entry?;
-            if entry.metadata()?.modified()? < cutoff {
-                fs::remove_file(entry.path())?;
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            if let Some(issued) = halite_protocol::time::parse_compact_utc(&name) {
+                marked.push((issued, entry.path(), name));
+            }
+        }
+        let Some(newest) = marked.iter().map(|(issued, _, _)| *issued).max() else { return Ok(0) };
+        let cutoff = newest.saturating_sub(u64::try_from(age.as_micros()).unwrap_or(u64::MAX));
+        let mut pruned = 0;
+        for (issued, path, jid) in marked {
+            if issued < cutoff && !self.outbox.join(&jid).exists() {
+                fs::remove_file(path)?;
                 pruned += 1;
             }
         }
@@ -148,7 +172,53 @@ mod tests {
         outbox.remove("1").unwrap();
         outbox.remove("1").unwrap();
         assert_eq!(reopened.pending(), vec![ret("2")]);
-        assert_eq!(outbox.prune_markers(Duration::from_secs(3600)).unwrap(), 0);
-        assert_eq!(outbox.prune_markers(Duration::ZERO).unwrap(), 1);
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("halite-outbox-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// A return_ack (or any message) naming another file is refused: a master holding the key
+    /// cannot delete a file or a run-once marker through a jid.
+    #[test]
+    fn jids_never_name_other_files() {
+        let dir = scratch("paths");
+        let outbox = Outbox::open(&dir).unwrap();
+        assert_eq!(outbox.claim("20261122000000000001").unwrap(), Claim::New);
+        let victim = dir.join("victim");
+        fs::write(&victim, "keep").unwrap();
+        for jid in ["../victim", "../jobs/20261122000000000001", "/etc/passwd", "..", ".hidden", ""] {
+            assert!(outbox.remove(jid).is_err(), "{jid:?} accepted");
+            assert!(outbox.claim(jid).is_err(), "{jid:?} accepted");
+            assert!(outbox.store(&ret(jid)).is_err(), "{jid:?} accepted");
+            assert!(outbox.get(jid).is_none());
+        }
+        assert!(victim.exists());
+        assert_eq!(outbox.claim("20261122000000000001").unwrap(), Claim::Seen, "the marker is still there");
+    }
+
+    /// Pruning counts back from the newest jid, by the master's times: the minion's own clock,
+    /// however wrong, cannot make it forget a jid it ran.
+    #[test]
+    fn markers_are_pruned_by_jid_time_never_by_the_local_clock() {
+        let dir = scratch("prune");
+        let outbox = Outbox::open(&dir).unwrap();
+        let day = |d: u32| format!("202611{d:02}000000000000");
+        for d in [1, 10, 20] {
+            assert_eq!(outbox.claim(&day(d)).unwrap(), Claim::New);
+        }
+        outbox.claim("local-test").unwrap();
+        outbox.store(&ret(&day(1))).unwrap();
+        // Nothing is older than 30 days before the newest jid, whatever the local clock says.
+        assert_eq!(outbox.prune_markers(Duration::from_secs(30 * 86_400)).unwrap(), 0);
+        // With 5 days kept: day 10 goes; day 1 stays while its return awaits its ack.
+        assert_eq!(outbox.prune_markers(Duration::from_secs(5 * 86_400)).unwrap(), 1);
+        assert_eq!(outbox.claim(&day(1)).unwrap(), Claim::Seen);
+        assert_eq!(outbox.claim(&day(20)).unwrap(), Claim::Seen);
+        assert_eq!(outbox.claim("local-test").unwrap(), Claim::Seen);
+        outbox.remove(&day(1)).unwrap();
+        assert_eq!(outbox.prune_markers(Duration::from_secs(5 * 86_400)).unwrap(), 1);
     }
 }
