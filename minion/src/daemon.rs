@@ -1,6 +1,7 @@
 //! The minion's connection loop: handshake, hello, jobs in, returns out through the outbox.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use halite_protocol::noise::{
     AwaitingVerdict, Claim as HandshakeClaim, HandshakeError, Initiator, LocalIdentity, MasterPin, Role, Session,
     SessionConfig,
 };
-use halite_transport::{Backoff, Dealer, DealerConfig, DealerEvent};
+use halite_transport::{Backoff, Dealer, DealerConfig, DealerEvent, DealerSender};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::{debug, error, info, warn};
@@ -77,13 +78,45 @@ struct Minion {
     /// When refused (pending or rejected), wait before knocking again.
     retry_at: Option<tokio::time::Instant>,
     refusals: Backoff,
+    /// Messages for the master, written by their own task ([`write_out`]): this loop, the
+    /// only reader of the connection's events, never waits on a full send queue.
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    /// Bytes waiting in `outgoing`; past [`OUTGOING_LIMIT`] the loop stops taking new messages
+    /// from the master until the writer catches up (explicit backpressure, never a deadlock).
+    outgoing_bytes: Arc<AtomicUsize>,
+}
+
+/// A sealed message for one connection.
+struct Outgoing {
+    to: DealerSender,
+    epoch: u64,
+    parts: Vec<Vec<u8>>,
+}
+
+/// Bytes of sealed messages the minion holds for the master before it stops reading new ones.
+const OUTGOING_LIMIT: usize = 32 * 1024 * 1024;
+
+/// Hands sealed messages to the connection, in order, waiting while its queue is full.
+async fn write_out(mut outgoing: mpsc::UnboundedReceiver<Outgoing>, bytes: Arc<AtomicUsize>) {
+    while let Some(message) = outgoing.recv().await {
+        let size = message.parts.iter().map(Vec::len).sum::<usize>();
+        // A connection gone meanwhile drops its messages: the session they were sealed for is
+        // over, and what matters (returns) is in the outbox, re-sent after the next handshake.
+        let _ = message.to.send_on(message.epoch, message.parts).await;
+        bytes.fetch_sub(size, Ordering::AcqRel);
+    }
 }
 
 /// Runs the connection loop until `shutdown` completes.
 pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Output = ()>) {
     let (done_tx, mut done_rx) = mpsc::channel(1024);
     let slots = Arc::new(Semaphore::new(setup.max_concurrent_jobs));
+    let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+    let outgoing_bytes = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn(write_out(outgoing_rx, outgoing_bytes.clone()));
     let mut minion = Minion {
+        outgoing,
+        outgoing_bytes,
         dealer: None,
         epoch: 0,
         stage: Stage::Down,
@@ -100,8 +133,10 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
     tokio::pin!(shutdown);
     loop {
         let retry = minion.retry_at;
+        let reading = minion.outgoing_bytes.load(Ordering::Acquire) < OUTGOING_LIMIT;
         tokio::select! {
-            event = next_event(&mut minion.dealer) => minion.on_event(event).await,
+            event = next_event(&mut minion.dealer), if reading => minion.on_event(event).await,
+            () = tokio::time::sleep(Duration::from_millis(10)), if !reading => {}
             Some(ret) = done_rx.recv() => minion.on_done(ret).await,
             Some(event) = minion.setup.events.recv() => minion.on_event_send(event).await,
             Some(request) = minion.setup.peer_requests.recv() => minion.on_peer_request(request).await,
@@ -112,6 +147,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
             () = &mut shutdown => break,
         }
     }
+    writer.abort();
     info!("minion shutting down");
 }
 
@@ -144,9 +180,15 @@ impl Minion {
         self.retry_at = Some(tokio::time::Instant::now() + self.refusals.next_delay());
     }
 
+    /// Queues a message for the writer task; never waits.
     async fn send_raw(&self, parts: Vec<Vec<u8>>) {
         if let Some(dealer) = &self.dealer {
-            let _ = dealer.send_on(self.epoch, parts).await;
+            let size = parts.iter().map(Vec::len).sum::<usize>();
+            self.outgoing_bytes.fetch_add(size, Ordering::AcqRel);
+            let message = Outgoing { to: dealer.sender(), epoch: self.epoch, parts };
+            if self.outgoing.send(message).is_err() {
+                self.outgoing_bytes.fetch_sub(size, Ordering::AcqRel);
+            }
         }
     }
 

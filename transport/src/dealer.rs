@@ -71,6 +71,20 @@ pub struct Dealer {
     task: JoinHandle<()>,
 }
 
+/// A handle for queueing messages on a [`Dealer`] from another task, so the task that reads
+/// its events never has to wait on a full send queue.
+#[derive(Debug, Clone)]
+pub struct DealerSender {
+    control: mpsc::Sender<Control>,
+}
+
+impl DealerSender {
+    /// [`Dealer::send_on`], from wherever the handle went.
+    pub async fn send_on(&self, epoch: u64, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.control.send(Control::Send(parts, Some(epoch))).await.map_err(|_| SendError::NotConnected)
+    }
+}
+
 impl Drop for Dealer {
     fn drop(&mut self) {
         self.task.abort();
@@ -84,6 +98,11 @@ impl Dealer {
         let (events_tx, events) = mpsc::channel(config.event_queue);
         let task = tokio::spawn(run(addr, config, control_rx, events_tx));
         Dealer { control, events, task }
+    }
+
+    /// A handle to queue messages from another task.
+    pub fn sender(&self) -> DealerSender {
+        DealerSender { control: self.control.clone() }
     }
 
     /// Queues a message, waiting while the queue is full. It goes out on whichever connection is

@@ -26,7 +26,7 @@ mod signal;
 
 pub use backoff::Backoff;
 pub use connection::CloseReason;
-pub use dealer::{Dealer, DealerConfig, DealerEvent};
+pub use dealer::{Dealer, DealerConfig, DealerEvent, DealerSender};
 pub use notify::{notify_ready, notify_to};
 pub use open_files::raise_open_files;
 pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};
