@@ -125,7 +125,15 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.net.mark_authenticated(peer);
                         if let Some(old) = self.sessions.peer_of(&id) {
                             if old != peer {
-                                self.forget(old, Some("replaced by a newer connection"));
+                                // A minion that lost its connection reconnects, and the new
+                                // session wins; two live processes with one key (a cloned
+                                // image) would replace each other forever: say so, loudly.
+                                if self.notices.ready(&format!("duplicate:{id}"), Duration::from_secs(10), now) {
+                                    warn!(minion = %id, "a second session for this minion replaces the first; \
+                                           two processes sharing one key and id will replace each other");
+                                    self.emit(format!("halite/minion/{id}/replaced"), json!({}));
+                                }
+                                self.forget(old, Some(halite_protocol::noise::REPLACED_REASON));
                             }
                         }
                         self.sessions.online.insert(id.clone(), peer);

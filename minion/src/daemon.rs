@@ -12,9 +12,10 @@ use halite_protocol::message::{
 };
 use halite_protocol::noise::{
     AwaitingVerdict, Claim as HandshakeClaim, HandshakeError, Initiator, LocalIdentity, MasterPin, Role, Session,
-    SessionConfig,
+    SessionConfig, REPLACED_REASON,
 };
-use halite_transport::{Backoff, Dealer, DealerConfig, DealerEvent, DealerSender};
+use halite_protocol::zmtp::ZmtpError;
+use halite_transport::{Backoff, CloseReason, Dealer, DealerConfig, DealerEvent, DealerSender};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::{debug, error, info, warn};
@@ -50,6 +51,9 @@ pub(crate) struct Setup {
     pub max_concurrent_jobs: usize,
     /// A verification cache shared with other minions of this process (the swarm only).
     pub verified: Option<Arc<crate::VerifiedJobs>>,
+    /// The state directory's lock, held while the minion runs (`None` in the swarm, whose
+    /// minions share one process).
+    pub _state_lock: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
 enum Stage {
@@ -225,6 +229,14 @@ impl Minion {
                 }
             }
             Some(DealerEvent::Disconnected(reason)) => {
+                let replaced =
+                    matches!(&reason, CloseReason::Protocol(ZmtpError::PeerError(why)) if why == REPLACED_REASON);
+                if replaced {
+                    // Another process with this minion's key and id took the session: reconnecting
+                    // at once would only take it back, forever. Back off, and say so.
+                    warn!("another process with this minion's key and id connected to the master; backing off");
+                    return self.back_off();
+                }
                 if matches!(self.stage, Stage::Up(_)) {
                     warn!(%reason, "disconnected from the master; reconnecting");
                 }

@@ -60,6 +60,7 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
         dispatcher: minion.dispatcher,
         outbox,
         max_concurrent_jobs: minion.max_concurrent_jobs,
+        _state_lock: None,
         verified: minion.verified,
     };
     daemon::serve(setup, shutdown).await;

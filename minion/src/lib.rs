@@ -88,6 +88,7 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         .mode(0o700)
         .create(state_dir)
         .map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
+    let state_lock = lock_state_dir(state_dir)?;
     let pin_path = state_dir.join("master.pub");
     let master_key = match (&config.master_key, &enrollment) {
         (Some(key), _) => Some(parse_master_key(key)?),
@@ -123,6 +124,28 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         outbox,
         max_concurrent_jobs: config.max_concurrent_jobs,
         verified: None,
+        _state_lock: Some(state_lock),
+    })
+}
+
+/// Takes an exclusive lock on the state directory for the life of the process: two minions on
+/// one directory (a second start by mistake, a cloned image run twice on one host) would share
+/// one key, markers and outbox, and replace each other's session forever.
+fn lock_state_dir(state_dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, MinionError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = state_dir.join("lock");
+    let error = |source| MinionError::StateDir { path: path.clone(), source };
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(error)?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        if errno == nix::errno::Errno::EWOULDBLOCK {
+            MinionError::Missing(format!(
+                "another halite-minion is running with the state directory {}; one directory serves one minion",
+                state_dir.display()
+            ))
+        } else {
+            error(std::io::Error::from(errno))
+        }
     })
 }
 

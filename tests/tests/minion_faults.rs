@@ -63,3 +63,49 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     let last = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
     assert_eq!(last.json()["minions"]["web1"]["state"], "returned", "{}", last.stdout);
 }
+
+/// One state directory serves one minion: a second process on it exits at once with a clear
+/// error. Two processes sharing one key and id (a cloned image) do not flap ten times a second:
+/// the master warns, and each backs off when the other takes the session.
+#[test]
+fn a_second_minion_on_one_state_directory_or_key_neither_starts_nor_flaps() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let dir = cluster.minion_dir("web1");
+    let second = std::process::Command::new(cluster.bins().join("halite-minion"))
+        .arg("--config")
+        .arg(dir.join("minion.toml"))
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("another halite-minion is running"), "{stderr}");
+
+    // The clone: the same key and id in another directory.
+    let clone = cluster.dir.join("clone");
+    std::fs::create_dir_all(clone.join("state")).unwrap();
+    std::fs::copy(dir.join("state/minion.key"), clone.join("state/minion.key")).unwrap();
+    let config = std::fs::read_to_string(dir.join("minion.toml")).unwrap().replace(
+        &format!("state_dir = {:?}", dir.join("state")),
+        &format!("state_dir = {:?}", clone.join("state")),
+    );
+    std::fs::write(clone.join("minion.toml"), config).unwrap();
+    let log = std::fs::File::create(clone.join("minion.log")).unwrap();
+    let mut twin = std::process::Command::new(cluster.bins().join("halite-minion"))
+        .arg("--config")
+        .arg(clone.join("minion.toml"))
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    let _ = twin.kill();
+    let _ = twin.wait();
+    let master_log = std::fs::read_to_string(cluster.dir.join("master.log")).unwrap();
+    let sessions = master_log.lines().filter(|l| l.contains("minion authenticated") && l.contains("web1")).count();
+    assert!(sessions < 15, "{sessions} sessions in 6 s: the two processes flap");
+    assert!(master_log.contains("a second session for this minion replaces the first"), "{master_log}");
+    let twin_log = std::fs::read_to_string(clone.join("minion.log")).unwrap()
+        + &std::fs::read_to_string(dir.join("minion.log")).unwrap();
+    assert!(twin_log.contains("backing off"), "{twin_log}");
+}

@@ -119,6 +119,10 @@ pub enum MasterPin {
     TrustOnFirstUse,
 }
 
+/// The reason (ZMTP ERROR) a master closes a minion's session with when a newer session for the
+/// same id replaces it: a minion that receives it backs off instead of taking the session back.
+pub const REPLACED_REASON: &str = "replaced by a newer connection";
+
 /// Default largest application message, in bytes ([`SessionConfig::max_message_size`]).
 pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
