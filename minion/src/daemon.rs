@@ -200,6 +200,11 @@ impl Minion {
         let Stage::Up(session) = &mut self.stage else { return };
         match session.seal(&message::encode(msg), Instant::now()) {
             Ok(parts) => self.send_raw(parts).await,
+            // Not a lost session: this one message cannot go (returns are fitted before they
+            // are stored, so this is something else, and reconnecting would not help).
+            Err(error @ halite_protocol::noise::SessionError::MessageTooLarge { .. }) => {
+                error!(%error, "a message to the master is too large; not sent")
+            }
             Err(error) => {
                 warn!(%error, "session ended; reconnecting");
                 self.connect();
@@ -328,7 +333,7 @@ impl Minion {
         // Returns the master has not acknowledged yet, from before a restart or a disconnect.
         for ret in self.setup.outbox.pending() {
             debug!(jid = %ret.jid, "re-sending an unacknowledged return");
-            self.send(&Message::JobReturn(ret)).await;
+            self.send(&Message::JobReturn(crate::fit::fit(ret))).await;
         }
     }
 
@@ -451,6 +456,9 @@ impl Minion {
 
     /// A job finished: outbox it (durably) first, then send it.
     async fn on_done(&mut self, ret: JobReturn) {
+        // Cut to what a message may carry before it is stored: a return that cannot be sealed
+        // would never leave the outbox.
+        let ret = crate::fit::fit(ret);
         self.running.remove(&ret.jid);
         info!(jid = %ret.jid, success = ret.success, outcome = ?ret.outcome, "job finished");
         if let Err(error) = self.setup.outbox.store(&ret) {

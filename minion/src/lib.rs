@@ -13,6 +13,7 @@ pub mod config;
 mod daemon;
 mod embedded;
 mod executor;
+mod fit;
 pub mod outbox;
 mod verified;
 

@@ -86,10 +86,9 @@ fn a_second_minion_on_one_state_directory_or_key_neither_starts_nor_flaps() {
     let clone = cluster.dir.join("clone");
     std::fs::create_dir_all(clone.join("state")).unwrap();
     std::fs::copy(dir.join("state/minion.key"), clone.join("state/minion.key")).unwrap();
-    let config = std::fs::read_to_string(dir.join("minion.toml")).unwrap().replace(
-        &format!("state_dir = {:?}", dir.join("state")),
-        &format!("state_dir = {:?}", clone.join("state")),
-    );
+    let config = std::fs::read_to_string(dir.join("minion.toml"))
+        .unwrap()
+        .replace(&format!("state_dir = {:?}", dir.join("state")), &format!("state_dir = {:?}", clone.join("state")));
     std::fs::write(clone.join("minion.toml"), config).unwrap();
     let log = std::fs::File::create(clone.join("minion.log")).unwrap();
     let mut twin = std::process::Command::new(cluster.bins().join("halite-minion"))
@@ -108,4 +107,24 @@ fn a_second_minion_on_one_state_directory_or_key_neither_starts_nor_flaps() {
     let twin_log = std::fs::read_to_string(clone.join("minion.log")).unwrap()
         + &std::fs::read_to_string(dir.join("minion.log")).unwrap();
     assert!(twin_log.contains("backing off"), "{twin_log}");
+}
+
+/// A return too large for one message (16 MiB of invalid UTF-8 read as text is 48 MiB) used to
+/// fail sealing, look like a lost session and be resent forever: it is cut to fit, marked
+/// truncated, and the minion goes on answering.
+#[test]
+fn a_return_too_large_for_a_message_is_cut_and_the_minion_goes_on() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let big = cluster.dir.join("big.bin");
+    std::fs::write(&big, vec![0xffu8; 16 << 20]).unwrap();
+    let name = format!("name={}", big.display());
+    let read = cluster.cli(&["run", "--out", "json", "web1", "file.read", &name, "max_bytes=16777216"]);
+    let doc = read.json();
+    let web1 = &doc["minions"]["web1"];
+    assert_eq!(web1["state"], "returned", "{doc}");
+    assert_eq!(web1["truncated"], true);
+    let ping = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
+    assert_eq!(ping.json()["minions"]["web1"]["state"], "returned", "{}", ping.stderr);
 }
