@@ -1,6 +1,6 @@
 //! The minion's connection loop: handshake, hello, jobs in, returns out through the outbox.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use halite_protocol::noise::{
 use halite_protocol::zmtp::ZmtpError;
 use halite_transport::{Backoff, CloseReason, Dealer, DealerConfig, DealerEvent, DealerSender};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
 use crate::executor::execute;
@@ -74,8 +74,12 @@ struct Minion {
     epoch: u64,
     stage: Stage,
     running: HashMap<String, oneshot::Sender<()>>,
+    /// Jobs accepted and waiting for a free slot, in jid order (the order the master issued
+    /// them), with when each arrived. Nothing is recorded on disk for them until they start.
+    queued: BTreeMap<String, (Job, Instant)>,
     done_tx: mpsc::Sender<JobReturn>,
-    slots: Arc<Semaphore>,
+    /// Slots free for jobs to start (`max_concurrent_jobs` at most).
+    free_slots: usize,
     /// `peer.publish` calls waiting for the master's answer, by request id.
     pending_publishes: HashMap<u64, oneshot::Sender<Result<halite_protocol::message::Published, String>>>,
     next_request: u64,
@@ -114,7 +118,7 @@ async fn write_out(mut outgoing: mpsc::UnboundedReceiver<Outgoing>, bytes: Arc<A
 /// Runs the connection loop until `shutdown` completes.
 pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Output = ()>) {
     let (done_tx, mut done_rx) = mpsc::channel(1024);
-    let slots = Arc::new(Semaphore::new(setup.max_concurrent_jobs));
+    let free_slots = setup.max_concurrent_jobs.max(1);
     let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
     let outgoing_bytes = Arc::new(AtomicUsize::new(0));
     let writer = tokio::spawn(write_out(outgoing_rx, outgoing_bytes.clone()));
@@ -125,8 +129,9 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         epoch: 0,
         stage: Stage::Down,
         running: HashMap::new(),
+        queued: BTreeMap::new(),
         done_tx,
-        slots,
+        free_slots,
         retry_at: None,
         pending_publishes: HashMap::new(),
         next_request: 1,
@@ -350,6 +355,10 @@ impl Minion {
                 if let Some(stop) = self.running.remove(&cancel.jid) {
                     info!(jid = %cancel.jid, "cancelling");
                     let _ = stop.send(());
+                } else if self.queued.remove(&cancel.jid).is_some() {
+                    info!(jid = %cancel.jid, "cancelled before it started");
+                    let why = "cancelled before it started".to_owned();
+                    self.on_done(not_started(&cancel.jid, Outcome::Cancelled, why)).await;
                 }
             }
             Message::Published(published) => {
@@ -392,45 +401,70 @@ impl Minion {
         if let Err(error) = halite_protocol::id::validate(&job.jid) {
             return self.refuse(ErrorKind::BadRequest, format!("bad jid: {error}"), Some(job.jid)).await;
         }
-        if self.running.contains_key(&job.jid) {
-            return debug!(jid = %job.jid, "duplicate delivery of a running job");
+        if self.running.contains_key(&job.jid) || self.queued.contains_key(&job.jid) {
+            return debug!(jid = %job.jid, "duplicate delivery of an accepted job");
         }
         if let Some(ret) = self.setup.outbox.get(&job.jid) {
             return self.send(&Message::JobReturn(ret)).await;
         }
-        match self.setup.outbox.claim(&job.jid) {
-            Ok(Claim::New) => {}
-            Ok(Claim::Seen) => {
-                // Started before, not running now, no stored return: this minion restarted
-                // while it ran. Running it again could do its side effects twice.
-                warn!(jid = %job.jid, "job was interrupted by a restart; not running it again");
-                let ret = JobReturn {
-                    jid: job.jid.clone(),
-                    minion: String::new(),
-                    success: false,
-                    retcode: 1,
-                    outputs: json!({ "error": "the minion restarted while this job ran; it is not run twice" }),
-                    truncated: false,
-                    duration_ms: 0,
-                    outcome: Outcome::Interrupted,
-                };
-                return self.on_done(ret).await;
-            }
-            Err(error) => {
-                return self.refuse(ErrorKind::Internal, format!("cannot record the job: {error}"), Some(job.jid)).await
-            }
+        if self.setup.outbox.started(&job.jid) {
+            // Started before, not running now, no stored return: this minion restarted while it
+            // ran. Running it again could do its side effects twice.
+            warn!(jid = %job.jid, "job was interrupted by a restart; not running it again");
+            let why = "the minion restarted while this job ran; it is not run twice".to_owned();
+            return self.on_done(not_started(&job.jid, Outcome::Interrupted, why)).await;
         }
-        info!(jid = %job.jid, function = %job.function, caller = %job.caller, "running job");
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() })).await;
-        let (stop_tx, stop_rx) = oneshot::channel();
-        self.running.insert(job.jid.clone(), stop_tx);
-        let (dispatcher, context, done, slots) =
-            (self.setup.dispatcher.clone(), self.setup.context.clone(), self.done_tx.clone(), self.slots.clone());
-        tokio::spawn(async move {
-            let Ok(_slot) = slots.acquire_owned().await else { return };
-            let ret = execute(dispatcher, context, job, stop_rx).await;
-            let _ = done.send(ret).await;
-        });
+        self.queued.insert(job.jid.clone(), (job, Instant::now()));
+        self.start_queued().await;
+    }
+
+    /// Starts queued jobs, lowest jid first, while slots are free. A job that waited past its
+    /// timeout is not started (the master counts its timeout from delivery); one that starts
+    /// gets only the time it has left, and its run-once marker is written (and synced) first.
+    async fn start_queued(&mut self) {
+        while self.free_slots > 0 {
+            let Some((jid, (mut job, arrived))) = self.queued.pop_first() else { return };
+            let waited = arrived.elapsed();
+            let timeout = Duration::from_millis(job.timeout_ms);
+            if job.timeout_ms > 0 && waited >= timeout {
+                let why = format!(
+                    "not started: it waited {} ms for a free slot, past its {} ms timeout",
+                    waited.as_millis(),
+                    job.timeout_ms
+                );
+                warn!(%jid, "{why}");
+                self.on_done(not_started(&jid, Outcome::TimedOut, why)).await;
+                continue;
+            }
+            match self.setup.outbox.claim(&jid) {
+                Ok(Claim::New) => {}
+                Ok(Claim::Seen) => {
+                    let why = "the minion restarted while this job ran; it is not run twice".to_owned();
+                    self.on_done(not_started(&jid, Outcome::Interrupted, why)).await;
+                    continue;
+                }
+                Err(error) => {
+                    let why = format!("not started: the run-once marker could not be written ({error})");
+                    error!(%jid, "{why}");
+                    self.on_done(not_started(&jid, Outcome::Refused, why)).await;
+                    continue;
+                }
+            }
+            if job.timeout_ms > 0 {
+                job.timeout_ms = (timeout - waited).as_millis().max(1) as u64;
+            }
+            info!(%jid, function = %job.function, caller = %job.caller, "running job");
+            let (stop_tx, stop_rx) = oneshot::channel();
+            self.running.insert(jid, stop_tx);
+            self.free_slots -= 1;
+            let (dispatcher, context, done) =
+                (self.setup.dispatcher.clone(), self.setup.context.clone(), self.done_tx.clone());
+            tokio::spawn(async move {
+                let ret = execute(dispatcher, context, job, stop_rx).await;
+                let _ = done.send(ret).await;
+            });
+        }
     }
 
     /// `event.send` from a running function: to the master, which applies its ACL.
@@ -459,11 +493,30 @@ impl Minion {
         // Cut to what a message may carry before it is stored: a return that cannot be sealed
         // would never leave the outbox.
         let ret = crate::fit::fit(ret);
-        self.running.remove(&ret.jid);
+        if self.running.remove(&ret.jid).is_some() {
+            self.free_slots += 1;
+        }
         info!(jid = %ret.jid, success = ret.success, outcome = ?ret.outcome, "job finished");
         if let Err(error) = self.setup.outbox.store(&ret) {
             error!(jid = %ret.jid, %error, "could not write the return to the outbox; sending it anyway");
         }
         self.send(&Message::JobReturn(ret)).await;
+        // Box::pin: starting a queued job may end one at once (not started), which ends here.
+        Box::pin(self.start_queued()).await;
+    }
+}
+
+/// The return of a job that never started (interrupted before, timed out in the queue,
+/// cancelled while queued, or refused).
+fn not_started(jid: &str, outcome: Outcome, why: String) -> JobReturn {
+    JobReturn {
+        jid: jid.to_owned(),
+        minion: String::new(),
+        success: false,
+        retcode: 1,
+        outputs: json!({ "error": why }),
+        truncated: false,
+        duration_ms: 0,
+        outcome,
     }
 }

@@ -73,6 +73,11 @@ impl Outbox {
         }
     }
 
+    /// Whether `jid` started here before (its marker exists).
+    pub fn started(&self, jid: &str) -> bool {
+        Self::path(&self.markers, jid).is_ok_and(|path| path.exists())
+    }
+
     /// Writes a return durably.
     pub fn store(&self, ret: &JobReturn) -> io::Result<()> {
         let path = Self::path(&self.outbox, &ret.jid)?;

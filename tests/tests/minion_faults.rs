@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use halite_client::{Client, ClientConfig, PublishSpec};
 use halite_protocol::message::{RequestBody, ResponseBody, Target, TargetKind};
-use halite_tests::Cluster;
+use halite_tests::{wait_for, Cluster};
 use tokio::time::timeout;
 
 /// A burst of jobs far larger than the minion's queues (its loop used to wait on a full send
@@ -127,4 +127,62 @@ fn a_return_too_large_for_a_message_is_cut_and_the_minion_goes_on() {
     assert_eq!(web1["truncated"], true);
     let ping = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
     assert_eq!(ping.json()["minions"]["web1"]["state"], "returned", "{}", ping.stderr);
+}
+
+/// With one slot, jobs start in the order the master issued them; jobs still queued at a
+/// graceful stop were never started, so after the restart they run (only the one that was
+/// running is reported interrupted); a job that waited past its timeout is not started.
+#[test]
+fn queued_jobs_start_in_jid_order_survive_a_restart_and_never_start_late() {
+    let mut cluster = Cluster::start("");
+    cluster.prepare_minion_with("web1", true, "", "max_concurrent_jobs = 1\n[policy]\nallow = [\"*\"]\n");
+    cluster.start_minion("web1");
+    cluster.wait_connected(&["web1"]);
+    let order = cluster.dir.join("order");
+    let mut jids = Vec::new();
+    for n in 0..12 {
+        let command = format!("echo {n} >> {}", order.display());
+        let run = cluster.cli(&["run", "--async", "--timeout", "60s", "web1", "cmd.run", &command, "shell=true"]);
+        jids.push(run.stdout.trim().to_owned());
+    }
+    wait_for("the twelve jobs", Duration::from_secs(30), || {
+        jids.iter().all(|jid| cluster.job_states(jid) == [("web1".to_owned(), "returned".to_owned())]).then_some(())
+    });
+    let lines: Vec<String> = std::fs::read_to_string(&order).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(lines, (0..12).map(|n| n.to_string()).collect::<Vec<_>>(), "started in jid order");
+
+    // One long job running, three queued behind it; the minion is stopped gracefully.
+    let long = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "30"]);
+    let long = long.stdout.trim().to_owned();
+    let queued: Vec<String> = (0..3)
+        .map(|_| {
+            let run = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.ping"]);
+            run.stdout.trim().to_owned()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.stop_minion("web1", false);
+    cluster.start_minion("web1");
+    for jid in &queued {
+        wait_for("a queued job after the restart", Duration::from_secs(30), || {
+            (cluster.job_states(jid) == [("web1".to_owned(), "returned".to_owned())]).then_some(())
+        });
+    }
+    wait_for("the long job's end", Duration::from_secs(30), || {
+        let states = cluster.job_states(&long);
+        (states[0].1 != "running" && states[0].1 != "sent").then_some(states)
+    });
+
+    // Behind a 3 s job, a 1 s job waits past its timeout: it is not started.
+    let blocker = cluster.cli(&["run", "--async", "--timeout", "10s", "web1", "test.sleep", "3"]);
+    let late = cluster.dir.join("late");
+    let command = format!("touch {}", late.display());
+    let starved = cluster.cli(&["run", "--out", "json", "--timeout", "1s", "web1", "cmd.run", &command, "shell=true"]);
+    let doc = starved.json();
+    assert_eq!(doc["minions"]["web1"]["state"], "timed_out", "{doc}");
+    wait_for("the blocker", Duration::from_secs(20), || {
+        (cluster.job_states(blocker.stdout.trim())[0].1 == "returned").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!late.exists(), "a job past its timeout never started");
 }
