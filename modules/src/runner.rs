@@ -2,6 +2,9 @@
 //!
 //! Every command runs in its own process group, which is killed when the call is dropped
 //! (timeout, cancel, minion shutdown), so nothing it started outlives it unless it completed.
+//! If the minion itself dies without dropping the call (`kill -9`, the OOM killer), the group
+//! leader gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`); processes it started that left its
+//! process group on purpose (daemons) are not followed.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -130,6 +133,16 @@ impl Runner {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        // The group leader dies with the minion, even a minion killed with SIGKILL or by the
+        // OOM killer, instead of running on unsupervised with no timeout and no report.
+        #[allow(unsafe_code)]
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+        // which is async-signal-safe; it touches no memory shared with the parent.
+        unsafe {
+            process.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
         if let Some(cwd) = &command.cwd {
             process.current_dir(cwd);
         }

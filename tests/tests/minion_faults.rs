@@ -186,3 +186,26 @@ fn queued_jobs_start_in_jid_order_survive_a_restart_and_never_start_late() {
     std::thread::sleep(Duration::from_secs(1));
     assert!(!late.exists(), "a job past its timeout never started");
 }
+
+/// A job's process does not outlive a minion killed with SIGKILL (it used to run on with no
+/// timeout and nobody to report it).
+#[test]
+fn a_jobs_process_dies_with_a_killed_minion() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let pidfile = cluster.dir.join("job.pid");
+    let command = format!("echo $$ > {}; exec sleep 300", pidfile.display());
+    let run = cluster.cli(&["run", "--async", "--timeout", "600s", "web1", "cmd.run", &command, "shell=true"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let pid = wait_for("the job's process", Duration::from_secs(10), || {
+        std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse::<u32>().ok())
+    });
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    cluster.stop_minion("web1", true);
+    wait_for("the orphan to die", Duration::from_secs(5), || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for its new parent to reap it.
+        (stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z")).then_some(())
+    });
+}
