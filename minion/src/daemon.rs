@@ -77,6 +77,9 @@ struct Minion {
     /// Jobs accepted and waiting for a free slot, in jid order (the order the master issued
     /// them), with when each arrived. Nothing is recorded on disk for them until they start.
     queued: BTreeMap<String, (Job, Instant)>,
+    /// Returns the outbox could not store (a full disk): kept here, sent at every session
+    /// start until acknowledged, and stored as soon as the disk takes them again.
+    unsent: BTreeMap<String, JobReturn>,
     done_tx: mpsc::Sender<JobReturn>,
     /// Slots free for jobs to start (`max_concurrent_jobs` at most).
     free_slots: usize,
@@ -130,6 +133,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         stage: Stage::Down,
         running: HashMap::new(),
         queued: BTreeMap::new(),
+        unsent: BTreeMap::new(),
         done_tx,
         free_slots,
         retry_at: None,
@@ -340,6 +344,10 @@ impl Minion {
             debug!(jid = %ret.jid, "re-sending an unacknowledged return");
             self.send(&Message::JobReturn(crate::fit::fit(ret))).await;
         }
+        let unsent: Vec<JobReturn> = self.unsent.values().cloned().collect();
+        for ret in unsent {
+            self.send(&Message::JobReturn(ret)).await;
+        }
     }
 
     async fn on_session_message(&mut self, msg: Message) {
@@ -347,6 +355,7 @@ impl Minion {
             Message::Welcome(welcome) => debug!(master = %welcome.master_id, "welcomed"),
             Message::Job(signed) => self.on_job(signed).await,
             Message::ReturnAck(ack) => {
+                self.unsent.remove(&ack.jid);
                 if let Err(error) = self.setup.outbox.remove(&ack.jid) {
                     warn!(jid = %ack.jid, %error, "could not delete an acknowledged return");
                 }
@@ -404,7 +413,7 @@ impl Minion {
         if self.running.contains_key(&job.jid) || self.queued.contains_key(&job.jid) {
             return debug!(jid = %job.jid, "duplicate delivery of an accepted job");
         }
-        if let Some(ret) = self.setup.outbox.get(&job.jid) {
+        if let Some(ret) = self.setup.outbox.get(&job.jid).or_else(|| self.unsent.get(&job.jid).cloned()) {
             return self.send(&Message::JobReturn(ret)).await;
         }
         if self.setup.outbox.started(&job.jid) {
@@ -497,8 +506,19 @@ impl Minion {
             self.free_slots += 1;
         }
         info!(jid = %ret.jid, success = ret.success, outcome = ?ret.outcome, "job finished");
+        // Returns kept in memory by an earlier failure are stored once the disk takes them.
+        let stored: Vec<String> = self
+            .unsent
+            .values()
+            .filter(|kept| self.setup.outbox.store(kept).is_ok())
+            .map(|kept| kept.jid.clone())
+            .collect();
+        for jid in stored {
+            self.unsent.remove(&jid);
+        }
         if let Err(error) = self.setup.outbox.store(&ret) {
-            error!(jid = %ret.jid, %error, "could not write the return to the outbox; sending it anyway");
+            error!(jid = %ret.jid, %error, "could not write the return to the outbox; keeping it in memory until acknowledged");
+            self.unsent.insert(ret.jid.clone(), ret.clone());
         }
         self.send(&Message::JobReturn(ret)).await;
         // Box::pin: starting a queued job may end one at once (not started), which ends here.

@@ -82,11 +82,18 @@ impl Outbox {
     pub fn store(&self, ret: &JobReturn) -> io::Result<()> {
         let path = Self::path(&self.outbox, &ret.jid)?;
         let tmp = self.outbox.join(format!(".{}.tmp", ret.jid));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        file.write_all(&message::encode(&Message::JobReturn(ret.clone())))?;
-        file.sync_all()?;
-        fs::rename(&tmp, &path)?;
-        sync_dir(&self.outbox)
+        let written = (|| {
+            let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            file.write_all(&message::encode(&Message::JobReturn(ret.clone())))?;
+            file.sync_all()?;
+            fs::rename(&tmp, &path)?;
+            sync_dir(&self.outbox)
+        })();
+        if written.is_err() {
+            // A full disk leaves no half-written temporary file behind.
+            let _ = fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// The stored return for `jid`, if any.
@@ -106,7 +113,9 @@ impl Outbox {
         }
     }
 
-    /// Every stored return, oldest jid first.
+    /// Every stored return, oldest jid first. An entry that does not decode (a damaged disk
+    /// block, a hand edit) is moved aside to `.damaged.<jid>`, logged, and stands in the list
+    /// as a failed return saying so, so its job is reported rather than forgotten.
     pub fn pending(&self) -> Vec<JobReturn> {
         let Ok(entries) = fs::read_dir(&self.outbox) else { return Vec::new() };
         let mut jids: Vec<String> = entries
@@ -114,7 +123,36 @@ impl Outbox {
             .filter(|name| !name.starts_with('.'))
             .collect();
         jids.sort();
-        jids.iter().filter_map(|jid| self.get(jid)).collect()
+        let mut returns = Vec::with_capacity(jids.len());
+        for jid in jids {
+            if let Some(ret) = self.get(&jid) {
+                returns.push(ret);
+                continue;
+            }
+            let Ok(path) = Self::path(&self.outbox, &jid) else { continue };
+            let aside = self.outbox.join(format!(".damaged.{jid}"));
+            tracing::error!(%jid, aside = %aside.display(), "a stored return is damaged; moved aside and reported failed");
+            if fs::rename(&path, &aside).is_err() {
+                continue;
+            }
+            let ret = JobReturn {
+                jid: jid.clone(),
+                minion: String::new(),
+                success: false,
+                retcode: 1,
+                outputs: serde_json::json!({
+                    "error": format!("the minion's stored return for this job was damaged; kept as {}", aside.display()),
+                }),
+                truncated: false,
+                duration_ms: 0,
+                outcome: halite_protocol::message::Outcome::Interrupted,
+            };
+            // Stored again whole, so it too waits for its acknowledgement.
+            if self.store(&ret).is_ok() {
+                returns.push(ret);
+            }
+        }
+        returns
     }
 
     /// Deletes markers of jids issued more than `age` before the newest marked jid (by the
@@ -183,6 +221,27 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("halite-outbox-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn a_damaged_entry_is_moved_aside_and_reported_failed() {
+        let dir = scratch("damaged");
+        let outbox = Outbox::open(&dir).unwrap();
+        outbox.store(&ret("20261122000000000001")).unwrap();
+        fs::write(dir.join("outbox/20261122000000000002"), b"\xc1garbage").unwrap();
+        let pending = outbox.pending();
+        assert_eq!(pending.len(), 2);
+        assert_eq!(pending[0], ret("20261122000000000001"));
+        assert!(!pending[1].success);
+        assert!(pending[1].outputs["error"].as_str().unwrap().contains("damaged"));
+        assert!(dir.join("outbox/.damaged.20261122000000000002").exists());
+        // The stand-in is stored: it is there until acknowledged, and only once.
+        assert_eq!(outbox.pending(), pending);
+        assert!(fs::read_dir(dir.join("outbox")).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".tmp")));
     }
 
     /// A return_ack (or any message) naming another file is refused: a master holding the key

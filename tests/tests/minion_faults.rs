@@ -209,3 +209,69 @@ fn a_jobs_process_dies_with_a_killed_minion() {
         (stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z")).then_some(())
     });
 }
+
+/// The state directory on a full disk: a return that cannot be written to the outbox is kept in
+/// memory and delivered (never reported as a restart, no temporary file left); with no inode
+/// left for a run-once marker, the job is reported failed with the real reason; both recover
+/// by themselves when space returns. Needs root (mounts a small tmpfs), as the module tests do.
+#[test]
+fn a_full_disk_loses_no_result_and_says_why() {
+    let mut cluster = Cluster::start("");
+    cluster.prepare_minion("web1", true, "");
+    let state = cluster.minion_dir("web1").join("state");
+    let mount = |options: &str| {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(&state)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs on the state directory needs root");
+    };
+    mount("size=4m,nr_inodes=64,mode=0700");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(state.clone());
+    cluster.start_minion("web1");
+    cluster.wait_connected(&["web1"]);
+
+    // No space: the marker (an empty file) is written, the return is not.
+    let filler = state.join("filler");
+    let _ = std::process::Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", filler.display()))
+        .arg("bs=64k")
+        .output();
+    let run = cluster.cli(&["run", "--out", "json", "web1", "cmd.run", "echo still here"]);
+    let doc = run.json();
+    assert_eq!(doc["minions"]["web1"]["state"], "returned", "{doc}");
+    assert_eq!(doc["minions"]["web1"]["return"]["stdout"], "still here\n", "{doc}");
+    let leftovers: Vec<String> = std::fs::read_dir(state.join("outbox"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(leftovers.iter().all(|name| !name.ends_with(".tmp")), "{leftovers:?}");
+    let log = std::fs::read_to_string(cluster.minion_dir("web1").join("minion.log")).unwrap();
+    assert!(log.contains("keeping it in memory"), "the outbox write did fail: {log}");
+    std::fs::remove_file(&filler).unwrap();
+
+    // No inode: the marker cannot be written, so the job does not start, and says why.
+    let mut n = 0;
+    while std::fs::File::create(state.join(format!("inode{n}"))).is_ok() {
+        n += 1;
+    }
+    let run = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
+    let doc = run.json();
+    assert_eq!(doc["minions"]["web1"]["state"], "failed", "{doc}");
+    let why = doc["minions"]["web1"]["return"]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains("run-once marker could not be written"), "{doc}");
+    for i in 0..n {
+        let _ = std::fs::remove_file(state.join(format!("inode{i}")));
+    }
+    let run = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
+    assert_eq!(run.json()["minions"]["web1"]["state"], "returned", "recovered by itself");
+    cluster.stop_minion("web1", false);
+}
