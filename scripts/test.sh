@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 
 # System tools the tests use: debootstrap and dpkg-dev (module tests build a Debian root and a
 # local apt repository), zip/unzip/xz-utils (archive tests), python3-venv (pyzmq, pip tests),
-# openssl and curl (the gateway's HTTPS test makes a certificate and checks it).
+# openssl and curl (the gateway's HTTPS test makes a certificate and checks it), faketime (minion
+# clock-step tests).
 need=()
-for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl; do
+for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)

@@ -50,7 +50,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 let entry = self.registry.minions.entry(id.to_owned()).or_default();
                 entry.functions = hello.functions;
                 self.touch(id);
-                let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
+                let welcome = Welcome {
+                    master_id: self.config.id.clone(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    now_ms: self.clock.wall_ms(),
+                };
                 self.send(peer, &Message::Welcome(welcome));
                 self.emit(format!("halite/minion/{id}/connected"), json!({}));
                 for jid in self.jobs.deliverable_to(id) {

@@ -36,7 +36,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Message::ClientHello(_) => {
-                let welcome = Welcome { master_id: self.config.id.clone(), version: env!("CARGO_PKG_VERSION").into() };
+                let welcome = Welcome {
+                    master_id: self.config.id.clone(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    now_ms: self.clock.wall_ms(),
+                };
                 self.send(peer, &Message::Welcome(welcome));
             }
             Message::Publish(request) => {

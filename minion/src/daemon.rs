@@ -80,6 +80,8 @@ struct Minion {
     /// Returns the outbox could not store (a full disk): kept here, sent at every session
     /// start until acknowledged, and stored as soon as the disk takes them again.
     unsent: BTreeMap<String, JobReturn>,
+    /// The master's clock, learned at the last `welcome`, for judging jobs' freshness.
+    master_time: Option<crate::freshness::MasterTime>,
     done_tx: mpsc::Sender<JobReturn>,
     /// Slots free for jobs to start (`max_concurrent_jobs` at most).
     free_slots: usize,
@@ -134,6 +136,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         running: HashMap::new(),
         queued: BTreeMap::new(),
         unsent: BTreeMap::new(),
+        master_time: None,
         done_tx,
         free_slots,
         retry_at: None,
@@ -352,7 +355,10 @@ impl Minion {
 
     async fn on_session_message(&mut self, msg: Message) {
         match msg {
-            Message::Welcome(welcome) => debug!(master = %welcome.master_id, "welcomed"),
+            Message::Welcome(welcome) => {
+                debug!(master = %welcome.master_id, "welcomed");
+                self.master_time = crate::freshness::MasterTime::learned(welcome.now_ms, Instant::now());
+            }
             Message::Job(signed) => self.on_job(signed).await,
             Message::ReturnAck(ack) => {
                 self.unsent.remove(&ack.jid);
@@ -422,6 +428,10 @@ impl Minion {
             warn!(jid = %job.jid, "job was interrupted by a restart; not running it again");
             let why = "the minion restarted while this job ran; it is not run twice".to_owned();
             return self.on_done(not_started(&job.jid, Outcome::Interrupted, why)).await;
+        }
+        if let Some(why) = crate::freshness::expired(&job, self.master_time, Instant::now()) {
+            warn!(jid = %job.jid, "{why}");
+            return self.on_done(not_started(&job.jid, Outcome::TimedOut, why)).await;
         }
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() })).await;
         self.queued.insert(job.jid.clone(), (job, Instant::now()));

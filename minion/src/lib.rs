@@ -14,6 +14,7 @@ mod daemon;
 mod embedded;
 mod executor;
 mod fit;
+mod freshness;
 pub mod outbox;
 mod verified;
 

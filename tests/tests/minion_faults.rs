@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use halite_client::{Client, ClientConfig, PublishSpec};
@@ -274,4 +275,58 @@ fn a_full_disk_loses_no_result_and_says_why() {
     let run = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
     assert_eq!(run.json()["minions"]["web1"]["state"], "returned", "recovered by itself");
     cluster.stop_minion("web1", false);
+}
+
+/// A guest whose clock is a month off: jobs still run (their freshness is judged by the
+/// master's clock), and a job interrupted by a kill and redelivered after a restart with the
+/// clock 31 days ahead is not run a second time (run-once markers are not pruned by the local
+/// clock). Uses libfaketime (Debian's `faketime`).
+#[test]
+fn a_minion_whose_clock_jumps_runs_fresh_jobs_and_never_runs_a_jid_twice() {
+    let cluster = Cluster::start("");
+    cluster.prepare_minion("web1", true, "");
+    let dir = cluster.minion_dir("web1");
+    let start_with_clock = |offset: &str| {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("minion.log")).unwrap();
+        // faketime runs the minion as its child: a process group of their own, killed whole.
+        std::process::Command::new("faketime")
+            .process_group(0)
+            .args(["-f", offset])
+            .arg(cluster.bins().join("halite-minion"))
+            .arg("--config")
+            .arg(dir.join("minion.toml"))
+            .stderr(log)
+            .spawn()
+            .expect("faketime (Debian package faketime) runs the minion")
+    };
+    let mut minion = start_with_clock("-40d");
+    cluster.wait_connected(&["web1"]);
+    let ping = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
+    assert_eq!(ping.json()["minions"]["web1"]["state"], "returned", "a clock 40 days behind: {}", ping.stdout);
+
+    // A job with a side effect, interrupted by kill -9.
+    let count = cluster.dir.join("count");
+    let command = format!("echo ran >> {}; sleep 30", count.display());
+    let run = cluster.cli(&["run", "--async", "--timeout", "120s", "web1", "cmd.run", &command, "shell=true"]);
+    let jid = run.stdout.trim().to_owned();
+    wait_for("the job to start", Duration::from_secs(10), || count.exists().then_some(()));
+    kill_group(&mut minion);
+
+    // Back with the clock 31 days ahead: the master redelivers the job; it is reported, not rerun.
+    let mut minion = start_with_clock("+31d");
+    wait_for("the interrupted job's report", Duration::from_secs(30), || {
+        let states = cluster.job_states(&jid);
+        (states[0].1 == "failed").then_some(())
+    });
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "the jid ran twice");
+    let ping = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
+    assert_eq!(ping.json()["minions"]["web1"]["state"], "returned", "a clock 31 days ahead: {}", ping.stdout);
+    kill_group(&mut minion);
+}
+
+/// SIGKILL to a child's whole process group, then reaps the child.
+fn kill_group(child: &mut std::process::Child) {
+    let pgid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
 }

@@ -103,6 +103,11 @@ pub struct Welcome {
     pub master_id: String,
     /// The master's software version.
     pub version: String,
+    /// The master's wall clock, Unix milliseconds, when it sent this (0 from older masters).
+    /// A minion judges the freshness of signed jobs by it, carried forward on its own
+    /// monotonic clock, so a wrong guest clock neither expires fresh jobs nor revives old ones.
+    #[serde(default)]
+    pub now_ms: u64,
 }
 
 /// Acknowledgement of a job by a minion.

@@ -1,0 +1,84 @@
+//! Whether a signed job is still fresh, judged by the master's clock: the master tells its time
+//! in `welcome`, and the minion carries it forward on its own monotonic clock. A job is valid
+//! until its issue time plus its TTL plus its timeout (the longest the master itself would still
+//! wait for it), with a little slack for latency; a replayed or long-delayed job past that is
+//! refused as timed out. The minion's wall clock plays no part.
+
+use std::time::{Duration, Instant};
+
+use halite_protocol::message::Job;
+
+/// Allowance for transit and the master's own grace before it gives a job up.
+const SLACK: Duration = Duration::from_secs(10);
+
+/// The master's time as last learned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MasterTime {
+    master_ms: u64,
+    at: Instant,
+}
+
+impl MasterTime {
+    /// The master said its time was `master_ms` at `at`.
+    pub(crate) fn learned(master_ms: u64, at: Instant) -> Option<Self> {
+        (master_ms > 0).then_some(MasterTime { master_ms, at })
+    }
+
+    /// The master's time now.
+    pub(crate) fn now_ms(&self, now: Instant) -> u64 {
+        self.master_ms.saturating_add(now.saturating_duration_since(self.at).as_millis() as u64)
+    }
+}
+
+/// Why `job` is too old to start, if it is.
+pub(crate) fn expired(job: &Job, master: Option<MasterTime>, now: Instant) -> Option<String> {
+    let master_now = master?.now_ms(now);
+    let valid_until = job
+        .issued_at_ms
+        .saturating_add(job.ttl_ms)
+        .saturating_add(job.timeout_ms)
+        .saturating_add(SLACK.as_millis() as u64);
+    (job.timeout_ms > 0 && master_now > valid_until).then(|| {
+        format!(
+            "expired: issued at {} ms with ttl {} ms and timeout {} ms, it was valid until {valid_until} ms; \
+             the master's time is now {master_now} ms",
+            job.issued_at_ms, job.ttl_ms, job.timeout_ms
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(issued_at_ms: u64, ttl_ms: u64, timeout_ms: u64) -> Job {
+        Job {
+            jid: "1".into(),
+            function: "test.ping".into(),
+            args: Vec::new(),
+            kwargs: Default::default(),
+            timeout_ms,
+            issued_at_ms,
+            ttl_ms,
+            caller: "root".into(),
+            reach: None,
+        }
+    }
+
+    #[test]
+    fn freshness_is_judged_on_the_masters_clock() {
+        let start = Instant::now();
+        let master = MasterTime::learned(1_000_000, start);
+        // Fresh, and fresh a minute later thanks to its TTL.
+        assert_eq!(expired(&job(1_000_000, 0, 30_000), master, start), None);
+        assert_eq!(expired(&job(1_000_000, 120_000, 30_000), master, start + Duration::from_secs(60)), None);
+        // Past issue + ttl + timeout + slack on the master's clock, whatever the local one says.
+        let old = expired(&job(1_000_000, 0, 30_000), master, start + Duration::from_secs(41));
+        assert!(old.is_some_and(|why| why.starts_with("expired")));
+        // A replay of a job issued long ago.
+        assert!(expired(&job(1, 0, 30_000), master, start).is_some());
+        // Without the master's time (an older master), nothing is refused.
+        assert_eq!(expired(&job(1, 0, 30_000), None, start), None);
+        assert_eq!(MasterTime::learned(0, start).map(|m| m.now_ms(start)), None);
+    }
+}
