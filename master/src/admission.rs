@@ -21,9 +21,9 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
         let Some(conn) = self.sessions.conns.remove(&peer) else { return Ok(()) };
         match conn {
-            // In-process sessions never arrive from the router.
-            local @ Conn::Local { .. } => {
-                self.sessions.conns.insert(peer, local);
+            // In-process sessions never arrive from the router; a refused peer is not listened to.
+            kept @ (Conn::Local { .. } | Conn::Refused { .. }) => {
+                self.sessions.conns.insert(peer, kept);
             }
             Conn::AwaitHello { .. } => {
                 let result = Claim::new(&self.config.id, None)
@@ -182,10 +182,14 @@ impl<S: Store, N: Net> Master<S, N> {
         peer: PeerId,
         verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
     ) {
-        if let Ok(parts) = verdict {
-            let _ = self.net.send(peer, parts);
+        match verdict {
+            Ok(parts) => {
+                let _ = self.net.send(peer, parts);
+                // Closed once the verdict has had time to arrive (see `Conn::Refused`).
+                self.sessions.conns.insert(peer, Conn::Refused { since: self.clock.now() });
+            }
+            Err(_) => self.net.disconnect(peer, "not accepted"),
         }
-        self.net.disconnect(peer, "not accepted");
     }
 
     pub(crate) fn drop_peer(&mut self, peer: PeerId, reason: &str) {

@@ -466,6 +466,9 @@ impl<S: Store, N: Net> Master<S, N> {
         for peer in stale {
             self.drop_peer(peer, "handshake timed out");
         }
+        for peer in self.sessions.lingered(now) {
+            self.forget(peer, Some("not accepted"));
+        }
         for (jid, minion, state) in self.jobs.expired(now) {
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
             if let Err(error) = self.set_slot(&jid, &minion, new, None).await {

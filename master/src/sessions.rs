@@ -21,6 +21,10 @@ pub(crate) enum Conn {
     Minion { id: String, session: Session },
     /// An authenticated client; `acl` is `None` for root.
     Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session },
+    /// Refused or told to wait: its verdict is on the way, and the connection stays open a
+    /// moment ([`VERDICT_LINGER`]) so the peer reads it before the close (a libzmq peer drops a
+    /// message that arrives together with the close). Nothing it sends is read.
+    Refused { since: Instant },
     /// An in-process client (the HTTP gateway), authenticated by a gateway token.
     Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message> },
 }
@@ -33,6 +37,9 @@ impl Conn {
         }
     }
 }
+
+/// How long a refused connection stays open after its verdict.
+pub(crate) const VERDICT_LINGER: Duration = Duration::from_secs(2);
 
 /// Every connection, and the minions online.
 pub(crate) struct Sessions {
@@ -83,6 +90,15 @@ impl Sessions {
                 }
                 _ => false,
             })
+            .map(|(peer, _)| *peer)
+            .collect()
+    }
+
+    /// Refused connections whose verdict has had time to arrive.
+    pub(crate) fn lingered(&self, now: Instant) -> Vec<PeerId> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| matches!(c, Conn::Refused { since } if now.saturating_duration_since(*since) >= VERDICT_LINGER))
             .map(|(peer, _)| *peer)
             .collect()
     }

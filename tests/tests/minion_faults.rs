@@ -330,3 +330,30 @@ fn kill_group(child: &mut std::process::Child) {
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait();
 }
+
+/// A libzmq peer (pyzmq) receives the master's verdict before the connection closes, 20 times
+/// out of 20, whether it is told to wait (an unknown key) or refused (another key for an
+/// accepted id). The handshake itself is computed by `noise-probe`; pyzmq carries it.
+#[test]
+fn a_pyzmq_peer_receives_its_verdict_every_time() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let python = std::env::var_os("HALITE_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"));
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/verdict_probe.py");
+    let probe = cluster.bins().join("noise-probe");
+    let addr = format!("127.0.0.1:{}", cluster.port);
+    for (id, seed, expected) in [("probe-{n}", "100", "pending"), ("web1", "200", "refused")] {
+        let out = std::process::Command::new(&python)
+            .arg(&script)
+            .args([&addr, &cluster.master_key(), probe.to_str().unwrap(), id, seed, "20"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 20, "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(lines.iter().all(|l| l.starts_with(expected)), "{expected}: {stdout}");
+    }
+}

@@ -68,6 +68,11 @@ impl Sim {
     }
 
     /// The store, to look behind the core.
+    /// The id of the connection made last.
+    pub(crate) fn last_peer(&self) -> u64 {
+        self.next_peer - 1
+    }
+
     /// The master's public key (what minions pin and verify jobs with).
     pub(crate) fn master_public(&self) -> halite_protocol::identity::PublicIdentity {
         self.identity.public()

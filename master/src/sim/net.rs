@@ -32,6 +32,11 @@ impl MemNet {
         self.state().arrived.push_back(event);
     }
 
+    /// Why the core closed `peer`'s connection, if it did.
+    pub(crate) fn closed(&self, peer: PeerId) -> Option<String> {
+        self.state().closed.get(&peer).cloned()
+    }
+
     /// What was sent to `peer` since the last call.
     pub(crate) fn take(&self, peer: PeerId) -> Vec<Vec<Vec<u8>>> {
         self.state().sent.remove(&peer).unwrap_or_default()

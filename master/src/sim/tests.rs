@@ -495,3 +495,19 @@ fn id_patterns_longer_than_any_id_are_refused() {
         assert!(matches!(listed, Ok(ResponseBody::Minions(m)) if m.len() == 1));
     });
 }
+
+/// A refused or pended peer gets its verdict, and the connection stays open a moment before the
+/// master closes it, so a peer that reads slowly (libzmq) still has the verdict.
+#[test]
+fn a_verdict_arrives_before_the_connection_closes() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let stranger = halite_protocol::identity::IdentityKey::from_seed(&[77; 32]);
+        let pending = sim.connect_minion("newcomer", &stranger, None).await.err().expect("not accepted yet");
+        assert!(pending.contains("pending"), "{pending}");
+        let peer = halite_transport::PeerId(sim.last_peer());
+        assert_eq!(sim.net.closed(peer), None, "not closed together with the verdict");
+        sim.advance(3 * SECOND).await;
+        assert_eq!(sim.net.closed(peer).as_deref(), Some("not accepted"));
+    });
+}
