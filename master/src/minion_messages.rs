@@ -2,10 +2,11 @@
 //! refusals of jobs, returns (stored before they are acknowledged, late ones kept), events
 //! (checked against the `[[events]]` ACL, size and rate) and peer publishes.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use halite_protocol::message::{ErrorKind, Event, JobReturn, Message, MinionJobState, Outcome, Welcome};
-use halite_transport::PeerId;
+use halite_transport::{PeerId, SendError};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -57,6 +58,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 };
                 self.send(peer, &Message::Welcome(welcome));
                 self.emit(format!("halite/minion/{id}/connected"), json!({}));
+                // Everything unfinished goes again, in jid order: the backlog is part of it.
+                self.undelivered.remove(id);
                 for jid in self.jobs.deliverable_to(id) {
                     self.deliver(&jid, id, peer).await?;
                 }
@@ -126,11 +129,50 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         self.jobs.set_deadline(jid, minion, deadline);
-        self.send(peer, &Message::Job(signed));
+        self.send_job(peer, minion, jid, &Message::Job(signed));
         if was == Some(MinionJobState::Waiting) {
             self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
         }
         Ok(())
+    }
+
+    /// Sends a job to a minion's connection; if its queue is full, the job waits in the
+    /// minion's backlog and is sent again, in jid order, as the queue drains (a burst never
+    /// loses a job message).
+    pub(crate) fn send_job(&mut self, peer: PeerId, minion: &str, jid: &str, job: &Message) {
+        let backlog = self.undelivered.get(minion).is_some_and(|b| !b.is_empty());
+        if backlog || matches!(self.try_send(peer, job), Err(SendError::Full)) {
+            self.undelivered.entry(minion.to_owned()).or_default().insert(jid.to_owned());
+        }
+    }
+
+    /// Sends what waits in the minions' backlogs, each until its queue is full again.
+    pub(crate) fn send_backlogs(&mut self) {
+        let minions: Vec<String> = self.undelivered.keys().cloned().collect();
+        for minion in minions {
+            let Some(peer) = self.sessions.peer_of(&minion) else {
+                // Gone: everything unfinished is delivered again at its next hello.
+                self.undelivered.remove(&minion);
+                continue;
+            };
+            let jids: Vec<String> =
+                self.undelivered.get(&minion).map(|b| b.iter().cloned().collect()).unwrap_or_default();
+            for jid in jids {
+                let live = self.jobs.state(&jid, &minion).is_some_and(|s| !s.is_final());
+                let message = self.jobs.get(&jid).filter(|_| live).map(|j| Message::Job(j.record.signed.clone()));
+                if let Some(message) = message {
+                    if matches!(self.try_send(peer, &message), Err(SendError::Full)) {
+                        break;
+                    }
+                }
+                if let Some(backlog) = self.undelivered.get_mut(&minion) {
+                    backlog.remove(&jid);
+                }
+            }
+            if self.undelivered.get(&minion).is_some_and(BTreeSet::is_empty) {
+                self.undelivered.remove(&minion);
+            }
+        }
     }
 
     /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):

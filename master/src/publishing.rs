@@ -190,7 +190,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.emit(format!("halite/job/{jid}/new"), new_event);
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
-                self.send(minion_peer, &job_message);
+                self.send_job(minion_peer, &id, &jid, &job_message);
             }
             self.notify(&jid, &id, state, None);
         }

@@ -12,7 +12,7 @@
 //! The core reads time only from its [`Clock`] and talks to connections only through its
 //! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,9 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) pending_limits: PendingLimits,
     /// Unknown keys turned away by those limits since start.
     pub(crate) keys_refused: u64,
+    /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
+    /// again as the queue drains ([`Master::send_backlogs`]).
+    pub(crate) undelivered: HashMap<String, BTreeSet<String>>,
     /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
     pub(crate) pending: PendingWrites,
     /// What each watching client is told at the end of the step.
@@ -160,6 +163,7 @@ impl<S: Store, N: Net> Master<S, N> {
             pending_limits,
             keys_refused: 0,
             pending: PendingWrites::default(),
+            undelivered: HashMap::new(),
             watchers: Watchers::default(),
             deploy_jobs: HashMap::new(),
             relay_client: relay::client(),
@@ -469,6 +473,7 @@ impl<S: Store, N: Net> Master<S, N> {
         for peer in self.sessions.lingered(now) {
             self.forget(peer, Some("not accepted"));
         }
+        self.send_backlogs();
         for (jid, minion, state) in self.jobs.expired(now) {
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
             if let Err(error) = self.set_slot(&jid, &minion, new, None).await {

@@ -11,7 +11,7 @@ use halite_tests::{wait_for, Cluster};
 use tokio::time::timeout;
 
 /// A burst of jobs far larger than the minion's queues (its loop used to wait on a full send
-/// queue while being the only reader of the connection, and stalled for good): 3,000 jobs wait
+/// queue while being the only reader of the connection, and stalled for good): 10,000 jobs wait
 /// for an offline minion and all arrive the moment it connects; every one runs and returns, and
 /// the minion still answers afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,8 +21,8 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     cluster.wait_connected(&["web1"]);
     cluster.stop_minion("web1", false);
     let config = ClientConfig::from_master_config(&cluster.config).unwrap();
-    const CLIENTS: usize = 6;
-    const EACH: usize = 500;
+    const CLIENTS: usize = 10;
+    const EACH: usize = 1000;
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
         let config = config.clone();
@@ -45,9 +45,9 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     assert_eq!(jids.len(), CLIENTS * EACH);
     cluster.start_minion("web1");
     let mut client = Client::connect(config).await.unwrap();
-    let finished = timeout(Duration::from_secs(120), async {
+    let finished = timeout(Duration::from_secs(180), async {
         loop {
-            let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit: 1000 }).await.unwrap() else {
+            let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit: 10_000 }).await.unwrap() else {
                 panic!("a job list")
             };
             let pending: u32 =
@@ -61,6 +61,13 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     .await
     .expect("every job of the burst ends");
     assert!(finished.iter().all(|j| j.states.keys().all(|s| s.as_str() == "returned")), "all returned");
+    // Every one of them, not only the newest the listing shows.
+    for jid in &jids {
+        let ResponseBody::Job(detail) = client.request(RequestBody::JobShow { jid: jid.clone() }).await.unwrap() else {
+            panic!("job {jid}")
+        };
+        assert_eq!(detail.minions[0].state.as_str(), "returned", "{jid}");
+    }
     let last = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
     assert_eq!(last.json()["minions"]["web1"]["state"], "returned", "{}", last.stdout);
 }

@@ -32,6 +32,16 @@ impl MemNet {
         self.state().arrived.push_back(event);
     }
 
+    /// Makes `peer`'s send queue full (or not): sends to it return `Full`.
+    pub(crate) fn set_full(&self, peer: PeerId, full: bool) {
+        let mut state = self.state();
+        if full {
+            state.full.insert(peer);
+        } else {
+            state.full.remove(&peer);
+        }
+    }
+
     /// Why the core closed `peer`'s connection, if it did.
     pub(crate) fn closed(&self, peer: PeerId) -> Option<String> {
         self.state().closed.get(&peer).cloned()

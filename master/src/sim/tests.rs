@@ -511,3 +511,24 @@ fn a_verdict_arrives_before_the_connection_closes() {
         assert_eq!(sim.net.closed(peer).as_deref(), Some("not accepted"));
     });
 }
+
+/// A job whose message does not fit the minion's full send queue is not lost: it waits in the
+/// minion's backlog and goes out, in jid order, once the queue drains.
+#[test]
+fn jobs_that_meet_a_full_queue_are_sent_when_it_drains() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        web1.recv(&sim);
+        let mut root = sim.root().await;
+        sim.net.set_full(web1.peer, true);
+        let first = sim.publish(&mut root, "web1", "test.ping", 60_000, 0).await.expect("published");
+        let second = sim.publish(&mut root, "web1", "test.ping", 60_000, 0).await.expect("published");
+        assert!(web1.jobs(&sim).is_empty(), "nothing fits");
+        sim.net.set_full(web1.peer, false);
+        sim.advance(SECOND / 5).await;
+        let delivered: Vec<String> =
+            web1.jobs(&sim).iter().map(|j| j.verify(&sim.master_public()).expect("signed").jid).collect();
+        assert_eq!(delivered, [first, second]);
+    });
+}
