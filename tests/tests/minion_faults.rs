@@ -364,3 +364,80 @@ fn a_pyzmq_peer_receives_its_verdict_every_time() {
         assert!(lines.iter().all(|l| l.starts_with(expected)), "{expected}: {stdout}");
     }
 }
+
+/// A rogue master holding the real master key sends path-like jids in every message a minion
+/// takes one from: no file outside the outbox is touched, no run-once marker deleted, no job
+/// run, and the minion keeps its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rogue_master_cannot_reach_files_through_jids() {
+    use halite_protocol::identity::IdentityKey;
+    use halite_protocol::message::{self as msg, Cancel, Job, Message, ReturnAck, SignedJob};
+    use halite_protocol::noise::{Claim, LocalIdentity, Responder, SessionConfig};
+    use halite_transport::{Router, RouterConfig, RouterEvent};
+
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let key = halite_transport::keyfile::read_secret(&cluster.dir.join("master/master.key")).unwrap();
+    let state = cluster.minion_dir("web1").join("state");
+    let victim = state.join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let marker = state.join("jobs/20261122000000000001");
+    std::fs::write(&marker, "").unwrap();
+    cluster.kill_master();
+
+    // The rogue takes the master's address and completes the handshake with the real key.
+    let mut router = Router::bind(format!("127.0.0.1:{}", cluster.port), RouterConfig::default()).await.unwrap();
+    let identity = LocalIdentity::new(IdentityKey::from_seed(key.seed())).unwrap();
+    let peer = loop {
+        if let RouterEvent::Connected { peer, .. } = next(&mut router).await {
+            break peer;
+        }
+    };
+    let RouterEvent::Message { parts, .. } = next(&mut router).await else { panic!("message 1") };
+    let responder = Responder::new(&identity, Claim::new("master", None).unwrap(), SessionConfig::default()).unwrap();
+    let (awaiting, msg2) = responder.read_hello(&parts[0]).unwrap();
+    router.send(peer, vec![msg2]).unwrap();
+    let RouterEvent::Message { parts, .. } = next(&mut router).await else { panic!("message 3") };
+    let (mut session, verdict) = awaiting.read_identity(&parts[0]).unwrap().accept(std::time::Instant::now()).unwrap();
+    router.send(peer, verdict).unwrap();
+    router.mark_authenticated(peer).unwrap();
+    let mut send = |message: &Message| {
+        let parts = session.seal(&msg::encode(message), std::time::Instant::now()).unwrap();
+        router.send(peer, parts).unwrap();
+    };
+    let sneaky = ["../victim", "../jobs/20261122000000000001", "/etc/hostname", ".."];
+    for jid in sneaky {
+        send(&Message::ReturnAck(ReturnAck { jid: jid.into() }));
+        send(&Message::Cancel(Cancel { jid: jid.into() }));
+        let job = Job {
+            jid: jid.into(),
+            function: "cmd.run".into(),
+            args: vec![serde_json::json!(format!("touch {}", state.join("ran").display()))],
+            kwargs: Default::default(),
+            timeout_ms: 10_000,
+            issued_at_ms: 0,
+            ttl_ms: 0,
+            caller: "root".into(),
+            reach: None,
+        };
+        send(&Message::Job(SignedJob::sign(&job, &key)));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(marker.exists(), "a run-once marker was deleted through a jid");
+    assert!(!state.join("ran").exists(), "a job with a path-like jid ran");
+    assert!(std::path::Path::new("/etc/hostname").exists());
+    // Still in session: the minion answers what it may (refusals), and did not hang up.
+    let mut answers = 0;
+    while let Ok(Some(RouterEvent::Message { .. })) = timeout(Duration::from_millis(300), router.recv()).await {
+        answers += 1;
+    }
+    assert!(answers > 0, "the minion went quiet");
+    assert!(!matches!(router.try_recv(), Some(RouterEvent::Disconnected { .. })));
+}
+
+/// The router's next event, within 20 s.
+async fn next(router: &mut halite_transport::Router) -> halite_transport::RouterEvent {
+    timeout(Duration::from_secs(20), router.recv()).await.expect("the minion comes").expect("router up")
+}
