@@ -441,3 +441,28 @@ async fn a_rogue_master_cannot_reach_files_through_jids() {
 async fn next(router: &mut halite_transport::Router) -> halite_transport::RouterEvent {
     timeout(Duration::from_secs(20), router.recv()).await.expect("the minion comes").expect("router up")
 }
+
+/// A damaged outbox entry on a real minion: moved aside, reported to the master as a failed
+/// return for its job, and acknowledged like any other.
+#[test]
+fn a_damaged_outbox_entry_is_moved_aside_and_reported() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let run = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "30"]);
+    let jid = run.stdout.trim().to_owned();
+    wait_for("the job to run", Duration::from_secs(10), || (cluster.job_states(&jid)[0].1 == "running").then_some(()));
+    cluster.stop_minion("web1", true);
+    // What a bad disk block leaves: the job's return, unreadable.
+    let outbox = cluster.minion_dir("web1").join("state/outbox");
+    std::fs::write(outbox.join(&jid), b"\xc1\xc1 not a return").unwrap();
+    cluster.start_minion("web1");
+    wait_for("the damaged return's report", Duration::from_secs(20), || {
+        (cluster.job_states(&jid)[0].1 == "failed").then_some(())
+    });
+    let shown = cluster.cli(&["jobs", "show", &jid, "--out", "json"]).json();
+    let error = shown["minions"]["web1"]["return"]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error.contains("damaged"), "{shown}");
+    assert!(outbox.join(format!(".damaged.{jid}")).exists());
+    wait_for("the acknowledgement", Duration::from_secs(10), || (!outbox.join(&jid).exists()).then_some(()));
+}
