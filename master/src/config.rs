@@ -69,8 +69,11 @@ pub struct MasterConfig {
     pub deployment_timeout_secs: u64,
     /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
     pub gateway: crate::gateway::GatewayConfig,
-    /// Log filter (`tracing` syntax, e.g. `info` or `halite_master=debug`).
+    /// Log level or filter: `info`, Salt's `warning`, or per target as in
+    /// `halite_master=debug,info`. `RUST_LOG`, when set, wins.
     pub log: String,
+    /// `text` (colour only on a terminal) or `json` (one object per line).
+    pub log_format: halite_transport::logging::LogFormat,
     /// Start on a database whose write-ahead log is missing after an unclean stop, accepting
     /// the loss of what only the log held (`halite-master --accept-wal-loss`; never read
     /// from the file).
@@ -103,6 +106,7 @@ impl Default for MasterConfig {
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
             log: "info".into(),
+            log_format: halite_transport::logging::LogFormat::Text,
             accept_wal_loss: false,
         }
     }
@@ -119,6 +123,7 @@ impl MasterConfig {
         let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
+        halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
         if config.max_pending_handshakes == 0 || config.max_pending_handshakes_per_ip == 0 {
             return Err("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1".into());
         }

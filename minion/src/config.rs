@@ -41,8 +41,11 @@ pub struct MinionConfig {
     pub plans_dir: PathBuf,
     /// Where `deploy.apply` keeps its markers and finds hooks (`[deploy]`).
     pub deploy: halite_modules::DeploySettings,
-    /// Log filter (`tracing` syntax).
+    /// Log level or filter: `info`, Salt's `warning`, or per target as in
+    /// `halite_minion=debug,info`. `RUST_LOG`, when set, wins.
     pub log: String,
+    /// `text` (colour only on a terminal) or `json` (one object per line).
+    pub log_format: halite_transport::logging::LogFormat,
 }
 
 impl Default for MinionConfig {
@@ -61,6 +64,7 @@ impl Default for MinionConfig {
             plans_dir: PathBuf::from("/etc/halite/plans"),
             deploy: halite_modules::DeploySettings::default(),
             log: "info".into(),
+            log_format: halite_transport::logging::LogFormat::Text,
         }
     }
 }
@@ -80,6 +84,7 @@ impl MinionConfig {
         if config.max_concurrent_jobs == 0 {
             return Err("max_concurrent_jobs: must be at least 1".into());
         }
+        halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
         Ok(config)
     }
 }

@@ -7,6 +7,7 @@
 //! - [`Dealer`]: connects out (ZeroMQ DEALER semantics) and keeps reconnecting with jittered
 //!   exponential [`Backoff`] when the connection drops.
 //! - [`keyfile`]: reading and writing identity key files with safe permissions.
+//! - [`logging`]: the daemons' logger (level names, colour only on a terminal, JSON lines).
 //!
 //! What it does not do: decide who may connect (the master does, above this crate), know about
 //! jobs or storage, or run Noise handshakes on its own; those layers sit on top of the message
@@ -19,6 +20,7 @@ pub mod config_file;
 mod connection;
 mod dealer;
 pub mod keyfile;
+pub mod logging;
 mod notify;
 mod open_files;
 mod router;

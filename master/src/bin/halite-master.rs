@@ -17,6 +17,9 @@ struct Cli {
     /// unclean stop, or damaged, going on with what SQLite can read.
     #[arg(long)]
     accept_wal_loss: bool,
+    /// Log level or filter, instead of the config's `log` (Salt's level names work too).
+    #[arg(long)]
+    log_level: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -33,10 +36,8 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let mut config = MasterConfig::load(&cli.config)?;
     config.accept_wal_loss = cli.accept_wal_loss;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
-        .with_writer(std::io::stderr)
-        .init();
+    let level = cli.log_level.as_deref().unwrap_or(&config.log);
+    halite_transport::logging::init(level, config.log_format).map_err(anyhow::Error::msg).context("log")?;
     // Every minion is a connection: use all the descriptors the hard limit allows.
     match halite_transport::raise_open_files(None) {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),

@@ -13,6 +13,9 @@ struct Cli {
     /// Config file (TOML). A missing default file means all defaults.
     #[arg(short, long)]
     config: Option<PathBuf>,
+    /// Log level or filter, instead of the config's `log` (Salt's level names work too).
+    #[arg(long, global = true)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -67,10 +70,8 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             Ok(if ret.success { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
         }
         Command::Run => {
-            tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log).context("log filter")?)
-                .with_writer(std::io::stderr)
-                .init();
+            let level = cli.log_level.as_deref().unwrap_or(&config.log);
+            halite_transport::logging::init(level, config.log_format).map_err(anyhow::Error::msg).context("log")?;
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             runtime.block_on(halite_minion::run(config, halite_transport::shutdown_signal()))?;
             Ok(std::process::ExitCode::SUCCESS)

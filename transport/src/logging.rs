@@ -1,0 +1,154 @@
+//! Daemon logging: one filter (from the config's `log`, `--log-level`, or `RUST_LOG`, which
+//! wins when set), Salt's level names accepted, colour only on a terminal (and never with
+//! `NO_COLOR`), and one line per event on stderr, as text or as JSON objects.
+
+use std::fmt;
+use std::io::IsTerminal;
+
+use serde::Deserialize;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::EnvFilter;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// One JSON object per line: `ts`, `level`, `target`, `message` and the event's fields.
+    Json,
+}
+
+/// The level names accepted, with Salt's spellings as aliases.
+const LEVELS: &[(&str, &str)] = &[
+    ("trace", "trace"),
+    ("all", "trace"),
+    ("garbage", "trace"),
+    ("debug", "debug"),
+    ("profile", "debug"),
+    ("info", "info"),
+    ("warn", "warn"),
+    ("warning", "warn"),
+    ("error", "error"),
+    ("critical", "error"),
+    ("off", "off"),
+    ("quiet", "off"),
+];
+
+/// Translates a filter (`info`, `warning`, `halite_master=debug,info`) into `tracing` terms,
+/// refusing unknown level names with the list of valid ones (an unknown level used to log
+/// nothing at all).
+pub fn translate(spec: &str) -> Result<String, String> {
+    let mut out = Vec::new();
+    for directive in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let (target, level) = match directive.rsplit_once('=') {
+            Some((target, level)) => (Some(target), level),
+            None if directive.chars().all(|c| c.is_ascii_alphabetic()) => (None, directive),
+            // A bare target (`halite_master`) means everything from it.
+            None => (Some(directive), "trace"),
+        };
+        let lower = level.to_ascii_lowercase();
+        let Some((_, level)) = LEVELS.iter().find(|(name, _)| *name == lower) else {
+            return Err(format!(
+                "unknown log level {level:?}: use trace, debug, info, warn (or warning), error (or critical) or off \
+                 (or quiet), optionally per target as in \"halite_master=debug,info\""
+            ));
+        };
+        out.push(match target {
+            Some(target) => format!("{target}={level}"),
+            None => (*level).to_owned(),
+        });
+    }
+    if out.is_empty() {
+        return Err("empty log level".into());
+    }
+    Ok(out.join(","))
+}
+
+/// The filter to use: `RUST_LOG` when set, else `spec` (the config's or `--log-level`).
+pub fn filter(spec: &str) -> Result<EnvFilter, String> {
+    let chosen = match std::env::var("RUST_LOG") {
+        Ok(env) if !env.trim().is_empty() => translate(&env).map_err(|e| format!("RUST_LOG: {e}"))?,
+        _ => translate(spec)?,
+    };
+    EnvFilter::try_new(&chosen).map_err(|e| format!("log filter {chosen:?}: {e}"))
+}
+
+/// Installs the process's logger on stderr.
+pub fn init(spec: &str, format: LogFormat) -> Result<(), String> {
+    let filter = filter(spec)?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder.with_ansi(colour).try_init()
+        }
+        LogFormat::Json => builder.with_ansi(false).event_format(JsonLines).try_init(),
+    };
+    installed.map_err(|e| format!("installing the logger: {e}"))
+}
+
+/// Formats each event as one JSON object on one line.
+struct JsonLines;
+
+impl<S, N> FormatEvent<S, N> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(&self, _: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let meta = event.metadata();
+        let mut line = serde_json::Map::new();
+        line.insert("ts".into(), halite_protocol::time::iso8601_utc(now_ms).into());
+        line.insert("level".into(), meta.level().as_str().to_ascii_lowercase().into());
+        line.insert("target".into(), meta.target().into());
+        event.record(&mut Fields(&mut line));
+        writeln!(writer, "{}", serde_json::Value::Object(line))
+    }
+}
+
+/// Collects an event's fields into the JSON object (`message` for the message itself).
+struct Fields<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.insert(field.name().into(), format!("{value:?}").into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salt_level_names_are_accepted_and_unknown_ones_named() {
+        assert_eq!(translate("warning").unwrap(), "warn");
+        assert_eq!(translate("CRITICAL").unwrap(), "error");
+        assert_eq!(translate("halite_master=debug, info").unwrap(), "halite_master=debug,info");
+        assert_eq!(translate("quiet").unwrap(), "off");
+        let error = translate("loud").unwrap_err();
+        assert!(error.contains("\"loud\"") && error.contains("warning"), "{error}");
+        assert!(translate("halite_master=verbose").is_err());
+        assert!(translate("").is_err());
+    }
+}
