@@ -82,6 +82,9 @@ impl Client {
         let addr = config.master.clone();
         let fail = |reason: String| ClientError::Connect { addr: addr.clone(), reason };
         let identity = LocalIdentity::new(config.key).map_err(|e| fail(e.to_string()))?;
+        // A master that is down refuses at once: say so at once, instead of letting the
+        // socket retry quietly until the connect timeout.
+        drop(tokio::net::TcpStream::connect(&config.master).await.map_err(|e| fail(e.to_string()))?);
         let mut dealer = Dealer::connect(config.master.clone(), DealerConfig::default());
         loop {
             match dealer.recv().await {

@@ -85,6 +85,7 @@ struct DemoArgs {
 }
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -130,5 +131,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(command) => deploy::config(&mut client, command, cli.out).await,
         Command::Deployment(command) => deploy::deployment(&mut client, command, cli.out).await,
         Command::Demo(_) | Command::Completions { .. } => unreachable!("handled above"),
+    }
+}
+
+/// `halite jobs list | head`: when the reader goes away, end quietly like any Unix filter
+/// instead of panicking on the failed write (Rust ignores SIGPIPE by default).
+fn restore_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL installs no handler
+    // code, so nothing can run in signal context.
+    unsafe {
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigDfl);
     }
 }
