@@ -71,7 +71,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HALITE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HALITE_LOG")
+                .unwrap_or_else(|_| "warn,halite_transport=error".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     if let Err(error) = halite_transport::raise_open_files(Some(args.count as u64 + 256)) {

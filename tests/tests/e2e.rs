@@ -88,6 +88,21 @@ fn cloud_init_user_data_carries_the_enrollment_file() {
     assert!(run.stdout.contains(&format!("master_key = \"{}\"", cluster.master_key())));
     assert!(run.stdout.contains("id = \"web9\""));
     assert!(run.stdout.contains("token = \""));
+    // The master listens on loopback here: the operator is told guests cannot reach it.
+    assert!(run.stderr.contains("--master-address"), "{}", run.stderr);
+    let run = cluster.cli(&[
+        "key",
+        "token",
+        "create",
+        "--minion",
+        "web8",
+        "--ttl",
+        "1h",
+        "--user-data",
+        "--master-address",
+        "10.0.0.1:4506",
+    ]);
+    assert!(run.stdout.contains("master = \"10.0.0.1:4506\"") && run.stderr.is_empty(), "{}", run.stderr);
 }
 
 #[test]

@@ -466,3 +466,20 @@ fn a_damaged_outbox_entry_is_moved_aside_and_reported() {
     assert!(outbox.join(format!(".damaged.{jid}")).exists());
     wait_for("the acknowledgement", Duration::from_secs(10), || (!outbox.join(&jid).exists()).then_some(()));
 }
+
+/// A minion that cannot reach its master says so at warn, with when it tries again (it used to
+/// log "connecting" and then nothing).
+#[test]
+fn a_minion_that_cannot_reach_its_master_says_so() {
+    let mut cluster = Cluster::start("");
+    cluster.prepare_minion("web1", true, "");
+    cluster.kill_master();
+    cluster.start_minion("web1");
+    let log = cluster.minion_dir("web1").join("minion.log");
+    wait_for("the warning", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .find(|l| l.contains("WARN") && l.contains("cannot connect") && l.contains("retry_in"))
+            .map(str::to_owned)
+    });
+}

@@ -147,6 +147,7 @@ async fn run(
 ) {
     let mut backoff = Backoff::new(config.reconnect_initial, config.reconnect_max);
     let mut epoch = 0u64;
+    let mut failure: Option<String> = None;
     loop {
         match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr)).await {
             Ok(Ok(stream)) => {
@@ -178,12 +179,17 @@ async fn run(
                     }
                 }
             }
-            Ok(Err(error)) => tracing::debug!(%addr, %error, "connect failed"),
-            Err(_) => tracing::debug!(%addr, "connect timed out"),
+            Ok(Err(error)) => failure = Some(error.to_string()),
+            Err(_) => failure = Some("timed out".into()),
         }
         if events.is_closed() {
             return;
         }
-        tokio::time::sleep(backoff.next_delay()).await;
+        let delay = backoff.next_delay();
+        if let Some(error) = failure.take() {
+            // At warn: a minion that cannot reach its master must say so, not go quiet.
+            tracing::warn!(%addr, %error, retry_in = ?delay, "cannot connect; retrying");
+        }
+        tokio::time::sleep(delay).await;
     }
 }

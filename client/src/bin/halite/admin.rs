@@ -190,7 +190,14 @@ pub(crate) async fn key(
         KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address }) => {
             let body = RequestBody::TokenCreate { minion: minion.clone(), ttl_ms: ttl.as_millis() as u64 };
             let ResponseBody::Token(token) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
+            let given = master_address.is_some();
             let master = master_address.unwrap_or_else(|| client.master_addr().to_owned());
+            if user_data && !given && only_this_host(&master) {
+                eprintln!(
+                    "warning: this user_data points guests at {master}, which only this host can reach; \
+                     pass --master-address with the address guests use"
+                );
+            }
             let master_key = master_key_hex(config)?;
             let enrollment = format!(
                 "master = {master:?}\nmaster_key = {master_key:?}\nid = {:?}\ntoken = {:?}\n",
@@ -218,6 +225,12 @@ pub(crate) async fn key(
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Whether `addr` (host:port) is a loopback or unspecified address, useless to another machine.
+fn only_this_host(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host).trim_matches(['[', ']']);
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 /// The master's public key as hex, read through the same config the client used.
