@@ -7,12 +7,14 @@ cd "$(dirname "$0")/.."
 # System tools the tests use: debootstrap and dpkg-dev (module tests build a Debian root and a
 # local apt repository), zip/unzip/xz-utils (archive tests), python3-venv (pyzmq, pip tests),
 # openssl and curl (the gateway's HTTPS test makes a certificate and checks it), faketime (minion
-# clock-step tests).
+# clock-step tests), postgresql (the PostgreSQL store and multi-master tests run on a throwaway
+# server, scripts/postgres.sh).
 need=()
 for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update
   apt-get install -y "${need[@]}"
@@ -38,6 +40,14 @@ fi
 .venv/bin/python -c 'import yaml' 2>/dev/null || .venv/bin/pip install --quiet --disable-pip-version-check 'PyYAML==6.*' || true
 if [ -f "$heat_agents/heat-config-script/install.d/hook-script.py" ]; then
   export HALITE_HEAT_AGENTS="$PWD/$heat_agents"
+fi
+
+# One PostgreSQL server for every test that needs one; each makes its own databases in it.
+if [ -z "${HALITE_TEST_POSTGRES:-}" ]; then
+  pg_dir=$(mktemp -d /tmp/halite-test-pg.XXXXXX)
+  trap 'scripts/postgres.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
+  HALITE_TEST_POSTGRES=$(scripts/postgres.sh start "$pg_dir")
+  export HALITE_TEST_POSTGRES
 fi
 
 # The end-to-end tests run the real binaries.

@@ -69,6 +69,9 @@ pub struct MasterConfig {
     pub deployment_timeout_secs: u64,
     /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
     pub gateway: crate::gateway::GatewayConfig,
+    /// Where state is kept (`[store]`): SQLite in the state directory unless `url` names a
+    /// PostgreSQL database.
+    pub store: crate::store::StoreConfig,
     /// Log level or filter: `info`, Salt's `warning`, or per target as in
     /// `halite_master=debug,info`. `RUST_LOG`, when set, wins.
     pub log: String,
@@ -105,6 +108,7 @@ impl Default for MasterConfig {
             deployment_ttl_secs: 24 * 3600,
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
+            store: crate::store::StoreConfig::default(),
             log: "info".into(),
             log_format: halite_transport::logging::LogFormat::Text,
             accept_wal_loss: false,
@@ -123,6 +127,7 @@ impl MasterConfig {
         let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
+        config.store.validate().map_err(|e| format!("store: {e}"))?;
         halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
         if config.max_pending_handshakes == 0 || config.max_pending_handshakes_per_ip == 0 {
             return Err("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1".into());

@@ -82,11 +82,11 @@ pub enum MasterError {
         /// Why.
         source: std::io::Error,
     },
-    /// The database file is damaged.
-    #[error("database {path}: {error}; restore it from a backup or move it away to start empty")]
+    /// The database is damaged, or its schema is not one this master knows.
+    #[error("database {place}: {error}")]
     Database {
-        /// The file.
-        path: std::path::PathBuf,
+        /// The file, or the server's address.
+        place: String,
         /// What the check found.
         error: store::StoreError,
     },
@@ -138,27 +138,96 @@ fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
 /// Runs the master until `shutdown` completes.
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
     let keys = init(&config)?;
-    let database = config.database_path();
-    let store = SqliteStore::open_with(&database, config.accept_wal_loss)
-        .await
-        .map_err(|error| MasterError::Database { path: database.clone(), error })?;
-    let closer = store.clone();
-    let served = serve(config, keys, store, shutdown).await;
-    // `serve` closes the store when it stops; on an early error it is closed here, so the
-    // database is always left marked closed with its log folded in.
-    closer.close().await;
-    served
+    match config.store.backend()? {
+        store::Backend::Sqlite => {
+            let database = config.database_path();
+            let store = SqliteStore::open_with(&database, config.accept_wal_loss)
+                .await
+                .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
+            let closer = store.clone();
+            let served = serve(config, keys, store, database.display().to_string(), shutdown).await;
+            // `serve` closes the store when it stops; on an early error it is closed here, so
+            // the database is always left marked closed with its log folded in.
+            closer.close().await;
+            served
+        }
+        store::Backend::Postgres(options) => {
+            let place = store::describe_postgres(&options);
+            let mut shutdown = std::pin::pin!(shutdown);
+            let Some(store) = connect_postgres(*options, &place, shutdown.as_mut()).await? else { return Ok(()) };
+            let closer = store.clone();
+            let served = serve(config, keys, store, place, shutdown).await;
+            closer.close().await;
+            served
+        }
+    }
 }
 
-async fn serve(
+/// Copies the SQLite store in `config`'s state directory into the empty PostgreSQL database
+/// `target` names (`halite-master migrate-store`).
+pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -> Result<store::Copied, MasterError> {
+    let store::Backend::Postgres(options) = target.backend()? else {
+        return Err(MasterError::Store(store::StoreError::Conflict("the target must be a postgres:// URL".into())));
+    };
+    let database = config.database_path();
+    if !database.exists() {
+        return Err(MasterError::Database {
+            place: database.display().to_string(),
+            error: store::StoreError::Unavailable("no such file: nothing to migrate".into()),
+        });
+    }
+    let from = SqliteStore::open_with(&database, config.accept_wal_loss)
+        .await
+        .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
+    let place = store::describe_postgres(&options);
+    let copied = async {
+        let to = store::PostgresStore::connect(*options).await?;
+        let copied = store::sqlite_to_postgres(&from, &to).await;
+        to.close().await;
+        copied
+    }
+    .await
+    .map_err(|error| MasterError::Database { place, error });
+    from.close().await;
+    copied
+}
+
+/// Connects to PostgreSQL, retrying while it is unreachable (a master may start before its
+/// database, at boot or while the database fails over); `None` if shut down meanwhile. A
+/// schema this master does not know is an error at once.
+async fn connect_postgres(
+    options: sqlx::postgres::PgConnectOptions,
+    place: &str,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<store::PostgresStore>, MasterError> {
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+    loop {
+        match store::PostgresStore::connect(options.clone()).await {
+            Ok(store) => {
+                tracing::info!(store = %place, "store connected");
+                return Ok(Some(store));
+            }
+            Err(error @ store::StoreError::Unavailable(_)) => {
+                tracing::warn!(store = %place, %error, retry_in = ?RETRY, "store unreachable");
+            }
+            Err(error) => return Err(MasterError::Database { place: place.to_owned(), error }),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RETRY) => {}
+            () = shutdown.as_mut() => return Ok(None),
+        }
+    }
+}
+
+async fn serve<S: Store + Clone>(
     config: MasterConfig,
     keys: Keys,
-    store: SqliteStore,
+    store: S,
+    place: String,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), MasterError> {
-    let database = config.database_path();
     // A damaged database is refused, never half-used.
-    store.check().await.map_err(|error| MasterError::Database { path: database.clone(), error })?;
+    store.check().await.map_err(|error| MasterError::Database { place, error })?;
     let router_config = RouterConfig {
         max_pending_total: config.max_pending_handshakes,
         max_pending_per_ip: config.max_pending_handshakes_per_ip,

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod http;
+pub mod postgres;
 pub mod testroot;
 
 use std::path::{Path, PathBuf};

@@ -18,8 +18,24 @@ struct Cli {
     #[arg(long)]
     accept_wal_loss: bool,
     /// Log level or filter, instead of the config's `log` (Salt's level names work too).
-    #[arg(long)]
+    #[arg(long, global = true)]
     log_level: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Copies this master's SQLite database (from its state directory) into an empty
+    /// PostgreSQL database; then set `[store] url` to it. Stop the master first.
+    MigrateStore {
+        /// The target, `postgres://user@host:port/database` (PG* variables fill what is left out).
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// A file whose first line is the target's password.
+        #[arg(long, value_name = "FILE")]
+        password_file: Option<PathBuf>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -44,6 +60,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Err(error) => tracing::warn!(%error, "open-file limit unchanged"),
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move { halite_master::run(config, halite_transport::shutdown_signal()).await })?;
+    match cli.command {
+        None => runtime.block_on(halite_master::run(config, halite_transport::shutdown_signal()))?,
+        Some(Command::MigrateStore { to, password_file }) => {
+            let target = halite_master::store::StoreConfig { url: Some(to), password_file };
+            let copied = runtime.block_on(halite_master::migrate_store(&config, &target))?;
+            for (table, rows) in copied {
+                println!("{table:<18} {rows:>10} rows");
+            }
+            println!("copied to {}; set [store] url in the config to use it", target.describe());
+        }
+    }
     Ok(())
 }

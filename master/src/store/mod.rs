@@ -1,13 +1,19 @@
 //! Persistent state behind one async trait: keys, enrollment tokens, the minion registry, jobs
-//! and per-minion job states with their returns. [`SqliteStore`] is the embedded default; the
-//! trait is shaped so a PostgreSQL implementation can follow (no SQLite-isms in it).
+//! and per-minion job states with their returns. [`SqliteStore`] is the embedded default;
+//! [`PostgresStore`] keeps the same state on a database server that several masters share.
+//! Both pass the same conformance suite (`conformance.rs`).
 
+mod common_sql;
 mod conformance;
 mod deploy;
 mod deploy_records;
+mod deploy_sql;
+mod migrate;
+mod postgres;
 mod records;
+mod select;
 mod sqlite;
-mod sqlite_deploy;
+mod test_postgres;
 mod wal;
 
 use std::collections::BTreeMap;
@@ -18,6 +24,9 @@ use halite_protocol::message::{
 };
 
 pub use deploy::{DeployStore, DeploymentRecord};
+pub use migrate::{sqlite_to_postgres, Copied};
+pub use postgres::PostgresStore;
+pub use select::{describe_postgres, Backend, StoreConfig};
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed, by what a caller can do about it.

@@ -1,22 +1,16 @@
 //! The embedded SQLite store.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
 
-use halite_protocol::message::{JobDetail, JobSummary, MinionJob, MinionJobState, SignedJob, Target};
+use halite_protocol::message::MinionJobState;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::Row;
 
-use super::records::{
-    acl_from_json, acl_json, job_state, job_state_name, json, key_state, key_state_name, return_from_json, return_json,
-    target_kind, target_kind_name, to_json,
-};
-use super::{
-    JobListing, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, StoreError, UnfinishedJob,
-};
+use super::records::{job_state, job_state_name, return_from_json, return_json, to_json};
+use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
 /// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -24,10 +18,6 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 /// Keeps the newest jid ever stored (jobs are purged; the sequence must not restart).
 const LAST_JID_SQL: &str = " INSERT INTO meta (key, value) VALUES ('last_jid', ?) \
      ON CONFLICT(key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value;";
-
-/// A return that came after its slot ended: kept beside the final state, the first one wins.
-const LATE_RETURN_SQL: &str = "UPDATE job_minions SET ret = ?, late = 1, updated_at = ? \
-     WHERE jid = ? AND minion = ? AND ret IS NULL";
 
 fn state_rows_sql(rows: usize) -> String {
     let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
@@ -200,193 +190,14 @@ async fn left_open_without_log(path: &Path) -> bool {
     matches!(marked, Ok(Some(_)))
 }
 
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
-}
-
-fn key_from_row(row: &SqliteRow) -> Result<KeyRecord, StoreError> {
-    let public_key: Vec<u8> = row.try_get("public_key")?;
-    let state: String = row.try_get("state")?;
-    Ok(KeyRecord {
-        id: row.try_get("id")?,
-        public_key: public_key.try_into().map_err(|_| corrupt("public key is not 32 bytes"))?,
-        state: key_state(&state)?,
-    })
-}
-
-fn ms(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
 pub(super) fn db_int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn job_from_row(row: &SqliteRow) -> Result<JobRecord, StoreError> {
-    let kind: String = row.try_get("target_kind")?;
-    Ok(JobRecord {
-        jid: row.try_get("jid")?,
-        function: row.try_get("function")?,
-        target: Target { kind: target_kind(&kind)?, expr: row.try_get("target_expr")? },
-        args: json(&row.try_get::<String, _>("args")?)?,
-        kwargs: json(&row.try_get::<String, _>("kwargs")?)?,
-        caller: row.try_get("caller")?,
-        created_at_ms: ms(row.try_get("created_at")?),
-        timeout_ms: ms(row.try_get("timeout_ms")?),
-        ttl_ms: ms(row.try_get("ttl_ms")?),
-        signed: SignedJob { body: row.try_get("body")?, signature: row.try_get("signature")? },
-    })
-}
-
-impl SqliteStore {
-    /// Runs `sql` with `{PAGE}` standing for the page's jids: the `limit` newest jobs older than
-    /// `before`.
-    async fn page_rows(&self, sql: &str, before: Option<&str>, limit: u32) -> Result<Vec<SqliteRow>, StoreError> {
-        const PAGE: &str = "SELECT jid FROM jobs WHERE (?1 IS NULL OR jid < ?1) ORDER BY jid DESC LIMIT ?2";
-        let sql = sql.replace("{PAGE}", PAGE);
-        Ok(sqlx::query(&sql).bind(before).bind(i64::from(limit)).fetch_all(&self.pool).await?)
-    }
-
-    async fn summary(&self, job: &JobRecord) -> Result<JobSummary, StoreError> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state")
-            .bind(&job.jid)
-            .fetch_all(&self.pool)
-            .await?;
-        let mut states = BTreeMap::new();
-        for row in rows {
-            let n: i64 = row.try_get("n")?;
-            states.insert(job_state(&row.try_get::<String, _>("state")?)?, u32::try_from(n).unwrap_or(u32::MAX));
-        }
-        Ok(JobSummary {
-            jid: job.jid.clone(),
-            function: job.function.clone(),
-            target: job.target.clone(),
-            caller: job.caller.clone(),
-            created_at_ms: job.created_at_ms,
-            states,
-        })
-    }
-}
+super::common_sql::common_helpers!(SqliteStore, SqliteRow, super::common_sql::sqlite_sql);
 
 impl Store for SqliteStore {
-    async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
-        let rows =
-            sqlx::query("SELECT id, public_key, state FROM keys ORDER BY id, state").fetch_all(&self.pool).await?;
-        rows.iter().map(key_from_row).collect()
-    }
-
-    async fn keys_for(&self, id: &str) -> Result<Vec<KeyRecord>, StoreError> {
-        let rows =
-            sqlx::query("SELECT id, public_key, state FROM keys WHERE id = ?").bind(id).fetch_all(&self.pool).await?;
-        rows.iter().map(key_from_row).collect()
-    }
-
-    async fn put_key(&self, key: &KeyRecord, now_ms: u64) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-        )
-        .bind(&key.id)
-        .bind(&key.public_key[..])
-        .bind(key_state_name(key.state))
-        .bind(db_int(now_ms))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM keys WHERE id = ? AND public_key = ?")
-            .bind(id)
-            .bind(&public_key[..])
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn create_token(&self, hash: &[u8; 32], minion: &str, expires_at_ms: u64) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO tokens (token_hash, minion, expires_at) VALUES (?, ?, ?)")
-            .bind(&hash[..])
-            .bind(minion)
-            .bind(db_int(expires_at_ms))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn enroll_with_token(
-        &self,
-        hash: &[u8; 32],
-        minion: &str,
-        public_key: &[u8; 32],
-        now_ms: u64,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let burnt = sqlx::query(
-            "UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?",
-        )
-        .bind(db_int(now_ms))
-        .bind(&hash[..])
-        .bind(minion)
-        .bind(db_int(now_ms))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !burnt {
-            return Ok(false);
-        }
-        // The token holder is the minion: any other key recorded for the id is denied.
-        sqlx::query("UPDATE keys SET state = 'denied', updated_at = ? WHERE id = ? AND public_key != ?")
-            .bind(db_int(now_ms))
-            .bind(minion)
-            .bind(&public_key[..])
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, 'accepted', ?) \
-             ON CONFLICT(id, public_key) DO UPDATE SET state = 'accepted', updated_at = excluded.updated_at",
-        )
-        .bind(minion)
-        .bind(&public_key[..])
-        .bind(db_int(now_ms))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, StoreError> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? LIMIT 1")
-                .bind(minion)
-                .bind(db_int(now_ms))
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(found.is_some())
-    }
-
-    async fn pending_key_count(&self) -> Result<u64, StoreError> {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM keys WHERE state = 'pending'").fetch_one(&self.pool).await?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    async fn minions(&self) -> Result<Vec<MinionRecord>, StoreError> {
-        let rows = sqlx::query("SELECT id, grains, functions, last_seen FROM minions ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(MinionRecord {
-                    id: row.try_get("id")?,
-                    grains: json(&row.try_get::<String, _>("grains")?)?,
-                    functions: json(&row.try_get::<String, _>("functions")?)?,
-                    last_seen_ms: ms(row.try_get("last_seen")?),
-                })
-            })
-            .collect()
-    }
+    super::common_sql::common_store_methods!(super::common_sql::sqlite_sql);
 
     async fn put_minions(&self, minions: &[MinionRecord]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -407,11 +218,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn delete_minion(&self, id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM minions WHERE id = ?").bind(id).execute(&self.pool).await?;
-        Ok(())
-    }
-
     async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
         // The job and its first chunk of minions go in one multi-statement query, a single
         // round trip to SQLite's thread; bigger jobs add one statement per chunk.
@@ -429,20 +235,7 @@ impl Store for SqliteStore {
         if !more {
             sql.push_str(" COMMIT;");
         }
-        let mut query = sqlx::query(&sql)
-            .bind(&job.jid)
-            .bind(&job.function)
-            .bind(target_kind_name(job.target.kind))
-            .bind(&job.target.expr)
-            .bind(to_json(&job.args))
-            .bind(to_json(&job.kwargs))
-            .bind(&job.caller)
-            .bind(db_int(job.created_at_ms))
-            .bind(db_int(job.timeout_ms))
-            .bind(db_int(job.ttl_ms))
-            .bind(&job.signed.body)
-            .bind(&job.signed.signature)
-            .bind(&job.jid);
+        let mut query = Self::bind_job(sqlx::query(&sql), job).bind(&job.jid);
         for (minion, state) in first {
             query = query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
         }
@@ -474,21 +267,7 @@ impl Store for SqliteStore {
 
     async fn set_states(&self, changes: &[StateChange]) -> Result<(), StoreError> {
         let (late, changes): (Vec<&StateChange>, Vec<&StateChange>) = changes.iter().partition(|c| c.late);
-        // One row per job and minion: the last state, and the last return given.
-        let mut merged: Vec<StateChange> = Vec::with_capacity(changes.len());
-        let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(changes.len());
-        for change in changes {
-            match index.get(&(change.jid.as_str(), change.minion.as_str())) {
-                Some(&i) => {
-                    let ret = change.ret.clone().or_else(|| merged[i].ret.take());
-                    merged[i] = StateChange { ret, ..change.clone() };
-                }
-                None => {
-                    index.insert((change.jid.as_str(), change.minion.as_str()), merged.len());
-                    merged.push(change.clone());
-                }
-            }
-        }
+        let merged = super::common_sql::merge_changes(changes.into_iter());
         // One statement is atomic on its own; more need a transaction (each statement, begin
         // and commit is a round trip to SQLite's thread, so small batches skip it).
         if late.is_empty() && merged.len() <= ROWS_PER_STATEMENT {
@@ -503,94 +282,9 @@ impl Store for SqliteStore {
             let sql = state_rows_sql(chunk.len());
             bind_states(sqlx::query(&sql), chunk).execute(&mut *tx).await?;
         }
-        // After the states: a late return in the same batch as its slot's end lands beside it.
-        for change in late {
-            sqlx::query(LATE_RETURN_SQL)
-                .bind(change.ret.as_ref().map(return_json))
-                .bind(db_int(change.at_ms))
-                .bind(&change.jid)
-                .bind(&change.minion)
-                .execute(&mut *tx)
-                .await?;
-        }
+        Self::record_late_returns(&mut tx, &late).await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn jobs(&self, before: Option<&str>, limit: u32, with_minions: bool) -> Result<Vec<JobListing>, StoreError> {
-        // Three queries for the whole page, whatever its size: the jobs, their state counts,
-        // and (when asked) their minions.
-        let rows = self.page_rows("SELECT * FROM jobs WHERE jid IN ({PAGE}) ORDER BY jid DESC", before, limit).await?;
-        let mut out = Vec::with_capacity(rows.len());
-        let mut index = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let job = job_from_row(row)?;
-            index.insert(job.jid.clone(), out.len());
-            let summary = JobSummary {
-                jid: job.jid,
-                function: job.function,
-                target: job.target,
-                caller: job.caller,
-                created_at_ms: job.created_at_ms,
-                states: BTreeMap::new(),
-            };
-            out.push(JobListing { summary, minions: Vec::new() });
-        }
-        let counts = self
-            .page_rows(
-                "SELECT jid, state, COUNT(*) AS n FROM job_minions WHERE jid IN ({PAGE}) GROUP BY jid, state",
-                before,
-                limit,
-            )
-            .await?;
-        for row in counts {
-            let jid: String = row.try_get("jid")?;
-            let n: i64 = row.try_get("n")?;
-            if let Some(&i) = index.get(&jid) {
-                let state = job_state(&row.try_get::<String, _>("state")?)?;
-                out[i].summary.states.insert(state, u32::try_from(n).unwrap_or(u32::MAX));
-            }
-        }
-        if with_minions {
-            let minions = self
-                .page_rows(
-                    "SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) ORDER BY jid, minion",
-                    before,
-                    limit,
-                )
-                .await?;
-            for row in minions {
-                let jid: String = row.try_get("jid")?;
-                if let Some(&i) = index.get(&jid) {
-                    out[i].minions.push(row.try_get("minion")?);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    async fn job(&self, jid: &str) -> Result<Option<JobDetail>, StoreError> {
-        let Some(row) = sqlx::query("SELECT * FROM jobs WHERE jid = ?").bind(jid).fetch_optional(&self.pool).await?
-        else {
-            return Ok(None);
-        };
-        let job = job_from_row(&row)?;
-        let rows = sqlx::query("SELECT minion, state, ret, late FROM job_minions WHERE jid = ? ORDER BY minion")
-            .bind(jid)
-            .fetch_all(&self.pool)
-            .await?;
-        let mut minions = Vec::with_capacity(rows.len());
-        for row in rows {
-            let ret: Option<String> = row.try_get("ret")?;
-            minions.push(MinionJob {
-                minion: row.try_get("minion")?,
-                state: job_state(&row.try_get::<String, _>("state")?)?,
-                ret: ret.as_deref().map(return_from_json).transpose()?,
-                late: row.try_get::<i64, _>("late")? != 0,
-            });
-        }
-        let summary = self.summary(&job).await?;
-        Ok(Some(JobDetail { summary, args: job.args, kwargs: job.kwargs, minions }))
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
@@ -615,64 +309,15 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
-        let rows =
-            sqlx::query("SELECT name, public_key, acl FROM principals ORDER BY name").fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|row| {
-                let key: Vec<u8> = row.try_get("public_key")?;
-                Ok(PrincipalRecord {
-                    name: row.try_get("name")?,
-                    public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
-                    acl: acl_from_json(&row.try_get::<String, _>("acl")?)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn put_principal(&self, principal: &PrincipalRecord, now_ms: u64) -> Result<(), StoreError> {
-        sqlx::query("INSERT OR REPLACE INTO principals (name, public_key, acl, updated_at) VALUES (?, ?, ?, ?)")
-            .bind(&principal.name)
-            .bind(&principal.public_key[..])
-            .bind(acl_json(&principal.acl))
-            .bind(db_int(now_ms))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn delete_principal(&self, name: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM principals WHERE name = ?").bind(name).execute(&self.pool).await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn last_jid(&self) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = 'last_jid'").fetch_optional(&self.pool).await?)
-    }
-
-    async fn wall_mark(&self) -> Result<Option<u64>, StoreError> {
-        let value: Option<String> =
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'wall_mark'").fetch_optional(&self.pool).await?;
-        value.map(|v| v.parse().map_err(|_| corrupt("wall mark is not a number"))).transpose()
-    }
-
-    async fn set_wall_mark(&self, ms: u64) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO meta (key, value) VALUES ('wall_mark', ?1) ON CONFLICT(key) DO UPDATE \
-             SET value = excluded.value WHERE CAST(excluded.value AS INTEGER) > CAST(meta.value AS INTEGER)",
-        )
-        .bind(ms.to_string())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
     async fn check(&self) -> Result<(), StoreError> {
         let rows: Vec<String> = sqlx::query_scalar("PRAGMA quick_check").fetch_all(&self.pool).await?;
         if rows.len() == 1 && rows[0] == "ok" {
             Ok(())
         } else {
-            Err(corrupt(format!("integrity check failed: {}", rows.join("; "))))
+            Err(corrupt(format!(
+                "integrity check failed: {}; restore it from a backup or move it away to start empty",
+                rows.join("; ")
+            )))
         }
     }
 
@@ -689,18 +334,10 @@ impl Store for SqliteStore {
         }
         self.pool.close().await;
     }
-
-    async fn purge_jobs(&self, before_ms: u64) -> Result<u64, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
-             WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running'))",
-        )
-        .bind(db_int(before_ms))
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
-    }
 }
+
+// Configs, deployments and gateway tokens: the SQL both backends share.
+super::deploy_sql::deploy_store!(SqliteStore, super::common_sql::sqlite_sql);
 
 #[cfg(test)]
 mod tests {

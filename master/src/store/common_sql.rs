@@ -1,0 +1,463 @@
+//! The part of [`Store`](super::Store) both backends write in the same SQL: keys, tokens, the
+//! minion registry, job listings and details, principals, the meta values and retention.
+//! Written once with `?` placeholders; each backend's `$sql` function turns them into its own
+//! (SQLite takes them as they are, PostgreSQL numbers them). What differs (bulk writes, which
+//! each backend batches its own way, and opening, checking and closing) stays in `sqlite.rs`
+//! and `postgres.rs`.
+
+/// The statements as written here, for SQLite (which takes `?` as it is).
+pub(super) fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
+    std::borrow::Cow::Borrowed(sql)
+}
+
+/// PostgreSQL numbers its placeholders: each `?` becomes `$1`, `$2`, … in order.
+pub(super) fn postgres_sql(sql: &str) -> std::borrow::Cow<'_, str> {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The page of a job listing: the `limit` newest jids older than `before` (bound as
+/// `before, before, limit`).
+pub(super) const PAGE: &str =
+    "SELECT jid FROM jobs WHERE (CAST(? AS TEXT) IS NULL OR jid < ?) ORDER BY jid DESC LIMIT ?";
+
+/// One row per job and minion: the last state, and the last return given (what applying the
+/// changes one by one would leave), so one multi-row statement can write them.
+pub(super) fn merge_changes<'a>(changes: impl Iterator<Item = &'a super::StateChange>) -> Vec<super::StateChange> {
+    let mut merged: Vec<super::StateChange> = Vec::new();
+    let mut index: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
+    for change in changes {
+        match index.get(&(change.jid.as_str(), change.minion.as_str())) {
+            Some(&i) => {
+                let ret = change.ret.clone().or_else(|| merged[i].ret.take());
+                merged[i] = super::StateChange { ret, ..change.clone() };
+            }
+            None => {
+                index.insert((change.jid.as_str(), change.minion.as_str()), merged.len());
+                merged.push(change.clone());
+            }
+        }
+    }
+    merged
+}
+
+/// Row readers and per-job helpers for a store type whose rows are `$row`; invoked at module
+/// level, with `sqlx::Row` in scope.
+macro_rules! common_helpers {
+    ($store:ty, $row:ty, $sql:path) => {
+        fn corrupt(what: impl std::fmt::Display) -> $crate::store::StoreError {
+            $crate::store::StoreError::Corrupt(what.to_string())
+        }
+
+        fn ms(value: i64) -> u64 {
+            u64::try_from(value).unwrap_or(0)
+        }
+
+        fn key_from_row(row: &$row) -> Result<$crate::store::KeyRecord, $crate::store::StoreError> {
+            let public_key: Vec<u8> = row.try_get("public_key")?;
+            let state: String = row.try_get("state")?;
+            Ok($crate::store::KeyRecord {
+                id: row.try_get("id")?,
+                public_key: public_key.try_into().map_err(|_| corrupt("public key is not 32 bytes"))?,
+                state: $crate::store::records::key_state(&state)?,
+            })
+        }
+
+        fn job_from_row(row: &$row) -> Result<$crate::store::JobRecord, $crate::store::StoreError> {
+            let kind: String = row.try_get("target_kind")?;
+            Ok($crate::store::JobRecord {
+                jid: row.try_get("jid")?,
+                function: row.try_get("function")?,
+                target: halite_protocol::message::Target {
+                    kind: $crate::store::records::target_kind(&kind)?,
+                    expr: row.try_get("target_expr")?,
+                },
+                args: $crate::store::records::json(&row.try_get::<String, _>("args")?)?,
+                kwargs: $crate::store::records::json(&row.try_get::<String, _>("kwargs")?)?,
+                caller: row.try_get("caller")?,
+                created_at_ms: ms(row.try_get("created_at")?),
+                timeout_ms: ms(row.try_get("timeout_ms")?),
+                ttl_ms: ms(row.try_get("ttl_ms")?),
+                signed: halite_protocol::message::SignedJob {
+                    body: row.try_get("body")?,
+                    signature: row.try_get("signature")?,
+                },
+            })
+        }
+
+        impl $store {
+            /// Binds a job's twelve columns, in the order of the `jobs` table.
+            fn bind_job<'q>(
+                query: sqlx::query::Query<
+                    'q,
+                    <$row as sqlx::Row>::Database,
+                    <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments<'q>,
+                >,
+                job: &'q $crate::store::JobRecord,
+            ) -> sqlx::query::Query<
+                'q,
+                <$row as sqlx::Row>::Database,
+                <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments<'q>,
+            > {
+                query
+                    .bind(&job.jid)
+                    .bind(&job.function)
+                    .bind($crate::store::records::target_kind_name(job.target.kind))
+                    .bind(&job.target.expr)
+                    .bind($crate::store::records::to_json(&job.args))
+                    .bind($crate::store::records::to_json(&job.kwargs))
+                    .bind(&job.caller)
+                    .bind($crate::store::sqlite::db_int(job.created_at_ms))
+                    .bind($crate::store::sqlite::db_int(job.timeout_ms))
+                    .bind($crate::store::sqlite::db_int(job.ttl_ms))
+                    .bind(&job.signed.body)
+                    .bind(&job.signed.signature)
+            }
+
+            /// Returns that came after their slot ended, written after the batch's states (a
+            /// late return in the same batch as its slot's end lands beside it): only the
+            /// return, marked late, and only if the slot has none yet.
+            async fn record_late_returns(
+                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                late: &[&$crate::store::StateChange],
+            ) -> Result<(), $crate::store::StoreError> {
+                for change in late {
+                    sqlx::query(&$sql(
+                        "UPDATE job_minions SET ret = ?, late = TRUE, updated_at = ? \
+                         WHERE jid = ? AND minion = ? AND ret IS NULL",
+                    ))
+                    .bind(change.ret.as_ref().map($crate::store::records::return_json))
+                    .bind($crate::store::sqlite::db_int(change.at_ms))
+                    .bind(&change.jid)
+                    .bind(&change.minion)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+                Ok(())
+            }
+
+            /// Runs `sql` with `{PAGE}` standing for the page's jids.
+            async fn page_rows(
+                &self,
+                sql: &str,
+                before: Option<&str>,
+                limit: u32,
+            ) -> Result<Vec<$row>, $crate::store::StoreError> {
+                let sql = sql.replace("{PAGE}", $crate::store::common_sql::PAGE);
+                Ok(sqlx::query(&$sql(&sql))
+                    .bind(before)
+                    .bind(before)
+                    .bind(i64::from(limit))
+                    .fetch_all(self.pool())
+                    .await?)
+            }
+
+            async fn summary(
+                &self,
+                job: &$crate::store::JobRecord,
+            ) -> Result<halite_protocol::message::JobSummary, $crate::store::StoreError> {
+                let rows =
+                    sqlx::query(&$sql("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state"))
+                        .bind(&job.jid)
+                        .fetch_all(self.pool())
+                        .await?;
+                let mut states = std::collections::BTreeMap::new();
+                for row in rows {
+                    let n: i64 = row.try_get("n")?;
+                    states.insert(
+                        $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?,
+                        u32::try_from(n).unwrap_or(u32::MAX),
+                    );
+                }
+                Ok(halite_protocol::message::JobSummary {
+                    jid: job.jid.clone(),
+                    function: job.function.clone(),
+                    target: job.target.clone(),
+                    caller: job.caller.clone(),
+                    created_at_ms: job.created_at_ms,
+                    states,
+                })
+            }
+        }
+    };
+}
+pub(super) use common_helpers;
+
+/// The shared [`Store`](super::Store) methods, invoked inside a backend's `impl Store` (after
+/// `common_helpers!` in the same module).
+macro_rules! common_store_methods {
+    ($sql:path) => {
+    async fn keys(&self) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
+        let rows =
+            sqlx::query(&$sql("SELECT id, public_key, state FROM keys ORDER BY id, state")).fetch_all(self.pool()).await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn keys_for(&self, id: &str) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
+        let rows =
+            sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE id = ?")).bind(id).fetch_all(self.pool()).await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn put_key(&self, key: &$crate::store::KeyRecord, now_ms: u64) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at"),
+        )
+        .bind(&key.id)
+        .bind(&key.public_key[..])
+        .bind($crate::store::records::key_state_name(key.state))
+        .bind($crate::store::sqlite::db_int(now_ms))
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("DELETE FROM keys WHERE id = ? AND public_key = ?"))
+            .bind(id)
+            .bind(&public_key[..])
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn create_token(&self, hash: &[u8; 32], minion: &str, expires_at_ms: u64) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at) VALUES (?, ?, ?)"))
+            .bind(&hash[..])
+            .bind(minion)
+            .bind($crate::store::sqlite::db_int(expires_at_ms))
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn enroll_with_token(
+        &self,
+        hash: &[u8; 32],
+        minion: &str,
+        public_key: &[u8; 32],
+        now_ms: u64,
+    ) -> Result<bool, $crate::store::StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"),
+        )
+        .bind($crate::store::sqlite::db_int(now_ms))
+        .bind(&hash[..])
+        .bind(minion)
+        .bind($crate::store::sqlite::db_int(now_ms))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !burnt {
+            return Ok(false);
+        }
+        // The token holder is the minion: any other key recorded for the id is denied.
+        sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ? WHERE id = ? AND public_key != ?"))
+            .bind($crate::store::sqlite::db_int(now_ms))
+            .bind(minion)
+            .bind(&public_key[..])
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, 'accepted', ?) \
+             ON CONFLICT(id, public_key) DO UPDATE SET state = 'accepted', updated_at = excluded.updated_at"),
+        )
+        .bind(minion)
+        .bind(&public_key[..])
+        .bind($crate::store::sqlite::db_int(now_ms))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, $crate::store::StoreError> {
+        let found: Option<i64> =
+            sqlx::query_scalar(&$sql("SELECT CAST(1 AS BIGINT) FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? LIMIT 1"))
+                .bind(minion)
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(found.is_some())
+    }
+
+    async fn pending_key_count(&self) -> Result<u64, $crate::store::StoreError> {
+        let n: i64 =
+            sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE state = 'pending'")).fetch_one(self.pool()).await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn minions(&self) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
+        let rows = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions ORDER BY id"))
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok($crate::store::MinionRecord {
+                    id: row.try_get("id")?,
+                    grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
+                    functions: $crate::store::records::json(&row.try_get::<String, _>("functions")?)?,
+                    last_seen_ms: ms(row.try_get("last_seen")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_minion(&self, id: &str) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    async fn jobs(&self, before: Option<&str>, limit: u32, with_minions: bool) -> Result<Vec<$crate::store::JobListing>, $crate::store::StoreError> {
+        // Three queries for the whole page, whatever its size: the jobs, their state counts,
+        // and (when asked) their minions.
+        let rows = self.page_rows("SELECT * FROM jobs WHERE jid IN ({PAGE}) ORDER BY jid DESC", before, limit).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut index = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let job = job_from_row(row)?;
+            index.insert(job.jid.clone(), out.len());
+            let summary = halite_protocol::message::JobSummary {
+                jid: job.jid,
+                function: job.function,
+                target: job.target,
+                caller: job.caller,
+                created_at_ms: job.created_at_ms,
+                states: std::collections::BTreeMap::new(),
+            };
+            out.push($crate::store::JobListing { summary, minions: Vec::new() });
+        }
+        let counts = self
+            .page_rows(
+                "SELECT jid, state, COUNT(*) AS n FROM job_minions WHERE jid IN ({PAGE}) GROUP BY jid, state",
+                before,
+                limit,
+            )
+            .await?;
+        for row in counts {
+            let jid: String = row.try_get("jid")?;
+            let n: i64 = row.try_get("n")?;
+            if let Some(&i) = index.get(&jid) {
+                let state = $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?;
+                out[i].summary.states.insert(state, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+        if with_minions {
+            let minions = self
+                .page_rows(
+                    "SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) ORDER BY jid, minion",
+                    before,
+                    limit,
+                )
+                .await?;
+            for row in minions {
+                let jid: String = row.try_get("jid")?;
+                if let Some(&i) = index.get(&jid) {
+                    out[i].minions.push(row.try_get("minion")?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn job(&self, jid: &str) -> Result<Option<halite_protocol::message::JobDetail>, $crate::store::StoreError> {
+        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()).await?
+        else {
+            return Ok(None);
+        };
+        let job = job_from_row(&row)?;
+        let rows = sqlx::query(&$sql("SELECT minion, state, ret, late FROM job_minions WHERE jid = ? ORDER BY minion"))
+            .bind(jid)
+            .fetch_all(self.pool())
+            .await?;
+        let mut minions = Vec::with_capacity(rows.len());
+        for row in rows {
+            let ret: Option<String> = row.try_get("ret")?;
+            minions.push(halite_protocol::message::MinionJob {
+                minion: row.try_get("minion")?,
+                state: $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?,
+                ret: ret.as_deref().map(return_from_json).transpose()?,
+                late: row.try_get("late")?,
+            });
+        }
+        let summary = self.summary(&job).await?;
+        Ok(Some(halite_protocol::message::JobDetail { summary, args: job.args, kwargs: job.kwargs, minions }))
+    }
+
+    async fn principals(&self) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
+        let rows =
+            sqlx::query(&$sql("SELECT name, public_key, acl FROM principals ORDER BY name")).fetch_all(self.pool()).await?;
+        rows.iter()
+            .map(|row| {
+                let key: Vec<u8> = row.try_get("public_key")?;
+                Ok($crate::store::PrincipalRecord {
+                    name: row.try_get("name")?,
+                    public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
+                    acl: $crate::store::records::acl_from_json(&row.try_get::<String, _>("acl")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn put_principal(&self, principal: &$crate::store::PrincipalRecord, now_ms: u64) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql(
+            "INSERT INTO principals (name, public_key, acl, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET public_key = excluded.public_key, acl = excluded.acl, \
+             updated_at = excluded.updated_at",
+        ))
+            .bind(&principal.name)
+            .bind(&principal.public_key[..])
+            .bind($crate::store::records::acl_json(&principal.acl))
+            .bind($crate::store::sqlite::db_int(now_ms))
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_principal(&self, name: &str) -> Result<bool, $crate::store::StoreError> {
+        let done = sqlx::query(&$sql("DELETE FROM principals WHERE name = ?")).bind(name).execute(self.pool()).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn last_jid(&self) -> Result<Option<String>, $crate::store::StoreError> {
+        Ok(sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'last_jid'")).fetch_optional(self.pool()).await?)
+    }
+
+    async fn wall_mark(&self) -> Result<Option<u64>, $crate::store::StoreError> {
+        let value: Option<String> =
+            sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'wall_mark'")).fetch_optional(self.pool()).await?;
+        value.map(|v| v.parse().map_err(|_| corrupt("wall mark is not a number"))).transpose()
+    }
+
+    async fn set_wall_mark(&self, ms: u64) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("INSERT INTO meta (key, value) VALUES ('wall_mark', ?) ON CONFLICT(key) DO UPDATE \
+             SET value = excluded.value WHERE CAST(excluded.value AS BIGINT) > CAST(meta.value AS BIGINT)"),
+        )
+        .bind(ms.to_string())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn purge_jobs(&self, before_ms: u64) -> Result<u64, $crate::store::StoreError> {
+        let done = sqlx::query(&$sql("DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
+             WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running'))"),
+        )
+        .bind($crate::store::sqlite::db_int(before_ms))
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+    };
+}
+pub(super) use common_store_methods;

@@ -1,0 +1,147 @@
+//! [`DeployStore`](super::DeployStore) in SQL both backends speak: configs and deployments as
+//! JSON documents with indexed columns, gateway tokens by hash. `deploy_store!` writes the impl
+//! for a store type, with the function that turns the `?` placeholders written here into the
+//! backend's own (`common_sql.rs`).
+
+macro_rules! deploy_store {
+    ($store:ty, $sql:path) => {
+        impl $crate::store::DeployStore for $store {
+            async fn put_config(
+                &self,
+                config: &halite_protocol::message::SoftwareConfig,
+                now_ms: u64,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at) VALUES (?, ?, ?)"))
+                    .bind(&config.id)
+                    .bind($crate::store::deploy_records::config_json(config))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn config(
+                &self,
+                id: &str,
+            ) -> Result<Option<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql("SELECT body FROM software_configs WHERE id = ?"))
+                    .bind(id)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
+                    .transpose()
+            }
+
+            async fn configs(
+                &self,
+                limit: u32,
+            ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
+                let rows = sqlx::query(&$sql("SELECT body FROM software_configs ORDER BY created_at DESC, id LIMIT ?"))
+                    .bind(i64::from(limit))
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter()
+                    .map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
+                    .collect()
+            }
+
+            async fn delete_config(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
+                let done =
+                    sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ?")).bind(id).execute(self.pool()).await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn put_deployment(
+                &self,
+                record: &$crate::store::DeploymentRecord,
+                now_ms: u64,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query(&$sql(
+                    "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?)
+                     ON CONFLICT(id) DO UPDATE SET server_id = excluded.server_id, status = excluded.status,
+                       relay_pending = excluded.relay_pending, body = excluded.body, updated_at = excluded.updated_at",
+                ))
+                .bind(&record.deployment.id)
+                .bind(&record.deployment.server_id)
+                .bind(&record.deployment.status)
+                .bind(record.relay_pending)
+                .bind($crate::store::deploy_records::record_json(record))
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .execute(self.pool())
+                .await?;
+                Ok(())
+            }
+
+            async fn deployment(
+                &self,
+                id: &str,
+            ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql("SELECT body FROM deployments WHERE id = ?"))
+                    .bind(id)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
+                    .transpose()
+            }
+
+            async fn deployments(
+                &self,
+                server_id: Option<&str>,
+            ) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+                let rows = sqlx::query(&$sql(
+                    "SELECT body FROM deployments WHERE (? IS NULL OR server_id = ?) ORDER BY created_at DESC, id",
+                ))
+                .bind(server_id)
+                .bind(server_id)
+                .fetch_all(self.pool())
+                .await?;
+                rows.iter()
+                    .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
+                    .collect()
+            }
+
+            async fn open_deployments(&self) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+                let rows = sqlx::query(&$sql("SELECT body FROM deployments WHERE status = ? OR relay_pending"))
+                    .bind(halite_protocol::message::status::IN_PROGRESS)
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter()
+                    .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
+                    .collect()
+            }
+
+            async fn delete_deployment(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
+                let done =
+                    sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(self.pool()).await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn create_api_token(
+                &self,
+                hash: &[u8; 32],
+                principal: &str,
+                now_ms: u64,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query(&$sql("INSERT INTO api_tokens (token_hash, principal, created_at) VALUES (?, ?, ?)"))
+                    .bind(&hash[..])
+                    .bind(principal)
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn api_token_principal(&self, hash: &[u8; 32]) -> Result<Option<String>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql("SELECT principal FROM api_tokens WHERE token_hash = ?"))
+                    .bind(&hash[..])
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.map(|r| sqlx::Row::try_get::<String, _>(&r, "principal").map_err($crate::store::StoreError::from))
+                    .transpose()
+            }
+        }
+    };
+}
+pub(super) use deploy_store;

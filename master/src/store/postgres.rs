@@ -1,0 +1,213 @@
+//! The PostgreSQL store: the same [`Store`] on a database server, so several masters can share
+//! one state (`[store] url = "postgres://…"`).
+//!
+//! Hot paths are one statement whatever their size: a job's minions and a batch of state changes
+//! go in as arrays (`UNNEST`), so a job to 10,000 minions is one round trip, not 10,000.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use halite_protocol::message::MinionJobState;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use super::records::{job_state, job_state_name, return_from_json, return_json, to_json};
+use super::sqlite::db_int;
+use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
+
+/// Schema migrations: versioned SQL files in `master/migrations/postgres`, embedded at build
+/// time. sqlx takes an advisory lock while migrating, so masters starting together take turns.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Connections per master: the core serialises most writes; reads for clients and the
+/// cluster's listeners use the rest.
+const POOL_SIZE: u32 = 8;
+
+/// How long a call waits for a connection before it fails as unavailable: a database that is
+/// down gives clients a typed error in bounded time, not a hang.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A store on a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects with `options` and brings the schema up to date.
+    pub async fn connect(options: PgConnectOptions) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        let store = PostgresStore { pool };
+        MIGRATOR.run(&store.pool).await.map_err(|error| match error {
+            sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
+            other => StoreError::Corrupt(format!("schema migration: {other}")),
+        })?;
+        Ok(store)
+    }
+
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Every merged change in one statement (arrays, so one round trip whatever the batch).
+    fn states_query(
+        &self,
+        merged: &[StateChange],
+    ) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        let rets: Vec<Option<String>> = merged.iter().map(|c| c.ret.as_ref().map(return_json)).collect();
+        sqlx::query(
+            "UPDATE job_minions j SET state = v.state, ret = COALESCE(v.ret, j.ret), updated_at = v.at \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) AS v(jid, minion, state, ret, at) \
+             WHERE j.jid = v.jid AND j.minion = v.minion",
+        )
+        .bind(merged.iter().map(|c| c.jid.clone()).collect::<Vec<_>>())
+        .bind(merged.iter().map(|c| c.minion.clone()).collect::<Vec<_>>())
+        .bind(merged.iter().map(|c| job_state_name(c.state)).collect::<Vec<_>>())
+        .bind(rets)
+        .bind(merged.iter().map(|c| db_int(c.at_ms)).collect::<Vec<_>>())
+    }
+}
+
+super::common_sql::common_helpers!(PostgresStore, PgRow, super::common_sql::postgres_sql);
+
+impl Store for PostgresStore {
+    super::common_sql::common_store_methods!(super::common_sql::postgres_sql);
+
+    async fn put_minions(&self, minions: &[MinionRecord]) -> Result<(), StoreError> {
+        // One row per id (the last wins, as with separate writes): ON CONFLICT may not touch a
+        // row twice in one statement.
+        let mut last: HashMap<&str, &MinionRecord> = HashMap::with_capacity(minions.len());
+        for minion in minions {
+            last.insert(&minion.id, minion);
+        }
+        if last.is_empty() {
+            return Ok(());
+        }
+        let (mut ids, mut grains, mut functions, mut seen) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for minion in last.values() {
+            ids.push(minion.id.clone());
+            grains.push(to_json(&minion.grains));
+            functions.push(to_json(&minion.functions));
+            seen.push(db_int(minion.last_seen_ms));
+        }
+        sqlx::query(
+            "INSERT INTO minions (id, grains, functions, last_seen) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[]) \
+             ON CONFLICT (id) DO UPDATE SET grains = excluded.grains, functions = excluded.functions, \
+             last_seen = excluded.last_seen",
+        )
+        .bind(ids)
+        .bind(grains)
+        .bind(functions)
+        .bind(seen)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
+        let minions: Vec<&str> = states.iter().map(|(m, _)| m.as_str()).collect();
+        let names: Vec<&str> = states.iter().map(|(_, s)| job_state_name(*s)).collect();
+        // One statement, so one round trip and atomic on its own: the job, the newest jid, and
+        // every minion's first state.
+        Self::bind_job(
+            sqlx::query(
+                "WITH job AS (INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
+               created_at, timeout_ms, ttl_ms, body, signature) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING jid), \
+             mark AS (INSERT INTO meta (key, value) SELECT 'last_jid', jid FROM job \
+               ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value) \
+             INSERT INTO job_minions (jid, minion, state, updated_at) \
+             SELECT job.jid, m.minion, m.state, $8 FROM job, UNNEST($13::text[], $14::text[]) AS m(minion, state)",
+            ),
+            job,
+        )
+        .bind(&minions)
+        .bind(&names)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_states(&self, changes: &[StateChange]) -> Result<(), StoreError> {
+        let merged = super::common_sql::merge_changes(changes.iter().filter(|c| !c.late));
+        let late: Vec<&StateChange> = changes.iter().filter(|c| c.late).collect();
+        let states = self.states_query(&merged);
+        if late.is_empty() {
+            if !merged.is_empty() {
+                states.execute(&self.pool).await?;
+            }
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        if !merged.is_empty() {
+            states.execute(&mut *tx).await?;
+        }
+        Self::record_late_returns(&mut tx, &late).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running')) \
+             ORDER BY created_at, jid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<UnfinishedJob> = Vec::with_capacity(rows.len());
+        let mut index = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let job = job_from_row(row)?;
+            index.insert(job.jid.clone(), out.len());
+            out.push((job, Vec::new()));
+        }
+        // Every minion of every unfinished job in one query.
+        let jids: Vec<String> = index.keys().cloned().collect();
+        let states = sqlx::query("SELECT jid, minion, state FROM job_minions WHERE jid = ANY($1)")
+            .bind(&jids)
+            .fetch_all(&self.pool)
+            .await?;
+        for row in states {
+            let jid: String = row.try_get("jid")?;
+            if let Some(&i) = index.get(&jid) {
+                out[i].1.push((row.try_get("minion")?, job_state(&row.try_get::<String, _>("state")?)?));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        // The server keeps its own files consistent; what the master can check is that the
+        // schema is the one it knows (no migration newer than this build).
+        let newest: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success").fetch_one(&self.pool).await?;
+        let known = MIGRATOR.iter().map(|m| m.version).max();
+        match (newest, known) {
+            (Some(newest), Some(known)) if newest > known => Err(corrupt(format!(
+                "the database's schema is version {newest}, newer than this master's {known}: upgrade the master"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+// Configs, deployments and gateway tokens: the SQL both backends share.
+super::deploy_sql::deploy_store!(PostgresStore, super::common_sql::postgres_sql);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance::conformance_suite;
+    use crate::store::test_postgres::fresh_database;
+
+    conformance_suite!(async { PostgresStore::connect(fresh_database().await).await.expect("postgres store") });
+}

@@ -1,0 +1,36 @@
+//! Databases on the throwaway PostgreSQL server `scripts/test.sh` starts
+//! (`HALITE_TEST_POSTGRES`), made with the server's own `psql`.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The server's admin URL.
+pub fn server_url() -> String {
+    std::env::var("HALITE_TEST_POSTGRES").unwrap_or_else(|_| {
+        panic!(
+            "PostgreSQL tests need a server: run scripts/test.sh, or `scripts/postgres.sh start DIR` \
+             and export HALITE_TEST_POSTGRES=<the URL it prints>"
+        )
+    })
+}
+
+/// Runs one SQL command on the server (as its admin) and returns what `psql` printed.
+pub fn admin_sql(sql: &str) -> String {
+    let output = Command::new("psql")
+        .args([server_url().as_str(), "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+        .output()
+        .unwrap_or_else(|e| panic!("running psql: {e}"));
+    assert!(output.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Creates an empty database and returns its URL.
+pub fn fresh_database() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("halite_e2e_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    admin_sql(&format!("DROP DATABASE IF EXISTS {name}"));
+    admin_sql(&format!("CREATE DATABASE {name}"));
+    let server = server_url();
+    let base = server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base);
+    format!("{base}/{name}")
+}
