@@ -47,7 +47,7 @@ if [ -z "${HALITE_TEST_POSTGRES:-}" ]; then
   pg_dir=$(mktemp -d /tmp/halite-test-pg.XXXXXX)
   trap 'scripts/postgres.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
   HALITE_TEST_POSTGRES=$(scripts/postgres.sh start "$pg_dir")
-  export HALITE_TEST_POSTGRES
+  export HALITE_TEST_POSTGRES HALITE_TEST_POSTGRES_CA="$pg_dir/ca.crt"
 fi
 
 # The end-to-end tests run the real binaries.

@@ -34,3 +34,11 @@ pub fn fresh_database() -> String {
     let base = server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base);
     format!("{base}/{name}")
 }
+
+/// `url` asking for TLS with the server's certificate checked (`sslmode=verify-full`), against
+/// the certificate `scripts/postgres.sh` made (`HALITE_TEST_POSTGRES_CA`).
+pub fn verified_tls(url: &str) -> String {
+    let ca = std::env::var("HALITE_TEST_POSTGRES_CA")
+        .unwrap_or_else(|_| panic!("HALITE_TEST_POSTGRES_CA: the test server's certificate (scripts/test.sh sets it)"));
+    format!("{url}?sslmode=verify-full&sslrootcert={ca}")
+}

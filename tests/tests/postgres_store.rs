@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use halite_tests::postgres::fresh_database;
+use halite_tests::postgres::{fresh_database, verified_tls};
 use halite_tests::{wait_for, Cluster};
 
 fn ping(cluster: &Cluster, target: &[&str]) -> serde_json::Value {
@@ -18,8 +18,8 @@ fn ping(cluster: &Cluster, target: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn a_master_on_postgres_enrolls_runs_jobs_and_keeps_them_across_restarts() {
-    let url = fresh_database();
+fn a_master_on_postgres_over_tls_enrolls_runs_jobs_and_keeps_them_across_restarts() {
+    let url = verified_tls(&fresh_database());
     let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
     cluster.enroll_minion("pg1", "role = \"web\"");
     cluster.wait_connected(&["pg1"]);
@@ -27,6 +27,8 @@ fn a_master_on_postgres_enrolls_runs_jobs_and_keeps_them_across_restarts() {
     assert_eq!(doc["minions"]["pg1"]["state"], "returned", "{doc}");
     let jid = doc["jid"].as_str().unwrap().to_owned();
     assert!(!cluster.dir.join("master/master.db").exists(), "no SQLite file beside a PostgreSQL store");
+    let log = std::fs::read_to_string(cluster.dir.join("master.log")).unwrap();
+    assert!(log.contains("store connected"), "{log}");
 
     cluster.kill_master();
     cluster.start_master();
