@@ -18,8 +18,10 @@ pub use halite_transport::config_file::ConfigError;
 pub struct MinionConfig {
     /// The minion id; defaults to the enrollment file's, then to the hostname.
     pub id: Option<String>,
-    /// The master's address, `host:port`; defaults to the enrollment file's.
-    pub master: Option<String>,
+    /// The master's address, `host:port`, or a list of a cluster's masters (also spelled
+    /// `masters`); defaults to the enrollment file's.
+    #[serde(alias = "masters")]
+    pub master: Option<crate::masters::MasterList>,
     /// The master's public key as 64 hex digits; defaults to the enrollment file's.
     pub master_key: Option<String>,
     /// Where the minion keeps its key, pinned master key, outbox and job markers.
@@ -93,8 +95,10 @@ impl MinionConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Enrollment {
-    /// The master's address, `host:port`.
-    pub master: String,
+    /// The master's address, `host:port`, or a list of a cluster's masters (also spelled
+    /// `masters`).
+    #[serde(alias = "masters")]
+    pub master: crate::masters::MasterList,
     /// The master's public key, 64 hex digits.
     pub master_key: String,
     /// The minion id the token is bound to.

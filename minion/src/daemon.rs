@@ -27,8 +27,9 @@ use crate::outbox::{Claim, Outbox};
 pub(crate) struct Setup {
     /// Minion id.
     pub id: String,
-    /// Master address.
-    pub master: String,
+    /// The masters' addresses, in the order to try them (a cluster's masters share one store:
+    /// any of them serves this minion).
+    pub masters: Vec<String>,
     /// Our identity.
     pub identity: LocalIdentity,
     /// The pinned master key; `None` only with trust on first use.
@@ -182,9 +183,9 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 impl Minion {
     fn connect(&mut self) {
-        info!(master = %self.setup.master, id = %self.setup.id, "connecting");
+        info!(masters = %self.setup.masters.join(", "), id = %self.setup.id, "connecting");
         let config = DealerConfig { reconnect_max: Duration::from_secs(10), ..DealerConfig::default() };
-        self.dealer = Some(Dealer::connect(self.setup.master.clone(), config));
+        self.dealer = Some(Dealer::connect_any(self.setup.masters.clone(), config));
         self.epoch = 0;
         self.stage = Stage::Down;
     }

@@ -49,7 +49,7 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
     let (peer_tx, peer_requests) = tokio::sync::mpsc::channel(4);
     let setup = daemon::Setup {
         id: minion.id,
-        master: minion.master,
+        masters: vec![minion.master],
         identity: LocalIdentity::new(minion.key)?,
         master_key: Some(minion.master_key),
         pin_path: state_dir.join("master.pub"),

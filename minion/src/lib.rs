@@ -15,6 +15,7 @@ mod embedded;
 mod executor;
 mod fit;
 mod freshness;
+pub mod masters;
 pub mod outbox;
 mod verified;
 
@@ -79,11 +80,12 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
             .ok_or_else(|| MinionError::Missing("id: not set and the hostname is unreadable".into()))?,
     };
     halite_protocol::id::validate(&id).map_err(|e| MinionError::Missing(format!("id: {e}")))?;
-    let master = config
+    let masters = config
         .master
         .clone()
         .or_else(|| enrollment.as_ref().map(|e| e.master.clone()))
-        .ok_or_else(|| MinionError::Missing("master: not set in the config or an enrollment file".into()))?;
+        .ok_or_else(|| MinionError::Missing("master: not set in the config or an enrollment file".into()))?
+        .order_for(&id);
     let state_dir = &config.state_dir;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -114,7 +116,7 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
     let dispatcher = dispatcher(config);
     Ok(daemon::Setup {
         id,
-        master,
+        masters,
         identity: LocalIdentity::new(key)?,
         master_key,
         pin_path,

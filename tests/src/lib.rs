@@ -57,6 +57,16 @@ pub struct Cluster {
     bins: PathBuf,
     master: Option<Child>,
     minions: Vec<(String, Child)>,
+    /// More masters of the same cluster (same store, same identity), by port.
+    peers: Vec<PeerMaster>,
+}
+
+/// Another master of a [`Cluster`]: its own port, state directory and config, the first
+/// master's keys.
+struct PeerMaster {
+    port: u16,
+    config: PathBuf,
+    child: Option<Child>,
 }
 
 impl Drop for Cluster {
@@ -68,6 +78,12 @@ impl Drop for Cluster {
         for (_, child) in &mut self.minions {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        for peer in &mut self.peers {
+            if let Some(mut child) = peer.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -127,7 +143,7 @@ impl Cluster {
             dir.join("master")
         );
         std::fs::write(&config, text).unwrap_or_else(|e| panic!("{e}"));
-        let mut cluster = Cluster { dir, config, port, bins, master: None, minions: Vec::new() };
+        let mut cluster = Cluster { dir, config, port, bins, master: None, minions: Vec::new(), peers: Vec::new() };
         cluster.start_master();
         cluster
     }
@@ -146,6 +162,79 @@ impl Cluster {
         wait_for("the master", Duration::from_secs(15), || {
             (self.dir.join("master/master.addr").exists() && self.cli(&["key", "list"]).code == 0).then_some(())
         });
+    }
+
+    /// Starts another master of this cluster: the first one's config (so its `[store]`) with
+    /// its own port and state directory, and a copy of the first one's keys (a cluster shares
+    /// one identity). Returns its port.
+    pub fn start_peer_master(&mut self) -> u16 {
+        let n = self.peers.len() + 1;
+        let state = self.dir.join(format!("master-{n}"));
+        std::fs::create_dir_all(&state).unwrap_or_else(|e| panic!("{e}"));
+        for file in ["master.key", "master.pub", "root.key"] {
+            std::fs::copy(self.dir.join("master").join(file), state.join(file))
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+        }
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+        let text = std::fs::read_to_string(&self.config).unwrap_or_default();
+        let text = text
+            .replace(&format!("127.0.0.1:{}", self.port), &format!("127.0.0.1:{port}"))
+            .replace(&format!("{:?}", self.dir.join("master")), &format!("{state:?}"));
+        let config = self.dir.join(format!("master-{n}.toml"));
+        std::fs::write(&config, text).unwrap_or_else(|e| panic!("{e}"));
+        self.peers.push(PeerMaster { port, config, child: None });
+        self.restart_peer_master(port);
+        port
+    }
+
+    /// (Re)starts a peer master by port and waits until the CLI can talk to it.
+    pub fn restart_peer_master(&mut self, port: u16) {
+        let bins = self.bins.clone();
+        let dir = self.dir.clone();
+        let peer = self.peers.iter_mut().find(|p| p.port == port).unwrap_or_else(|| panic!("no master on {port}"));
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("master-{port}.log"))).ok();
+        let child = Command::new(bins.join("halite-master"))
+            .arg("--config")
+            .arg(&peer.config)
+            .stderr(log.map_or(Stdio::null(), Stdio::from))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting halite-master: {e}"));
+        peer.child = Some(child);
+        wait_for("the peer master", Duration::from_secs(15), || {
+            (self.cli_at(port, &["key", "list"]).code == 0).then_some(())
+        });
+    }
+
+    /// Kills a peer master with SIGKILL.
+    pub fn kill_peer_master(&mut self, port: u16) {
+        if let Some(mut child) = self.peers.iter_mut().find(|p| p.port == port).and_then(|p| p.child.take()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs the `halite` CLI against the master on `port` (this cluster's first or a peer).
+    pub fn cli_at(&self, port: u16, args: &[&str]) -> Run {
+        let config = self.peers.iter().find(|p| p.port == port).map_or(&self.config, |p| &p.config);
+        let output = Command::new(self.bins.join("halite"))
+            .arg("--config")
+            .arg(config)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running halite: {e}"));
+        Run::from(output)
+    }
+
+    /// Points a prepared minion at these masters (`master = [...]` in its enrollment file).
+    pub fn set_minion_masters(&self, id: &str, ports: &[u16]) {
+        let path = self.minion_dir(id).join("enrollment.toml");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let list: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        let text =
+            text.replace(&format!("master = \"127.0.0.1:{}\"", self.port), &format!("master = [{}]", list.join(", ")));
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The master's process id.
@@ -168,13 +257,7 @@ impl Cluster {
 
     /// Runs the `halite` CLI against this master.
     pub fn cli(&self, args: &[&str]) -> Run {
-        let output = Command::new(self.bins.join("halite"))
-            .arg("--config")
-            .arg(&self.config)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("running halite: {e}"));
-        Run::from(output)
+        self.cli_at(self.port, args)
     }
 
     /// Runs any binary of the build with arguments.

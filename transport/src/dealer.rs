@@ -94,9 +94,16 @@ impl Drop for Dealer {
 impl Dealer {
     /// Starts connecting to `addr` (host:port) in the background.
     pub fn connect(addr: String, config: DealerConfig) -> Dealer {
+        Dealer::connect_any(vec![addr], config)
+    }
+
+    /// Like [`Dealer::connect`], with several peers that serve alike (a cluster's masters): it
+    /// connects to the first, and whenever a connection fails or ends it tries the next, going
+    /// round the list; the backoff grows only when a whole round failed.
+    pub fn connect_any(addrs: Vec<String>, config: DealerConfig) -> Dealer {
         let (control, control_rx) = mpsc::channel(config.send_queue);
         let (events_tx, events) = mpsc::channel(config.event_queue);
-        let task = tokio::spawn(run(addr, config, control_rx, events_tx));
+        let task = tokio::spawn(run(addrs, config, control_rx, events_tx));
         Dealer { control, events, task }
     }
 
@@ -140,7 +147,7 @@ impl Dealer {
 }
 
 async fn run(
-    addr: String,
+    addrs: Vec<String>,
     config: DealerConfig,
     mut control: mpsc::Receiver<Control>,
     events: mpsc::Sender<DealerEvent>,
@@ -148,7 +155,12 @@ async fn run(
     let mut backoff = Backoff::new(config.reconnect_initial, config.reconnect_max);
     let mut epoch = 0u64;
     let mut failure: Option<String> = None;
+    let mut next = 0usize;
+    // Attempts since the last connection that came up: a full round of failures backs off.
+    let mut failed_in_round = 0usize;
     loop {
+        let Some(addr) = addrs.get(next % addrs.len().max(1)).cloned() else { return };
+        next = next.wrapping_add(1);
         match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
@@ -174,18 +186,33 @@ async fn run(
                 if was_ready {
                     epoch += 1;
                     backoff.reset();
+                    failed_in_round = 0;
                     if events.send(DealerEvent::Disconnected(reason)).await.is_err() {
                         return;
                     }
+                } else {
+                    failed_in_round += 1;
                 }
             }
-            Ok(Err(error)) => failure = Some(error.to_string()),
-            Err(_) => failure = Some("timed out".into()),
+            Ok(Err(error)) => {
+                failure = Some(error.to_string());
+                failed_in_round += 1;
+            }
+            Err(_) => {
+                failure = Some("timed out".into());
+                failed_in_round += 1;
+            }
         }
         if events.is_closed() {
             return;
         }
-        let delay = backoff.next_delay();
+        // Another peer is tried at once after one failed; the delay grows only once every peer
+        // of the list has failed in a row.
+        let delay = if failed_in_round > 0 && failed_in_round % addrs.len() != 0 {
+            config.reconnect_initial
+        } else {
+            backoff.next_delay()
+        };
         if let Some(error) = failure.take() {
             // At warn: a minion that cannot reach its master must say so, not go quiet.
             tracing::warn!(%addr, %error, retry_in = ?delay, "cannot connect; retrying");
