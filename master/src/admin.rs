@@ -13,7 +13,7 @@ use crate::keys::token_hash;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
-use crate::store::{KeyRecord, PrincipalRecord, Store, StoreError};
+use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
 use halite_protocol::message::JobSummary;
 
@@ -71,6 +71,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let record = PrincipalRecord { name: name.clone(), public_key: *key.as_bytes(), acl };
                 self.store.put_principal(&record, self.clock.wall_ms()).await.map_err(RequestError::from)?;
                 self.reload_principals().await.map_err(RequestError::from)?;
+                self.tell_other_masters(ClusterChange::Principal { name: name.clone() }).await;
                 info!(principal = %name, fingerprint = %key.fingerprint(), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
             }
@@ -91,6 +92,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 self.reload_principals().await.map_err(RequestError::from)?;
                 self.cut_clients(&name);
+                self.tell_other_masters(ClusterChange::Principal { name: name.clone() }).await;
                 Ok(ResponseBody::Changed(vec![name]))
             }
             RequestBody::KeyList { pattern } => {
@@ -124,6 +126,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.store.put_key(&record, self.clock.wall_ms()).await.map_err(RequestError::from)?;
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.registry.accept(&id, *key.as_bytes());
+                self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }
@@ -266,6 +269,9 @@ impl<S: Store, N: Net> Master<S, N> {
         changed.sort();
         changed.dedup();
         self.reload_accepted().await.map_err(RequestError::from)?;
+        if !changed.is_empty() {
+            self.tell_other_masters(ClusterChange::Keys { ids: Some(changed.clone()) }).await;
+        }
         Ok(ResponseBody::Changed(changed))
     }
 }

@@ -15,7 +15,7 @@ use crate::keys::{decide, Decision};
 use crate::net::Net;
 use crate::server::Master;
 use crate::sessions::Conn;
-use crate::store::{Store, StoreError};
+use crate::store::{ClusterChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
@@ -115,6 +115,9 @@ impl<S: Store, N: Net> Master<S, N> {
                         if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
                             info!(minion = %id, "minion enrolled with a token");
                             self.registry.accept(&id, *who.identity.as_bytes());
+                            // Enrolling denied any other key of the id: a session with it on
+                            // another master ends there.
+                            self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
                             self.emit(
                                 format!("halite/key/{id}/accepted"),
                                 json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),

@@ -23,6 +23,7 @@ mod admission;
 mod authz;
 mod bus;
 pub mod clock;
+mod cluster;
 pub mod config;
 mod deploy;
 pub mod gateway;

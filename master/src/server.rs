@@ -65,6 +65,8 @@ pub(crate) enum Input {
     Relay(RelayDone),
     /// Time passed: deadlines, handshake timeouts, retention.
     Tick,
+    /// Another master sharing the store changed keys or principals.
+    Cluster(crate::store::ClusterChange),
 }
 
 /// The master's state; see the module docs.
@@ -277,6 +279,11 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rx) = self.local_rx.take() {
             locals = rx;
         }
+        // A store shared with other masters carries their changes; otherwise nothing comes.
+        let (_cluster_tx, mut cluster) = mpsc::channel(1);
+        if let Some(rx) = self.store.changes() {
+            cluster = rx;
+        }
         loop {
             let input = tokio::select! {
                 event = self.net.recv() => match event {
@@ -285,6 +292,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 },
                 Some(command) = locals.recv() => Input::Local(command),
                 Some(done) = relays.recv() => Input::Relay(done),
+                Some(change) = cluster.recv() => Input::Cluster(change),
                 _ = tick.tick() => Input::Tick,
                 () = &mut shutdown => break,
             };
@@ -316,6 +324,11 @@ impl<S: Store, N: Net> Master<S, N> {
             Input::Relay(done) => {
                 if let Err(error) = self.relay_finished(done).await {
                     warn!(%error, "recording a relay failed");
+                }
+            }
+            Input::Cluster(change) => {
+                if let Err(error) = self.on_cluster_change(change).await {
+                    warn!(%error, "store failure while applying another master's change");
                 }
             }
             Input::Tick => {

@@ -50,3 +50,33 @@ fn a_minion_given_two_masters_fails_over_when_its_master_is_killed() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["minions"]["fo1"]["state"], "returned");
 }
+
+#[test]
+fn a_key_rejected_through_one_master_cuts_its_minion_on_another_at_once() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let first = cluster.port;
+    let second = cluster.start_peer_master();
+    for id in ["cut1", "kept1"] {
+        cluster.prepare_minion(id, true, "");
+        cluster.set_minion_masters(id, &[second]);
+        cluster.start_minion(id);
+    }
+    wait_for("both minions on the second master", Duration::from_secs(20), || {
+        let on = connected_at(&cluster, second);
+        (on.contains(&"cut1".to_owned()) && on.contains(&"kept1".to_owned())).then_some(())
+    });
+    let run = cluster.cli_at(first, &["key", "reject", "cut1"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    wait_for("the second master to cut the rejected minion", Duration::from_secs(5), || {
+        (!connected_at(&cluster, second).contains(&"cut1".to_owned())).then_some(())
+    });
+    let run = cluster.cli_at(second, &["run", "--out", "json", "*1", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc = run.json();
+    assert_eq!(doc["minions"]["kept1"]["state"], "returned", "{doc}");
+    assert!(doc["minions"].get("cut1").is_none(), "a rejected minion is no target: {doc}");
+    // It knocks again and is refused: it stays off.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!connected_at(&cluster, second).contains(&"cut1".to_owned()));
+}

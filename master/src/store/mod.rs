@@ -3,6 +3,7 @@
 //! [`PostgresStore`] keeps the same state on a database server that several masters share.
 //! Both pass the same conformance suite (`conformance.rs`).
 
+mod cluster;
 mod common_sql;
 mod conformance;
 mod deploy;
@@ -23,6 +24,7 @@ use halite_protocol::message::{
     JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, PrincipalAcl, SignedJob, Target, Value,
 };
 
+pub use cluster::ClusterChange;
 pub use deploy::{DeployStore, DeploymentRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
@@ -249,4 +251,15 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// Deletes finished jobs created before `before_ms`; returns how many. A job with any
     /// minion not in a final state is kept, whatever its age.
     fn purge_jobs(&self, before_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Tells the other masters sharing this store of a change they keep in memory, after it
+    /// is stored. A store one master uses alone has nobody to tell.
+    fn announce(&self, change: &ClusterChange) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = change;
+        async { Ok(()) }
+    }
+    /// The changes other masters announce, as they come, once per store (`None` on a store
+    /// one master uses alone).
+    fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<ClusterChange>> {
+        None
+    }
 }

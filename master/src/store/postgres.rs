@@ -31,6 +31,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// This process among the cluster's masters, to skip its own announcements.
+    instance: String,
 }
 
 impl PostgresStore {
@@ -41,7 +43,10 @@ impl PostgresStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
-        let store = PostgresStore { pool };
+        let mut bytes = [0u8; 8];
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut bytes);
+        let instance = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let store = PostgresStore { pool, instance };
         MIGRATOR.run(&store.pool).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
@@ -69,6 +74,53 @@ impl PostgresStore {
         .bind(merged.iter().map(|c| job_state_name(c.state)).collect::<Vec<_>>())
         .bind(rets)
         .bind(merged.iter().map(|c| db_int(c.at_ms)).collect::<Vec<_>>())
+    }
+}
+
+/// Forwards the other masters' announcements to `tx` until its receiver is gone. A lost
+/// connection is made again, followed by a `Resync` (what was announced meanwhile is lost).
+async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::ClusterChange>) {
+    use super::cluster::{Announcement, CHANNEL};
+    const RETRY: Duration = Duration::from_secs(2);
+    let mut first = true;
+    while !tx.is_closed() {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?RETRY, "cannot listen for the other masters' changes");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        if let Err(error) = listener.listen(CHANNEL).await {
+            tracing::warn!(%error, retry_in = ?RETRY, "cannot listen for the other masters' changes");
+            tokio::time::sleep(RETRY).await;
+            continue;
+        }
+        if !std::mem::take(&mut first) && tx.send(super::ClusterChange::Resync).await.is_err() {
+            return;
+        }
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(notification)) => match serde_json::from_str::<Announcement>(notification.payload()) {
+                    Ok(announcement) if announcement.from == me => {}
+                    Ok(announcement) => {
+                        if tx.send(announcement.change).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "an unreadable announcement from another master; ignored"),
+                },
+                Ok(None) => {
+                    tracing::warn!("lost the connection carrying the other masters' changes; listening again");
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "lost the connection carrying the other masters' changes; listening again");
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -197,6 +249,18 @@ impl Store for PostgresStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn announce(&self, change: &super::ClusterChange) -> Result<(), StoreError> {
+        let payload = super::cluster::Announcement::payload(&self.instance, change);
+        sqlx::query("SELECT pg_notify($1, $2)").bind(super::cluster::CHANNEL).bind(payload).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::ClusterChange>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(listen(self.pool.clone(), self.instance.clone(), tx));
+        Some(rx)
     }
 }
 

@@ -1,0 +1,110 @@
+//! Several masters on one store: what one master changes in what every master keeps in memory
+//! (accepted keys, principals) is announced through the store and applied by the others at once,
+//! so rejecting a key through one master cuts the minion's live session on another.
+//!
+//! Jobs, returns and events are not carried here: each master serves the minions and clients
+//! connected to it, from the shared store.
+
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use crate::net::Net;
+use crate::server::Master;
+use crate::sessions::Conn;
+use crate::store::{ClusterChange, Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Announces a change this master made to the others (after it is stored). Not being able
+    /// to is logged, not an error of the request: the change is stored, and a master that
+    /// missed an announcement rereads everything when its listening connection comes back.
+    pub(crate) async fn tell_other_masters(&self, change: ClusterChange) {
+        if let Err(error) = self.store.announce(&change).await {
+            warn!(%error, ?change, "could not tell the other masters of a change");
+        }
+    }
+
+    /// Applies a change another master made.
+    pub(crate) async fn on_cluster_change(&mut self, change: ClusterChange) -> Result<(), StoreError> {
+        match change {
+            ClusterChange::Keys { ids } => {
+                self.reload_accepted().await?;
+                let ids = ids.unwrap_or_else(|| self.sessions.online.keys().cloned().collect());
+                for id in ids {
+                    self.drop_if_unaccepted(&id);
+                }
+            }
+            ClusterChange::Principal { name } => {
+                self.reload_principals().await?;
+                self.drop_clients_if_changed(&name);
+            }
+            ClusterChange::Resync => {
+                info!("rereading keys and principals (changes by other masters may have been missed)");
+                self.reload_accepted().await?;
+                self.reload_principals().await?;
+                let online: Vec<String> = self.sessions.online.keys().cloned().collect();
+                for id in online {
+                    self.drop_if_unaccepted(&id);
+                }
+                let mut principals: Vec<String> = self
+                    .sessions
+                    .conns
+                    .values()
+                    .filter_map(|conn| match conn {
+                        Conn::Client { principal, .. } | Conn::Local { principal, .. } => Some(principal.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                principals.sort();
+                principals.dedup();
+                for name in principals {
+                    self.drop_clients_if_changed(&name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts a minion whose session's key is no longer its accepted one (rejected, deleted,
+    /// replaced by an enrollment elsewhere), and forgets what it announced if it has none.
+    fn drop_if_unaccepted(&mut self, id: &str) {
+        if !self.registry.accepted.contains(id) {
+            self.registry.minions.remove(id);
+            self.pending.minions.remove(id);
+        }
+        let Some(peer) = self.sessions.peer_of(id) else { return };
+        let key = match self.sessions.conns.get(&peer) {
+            Some(Conn::Minion { session, .. }) => *session.peer().identity.as_bytes(),
+            _ => return,
+        };
+        if !self.registry.is_accepted(id, &key) {
+            self.cut_minion(id);
+        }
+    }
+
+    /// Cuts the sessions of a principal that was removed, or whose key or ACL changed (they
+    /// reconnect under the new ACL); root never changes.
+    fn drop_clients_if_changed(&mut self, name: &str) {
+        if name == "root" {
+            return;
+        }
+        let record = self.registry.principals.get(name).cloned();
+        let stale: Vec<_> = self
+            .sessions
+            .clients_of(name)
+            .into_iter()
+            .filter(|peer| match (self.sessions.conns.get(peer), &record) {
+                (_, None) => true,
+                (Some(Conn::Client { acl, session, .. }), Some(record)) => {
+                    session.peer().identity.as_bytes() != &record.public_key || acl.as_deref() != Some(&record.acl)
+                }
+                (Some(Conn::Local { acl, .. }), Some(record)) => acl.as_ref().map(Arc::as_ref) != Some(&record.acl),
+                _ => false,
+            })
+            .collect();
+        for peer in stale {
+            info!(principal = name, "principal changed on another master; disconnecting its session");
+            self.forget(peer, Some("principal changed"));
+        }
+    }
+}
