@@ -208,6 +208,9 @@ impl<S: Store, N: Net> Master<S, N> {
             if self.sessions.online.get(&id) == Some(&peer) {
                 self.sessions.online.remove(&id);
                 self.touch(&id);
+                if self.cluster.shared {
+                    self.pending.left.push(id);
+                }
             }
         }
         self.bus.unsubscribe(peer);

@@ -1,9 +1,7 @@
 //! Several masters on one store: what one master changes in what every master keeps in memory
-//! (accepted keys, principals) is announced through the store and applied by the others at once,
-//! so rejecting a key through one master cuts the minion's live session on another.
-//!
-//! Jobs, returns and events are not carried here: each master serves the minions and clients
-//! connected to it, from the shared store.
+//! is announced through the store and applied by the others at once. Here: accepted keys and
+//! principals (rejecting a key through one master cuts the minion's live session on another),
+//! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`.
 
 use std::sync::Arc;
 
@@ -19,13 +17,22 @@ impl<S: Store, N: Net> Master<S, N> {
     /// to is logged, not an error of the request: the change is stored, and a master that
     /// missed an announcement rereads everything when its listening connection comes back.
     pub(crate) async fn tell_other_masters(&self, change: ClusterChange) {
-        if let Err(error) = self.store.announce(&change).await {
-            warn!(%error, ?change, "could not tell the other masters of a change");
+        if !self.cluster.shared {
+            return;
+        }
+        for part in change.split() {
+            if let Err(error) = self.store.announce(&part).await {
+                warn!(%error, "could not tell the other masters of a change");
+                return;
+            }
         }
     }
 
-    /// Applies a change another master made.
-    pub(crate) async fn on_cluster_change(&mut self, change: ClusterChange) -> Result<(), StoreError> {
+    /// Applies a change the master `from` made.
+    pub(crate) async fn on_cluster_change(&mut self, from: &str, change: ClusterChange) -> Result<(), StoreError> {
+        if change != ClusterChange::Resync {
+            self.cluster.heard_from(from, self.clock.now());
+        }
         match change {
             ClusterChange::Keys { ids } => {
                 self.reload_accepted().await?;
@@ -60,6 +67,24 @@ impl<S: Store, N: Net> Master<S, N> {
                 for name in principals {
                     self.drop_clients_if_changed(&name);
                 }
+                // Who is where, and the jobs published meanwhile.
+                self.tell_other_masters(ClusterChange::RollCall).await;
+                for (record, _) in self.store.unfinished_jobs().await? {
+                    self.adopt_job(&record.jid).await?;
+                }
+            }
+            ClusterChange::Job { jid } => self.adopt_job(&jid).await?,
+            ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states).await?,
+            ClusterChange::Here { ids } => self.arrived_elsewhere(from, ids).await?,
+            ClusterChange::Left { ids } => {
+                for id in ids {
+                    self.cluster.left(&id, from);
+                }
+            }
+            ClusterChange::Alive => {}
+            ClusterChange::RollCall => {
+                let ids = self.sessions.online.keys().cloned().collect();
+                self.tell_other_masters(ClusterChange::Here { ids }).await;
             }
         }
         Ok(())

@@ -24,6 +24,8 @@ mod authz;
 mod bus;
 pub mod clock;
 mod cluster;
+mod cluster_jobs;
+mod cluster_view;
 pub mod config;
 mod deploy;
 pub mod gateway;

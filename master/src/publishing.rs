@@ -153,7 +153,8 @@ impl<S: Store, N: Net> Master<S, N> {
         let mut slots = BTreeMap::new();
         let mut states = Vec::with_capacity(targets.len());
         for id in &targets {
-            let (state, deadline) = if self.sessions.online.contains_key(id) {
+            // A minion another master serves gets the job from it (announced below).
+            let (state, deadline) = if self.sessions.online.contains_key(id) || self.served_elsewhere(id) {
                 (MinionJobState::Sent, Some(run_deadline))
             } else if record.ttl_ms > 0 {
                 (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
@@ -186,6 +187,7 @@ impl<S: Store, N: Net> Master<S, N> {
             None => Vec::new(),
         };
         self.jobs.insert(LiveJob::new(record, slots, watchers));
+        self.tell_other_masters(crate::store::ClusterChange::Job { jid: jid.clone() }).await;
         // Announced once live, so the bus can tell who may see it.
         self.emit(format!("halite/job/{jid}/new"), new_event);
         for (id, state) in states {

@@ -36,7 +36,7 @@ use crate::limits;
 use crate::net::Net;
 use crate::registry::{MinionEntry, Registry};
 use crate::sessions::{Conn, Sessions};
-use crate::store::{MinionRecord, Store, StoreError};
+use crate::store::{ClusterChange, MinionRecord, Store, StoreError};
 use crate::watchers::Watchers;
 use crate::writes::PendingWrites;
 
@@ -65,8 +65,8 @@ pub(crate) enum Input {
     Relay(RelayDone),
     /// Time passed: deadlines, handshake timeouts, retention.
     Tick,
-    /// Another master sharing the store changed keys or principals.
-    Cluster(crate::store::ClusterChange),
+    /// Another master sharing the store announced a change (who, what).
+    Cluster(crate::store::Heard),
 }
 
 /// The master's state; see the module docs.
@@ -96,6 +96,8 @@ pub struct Master<S: Store, N: Net = Router> {
     /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
     /// again as the queue drains ([`Master::send_backlogs`]).
     pub(crate) undelivered: HashMap<String, BTreeSet<String>>,
+    /// The other masters sharing the store, and the minions connected to them.
+    pub(crate) cluster: crate::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
     pub(crate) pending: PendingWrites,
     /// What each watching client is told at the end of the step.
@@ -166,6 +168,7 @@ impl<S: Store, N: Net> Master<S, N> {
             keys_refused: 0,
             pending: PendingWrites::default(),
             undelivered: HashMap::new(),
+            cluster: crate::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
             deploy_jobs: HashMap::new(),
             relay_client: relay::client(),
@@ -200,22 +203,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let (now, wall) = (master.clock.now(), master.clock.wall_ms().max(mark));
         let grace = Duration::from_secs(master.config.timeout_grace_secs);
         for (record, states) in master.store.unfinished_jobs().await? {
-            let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
-            let ttl_left = Duration::from_millis(ttl_left);
-            let run_for = Duration::from_millis(record.timeout_ms) + grace;
-            let minions = states
-                .into_iter()
-                .map(|(minion, state)| {
-                    let deadline = match state {
-                        MinionJobState::Waiting => Some(now + ttl_left),
-                        // The master restarted: give sent jobs a full timeout from now, so
-                        // minions have time to reconnect and deliver their outboxes.
-                        MinionJobState::Sent | MinionJobState::Running => Some(now + run_for),
-                        _ => None,
-                    };
-                    (minion, Slot { state, deadline })
-                })
-                .collect();
+            let minions = loaded_slots(&record, states, now, wall, grace);
             master.jobs.insert(LiveJob::new(record, minions, Vec::new()));
         }
         master.resume_deployments().await?;
@@ -283,6 +271,9 @@ impl<S: Store, N: Net> Master<S, N> {
         let (_cluster_tx, mut cluster) = mpsc::channel(1);
         if let Some(rx) = self.store.changes() {
             cluster = rx;
+            self.cluster = crate::cluster_view::ClusterView::shared();
+            // Who is connected where: every running master answers.
+            self.tell_other_masters(crate::store::ClusterChange::RollCall).await;
         }
         loop {
             let input = tokio::select! {
@@ -326,8 +317,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     warn!(%error, "recording a relay failed");
                 }
             }
-            Input::Cluster(change) => {
-                if let Err(error) = self.on_cluster_change(change).await {
+            Input::Cluster((from, change)) => {
+                if let Err(error) = self.on_cluster_change(&from, change).await {
                     warn!(%error, "store failure while applying another master's change");
                 }
             }
@@ -363,9 +354,20 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn flush(&mut self) {
         if !self.pending.minions.is_empty() {
             let records: Vec<MinionRecord> = self.pending.minions.drain().map(|(_, r)| r).collect();
-            if let Err(error) = self.store.put_minions(&records).await {
-                warn!(%error, minions = records.len(), "recording presence failed");
+            match self.store.put_minions(&records).await {
+                Err(error) => warn!(%error, minions = records.len(), "recording presence failed"),
+                Ok(()) if self.cluster.shared => {
+                    // Stored first, so the other masters read the entries they are told of.
+                    let ids =
+                        records.into_iter().map(|r| r.id).filter(|id| self.sessions.online.contains_key(id)).collect();
+                    self.tell_other_masters(ClusterChange::Here { ids }).await;
+                }
+                Ok(()) => {}
             }
+        }
+        if !self.pending.left.is_empty() {
+            let ids = std::mem::take(&mut self.pending.left);
+            self.tell_other_masters(ClusterChange::Left { ids }).await;
         }
         // Watchers first: what they are told is already decided, and their latency should not
         // include the write. Minions are acknowledged only after it.
@@ -384,6 +386,9 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
+        }
+        if self.cluster.shared {
+            self.tell_slots(&changes).await;
         }
     }
 
@@ -487,7 +492,15 @@ impl<S: Store, N: Net> Master<S, N> {
             self.forget(peer, Some("not accepted"));
         }
         self.send_backlogs();
+        if self.cluster.alive_due(now) {
+            self.tell_other_masters(ClusterChange::Alive).await;
+        }
         for (jid, minion, state) in self.jobs.expired(now) {
+            if self.served_elsewhere(&minion) {
+                // Its master decides the slot; looked at again once it may have gone.
+                self.jobs.set_deadline(&jid, &minion, now + crate::cluster_view::ALIVE_EVERY);
+                continue;
+            }
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
             if let Err(error) = self.set_slot(&jid, &minion, new, None).await {
                 warn!(%error, "recording a deadline failed");
@@ -515,4 +528,31 @@ impl<S: Store, N: Net> Master<S, N> {
             Err(error) => warn!(%error, "purging old jobs failed"),
         }
     }
+}
+
+/// The slots of a job loaded from the store (at start, or published by another master): a
+/// waiting slot gets what is left of its TTL (counted from `wall`, never more than the TTL), a
+/// sent or running one a full timeout from now, so its minion has time to reconnect and
+/// deliver its outbox.
+pub(crate) fn loaded_slots(
+    record: &crate::store::JobRecord,
+    states: Vec<(String, MinionJobState)>,
+    now: Instant,
+    wall: u64,
+    grace: Duration,
+) -> std::collections::BTreeMap<String, Slot> {
+    let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
+    let ttl_left = Duration::from_millis(ttl_left);
+    let run_for = Duration::from_millis(record.timeout_ms) + grace;
+    states
+        .into_iter()
+        .map(|(minion, state)| {
+            let deadline = match state {
+                MinionJobState::Waiting => Some(now + ttl_left),
+                MinionJobState::Sent | MinionJobState::Running => Some(now + run_for),
+                _ => None,
+            };
+            (minion, Slot { state, deadline })
+        })
+        .collect()
 }

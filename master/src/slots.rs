@@ -45,6 +45,13 @@ impl<S: Store, N: Net> Master<S, N> {
         if state != MinionJobState::Running {
             self.record_state(jid, minion, state, ret.clone(), false);
         }
+        self.slot_moved(jid, minion, state, ret);
+        Ok(())
+    }
+
+    /// What follows a slot's move, whichever master decided it: the bus, the deployment riding
+    /// on the job, the job's watchers, and the job's end when every slot is final.
+    pub(crate) fn slot_moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
             if self.deploy_jobs.contains_key(jid) {
@@ -53,7 +60,6 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         self.notify(jid, minion, state, ret);
         self.finish_if_done(jid);
-        Ok(())
     }
 
     /// Queues a state change for the job's watchers; sent batched by [`Master::flush`].

@@ -20,6 +20,8 @@ pub(crate) struct PendingWrites {
     pub(crate) acks: Vec<(PeerId, String)>,
     /// Final slots of deployment jobs, for the deployments to react to after the step.
     pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
+    /// Minions that left this master, for the other masters sharing the store.
+    pub(crate) left: Vec<String>,
 }
 
 impl PendingWrites {

@@ -215,9 +215,14 @@ impl Cluster {
         }
     }
 
+    /// The config file of the master on `port` (this cluster's first or a peer).
+    pub fn config_of(&self, port: u16) -> &Path {
+        self.peers.iter().find(|p| p.port == port).map_or(&self.config, |p| &p.config)
+    }
+
     /// Runs the `halite` CLI against the master on `port` (this cluster's first or a peer).
     pub fn cli_at(&self, port: u16, args: &[&str]) -> Run {
-        let config = self.peers.iter().find(|p| p.port == port).map_or(&self.config, |p| &p.config);
+        let config = self.config_of(port);
         let output = Command::new(self.bins.join("halite"))
             .arg("--config")
             .arg(config)

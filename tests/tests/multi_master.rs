@@ -2,6 +2,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use halite_tests::postgres::fresh_database;
@@ -79,4 +82,112 @@ fn a_key_rejected_through_one_master_cuts_its_minion_on_another_at_once() {
     // It knocks again and is refused: it stays off.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!connected_at(&cluster, second).contains(&"cut1".to_owned()));
+}
+
+/// A cluster of three masters on one PostgreSQL store, with `n` minions spread over them; the
+/// ports, first master first.
+fn three_masters(n: usize) -> (Cluster, [u16; 3], Vec<String>) {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let ports = [cluster.port, cluster.start_peer_master(), cluster.start_peer_master()];
+    let ids: Vec<String> = (0..n).map(|i| format!("w{i:02}")).collect();
+    for id in &ids {
+        cluster.prepare_minion(id, true, "");
+        cluster.set_minion_masters(id, &ports);
+        cluster.start_minion(id);
+    }
+    wait_for("every minion on some master", Duration::from_secs(30), || {
+        let total: usize = ports.iter().map(|&p| connected_at(&cluster, p).len()).sum();
+        (total == n).then_some(())
+    });
+    (cluster, ports, ids)
+}
+
+#[test]
+fn a_job_published_on_one_master_runs_on_minions_connected_to_all_three() {
+    let (cluster, ports, ids) = three_masters(30);
+    for port in ports {
+        assert!(!connected_at(&cluster, port).is_empty(), "the minions spread over every master");
+    }
+    let run = cluster.cli_at(ports[0], &["run", "--out", "json", "w*", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc = run.json();
+    let states: BTreeMap<String, String> = doc["minions"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(id, v)| (id.clone(), v["state"].as_str().unwrap_or_default().to_owned()))
+        .collect();
+    assert_eq!(states.keys().cloned().collect::<Vec<_>>(), ids);
+    assert!(states.values().all(|s| s == "returned"), "{states:?}");
+    // Grain and list targets resolve on any master too.
+    let run = cluster.cli_at(ports[2], &["run", "--out", "json", "-L", "w00,w29", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["minions"].as_object().unwrap().len(), 2);
+}
+
+#[test]
+fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_one_once() {
+    let (mut cluster, [a, b, c], ids) = three_masters(12);
+    let on_b = connected_at(&cluster, b);
+    assert!(!on_b.is_empty(), "some minions are on the master to be killed");
+    // A watcher on the third master: every job return the bus carries there.
+    let mut watcher = Command::new(cluster.bins().join("halite"))
+        .arg("--config")
+        .arg(cluster.config_of(c))
+        .args(["events", "--out", "ndjson", "halite/job/*/ret/*"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        let stdout = watcher.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let ran = cluster.dir.join("ran.log");
+    let script = format!("sleep 3; echo ran >> {}", ran.display());
+    let published = cluster.cli_at(a, &["run", "--async", "-t", "30s", "w*", "cmd.run", &script, "shell=true"]);
+    assert_eq!(published.code, 0, "{}", published.stderr);
+    let jid = published.stdout.trim().to_owned();
+    std::thread::sleep(Duration::from_millis(800));
+    cluster.kill_peer_master(b);
+
+    wait_for("every slot final", Duration::from_secs(40), || {
+        let states = cluster.job_states(&jid);
+        (states.len() == ids.len() && states.iter().all(|(_, s)| s == "returned")).then_some(())
+    });
+    for id in &on_b {
+        assert!(
+            connected_at(&cluster, a).contains(id) || connected_at(&cluster, c).contains(id),
+            "{id} moved to a live master"
+        );
+    }
+    let text = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(text.lines().count(), ids.len(), "each minion ran the job exactly once");
+    wait_for("the watcher to see every return", Duration::from_secs(10), || {
+        let seen = lines.lock().unwrap().iter().filter(|l| l.contains(&jid)).count();
+        (seen >= ids.len()).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut seen: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|e| e["tag"].as_str().map(str::to_owned))
+        .filter(|tag| tag.contains(&jid))
+        .collect();
+    seen.sort();
+    let expected: Vec<String> = ids.iter().map(|id| format!("halite/job/{jid}/ret/{id}")).collect();
+    assert_eq!(seen, expected, "every final state, once each");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    let _ = reader.join();
 }

@@ -3,11 +3,13 @@
 
 #![cfg(test)]
 
-use halite_protocol::message::{KeyState, PrincipalAcl};
+use std::time::Duration;
+
+use halite_protocol::message::{KeyState, Message, MinionJobState, PrincipalAcl};
 
 use super::Sim;
 use crate::server::Input;
-use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, Store};
+use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, StateChange, Store};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -21,7 +23,8 @@ fn a_key_rejected_on_another_master_cuts_the_minion_here_and_the_others_stay() {
         let web2 = sim.minion("web2").await;
         let key = sim.store().keys_for("web1").await.unwrap().remove(0);
         sim.store().put_key(&KeyRecord { state: KeyState::Rejected, ..key }, 1).await.unwrap();
-        sim.step(Input::Cluster(ClusterChange::Keys { ids: Some(vec!["web1".into(), "web2".into()]) })).await;
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Keys { ids: Some(vec!["web1".into(), "web2".into()]) })))
+            .await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("key no longer accepted"));
         assert_eq!(sim.net.closed(web2.peer), None, "web2's key did not change");
         assert!(!sim.master.registry.accepted.contains("web1"));
@@ -37,7 +40,7 @@ fn a_key_replaced_by_an_enrollment_elsewhere_cuts_the_old_session_after_a_resync
         sim.store().create_token(&[7; 32], "web1", u64::MAX).await.unwrap();
         assert!(sim.store().enroll_with_token(&[7; 32], "web1", &[9; 32], 1).await.unwrap());
         // The announcement was lost with the listening connection: the resync still finds it.
-        sim.step(Input::Cluster(ClusterChange::Resync)).await;
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("key no longer accepted"));
         assert!(sim.master.registry.is_accepted("web1", &[9; 32]));
     });
@@ -56,7 +59,7 @@ fn a_principal_removed_or_narrowed_on_another_master_loses_its_sessions_here() {
         narrowed.acl.rules[0].functions = vec!["test.version".into()];
         sim.store().put_principal(&narrowed, 2).await.unwrap();
         for name in ["heat", "trove", "murano"] {
-            sim.step(Input::Cluster(ClusterChange::Principal { name: name.into() })).await;
+            sim.step(Input::Cluster(("b".into(), ClusterChange::Principal { name: name.into() }))).await;
         }
         assert_eq!(sim.net.closed(heat.peer).as_deref(), Some("principal changed"));
         assert_eq!(sim.net.closed(trove.peer).as_deref(), Some("principal changed"));
@@ -64,5 +67,120 @@ fn a_principal_removed_or_narrowed_on_another_master_loses_its_sessions_here() {
         assert!(!sim.master.registry.principals.contains_key("heat"));
         let held: Option<&PrincipalRecord> = sim.master.registry.principals.get("trove");
         assert_eq!(held.map(|p| p.acl.rules[0].functions.clone()), Some(vec!["test.version".to_owned()]));
+    });
+}
+
+/// A minion connected to master "b" only: its key and entry are in the shared store, and b has
+/// announced it.
+async fn served_by_b(sim: &mut Sim, id: &str) {
+    let key = halite_protocol::identity::IdentityKey::from_seed(&super::seed_of(id));
+    let record = KeyRecord { id: id.into(), public_key: *key.public().as_bytes(), state: KeyState::Accepted };
+    sim.store().put_key(&record, 1).await.unwrap();
+    let entry = crate::store::MinionRecord {
+        id: id.into(),
+        grains: [("role".to_owned(), serde_json::json!("db"))].into(),
+        functions: vec!["test.ping".into()],
+        last_seen_ms: 1,
+    };
+    sim.store().put_minions(&[entry]).await.unwrap();
+    sim.step(Input::Cluster(("b".into(), ClusterChange::Keys { ids: Some(vec![id.into()]) }))).await;
+    sim.step(Input::Cluster(("b".into(), ClusterChange::Here { ids: vec![id.into()] }))).await;
+}
+
+#[test]
+fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_return() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        served_by_b(&mut sim, "db9").await;
+        // Targets resolve against the grains db9 announced on b.
+        let mut root = sim.root().await;
+        let target = halite_protocol::message::Target {
+            kind: halite_protocol::message::TargetKind::Grain,
+            expr: "role:db".into(),
+        };
+        let jid = sim.publish_to(&mut root, target, "test.ping", 1_000, 0).await.unwrap();
+        let detail = sim.store().job(&jid).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::Sent, "not offline: b serves it");
+        // Past the timeout, b still alive: b decides the slot, not this master.
+        for _ in 0..20 {
+            sim.advance(Duration::from_secs(1)).await;
+            sim.step(Input::Cluster(("b".into(), ClusterChange::Alive))).await;
+        }
+        assert_eq!(sim.master.jobs.state(&jid, "db9"), Some(MinionJobState::Sent));
+        // b stores the return, then announces it: the watcher here gets it, and the job's end.
+        let ret = super::ret(&jid);
+        let change = StateChange {
+            jid: jid.clone(),
+            minion: "db9".into(),
+            state: MinionJobState::Returned,
+            ret: Some(halite_protocol::message::JobReturn { minion: "db9".into(), ..ret }),
+            at_ms: 5,
+            late: false,
+        };
+        sim.store().set_states(&[change]).await.unwrap();
+        let states = vec![("db9".to_owned(), MinionJobState::Returned)];
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states }))).await;
+        let messages = root.recv(&sim);
+        let update = messages.iter().find_map(|m| match m {
+            Message::JobUpdates(u) => u.updates.iter().find(|u| u.minion == "db9").cloned(),
+            Message::JobUpdate(u) if u.minion == "db9" => Some(u.clone()),
+            _ => None,
+        });
+        let update = update.expect("an update for db9");
+        assert_eq!(update.state, MinionJobState::Returned);
+        assert!(update.ret.is_some(), "the return, read from the store");
+        assert!(messages.iter().any(|m| matches!(m, Message::JobDone(d) if d.jid == jid)));
+    });
+}
+
+#[test]
+fn a_slot_whose_master_went_silent_times_out_here() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        served_by_b(&mut sim, "db9").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "db9", "test.ping", 1_000, 0).await.unwrap();
+        // b is never heard from again (killed): once it counts as gone, the deadline applies.
+        sim.advance(Duration::from_secs(12)).await;
+        assert_eq!(sim.master.jobs.state(&jid, "db9"), None, "the job ended");
+        let detail = sim.store().job(&jid).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::TimedOut);
+    });
+}
+
+#[test]
+fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut web1 = sim.minion("web1").await;
+        // Master b published a job to web1 (stored by b), then announced it.
+        let mut job = crate::store::test_job("20261122000000000042", crate::clock::Clock::wall_ms(&sim.clock));
+        job.signed = halite_protocol::message::SignedJob::sign(
+            &halite_protocol::message::Job {
+                jid: job.jid.clone(),
+                function: "test.ping".into(),
+                args: Vec::new(),
+                kwargs: Default::default(),
+                timeout_ms: 1_000,
+                issued_at_ms: job.created_at_ms,
+                ttl_ms: 0,
+                caller: "root".into(),
+                reach: None,
+            },
+            sim.master.identity.key(),
+        );
+        sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
+        let sent = web1.jobs(&sim);
+        assert_eq!(sent.len(), 1, "the job reached the minion connected here");
+        // Its return is stored and acknowledged here, and announced for b's watchers.
+        let ret = halite_protocol::message::JobReturn { minion: "web1".into(), ..super::ret(&job.jid) };
+        web1.send(&mut sim, &Message::JobReturn(ret)).await;
+        assert!(web1.recv(&sim).iter().any(|m| matches!(m, Message::ReturnAck(a) if a.jid == job.jid)));
+        let detail = sim.store().job(&job.jid).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::Returned);
     });
 }

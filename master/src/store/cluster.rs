@@ -1,7 +1,10 @@
 //! What one master tells the others that share its store: changes to what every master keeps
-//! in memory (accepted keys, principals) so each applies them at once, whichever master made
-//! them. PostgreSQL carries them with NOTIFY; a SQLite store has one master and carries nothing.
+//! in memory (accepted keys, principals, live jobs, who is connected where) so each applies them
+//! at once, whichever master made them. PostgreSQL carries them with NOTIFY; a SQLite store has
+//! one master and carries nothing. Every announcement is sent after what it describes is stored:
+//! it says "read this", never carries data the store does not have.
 
+use halite_protocol::message::MinionJobState;
 use serde::{Deserialize, Serialize};
 
 /// A change another master made in the store.
@@ -22,13 +25,44 @@ pub enum ClusterChange {
     /// Changes may have been missed (the connection carrying them was lost): reread
     /// everything they cover.
     Resync,
+    /// A job was published: the masters its minions are connected to send it to them.
+    Job {
+        /// The job.
+        jid: String,
+    },
+    /// Slots of a job moved (stored, returns included).
+    Slots {
+        /// The job.
+        jid: String,
+        /// Each minion's new state.
+        states: Vec<(String, MinionJobState)>,
+    },
+    /// These minions are connected to the announcing master (their entries are stored).
+    Here {
+        /// The minions.
+        ids: Vec<String>,
+    },
+    /// These minions left the announcing master.
+    Left {
+        /// The minions.
+        ids: Vec<String>,
+    },
+    /// The announcing master is alive (sent every few seconds; a master not heard from for a
+    /// while is taken as gone, with the minions it served).
+    Alive,
+    /// A master started (or lost track): every master announces the minions connected to it.
+    RollCall,
 }
+
+/// A change and the master that announced it.
+pub type Heard = (String, ClusterChange);
 
 /// The NOTIFY channel every master of a cluster listens on.
 pub(crate) const CHANNEL: &str = "halite_cluster";
 
 /// Payloads stay well below PostgreSQL's 8,000-byte NOTIFY limit: a change naming more
-/// minions than fit is sent as "reread them all".
+/// minions than fit is sent as "reread them all" (keys), or split by the master (lists of
+/// minions and slots, [`ClusterChange::split`]).
 pub(crate) const MAX_PAYLOAD: usize = 7_000;
 
 /// A change on the wire, with the master that made it (so it ignores its own).
@@ -37,6 +71,27 @@ pub(crate) struct Announcement {
     pub(crate) from: String,
     #[serde(flatten)]
     pub(crate) change: ClusterChange,
+}
+
+impl ClusterChange {
+    /// Lists of minions or slots cut into changes that each fit one announcement.
+    pub fn split(self) -> Vec<ClusterChange> {
+        /// Ids are at most 255 bytes; slots add a state name.
+        const PER_CHANGE: usize = 20;
+        match self {
+            ClusterChange::Here { ids } => {
+                ids.chunks(PER_CHANGE).map(|c| ClusterChange::Here { ids: c.to_vec() }).collect()
+            }
+            ClusterChange::Left { ids } => {
+                ids.chunks(PER_CHANGE).map(|c| ClusterChange::Left { ids: c.to_vec() }).collect()
+            }
+            ClusterChange::Slots { jid, states } => states
+                .chunks(PER_CHANGE)
+                .map(|c| ClusterChange::Slots { jid: jid.clone(), states: c.to_vec() })
+                .collect(),
+            other => vec![other],
+        }
+    }
 }
 
 impl Announcement {
@@ -69,5 +124,23 @@ mod tests {
         let text = Announcement::payload("m1", &many);
         assert!(text.len() <= MAX_PAYLOAD);
         assert_eq!(serde_json::from_str::<Announcement>(&text).unwrap().change, ClusterChange::Keys { ids: None });
+    }
+
+    #[test]
+    fn lists_split_into_announcements_that_each_fit() {
+        let id = "m".repeat(255);
+        let here = ClusterChange::Here { ids: vec![id.clone(); 101] }.split();
+        assert_eq!(here.len(), 6);
+        let slots = ClusterChange::Slots {
+            jid: "20261122000000000001".into(),
+            states: vec![(id, MinionJobState::Returned); 45],
+        }
+        .split();
+        assert_eq!(slots.len(), 3);
+        for change in here.iter().chain(&slots) {
+            let text = Announcement::payload(&"f".repeat(16), change);
+            assert!(text.len() <= MAX_PAYLOAD, "{}", text.len());
+            assert_eq!(&serde_json::from_str::<Announcement>(&text).unwrap().change, change, "not shortened");
+        }
     }
 }

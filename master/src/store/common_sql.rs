@@ -313,6 +313,38 @@ macro_rules! common_store_methods {
             .collect()
     }
 
+    async fn minion(&self, id: &str) -> Result<Option<$crate::store::MinionRecord>, $crate::store::StoreError> {
+        let row = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.map(|row| {
+            Ok($crate::store::MinionRecord {
+                id: row.try_get("id")?,
+                grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
+                functions: $crate::store::records::json(&row.try_get::<String, _>("functions")?)?,
+                last_seen_ms: ms(row.try_get("last_seen")?),
+            })
+        })
+        .transpose()
+    }
+
+    async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {
+        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()).await?
+        else {
+            return Ok(None);
+        };
+        let job = job_from_row(&row)?;
+        let states = sqlx::query(&$sql("SELECT minion, state FROM job_minions WHERE jid = ? ORDER BY minion"))
+            .bind(jid)
+            .fetch_all(self.pool())
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get("minion")?, $crate::store::records::job_state(&r.try_get::<String, _>("state")?)?)))
+            .collect::<Result<Vec<_>, $crate::store::StoreError>>()?;
+        Ok(Some((job, states)))
+    }
+
     async fn delete_minion(&self, id: &str) -> Result<(), $crate::store::StoreError> {
         sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(self.pool()).await?;
         Ok(())

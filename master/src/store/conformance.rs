@@ -125,7 +125,9 @@ pub(crate) async fn minions<S: Store>(store: S) {
     store.put_minions(&[minion("web1", 9)]).await.unwrap();
     assert_eq!(store.minions().await.unwrap(), vec![minion("db1", 6), minion("web1", 9)], "sorted, replaced");
     store.put_minions(&[]).await.unwrap();
+    assert_eq!(store.minion("web1").await.unwrap(), Some(minion("web1", 9)));
     store.delete_minion("web1").await.unwrap();
+    assert_eq!(store.minion("web1").await.unwrap(), None);
     store.delete_minion("web1").await.unwrap();
     assert_eq!(store.minions().await.unwrap(), vec![minion("db1", 6)]);
 }
@@ -201,10 +203,16 @@ pub(crate) async fn later_changes_win_and_returns_stay<S: Store>(store: S) {
         ])
         .await
         .unwrap();
-    // A later change without a return keeps the stored one.
+    // A final state, once stored, is kept: the first master to decide a slot wins (several
+    // masters sharing a store may each decide one), and its return stays.
     store.set_states(&[change("1", "web1", MinionJobState::TimedOut, None, false)]).await.unwrap();
+    store.set_states(&[change("1", "web1", MinionJobState::Sent, None, false)]).await.unwrap();
     let m = store.job("1").await.unwrap().unwrap().minions.remove(0);
-    assert_eq!((m.state, m.ret.as_ref(), m.late), (MinionJobState::TimedOut, Some(&first), false));
+    assert_eq!((m.state, m.ret.as_ref(), m.late), (MinionJobState::Failed, Some(&first), false));
+    // One job's slots and record, as a master that did not publish it loads it.
+    let (record, states) = store.live_job("1").await.unwrap().unwrap();
+    assert_eq!((record, states), (job("1", 1), vec![("web1".to_owned(), MinionJobState::Failed)]));
+    assert!(store.live_job("none").await.unwrap().is_none());
 
     // A late return is kept beside the final state, only if none is stored yet.
     store.insert_job(&job("2", 2), &[("web1".to_owned(), MinionJobState::TimedOut)]).await.unwrap();

@@ -24,7 +24,9 @@ use halite_protocol::message::{
     JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, PrincipalAcl, SignedJob, Target, Value,
 };
 
-pub use cluster::ClusterChange;
+pub use cluster::{ClusterChange, Heard};
+#[cfg(test)]
+pub(crate) use conformance::job as test_job;
 pub use deploy::{DeployStore, DeploymentRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
@@ -205,6 +207,8 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn minions(&self) -> impl Future<Output = Result<Vec<MinionRecord>, StoreError>> + Send;
     /// Inserts or replaces minions' entries, in one transaction.
     fn put_minions(&self, minions: &[MinionRecord]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// One minion's entry (another master wrote it when the minion connected there).
+    fn minion(&self, id: &str) -> impl Future<Output = Result<Option<MinionRecord>, StoreError>> + Send;
     /// Removes a minion's entry.
     fn delete_minion(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Records a new job and every targeted minion's first state.
@@ -214,7 +218,8 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         states: &[(String, MinionJobState)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Applies state changes in one transaction, in order (a later change for the same job and
-    /// minion wins; a return, once recorded, is kept).
+    /// minion wins; a return, once recorded, is kept). A slot already in a final state keeps it:
+    /// of several masters deciding one slot, the first to store its decision wins.
     fn set_states(&self, changes: &[StateChange]) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The newest jobs, newest first, older than the jid `before` when given (a cursor for
     /// paging); with their minions' ids when `with_minions` (to decide who may see them).
@@ -226,6 +231,9 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<JobListing>, StoreError>> + Send;
     /// One job in detail.
     fn job(&self, jid: &str) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
+    /// One job as a master that did not publish it needs it: the record (with the signed job)
+    /// and every minion's state.
+    fn live_job(&self, jid: &str) -> impl Future<Output = Result<Option<UnfinishedJob>, StoreError>> + Send;
     /// Jobs with at least one minion not in a final state, with every minion's state.
     fn unfinished_jobs(&self) -> impl Future<Output = Result<Vec<UnfinishedJob>, StoreError>> + Send;
     /// Every principal.
@@ -257,9 +265,9 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         let _ = change;
         async { Ok(()) }
     }
-    /// The changes other masters announce, as they come, once per store (`None` on a store
-    /// one master uses alone).
-    fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<ClusterChange>> {
+    /// The changes other masters announce, with who announced them, as they come, once per
+    /// store (`None` on a store one master uses alone).
+    fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Heard>> {
         None
     }
 }

@@ -67,7 +67,7 @@ impl PostgresStore {
         sqlx::query(
             "UPDATE job_minions j SET state = v.state, ret = COALESCE(v.ret, j.ret), updated_at = v.at \
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) AS v(jid, minion, state, ret, at) \
-             WHERE j.jid = v.jid AND j.minion = v.minion",
+             WHERE j.jid = v.jid AND j.minion = v.minion AND j.state IN ('waiting', 'sent', 'running')",
         )
         .bind(merged.iter().map(|c| c.jid.clone()).collect::<Vec<_>>())
         .bind(merged.iter().map(|c| c.minion.clone()).collect::<Vec<_>>())
@@ -79,7 +79,7 @@ impl PostgresStore {
 
 /// Forwards the other masters' announcements to `tx` until its receiver is gone. A lost
 /// connection is made again, followed by a `Resync` (what was announced meanwhile is lost).
-async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::ClusterChange>) {
+async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::Heard>) {
     use super::cluster::{Announcement, CHANNEL};
     const RETRY: Duration = Duration::from_secs(2);
     let mut first = true;
@@ -97,7 +97,7 @@ async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::C
             tokio::time::sleep(RETRY).await;
             continue;
         }
-        if !std::mem::take(&mut first) && tx.send(super::ClusterChange::Resync).await.is_err() {
+        if !std::mem::take(&mut first) && tx.send((me.clone(), super::ClusterChange::Resync)).await.is_err() {
             return;
         }
         loop {
@@ -105,7 +105,7 @@ async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::C
                 Ok(Some(notification)) => match serde_json::from_str::<Announcement>(notification.payload()) {
                     Ok(announcement) if announcement.from == me => {}
                     Ok(announcement) => {
-                        if tx.send(announcement.change).await.is_err() {
+                        if tx.send((announcement.from, announcement.change)).await.is_err() {
                             return;
                         }
                     }
@@ -257,7 +257,7 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::ClusterChange>> {
+    fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::Heard>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         tokio::spawn(listen(self.pool.clone(), self.instance.clone(), tx));
         Some(rx)

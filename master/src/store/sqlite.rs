@@ -24,7 +24,8 @@ fn state_rows_sql(rows: usize) -> String {
     format!(
         "WITH v(jid, minion, state, ret, at) AS (VALUES {values}) \
          UPDATE job_minions SET state = v.state, ret = COALESCE(v.ret, job_minions.ret), updated_at = v.at \
-         FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion"
+         FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion \
+         AND job_minions.state IN ('waiting', 'sent', 'running')"
     )
 }
 

@@ -1,0 +1,108 @@
+//! Jobs across the masters sharing a store. Each master serves the minions connected to it:
+//! a job published on one master is announced (`Job`), and every master loads it from the store
+//! and sends it to its own targeted minions; the slots each master decides are stored, then
+//! announced (`Slots`), so every master's copy of the job (its watchers, its bus, its end) moves
+//! with them. Presence (`Here`, `Left`, `Alive`) tells a master which minions are served
+//! elsewhere: it neither reports them offline nor times out their slots while their master is
+//! alive. Of two masters deciding one slot, the store keeps the first final state.
+
+use halite_protocol::message::MinionJobState;
+use tracing::debug;
+
+use crate::jobs::LiveJob;
+use crate::net::Net;
+use crate::registry::MinionEntry;
+use crate::server::{loaded_slots, Master};
+use crate::store::{ClusterChange, StateChange, Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Whether `minion` is served by another live master (and not by this one).
+    pub(crate) fn served_elsewhere(&self, minion: &str) -> bool {
+        !self.sessions.online.contains_key(minion) && self.cluster.master_of(minion, self.clock.now()).is_some()
+    }
+
+    /// Loads a job another master published (or this one has lost track of) and sends it to
+    /// the targeted minions connected here.
+    pub(crate) async fn adopt_job(&mut self, jid: &str) -> Result<(), StoreError> {
+        if self.jobs.get(jid).is_some() {
+            return Ok(());
+        }
+        let Some((record, states)) = self.store.live_job(jid).await? else { return Ok(()) };
+        if states.iter().all(|(_, state)| state.is_final()) {
+            return Ok(());
+        }
+        let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
+        let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
+        let here: Vec<String> = slots.keys().filter(|id| self.sessions.online.contains_key(*id)).cloned().collect();
+        debug!(jid, minions_here = here.len(), "job published on another master");
+        self.jobs.insert(LiveJob::new(record, slots, Vec::new()));
+        for minion in here {
+            if let Some(peer) = self.sessions.peer_of(&minion) {
+                self.deliver(jid, &minion, peer).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Slots another master decided (and stored): this master's copy of the job follows, with
+    /// the returns read from the store for its watchers and bus.
+    pub(crate) async fn apply_remote_slots(
+        &mut self,
+        jid: &str,
+        states: Vec<(String, MinionJobState)>,
+    ) -> Result<(), StoreError> {
+        if self.jobs.get(jid).is_none() {
+            // Not known here yet (the announcements crossed): loaded as stored, these included.
+            return self.adopt_job(jid).await;
+        }
+        let mut detail = None;
+        for (minion, state) in states {
+            if self.jobs.state(jid, &minion).is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {
+                continue;
+            }
+            let ret = if state.is_final() {
+                if detail.is_none() {
+                    detail = self.store.job(jid).await?;
+                }
+                detail.as_ref().and_then(|d| d.minions.iter().find(|m| m.minion == minion)).and_then(|m| m.ret.clone())
+            } else {
+                None
+            };
+            self.slot_moved(jid, &minion, state, ret);
+        }
+        Ok(())
+    }
+
+    /// Announces the slots this master just stored, job by job.
+    pub(crate) async fn tell_slots(&self, changes: &[StateChange]) {
+        let mut by_job: Vec<(String, Vec<(String, MinionJobState)>)> = Vec::new();
+        for change in changes.iter().filter(|c| !c.late) {
+            match by_job.iter_mut().find(|(jid, _)| *jid == change.jid) {
+                Some((_, states)) => states.push((change.minion.clone(), change.state)),
+                None => by_job.push((change.jid.clone(), vec![(change.minion.clone(), change.state)])),
+            }
+        }
+        for (jid, states) in by_job {
+            self.tell_other_masters(ClusterChange::Slots { jid, states }).await;
+        }
+    }
+
+    /// Minions connected to `master`: noted, and their entries (grains) reread, so targets
+    /// resolve against what they announced there.
+    pub(crate) async fn arrived_elsewhere(&mut self, master: &str, ids: Vec<String>) -> Result<(), StoreError> {
+        for id in ids {
+            self.cluster.arrived(&id, master);
+            if let Some(record) = self.store.minion(&id).await? {
+                self.registry.minions.insert(
+                    id,
+                    MinionEntry {
+                        grains: record.grains,
+                        functions: record.functions,
+                        last_seen_ms: record.last_seen_ms,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! What a master knows of the other masters sharing its store: which of them it has heard from
+//! lately, and which minions are connected to which. Pure state, fed by announcements and the
+//! clock; a master not heard from for [`GONE_AFTER`] is taken as gone, with its minions.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How often a master says it is alive.
+pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(2);
+
+/// Silence after which a master is taken as gone (three missed heartbeats).
+pub(crate) const GONE_AFTER: Duration = Duration::from_secs(6);
+
+/// The other masters and the minions connected to them.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterView {
+    /// Whether other masters may exist at all (the store carries announcements).
+    pub(crate) shared: bool,
+    /// When each master was last heard from.
+    heard: HashMap<String, Instant>,
+    /// Which master each minion connected elsewhere is on.
+    elsewhere: HashMap<String, String>,
+    /// When this master last said it is alive.
+    pub(crate) last_alive: Option<Instant>,
+}
+
+impl ClusterView {
+    /// A store other masters may share.
+    pub(crate) fn shared() -> Self {
+        ClusterView { shared: true, ..ClusterView::default() }
+    }
+
+    /// Anything from `master` shows it is alive.
+    pub(crate) fn heard_from(&mut self, master: &str, now: Instant) {
+        self.heard.insert(master.to_owned(), now);
+    }
+
+    /// `minion` is connected to `master`.
+    pub(crate) fn arrived(&mut self, minion: &str, master: &str) {
+        self.elsewhere.insert(minion.to_owned(), master.to_owned());
+    }
+
+    /// `minion` left `master` (a later arrival elsewhere is kept).
+    pub(crate) fn left(&mut self, minion: &str, master: &str) {
+        if self.elsewhere.get(minion).is_some_and(|m| m == master) {
+            self.elsewhere.remove(minion);
+        }
+    }
+
+    /// The live master `minion` is connected to, if another one.
+    pub(crate) fn master_of(&self, minion: &str, now: Instant) -> Option<&str> {
+        let master = self.elsewhere.get(minion)?;
+        let heard = self.heard.get(master)?;
+        (now.saturating_duration_since(*heard) < GONE_AFTER).then_some(master.as_str())
+    }
+
+    /// Whether it is time to say this master is alive (and notes that it does).
+    pub(crate) fn alive_due(&mut self, now: Instant) -> bool {
+        let due = self.shared && self.last_alive.is_none_or(|t| now.saturating_duration_since(t) >= ALIVE_EVERY);
+        if due {
+            self.last_alive = Some(now);
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minion_is_elsewhere_while_its_master_is_heard_from() {
+        let start = Instant::now();
+        let mut view = ClusterView::shared();
+        view.heard_from("b", start);
+        view.arrived("web1", "b");
+        assert_eq!(view.master_of("web1", start + Duration::from_secs(5)), Some("b"));
+        assert_eq!(view.master_of("web1", start + GONE_AFTER), None, "b went silent: gone");
+        view.heard_from("b", start + GONE_AFTER);
+        assert_eq!(view.master_of("web1", start + GONE_AFTER), Some("b"));
+        // It moved to c before b's departure notice arrived: the move stands.
+        view.heard_from("c", start + GONE_AFTER);
+        view.arrived("web1", "c");
+        view.left("web1", "b");
+        assert_eq!(view.master_of("web1", start + GONE_AFTER), Some("c"));
+        view.left("web1", "c");
+        assert_eq!(view.master_of("web1", start + GONE_AFTER), None);
+    }
+
+    #[test]
+    fn heartbeats_are_due_every_few_seconds_only_when_shared() {
+        let start = Instant::now();
+        let mut alone = ClusterView::default();
+        assert!(!alone.alive_due(start));
+        let mut view = ClusterView::shared();
+        assert!(view.alive_due(start));
+        assert!(!view.alive_due(start + Duration::from_secs(1)));
+        assert!(view.alive_due(start + ALIVE_EVERY));
+    }
+}
