@@ -68,24 +68,31 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects and authenticates.
+    /// Connects and authenticates, to the first of the configured masters that answers.
     pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
-        let addr = config.master.clone();
-        let timeout = config.connect_timeout;
-        match tokio::time::timeout(timeout, Self::handshake(config)).await {
-            Ok(result) => result,
-            Err(_) => Err(ClientError::Connect { addr, reason: format!("no answer within {} s", timeout.as_secs()) }),
+        let mut failures = Vec::new();
+        for addr in &config.masters {
+            let timeout = config.connect_timeout;
+            let attempt = tokio::time::timeout(timeout, Self::handshake(config.clone(), addr.clone())).await;
+            match attempt {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(ClientError::Connect { reason, .. })) => failures.push(format!("{addr}: {reason}")),
+                Ok(Err(other)) => return Err(other),
+                Err(_) => failures.push(format!("{addr}: no answer within {} s", timeout.as_secs())),
+            }
         }
+        let addr = config.masters.join(", ");
+        let reason = if failures.is_empty() { "no master address given".to_owned() } else { failures.join("; ") };
+        Err(ClientError::Connect { addr, reason })
     }
 
-    async fn handshake(config: ClientConfig) -> Result<Client, ClientError> {
-        let addr = config.master.clone();
+    async fn handshake(config: ClientConfig, addr: String) -> Result<Client, ClientError> {
         let fail = |reason: String| ClientError::Connect { addr: addr.clone(), reason };
         let identity = LocalIdentity::new(config.key).map_err(|e| fail(e.to_string()))?;
         // A master that is down refuses at once: say so at once, instead of letting the
         // socket retry quietly until the connect timeout.
-        drop(tokio::net::TcpStream::connect(&config.master).await.map_err(|e| fail(e.to_string()))?);
-        let mut dealer = Dealer::connect(config.master.clone(), DealerConfig::default());
+        drop(tokio::net::TcpStream::connect(&addr).await.map_err(|e| fail(e.to_string()))?);
+        let mut dealer = Dealer::connect(addr.clone(), DealerConfig::default());
         loop {
             match dealer.recv().await {
                 Some(DealerEvent::Connected(_)) => break,
@@ -111,14 +118,8 @@ impl Client {
         let verdict = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
         let session = awaiting.read_verdict(&verdict, Instant::now()).map_err(|e| fail(e.to_string()))?;
         dealer.mark_authenticated().await.map_err(|e| fail(e.to_string()))?;
-        let mut client = Client {
-            dealer,
-            session,
-            addr: config.master,
-            next_request: 1,
-            inbox: VecDeque::new(),
-            finals: HashMap::new(),
-        };
+        let mut client =
+            Client { dealer, session, addr, next_request: 1, inbox: VecDeque::new(), finals: HashMap::new() };
         let hello = ClientHello { principal: config.principal, version: env!("CARGO_PKG_VERSION").into() };
         client.send(&Message::ClientHello(hello)).await?;
         match client.recv().await? {

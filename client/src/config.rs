@@ -12,8 +12,9 @@ use crate::ClientError;
 /// What a client needs to connect.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// Master address, `host:port`.
-    pub master: String,
+    /// Master addresses, `host:port`: one, or a cluster's masters (sharing one store), tried in
+    /// order until one answers.
+    pub masters: Vec<String>,
     /// The master's key, pinned.
     pub master_key: PublicIdentity,
     /// Our principal key.
@@ -43,8 +44,8 @@ fn default_listen() -> String {
 
 impl ClientConfig {
     /// A principal other than root: its name and key, and the master's address and key.
-    pub fn principal(master: String, master_key: PublicIdentity, key: IdentityKey, name: &str) -> Self {
-        ClientConfig { master, master_key, key, principal: name.to_owned(), connect_timeout: Duration::from_secs(10) }
+    pub fn principal(masters: Vec<String>, master_key: PublicIdentity, key: IdentityKey, name: &str) -> Self {
+        ClientConfig { masters, master_key, key, principal: name.to_owned(), connect_timeout: Duration::from_secs(10) }
     }
 
     /// The root principal on the master's own host: reads the master config for its state
@@ -52,7 +53,27 @@ impl ClientConfig {
     pub fn from_master_config(path: &Path) -> Result<Self, ClientError> {
         let (master, master_key, state_dir) = Self::locate_master(path)?;
         let key = keyfile::read_secret(&state_dir.join("root.key")).map_err(|e| ClientError::Config(e.to_string()))?;
-        Ok(ClientConfig { master, master_key, key, principal: "root".into(), connect_timeout: Duration::from_secs(10) })
+        Ok(ClientConfig {
+            masters: vec![master],
+            master_key,
+            key,
+            principal: "root".into(),
+            connect_timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// A master's public key given as 64 hex digits, or as the path of its `master.pub`.
+    pub fn parse_master_key(text: &str) -> Result<PublicIdentity, ClientError> {
+        let text = text.trim();
+        if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let bytes: Vec<u8> = (0..32)
+                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
+                .collect::<Result<_, _>>()
+                .map_err(|e| ClientError::Config(format!("master key: {e}")))?;
+            return PublicIdentity::from_bytes(&bytes).map_err(|e| ClientError::Config(format!("master key: {e}")));
+        }
+        keyfile::read_public(Path::new(text))
+            .map_err(|e| ClientError::Config(format!("master key {text:?}: not 64 hex digits, and as a file: {e}")))
     }
 
     /// The master's address, public key and state directory, read through its config file.

@@ -191,3 +191,61 @@ fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_on
     let _ = watcher.wait();
     let _ = reader.join();
 }
+
+#[test]
+fn a_remote_client_given_the_masters_reaches_a_live_one() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let (first, second) = (cluster.port, cluster.start_peer_master());
+    let keys = cluster.dir.join("keys");
+    let added = cluster.cli(&[
+        "principal",
+        "add",
+        "ops",
+        "--generate",
+        keys.to_str().unwrap(),
+        "--target",
+        "r*",
+        "--function",
+        "test.*",
+    ]);
+    assert_eq!(added.code, 0, "{}", added.stderr);
+    cluster.prepare_minion("r1", true, "");
+    cluster.set_minion_masters("r1", &[second]);
+    cluster.start_minion("r1");
+    wait_for("r1", Duration::from_secs(20), || connected_at(&cluster, second).contains(&"r1".to_owned()).then_some(()));
+    cluster.kill_master();
+
+    // From the environment, no config file: the first master is down, the second answers.
+    let masters = format!("127.0.0.1:{first},127.0.0.1:{second}");
+    let output = Command::new(cluster.bins().join("halite"))
+        .args(["--config", "/nonexistent/master.toml", "run", "--out", "json", "r1", "test.ping"])
+        .env("HALITE_MASTER", &masters)
+        .env("HALITE_MASTER_KEY", cluster.dir.join("master/master.pub"))
+        .env("HALITE_PRINCIPAL", "ops")
+        .env("HALITE_KEY", keys.join("ops.key"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["minions"]["r1"]["state"], "returned", "{doc}");
+
+    // The same with flags and the key as hex; every master down is one clear error.
+    let hex = cluster.master_key();
+    let key = keys.join("ops.key");
+    let flags = ["--master", &masters, "--master-key", &hex, "--principal", "ops", "--key", key.to_str().unwrap()];
+    let mut args = vec!["--config", "/nonexistent/master.toml"];
+    args.extend_from_slice(&flags);
+    args.extend_from_slice(&["minions", "list", "--out", "json"]);
+    let run = cluster.bin("halite", &args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    cluster.kill_peer_master(second);
+    let run = cluster.bin("halite", &args);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains(&format!("127.0.0.1:{first}")) && run.stderr.contains(&format!("127.0.0.1:{second}")),
+        "{}",
+        run.stderr
+    );
+}

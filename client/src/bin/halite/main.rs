@@ -35,11 +35,19 @@ struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     out: Format,
     /// Connect as this principal instead of root (with --key).
-    #[arg(long, global = true, requires = "key")]
+    #[arg(long, global = true, requires = "key", env = "HALITE_PRINCIPAL")]
     principal: Option<String>,
     /// The principal's secret key file.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "HALITE_KEY")]
     key: Option<PathBuf>,
+    /// The master's address instead of the config file's; repeat it (or separate with commas)
+    /// for a cluster's masters, tried in order. With --master-key, --principal and --key no
+    /// config file is read: a remote client.
+    #[arg(long = "master", global = true, env = "HALITE_MASTER", value_delimiter = ',', value_name = "HOST:PORT")]
+    masters: Vec<String>,
+    /// The master's public key: 64 hex digits, or its master.pub file.
+    #[arg(long, global = true, env = "HALITE_MASTER_KEY", value_name = "HEX|FILE")]
+    master_key: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -103,6 +111,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// Who connects where: a principal with its key (else root, whose key is on the master's
+/// host), to the masters given (else the one the config file names), pinning the key given
+/// (else the config's master's).
+fn client_config(cli: &Cli) -> anyhow::Result<ClientConfig> {
+    let remote = !cli.masters.is_empty() && cli.master_key.is_some();
+    let mut config = match (&cli.principal, &cli.key) {
+        (Some(name), Some(key)) if remote => {
+            let master_key = ClientConfig::parse_master_key(cli.master_key.as_deref().unwrap_or_default())?;
+            ClientConfig::principal(Vec::new(), master_key, halite_transport::keyfile::read_secret(key)?, name)
+        }
+        (Some(name), Some(key)) => {
+            let (master, master_key, _) = ClientConfig::locate_master(&cli.config)?;
+            ClientConfig::principal(vec![master], master_key, halite_transport::keyfile::read_secret(key)?, name)
+        }
+        _ if remote => anyhow::bail!(
+            "--master with --master-key connects from elsewhere: name the principal with --principal and --key \
+             (root's key stays on the master's host)"
+        ),
+        _ => ClientConfig::from_master_config(&cli.config)?,
+    };
+    if !cli.masters.is_empty() {
+        config.masters = cli.masters.clone();
+    }
+    if let Some(key) = &cli.master_key {
+        config.master_key = ClientConfig::parse_master_key(key)?;
+    }
+    Ok(config)
+}
+
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Demo(args) => return demo::run(args.keep).await,
@@ -113,13 +150,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let config = match (&cli.principal, &cli.key) {
-        (Some(name), Some(key)) => {
-            let (master, master_key, _) = ClientConfig::locate_master(&cli.config)?;
-            ClientConfig::principal(master, master_key, halite_transport::keyfile::read_secret(key)?, name)
-        }
-        _ => ClientConfig::from_master_config(&cli.config)?,
-    };
+    let config = client_config(&cli)?;
     let mut client = Client::connect(config).await?;
     match cli.command {
         Command::Run(args) => run::run(&mut client, args, cli.out).await,
