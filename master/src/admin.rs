@@ -255,7 +255,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             .map_err(RequestError::from)?;
             let event_state = to.map_or("deleted", |s| s.as_str());
-            self.emit(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
+            self.emit_shared(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
                 self.pending.minions.remove(&key.id);
                 self.store.delete_minion(&key.id).await.map_err(RequestError::from)?;

@@ -118,7 +118,7 @@ impl<S: Store, N: Net> Master<S, N> {
                             // Enrolling denied any other key of the id: a session with it on
                             // another master ends there.
                             self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
-                            self.emit(
+                            self.emit_shared(
                                 format!("halite/key/{id}/accepted"),
                                 json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),
                             );
@@ -134,7 +134,7 @@ impl<S: Store, N: Net> Master<S, N> {
                                 if self.notices.ready(&format!("duplicate:{id}"), Duration::from_secs(10), now) {
                                     warn!(minion = %id, "a second session for this minion replaces the first; \
                                            two processes sharing one key and id will replace each other");
-                                    self.emit(format!("halite/minion/{id}/replaced"), json!({}));
+                                    self.emit_shared(format!("halite/minion/{id}/replaced"), json!({}));
                                 }
                                 self.forget(old, Some(halite_protocol::noise::REPLACED_REASON));
                             }
@@ -145,7 +145,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     }
                     Decision::Pending => {
                         info!(minion = %id, fingerprint = %who.identity.fingerprint(), "minion key pending acceptance");
-                        self.emit(
+                        self.emit_shared(
                             format!("halite/key/{id}/pending"),
                             json!({ "fingerprint": who.identity.fingerprint() }),
                         );
@@ -156,7 +156,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.keys_refused += 1;
                         warn!(minion = %id, "{reason}");
                         if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
-                            self.emit(
+                            self.emit_shared(
                                 "halite/key/refused".into(),
                                 json!({ "id": id, "reason": reason, "refused_total": self.keys_refused }),
                             );
@@ -166,7 +166,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     Decision::Denied => {
                         warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
                               "a different key for a known minion id was denied");
-                        self.emit(
+                        self.emit_shared(
                             format!("halite/key/{id}/denied"),
                             json!({ "fingerprint": who.identity.fingerprint() }),
                         );

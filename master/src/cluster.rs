@@ -70,10 +70,16 @@ impl<S: Store, N: Net> Master<S, N> {
                 // Who is where, and the jobs published meanwhile.
                 self.tell_other_masters(ClusterChange::RollCall).await;
                 for (record, _) in self.store.unfinished_jobs().await? {
-                    self.adopt_job(&record.jid).await?;
+                    self.adopt_job(&record.jid, false).await?;
                 }
             }
-            ClusterChange::Job { jid } => self.adopt_job(&jid).await?,
+            ClusterChange::Job { jid } => self.adopt_job(&jid, true).await?,
+            ClusterChange::Event { tag, data } => self.emit(tag, data),
+            ClusterChange::StoredEvent { id } => {
+                if let Some((tag, data)) = self.store.shared_event(id).await? {
+                    self.emit(tag, data);
+                }
+            }
             ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states).await?,
             ClusterChange::Here { ids } => self.arrived_elsewhere(from, ids).await?,
             ClusterChange::Left { ids } => {

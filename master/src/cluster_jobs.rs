@@ -7,13 +7,13 @@
 //! alive. Of two masters deciding one slot, the store keeps the first final state.
 
 use halite_protocol::message::MinionJobState;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::jobs::LiveJob;
 use crate::net::Net;
 use crate::registry::MinionEntry;
 use crate::server::{loaded_slots, Master};
-use crate::store::{ClusterChange, StateChange, Store, StoreError};
+use crate::store::{Announcement, ClusterChange, StateChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Whether `minion` is served by another live master (and not by this one).
@@ -23,7 +23,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
     /// the targeted minions connected here.
-    pub(crate) async fn adopt_job(&mut self, jid: &str) -> Result<(), StoreError> {
+    pub(crate) async fn adopt_job(&mut self, jid: &str, announced: bool) -> Result<(), StoreError> {
         if self.jobs.get(jid).is_some() {
             return Ok(());
         }
@@ -35,7 +35,16 @@ impl<S: Store, N: Net> Master<S, N> {
         let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
         let here: Vec<String> = slots.keys().filter(|id| self.sessions.online.contains_key(*id)).cloned().collect();
         debug!(jid, minions_here = here.len(), "job published on another master");
+        let new_event = announced.then(|| {
+            let minions: Vec<&String> = slots.keys().collect();
+            serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
+                                "minions": minions })
+        });
         self.jobs.insert(LiveJob::new(record, slots, Vec::new()));
+        // Its subscribers here hear of it as they would of a job published here.
+        if let Some(data) = new_event {
+            self.emit(format!("halite/job/{jid}/new"), data);
+        }
         for minion in here {
             if let Some(peer) = self.sessions.peer_of(&minion) {
                 self.deliver(jid, &minion, peer).await?;
@@ -53,7 +62,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<(), StoreError> {
         if self.jobs.get(jid).is_none() {
             // Not known here yet (the announcements crossed): loaded as stored, these included.
-            return self.adopt_job(jid).await;
+            return self.adopt_job(jid, false).await;
         }
         let mut detail = None;
         for (minion, state) in states {
@@ -84,6 +93,20 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         for (jid, states) in by_job {
             self.tell_other_masters(ClusterChange::Slots { jid, states }).await;
+        }
+    }
+
+    /// Announces an event published here; one too large to announce is stored and announced
+    /// by id.
+    pub(crate) async fn share_event(&self, tag: String, data: halite_protocol::message::Value) {
+        let change = ClusterChange::Event { tag, data };
+        if Announcement::fits(self.store.instance(), &change) {
+            return self.tell_other_masters(change).await;
+        }
+        let ClusterChange::Event { tag, data } = change else { return };
+        match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
+            Ok(id) => self.tell_other_masters(ClusterChange::StoredEvent { id }).await,
+            Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
     }
 

@@ -43,7 +43,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.config.max_grains_bytes
                     );
                     warn!(minion = id, "{reason}; keeping the grains stored before");
-                    self.emit(format!("halite/minion/{id}/grains_refused"), json!({ "reason": reason }));
+                    self.emit_shared(format!("halite/minion/{id}/grains_refused"), json!({ "reason": reason }));
                     self.send_error(peer, ErrorKind::BadRequest, reason, None);
                 } else {
                     entry.grains = hello.grains;
@@ -57,7 +57,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     now_ms: self.clock.wall_ms(),
                 };
                 self.send(peer, &Message::Welcome(welcome));
-                self.emit(format!("halite/minion/{id}/connected"), json!({}));
+                self.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.undelivered.remove(id);
                 for jid in self.jobs.deliverable_to(id) {
@@ -211,7 +211,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// change), shown by `jobs show` and announced on the bus.
     pub(crate) fn late_return(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: JobReturn) {
         info!(jid, minion, state = state.as_str(), "late return stored");
-        self.emit(
+        self.emit_shared(
             format!("halite/job/{jid}/ret/{minion}"),
             json!({ "state": state.as_str(), "late": true, "ret": ret }),
         );
@@ -243,13 +243,13 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         };
         match refusal {
-            None => self.emit(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data })),
+            None => self.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data })),
             Some(reason) => {
                 self.events_denied += 1;
                 debug!(minion = id, tag = %event.tag, reason, "minion event refused");
                 if self.notices.ready(id, Duration::from_secs(1), now) {
                     let tag: String = event.tag.chars().take(255).collect();
-                    self.emit(
+                    self.emit_shared(
                         "halite/acl/denied".into(),
                         json!({ "minion": id, "tag": tag, "reason": reason, "denied_total": self.events_denied }),
                     );

@@ -215,6 +215,16 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
+    /// Publishes an event on the bus here and, after this step's writes, on every master
+    /// sharing the store: for events no other master derives itself (minion events, keys,
+    /// deployments; a job's returns and end are derived by each master from its slots).
+    pub(crate) fn emit_shared(&mut self, tag: String, data: Value) {
+        if self.cluster.shared {
+            self.pending.shared_events.push((tag.clone(), data.clone()));
+        }
+        self.emit(tag, data);
+    }
+
     /// Publishes an event on the bus. Each subscriber's queue is bounded: what does not fit is
     /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
@@ -368,6 +378,9 @@ impl<S: Store, N: Net> Master<S, N> {
         if !self.pending.left.is_empty() {
             let ids = std::mem::take(&mut self.pending.left);
             self.tell_other_masters(ClusterChange::Left { ids }).await;
+        }
+        for (tag, data) in std::mem::take(&mut self.pending.shared_events) {
+            self.share_event(tag, data).await;
         }
         // Watchers first: what they are told is already decided, and their latency should not
         // include the write. Minions are acknowledged only after it.

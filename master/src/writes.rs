@@ -22,6 +22,8 @@ pub(crate) struct PendingWrites {
     pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
     /// Minions that left this master, for the other masters sharing the store.
     pub(crate) left: Vec<String>,
+    /// Events published here, for the other masters' subscribers.
+    pub(crate) shared_events: Vec<(String, halite_protocol::message::Value)>,
 }
 
 impl PendingWrites {

@@ -84,6 +84,34 @@ fn a_key_rejected_through_one_master_cuts_its_minion_on_another_at_once() {
     assert!(!connected_at(&cluster, second).contains(&"cut1".to_owned()));
 }
 
+/// `halite events` on the master at `port`, in the background: the lines it prints, as they come.
+fn watch_events(
+    cluster: &Cluster,
+    port: u16,
+    patterns: &[&str],
+) -> (std::process::Child, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let mut child = Command::new(cluster.bins().join("halite"))
+        .arg("--config")
+        .arg(cluster.config_of(port))
+        .args(["events", "--out", "ndjson"])
+        .args(patterns)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stdout = child.stdout.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    // The subscription reaches the master before anything is sent.
+    std::thread::sleep(Duration::from_millis(500));
+    (child, lines)
+}
+
 /// A cluster of three masters on one PostgreSQL store, with `n` minions spread over them; the
 /// ports, first master first.
 fn three_masters(n: usize) -> (Cluster, [u16; 3], Vec<String>) {
@@ -132,24 +160,7 @@ fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_on
     let on_b = connected_at(&cluster, b);
     assert!(!on_b.is_empty(), "some minions are on the master to be killed");
     // A watcher on the third master: every job return the bus carries there.
-    let mut watcher = Command::new(cluster.bins().join("halite"))
-        .arg("--config")
-        .arg(cluster.config_of(c))
-        .args(["events", "--out", "ndjson", "halite/job/*/ret/*"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let reader = {
-        let lines = lines.clone();
-        let stdout = watcher.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                lines.lock().unwrap().push(line);
-            }
-        })
-    };
+    let (mut watcher, lines) = watch_events(&cluster, c, &["halite/job/*/ret/*"]);
     std::thread::sleep(Duration::from_millis(300));
     let ran = cluster.dir.join("ran.log");
     let script = format!("sleep 3; echo ran >> {}", ran.display());
@@ -189,7 +200,6 @@ fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_on
     assert_eq!(seen, expected, "every final state, once each");
     let _ = watcher.kill();
     let _ = watcher.wait();
-    let _ = reader.join();
 }
 
 #[test]
@@ -248,4 +258,36 @@ fn a_remote_client_given_the_masters_reaches_a_live_one() {
         "{}",
         run.stderr
     );
+}
+
+#[test]
+fn a_minion_event_on_one_master_reaches_subscribers_of_another_however_large() {
+    let url = fresh_database();
+    let rules = "[[events]]\nminions = [\"ev*\"]\nallow = [\"app/*\"]\n";
+    let mut cluster = Cluster::start(&format!("{rules}[store]\nurl = {url:?}\n"));
+    let (first, second) = (cluster.port, cluster.start_peer_master());
+    cluster.prepare_minion("ev1", true, "");
+    cluster.set_minion_masters("ev1", &[second]);
+    cluster.start_minion("ev1");
+    wait_for("ev1", Duration::from_secs(20), || {
+        connected_at(&cluster, second).contains(&"ev1".to_owned()).then_some(())
+    });
+    let (mut watcher, lines) = watch_events(&cluster, first, &["minion/*", "halite/job/*/new"]);
+    // Published on the first master, run by the minion on the second, its event sent there.
+    let big = "x".repeat(20_000);
+    for data in [r#"{"size": "small"}"#.to_owned(), format!(r#"{{"size": "{big}"}}"#)] {
+        let run = cluster.cli_at(first, &["run", "ev1", "event.send", "app/ready", &data]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let run = cluster.cli_at(second, &["run", "ev1", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    wait_for("both events and the job from the second master", Duration::from_secs(10), || {
+        let lines = lines.lock().unwrap();
+        let events = lines.iter().filter(|l| l.contains("minion/ev1/app/ready")).count();
+        let new = lines.iter().filter(|l| l.contains("/new") && l.contains("test.ping")).count();
+        (events == 2 && new == 1).then_some(())
+    });
+    assert!(lines.lock().unwrap().iter().any(|l| l.contains(&big)), "the large one whole");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
 }

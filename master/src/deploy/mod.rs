@@ -113,7 +113,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.cancel_live(&record.jid).await.map_err(RequestError::from)?;
                 self.store.delete_deployment(&id).await.map_err(RequestError::from)?;
                 info!(deployment = %id, "deployment deleted");
-                self.emit(
+                self.emit_shared(
                     format!("halite/deployment/{id}/DELETED"),
                     json!({ "server_id": record.deployment.server_id }),
                 );
@@ -289,7 +289,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     fn announce(&mut self, deployment: &SoftwareDeployment) {
-        self.emit(
+        self.emit_shared(
             format!("halite/deployment/{}/{}", deployment.id, deployment.status),
             serde_json::to_value(deployment).unwrap_or_default(),
         );
@@ -403,7 +403,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(code) => json!({ "ok": (200..300).contains(&code), "http_status": code, "server_id": server_id }),
             Err(error) => json!({ "ok": false, "error": error, "server_id": server_id }),
         };
-        self.emit(format!("halite/deployment/{id}/relayed"), data);
+        self.emit_shared(format!("halite/deployment/{id}/relayed"), data);
         Ok(())
     }
 

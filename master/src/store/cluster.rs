@@ -52,6 +52,19 @@ pub enum ClusterChange {
     Alive,
     /// A master started (or lost track): every master announces the minions connected to it.
     RollCall,
+    /// An event published on the announcing master's bus (minion events, keys, deployments),
+    /// for the subscribers of every master.
+    Event {
+        /// Its tag.
+        tag: String,
+        /// Its data.
+        data: serde_json::Value,
+    },
+    /// The same, too large to announce: stored, to be read by id.
+    StoredEvent {
+        /// Its row.
+        id: i64,
+    },
 }
 
 /// A change and the master that announced it.
@@ -95,6 +108,12 @@ impl ClusterChange {
 }
 
 impl Announcement {
+    /// Whether `change` fits one announcement as it is.
+    pub(crate) fn fits(from: &str, change: &ClusterChange) -> bool {
+        serde_json::to_string(&Announcement { from: from.to_owned(), change: change.clone() })
+            .is_ok_and(|text| text.len() <= MAX_PAYLOAD)
+    }
+
     /// The payload for NOTIFY, shortened to fit.
     pub(crate) fn payload(from: &str, change: &ClusterChange) -> String {
         let text =

@@ -24,6 +24,7 @@ use halite_protocol::message::{
     JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, PrincipalAcl, SignedJob, Target, Value,
 };
 
+pub(crate) use cluster::Announcement;
 pub use cluster::{ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
@@ -264,6 +265,25 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn announce(&self, change: &ClusterChange) -> impl Future<Output = Result<(), StoreError>> + Send {
         let _ = change;
         async { Ok(()) }
+    }
+    /// This master among those sharing the store (as its announcements name it).
+    fn instance(&self) -> &str {
+        ""
+    }
+    /// Keeps an event too large to announce for the other masters; its id.
+    fn put_shared_event(
+        &self,
+        tag: &str,
+        data: &Value,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send {
+        let _ = (tag, data, now_ms);
+        async { Err(StoreError::Unavailable("events are shared only through a PostgreSQL store".into())) }
+    }
+    /// An event another master kept with [`Store::put_shared_event`].
+    fn shared_event(&self, id: i64) -> impl Future<Output = Result<Option<(String, Value)>, StoreError>> + Send {
+        let _ = id;
+        async { Ok(None) }
     }
     /// The changes other masters announce, with who announced them, as they come, once per
     /// store (`None` on a store one master uses alone).

@@ -251,6 +251,41 @@ impl Store for PostgresStore {
         self.pool.close().await;
     }
 
+    async fn put_shared_event(
+        &self,
+        tag: &str,
+        data: &halite_protocol::message::Value,
+        now_ms: u64,
+    ) -> Result<i64, StoreError> {
+        const KEEP_MS: u64 = 3_600_000;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM cluster_events WHERE created_at < $1")
+            .bind(db_int(now_ms.saturating_sub(KEEP_MS)))
+            .execute(&mut *tx)
+            .await?;
+        let id: i64 =
+            sqlx::query_scalar("INSERT INTO cluster_events (tag, data, created_at) VALUES ($1, $2, $3) RETURNING id")
+                .bind(tag)
+                .bind(to_json(data))
+                .bind(db_int(now_ms))
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn shared_event(&self, id: i64) -> Result<Option<(String, halite_protocol::message::Value)>, StoreError> {
+        let row = sqlx::query("SELECT tag, data FROM cluster_events WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| Ok((row.try_get("tag")?, super::records::json(&row.try_get::<String, _>("data")?)?))).transpose()
+    }
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
     async fn announce(&self, change: &super::ClusterChange) -> Result<(), StoreError> {
         let payload = super::cluster::Announcement::payload(&self.instance, change);
         sqlx::query("SELECT pg_notify($1, $2)").bind(super::cluster::CHANNEL).bind(payload).execute(&self.pool).await?;
