@@ -4,6 +4,7 @@
 #                                   (TLS on too, with a self-signed certificate for 127.0.0.1
 #                                   signed by DIR/ca.crt, for tests of sslmode=verify-full)
 #   scripts/postgres.sh stop DIR    stop it (the directory is left for the caller to remove)
+#   scripts/postgres.sh resume DIR  start a stopped one again, on the same port
 # As root, the server runs as the `postgres` user the package creates (initdb refuses root).
 set -euo pipefail
 
@@ -34,17 +35,20 @@ start)
   [ "$(id -u)" = 0 ] && chown postgres: "$dir/server.key" "$dir/server.crt"
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   # fsync off: the data is thrown away, and a restart in a test is a clean stop anyway.
-  as_owner "$bin/pg_ctl" --pgdata="$dir/data" --log="$dir/server.log" --wait --silent \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=500 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" \
-    start >&2
+  echo "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=500 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" >"$dir/options"
+  as_owner "$bin/pg_ctl" --pgdata="$dir/data" --log="$dir/server.log" --wait --silent -o "$(cat "$dir/options")" start >&2
   echo "postgres://halite@127.0.0.1:$port/postgres"
+  ;;
+resume)
+  dir=$(realpath -m "$2")
+  as_owner "$bin/pg_ctl" --pgdata="$dir/data" --log="$dir/server.log" --wait --silent -o "$(cat "$dir/options")" start >&2
   ;;
 stop)
   dir=$(realpath -m "$2")
   as_owner "$bin/pg_ctl" --pgdata="$dir/data" --mode=fast --wait --silent stop >&2 || true
   ;;
 *)
-  echo "usage: $0 start|stop DIR" >&2
+  echo "usage: $0 start|stop|resume DIR" >&2
   exit 2
   ;;
 esac

@@ -365,7 +365,11 @@ impl<S: Store, N: Net> Master<S, N> {
         if !self.pending.minions.is_empty() {
             let records: Vec<MinionRecord> = self.pending.minions.drain().map(|(_, r)| r).collect();
             match self.store.put_minions(&records).await {
-                Err(error) => warn!(%error, minions = records.len(), "recording presence failed"),
+                Err(error) => {
+                    if self.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
+                        warn!(%error, minions = records.len(), "recording presence failed");
+                    }
+                }
                 Ok(()) if self.cluster.shared => {
                     // Stored first, so the other masters read the entries they are told of.
                     let ids =
@@ -393,7 +397,9 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Err(error) = stored {
             // Kept for the next flush (every tick): nothing is acknowledged until it is stored,
             // so the minions keep their returns meanwhile.
-            warn!(%error, changes = changes.len(), "recording job states failed; will retry");
+            if self.notices.ready("store:states", Duration::from_secs(10), self.clock.now()) {
+                warn!(%error, changes = changes.len(), "recording job states failed; will retry every tick");
+            }
             self.pending.restore_states(changes, acks);
             return;
         }

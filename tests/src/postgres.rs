@@ -42,3 +42,47 @@ pub fn verified_tls(url: &str) -> String {
         .unwrap_or_else(|_| panic!("HALITE_TEST_POSTGRES_CA: the test server's certificate (scripts/test.sh sets it)"));
     format!("{url}?sslmode=verify-full&sslrootcert={ca}")
 }
+
+/// A PostgreSQL server of a test's own (to stop and start again), from `scripts/postgres.sh`;
+/// stopped when dropped.
+pub struct OwnServer {
+    dir: std::path::PathBuf,
+    /// Its admin URL.
+    pub url: String,
+}
+
+fn script(command: &str, dir: &std::path::Path) -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
+    let output = Command::new("bash")
+        .arg(script)
+        .arg(command)
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/postgres.sh: {e}"));
+    assert!(output.status.success(), "postgres.sh {command}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+impl OwnServer {
+    /// Initialises and starts a server in `dir`.
+    pub fn start(dir: &std::path::Path) -> OwnServer {
+        let url = script("start", dir);
+        OwnServer { dir: dir.to_owned(), url }
+    }
+
+    /// Stops it (a clean, fast shutdown).
+    pub fn stop(&self) {
+        script("stop", &self.dir);
+    }
+
+    /// Starts it again on the same port.
+    pub fn resume(&self) {
+        script("resume", &self.dir);
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| script("stop", &self.dir));
+    }
+}

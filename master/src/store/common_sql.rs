@@ -158,7 +158,7 @@ macro_rules! common_helpers {
                     .bind(before)
                     .bind(before)
                     .bind(i64::from(limit))
-                    .fetch_all(self.pool())
+                    .fetch_all(self.pool()?)
                     .await?)
             }
 
@@ -169,7 +169,7 @@ macro_rules! common_helpers {
                 let rows =
                     sqlx::query(&$sql("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state"))
                         .bind(&job.jid)
-                        .fetch_all(self.pool())
+                        .fetch_all(self.pool()?)
                         .await?;
                 let mut states = std::collections::BTreeMap::new();
                 for row in rows {
@@ -199,13 +199,13 @@ macro_rules! common_store_methods {
     ($sql:path) => {
     async fn keys(&self) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
         let rows =
-            sqlx::query(&$sql("SELECT id, public_key, state FROM keys ORDER BY id, state")).fetch_all(self.pool()).await?;
+            sqlx::query(&$sql("SELECT id, public_key, state FROM keys ORDER BY id, state")).fetch_all(self.pool()?).await?;
         rows.iter().map(key_from_row).collect()
     }
 
     async fn keys_for(&self, id: &str) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
         let rows =
-            sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE id = ?")).bind(id).fetch_all(self.pool()).await?;
+            sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE id = ?")).bind(id).fetch_all(self.pool()?).await?;
         rows.iter().map(key_from_row).collect()
     }
 
@@ -217,7 +217,7 @@ macro_rules! common_store_methods {
         .bind(&key.public_key[..])
         .bind($crate::store::records::key_state_name(key.state))
         .bind($crate::store::sqlite::db_int(now_ms))
-        .execute(self.pool())
+        .execute(self.pool()?)
         .await?;
         Ok(())
     }
@@ -226,7 +226,7 @@ macro_rules! common_store_methods {
         sqlx::query(&$sql("DELETE FROM keys WHERE id = ? AND public_key = ?"))
             .bind(id)
             .bind(&public_key[..])
-            .execute(self.pool())
+            .execute(self.pool()?)
             .await?;
         Ok(())
     }
@@ -236,7 +236,7 @@ macro_rules! common_store_methods {
             .bind(&hash[..])
             .bind(minion)
             .bind($crate::store::sqlite::db_int(expires_at_ms))
-            .execute(self.pool())
+            .execute(self.pool()?)
             .await?;
         Ok(())
     }
@@ -248,7 +248,7 @@ macro_rules! common_store_methods {
         public_key: &[u8; 32],
         now_ms: u64,
     ) -> Result<bool, $crate::store::StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.pool()?.begin().await?;
         let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"),
         )
         .bind($crate::store::sqlite::db_int(now_ms))
@@ -286,20 +286,20 @@ macro_rules! common_store_methods {
             sqlx::query_scalar(&$sql("SELECT CAST(1 AS BIGINT) FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? LIMIT 1"))
                 .bind(minion)
                 .bind($crate::store::sqlite::db_int(now_ms))
-                .fetch_optional(self.pool())
+                .fetch_optional(self.pool()?)
                 .await?;
         Ok(found.is_some())
     }
 
     async fn pending_key_count(&self) -> Result<u64, $crate::store::StoreError> {
         let n: i64 =
-            sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE state = 'pending'")).fetch_one(self.pool()).await?;
+            sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE state = 'pending'")).fetch_one(self.pool()?).await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn minions(&self) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
         let rows = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions ORDER BY id"))
-            .fetch_all(self.pool())
+            .fetch_all(self.pool()?)
             .await?;
         rows.iter()
             .map(|row| {
@@ -316,7 +316,7 @@ macro_rules! common_store_methods {
     async fn minion(&self, id: &str) -> Result<Option<$crate::store::MinionRecord>, $crate::store::StoreError> {
         let row = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions WHERE id = ?"))
             .bind(id)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.pool()?)
             .await?;
         row.map(|row| {
             Ok($crate::store::MinionRecord {
@@ -330,14 +330,14 @@ macro_rules! common_store_methods {
     }
 
     async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {
-        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()).await?
+        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()?).await?
         else {
             return Ok(None);
         };
         let job = job_from_row(&row)?;
         let states = sqlx::query(&$sql("SELECT minion, state FROM job_minions WHERE jid = ? ORDER BY minion"))
             .bind(jid)
-            .fetch_all(self.pool())
+            .fetch_all(self.pool()?)
             .await?
             .iter()
             .map(|r| Ok((r.try_get("minion")?, $crate::store::records::job_state(&r.try_get::<String, _>("state")?)?)))
@@ -346,7 +346,7 @@ macro_rules! common_store_methods {
     }
 
     async fn delete_minion(&self, id: &str) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(self.pool()).await?;
+        sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(self.pool()?).await?;
         Ok(())
     }
 
@@ -403,14 +403,14 @@ macro_rules! common_store_methods {
     }
 
     async fn job(&self, jid: &str) -> Result<Option<halite_protocol::message::JobDetail>, $crate::store::StoreError> {
-        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()).await?
+        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()?).await?
         else {
             return Ok(None);
         };
         let job = job_from_row(&row)?;
         let rows = sqlx::query(&$sql("SELECT minion, state, ret, late FROM job_minions WHERE jid = ? ORDER BY minion"))
             .bind(jid)
-            .fetch_all(self.pool())
+            .fetch_all(self.pool()?)
             .await?;
         let mut minions = Vec::with_capacity(rows.len());
         for row in rows {
@@ -428,7 +428,7 @@ macro_rules! common_store_methods {
 
     async fn principals(&self) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
         let rows =
-            sqlx::query(&$sql("SELECT name, public_key, acl FROM principals ORDER BY name")).fetch_all(self.pool()).await?;
+            sqlx::query(&$sql("SELECT name, public_key, acl FROM principals ORDER BY name")).fetch_all(self.pool()?).await?;
         rows.iter()
             .map(|row| {
                 let key: Vec<u8> = row.try_get("public_key")?;
@@ -451,23 +451,23 @@ macro_rules! common_store_methods {
             .bind(&principal.public_key[..])
             .bind($crate::store::records::acl_json(&principal.acl))
             .bind($crate::store::sqlite::db_int(now_ms))
-            .execute(self.pool())
+            .execute(self.pool()?)
             .await?;
         Ok(())
     }
 
     async fn delete_principal(&self, name: &str) -> Result<bool, $crate::store::StoreError> {
-        let done = sqlx::query(&$sql("DELETE FROM principals WHERE name = ?")).bind(name).execute(self.pool()).await?;
+        let done = sqlx::query(&$sql("DELETE FROM principals WHERE name = ?")).bind(name).execute(self.pool()?).await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn last_jid(&self) -> Result<Option<String>, $crate::store::StoreError> {
-        Ok(sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'last_jid'")).fetch_optional(self.pool()).await?)
+        Ok(sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'last_jid'")).fetch_optional(self.pool()?).await?)
     }
 
     async fn wall_mark(&self) -> Result<Option<u64>, $crate::store::StoreError> {
         let value: Option<String> =
-            sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'wall_mark'")).fetch_optional(self.pool()).await?;
+            sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'wall_mark'")).fetch_optional(self.pool()?).await?;
         value.map(|v| v.parse().map_err(|_| corrupt("wall mark is not a number"))).transpose()
     }
 
@@ -476,7 +476,7 @@ macro_rules! common_store_methods {
              SET value = excluded.value WHERE CAST(excluded.value AS BIGINT) > CAST(meta.value AS BIGINT)"),
         )
         .bind(ms.to_string())
-        .execute(self.pool())
+        .execute(self.pool()?)
         .await?;
         Ok(())
     }
@@ -486,7 +486,7 @@ macro_rules! common_store_methods {
              WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running'))"),
         )
         .bind($crate::store::sqlite::db_int(before_ms))
-        .execute(self.pool())
+        .execute(self.pool()?)
         .await?;
         Ok(done.rows_affected())
     }

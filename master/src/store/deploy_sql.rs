@@ -15,7 +15,7 @@ macro_rules! deploy_store {
                     .bind(&config.id)
                     .bind($crate::store::deploy_records::config_json(config))
                     .bind($crate::store::sqlite::db_int(now_ms))
-                    .execute(self.pool())
+                    .execute(self.pool()?)
                     .await?;
                 Ok(())
             }
@@ -26,7 +26,7 @@ macro_rules! deploy_store {
             ) -> Result<Option<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql("SELECT body FROM software_configs WHERE id = ?"))
                     .bind(id)
-                    .fetch_optional(self.pool())
+                    .fetch_optional(self.pool()?)
                     .await?;
                 row.map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
                     .transpose()
@@ -38,7 +38,7 @@ macro_rules! deploy_store {
             ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
                 let rows = sqlx::query(&$sql("SELECT body FROM software_configs ORDER BY created_at DESC, id LIMIT ?"))
                     .bind(i64::from(limit))
-                    .fetch_all(self.pool())
+                    .fetch_all(self.pool()?)
                     .await?;
                 rows.iter()
                     .map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
@@ -47,7 +47,7 @@ macro_rules! deploy_store {
 
             async fn delete_config(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
                 let done =
-                    sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ?")).bind(id).execute(self.pool()).await?;
+                    sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ?")).bind(id).execute(self.pool()?).await?;
                 Ok(done.rows_affected() == 1)
             }
 
@@ -69,7 +69,7 @@ macro_rules! deploy_store {
                 .bind($crate::store::deploy_records::record_json(record))
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind($crate::store::sqlite::db_int(now_ms))
-                .execute(self.pool())
+                .execute(self.pool()?)
                 .await?;
                 Ok(())
             }
@@ -80,7 +80,7 @@ macro_rules! deploy_store {
             ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql("SELECT body FROM deployments WHERE id = ?"))
                     .bind(id)
-                    .fetch_optional(self.pool())
+                    .fetch_optional(self.pool()?)
                     .await?;
                 row.map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
                     .transpose()
@@ -95,7 +95,7 @@ macro_rules! deploy_store {
                 ))
                 .bind(server_id)
                 .bind(server_id)
-                .fetch_all(self.pool())
+                .fetch_all(self.pool()?)
                 .await?;
                 rows.iter()
                     .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
@@ -105,7 +105,7 @@ macro_rules! deploy_store {
             async fn open_deployments(&self) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
                 let rows = sqlx::query(&$sql("SELECT body FROM deployments WHERE status = ? OR relay_pending"))
                     .bind(halite_protocol::message::status::IN_PROGRESS)
-                    .fetch_all(self.pool())
+                    .fetch_all(self.pool()?)
                     .await?;
                 rows.iter()
                     .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
@@ -114,7 +114,7 @@ macro_rules! deploy_store {
 
             async fn delete_deployment(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
                 let done =
-                    sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(self.pool()).await?;
+                    sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(self.pool()?).await?;
                 Ok(done.rows_affected() == 1)
             }
 
@@ -128,7 +128,7 @@ macro_rules! deploy_store {
                     .bind(&hash[..])
                     .bind(principal)
                     .bind($crate::store::sqlite::db_int(now_ms))
-                    .execute(self.pool())
+                    .execute(self.pool()?)
                     .await?;
                 Ok(())
             }
@@ -136,7 +136,7 @@ macro_rules! deploy_store {
             async fn api_token_principal(&self, hash: &[u8; 32]) -> Result<Option<String>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql("SELECT principal FROM api_tokens WHERE token_hash = ?"))
                     .bind(&hash[..])
-                    .fetch_optional(self.pool())
+                    .fetch_optional(self.pool()?)
                     .await?;
                 row.map(|r| sqlx::Row::try_get::<String, _>(&r, "principal").map_err($crate::store::StoreError::from))
                     .transpose()

@@ -79,7 +79,7 @@ pub type Copied = Vec<(&'static str, u64)>;
 
 /// Copies everything in `from` into `to`, which must hold no data yet.
 pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Result<Copied, StoreError> {
-    let mut tx = to.pool().begin().await?;
+    let mut tx = to.pool()?.begin().await?;
     for (table, _) in TABLES {
         let filter = if *table == "meta" { " WHERE key NOT IN ('open')" } else { "" };
         let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}{filter}")).fetch_one(&mut *tx).await?;
@@ -100,7 +100,7 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Resul
         let mut after = 0i64;
         let mut count = 0u64;
         loop {
-            let rows = sqlx::query(&select).bind(after).fetch_all(from.pool()).await?;
+            let rows = sqlx::query(&select).bind(after).fetch_all(from.pool()?).await?;
             let Some(last) = rows.last() else { break };
             after = last.try_get("_rowid")?;
             count += rows.len() as u64;

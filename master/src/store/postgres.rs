@@ -5,6 +5,8 @@
 //! go in as arrays (`UNNEST`), so a job to 10,000 minions is one round trip, not 10,000.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::message::MinionJobState;
@@ -23,9 +25,13 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 /// cluster's listeners use the rest.
 const POOL_SIZE: u32 = 8;
 
-/// How long a call waits for a connection before it fails as unavailable: a database that is
-/// down gives clients a typed error in bounded time, not a hang.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a call waits for a connection before it fails as unavailable: the bound on a call
+/// made in the moment between the database going away and the probe noticing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the probe asks the database whether it answers, and how long it waits.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A store on a PostgreSQL database.
 #[derive(Debug, Clone)]
@@ -33,6 +39,8 @@ pub struct PostgresStore {
     pool: PgPool,
     /// This process among the cluster's masters, to skip its own announcements.
     instance: String,
+    /// Whether the database answered the probe last time.
+    reachable: Arc<AtomicBool>,
 }
 
 impl PostgresStore {
@@ -46,16 +54,24 @@ impl PostgresStore {
         let mut bytes = [0u8; 8];
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut bytes);
         let instance = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let store = PostgresStore { pool, instance };
+        let store = PostgresStore { pool, instance, reachable: Arc::new(AtomicBool::new(true)) };
         MIGRATOR.run(&store.pool).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
         })?;
+        tokio::spawn(probe(store.pool.clone(), options_of(&store.pool), store.reachable.clone()));
         Ok(store)
     }
 
-    pub(super) fn pool(&self) -> &PgPool {
-        &self.pool
+    /// The pool while the database answers; while it does not, every call fails at once as
+    /// unavailable instead of waiting for a connection (the master's core must not stall),
+    /// and a background probe notices when it is back.
+    pub(super) fn pool(&self) -> Result<&PgPool, StoreError> {
+        if self.reachable.load(std::sync::atomic::Ordering::Acquire) {
+            Ok(&self.pool)
+        } else {
+            Err(StoreError::Unavailable("the database does not answer; retrying in the background".into()))
+        }
     }
 
     /// Every merged change in one statement (arrays, so one round trip whatever the batch).
@@ -74,6 +90,39 @@ impl PostgresStore {
         .bind(merged.iter().map(|c| job_state_name(c.state)).collect::<Vec<_>>())
         .bind(rets)
         .bind(merged.iter().map(|c| db_int(c.at_ms)).collect::<Vec<_>>())
+    }
+}
+
+fn options_of(pool: &PgPool) -> PgConnectOptions {
+    pool.connect_options().as_ref().clone()
+}
+
+/// Asks the database every [`PROBE_EVERY`] whether it answers, on a connection of its own (so
+/// it never waits behind the pool), and keeps `reachable` up to date until the pool is closed.
+async fn probe(pool: PgPool, options: PgConnectOptions, reachable: Arc<AtomicBool>) {
+    use sqlx::{ConnectOptions, Connection};
+    let mut conn: Option<sqlx::PgConnection> = None;
+    while !pool.is_closed() {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let answered = match conn.as_mut() {
+            Some(c) => tokio::time::timeout(PROBE_TIMEOUT, c.ping()).await.is_ok_and(|r| r.is_ok()),
+            None => match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
+                Ok(Ok(c)) => {
+                    conn = Some(c);
+                    true
+                }
+                _ => false,
+            },
+        };
+        if !answered {
+            conn = None;
+        }
+        let was = reachable.swap(answered, Ordering::AcqRel);
+        match (was, answered) {
+            (true, false) => tracing::warn!("the database does not answer; store calls fail until it does"),
+            (false, true) => tracing::info!("the database answers again"),
+            _ => {}
+        }
     }
 }
 
@@ -156,7 +205,7 @@ impl Store for PostgresStore {
         .bind(grains)
         .bind(functions)
         .bind(seen)
-        .execute(&self.pool)
+        .execute(self.pool()?)
         .await?;
         Ok(())
     }
@@ -180,7 +229,7 @@ impl Store for PostgresStore {
         )
         .bind(&minions)
         .bind(&names)
-        .execute(&self.pool)
+        .execute(self.pool()?)
         .await?;
         Ok(())
     }
@@ -191,11 +240,11 @@ impl Store for PostgresStore {
         let states = self.states_query(&merged);
         if late.is_empty() {
             if !merged.is_empty() {
-                states.execute(&self.pool).await?;
+                states.execute(self.pool()?).await?;
             }
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool()?.begin().await?;
         if !merged.is_empty() {
             states.execute(&mut *tx).await?;
         }
@@ -209,7 +258,7 @@ impl Store for PostgresStore {
             "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running')) \
              ORDER BY created_at, jid",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool()?)
         .await?;
         let mut out: Vec<UnfinishedJob> = Vec::with_capacity(rows.len());
         let mut index = HashMap::with_capacity(rows.len());
@@ -222,7 +271,7 @@ impl Store for PostgresStore {
         let jids: Vec<String> = index.keys().cloned().collect();
         let states = sqlx::query("SELECT jid, minion, state FROM job_minions WHERE jid = ANY($1)")
             .bind(&jids)
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool()?)
             .await?;
         for row in states {
             let jid: String = row.try_get("jid")?;
@@ -236,8 +285,9 @@ impl Store for PostgresStore {
     async fn check(&self) -> Result<(), StoreError> {
         // The server keeps its own files consistent; what the master can check is that the
         // schema is the one it knows (no migration newer than this build).
-        let newest: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success").fetch_one(&self.pool).await?;
+        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(self.pool()?)
+            .await?;
         let known = MIGRATOR.iter().map(|m| m.version).max();
         match (newest, known) {
             (Some(newest), Some(known)) if newest > known => Err(corrupt(format!(
@@ -258,7 +308,7 @@ impl Store for PostgresStore {
         now_ms: u64,
     ) -> Result<i64, StoreError> {
         const KEEP_MS: u64 = 3_600_000;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool()?.begin().await?;
         sqlx::query("DELETE FROM cluster_events WHERE created_at < $1")
             .bind(db_int(now_ms.saturating_sub(KEEP_MS)))
             .execute(&mut *tx)
@@ -277,7 +327,7 @@ impl Store for PostgresStore {
     async fn shared_event(&self, id: i64) -> Result<Option<(String, halite_protocol::message::Value)>, StoreError> {
         let row = sqlx::query("SELECT tag, data FROM cluster_events WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.pool()?)
             .await?;
         row.map(|row| Ok((row.try_get("tag")?, super::records::json(&row.try_get::<String, _>("data")?)?))).transpose()
     }
@@ -288,7 +338,11 @@ impl Store for PostgresStore {
 
     async fn announce(&self, change: &super::ClusterChange) -> Result<(), StoreError> {
         let payload = super::cluster::Announcement::payload(&self.instance, change);
-        sqlx::query("SELECT pg_notify($1, $2)").bind(super::cluster::CHANNEL).bind(payload).execute(&self.pool).await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(super::cluster::CHANNEL)
+            .bind(payload)
+            .execute(self.pool()?)
+            .await?;
         Ok(())
     }
 

@@ -100,8 +100,9 @@ impl SqliteStore {
         Ok(store)
     }
 
-    pub(super) fn pool(&self) -> &SqlitePool {
-        &self.pool
+    /// The pool, for the SQL both backends share (always there: the file is local).
+    pub(super) fn pool(&self) -> Result<&SqlitePool, StoreError> {
+        Ok(&self.pool)
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {

@@ -1,0 +1,54 @@
+//! End-to-end: the PostgreSQL server goes away under a running master and comes back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use halite_tests::postgres::OwnServer;
+use halite_tests::{wait_for, Cluster};
+
+#[test]
+fn postgres_restarted_mid_run_loses_nothing_and_refuses_new_work_clearly_meanwhile() {
+    let server_dir = std::env::temp_dir().join(format!("halite-outage-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&server_dir);
+    let server = OwnServer::start(&server_dir);
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
+    cluster.enroll_minion("o1", "");
+    cluster.wait_connected(&["o1"]);
+    let ran = cluster.dir.join("ran.log");
+    let script = format!("sleep 2; echo ran >> {}", ran.display());
+    let published = cluster.cli(&["run", "--async", "-t", "60s", "o1", "cmd.run", &script, "shell=true"]);
+    assert_eq!(published.code, 0, "{}", published.stderr);
+    let jid = published.stdout.trim().to_owned();
+    std::thread::sleep(Duration::from_millis(300));
+    server.stop();
+
+    // Meanwhile: new work is refused with an error that says why, in bounded time.
+    let started = Instant::now();
+    let run = cluster.cli(&["run", "o1", "test.ping"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("store unavailable"), "{}", run.stderr);
+    assert!(started.elapsed() < Duration::from_secs(15), "answered after {:?}", started.elapsed());
+    // The minion keeps its session, and finishes the job; its return waits in its outbox.
+    assert!(cluster.connected().contains(&"o1".to_owned()));
+    wait_for("the job to run", Duration::from_secs(10), || ran.exists().then_some(()));
+    std::thread::sleep(Duration::from_secs(1));
+
+    server.resume();
+    wait_for("the return to be stored once the database is back", Duration::from_secs(30), || {
+        let run = cluster.cli(&["jobs", "show", &jid, "--out", "json"]);
+        (run.code == 0 && run.json()["minions"]["o1"]["state"] == "returned").then_some(())
+    });
+    let run = cluster.cli(&["run", "--out", "json", "o1", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "run once");
+    // The master never stalled waiting for the database, and the minion never lost its session.
+    let master_log = std::fs::read_to_string(cluster.dir.join("master.log")).unwrap();
+    assert!(master_log.contains("the database does not answer"), "{master_log}");
+    assert!(master_log.contains("the database answers again"), "{master_log}");
+    assert!(!master_log.contains("the master was not running"), "{master_log}");
+    let minion_log = std::fs::read_to_string(cluster.minion_dir("o1").join("minion.log")).unwrap();
+    assert!(!minion_log.contains("disconnected from the master"), "{minion_log}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&server_dir);
+}
