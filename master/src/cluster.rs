@@ -74,6 +74,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             ClusterChange::Job { jid } => self.adopt_job(&jid, true).await?,
+            // A job not live here has nothing to stop here (its announcement came first).
+            ClusterChange::Cancel { jid } => self.cancel_here(&jid).await?,
             ClusterChange::Event { tag, data } => self.emit(tag, data),
             ClusterChange::StoredEvent { id } => {
                 if let Some((tag, data)) = self.store.shared_event(id).await? {

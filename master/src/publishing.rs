@@ -214,11 +214,24 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Cancels a job if it is still live: running minions are told to stop, the others'
-    /// slots end cancelled.
+    /// slots end cancelled; the other masters sharing the store do the same for the minions
+    /// they serve.
     pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
+        if self.jobs.get(jid).is_some() {
+            self.tell_other_masters(crate::store::ClusterChange::Cancel { jid: jid.to_owned() }).await;
+        }
+        self.cancel_here(jid).await
+    }
+
+    /// [`Master::cancel_live`] for the minions this master serves (and those nobody serves).
+    pub(crate) async fn cancel_here(&mut self, jid: &str) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
         let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
         for (minion, state) in slots {
+            if self.served_elsewhere(&minion) {
+                // Its master stops it and records the outcome.
+                continue;
+            }
             match (state, self.sessions.peer_of(&minion)) {
                 (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
                     // The minion kills the job and returns it as cancelled.

@@ -291,3 +291,53 @@ fn a_minion_event_on_one_master_reaches_subscribers_of_another_however_large() {
     let _ = watcher.kill();
     let _ = watcher.wait();
 }
+
+#[test]
+fn a_job_cancelled_through_one_master_stops_on_a_minion_of_another() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let (first, second) = (cluster.port, cluster.start_peer_master());
+    cluster.prepare_minion("c1", true, "");
+    cluster.set_minion_masters("c1", &[second]);
+    cluster.start_minion("c1");
+    wait_for("c1", Duration::from_secs(20), || connected_at(&cluster, second).contains(&"c1".to_owned()).then_some(()));
+    let published = cluster.cli_at(first, &["run", "--async", "-t", "60s", "c1", "test.sleep", "30"]);
+    assert_eq!(published.code, 0, "{}", published.stderr);
+    let jid = published.stdout.trim().to_owned();
+    std::thread::sleep(Duration::from_millis(700));
+    let started = std::time::Instant::now();
+    let cancel = cluster.cli_at(first, &["jobs", "cancel", &jid, "--out", "json"]);
+    assert_eq!(cancel.code, 0, "{}", cancel.stderr);
+    assert_eq!(cancel.json()["minions"]["c1"], "cancelled");
+    assert!(started.elapsed() < Duration::from_secs(10), "the minion was stopped, not waited out");
+    let shown = cluster.cli_at(second, &["jobs", "show", &jid, "--out", "json"]).json();
+    assert_eq!(shown["minions"]["c1"]["state"], "cancelled");
+}
+
+#[test]
+fn a_deployment_created_on_a_master_that_died_completes_on_another() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let second = cluster.start_peer_master();
+    let script = cluster.dir.join("greet.sh");
+    std::fs::write(&script, "#!/bin/sh\nprintf '%s' \"hello, $name\" > \"$heat_outputs_path.result\"\n").unwrap();
+    let run = cluster.cli(&["config", "create", "greet", "--file", script.to_str().unwrap(), "--output", "result"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let config_id = run.stdout.trim().to_owned();
+    let run = cluster.cli(&["--out", "json", "deployment", "create", &config_id, "vm-x1", "--input", "name=ha"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = run.json()["id"].as_str().unwrap().to_owned();
+    // The server's enrollment is made while the first master lives; then it dies.
+    let section = cluster.deploy_section("vm-x1");
+    cluster.prepare_minion_with("vm-x1", true, "", &section);
+    cluster.set_minion_masters("vm-x1", &[cluster.port, second]);
+    cluster.kill_master();
+    cluster.start_minion("vm-x1");
+    let run = cluster.cli_at(second, &["--out", "json", "deployment", "wait", &id, "--timeout", "60s"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    let done = run.json();
+    assert_eq!(
+        (done["status"].as_str(), done["output_values"]["result"].as_str()),
+        (Some("COMPLETE"), Some("hello, ha"))
+    );
+}

@@ -47,6 +47,8 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
     )
 }
 
+/// The minion function a deployment's job runs.
+pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
 impl<S: Store, N: Net> Master<S, N> {
     /// Serves a config or deployment request for `principal`.
     pub(crate) async fn handle_deploy_request(
@@ -136,7 +138,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let allowed = match server {
             Some(server) => self.may_deploy_to(acl, server),
             // Configs belong to no server: any rule for deploy.apply is enough.
-            None => acl.admin || acl.rules.iter().any(|rule| crate::acl::any_glob(&rule.functions, "deploy.apply")),
+            None => acl.admin || acl.rules.iter().any(|rule| crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)),
         };
         if allowed {
             Ok(())
@@ -267,14 +269,14 @@ impl<S: Store, N: Net> Master<S, N> {
         kwargs.insert("timeout".to_owned(), json!(timeout_secs));
         let server = record.deployment.server_id.clone();
         let job = NewJob {
-            function: "deploy.apply".into(),
+            function: DEPLOY_FUNCTION.into(),
             args: Vec::new(),
             kwargs,
             target: Target { kind: TargetKind::List, expr: server.clone() },
             timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
             ttl_ms: self.config.deployment_ttl_secs * 1000,
             // The hook runs the deployment's own config; it calls no other function.
-            reach: Some(vec!["deploy.apply".into()]),
+            reach: Some(vec![DEPLOY_FUNCTION.into()]),
         };
         let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(RequestError::from)?;
         record.deployment.derived_config_id = derived_id;
@@ -347,7 +349,10 @@ impl<S: Store, N: Net> Master<S, N> {
         record.deployment.output_values = outcome.output_values;
         record.last_signal = Some(Value::Object(relayed_signal));
         record.relay_pending = record.spec.signal_id.is_some();
-        self.store.put_deployment(&record, now).await?;
+        if !self.store.finish_deployment(&record, now).await? {
+            // Another master sharing the store finished it first; it announces and relays.
+            return Ok(());
+        }
         info!(deployment = %id, status = %record.deployment.status, reason = %record.deployment.status_reason, "deployment signalled");
         self.announce(&record.deployment);
         if record.relay_pending {

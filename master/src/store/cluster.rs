@@ -30,6 +30,11 @@ pub enum ClusterChange {
         /// The job.
         jid: String,
     },
+    /// A job was cancelled: each master stops it on the minions it serves.
+    Cancel {
+        /// The job.
+        jid: String,
+    },
     /// Slots of a job moved (stored, returns included).
     Slots {
         /// The job.

@@ -323,8 +323,10 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     let mut open: Vec<String> = store.open_deployments().await.unwrap().into_iter().map(|r| r.deployment.id).collect();
     open.sort();
     assert_eq!(open, ["d1", "d2"], "in progress, or a signal still to relay");
-    store.put_deployment(&record("d1", "web1", status::FAILED, false), 4).await.unwrap();
-    assert_eq!(store.deployment("d1").await.unwrap().map(|r| r.deployment.status), Some(status::FAILED.to_owned()));
+    // Finishing is a transition from in progress: the first master to finish it wins.
+    assert!(store.finish_deployment(&record("d1", "web1", status::FAILED, true), 4).await.unwrap());
+    assert!(!store.finish_deployment(&record("d1", "web1", status::COMPLETE, false), 5).await.unwrap());
+    assert_eq!(store.deployment("d1").await.unwrap(), Some(record("d1", "web1", status::FAILED, true)));
     assert!(store.delete_deployment("d1").await.unwrap());
     assert!(!store.delete_deployment("d1").await.unwrap());
 

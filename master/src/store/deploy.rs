@@ -40,6 +40,13 @@ pub trait DeployStore: Send + Sync + 'static {
         record: &DeploymentRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records a deployment's end, only if it is still in progress: of several masters
+    /// finishing one deployment, one wins (and it alone announces and relays). Whether it did.
+    fn finish_deployment(
+        &self,
+        record: &DeploymentRecord,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// One deployment.
     fn deployment(&self, id: &str) -> impl Future<Output = Result<Option<DeploymentRecord>, StoreError>> + Send;
     /// Deployments (of one server when given), newest first.

@@ -74,6 +74,26 @@ macro_rules! deploy_store {
                 Ok(())
             }
 
+            async fn finish_deployment(
+                &self,
+                record: &$crate::store::DeploymentRecord,
+                now_ms: u64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let done = sqlx::query(&$sql(
+                    "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
+                     WHERE id = ? AND status = ?",
+                ))
+                .bind(&record.deployment.status)
+                .bind(record.relay_pending)
+                .bind($crate::store::deploy_records::record_json(record))
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind(&record.deployment.id)
+                .bind(halite_protocol::message::status::IN_PROGRESS)
+                .execute(self.pool()?)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
             async fn deployment(
                 &self,
                 id: &str,
