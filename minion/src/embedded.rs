@@ -18,8 +18,8 @@ use crate::{daemon, outbox, MinionError};
 pub struct EmbeddedMinion {
     /// Minion id.
     pub id: String,
-    /// Master address, `host:port`.
-    pub master: String,
+    /// Master addresses, `host:port`, in the order to try them (a cluster's masters).
+    pub masters: Vec<String>,
     /// Its identity key.
     pub key: IdentityKey,
     /// The master key it trusts.
@@ -49,7 +49,7 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
     let (peer_tx, peer_requests) = tokio::sync::mpsc::channel(4);
     let setup = daemon::Setup {
         id: minion.id,
-        masters: vec![minion.master],
+        masters: minion.masters,
         identity: LocalIdentity::new(minion.key)?,
         master_key: Some(minion.master_key),
         pin_path: state_dir.join("master.pub"),

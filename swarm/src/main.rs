@@ -63,6 +63,9 @@ struct Args {
     /// New connections started per second (0: all at once).
     #[arg(long, default_value_t = 0)]
     connect_rate: u32,
+    /// Other masters of the cluster, tried when the config's master goes away (repeatable).
+    #[arg(long = "also-master", value_name = "HOST:PORT")]
+    also_masters: Vec<String>,
     /// Worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -153,7 +156,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let minion = EmbeddedMinion {
             state_dir: state_root.join(&id),
             id,
-            master: master.clone(),
+            masters: std::iter::once(master.clone()).chain(args.also_masters.iter().cloned()).collect(),
             key,
             master_key,
             token,

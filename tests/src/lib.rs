@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod http;
 pub mod postgres;
+pub mod swarm;
 pub mod testroot;
 
 use std::path::{Path, PathBuf};

@@ -15,100 +15,11 @@
 // A benchmark binary: any failure is a broken run, reported by the panic message.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
-use halite_protocol::message::{MinionJobState, RequestBody, ResponseBody, Target, TargetKind};
-use halite_tests::bench::{percentile, rss_kib};
+use halite_tests::bench::rss_kib;
+use halite_tests::swarm::{connect, connected_count, ping, start_swarm, wait_connected, Figures};
 use halite_tests::Cluster;
-use serde_json::json;
-
-/// A swarm process, stopped when dropped.
-struct Swarm(Child);
-
-impl Drop for Swarm {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::SIGTERM);
-        let _ = self.0.wait();
-    }
-}
-
-fn start_swarm(cluster: &Cluster, start: usize, count: usize) -> Swarm {
-    let log = std::fs::File::create(cluster.dir.join(format!("swarm-{start}.log"))).unwrap();
-    let child = Command::new(cluster.bins().join("halite-swarm"))
-        .arg("--config")
-        .arg(&cluster.config)
-        .args(["--start", &start.to_string(), "--count", &count.to_string()])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("starting halite-swarm (built with `cargo build --release --bins`)");
-    Swarm(child)
-}
-
-async fn connect(cluster: &Cluster) -> Client {
-    let config = ClientConfig::from_master_config(&cluster.config).unwrap();
-    let started = Instant::now();
-    loop {
-        match Client::connect(config.clone()).await {
-            Ok(client) => return client,
-            Err(error) if started.elapsed() > Duration::from_secs(30) => panic!("connecting: {error}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
-async fn connected_count(client: &mut Client) -> usize {
-    match client.request(RequestBody::MinionList { pattern: "swarm-*".into() }).await.unwrap() {
-        ResponseBody::Minions(minions) => minions.iter().filter(|m| m.connected).count(),
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-async fn wait_connected(client: &mut Client, n: usize) -> Duration {
-    let started = Instant::now();
-    loop {
-        let count = connected_count(client).await;
-        if count >= n {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < Duration::from_secs(300), "only {count} of {n} minions connected");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Publishes `test.ping` to `target` and waits for the last return; every minion must return.
-async fn ping(client: &mut Client, target: &str, expected: usize, ttl_ms: u64) -> Duration {
-    let mut spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: target.into() }, "test.ping");
-    spec.ttl_ms = ttl_ms;
-    spec.timeout_ms = 60_000;
-    let started = Instant::now();
-    let published = client.publish(spec).await.unwrap();
-    assert_eq!(published.minions.len(), expected, "{target}");
-    let mut returned = 0;
-    loop {
-        match client.next_job_event(&published.jid).await.unwrap() {
-            JobEvent::Update(u) if u.state == MinionJobState::Returned => returned += 1,
-            JobEvent::Update(u) if u.state.is_final() => panic!("{} ended {:?}", u.minion, u.state),
-            JobEvent::Update(_) => {}
-            JobEvent::Done => break,
-        }
-    }
-    assert_eq!(returned, expected);
-    started.elapsed()
-}
-
-struct Figures(Vec<(String, f64, f64, &'static str)>);
-
-impl Figures {
-    fn add(&mut self, name: impl Into<String>, samples: &mut [f64], unit: &'static str) {
-        let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
-        let name = name.into();
-        println!("{name:<64} {p50:>10.1} {unit:<6} {p99:>10.1} {unit}");
-        self.0.push((name, p50, p99, unit));
-    }
-}
 
 fn main() {
     if std::env::var_os("HALITE_BIN_DIR").is_none() {
@@ -125,13 +36,13 @@ fn main() {
     // flight as the master allows in total, as distinct hosts would.
     let mut cluster = Cluster::start_with("max_pending_handshakes_per_ip = 4096\n", "warn");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let mut figures = Figures(Vec::new());
-    println!("{:<64} {:>17} {:>17}", "figure", "median", "p99");
+    let mut figures = Figures::default();
+    Figures::header();
     runtime.block_on(async {
-        let mut client = connect(&cluster).await;
+        let mut client = connect(&cluster.config).await;
         let master_idle = rss_kib(cluster.master_pid().unwrap()) as f64;
         let first = max.min(1000);
-        let _swarm_a = start_swarm(&cluster, 0, first);
+        let _swarm_a = start_swarm(&cluster, &cluster.config, 0, first, &[]);
         wait_connected(&mut client, first).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -164,7 +75,7 @@ fn main() {
         let started = Instant::now();
         let mut tasks = Vec::new();
         for c in 0..clients {
-            let mut own = connect(&cluster).await;
+            let mut own = connect(&cluster.config).await;
             tasks.push(tokio::spawn(async move {
                 for j in 0..per_client {
                     let id = format!("swarm-{:05}", (c + j * clients) % first);
@@ -188,7 +99,7 @@ fn main() {
         figures.add(format!("master RSS with {first} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
 
         if max > 1000 {
-            let _swarm_b = start_swarm(&cluster, 1000, max - 1000);
+            let _swarm_b = start_swarm(&cluster, &cluster.config, 1000, max - 1000, &[]);
             let joined = wait_connected(&mut client, max).await;
             figures.add(
                 format!("{} more swarm minions enrolled and connected", max - 1000),
@@ -214,9 +125,9 @@ fn main() {
                 cluster.kill_master();
                 let killed = Instant::now();
                 cluster.start_master();
-                let mut client = connect(&cluster).await;
+                let mut client = connect(&cluster.config).await;
                 // Time until every minion is connected again, polled every 100 ms by a second client.
-                let mut watcher = connect(&cluster).await;
+                let mut watcher = connect(&cluster.config).await;
                 let counter = tokio::spawn(async move {
                     loop {
                         if connected_count(&mut watcher).await >= max {
@@ -228,7 +139,7 @@ fn main() {
                 ping(&mut client, "swarm-*", max, 120_000).await;
                 storms.push(killed.elapsed().as_secs_f64());
                 rates.push(counter.await.unwrap());
-                client = connect(&cluster).await;
+                client = connect(&cluster.config).await;
                 wait_connected(&mut client, max).await;
             }
             figures.add(format!("reconnect storm: master restart → all {max} answer test.ping"), &mut storms, "s");
@@ -237,11 +148,5 @@ fn main() {
             figures.add("reconnect storm: handshakes admitted per second (incl. master start)", &mut admitted, "hs/s");
         }
     });
-    let json: Vec<serde_json::Value> = figures
-        .0
-        .iter()
-        .map(|(name, p50, p99, unit)| json!({ "name": name, "median": p50, "p99": p99, "unit": unit }))
-        .collect();
-    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-swarm.json");
-    let _ = std::fs::write(out, serde_json::to_string_pretty(&json).unwrap());
+    figures.write(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-swarm.json"));
 }
