@@ -119,18 +119,13 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Minions connected to `master`: noted, and their entries (grains) reread, so targets
     /// resolve against what they announced there.
     pub(crate) async fn arrived_elsewhere(&mut self, master: &str, ids: Vec<String>) -> Result<(), StoreError> {
-        for id in ids {
-            self.cluster.arrived(&id, master);
-            if let Some(record) = self.store.minion(&id).await? {
-                self.registry.minions.insert(
-                    id,
-                    MinionEntry {
-                        grains: record.grains,
-                        functions: record.functions,
-                        last_seen_ms: record.last_seen_ms,
-                    },
-                );
-            }
+        for id in &ids {
+            self.cluster.arrived(id, master);
+        }
+        for record in self.store.minions_named(&ids).await? {
+            let entry =
+                MinionEntry { grains: record.grains, functions: record.functions, last_seen_ms: record.last_seen_ms };
+            self.registry.minions.insert(record.id, entry);
         }
         Ok(())
     }

@@ -313,20 +313,31 @@ macro_rules! common_store_methods {
             .collect()
     }
 
-    async fn minion(&self, id: &str) -> Result<Option<$crate::store::MinionRecord>, $crate::store::StoreError> {
-        let row = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(self.pool()?)
-            .await?;
-        row.map(|row| {
-            Ok($crate::store::MinionRecord {
-                id: row.try_get("id")?,
-                grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
-                functions: $crate::store::records::json(&row.try_get::<String, _>("functions")?)?,
-                last_seen_ms: ms(row.try_get("last_seen")?),
-            })
-        })
-        .transpose()
+    async fn minions_named(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let sql = format!(
+                "SELECT id, grains, functions, last_seen FROM minions WHERE id IN ({}) ORDER BY id",
+                vec!["?"; chunk.len()].join(", ")
+            );
+            let sql = $sql(&sql);
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id);
+            }
+            for row in query.fetch_all(self.pool()?).await? {
+                out.push($crate::store::MinionRecord {
+                    id: row.try_get("id")?,
+                    grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
+                    functions: $crate::store::records::json(&row.try_get::<String, _>("functions")?)?,
+                    last_seen_ms: ms(row.try_get("last_seen")?),
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {

@@ -125,9 +125,10 @@ pub(crate) async fn minions<S: Store>(store: S) {
     store.put_minions(&[minion("web1", 9)]).await.unwrap();
     assert_eq!(store.minions().await.unwrap(), vec![minion("db1", 6), minion("web1", 9)], "sorted, replaced");
     store.put_minions(&[]).await.unwrap();
-    assert_eq!(store.minion("web1").await.unwrap(), Some(minion("web1", 9)));
+    let names = ["web1".to_owned(), "ghost".to_owned(), "db1".to_owned()];
+    assert_eq!(store.minions_named(&names).await.unwrap(), vec![minion("db1", 6), minion("web1", 9)]);
     store.delete_minion("web1").await.unwrap();
-    assert_eq!(store.minion("web1").await.unwrap(), None);
+    assert_eq!(store.minions_named(&names[..2]).await.unwrap(), vec![]);
     store.delete_minion("web1").await.unwrap();
     assert_eq!(store.minions().await.unwrap(), vec![minion("db1", 6)]);
 }

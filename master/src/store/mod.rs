@@ -208,8 +208,9 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn minions(&self) -> impl Future<Output = Result<Vec<MinionRecord>, StoreError>> + Send;
     /// Inserts or replaces minions' entries, in one transaction.
     fn put_minions(&self, minions: &[MinionRecord]) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// One minion's entry (another master wrote it when the minion connected there).
-    fn minion(&self, id: &str) -> impl Future<Output = Result<Option<MinionRecord>, StoreError>> + Send;
+    /// These minions' entries, those that exist (another master wrote them when the minions
+    /// connected there), in one query per 500.
+    fn minions_named(&self, ids: &[String]) -> impl Future<Output = Result<Vec<MinionRecord>, StoreError>> + Send;
     /// Removes a minion's entry.
     fn delete_minion(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Records a new job and every targeted minion's first state.
@@ -261,7 +262,8 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// minion not in a final state is kept, whatever its age.
     fn purge_jobs(&self, before_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Tells the other masters sharing this store of a change they keep in memory, after it
-    /// is stored. A store one master uses alone has nobody to tell.
+    /// is stored: queued, sent in order without the caller waiting for it. A store one master
+    /// uses alone has nobody to tell.
     fn announce(&self, change: &ClusterChange) -> impl Future<Output = Result<(), StoreError>> + Send {
         let _ = change;
         async { Ok(()) }

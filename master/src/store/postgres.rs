@@ -26,8 +26,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 const POOL_SIZE: u32 = 8;
 
 /// How long a call waits for a connection before it fails as unavailable: the bound on a call
-/// made in the moment between the database going away and the probe noticing.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// made in the moment between the database going away and the probe noticing (the core makes
+/// its calls one at a time, so it never waits behind itself for a connection).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How often the probe asks the database whether it answers, and how long it waits.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -41,6 +42,44 @@ pub struct PostgresStore {
     instance: String,
     /// Whether the database answered the probe last time.
     reachable: Arc<AtomicBool>,
+    /// Announcements on their way out, in order (see [`notify`]).
+    announcements: tokio::sync::mpsc::Sender<String>,
+}
+
+/// Announcements queued at most; past it one is dropped with a warning (the database is then
+/// not keeping up, and the other masters reread everything when their listening connection
+/// recovers).
+const ANNOUNCEMENTS_QUEUED: usize = 65_536;
+
+/// Sends the queued announcements in order, several per statement: the core queues them after
+/// its writes and goes on, instead of waiting a round trip per announcement.
+async fn notify(pool: PgPool, mut queue: tokio::sync::mpsc::Receiver<String>) {
+    const PER_STATEMENT: usize = 64;
+    const ATTEMPTS: u32 = 3;
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < PER_STATEMENT {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let calls: Vec<String> = (0..batch.len()).map(|i| format!("pg_notify($1, ${})", i + 2)).collect();
+        let sql = format!("SELECT {}", calls.join(", "));
+        for attempt in 1..=ATTEMPTS {
+            let mut query = sqlx::query(&sql).bind(super::cluster::CHANNEL);
+            for payload in &batch {
+                query = query.bind(payload);
+            }
+            match query.execute(&pool).await {
+                Ok(_) => break,
+                Err(error) if attempt == ATTEMPTS => {
+                    tracing::warn!(%error, announcements = batch.len(), "could not tell the other masters of changes")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
 }
 
 impl PostgresStore {
@@ -54,7 +93,9 @@ impl PostgresStore {
         let mut bytes = [0u8; 8];
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut bytes);
         let instance = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let store = PostgresStore { pool, instance, reachable: Arc::new(AtomicBool::new(true)) };
+        let (announcements, queue) = tokio::sync::mpsc::channel(ANNOUNCEMENTS_QUEUED);
+        tokio::spawn(notify(pool.clone(), queue));
+        let store = PostgresStore { pool, instance, reachable: Arc::new(AtomicBool::new(true)), announcements };
         MIGRATOR.run(&store.pool).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
@@ -338,12 +379,9 @@ impl Store for PostgresStore {
 
     async fn announce(&self, change: &super::ClusterChange) -> Result<(), StoreError> {
         let payload = super::cluster::Announcement::payload(&self.instance, change);
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(super::cluster::CHANNEL)
-            .bind(payload)
-            .execute(self.pool()?)
-            .await?;
-        Ok(())
+        self.announcements
+            .try_send(payload)
+            .map_err(|_| StoreError::Unavailable("too many announcements waiting to be sent".into()))
     }
 
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::Heard>> {
