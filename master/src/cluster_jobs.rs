@@ -59,6 +59,22 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
+    /// Loads the live jobs in the store this master does not hold: a master that died between
+    /// storing a job and announcing it leaves it to the others, who find it here.
+    pub(crate) async fn adopt_unknown_jobs(&mut self) {
+        let jids = match self.store.unfinished_jids().await {
+            Ok(jids) => jids,
+            Err(error) => return debug!(%error, "looking for live jobs failed"),
+        };
+        let unknown: Vec<String> = jids.into_iter().filter(|jid| self.jobs.get(jid).is_none()).collect();
+        for jid in unknown {
+            debug!(%jid, "a live job nobody announced; loaded");
+            if let Err(error) = self.adopt_job(&jid, false).await {
+                warn!(%error, %jid, "loading a live job failed");
+            }
+        }
+    }
+
     /// Slots another master decided (and stored): this master's copy of the job follows, with
     /// the returns read from the store for its watchers and bus.
     pub(crate) async fn apply_remote_slots(

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 /// How often a master says it is alive.
 pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(2);
 
+/// How often a master looks in the store for live jobs it does not hold (one whose publisher
+/// died between storing and announcing it, an announcement lost).
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// Silence after which a master is taken as gone (three missed heartbeats).
 pub(crate) const GONE_AFTER: Duration = Duration::from_secs(6);
 
@@ -22,6 +26,8 @@ pub(crate) struct ClusterView {
     elsewhere: HashMap<String, String>,
     /// When this master last said it is alive.
     pub(crate) last_alive: Option<Instant>,
+    /// When this master last looked for live jobs it does not hold.
+    last_sweep: Option<Instant>,
 }
 
 impl ClusterView {
@@ -52,6 +58,20 @@ impl ClusterView {
         let master = self.elsewhere.get(minion)?;
         let heard = self.heard.get(master)?;
         (now.saturating_duration_since(*heard) < GONE_AFTER).then_some(master.as_str())
+    }
+
+    /// Whether it is time to look for live jobs this master does not hold (and notes that it
+    /// does). The first look waits a full period: at start every live job is loaded anyway.
+    pub(crate) fn sweep_due(&mut self, now: Instant) -> bool {
+        if !self.shared {
+            return false;
+        }
+        let last = *self.last_sweep.get_or_insert(now);
+        let due = now.saturating_duration_since(last) >= SWEEP_EVERY;
+        if due {
+            self.last_sweep = Some(now);
+        }
+        due
     }
 
     /// Whether it is time to say this master is alive (and notes that it does).

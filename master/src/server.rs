@@ -514,6 +514,11 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.alive_due(now) {
             self.tell_other_masters(ClusterChange::Alive).await;
         }
+        if self.cluster.sweep_due(now) {
+            // Slots this master ended are written first: a job it finished must not look live.
+            self.flush().await;
+            self.adopt_unknown_jobs().await;
+        }
         for (jid, minion, state) in self.jobs.expired(now) {
             if self.served_elsewhere(&minion) {
                 // Its master decides the slot; looked at again once it may have gone.

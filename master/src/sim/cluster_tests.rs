@@ -157,21 +157,7 @@ fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
         sim.master.cluster = crate::cluster_view::ClusterView::shared();
         let mut web1 = sim.minion("web1").await;
         // Master b published a job to web1 (stored by b), then announced it.
-        let mut job = crate::store::test_job("20261122000000000042", crate::clock::Clock::wall_ms(&sim.clock));
-        job.signed = halite_protocol::message::SignedJob::sign(
-            &halite_protocol::message::Job {
-                jid: job.jid.clone(),
-                function: "test.ping".into(),
-                args: Vec::new(),
-                kwargs: Default::default(),
-                timeout_ms: 1_000,
-                issued_at_ms: job.created_at_ms,
-                ttl_ms: 0,
-                caller: "root".into(),
-                reach: None,
-            },
-            sim.master.identity.key(),
-        );
+        let job = job_of_b(&sim, "20261122000000000042");
         sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
         sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
         let sent = web1.jobs(&sim);
@@ -183,4 +169,45 @@ fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
         let detail = sim.store().job(&job.jid).await.unwrap().unwrap();
         assert_eq!(detail.minions[0].state, MinionJobState::Returned);
     });
+}
+
+#[test]
+fn a_job_whose_master_died_before_announcing_it_is_found_and_carried_out() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut web1 = sim.minion("web1").await;
+        // Master b stored a job for web1 and an offline minion, then died before announcing it.
+        let job = job_of_b(&sim, "20261122000000000077");
+        let states = [("web1".to_owned(), MinionJobState::Sent), ("gone".to_owned(), MinionJobState::Sent)];
+        sim.store().insert_job(&job, &states).await.unwrap();
+        assert!(web1.jobs(&sim).is_empty());
+        sim.advance(Duration::from_secs(6)).await;
+        assert_eq!(web1.jobs(&sim).len(), 1, "found in the store and sent to the minion here");
+        // The minion nobody serves times out here; the job ends.
+        sim.advance(Duration::from_secs(10)).await;
+        let detail = sim.store().job(&job.jid).await.unwrap().unwrap();
+        let gone = detail.minions.iter().find(|m| m.minion == "gone").unwrap();
+        assert_eq!(gone.state, MinionJobState::TimedOut);
+    });
+}
+
+/// A job to `test.ping` as master "b" stores it (signed with the cluster's shared key).
+fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
+    let wall = crate::clock::Clock::wall_ms(&sim.clock);
+    let mut job = crate::store::test_job(jid, wall);
+    job.timeout_ms = 1_000;
+    let body = halite_protocol::message::Job {
+        jid: job.jid.clone(),
+        function: "test.ping".into(),
+        args: Vec::new(),
+        kwargs: Default::default(),
+        timeout_ms: 1_000,
+        issued_at_ms: wall,
+        ttl_ms: 0,
+        caller: "root".into(),
+        reach: None,
+    };
+    job.signed = halite_protocol::message::SignedJob::sign(&body, sim.master.identity.key());
+    job
 }

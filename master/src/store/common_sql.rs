@@ -340,6 +340,14 @@ macro_rules! common_store_methods {
         Ok(out)
     }
 
+    async fn unfinished_jids(&self) -> Result<Vec<String>, $crate::store::StoreError> {
+        Ok(sqlx::query_scalar(&$sql(
+            "SELECT DISTINCT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running') ORDER BY jid",
+        ))
+        .fetch_all(self.pool()?)
+        .await?)
+    }
+
     async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {
         let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()?).await?
         else {

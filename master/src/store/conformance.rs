@@ -214,6 +214,8 @@ pub(crate) async fn later_changes_win_and_returns_stay<S: Store>(store: S) {
     let (record, states) = store.live_job("1").await.unwrap().unwrap();
     assert_eq!((record, states), (job("1", 1), vec![("web1".to_owned(), MinionJobState::Failed)]));
     assert!(store.live_job("none").await.unwrap().is_none());
+    store.insert_job(&job("3", 3), &[("web1".to_owned(), MinionJobState::Waiting)]).await.unwrap();
+    assert_eq!(store.unfinished_jids().await.unwrap(), ["3"], "job 1 is final");
 
     // A late return is kept beside the final state, only if none is stored yet.
     store.insert_job(&job("2", 2), &[("web1".to_owned(), MinionJobState::TimedOut)]).await.unwrap();

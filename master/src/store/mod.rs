@@ -236,6 +236,9 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// One job as a master that did not publish it needs it: the record (with the signed job)
     /// and every minion's state.
     fn live_job(&self, jid: &str) -> impl Future<Output = Result<Option<UnfinishedJob>, StoreError>> + Send;
+    /// The jids of jobs with at least one minion not in a final state (a light query: what a
+    /// master sharing the store compares with the jobs it holds).
+    fn unfinished_jids(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
     /// Jobs with at least one minion not in a final state, with every minion's state.
     fn unfinished_jobs(&self) -> impl Future<Output = Result<Vec<UnfinishedJob>, StoreError>> + Send;
     /// Every principal.
