@@ -37,7 +37,10 @@ if [ ! -f "$heat_agents/heat-config-script/install.d/hook-script.py" ]; then
     tar -xzf target/heat-agents/heat_agents-13.0.0.tar.gz -C target/heat-agents
   fi
 fi
-.venv/bin/python -c 'import yaml' 2>/dev/null || .venv/bin/pip install --quiet --disable-pip-version-check 'PyYAML==6.*' || true
+# PyYAML (YAML 1.1) and ruamel.yaml (YAML 1.2) read back the CLI's YAML output in its property
+# test; PyYAML is also what heat-agents' 55-heat-config imports.
+.venv/bin/python -c 'import yaml' 2>/dev/null || .venv/bin/pip install --quiet --disable-pip-version-check 'PyYAML==6.*'
+.venv/bin/python -c 'import ruamel.yaml' 2>/dev/null || .venv/bin/pip install --quiet --disable-pip-version-check 'ruamel.yaml==0.18.*'
 if [ -f "$heat_agents/heat-config-script/install.d/hook-script.py" ]; then
   export HALITE_HEAT_AGENTS="$PWD/$heat_agents"
 fi

@@ -93,7 +93,10 @@ pub(crate) fn compact(value: &Value) -> String {
     }
 }
 
-/// Renders a JSON value as YAML (block style; strings quoted when YAML would misread them).
+/// Renders a JSON value as YAML: block style, a multi-line string as a literal block when that
+/// reads back exactly, and every other string plain only when no YAML reader (1.1 or 1.2) could
+/// take it for anything else, double-quoted otherwise. Checked by parsing the output back with
+/// PyYAML and ruamel.yaml (`tests/yaml_roundtrip.py`).
 pub(crate) fn yaml(value: &Value) -> String {
     let mut out = String::new();
     write_yaml(&mut out, value, 0);
@@ -108,7 +111,7 @@ fn write_yaml(out: &mut String, value: &Value, indent: usize) {
     match value {
         Value::Object(map) if !map.is_empty() => {
             for (key, v) in map {
-                out.push_str(&format!("{pad}{}:", scalar_key(key)));
+                out.push_str(&format!("{pad}{}:", flow_string(key)));
                 write_nested(out, v, indent);
             }
         }
@@ -118,6 +121,8 @@ fn write_yaml(out: &mut String, value: &Value, indent: usize) {
                 write_nested(out, v, indent);
             }
         }
+        // A block scalar cannot stand at the top level at column 0.
+        Value::String(s) => out.push_str(&format!("{pad}{}\n", flow_string(s))),
         scalar => out.push_str(&format!("{pad}{}\n", scalar_text(scalar, indent))),
     }
 }
@@ -136,42 +141,96 @@ fn write_nested(out: &mut String, value: &Value, indent: usize) {
     }
 }
 
-fn scalar_key(key: &str) -> String {
-    if needs_quotes(key) {
-        serde_json::to_string(key).unwrap_or_default()
-    } else {
-        key.to_owned()
-    }
-}
-
 fn scalar_text(value: &Value, indent: usize) -> String {
     match value {
         Value::Null => "null".into(),
         Value::Object(_) => "{}".into(),
         Value::Array(_) => "[]".into(),
-        Value::String(s) if s.contains('\n') => {
+        Value::String(s) if literal_block_ok(s) => {
             let pad = " ".repeat(indent);
-            let body: Vec<String> = s.trim_end_matches('\n').lines().map(|l| format!("{pad}{l}")).collect();
+            let body: Vec<String> = s.trim_end_matches('\n').split('\n').map(|l| format!("{pad}{l}")).collect();
             let chomp = if s.ends_with('\n') { "" } else { "-" };
             format!("|{chomp}\n{}", body.join("\n"))
         }
-        Value::String(s) if needs_quotes(s) => serde_json::to_string(s).unwrap_or_default(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => flow_string(s),
+        Value::Number(n) => number_text(n),
+        Value::Bool(b) => b.to_string(),
     }
 }
 
-fn needs_quotes(s: &str) -> bool {
-    s.is_empty()
-        || s.trim() != s
-        || s.parse::<f64>().is_ok()
-        || matches!(s.to_ascii_lowercase().as_str(), "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~")
-        || s.starts_with([
-            '-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`',
-        ])
-        || s.contains(": ")
-        || s.contains(" #")
-        || s.chars().any(char::is_control)
+/// A float as both YAML 1.1 and 1.2 read it back: with a fraction and a signed exponent
+/// (`1e300` is a string to a YAML 1.1 reader).
+fn number_text(n: &serde_json::Number) -> String {
+    let text = n.to_string();
+    if n.is_f64() && !text.contains(['.', 'e', 'E']) {
+        return format!("{text}.0");
+    }
+    match text.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => {
+            let mantissa = if mantissa.contains('.') { mantissa.to_owned() } else { format!("{mantissa}.0") };
+            let exponent = if exponent.starts_with(['-', '+']) { exponent.to_owned() } else { format!("+{exponent}") };
+            format!("{mantissa}e{exponent}")
+        }
+        None => text,
+    }
+}
+
+/// A multi-line string a literal block gives back exactly: lines of printable text, the first
+/// not indented (it would set the block's indentation), none blank but for spaces (a reader
+/// folds them), and at most one final newline.
+fn literal_block_ok(s: &str) -> bool {
+    let body = s.strip_suffix('\n').unwrap_or(s);
+    body.contains('\n')
+        && !body.ends_with('\n')
+        && !body.starts_with([' ', '\t', '\n'])
+        && body.split('\n').all(|line| {
+            line.chars().all(|c| c == '\t' || printable(c))
+                && (line.is_empty() || !line.chars().all(|c| c == ' ' || c == '\t'))
+                && !line.ends_with([' ', '\t'])
+        })
+}
+
+/// A key or single-line string: plain when unmistakable, double-quoted otherwise.
+fn flow_string(s: &str) -> String {
+    if plain_ok(s) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if printable(c) && c != '\u{feff}' => out.push(c),
+            c if u32::from(c) <= 0xffff => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// YAML's printable characters (`c-printable`), less the line breaks and tab handled apart.
+fn printable(c: char) -> bool {
+    matches!(u32::from(c), 0x20..=0x7e | 0x85 | 0xa0..=0xd7ff | 0xe000..=0xfffd | 0x10000..=0x10ffff)
+        && !matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}')
+}
+
+/// Plain (unquoted) only for words no reader takes for a number, date, boolean, null or
+/// syntax: a letter first, then letters, digits and `_ - . / @ + =` with single inner spaces.
+fn plain_ok(s: &str) -> bool {
+    let mut chars = s.chars();
+    let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    starts_with_letter
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-./@+= ".contains(c))
+        && !s.ends_with(' ')
+        && !s.contains("  ")
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null"
+        )
 }
 
 #[cfg(test)]
@@ -189,5 +248,114 @@ mod tests {
         );
         assert_eq!(yaml(&json!(true)), "true\n");
         assert_eq!(yaml(&json!("- x")), "\"- x\"\n");
+    }
+
+    /// Strings YAML readers are known to misread, and random ones over characters that matter.
+    fn arb_string() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let tricky = prop::sample::select(vec![
+            "0x1F",
+            "2024-01-01",
+            "1_000",
+            "0o17",
+            "1e3",
+            ".5",
+            ".inf",
+            "~",
+            "null",
+            "Null",
+            "yes",
+            "No",
+            "on",
+            "y",
+            "- a",
+            "a: b",
+            "a #b",
+            "#x",
+            " lead",
+            "trail ",
+            "a\n b",
+            "\n",
+            "  \n",
+            "x\n\n",
+            "\tx",
+            "12:30:00",
+            "@x",
+            "`x",
+            "!x",
+            "&x",
+            "*x",
+            "%x",
+            "|",
+            ">",
+            "'x'",
+            "\"x\"",
+            "[a]",
+            "{a}",
+            "?",
+            ",",
+            "a,b",
+            "=",
+            "<<",
+            "\u{feff}x",
+            "a\u{2028}b",
+            "\u{85}",
+            "\r\n",
+            "é",
+            "x\u{7f}",
+            "\u{1f600}",
+            "",
+        ]);
+        let random = "[ -~\n\t\r\u{0}-\u{1f}\u{7f}-\u{a0}é\u{2028}\u{feff}\u{1f600}]{0,14}";
+        prop_oneof![tricky.prop_map(str::to_owned), random]
+    }
+
+    fn arb_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+            arb_string().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(arb_string(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Every output, parsed back by PyYAML (1.1) and ruamel.yaml (1.2), is the value printed.
+    #[test]
+    fn yaml_reads_back_as_the_same_value_in_yaml_1_1_and_1_2_readers() {
+        use proptest::strategy::{Strategy, ValueTree};
+        use std::io::Write;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = arb_value();
+        let cases: Vec<Value> = (0..800).map(|_| strategy.new_tree(&mut runner).unwrap().current()).collect();
+        let docs: Vec<(String, String)> = cases.iter().map(|v| (yaml(v), v.to_string())).collect();
+        let python = std::env::var_os("HALITE_PYTHON")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"));
+        assert!(
+            python.exists(),
+            "{}: run scripts/test.sh (it makes the venv with PyYAML and ruamel.yaml)",
+            python.display()
+        );
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/yaml_roundtrip.py");
+        let mut child = std::process::Command::new(python)
+            .arg(script)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(serde_json::to_string(&docs).unwrap().as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "the round-trip script failed");
+        let failures: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(failures, json!([]), "YAML that reads back wrong");
     }
 }
