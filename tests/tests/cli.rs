@@ -43,3 +43,47 @@ fn a_master_that_is_down_is_reported_as_refused() {
     assert_eq!(run.code, 1);
     assert!(run.stderr.to_lowercase().contains("refused"), "{}", run.stderr);
 }
+
+#[test]
+fn listed_ids_the_master_does_not_know_are_reported_and_fail_the_run() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("known1", "");
+    cluster.wait_connected(&["known1"]);
+    let run = cluster.cli(&["run", "-L", "known1,ghost", "test.ping"]);
+    assert_eq!(run.code, 3, "an unknown id is a failure: {}", run.stdout);
+    assert!(run.stdout.contains("ghost") && run.stdout.contains("unknown: no such minion"), "{}", run.stdout);
+    assert!(run.stdout.contains("1 returned, 1 unknown"), "{}", run.stdout);
+    let run = cluster.cli(&["run", "--out", "json", "-L", "known1, ghost", "test.ping"]);
+    assert_eq!(run.code, 3);
+    let doc = run.json();
+    assert_eq!(doc["minions"]["ghost"]["state"], "unknown", "{doc}");
+    assert_eq!(doc["minions"]["known1"]["state"], "returned", "{doc}");
+    let run = cluster.cli(&["run", "-L", "known1", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+}
+
+#[test]
+fn ctrl_c_during_a_run_tells_the_jid_and_how_to_follow_it() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("slow1", "");
+    cluster.wait_connected(&["slow1"]);
+    let child = std::process::Command::new(cluster.bins().join("halite"))
+        .arg("--config")
+        .arg(&cluster.config)
+        .args(["run", "slow1", "test.sleep", "20"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let jid = stderr.split("job ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap_or_default();
+    assert_eq!(jid.len(), 20, "{stderr}");
+    assert!(stderr.contains(&format!("halite jobs show {jid}")), "{stderr}");
+    // The job goes on: it is live on the master.
+    let shown = cluster.cli(&["jobs", "show", jid, "--out", "json"]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+}

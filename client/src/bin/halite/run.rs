@@ -12,6 +12,12 @@ use serde_json::{json, Value};
 use crate::output::{self, paint, Format};
 use crate::{duration, EXIT_TARGETS_FAILED};
 
+/// The state shown for an id listed with `-L` that the master did not target.
+const UNKNOWN: &str = "unknown";
+
+/// Exit code after Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: u8 = 130;
+
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// Target is a comma-separated list of ids.
@@ -89,16 +95,60 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let width = published.minions.iter().map(String::len).max().unwrap_or(0);
+    // Ids listed with -L that the master did not target (unknown, or outside what this
+    // principal may target) are reported, and count as failures.
+    let unknown: Vec<String> = match args.kind() {
+        TargetKind::List => {
+            let mut unknown: Vec<String> = args
+                .target
+                .split(',')
+                .map(str::trim)
+                .filter(|id| !id.is_empty() && !published.minions.iter().any(|m| m == id))
+                .map(str::to_owned)
+                .collect();
+            unknown.sort();
+            unknown.dedup();
+            unknown
+        }
+        _ => Vec::new(),
+    };
+    let width = published.minions.iter().chain(&unknown).map(String::len).max().unwrap_or(0);
+    for id in &unknown {
+        match format {
+            Format::Table => {
+                println!("{}  {}", paint(&format!("{id:<width$}"), "1"), paint("unknown: no such minion", "31"))
+            }
+            Format::Ndjson => {
+                output::print_document(format, &json!({ "jid": published.jid, "minion": id, "state": UNKNOWN }))
+            }
+            _ => {}
+        }
+    }
     let mut finals: BTreeMap<String, (MinionJobState, Option<JobReturn>)> = BTreeMap::new();
     // On a terminal, a one-line progress counter on stderr, rewritten in place.
     let progress = format == Format::Table && std::io::stderr().is_terminal();
     let total = published.minions.len();
+    // Listening from here on: a Ctrl-C while waiting tells the jid instead of dying silently.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     loop {
         if progress {
             eprint!("\r{} of {total} minion(s) finished, job {}\x1b[K", finals.len(), published.jid);
         }
-        match client.next_job_event(&published.jid).await? {
+        let event = tokio::select! {
+            event = client.next_job_event(&published.jid) => event?,
+            _ = &mut interrupted => {
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                eprintln!(
+                    "\nhalite: interrupted; job {jid} goes on without this command. Follow it with: halite jobs show {jid}",
+                    jid = published.jid
+                );
+                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            }
+        };
+        match event {
             JobEvent::Done => break,
             JobEvent::Update(update) => {
                 if format == Format::Ndjson {
@@ -126,17 +176,23 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
             for (state, _) in finals.values() {
                 *counts.entry(state.as_str()).or_default() += 1;
             }
+            if !unknown.is_empty() {
+                counts.insert(UNKNOWN, unknown.len());
+            }
             let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-            println!("\n{} minion(s), job {}: {}", finals.len(), published.jid, summary.join(", "));
+            println!("\n{} minion(s), job {}: {}", finals.len() + unknown.len(), published.jid, summary.join(", "));
         }
         Format::Ndjson => {}
         Format::Json | Format::Yaml => {
-            let minions: serde_json::Map<String, Value> =
+            let mut minions: serde_json::Map<String, Value> =
                 finals.iter().map(|(id, (state, ret))| (id.clone(), result_value(*state, ret.as_ref()))).collect();
+            for id in &unknown {
+                minions.insert(id.clone(), json!({ "state": UNKNOWN, "error": "no such minion" }));
+            }
             output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
         }
     }
-    Ok(if ok == finals.len() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
+    Ok(if ok == finals.len() && unknown.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
 }
 
 pub(crate) fn result_value(state: MinionJobState, ret: Option<&JobReturn>) -> Value {
