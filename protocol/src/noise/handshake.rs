@@ -7,8 +7,8 @@ use snow::HandshakeState;
 use super::local::{params, LocalIdentity};
 use super::session::{Kind, Session};
 use super::{
-    Claim, HandshakeError, MasterPin, Peer, Role, SessionConfig, MAX_NOISE_MESSAGE, PROLOGUE, STATIC_KEY_DOMAIN,
-    WIRE_VERSION,
+    Claim, HandshakeError, MasterCertificate, MasterPin, Peer, Role, SessionConfig, CERTIFICATE_LEN, MAX_NOISE_MESSAGE,
+    PROLOGUE, STATIC_KEY_DOMAIN, WIRE_VERSION,
 };
 use crate::identity::PublicIdentity;
 
@@ -57,6 +57,13 @@ fn identity_payload(local: &LocalIdentity, role: Role, claim: &Claim) -> Vec<u8>
     payload.extend_from_slice(claim.name.as_bytes());
     payload.push(token.len() as u8);
     payload.extend_from_slice(token.as_bytes());
+    // A master of a cluster ends its payload with its certificate (a fixed length, so an older
+    // initiator's "nothing may follow" check is the only thing it would trip).
+    if role == Role::Master {
+        if let Some(certificate) = local.certificate() {
+            payload.extend_from_slice(&certificate.to_bytes());
+        }
+    }
     payload
 }
 
@@ -72,11 +79,13 @@ fn verify_identity(hs: &HandshakeState, payload: &[u8]) -> Result<(Peer, Option<
     identity.verify(STATIC_KEY_DOMAIN, remote_static, &fixed[33..])?;
     let (name, rest) = short_string(rest)?;
     let (token, rest) = short_string(rest)?;
-    if !rest.is_empty() {
-        return Err(HandshakeError::Malformed("trailing bytes after the identity payload"));
-    }
+    let certificate = match rest.len() {
+        0 => None,
+        CERTIFICATE_LEN if role == Role::Master => Some(MasterCertificate::from_bytes(rest)?),
+        _ => return Err(HandshakeError::Malformed("trailing bytes after the identity payload")),
+    };
     let token = (!token.is_empty()).then(|| token.to_owned());
-    Ok((Peer { identity, role, name: name.to_owned() }, token))
+    Ok((Peer { identity, role, name: name.to_owned(), certificate }, token))
 }
 
 fn short_string(bytes: &[u8]) -> Result<(&str, &[u8]), HandshakeError> {
@@ -97,6 +106,8 @@ pub struct Initiator {
     claim: Claim,
     pin: MasterPin,
     config: SessionConfig,
+    /// Master keys the cluster key revoked: refused even with a certificate.
+    revoked: Vec<PublicIdentity>,
 }
 
 impl Initiator {
@@ -115,7 +126,14 @@ impl Initiator {
         let mut hs = builder(local)?.build_initiator()?;
         // Message 1 is sent in the clear: its payload stays empty.
         let msg1 = write(&mut hs, &[])?;
-        Ok((Initiator { hs, local: local.clone(), role, claim, pin, config }, msg1))
+        Ok((Initiator { hs, local: local.clone(), role, claim, pin, config, revoked: Vec::new() }, msg1))
+    }
+
+    /// Refuses these master keys even when a certificate from the pinned key vouches for
+    /// them (revocations the initiator has received).
+    pub fn refusing(mut self, revoked: Vec<PublicIdentity>) -> Self {
+        self.revoked = revoked;
+        self
     }
 
     /// Reads message 2, checks the master's identity against the pin, and returns message 3
@@ -128,10 +146,16 @@ impl Initiator {
         }
         if let MasterPin::Key(pinned) = &self.pin {
             if *pinned != master.identity {
-                return Err(HandshakeError::UnexpectedPeer {
+                let unexpected = || HandshakeError::UnexpectedPeer {
                     expected: pinned.fingerprint(),
                     got: master.identity.fingerprint(),
-                });
+                };
+                let certificate =
+                    master.certificate.as_ref().filter(|c| c.cluster == *pinned).ok_or_else(unexpected)?;
+                certificate.verify(&master.identity, &master.name).map_err(|_| unexpected())?;
+                if self.revoked.contains(&master.identity) {
+                    return Err(HandshakeError::Revoked(master.identity.fingerprint()));
+                }
             }
         }
         let msg3 = write(&mut self.hs, &identity_payload(&self.local, self.role, &self.claim))?;

@@ -18,6 +18,8 @@ struct Inner {
     /// The identity payload sent in the handshake, minus the role byte:
     /// `ed25519 public key (32) || signature over the static key (64)`.
     binding: Vec<u8>,
+    /// A master's certificate from its cluster key, sent after its claim.
+    certificate: Option<super::MasterCertificate>,
 }
 
 impl LocalIdentity {
@@ -28,7 +30,22 @@ impl LocalIdentity {
         let mut binding = Vec::with_capacity(96);
         binding.extend_from_slice(key.public().as_bytes());
         binding.extend_from_slice(&signature);
-        Ok(LocalIdentity(Arc::new(Inner { key, static_private: keypair.private, binding })))
+        Ok(LocalIdentity(Arc::new(Inner { key, static_private: keypair.private, binding, certificate: None })))
+    }
+
+    /// The same identity presenting `certificate` (a master of a cluster) in its handshakes.
+    pub fn with_certificate(&self, certificate: super::MasterCertificate) -> Self {
+        LocalIdentity(Arc::new(Inner {
+            key: IdentityKey::from_seed(self.0.key.seed()),
+            static_private: self.0.static_private.clone(),
+            binding: self.0.binding.clone(),
+            certificate: Some(certificate),
+        }))
+    }
+
+    /// The certificate presented, if any.
+    pub fn certificate(&self) -> Option<&super::MasterCertificate> {
+        self.0.certificate.as_ref()
     }
 
     /// The public identity.

@@ -16,6 +16,7 @@
 //! Noise transport messages with explicit nonces, and opens them through a replay window
 //! (`docs/protocol.md` §5).
 
+mod certificate;
 mod handshake;
 mod local;
 mod replay;
@@ -23,6 +24,7 @@ mod session;
 
 use std::time::Duration;
 
+pub use certificate::{MasterCertificate, Revocation, CERTIFICATE_LEN};
 pub use handshake::{AwaitingIdentity, AwaitingVerdict, IdentifiedPeer, Initiator, Responder};
 
 pub use local::LocalIdentity;
@@ -84,6 +86,8 @@ pub struct Peer {
     /// The name the peer claimed (a minion id, a principal, the master's id). Signed into the
     /// handshake but not verified by it: the master checks it against its key registry.
     pub name: String,
+    /// A master's certificate from its cluster key, when it presented one.
+    pub certificate: Option<MasterCertificate>,
 }
 
 /// What a node claims about itself in the handshake, besides its key.
@@ -112,7 +116,8 @@ impl Claim {
 /// What the initiator requires of the responder's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MasterPin {
-    /// Only this master key is accepted.
+    /// This master key, or a master holding a certificate from this key (a cluster key) for
+    /// its key and name, unless the initiator was told it is revoked.
     Key(PublicIdentity),
     /// Trust on first use: any master key is accepted and returned for the caller to pin.
     /// Only for explicit opt-in.
@@ -170,6 +175,9 @@ pub enum HandshakeError {
     /// The peer claimed a role it cannot have in this position.
     #[error("peer claimed role {0:?}, which is not allowed here")]
     WrongRole(Role),
+    /// The master holds a certificate from the pinned cluster key, but its key was revoked.
+    #[error("master key {0} was revoked by the cluster key")]
+    Revoked(String),
     /// The master's key is not the pinned one.
     #[error("master key {got} does not match the pinned key {expected}")]
     UnexpectedPeer {
