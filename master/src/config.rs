@@ -69,6 +69,9 @@ pub struct MasterConfig {
     pub deployment_timeout_secs: u64,
     /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
     pub gateway: crate::gateway::GatewayConfig,
+    /// Master keys the cluster key revoked (`halite-master cluster revoke` prints each), told
+    /// to every minion in `welcome`; a minion refuses those masters from then on.
+    pub revoked_masters: Vec<String>,
     /// Where state is kept (`[store]`): SQLite in the state directory unless `url` names a
     /// PostgreSQL database.
     pub store: crate::store::StoreConfig,
@@ -109,6 +112,7 @@ impl Default for MasterConfig {
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
             store: crate::store::StoreConfig::default(),
+            revoked_masters: Vec::new(),
             log: "info".into(),
             log_format: halite_transport::logging::LogFormat::Text,
             accept_wal_loss: false,
@@ -128,6 +132,9 @@ impl MasterConfig {
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
         config.store.validate().map_err(|e| format!("store: {e}"))?;
+        for (i, text) in config.revoked_masters.iter().enumerate() {
+            halite_protocol::noise::Revocation::from_hex(text).map_err(|e| format!("revoked_masters[{i}]: {e}"))?;
+        }
         halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
         if config.max_pending_handshakes == 0 || config.max_pending_handshakes_per_ip == 0 {
             return Err("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1".into());
@@ -156,6 +163,11 @@ impl MasterConfig {
     /// The address the master actually listens on, written after binding.
     pub fn address_path(&self) -> PathBuf {
         self.state_dir.join("master.addr")
+    }
+
+    /// This master's certificate from the cluster key (`halite-master cluster certify`).
+    pub fn certificate_path(&self) -> PathBuf {
+        self.state_dir.join("master.cert")
     }
 
     /// The SQLite database.

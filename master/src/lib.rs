@@ -24,6 +24,7 @@ mod authz;
 mod bus;
 pub mod clock;
 mod cluster;
+mod cluster_identity;
 mod cluster_jobs;
 mod cluster_view;
 pub mod config;
@@ -56,6 +57,7 @@ use halite_protocol::noise::{HandshakeError, LocalIdentity};
 use halite_transport::keyfile::{self, KeyFileError};
 use halite_transport::{Router, RouterConfig};
 
+pub use cluster_identity::{certify, init_cluster_key, revoke};
 pub use config::MasterConfig;
 pub use server::Master;
 pub use store::{SqliteStore, Store};
@@ -99,6 +101,9 @@ pub enum MasterError {
     /// The HTTP gateway could not start.
     #[error(transparent)]
     Gateway(#[from] gateway::GatewayError),
+    /// The cluster key, this master's certificate or the revocations.
+    #[error("cluster identity: {0}")]
+    Cluster(String),
 }
 
 /// The master's keys, created on first start.
@@ -125,6 +130,13 @@ pub fn init(config: &MasterConfig) -> Result<Keys, MasterError> {
     Ok(Keys { identity: LocalIdentity::new(key)?, root })
 }
 
+/// [`init`], with this master's cluster certificate when it has one (checked, with the
+/// configured revocations): the identity it serves with.
+pub fn init_serving(config: &MasterConfig) -> Result<Keys, MasterError> {
+    let keys = init(config)?;
+    Ok(Keys { identity: cluster_identity::certified(config, keys.identity)?, root: keys.root })
+}
+
 /// The state directory holds job arguments and results: a directory that group or others can
 /// read (made by hand, or by an older package) is tightened to 0700, with a warning.
 fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
@@ -140,7 +152,7 @@ fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
 
 /// Runs the master until `shutdown` completes.
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
-    let keys = init(&config)?;
+    let keys = init_serving(&config)?;
     match config.store.backend()? {
         store::Backend::Sqlite => {
             let database = config.database_path();

@@ -134,7 +134,11 @@ impl<S: Store, N: Net> Master<S, N> {
             caller: caller.to_owned(),
             reach,
         };
-        let signed = SignedJob::sign(&job, self.identity.key());
+        // A master of a cluster names itself and its certificate: any master may deliver it.
+        let signed = match self.identity.certificate() {
+            Some(certificate) => SignedJob::sign_certified(&job, self.identity.key(), certificate, &self.config.id),
+            None => SignedJob::sign(&job, self.identity.key()),
+        };
         let record = JobRecord {
             jid: jid.clone(),
             function,

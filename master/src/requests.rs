@@ -40,6 +40,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     master_id: self.config.id.clone(),
                     version: env!("CARGO_PKG_VERSION").into(),
                     now_ms: self.clock.wall_ms(),
+                    revoked: self.config.revoked_masters.clone(),
                 };
                 self.send(peer, &Message::Welcome(welcome));
             }

@@ -92,6 +92,13 @@ struct Minion {
     /// When refused (pending or rejected), wait before knocking again.
     retry_at: Option<tokio::time::Instant>,
     refusals: Backoff,
+    /// Master keys the cluster key revoked, as masters told this minion.
+    revocations: crate::revocations::Revocations,
+    /// The master of the current (or last) handshake.
+    master_now: Option<PublicIdentity>,
+    /// Masters that refused or failed the handshake in a row: the next one of the list is
+    /// tried at once until every one has, then the minion backs off.
+    handshake_failures: usize,
     /// Messages for the master, written by their own task ([`write_out`]): this loop, the
     /// only reader of the connection's events, never waits on a full send queue.
     outgoing: mpsc::UnboundedSender<Outgoing>,
@@ -144,6 +151,9 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         pending_publishes: HashMap::new(),
         next_request: 1,
         refusals: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
+        revocations: crate::revocations::Revocations::load(setup.pin_path.with_file_name("revoked_masters")),
+        master_now: None,
+        handshake_failures: 0,
         setup,
     };
     minion.connect();
@@ -188,6 +198,22 @@ impl Minion {
         self.dealer = Some(Dealer::connect_any(self.setup.masters.clone(), config));
         self.epoch = 0;
         self.stage = Stage::Down;
+    }
+
+    /// This master will not do: the next one of the list is tried at once, and once every
+    /// one has failed in a row the minion backs off.
+    async fn next_master(&mut self, reason: &str) {
+        self.handshake_failures += 1;
+        self.stage = Stage::Down;
+        match &self.dealer {
+            Some(dealer) if self.handshake_failures < self.setup.masters.len() => {
+                let _ = dealer.move_on(reason).await;
+            }
+            _ => {
+                self.handshake_failures = 0;
+                self.back_off();
+            }
+        }
     }
 
     /// Drops the connection and knocks again later (the master said pending or rejected).
@@ -240,6 +266,7 @@ impl Minion {
                 };
                 match Initiator::start(&self.setup.identity, Role::Minion, claim, pin, SessionConfig::default()) {
                     Ok((initiator, msg1)) => {
+                        let initiator = initiator.refusing(self.revocations.keys());
                         self.stage = Stage::AwaitResponse(Box::new(initiator));
                         self.send_raw(vec![msg1]).await;
                     }
@@ -271,13 +298,14 @@ impl Minion {
                 let Some(msg2) = parts.first() else { return };
                 match initiator.read_response(msg2) {
                     Ok((awaiting, msg3)) => {
+                        self.master_now = Some(awaiting.master().identity);
                         self.pin_master(awaiting.master().identity);
                         self.stage = Stage::AwaitVerdict(Box::new(awaiting));
                         self.send_raw(vec![msg3]).await;
                     }
                     Err(error) => {
                         error!(%error, "master handshake failed");
-                        self.back_off();
+                        self.next_master("master handshake failed").await;
                     }
                 }
             }
@@ -285,6 +313,7 @@ impl Minion {
                 Ok(session) => {
                     info!(id = %self.setup.id, "authenticated to the master");
                     self.refusals.reset();
+                    self.handshake_failures = 0;
                     self.stage = Stage::Up(Box::new(session));
                     if let Some(dealer) = &self.dealer {
                         let _ = dealer.mark_authenticated().await;
@@ -359,6 +388,13 @@ impl Minion {
             Message::Welcome(welcome) => {
                 debug!(master = %welcome.master_id, "welcomed");
                 self.master_time = crate::freshness::MasterTime::learned(welcome.now_ms, Instant::now());
+                if let Some(pinned) = self.setup.master_key {
+                    self.revocations.learn(&welcome.revoked, &pinned);
+                }
+                if self.master_now.is_some_and(|m| self.revocations.contains(&m)) {
+                    warn!("this master's key was revoked by the cluster key; moving to another master");
+                    self.next_master("master key revoked").await;
+                }
             }
             Message::Job(signed) => self.on_job(signed).await,
             Message::ReturnAck(ack) => {
@@ -414,6 +450,10 @@ impl Minion {
             Ok(job) => job,
             Err(error) => return self.refuse(ErrorKind::BadSignature, error.to_string(), None).await,
         };
+        if signed.signer_key().is_some_and(|k| self.revocations.contains(&k)) {
+            let why = "signed by a master whose key the cluster key revoked".to_owned();
+            return self.refuse(ErrorKind::BadSignature, why, Some(job.jid)).await;
+        }
         if let Err(error) = halite_protocol::id::validate(&job.jid) {
             return self.refuse(ErrorKind::BadRequest, format!("bad jid: {error}"), Some(job.jid)).await;
         }

@@ -17,6 +17,7 @@ mod fit;
 mod freshness;
 pub mod masters;
 pub mod outbox;
+mod revocations;
 mod verified;
 
 use std::future::Future;

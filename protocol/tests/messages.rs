@@ -242,7 +242,8 @@ fn message() -> impl Strategy<Value = Message> {
         (".{0,10}", ".{0,6}", any::<u64>()).prop_map(|(master_id, version, now_ms)| Message::Welcome(Welcome {
             master_id,
             version,
-            now_ms
+            now_ms,
+            revoked: Vec::new()
         })),
         job().prop_map(move |j| Message::Job(SignedJob::sign(&j, &key))),
         (".{0,20}", any::<bool>(), ".{0,20}").prop_map(|(jid, accepted, reason)| Message::JobAck(JobAck {

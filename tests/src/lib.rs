@@ -169,12 +169,23 @@ impl Cluster {
     /// its own port and state directory, and a copy of the first one's keys (a cluster shares
     /// one identity). Returns its port.
     pub fn start_peer_master(&mut self) -> u16 {
+        let port = self.add_peer_master(true);
+        self.restart_peer_master(port);
+        port
+    }
+
+    /// Prepares another master of this cluster without starting it: the first one's config with
+    /// its own port and state directory, and the first one's keys when `same_identity` (else
+    /// it makes its own at first start). Returns its port.
+    pub fn add_peer_master(&mut self, same_identity: bool) -> u16 {
         let n = self.peers.len() + 1;
         let state = self.dir.join(format!("master-{n}"));
         std::fs::create_dir_all(&state).unwrap_or_else(|e| panic!("{e}"));
-        for file in ["master.key", "master.pub", "root.key"] {
-            std::fs::copy(self.dir.join("master").join(file), state.join(file))
-                .unwrap_or_else(|e| panic!("{file}: {e}"));
+        if same_identity {
+            for file in ["master.key", "master.pub", "root.key"] {
+                std::fs::copy(self.dir.join("master").join(file), state.join(file))
+                    .unwrap_or_else(|e| panic!("{file}: {e}"));
+            }
         }
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
@@ -185,7 +196,6 @@ impl Cluster {
         let config = self.dir.join(format!("master-{n}.toml"));
         std::fs::write(&config, text).unwrap_or_else(|e| panic!("{e}"));
         self.peers.push(PeerMaster { port, config, child: None });
-        self.restart_peer_master(port);
         port
     }
 

@@ -341,3 +341,86 @@ fn a_deployment_created_on_a_master_that_died_completes_on_another() {
         (Some("COMPLETE"), Some("hello, ha"))
     );
 }
+
+/// Puts a top-level setting at the head of a config file (before any `[table]`).
+fn prepend_setting(path: &std::path::Path, line: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, format!("{line}\n{text}")).unwrap();
+}
+
+#[test]
+fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_refused() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let first = cluster.port;
+    // The second master has its own key: only the cluster key ties them.
+    let second = cluster.add_peer_master(false);
+    let keys = cluster.dir.join("cluster");
+    let init = cluster.bin("halite-master", &["cluster", "init", keys.to_str().unwrap()]);
+    assert_eq!(init.code, 0, "{}", init.stderr);
+    let cluster_key = keys.join("cluster.key");
+    for port in [first, second] {
+        let config = cluster.config_of(port).to_str().unwrap().to_owned();
+        let run = cluster.bin(
+            "halite-master",
+            &["--config", &config, "cluster", "certify", "--cluster-key", cluster_key.to_str().unwrap()],
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    cluster.kill_master();
+    cluster.start_master();
+    cluster.restart_peer_master(second);
+    let cluster_pub = std::fs::read_to_string(keys.join("cluster.pub")).unwrap();
+    let cluster_hex = cluster_pub.lines().find(|l| !l.starts_with('#')).and_then(|l| l.split_whitespace().nth(1));
+    let cluster_hex = cluster_hex.unwrap().to_owned();
+    assert_ne!(cluster_hex, cluster.master_key());
+
+    // A minion pinning the cluster key, not any master's.
+    cluster.prepare_minion("cert1", true, "");
+    let enrollment = cluster.minion_dir("cert1").join("enrollment.toml");
+    let text = std::fs::read_to_string(&enrollment).unwrap().replace(&cluster.master_key(), &cluster_hex);
+    std::fs::write(&enrollment, text).unwrap();
+    cluster.set_minion_masters("cert1", &[first, second]);
+    cluster.start_minion("cert1");
+    let serving = wait_for("cert1 on a certified master", Duration::from_secs(20), || {
+        [first, second].into_iter().find(|&p| connected_at(&cluster, p).contains(&"cert1".to_owned()))
+    });
+    // Signed by either master, delivered by the one serving it: both verify under the cluster key.
+    for port in [first, second] {
+        let run = cluster.cli_at(port, &["run", "--out", "json", "cert1", "test.ping"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.json()["minions"]["cert1"]["state"], "returned");
+    }
+    let _ = serving;
+
+    // The first master is retired: revoked, and the second tells the minion so.
+    let first_pub = cluster.dir.join("master/master.pub");
+    let revoke = cluster.bin(
+        "halite-master",
+        &["cluster", "revoke", "--cluster-key", cluster_key.to_str().unwrap(), first_pub.to_str().unwrap()],
+    );
+    assert_eq!(revoke.code, 0, "{}", revoke.stderr);
+    prepend_setting(cluster.config_of(second), &format!("revoked_masters = [{:?}]", revoke.stdout.trim()));
+    cluster.kill_peer_master(second);
+    cluster.restart_peer_master(second);
+    cluster.kill_master();
+    wait_for("cert1 on the second master", Duration::from_secs(20), || {
+        connected_at(&cluster, second).contains(&"cert1".to_owned()).then_some(())
+    });
+    let kept = cluster.minion_dir("cert1").join("state/revoked_masters");
+    wait_for("the revocation kept by the minion", Duration::from_secs(10), || kept.exists().then_some(()));
+
+    // The retired master comes back; the second goes away: the minion will not use the first.
+    cluster.start_master();
+    cluster.kill_peer_master(second);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!connected_at(&cluster, first).contains(&"cert1".to_owned()), "a revoked master got the minion");
+    let log = std::fs::read_to_string(cluster.minion_dir("cert1").join("minion.log")).unwrap();
+    assert!(log.contains("revoked"), "{log}");
+    // A master whose own key is revoked refuses to start.
+    prepend_setting(&cluster.config, &format!("revoked_masters = [{:?}]", revoke.stdout.trim()));
+    let config = cluster.config.to_str().unwrap().to_owned();
+    let refused = cluster.bin("halite-master", &["--config", &config]);
+    assert_eq!(refused.code, 1);
+    assert!(refused.stderr.contains("is in revoked_masters"), "{}", refused.stderr);
+}

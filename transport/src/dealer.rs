@@ -135,6 +135,12 @@ impl Dealer {
         })
     }
 
+    /// Closes the current connection and goes on to the next peer of the list (this one would
+    /// not do: a refused handshake, a revoked master).
+    pub async fn move_on(&self, reason: &str) -> Result<(), SendError> {
+        self.control.send(Control::Close(reason.to_owned())).await.map_err(|_| SendError::NotConnected)
+    }
+
     /// Switches the current connection to post-authentication limits.
     pub async fn mark_authenticated(&self) -> Result<(), SendError> {
         self.control.send(Control::Authenticated).await.map_err(|_| SendError::NotConnected)

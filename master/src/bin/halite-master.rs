@@ -36,6 +36,33 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         password_file: Option<PathBuf>,
     },
+    /// A cluster key certifying each master's own key (minions pin the cluster key).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum ClusterCommand {
+    /// Creates the cluster key in DIR: cluster.key (keep it offline) and cluster.pub (what
+    /// minions and clients pin, as master_key).
+    Init {
+        /// Where to write them.
+        dir: PathBuf,
+    },
+    /// Certifies this master's key and id with the cluster key, into state_dir/master.cert.
+    Certify {
+        /// The cluster's secret key file.
+        #[arg(long, value_name = "FILE")]
+        cluster_key: PathBuf,
+    },
+    /// Prints the revocation of a master's key, to add to every master's revoked_masters.
+    Revoke {
+        /// The cluster's secret key file.
+        #[arg(long, value_name = "FILE")]
+        cluster_key: PathBuf,
+        /// The retired master's master.pub.
+        master_pub: PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,6 +77,19 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // The cluster key's own commands need no master config.
+    match &cli.command {
+        Some(Command::Cluster(ClusterCommand::Init { dir })) => {
+            let (path, key) = halite_master::init_cluster_key(dir)?;
+            println!("cluster key created; minions and clients pin {} ({})", path.display(), key.fingerprint());
+            return Ok(());
+        }
+        Some(Command::Cluster(ClusterCommand::Revoke { cluster_key, master_pub })) => {
+            println!("{}", halite_master::revoke(cluster_key, master_pub)?);
+            return Ok(());
+        }
+        _ => {}
+    }
     let mut config = MasterConfig::load(&cli.config)?;
     config.accept_wal_loss = cli.accept_wal_loss;
     let level = cli.log_level.as_deref().unwrap_or(&config.log);
@@ -70,6 +110,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             println!("copied to {}; set [store] url in the config to use it", target.describe());
         }
+        Some(Command::Cluster(ClusterCommand::Certify { cluster_key })) => {
+            let path = halite_master::certify(&config, &cluster_key)?;
+            println!("certificate written to {}; restart the master to present it", path.display());
+        }
+        Some(Command::Cluster(ClusterCommand::Init { .. } | ClusterCommand::Revoke { .. })) => {}
     }
     Ok(())
 }

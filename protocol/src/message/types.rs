@@ -108,6 +108,10 @@ pub struct Welcome {
     /// monotonic clock, so a wrong guest clock neither expires fresh jobs nor revives old ones.
     #[serde(default)]
     pub now_ms: u64,
+    /// Master keys the cluster key revoked (each 192 hex digits: the key and the cluster key's
+    /// signature): a minion checks them against the key it pins and refuses those masters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<String>,
 }
 
 /// Acknowledgement of a job by a minion.

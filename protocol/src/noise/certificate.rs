@@ -91,16 +91,12 @@ impl Revocation {
         let mut bytes = Vec::with_capacity(96);
         bytes.extend_from_slice(self.master.as_bytes());
         bytes.extend_from_slice(&self.signature);
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        crate::hex::encode(&bytes)
     }
 
     /// Reads [`Revocation::to_hex`]'s form (the signature is checked by `verify`).
     pub fn from_hex(text: &str) -> Result<Self, HandshakeError> {
-        let text = text.trim();
-        let bytes: Option<Vec<u8>> = (0..text.len() / 2)
-            .map(|i| text.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-            .collect();
-        let bytes = bytes.filter(|b| b.len() == 96 && text.len() == 192);
+        let bytes = crate::hex::decode(text.trim()).filter(|b| b.len() == 96);
         let bytes = bytes.ok_or(HandshakeError::Malformed("a revocation is 192 hex digits"))?;
         let master = PublicIdentity::from_bytes(&bytes[..32])?;
         let mut signature = [0u8; 64];
