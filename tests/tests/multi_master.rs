@@ -375,6 +375,25 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     let cluster_hex = cluster_hex.unwrap().to_owned();
     assert_ne!(cluster_hex, cluster.master_key());
 
+    // Enrollment files made by a certified master pin the cluster key, and list the masters.
+    let a = format!("127.0.0.1:{first}");
+    let b = format!("127.0.0.1:{second}");
+    let user_data = cluster.cli(&[
+        "key",
+        "token",
+        "create",
+        "--minion",
+        "vm-c",
+        "--user-data",
+        "--master-address",
+        &a,
+        "--master-address",
+        &b,
+    ]);
+    assert_eq!(user_data.code, 0, "{}", user_data.stderr);
+    assert!(user_data.stdout.contains(&format!("master_key = \"{cluster_hex}\"")), "{}", user_data.stdout);
+    assert!(user_data.stdout.contains(&format!("master = [\"{a}\",\"{b}\"]")), "{}", user_data.stdout);
+
     // A minion pinning the cluster key, not any master's.
     cluster.prepare_minion("cert1", true, "");
     let enrollment = cluster.minion_dir("cert1").join("enrollment.toml");

@@ -78,9 +78,10 @@ pub(crate) enum TokenCommand {
         /// Print a cloud-init user_data document that writes the minion's enrollment file.
         #[arg(long)]
         user_data: bool,
-        /// The master address minions should use (default: the address the master listens on).
+        /// The master address minions should use (default: the address the master listens on);
+        /// repeat it for a cluster's masters.
         #[arg(long)]
-        master_address: Option<String>,
+        master_address: Vec<String>,
     },
 }
 
@@ -190,17 +191,22 @@ pub(crate) async fn key(
         KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address }) => {
             let body = RequestBody::TokenCreate { minion: minion.clone(), ttl_ms: ttl.as_millis() as u64 };
             let ResponseBody::Token(token) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
-            let given = master_address.is_some();
-            let master = master_address.unwrap_or_else(|| client.master_addr().to_owned());
-            if user_data && !given && only_this_host(&master) {
+            let given = !master_address.is_empty();
+            let masters = if given { master_address } else { vec![client.master_addr().to_owned()] };
+            if user_data && !given && masters.iter().any(|m| only_this_host(m)) {
                 eprintln!(
-                    "warning: this user_data points guests at {master}, which only this host can reach; \
-                     pass --master-address with the address guests use"
+                    "warning: this user_data points guests at {}, which only this host can reach; \
+                     pass --master-address with the address guests use",
+                    masters[0]
                 );
             }
             let master_key = master_key_hex(config)?;
+            let master = match masters.as_slice() {
+                [one] => json!(one),
+                many => json!(many),
+            };
             let enrollment = format!(
-                "master = {master:?}\nmaster_key = {master_key:?}\nid = {:?}\ntoken = {:?}\n",
+                "master = {master}\nmaster_key = {master_key:?}\nid = {:?}\ntoken = {:?}\n",
                 token.minion, token.token
             );
             if user_data {
@@ -233,11 +239,18 @@ fn only_this_host(addr: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
-/// The master's public key as hex, read through the same config the client used.
+/// The key minions pin, as hex, read through the same config the client used: the cluster key
+/// when this master has a certificate from one, else the master's own.
 fn master_key_hex(config: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(config)?;
     let table: toml::Table = toml::from_str(&text)?;
     let state_dir = table.get("state_dir").and_then(|v| v.as_str()).unwrap_or("/var/lib/halite/master");
+    // A master of a cluster: minions pin the cluster key its certificate names.
+    if let Ok(certificate) = std::fs::read_to_string(Path::new(state_dir).join("master.cert")) {
+        if let Some(cluster) = certificate.trim().get(..64) {
+            return Ok(cluster.to_owned());
+        }
+    }
     let key = keyfile::read_public(&Path::new(state_dir).join("master.pub"))?;
     Ok(hex::encode(key.as_bytes()))
 }
