@@ -87,3 +87,21 @@ fn ctrl_c_during_a_run_tells_the_jid_and_how_to_follow_it() {
     let shown = cluster.cli(&["jobs", "show", jid, "--out", "json"]);
     assert_eq!(shown.code, 0, "{}", shown.stderr);
 }
+
+#[test]
+fn jobs_show_reads_like_run() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("show1", "");
+    cluster.wait_connected(&["show1"]);
+    let run = cluster.cli(&["run", "--out", "json", "show1", "cmd.run", "echo hi", "shell=true", "timeout=5"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let jid = run.json()["jid"].as_str().unwrap().to_owned();
+    let shown = cluster.cli(&["jobs", "show", &jid]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let text = shown.stdout;
+    assert!(text.contains("call:     cmd.run 'echo hi' shell=true timeout=5"), "{text}");
+    assert!(text.contains("target:   (glob) show1"), "{text}");
+    assert!(text.contains("show1") && text.contains("returned") && text.contains("hi"), "{text}");
+    assert!(text.contains(&format!("1 minion(s), job {jid}: 1 returned")), "{text}");
+    assert!(!text.contains("String(") && !text.contains("Object {"), "no Rust debug text: {text}");
+}

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use halite_client::Client;
 use halite_protocol::hex;
 use halite_protocol::identity::IdentityKey;
-use halite_protocol::message::{JobDetail, KeyState, MinionJobState, RequestBody, ResponseBody};
+use halite_protocol::message::{JobDetail, KeyState, RequestBody, ResponseBody};
 use halite_transport::keyfile;
 use serde_json::json;
 
@@ -372,35 +372,56 @@ fn show_job(detail: &JobDetail, format: Format) {
         output::print_document(format, &doc);
         return;
     }
+    // The job as it was asked for, then each minion as `run` shows it.
+    let mut call = vec![detail.summary.function.clone()];
+    call.extend(detail.args.iter().map(cli_value));
+    call.extend(detail.kwargs.iter().map(|(k, v)| format!("{k}={}", cli_value(v))));
     println!("jid:      {}", detail.summary.jid);
-    println!("function: {} {:?} {:?}", detail.summary.function, detail.args, detail.kwargs);
-    println!("target:   {:?} {}", detail.summary.target.kind, detail.summary.target.expr);
+    println!("call:     {}", call.join(" "));
+    println!("target:   {} {}", target_flag(detail.summary.target.kind), detail.summary.target.expr);
     println!("caller:   {}", detail.summary.caller);
     println!("created:  {}\n", format_time(detail.summary.created_at_ms));
-    let rows: Vec<Vec<String>> = detail
-        .minions
-        .iter()
-        .map(|m| {
-            let result = match &m.ret {
-                Some(ret) => output::compact(&ret.outputs),
-                None if m.state == MinionJobState::Returned => String::new(),
-                None => crate::run::describe(m.state).to_owned(),
-            };
-            let retcode = m.ret.as_ref().map_or("-".to_owned(), |r| r.retcode.to_string());
-            let state =
-                if m.late { format!("{} (late return)", m.state.as_str()) } else { m.state.as_str().to_owned() };
-            vec![m.minion.clone(), paint(&state, state_colour(m.state)), retcode, truncate(&result, 80)]
-        })
-        .collect();
-    output::print_table(&["MINION", "STATE", "RETCODE", "RESULT"], &rows);
+    let width = detail.minions.iter().map(|m| m.minion.len()).max().unwrap_or(0);
+    for m in &detail.minions {
+        crate::run::print_final(&m.minion, width, m.state, m.ret.as_ref());
+        if m.late {
+            println!("{:width$}  (this return came after the minion's slot had ended)", "");
+        }
+    }
+    crate::run::print_summary(&detail.summary.jid, detail.minions.iter().map(|m| m.state.as_str()));
 }
 
-fn truncate(text: &str, max: usize) -> String {
-    let one_line = text.replace('\n', "⏎");
-    if one_line.chars().count() <= max {
-        one_line
+/// An argument as it would be typed to `halite run` (and read back the same): a string as it
+/// is unless it would read as JSON or as `key=value`, everything else as JSON; shell-quoted.
+fn cli_value(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s)
+            if !s.is_empty() && !s.contains('=') && serde_json::from_str::<serde_json::Value>(s).is_err() =>
+        {
+            shell_quote(s)
+        }
+        other => shell_quote(&other.to_string()),
+    }
+}
+
+fn shell_quote(text: &str) -> String {
+    if text.chars().all(|c| c.is_ascii_alphanumeric() || "_-./:@,".contains(c)) {
+        text.to_owned()
     } else {
-        format!("{}…", one_line.chars().take(max - 1).collect::<String>())
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// The `run` flag of a target kind (glob needs none).
+fn target_flag(kind: halite_protocol::message::TargetKind) -> &'static str {
+    use halite_protocol::message::TargetKind;
+    match kind {
+        TargetKind::Glob => "(glob)",
+        TargetKind::List => "-L",
+        TargetKind::Regex => "-E",
+        TargetKind::Grain => "-G",
+        TargetKind::Compound => "-C",
+        TargetKind::Nodegroup => "-N",
     }
 }
 

@@ -172,15 +172,8 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
     let ok = finals.values().filter(|(state, _)| *state == MinionJobState::Returned).count();
     match format {
         Format::Table => {
-            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-            for (state, _) in finals.values() {
-                *counts.entry(state.as_str()).or_default() += 1;
-            }
-            if !unknown.is_empty() {
-                counts.insert(UNKNOWN, unknown.len());
-            }
-            let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-            println!("\n{} minion(s), job {}: {}", finals.len() + unknown.len(), published.jid, summary.join(", "));
+            let states = finals.values().map(|(state, _)| state.as_str());
+            print_summary(&published.jid, states.chain(unknown.iter().map(|_| UNKNOWN)));
         }
         Format::Ndjson => {}
         Format::Json | Format::Yaml => {
@@ -193,6 +186,17 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
         }
     }
     Ok(if ok == finals.len() && unknown.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
+}
+
+/// The closing line of `run` and `jobs show`: how many minions ended in each state.
+pub(crate) fn print_summary<'a>(jid: &str, states: impl Iterator<Item = &'a str>) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for state in states {
+        *counts.entry(state).or_default() += 1;
+    }
+    let total: usize = counts.values().sum();
+    let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    println!("\n{total} minion(s), job {jid}: {}", summary.join(", "));
 }
 
 pub(crate) fn result_value(state: MinionJobState, ret: Option<&JobReturn>) -> Value {
@@ -229,7 +233,8 @@ pub(crate) fn state_colour(state: MinionJobState) -> &'static str {
     }
 }
 
-fn print_final(minion: &str, width: usize, state: MinionJobState, ret: Option<&JobReturn>) {
+/// One minion's final state as `run` prints it (and `jobs show`).
+pub(crate) fn print_final(minion: &str, width: usize, state: MinionJobState, ret: Option<&JobReturn>) {
     let label = paint(&format!("{:<9}", state.as_str()), state_colour(state));
     let detail = match ret {
         Some(ret) if ret.outputs.is_object() || ret.outputs.is_array() => {
