@@ -22,9 +22,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Checks the policy and the reach for `cx.caller`, then calls `function`.
     pub async fn call(&self, function: &str, args: Args, cx: &Context) -> Result<Output, ModuleError> {
-        let Some(f) = self.registry.get(function) else {
-            return Err(ModuleError::UnknownFunction(function.to_owned()));
-        };
+        let Some(f) = self.registry.get(function) else { return Err(self.registry.unknown(function)) };
         self.permit(function, cx)?;
         f.call(args, cx).await
     }

@@ -94,8 +94,9 @@ impl Output {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModuleError {
-    /// No function of that name in the registry.
-    #[error("unknown function {0:?}")]
+    /// No function of that name in the registry (the text names it, and the nearest known
+    /// name when one is close: "did you mean …?").
+    #[error("unknown function {0}")]
     UnknownFunction(String),
     /// The arguments do not fit the function's schema.
     #[error("bad arguments: {0}")]

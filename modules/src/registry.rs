@@ -47,6 +47,23 @@ impl Registry {
     pub fn is_action(&self, name: &str) -> bool {
         self.actions.contains(name)
     }
+    /// The registered name closest to `name` (a typo of one or two letters), if any.
+    pub fn nearest(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .map(|f| f.name())
+            .map(|known| (edit_distance(name, known), known))
+            .filter(|(distance, _)| *distance <= 2.min(name.len() / 3 + 1))
+            .min_by_key(|(distance, known)| (*distance, *known))
+            .map(|(_, known)| known)
+    }
+
+    /// The error for a call of a name not registered, with a suggestion when one is close.
+    pub fn unknown(&self, name: &str) -> crate::ModuleError {
+        match self.nearest(name) {
+            Some(near) => crate::ModuleError::UnknownFunction(format!("{name:?}; did you mean {near}?")),
+            None => crate::ModuleError::UnknownFunction(format!("{name:?} (sys.list_functions lists them)")),
+        }
+    }
 
     /// Every function, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = &dyn Function> {
@@ -63,9 +80,37 @@ pub fn valid_name(name: &str) -> bool {
         && function.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
+/// Levenshtein distance between two short names (ten lines do not warrant a dependency).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_name_gets_the_nearest_known_one() {
+        let registry = Registry::standard();
+        assert_eq!(registry.nearest("test.pnig"), Some("test.ping"));
+        assert_eq!(registry.nearest("cmd.rn"), Some("cmd.run"));
+        assert_eq!(registry.nearest("pkg.instal"), Some("pkg.install"));
+        assert_eq!(registry.nearest("frobnicate.all"), None);
+        let error = registry.unknown("servce.restart").to_string();
+        assert_eq!(error, "unknown function \"servce.restart\"; did you mean service.restart?");
+        assert!(registry.unknown("zz.top").to_string().contains("sys.list_functions"));
+    }
 
     #[test]
     fn every_function_has_a_valid_unique_name_docs_and_a_schema() {

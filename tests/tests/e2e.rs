@@ -309,6 +309,9 @@ fn returns_stream_and_cmd_run_reports_failures() {
     let unknown = cluster.cli(&["run", "--out", "json", "a", "no.such"]);
     assert_eq!(unknown.code, 3);
     assert!(unknown.json()["minions"]["a"]["return"]["error"].as_str().unwrap().contains("unknown function"));
+    let typo = cluster.cli(&["run", "a", "test.pnig"]);
+    assert_eq!(typo.code, 3);
+    assert!(typo.stdout.contains("did you mean test.ping?"), "{}", typo.stdout);
 }
 
 #[test]

@@ -12,13 +12,41 @@ use serde_json::json;
 use crate::{Command, Context, ModuleError, Output, Typed};
 
 /// A command as an argv list, or a string.
-#[derive(Deserialize, JsonSchema)]
-#[serde(untagged)]
+#[derive(JsonSchema)]
+#[schemars(untagged)]
 pub(crate) enum CommandLine {
     /// Program and arguments.
     Argv(Vec<String>),
     /// A line, split like a shell would split words (never interpreted) unless shell=true.
     Line(String),
+}
+
+/// Read by hand so a wrong value says what is expected (serde's untagged enums only say that
+/// nothing matched).
+impl<'de> Deserialize<'de> for CommandLine {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Expected;
+        impl<'de> serde::de::Visitor<'de> for Expected {
+            type Value = CommandLine;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a command line (a string) or a list of words (program, then arguments)")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, line: &str) -> Result<CommandLine, E> {
+                Ok(CommandLine::Line(line.to_owned()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<CommandLine, A::Error> {
+                let mut argv = Vec::new();
+                while let Some(word) = seq.next_element::<String>()? {
+                    argv.push(word);
+                }
+                Ok(CommandLine::Argv(argv))
+            }
+        }
+        deserializer.deserialize_any(Expected)
+    }
 }
 
 /// Options shared by `cmd.run` and `cmd.script`.
@@ -259,6 +287,13 @@ mod tests {
         assert_eq!(split_words("  ").unwrap(), Vec::<String>::new());
         assert_eq!(split_words("''").unwrap(), [""]);
         assert!(split_words("echo 'open").is_err());
+    }
+
+    #[test]
+    fn a_command_of_the_wrong_type_says_what_is_expected() {
+        let error = call(&Run, json!({"cmd": 5})).unwrap_err().to_string();
+        assert!(error.contains("a command line (a string) or a list of words"), "{error}");
+        assert!(!error.contains("untagged"), "{error}");
     }
 
     fn call(f: &dyn Function, args: serde_json::Value) -> Result<Output, ModuleError> {

@@ -51,7 +51,7 @@ impl Typed for Doc {
             .collect();
         if docs.is_empty() {
             if let Some(f) = args.function {
-                return Err(ModuleError::UnknownFunction(f));
+                return Err(dispatcher.registry.unknown(&f));
             }
         }
         Ok(Output::ok(serde_json::Value::Object(docs)))
