@@ -303,7 +303,18 @@ fn returns_stream_and_cmd_run_reports_failures() {
     let ndjson = cluster.cli(&["run", "--out", "ndjson", "a", "test.ping"]);
     assert_eq!(ndjson.code, 0);
     let lines: Vec<serde_json::Value> = ndjson.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.last().unwrap()["state"], "returned");
+    // One object per line in the shape `--out json` gives each minion, then a summary line.
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (last["done"].as_bool(), last["minions"].as_u64(), last["states"]["returned"].as_u64()),
+        (Some(true), Some(1), Some(1))
+    );
+    let final_line = &lines[lines.len() - 2];
+    assert_eq!((final_line["minion"].as_str(), final_line["state"].as_str()), (Some("a"), Some("returned")));
+    assert_eq!(final_line["return"], true, "the same field name as --out json: {final_line}");
+    let listed = cluster.cli(&["minions", "list", "--out", "ndjson"]);
+    let first: serde_json::Value = serde_json::from_str(listed.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["id"], "a", "a list is one object per line: {}", listed.stdout);
     let yaml = cluster.cli(&["run", "--out", "yaml", "a", "test.echo", "hi"]);
     assert!(yaml.stdout.contains("return: hi"), "{}", yaml.stdout);
     let unknown = cluster.cli(&["run", "--out", "json", "a", "no.such"]);

@@ -288,6 +288,7 @@ fn a_minion_event_on_one_master_reaches_subscribers_of_another_however_large() {
         (events == 2 && new == 1).then_some(())
     });
     assert!(lines.lock().unwrap().iter().any(|l| l.contains(&big)), "the large one whole");
+    assert!(lines.lock().unwrap().iter().all(|l| l.contains("\"received_at\":\"20")), "each event says when it came");
     let _ = watcher.kill();
     let _ = watcher.wait();
 }

@@ -23,11 +23,21 @@ pub(crate) async fn run(client: &mut Client, args: EventsArgs, format: Format) -
     let mut seen = 0u64;
     while args.count.is_none_or(|n| seen < n) {
         let event = client.next_event().await?;
+        // When this command received it (the bus carries no time of its own).
+        let at = halite_protocol::time::iso8601_utc(now_ms());
         match format {
-            Format::Table => println!("{}  {}", paint(&event.tag, "36"), output::compact(&event.data)),
-            _ => output::print_document(Format::Ndjson, &json!({ "tag": event.tag, "data": event.data })),
+            Format::Table => println!("{at}  {}  {}", paint(&event.tag, "36"), output::compact(&event.data)),
+            _ => output::print_document(
+                Format::Ndjson,
+                &json!({ "tag": event.tag, "data": event.data, "received_at": at }),
+            ),
         }
         seen += 1;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }

@@ -22,7 +22,15 @@ pub(crate) enum Format {
 pub(crate) fn print_document(format: Format, value: &Value) {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(value).unwrap_or_default()),
-        Format::Ndjson => println!("{}", serde_json::to_string(value).unwrap_or_default()),
+        // One object per line: a list prints one line per element.
+        Format::Ndjson => match value {
+            Value::Array(items) => {
+                for item in items {
+                    println!("{}", serde_json::to_string(item).unwrap_or_default());
+                }
+            }
+            other => println!("{}", serde_json::to_string(other).unwrap_or_default()),
+        },
         Format::Yaml | Format::Table => print!("{}", yaml(value)),
     }
 }

@@ -152,7 +152,11 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
             JobEvent::Done => break,
             JobEvent::Update(update) => {
                 if format == Format::Ndjson {
-                    output::print_document(format, &serde_json::to_value(&update)?);
+                    // The same fields as `--out json` gives each minion, with its jid and id.
+                    let mut line = result_value(update.state, update.ret.as_ref());
+                    line["jid"] = json!(published.jid);
+                    line["minion"] = json!(update.minion);
+                    output::print_document(format, &line);
                 }
                 if update.state.is_final() {
                     if progress {
@@ -175,7 +179,17 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
             let states = finals.values().map(|(state, _)| state.as_str());
             print_summary(&published.jid, states.chain(unknown.iter().map(|_| UNKNOWN)));
         }
-        Format::Ndjson => {}
+        Format::Ndjson => {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for state in finals.values().map(|(state, _)| state.as_str()).chain(unknown.iter().map(|_| UNKNOWN)) {
+                *counts.entry(state).or_default() += 1;
+            }
+            let total: usize = counts.values().sum();
+            output::print_document(
+                format,
+                &json!({ "jid": published.jid, "done": true, "minions": total, "states": counts }),
+            );
+        }
         Format::Json | Format::Yaml => {
             let mut minions: serde_json::Map<String, Value> =
                 finals.iter().map(|(id, (state, ret))| (id.clone(), result_value(*state, ret.as_ref()))).collect();
