@@ -144,12 +144,23 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.sessions.conns.insert(peer, Conn::Minion { id, session });
                     }
                     Decision::Pending => {
-                        info!(minion = %id, fingerprint = %who.identity.fingerprint(), "minion key pending acceptance");
+                        // A token that did not enroll the minion is why it waits: both sides say so.
+                        let problem = match identified.enrollment_token() {
+                            Some(token) => {
+                                crate::keys::token_problem(&self.store, token, &id, self.clock.wall_ms()).await?
+                            }
+                            None => None,
+                        };
+                        let reason = match &problem {
+                            Some(problem) => format!("key pending acceptance: {problem}"),
+                            None => "key pending acceptance".to_owned(),
+                        };
+                        info!(minion = %id, fingerprint = %who.identity.fingerprint(), %reason, "minion key pending");
                         self.emit_shared(
                             format!("halite/key/{id}/pending"),
-                            json!({ "fingerprint": who.identity.fingerprint() }),
+                            json!({ "fingerprint": who.identity.fingerprint(), "reason": reason }),
                         );
-                        self.refuse(peer, identified.defer("key pending acceptance", now));
+                        self.refuse(peer, identified.defer(&reason, now));
                     }
                     Decision::Reject(reason) => self.refuse(peer, identified.reject(&reason, now)),
                     Decision::Busy(reason) => {

@@ -105,6 +105,29 @@ pub(crate) async fn decide<S: Store>(
     }
 }
 
+/// Why a token a minion presented did not enroll it, in words for the minion's log (`None`
+/// when it is valid: then it is not why the key waits).
+pub(crate) async fn token_problem<S: Store>(
+    store: &S,
+    token: &str,
+    id: &str,
+    now_ms: u64,
+) -> Result<Option<String>, StoreError> {
+    let Some(record) = store.token(&token_hash(token)).await? else {
+        return Ok(Some("its enrollment token is not known to this master (mistyped, or made by another)".into()));
+    };
+    Ok(if record.minion != id {
+        Some(format!("its enrollment token is bound to another minion id ({})", record.minion))
+    } else if record.used {
+        Some("its enrollment token was already used".into())
+    } else if record.expires_at_ms <= now_ms {
+        let at = halite_protocol::time::iso8601_utc(record.expires_at_ms);
+        Some(format!("its enrollment token expired at {at}; create a new one (halite key token create)"))
+    } else {
+        None
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +139,24 @@ mod tests {
 
     fn limits() -> PendingLimits {
         PendingLimits::new(100, 1000.0, 1000.0, Instant::now())
+    }
+
+    #[test]
+    fn a_token_that_did_not_enroll_says_why() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            store.create_token(&token_hash("t-web2"), "web2", 100).await.unwrap();
+            let problem = |token: &'static str, id: &'static str, now| {
+                let store = &store;
+                async move { token_problem(store, token, id, now).await.unwrap().unwrap_or_default() }
+            };
+            assert!(problem("nope", "web2", 1).await.contains("not known to this master"));
+            assert!(problem("t-web2", "web3", 1).await.contains("bound to another minion id (web2)"));
+            assert!(problem("t-web2", "web2", 100).await.contains("expired at 1970-01-01T00:00:00Z"));
+            assert_eq!(problem("t-web2", "web2", 50).await, "", "valid: not the reason");
+            assert!(store.enroll_with_token(&token_hash("t-web2"), "web2", &[1; 32], 50).await.unwrap());
+            assert!(problem("t-web2", "web2", 50).await.contains("already used"));
+        });
     }
 
     #[test]

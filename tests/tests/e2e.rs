@@ -396,3 +396,19 @@ fn the_cli_prints_shell_completions() {
     );
     assert_eq!(cluster.bin("halite", &["completions", "tcsh"]).code, 2);
 }
+
+#[test]
+fn a_minion_whose_token_did_not_enroll_it_is_told_why() {
+    let mut cluster = Cluster::start("");
+    cluster.prepare_minion("tok1", false, "");
+    let enrollment = cluster.minion_dir("tok1").join("enrollment.toml");
+    let text = std::fs::read_to_string(&enrollment).unwrap();
+    std::fs::write(&enrollment, format!("{text}token = \"not-a-token-of-this-master\"\n")).unwrap();
+    cluster.start_minion("tok1");
+    let log = cluster.minion_dir("tok1").join("minion.log");
+    wait_for("the minion to log why it waits", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("not known to this master").then_some(())
+    });
+    let master_log = std::fs::read_to_string(cluster.dir.join("master.log")).unwrap();
+    assert!(master_log.contains("not known to this master"), "{master_log}");
+}

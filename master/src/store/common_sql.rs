@@ -348,6 +348,21 @@ macro_rules! common_store_methods {
         .await?)
     }
 
+    async fn token(&self, hash: &[u8; 32]) -> Result<Option<$crate::store::TokenRecord>, $crate::store::StoreError> {
+        let row = sqlx::query(&$sql("SELECT minion, expires_at, used_at FROM tokens WHERE token_hash = ?"))
+            .bind(&hash[..])
+            .fetch_optional(self.pool()?)
+            .await?;
+        row.map(|row| {
+            Ok($crate::store::TokenRecord {
+                minion: row.try_get("minion")?,
+                expires_at_ms: ms(row.try_get("expires_at")?),
+                used: row.try_get::<Option<i64>, _>("used_at")?.is_some(),
+            })
+        })
+        .transpose()
+    }
+
     async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {
         let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()?).await?
         else {

@@ -13,7 +13,7 @@ use halite_protocol::message::{
 };
 use serde_json::json;
 
-use super::{DeploymentRecord, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store};
+use super::{DeploymentRecord, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, TokenRecord};
 
 /// Runs one case on a fresh store, on a runtime with worker threads (for the concurrency case).
 pub(crate) fn run<S, Open, Case, Done>(open: Open, case: Case)
@@ -106,6 +106,9 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
     assert!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap());
     assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(), "burns once");
     assert!(!store.token_outstanding("web2", 50).await.unwrap(), "used");
+    let token = |minion: &str, expires_at_ms, used| TokenRecord { minion: minion.into(), expires_at_ms, used };
+    assert_eq!(store.token(&[7; 32]).await.unwrap(), Some(token("web2", 100, true)));
+    assert_eq!(store.token(&[8; 32]).await.unwrap(), None);
     let web2 = store.keys_for("web2").await.unwrap();
     assert!(web2.contains(&KeyRecord { id: "web2".into(), public_key: [1; 32], state: KeyState::Accepted }));
     assert!(

@@ -94,6 +94,17 @@ pub struct KeyRecord {
     pub state: KeyState,
 }
 
+/// An enrollment token as stored (by its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// The minion id it is bound to.
+    pub minion: String,
+    /// When it expires, Unix milliseconds.
+    pub expires_at_ms: u64,
+    /// Whether it was used.
+    pub used: bool,
+}
+
 /// A minion's registry entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MinionRecord {
@@ -200,6 +211,8 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         public_key: &[u8; 32],
         now_ms: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// An enrollment token by its hash (to tell a minion why it did not enroll).
+    fn token(&self, hash: &[u8; 32]) -> impl Future<Output = Result<Option<TokenRecord>, StoreError>> + Send;
     /// Whether `minion` has an unused, unexpired enrollment token.
     fn token_outstanding(&self, minion: &str, now_ms: u64) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// How many keys are pending.
