@@ -74,7 +74,9 @@ impl Default for MinionConfig {
 impl MinionConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        halite_transport::config_file::load(path, Self::parse)
+        let mut config = halite_transport::config_file::load(path, Self::parse)?;
+        config.policy.source = Some(path.display().to_string());
+        Ok(config)
     }
 
     /// Parses config text; the error names the bad key.

@@ -33,8 +33,12 @@ pub struct CallerRule {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Policy {
-    /// Function globs that may run (anchored: `pkg.*` matches `pkg.install`, never `pkgx.y`).
+    /// Function globs that may run besides [`DEFAULT_ALLOW`] (anchored: `pkg.*` matches
+    /// `pkg.install`, never `pkgx.y`).
     pub allow: Vec<String>,
+    /// `allow` replaces the defaults instead of adding to them (to narrow a minion below the
+    /// read-only defaults).
+    pub replace_defaults: bool,
     /// Function globs that never run, even if allowed.
     pub deny: Vec<String>,
     /// Whether local custom actions (actions.d) are allowed without listing them.
@@ -42,15 +46,20 @@ pub struct Policy {
     /// Per-caller restrictions: when any rule matches the caller, the function must also be
     /// allowed by one of the matching rules.
     pub callers: Vec<CallerRule>,
+    /// Where the policy was read, for refusals to say where to change it.
+    #[serde(skip)]
+    pub source: Option<String>,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            allow: DEFAULT_ALLOW.iter().map(|s| (*s).to_owned()).collect(),
+            allow: Vec::new(),
+            replace_defaults: false,
             deny: Vec::new(),
             allow_actions: true,
             callers: Vec::new(),
+            source: None,
         }
     }
 }
@@ -61,18 +70,23 @@ impl Policy {
         Policy { allow: vec!["*".into()], ..Policy::default() }
     }
 
-    /// `Err(reason)` when `function` may not run for `caller`.
+    /// `Err(reason)` when `function` may not run for `caller`; the reason says which key of
+    /// which file to change.
     pub fn check(&self, function: &str, caller: &str, is_action: bool) -> Result<(), String> {
         let listed = |globs: &[String]| globs.iter().any(|g| glob::matches(g, function));
+        let by_default = !self.replace_defaults && DEFAULT_ALLOW.iter().any(|g| glob::matches(g, function));
+        let file = self.source.as_deref().unwrap_or("the minion's config");
         if listed(&self.deny) {
-            return Err(format!("{function} is denied by this minion's policy"));
+            return Err(format!("{function} is denied by this minion's policy ([policy] deny in {file})"));
         }
-        if !(listed(&self.allow) || (is_action && self.allow_actions)) {
-            return Err(format!("{function} is not allowed by this minion's policy"));
+        if !(by_default || listed(&self.allow) || (is_action && self.allow_actions)) {
+            return Err(format!(
+                "{function} is not allowed by this minion's policy (add it to [policy] allow in {file})"
+            ));
         }
         let rules: Vec<&CallerRule> = self.callers.iter().filter(|r| glob::matches(&r.caller, caller)).collect();
         if !rules.is_empty() && !rules.iter().any(|r| listed(&r.allow)) {
-            return Err(format!("{function} is not allowed for caller {caller}"));
+            return Err(format!("{function} is not allowed for caller {caller} ([[policy.callers]] in {file})"));
         }
         Ok(())
     }
@@ -115,5 +129,20 @@ mod tests {
         assert!(p.check("service.restart", "ci-runner", false).is_ok());
         assert!(p.check("cmd.run", "ci-runner", false).is_err());
         assert!(p.check("cmd.run", "root", false).is_ok());
+    }
+
+    #[test]
+    fn allow_adds_to_the_defaults_unless_it_replaces_them_and_refusals_say_where_to_change_it() {
+        let parse = |text: &str| -> Policy { toml::from_str(text).unwrap() };
+        let extended = Policy { source: Some("/etc/halite/minion.toml".into()), ..parse("allow = [\"cmd.run\"]") };
+        assert!(extended.check("cmd.run", "root", false).is_ok());
+        assert!(extended.check("pkg.version", "root", false).is_ok(), "the defaults stay");
+        let refused = extended.check("pkg.install", "root", false).unwrap_err();
+        assert!(refused.contains("[policy] allow in /etc/halite/minion.toml"), "{refused}");
+        let narrowed = parse("allow = [\"test.ping\"]\nreplace_defaults = true\ndeny = [\"test.echo\"]");
+        assert!(narrowed.check("test.ping", "root", false).is_ok());
+        assert!(narrowed.check("grains.items", "root", false).is_err(), "defaults replaced");
+        let denied = narrowed.check("test.echo", "root", false).unwrap_err();
+        assert!(denied.contains("[policy] deny in the minion's config"), "{denied}");
     }
 }
