@@ -105,3 +105,38 @@ fn jobs_show_reads_like_run() {
     assert!(text.contains(&format!("1 minion(s), job {jid}: 1 returned")), "{text}");
     assert!(!text.contains("String(") && !text.contains("Object {"), "no Rust debug text: {text}");
 }
+
+#[test]
+fn a_large_argument_comes_from_a_file_or_standard_input() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("files1", "");
+    cluster.wait_connected(&["files1"]);
+    // 140 KB: more than one command-line argument may hold on Linux (128 KiB).
+    let content: String = (0..7000).map(|i| format!("line {i:05} of the file\n")).collect();
+    let source = cluster.dir.join("source.txt");
+    std::fs::write(&source, &content).unwrap();
+    let target = cluster.dir.join("written.txt");
+    let name = format!("name={}", target.display());
+    let contents = format!("contents=@{}", source.display());
+    let run = cluster.cli(&["run", "files1", "file.managed", &name, &contents]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), content);
+    // From standard input, and a literal @ with @@.
+    let mut child = Command::new(cluster.bins().join("halite"))
+        .arg("--config")
+        .arg(&cluster.config)
+        .args(["run", "--out", "json", "files1", "test.echo", "text=@-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"from stdin\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(doc["minions"]["files1"]["return"], "from stdin\n", "{doc}");
+    let missing = cluster.cli(&["run", "files1", "test.echo", "text=@/nonexistent/file"]);
+    assert_eq!(missing.code, 1);
+    assert!(missing.stderr.contains("text=@/nonexistent/file"), "{}", missing.stderr);
+    let literal = cluster.cli(&["run", "--out", "json", "files1", "test.echo", "text=@@home"]);
+    assert_eq!(literal.json()["minions"]["files1"]["return"], "@home");
+}

@@ -23,7 +23,8 @@ pub fn parse_cli_args<S: AsRef<str>>(words: &[S]) -> (Vec<Value>, BTreeMap<Strin
     (positional, keyword)
 }
 
-fn is_identifier(key: &str) -> bool {
+/// Whether `key` may name a `key=value` argument (a letter or `_`, then letters, digits, `_`).
+pub fn is_identifier(key: &str) -> bool {
     let mut chars = key.chars();
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')

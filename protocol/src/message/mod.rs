@@ -14,7 +14,7 @@ mod parts;
 mod types;
 
 pub use admin::*;
-pub use cli_args::parse_cli_args;
+pub use cli_args::{is_identifier, parse_cli_args};
 pub use codec::{decode, encode, encoded_len, measure, CodecError, MAX_DEPTH, MAX_VALUES};
 pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, JOB_SIGNATURE_DOMAIN};

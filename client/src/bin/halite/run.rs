@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use halite_client::{Client, JobEvent, PublishSpec};
-use halite_protocol::message::{parse_cli_args, JobReturn, MinionJobState, Target, TargetKind};
+use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJobState, Target, TargetKind};
 use serde_json::{json, Value};
 
 use crate::output::{self, paint, Format};
@@ -84,7 +84,7 @@ impl RunArgs {
 
 pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
     let mut spec = PublishSpec::new(Target { kind: args.kind(), expr: args.target.clone() }, &args.function);
-    (spec.args, spec.kwargs) = parse_cli_args(&args.args);
+    (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.timeout.as_millis() as u64;
     spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);
     let published = client.publish(spec).await?;
@@ -200,6 +200,34 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
         }
     }
     Ok(if ok == finals.len() && unknown.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
+}
+
+/// Positional and `key=value` arguments as `parse_cli_args` reads them, except `key=@path`: the
+/// value is the file's text (`key=@-`: standard input), read here, so a large file needs no
+/// shell quoting and meets no argument-length limit. `key=@@…` passes a literal `@…`.
+fn arguments(words: &[String]) -> anyhow::Result<(Vec<Value>, BTreeMap<String, Value>)> {
+    let mut plain = Vec::with_capacity(words.len());
+    let mut from_files = Vec::new();
+    for word in words {
+        match word.split_once("=@") {
+            Some((key, rest)) if is_identifier(key) && rest.starts_with('@') => plain.push(format!("{key}={rest}")),
+            Some((key, path)) if is_identifier(key) => {
+                let text = if path == "-" {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                        .map_err(|e| anyhow::anyhow!("{key}=@-: standard input is not readable text: {e}"))?;
+                    text
+                } else {
+                    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{key}=@{path}: {e}"))?
+                };
+                from_files.push((key.to_owned(), Value::String(text)));
+            }
+            _ => plain.push(word.clone()),
+        }
+    }
+    let (positional, mut keyword) = parse_cli_args(&plain);
+    keyword.extend(from_files);
+    Ok((positional, keyword))
 }
 
 /// The closing line of `run` and `jobs show`: how many minions ended in each state.
