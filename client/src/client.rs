@@ -37,7 +37,7 @@ impl PublishSpec {
             function: function.to_owned(),
             args: Vec::new(),
             kwargs: BTreeMap::new(),
-            timeout_ms: 30_000,
+            timeout_ms: halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS,
             ttl_ms: 0,
         }
     }

@@ -210,7 +210,7 @@ pub(crate) struct JobRequest {
     /// Keyword arguments.
     #[serde(default)]
     kwargs: std::collections::BTreeMap<String, Value>,
-    /// Seconds each minion may run it (default 60).
+    /// Seconds each minion may run it (default 30, as the CLI and the SDK).
     #[serde(default)]
     timeout_secs: Option<u64>,
     /// Seconds offline minions are waited for (default 0: not at all).
@@ -225,7 +225,9 @@ async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<Jo
         function: job.function,
         args: job.args,
         kwargs: job.kwargs,
-        timeout_ms: job.timeout_secs.unwrap_or(60).saturating_mul(1000),
+        timeout_ms: job
+            .timeout_secs
+            .map_or(halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS, |s| s.saturating_mul(1000)),
         ttl_ms: job.ttl_secs.unwrap_or(0).saturating_mul(1000),
         batch: None,
         error_budget: None,

@@ -19,6 +19,10 @@ use super::Value;
 use crate::identity::{IdentityError, IdentityKey, PublicIdentity};
 use crate::noise::{MasterCertificate, CERTIFICATE_LEN};
 
+/// How long each minion may run a job when the publisher does not say: the CLI's, the SDK's
+/// and the gateway's default alike.
+pub const DEFAULT_JOB_TIMEOUT_MS: u64 = 30_000;
+
 /// Domain separation for job signatures.
 pub const JOB_SIGNATURE_DOMAIN: &[u8] = b"halite-job-signature-v1\0";
 

@@ -289,3 +289,21 @@ pub(crate) fn print_final(minion: &str, width: usize, state: MinionJobState, ret
     };
     println!("{minion:<width$}  {label}  {detail}");
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        run: super::RunArgs,
+    }
+
+    #[test]
+    fn the_default_timeout_is_the_one_every_publisher_uses() {
+        let parsed = Wrap::try_parse_from(["halite", "web1", "test.ping"]).unwrap();
+        let default = u64::try_from(parsed.run.timeout.as_millis()).unwrap();
+        assert_eq!(default, halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS);
+    }
+}
