@@ -85,6 +85,9 @@ pub struct MasterConfig {
     /// from the file).
     #[serde(skip)]
     pub accept_wal_loss: bool,
+    /// The file it was read from (SIGHUP rereads its rules); never read from the file.
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
 }
 
 impl Default for MasterConfig {
@@ -116,6 +119,7 @@ impl Default for MasterConfig {
             log: "info".into(),
             log_format: halite_transport::logging::LogFormat::Text,
             accept_wal_loss: false,
+            path: None,
         }
     }
 }
@@ -123,7 +127,9 @@ impl Default for MasterConfig {
 impl MasterConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        halite_transport::config_file::load(path, Self::parse)
+        let mut config = halite_transport::config_file::load(path, Self::parse)?;
+        config.path = Some(path.to_owned());
+        Ok(config)
     }
 
     /// Parses config text; the error names the bad key.

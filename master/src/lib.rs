@@ -37,6 +37,7 @@ mod minion_messages;
 pub mod net;
 mod publishing;
 mod registry;
+mod reload;
 mod request_error;
 mod requests;
 mod server;

@@ -67,6 +67,8 @@ pub(crate) enum Input {
     Tick,
     /// Another master sharing the store announced a change (who, what).
     Cluster(crate::store::Heard),
+    /// SIGHUP: reread the rules in the config file.
+    Reload,
 }
 
 /// The master's state; see the module docs.
@@ -285,6 +287,10 @@ impl<S: Store, N: Net> Master<S, N> {
             // Who is connected where: every running master answers.
             self.tell_other_masters(crate::store::ClusterChange::RollCall).await;
         }
+        let mut hangups = match &self.config.path {
+            Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
+            None => None,
+        };
         loop {
             let input = tokio::select! {
                 event = self.net.recv() => match event {
@@ -294,6 +300,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Some(command) = locals.recv() => Input::Local(command),
                 Some(done) = relays.recv() => Input::Relay(done),
                 Some(change) = cluster.recv() => Input::Cluster(change),
+                Some(()) = next_hangup(&mut hangups) => Input::Reload,
                 _ = tick.tick() => Input::Tick,
                 () = &mut shutdown => break,
             };
@@ -327,6 +334,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     warn!(%error, "recording a relay failed");
                 }
             }
+            Input::Reload => self.reload_rules(),
             Input::Cluster((from, change)) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
                     warn!(%error, "store failure while applying another master's change");
@@ -551,6 +559,13 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(n) => info!(jobs = n, "purged jobs past retention"),
             Err(error) => warn!(%error, "purging old jobs failed"),
         }
+    }
+}
+
+async fn next_hangup(hangups: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match hangups {
+        Some(hangups) => hangups.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -48,6 +48,9 @@ pub struct MinionConfig {
     pub log: String,
     /// `text` (colour only on a terminal) or `json` (one object per line).
     pub log_format: halite_transport::logging::LogFormat,
+    /// The file it was read from (SIGHUP rereads it); never read from the file.
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
 }
 
 impl Default for MinionConfig {
@@ -67,6 +70,7 @@ impl Default for MinionConfig {
             deploy: halite_modules::DeploySettings::default(),
             log: "info".into(),
             log_format: halite_transport::logging::LogFormat::Text,
+            path: None,
         }
     }
 }
@@ -76,6 +80,7 @@ impl MinionConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let mut config = halite_transport::config_file::load(path, Self::parse)?;
         config.policy.source = Some(path.display().to_string());
+        config.path = Some(path.to_owned());
         Ok(config)
     }
 

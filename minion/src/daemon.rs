@@ -40,6 +40,8 @@ pub(crate) struct Setup {
     pub token: Option<String>,
     /// Functions under the policy.
     pub dispatcher: Arc<Dispatcher>,
+    /// New dispatchers from a reread config (SIGHUP), when the minion runs from a file.
+    pub reloads: Option<mpsc::Receiver<Arc<Dispatcher>>>,
     /// Context for calls (grains, event sender).
     pub context: Context,
     /// Events from `event.send`, to forward to the master.
@@ -167,6 +169,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
             Some(ret) = done_rx.recv() => minion.on_done(ret).await,
             Some(event) = minion.setup.events.recv() => minion.on_event_send(event).await,
             Some(request) = minion.setup.peer_requests.recv() => minion.on_peer_request(request).await,
+            Some(dispatcher) = next_reload(&mut minion.setup.reloads) => minion.reloaded(dispatcher).await,
             () = sleep_until(retry), if retry.is_some() => {
                 minion.retry_at = None;
                 minion.connect();
@@ -185,6 +188,13 @@ async fn next_event(dealer: &mut Option<Dealer>) -> Option<DealerEvent> {
     }
 }
 
+async fn next_reload(reloads: &mut Option<mpsc::Receiver<Arc<Dispatcher>>>) -> Option<Arc<Dispatcher>> {
+    match reloads {
+        Some(reloads) => reloads.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at).await;
@@ -198,6 +208,16 @@ impl Minion {
         self.dealer = Some(Dealer::connect_any(self.setup.masters.clone(), config));
         self.epoch = 0;
         self.stage = Stage::Down;
+    }
+
+    /// The config was reread: jobs from now on use the new policy and actions (running ones
+    /// finish with the old), and the master hears the new function list.
+    async fn reloaded(&mut self, dispatcher: Arc<Dispatcher>) {
+        info!("config reread: policy, custom actions and plans reloaded");
+        self.setup.dispatcher = dispatcher;
+        if matches!(self.stage, Stage::Up(_)) {
+            self.hello().await;
+        }
     }
 
     /// This master will not do: the next one of the list is tried at once, and once every

@@ -58,6 +58,7 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
         events,
         peer_requests,
         dispatcher: minion.dispatcher,
+        reloads: None,
         outbox,
         max_concurrent_jobs: minion.max_concurrent_jobs,
         _state_lock: None,

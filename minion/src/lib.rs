@@ -126,6 +126,7 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         events,
         peer_requests,
         dispatcher,
+        reloads: None,
         outbox,
         max_concurrent_jobs: config.max_concurrent_jobs,
         verified: None,
@@ -155,6 +156,28 @@ fn lock_state_dir(state_dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::
 }
 
 /// The registry (built-ins plus the custom actions that load) under the configured policy.
+/// On SIGHUP, rereads the config file and sends a new dispatcher (policy, custom actions, plans,
+/// deploy settings); a file that no longer reads is reported and the running one kept.
+fn reload_on_hangup(path: std::path::PathBuf) -> tokio::sync::mpsc::Receiver<Arc<Dispatcher>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            return tracing::warn!("SIGHUP cannot be caught here; the config is read at start only");
+        };
+        while hangups.recv().await.is_some() {
+            match MinionConfig::load(&path) {
+                Ok(config) => {
+                    if tx.send(dispatcher(&config)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(error) => tracing::error!(%error, "SIGHUP: the config does not read; keeping the running one"),
+            }
+        }
+    });
+    rx
+}
+
 fn dispatcher(config: &MinionConfig) -> Arc<Dispatcher> {
     let mut registry = Registry::standard();
     for problem in halite_modules::actions::load_into(&mut registry, &config.actions_dir) {
@@ -174,7 +197,10 @@ fn context(config: &MinionConfig, events: Option<tokio::sync::mpsc::Sender<Outgo
 
 /// Runs the minion until `shutdown` completes.
 pub async fn run(config: MinionConfig, shutdown: impl Future<Output = ()>) -> Result<(), MinionError> {
-    let setup = setup(&config)?;
+    let mut setup = setup(&config)?;
+    if let Some(path) = config.path.clone() {
+        setup.reloads = Some(reload_on_hangup(path));
+    }
     tracing::info!(id = %setup.id, fingerprint = %setup.identity.public().fingerprint(), "minion starting");
     if let Err(error) = halite_transport::notify_ready() {
         tracing::warn!(%error, "could not notify systemd of readiness");

@@ -391,6 +391,13 @@ impl Cluster {
         self.start_minion(id);
     }
 
+    /// Sends a signal to a running minion process.
+    pub fn signal_minion(&self, id: &str, signal: Signal) {
+        let child = self.minions.iter().find(|(m, _)| m == id).map(|(_, c)| c);
+        let pid = child.and_then(|c| i32::try_from(c.id()).ok()).unwrap_or_else(|| panic!("no minion {id}"));
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+
     /// Stops a minion: SIGTERM (graceful) or SIGKILL.
     pub fn stop_minion(&mut self, id: &str, hard: bool) {
         let Some(index) = self.minions.iter().position(|(m, _)| m == id) else { return };
