@@ -15,9 +15,16 @@ pub struct Response {
     pub status: u16,
     /// Body as text.
     pub body: String,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Response {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
     /// The body as JSON (`null` when it is not).
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or(Value::Null)
@@ -87,7 +94,7 @@ pub fn request(method: &str, addr: &str, path: &str, token: Option<&str>, body: 
     } else {
         reader.read_to_end(&mut body).unwrap_or(0);
     }
-    Response { status, body: String::from_utf8_lossy(&body).into_owned() }
+    Response { status, body: String::from_utf8_lossy(&body).into_owned(), headers }
 }
 
 /// A server-sent events stream.

@@ -215,8 +215,27 @@ fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
         }
     }
 
-    // Authentication and authorisation.
-    assert_eq!(http::request("GET", &addr, "/v1/software_configs", None, None).status, 401);
+    // Authentication and authorisation: the token is checked before the body is read, and every
+    // error is the documented JSON body.
+    let anonymous = http::request("GET", &addr, "/v1/software_configs", None, None);
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.json()["error"]["kind"], "unauthorized", "{}", anonymous.body);
+    assert_eq!(anonymous.header("www-authenticate"), Some("Bearer realm=\"halite\""));
+    let garbage = http::request("POST", &addr, "/v1/software_deployments", None, Some("{not json"));
+    assert_eq!(garbage.status, 401, "no token: 401, whatever the body: {}", garbage.body);
+    let bad = http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some("{not json"));
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(bad.json()["error"]["kind"], "bad_request", "{}", bad.body);
+    let nowhere = http::request("GET", &addr, "/v1/nowhere", Some(&token), None);
+    assert_eq!(
+        (nowhere.status, nowhere.json()["error"]["kind"].as_str()),
+        (404, Some("not_found")),
+        "{}",
+        nowhere.body
+    );
+    let wrong_method = http::request("PATCH", &addr, "/v1/jobs", Some(&token), None);
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.json()["error"]["kind"], "method_not_allowed", "{}", wrong_method.body);
     assert_eq!(http::request("GET", &addr, "/v1/software_configs", Some("wrong"), None).status, 401);
     let body = serde_json::to_string(&greet_config()).unwrap();
     let created = http::request("POST", &addr, "/v1/software_configs", Some(&token), Some(&body));
@@ -226,7 +245,9 @@ fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
     let refused = http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some(&outside));
     assert_eq!(refused.status, 403, "{}", refused.body);
     let typo = json!({"config_id": config_id, "server_id": "vm-2", "input_valuez": {}}).to_string();
-    assert_eq!(http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some(&typo)).status, 422);
+    let typo = http::request("POST", &addr, "/v1/software_deployments", Some(&token), Some(&typo));
+    assert_eq!(typo.status, 422);
+    assert!(typo.json()["error"]["message"].as_str().unwrap_or_default().contains("input_valuez"), "{}", typo.body);
 
     // Deploy to vm-2 before it exists; watch its events; boot it; see COMPLETE arrive.
     let spec = json!({"config_id": config_id, "server_id": "vm-2", "input_values": {"name": "http"}}).to_string();

@@ -35,15 +35,29 @@ pub(super) fn router(commands: Commands) -> Router {
         .route("/v1/jobs", get(list_jobs).post(publish_job))
         .route("/v1/jobs/{jid}", get(show_job))
         .route("/v1/events", get(events))
+        .fallback(super::errors::no_route)
+        .layer(axum::middleware::from_fn_with_state(commands.clone(), super::errors::authenticate))
+        .layer(axum::middleware::map_response(super::errors::as_json))
         .with_state(commands)
 }
 
-/// An error as JSON: `{"error": {"kind": ..., "message": ...}}`.
+/// An error as JSON: `{"error": {"kind": ..., "message": ...}}`; a 401 also carries the
+/// `WWW-Authenticate: Bearer` challenge.
 pub(super) struct ApiError(StatusCode, String, String);
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, kind: &str, message: String) -> Self {
+        ApiError(status, kind.to_owned(), message)
+    }
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(json!({ "error": { "kind": self.1, "message": self.2 } }))).into_response()
+        let body = Json(json!({ "error": { "kind": self.1, "message": self.2 } }));
+        if self.0 == StatusCode::UNAUTHORIZED {
+            return (self.0, [super::errors::challenge()], body).into_response();
+        }
+        (self.0, body).into_response()
     }
 }
 
@@ -69,7 +83,7 @@ impl From<CallError> for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-async fn session(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, ApiError> {
+pub(super) async fn session(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, ApiError> {
     let token = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
