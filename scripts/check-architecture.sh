@@ -38,6 +38,15 @@ for pair in "halite-modules halite-transport" "halite-minion halite-master" "hal
   fi
 done
 
+# The SDK engines link carries no command-line machinery (that is the CLI crate's).
+sdk=$(cargo tree -p halite-client -e normal --prefix none --format '{p}' | awk '{print $1}' | sort -u)
+for banned in clap clap_complete anyhow; do
+  if grep -qx "$banned" <<<"$sdk"; then
+    echo "ARCHITECTURE: halite-client depends on $banned" >&2
+    fail=1
+  fi
+done
+
 direct=$(cargo tree -p halite-modules -e normal --depth 1 --prefix none --format '{p}' | awk '{print $1}')
 for banned in snow ed25519-dalek; do
   if grep -qx "$banned" <<<"$direct"; then

@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 # System tools the tests use: debootstrap and dpkg-dev (module tests build a Debian root and a
 # local apt repository), zip/unzip/xz-utils (archive tests), python3-venv (pyzmq, pip tests),
 # openssl and curl (the gateway's HTTPS test makes a certificate and checks it), faketime (minion
-# clock-step tests), postgresql (the PostgreSQL store and multi-master tests run on a throwaway
+# clock-step tests), prometheus (its promtool checks the metrics the master exposes), postgresql (the
+# PostgreSQL store and multi-master tests run on a throwaway
 # server, scripts/postgres.sh).
 need=()
-for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime; do
+for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime promtool:prometheus; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)
@@ -23,6 +24,11 @@ fi
 if ! .venv/bin/python -c 'import zmq' 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check 'pyzmq==27.*'
+fi
+# The gateway's OpenAPI document is checked by openapi-spec-validator and by a client that
+# openapi-python-client generates from it (tests/tests/openapi_client.rs).
+if [ ! -x .venv/bin/openapi-python-client ] || ! .venv/bin/python -c 'import openapi_spec_validator' 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check 'openapi-spec-validator==0.7.*' 'openapi-python-client==0.26.*'
 fi
 export HALITE_PYTHON="$PWD/.venv/bin/python"
 

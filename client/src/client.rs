@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use halite_protocol::message::{
-    self, Cancel, ClientHello, Event, JobUpdate, Message, PublishRequest, Published, Request, RequestBody,
+    self, Cancel, ClientHello, Event, JobDetail, JobUpdate, Message, PublishRequest, Published, Request, RequestBody,
     ResponseBody, Subscribe, Target, Value,
 };
 use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
@@ -27,6 +27,9 @@ pub struct PublishSpec {
     pub timeout_ms: u64,
     /// How long offline minions are waited for, milliseconds (0: they are reported offline).
     pub ttl_ms: u64,
+    /// How the job reaches its targets over time (batches, error budget, canaries, abort
+    /// events); `None`: every target at once.
+    pub rollout: Option<halite_protocol::message::Rollout>,
 }
 
 impl PublishSpec {
@@ -39,6 +42,7 @@ impl PublishSpec {
             kwargs: BTreeMap::new(),
             timeout_ms: halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS,
             ttl_ms: 0,
+            rollout: None,
         }
     }
 }
@@ -65,6 +69,8 @@ pub struct Client {
     inbox: VecDeque<Message>,
     /// Per job being followed, the minions whose final state was handed out.
     finals: HashMap<String, HashSet<String>>,
+    /// How long a request waits for its answer.
+    request_timeout: Duration,
 }
 
 impl Client {
@@ -118,8 +124,15 @@ impl Client {
         let verdict = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
         let session = awaiting.read_verdict(&verdict, Instant::now()).map_err(|e| fail(e.to_string()))?;
         dealer.mark_authenticated().await.map_err(|e| fail(e.to_string()))?;
-        let mut client =
-            Client { dealer, session, addr, next_request: 1, inbox: VecDeque::new(), finals: HashMap::new() };
+        let mut client = Client {
+            dealer,
+            session,
+            addr,
+            next_request: 1,
+            inbox: VecDeque::new(),
+            finals: HashMap::new(),
+            request_timeout: config.request_timeout,
+        };
         let hello = ClientHello { principal: config.principal, version: env!("CARGO_PKG_VERSION").into() };
         client.send(&Message::ClientHello(hello)).await?;
         match client.recv().await? {
@@ -163,11 +176,11 @@ impl Client {
         Ok(())
     }
 
-    /// [`Client::recv_matching`] for the answer to a request: bounded by [`REQUEST_TIMEOUT`].
+    /// [`Client::recv_matching`] for the answer to a request: bounded by the configured
+    /// `request_timeout`.
     async fn answer<T>(&mut self, pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.recv_matching(pick))
-            .await
-            .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
+        let limit = self.request_timeout;
+        tokio::time::timeout(limit, self.recv_matching(pick)).await.map_err(|_| ClientError::Timeout(limit))?
     }
 
     /// Receives until `pick` accepts a message; others are kept, in order, for later calls.
@@ -227,8 +240,7 @@ impl Client {
             kwargs: spec.kwargs,
             timeout_ms: spec.timeout_ms,
             ttl_ms: spec.ttl_ms,
-            batch: None,
-            error_budget: None,
+            rollout: spec.rollout,
             on_behalf_of: None,
         };
         self.send(&Message::Publish(request)).await?;
@@ -299,7 +311,14 @@ impl Client {
     /// Subscribes to bus events whose tags match any of these globs (replacing earlier
     /// patterns). Events then arrive through [`Client::next_event`], pushed by the master.
     pub async fn subscribe(&mut self, patterns: Vec<String>) -> Result<(), ClientError> {
-        self.send(&Message::Subscribe(Subscribe { patterns })).await
+        self.send(&Message::Subscribe(Subscribe { patterns, after: None })).await
+    }
+
+    /// [`Client::subscribe`], resuming after the event whose `id` is `after` (the last one
+    /// received before a reconnect): the master first sends the events it still holds that came
+    /// after it, with a `halite/bus/gap` event first if it no longer holds them all.
+    pub async fn subscribe_after(&mut self, patterns: Vec<String>, after: &str) -> Result<(), ClientError> {
+        self.send(&Message::Subscribe(Subscribe { patterns, after: Some(after.to_owned()) })).await
     }
 
     /// The next bus event, or the master's refusal of the subscription.
@@ -314,9 +333,47 @@ impl Client {
         .await?
     }
 
-    /// Asks the master to cancel a job. Its minions then report `cancelled` (or finish first).
-    pub async fn cancel(&mut self, jid: &str) -> Result<(), ClientError> {
-        self.send(&Message::Cancel(Cancel { jid: jid.to_owned() })).await
+    /// One job with every targeted minion's state and return (and its rollout, if any).
+    pub async fn job(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
+        match self.request(RequestBody::JobShow { jid: jid.to_owned() }).await? {
+            ResponseBody::Job(detail) => Ok(detail),
+            other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
+        }
+    }
+
+    /// Pauses a job's rollout: running targets finish, no new one starts. The job as it now is.
+    pub async fn pause(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
+        match self.request(RequestBody::JobPause { jid: jid.to_owned() }).await? {
+            ResponseBody::Job(detail) => Ok(detail),
+            other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
+        }
+    }
+
+    /// Resumes a paused rollout. The job as it now is.
+    pub async fn resume(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
+        match self.request(RequestBody::JobResume { jid: jid.to_owned() }).await? {
+            ResponseBody::Job(detail) => Ok(detail),
+            other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
+        }
+    }
+
+    /// Asks the master to cancel a job; the job as the cancel left it. Minions not yet started
+    /// end `cancelled` at once, running ones report `cancelled` as they stop (or finish first);
+    /// the job's updates stream to this client as for a job it published. A job that has
+    /// already finished, or that this principal may not see, is `ClientError::Master` with
+    /// kind `not_found`.
+    pub async fn cancel(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
+        self.send(&Message::Cancel(Cancel { jid: jid.to_owned() })).await?;
+        // Answered in order: the master has handled the cancel when it answers this, and
+        // refuses a cancel of a job it does not run by an error naming the jid.
+        let detail = self.job(jid).await;
+        // The cancel's own refusal says it best ("no running job"), whatever the read found.
+        let refused =
+            self.inbox.iter().position(|m| matches!(m, Message::Error(e) if e.request.as_deref() == Some(jid)));
+        if let Some(Message::Error(e)) = refused.and_then(|i| self.inbox.remove(i)) {
+            return Err(ClientError::Master { kind: e.kind, message: e.message });
+        }
+        detail
     }
 }
 

@@ -23,6 +23,9 @@ pub struct ClientConfig {
     pub principal: String,
     /// Give up connecting after this long.
     pub connect_timeout: Duration,
+    /// Give up waiting for the answer to a request (or a publish) after this long; the error
+    /// is `ClientError::Timeout` and the connection stays usable.
+    pub request_timeout: Duration,
 }
 
 /// The two settings of a master config file a local client needs; everything else is ignored.
@@ -45,7 +48,14 @@ fn default_listen() -> String {
 impl ClientConfig {
     /// A principal other than root: its name and key, and the master's address and key.
     pub fn principal(masters: Vec<String>, master_key: PublicIdentity, key: IdentityKey, name: &str) -> Self {
-        ClientConfig { masters, master_key, key, principal: name.to_owned(), connect_timeout: Duration::from_secs(10) }
+        ClientConfig {
+            masters,
+            master_key,
+            key,
+            principal: name.to_owned(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: crate::client::REQUEST_TIMEOUT,
+        }
     }
 
     /// The root principal on the master's own host: reads the master config for its state
@@ -59,6 +69,7 @@ impl ClientConfig {
             key,
             principal: "root".into(),
             connect_timeout: Duration::from_secs(10),
+            request_timeout: crate::client::REQUEST_TIMEOUT,
         })
     }
 

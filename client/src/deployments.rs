@@ -3,11 +3,25 @@
 use std::time::Duration;
 
 use halite_protocol::message::{
-    status, DeploymentUpdate, NewDeployment, NewSoftwareConfig, RequestBody, ResponseBody, SoftwareConfig,
-    SoftwareDeployment, Value,
+    status, DeploymentGroup, DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, RequestBody,
+    ResponseBody, SoftwareConfig, SoftwareDeployment, Value,
 };
 
 use crate::{Client, ClientError};
+
+/// `wait` bounded by `timeout` (`None`: for ever); past it, a `timeout` error saying that
+/// `what` is still in progress.
+async fn within<T>(
+    timeout: Option<Duration>,
+    wait: impl std::future::Future<Output = Result<T, ClientError>>,
+    what: impl FnOnce() -> String,
+) -> Result<T, ClientError> {
+    let Some(limit) = timeout else { return wait.await };
+    tokio::time::timeout(limit, wait).await.map_err(|_| ClientError::Master {
+        kind: halite_protocol::message::ErrorKind::Timeout,
+        message: format!("{} still IN_PROGRESS after {} s", what(), limit.as_secs()),
+    })?
+}
 
 fn unexpected(what: &str, body: &ResponseBody) -> ClientError {
     ClientError::Protocol(format!("expected {what}, got {body:?}"))
@@ -111,18 +125,49 @@ impl Client {
                 self.next_event().await?;
             }
         };
-        match timeout {
-            Some(limit) => tokio::time::timeout(limit, wait).await.map_err(|_| ClientError::Master {
-                kind: halite_protocol::message::ErrorKind::Timeout,
-                message: format!("deployment {id} still IN_PROGRESS after {} s", limit.as_secs()),
-            })?,
-            None => wait.await,
+        within(timeout, wait, || format!("deployment {id}")).await
+    }
+
+    /// Deploys a config to several servers, rolled out as `spec.rollout` says (Heat's
+    /// `SoftwareDeploymentGroup`); the group as it is once its first deployments started.
+    pub async fn create_deployment_group(&mut self, spec: NewDeploymentGroup) -> Result<DeploymentGroup, ClientError> {
+        match self.request(RequestBody::DeploymentGroupCreate(spec)).await? {
+            ResponseBody::DeploymentGroup(group) => Ok(group),
+            other => Err(unexpected("a deployment group", &other)),
         }
+    }
+
+    /// One deployment group.
+    pub async fn show_deployment_group(&mut self, id: &str) -> Result<DeploymentGroup, ClientError> {
+        match self.request(RequestBody::DeploymentGroupShow { id: id.into() }).await? {
+            ResponseBody::DeploymentGroup(group) => Ok(group),
+            other => Err(unexpected("a deployment group", &other)),
+        }
+    }
+
+    /// Waits until a group is COMPLETE or FAILED, without polling (as
+    /// [`Client::wait_for_deployment`], on `halite/deployment_group/<id>/*`).
+    pub async fn wait_for_deployment_group(
+        &mut self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<DeploymentGroup, ClientError> {
+        self.subscribe(vec![format!("halite/deployment_group/{id}/*")]).await?;
+        let wait = async {
+            loop {
+                let group = self.show_deployment_group(id).await?;
+                if group.status != status::IN_PROGRESS {
+                    return Ok(group);
+                }
+                self.next_event().await?;
+            }
+        };
+        within(timeout, wait, || format!("deployment group {id}")).await
     }
 
     /// Creates a bearer token for the HTTP gateway acting as `principal` (admin only).
     pub async fn create_api_token(&mut self, principal: &str) -> Result<String, ClientError> {
-        match self.request(RequestBody::ApiTokenCreate { principal: principal.into() }).await? {
+        match self.request(RequestBody::ApiTokenCreate { principal: principal.into(), ttl_ms: None }).await? {
             ResponseBody::ApiToken(token) => Ok(token),
             other => Err(unexpected("a token", &other)),
         }

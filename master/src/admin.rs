@@ -21,6 +21,34 @@ use halite_protocol::message::JobSummary;
 const MAX_JOB_LIST: u32 = 1000;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Pauses or resumes a job's rollout; the job as it then is.
+    async fn pause_then_show(&mut self, jid: &str, pause: bool, who: Who<'_>) -> Reply {
+        if self.jobs.get(jid).is_none() {
+            // Finished, or unknown (or another principal's: answered as unknown).
+            self.show_job(jid, who).await?;
+            return Err(RequestError::bad_request(format!("job {jid} has finished: nothing to pause or resume")));
+        }
+        let visible = self.may_see_live_job(who, jid);
+        self.pause_or_resume(jid, pause, visible).await?;
+        self.show_job(jid, who).await
+    }
+
+    /// One job as `who` may see it; another principal's job is answered like a job that does
+    /// not exist.
+    async fn show_job(&mut self, jid: &str, who: Who<'_>) -> Reply {
+        let detail = self.store.job(jid).await.map_err(RequestError::from)?.filter(|detail| {
+            let minions: Vec<&str> = detail.minions.iter().map(|m| m.minion.as_str()).collect();
+            self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
+        });
+        match detail {
+            Some(mut detail) => {
+                self.overlay_live(&mut detail.summary, Some(&mut detail.minions));
+                Ok(ResponseBody::Job(detail))
+            }
+            None => Err(RequestError::not_found(format!("no job {jid}"))),
+        }
+    }
+
     pub(crate) async fn handle_request(
         &mut self,
         body: RequestBody,
@@ -30,8 +58,14 @@ impl<S: Store, N: Net> Master<S, N> {
         if crate::deploy::is_deploy_request(&body) {
             return self.handle_deploy_request(body, principal, acl).await;
         }
-        let admin_only =
-            !matches!(body, RequestBody::JobList { .. } | RequestBody::JobShow { .. } | RequestBody::MinionList { .. });
+        let admin_only = !matches!(
+            body,
+            RequestBody::JobList { .. }
+                | RequestBody::JobShow { .. }
+                | RequestBody::JobPause { .. }
+                | RequestBody::JobResume { .. }
+                | RequestBody::MinionList { .. }
+        );
         if admin_only && acl.is_some_and(|a| !a.admin) {
             return Err(RequestError::forbidden("this principal may not administer the master"));
         }
@@ -171,32 +205,42 @@ impl<S: Store, N: Net> Master<S, N> {
                 let jobs = self.visible_jobs(who, limit.min(MAX_JOB_LIST)).await.map_err(RequestError::from)?;
                 Ok(ResponseBody::Jobs(jobs))
             }
-            RequestBody::JobShow { jid } => {
-                let who = Who { name: principal, acl };
-                let detail = self.store.job(&jid).await.map_err(RequestError::from)?.filter(|detail| {
-                    let minions: Vec<&str> = detail.minions.iter().map(|m| m.minion.as_str()).collect();
-                    self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
-                });
-                match detail {
-                    Some(mut detail) => {
-                        self.overlay_live(&mut detail.summary, Some(&mut detail.minions));
-                        Ok(ResponseBody::Job(detail))
-                    }
-                    // Another principal's job is answered like a job that does not exist.
-                    None => Err(RequestError::not_found(format!("no job {jid}"))),
-                }
-            }
-            RequestBody::ApiTokenCreate { principal } => {
+            RequestBody::JobPause { jid } => self.pause_then_show(&jid, true, Who { name: principal, acl }).await,
+            RequestBody::JobResume { jid } => self.pause_then_show(&jid, false, Who { name: principal, acl }).await,
+            RequestBody::JobShow { jid } => self.show_job(&jid, Who { name: principal, acl }).await,
+            RequestBody::ApiTokenCreate { principal, ttl_ms } => {
                 if principal != "root" && !self.registry.principals.contains_key(&principal) {
                     return Err(RequestError::not_found(format!("no principal {principal}")));
                 }
                 let token = format!("hal_{}", new_secret());
+                let now = self.clock.wall_ms();
+                // 0 (given, or as the configured default) means a token that never expires.
+                let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
+                let expires = (ttl_ms > 0).then(|| now.saturating_add(ttl_ms));
                 self.store
-                    .create_api_token(&token_hash(&token), &principal, self.clock.wall_ms())
+                    .create_api_token(&token_hash(&token), &principal, now, expires)
                     .await
                     .map_err(RequestError::from)?;
-                info!(%principal, "gateway token created");
+                info!(%principal, expires_at_ms = ?expires, "gateway token created");
                 Ok(ResponseBody::ApiToken(token))
+            }
+            RequestBody::ApiTokenList => {
+                Ok(ResponseBody::ApiTokens(self.store.api_tokens().await.map_err(RequestError::from)?))
+            }
+            RequestBody::ApiTokenRevoke { id } => {
+                if !self.store.delete_api_token(&id).await.map_err(RequestError::from)? {
+                    return Err(RequestError::not_found(format!("no gateway token {id}")));
+                }
+                info!(token = %id, "gateway token revoked");
+                Ok(ResponseBody::Changed(vec![id]))
+            }
+            RequestBody::TokenList => Ok(ResponseBody::Tokens(self.store.tokens().await.map_err(RequestError::from)?)),
+            RequestBody::TokenRevoke { id } => {
+                if !self.store.delete_token(&id).await.map_err(RequestError::from)? {
+                    return Err(RequestError::not_found(format!("no enrollment token {id}")));
+                }
+                info!(token = %id, "enrollment token revoked");
+                Ok(ResponseBody::Changed(vec![id]))
             }
             _ => Err(RequestError::bad_request("not an administrative request")),
         }

@@ -17,6 +17,10 @@ use crate::server::Master;
 use crate::sessions::Conn;
 use crate::store::{ClusterChange, Store, StoreError};
 
+/// Handshake outcomes as counted (`refused` includes keys told to wait for acceptance).
+const ACCEPTED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "accepted" };
+const REFUSED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "refused" };
+
 impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
         let Some(conn) = self.sessions.conns.remove(&peer) else { return Ok(()) };
@@ -90,6 +94,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         let _ = self.net.send(peer, verdict);
                         self.net.mark_authenticated(peer);
                         self.sessions.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
+                        self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
                 } else {
                     warn!(principal = %who.name, fingerprint = %who.identity.fingerprint(), "unknown client refused");
@@ -141,6 +146,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         }
                         self.sessions.online.insert(id.clone(), peer);
                         info!(minion = %id, "minion authenticated");
+                        self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                         self.sessions.conns.insert(peer, Conn::Minion { id, session });
                     }
                     Decision::Pending => {
@@ -196,6 +202,7 @@ impl<S: Store, N: Net> Master<S, N> {
         peer: PeerId,
         verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
     ) {
+        self.metrics.get().handshakes.get_or_create(&REFUSED).inc();
         match verdict {
             Ok(parts) => {
                 let _ = self.net.send(peer, parts);

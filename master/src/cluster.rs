@@ -83,6 +83,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states).await?,
+            ClusterChange::Rollout { jid } => self.rollout_changed_elsewhere(&jid).await?,
             ClusterChange::Here { ids } => self.arrived_elsewhere(from, ids).await?,
             ClusterChange::Left { ids } => {
                 for id in ids {

@@ -29,6 +29,11 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let Some((record, states)) = self.store.live_job(jid).await? else { return Ok(()) };
         if states.iter().all(|(_, state)| state.is_final()) {
+            if announced {
+                // It ended before this master heard of it (its announcements come together):
+                // the subscribers here still hear its whole story, once.
+                self.replay_finished_job(&record).await?;
+            }
             return Ok(());
         }
         let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
@@ -46,7 +51,12 @@ impl<S: Store, N: Net> Master<S, N> {
             serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
                                 "minions": minions })
         });
-        self.jobs.insert(LiveJob::new(record, slots, Vec::new()));
+        let job = LiveJob::new(record, slots, Vec::new());
+        if job.rollout.is_some() {
+            // This master starts the targets it serves by the same rule.
+            self.pending.rollouts_due.insert(job.record.jid.clone());
+        }
+        self.jobs.insert(job);
         // Its subscribers here hear of it as they would of a job published here.
         if let Some(data) = new_event {
             self.emit(format!("halite/job/{jid}/new"), data);
@@ -88,8 +98,15 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let mut detail = None;
         for (minion, state) in states {
-            if self.jobs.state(jid, &minion).is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {
+            let was = self.jobs.state(jid, &minion);
+            if was.is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {
                 continue;
+            }
+            // Another master's rollout started a target connected here: this master sends it.
+            if was == Some(MinionJobState::Queued) && state == MinionJobState::Sent {
+                if let Some(peer) = self.sessions.peer_of(&minion) {
+                    self.deliver(jid, &minion, peer).await?;
+                }
             }
             let ret = if state.is_final() {
                 if detail.is_none() {
@@ -101,6 +118,22 @@ impl<S: Store, N: Net> Master<S, N> {
             };
             self.slot_moved(jid, &minion, state, ret);
         }
+        Ok(())
+    }
+
+    /// The events of a job that ended on another master before this one heard of it.
+    async fn replay_finished_job(&mut self, record: &crate::store::JobRecord) -> Result<(), StoreError> {
+        let Some(detail) = self.store.job(&record.jid).await? else { return Ok(()) };
+        let jid = &record.jid;
+        let minions: Vec<&String> = detail.minions.iter().map(|m| &m.minion).collect();
+        let new = serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
+                                      "minions": minions });
+        self.emit(format!("halite/job/{jid}/new"), new);
+        for minion in &detail.minions {
+            let data = serde_json::json!({ "state": minion.state.as_str(), "ret": minion.ret });
+            self.emit(format!("halite/job/{jid}/ret/{}", minion.minion), data);
+        }
+        self.emit(format!("halite/job/{jid}/done"), serde_json::json!({}));
         Ok(())
     }
 

@@ -12,6 +12,15 @@ pub const DEFAULT_PATH: &str = "/etc/halite/master.toml";
 
 pub use halite_transport::config_file::ConfigError;
 
+/// `[metrics]`: where `GET /metrics`, `/healthz` and `/readyz` are served (plain HTTP, no
+/// authentication: the figures are counts, no job data).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address to listen on, e.g. `127.0.0.1:9506`; off when unset.
+    pub listen: Option<String>,
+}
+
 /// Master settings. Every field has a default except where noted.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -69,6 +78,8 @@ pub struct MasterConfig {
     pub deployment_timeout_secs: u64,
     /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
     pub gateway: crate::gateway::GatewayConfig,
+    /// Prometheus metrics and health checks (`[metrics]`); off unless `listen` is set.
+    pub metrics: MetricsConfig,
     /// Master keys the cluster key revoked (`halite-master cluster revoke` prints each), told
     /// to every minion in `welcome`; a minion refuses those masters from then on.
     pub revoked_masters: Vec<String>,
@@ -114,6 +125,7 @@ impl Default for MasterConfig {
             deployment_ttl_secs: 24 * 3600,
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
+            metrics: MetricsConfig::default(),
             store: crate::store::StoreConfig::default(),
             revoked_masters: Vec::new(),
             log: "info".into(),
@@ -137,6 +149,11 @@ impl MasterConfig {
         let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
+        if let Some(listen) = &config.metrics.listen {
+            listen
+                .parse::<std::net::SocketAddr>()
+                .map_err(|_| format!("metrics: listen: {listen:?} is not an ip:port address"))?;
+        }
         config.store.validate().map_err(|e| format!("store: {e}"))?;
         for (i, text) in config.revoked_masters.iter().enumerate() {
             halite_protocol::noise::Revocation::from_hex(text).map_err(|e| format!("revoked_masters[{i}]: {e}"))?;

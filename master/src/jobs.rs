@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use halite_protocol::message::MinionJobState;
 use halite_transport::PeerId;
 
+use crate::rollout::RolloutRun;
 use crate::store::JobRecord;
 
 /// One minion's part in a live job.
@@ -21,16 +22,17 @@ pub(crate) struct Slot {
     pub deadline: Option<Instant>,
 }
 
-/// Whether a slot may move from `from` to `to`. Forward only: waiting → sent → running →
-/// a final state; a final state never changes. `sent → sent` and `running → running` are
-/// redeliveries and change nothing but the deadline.
+/// Whether a slot may move from `from` to `to`. Forward only: queued → waiting → sent →
+/// running → a final state; a final state never changes. `sent → sent` and `running →
+/// running` are redeliveries and change nothing but the deadline.
 pub(crate) fn transition_allowed(from: MinionJobState, to: MinionJobState) -> bool {
     use MinionJobState::*;
     match from {
         _ if from.is_final() => false,
-        Waiting => to != Waiting,
-        Sent => !matches!(to, Waiting),
-        Running => !matches!(to, Waiting | Sent),
+        Queued => to != Queued,
+        Waiting => !matches!(to, Waiting | Queued),
+        Sent => !matches!(to, Waiting | Queued),
+        Running => !matches!(to, Waiting | Sent | Queued),
         _ => false,
     }
 }
@@ -49,13 +51,16 @@ pub(crate) struct LiveJob {
     pub visible_to: HashMap<PeerId, bool>,
     /// How many minions are not yet in a final state (so finishing is O(1), not O(minions)).
     remaining: usize,
+    /// Its rollout, when it has one.
+    pub rollout: Option<RolloutRun>,
 }
 
 impl LiveJob {
     /// A live job.
     pub(crate) fn new(record: JobRecord, minions: BTreeMap<String, Slot>, watchers: Vec<PeerId>) -> Self {
         let remaining = minions.values().filter(|s| !s.state.is_final()).count();
-        LiveJob { record, minions, watchers, visible_to: HashMap::new(), remaining }
+        let rollout = record.rollout.clone().map(RolloutRun::new);
+        LiveJob { record, minions, watchers, visible_to: HashMap::new(), remaining, rollout }
     }
 
     /// Whether every minion is in a final state.
@@ -78,6 +83,8 @@ impl LiveJob {
 #[derive(Debug, Default)]
 pub(crate) struct JobTable {
     jobs: HashMap<String, LiveJob>,
+    /// The live jobs with a rollout (every bus event is checked against their abort patterns).
+    rollouts: BTreeSet<String>,
     deadlines: BTreeSet<(Instant, String, String)>,
 }
 
@@ -88,6 +95,9 @@ impl JobTable {
             if let (Some(at), false) = (slot.deadline, slot.state.is_final()) {
                 self.deadlines.insert((at, job.record.jid.clone(), minion.clone()));
             }
+        }
+        if job.rollout.is_some() {
+            self.rollouts.insert(job.record.jid.clone());
         }
         self.jobs.insert(job.record.jid.clone(), job);
     }
@@ -105,6 +115,7 @@ impl JobTable {
     /// Removes a finished job.
     pub(crate) fn remove(&mut self, jid: &str) -> Option<LiveJob> {
         let job = self.jobs.remove(jid)?;
+        self.rollouts.remove(jid);
         for (minion, slot) in &job.minions {
             if let Some(at) = slot.deadline {
                 self.deadlines.remove(&(at, jid.to_owned(), minion.clone()));
@@ -149,12 +160,13 @@ impl JobTable {
         self.jobs.get(jid)?.minions.get(minion).map(|s| s.state)
     }
 
-    /// Jobs for which `minion` is waiting, sent or running: what to (re)deliver when it connects.
+    /// Jobs for which `minion` is waiting, sent or running: what to (re)deliver when it
+    /// connects. A target its rollout has not started yet is not among them.
     pub(crate) fn deliverable_to(&self, minion: &str) -> Vec<String> {
         let mut jids: Vec<String> = self
             .jobs
             .values()
-            .filter(|j| j.minions.get(minion).is_some_and(|s| !s.state.is_final()))
+            .filter(|j| j.minions.get(minion).is_some_and(|s| !s.state.is_final() && s.state != MinionJobState::Queued))
             .map(|j| j.record.jid.clone())
             .collect();
         jids.sort();
@@ -180,6 +192,16 @@ impl JobTable {
             }
             self.deadlines.insert((at, jid, minion));
         }
+    }
+
+    /// How many jobs are live.
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Live jobs with a rollout.
+    pub(crate) fn rollout_jobs(&self) -> impl Iterator<Item = &LiveJob> {
+        self.rollouts.iter().filter_map(|jid| self.jobs.get(jid))
     }
 
     /// Stops streaming to a client that went away.
@@ -208,6 +230,7 @@ mod tests {
             timeout_ms: 1000,
             ttl_ms: 0,
             signed: SignedJob { body: Vec::new(), signature: Vec::new() },
+            rollout: None,
         };
         let slot = |state, after: u64| Slot { state, deadline: Some(now + Duration::from_secs(after)) };
         let slots = BTreeMap::from([("a".to_owned(), slot(Sent, 2)), ("b".to_owned(), slot(Waiting, 1))]);

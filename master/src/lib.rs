@@ -29,10 +29,13 @@ mod cluster_jobs;
 mod cluster_view;
 pub mod config;
 mod deploy;
+mod event_log;
 pub mod gateway;
 mod jobs;
 mod keys;
 mod limits;
+pub mod metrics;
+mod metrics_http;
 mod minion_messages;
 pub mod net;
 mod publishing;
@@ -40,6 +43,8 @@ mod registry;
 mod reload;
 mod request_error;
 mod requests;
+mod rollout;
+mod rollout_dispatch;
 mod server;
 mod sessions;
 #[cfg(test)]
@@ -262,24 +267,42 @@ async fn serve<S: Store + Clone>(
         tracing::warn!(%error, "could not notify systemd of readiness");
     }
     let gateway_config = config.gateway.clone();
+    let metrics_config = config.metrics.clone();
+    let metrics_addr_path = config.state_dir.join("metrics.addr");
     let gateway_addr_path = config.state_dir.join("gateway.addr");
     let clock = std::sync::Arc::new(clock::SystemClock);
     let master = Master::new(config, keys.identity, keys.root, router, store, clock).await?;
-    let gateway = match gateway::Gateway::bind(&gateway_config, master.local_commands()).await? {
-        Some(gateway) => {
-            if let Some(addr) = gateway.local_addr() {
-                std::fs::write(&gateway_addr_path, format!("{addr}\n"))
-                    .map_err(|source| MasterError::StateDir { path: gateway_addr_path.clone(), source })?;
-                let scheme = if gateway_config.tls_cert.is_some() { "https" } else { "http" };
-                tracing::info!(url = %format!("{scheme}://{addr}/v1/"), "gateway listening");
+    let metrics_listener = match &metrics_config.listen {
+        Some(listen) => {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|source| MasterError::Listen { addr: listen.clone(), source })?;
+            if let Ok(addr) = listener.local_addr() {
+                std::fs::write(&metrics_addr_path, format!("{addr}\n"))
+                    .map_err(|source| MasterError::StateDir { path: metrics_addr_path.clone(), source })?;
+                tracing::info!(url = %format!("http://{addr}/metrics"), "metrics listening");
             }
-            Some(tokio::spawn(gateway.serve()))
+            Some(tokio::spawn(gateway::serve_plain(listener, metrics_http::router(master.metrics()))))
         }
         None => None,
     };
+    let enrollment = gateway::fleet::Enrollment { master_key_hex: master.pinned_key_hex(), listen: addr.to_string() };
+    let gateway =
+        match gateway::Gateway::bind(&gateway_config, master.local_commands(), master.metrics(), enrollment).await? {
+            Some(gateway) => {
+                if let Some(addr) = gateway.local_addr() {
+                    std::fs::write(&gateway_addr_path, format!("{addr}\n"))
+                        .map_err(|source| MasterError::StateDir { path: gateway_addr_path.clone(), source })?;
+                    let scheme = if gateway_config.tls_cert.is_some() { "https" } else { "http" };
+                    tracing::info!(url = %format!("{scheme}://{addr}/v1/"), "gateway listening");
+                }
+                Some(tokio::spawn(gateway.serve()))
+            }
+            None => None,
+        };
     let served = master.serve(shutdown).await;
-    if let Some(gateway) = gateway {
-        gateway.abort();
+    for server in [gateway, metrics_listener].into_iter().flatten() {
+        server.abort();
     }
     served?;
     Ok(())

@@ -247,6 +247,7 @@ impl<S: Store, N: Net> Master<S, N> {
             None => self.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data })),
             Some(reason) => {
                 self.events_denied += 1;
+                self.metrics.get().denied("event");
                 debug!(minion = id, tag = %event.tag, reason, "minion event refused");
                 if self.notices.ready(id, Duration::from_secs(1), now) {
                     let tag: String = event.tag.chars().take(255).collect();

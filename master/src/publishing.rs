@@ -31,9 +31,9 @@ impl<S: Store, N: Net> Master<S, N> {
         request: PublishRequest,
     ) -> Result<(), StoreError> {
         let request_id = Some(request.request_id.to_string());
-        if request.batch.is_some() || request.error_budget.is_some() {
-            let message = "batch and error_budget are not supported by this master version".to_owned();
-            self.send_error(peer, ErrorKind::BadRequest, message, request_id);
+        let received = self.clock.now();
+        if let Some(why) = request.rollout.as_ref().and_then(crate::rollout::invalid) {
+            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return Ok(());
         }
         if message::encoded_len(&request.args) + message::encoded_len(&request.kwargs) > limits::MESSAGE_BUDGET {
@@ -93,6 +93,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(reach) => reach,
             Err(why) => {
                 warn!(%caller, function = %request.function, %why, "publish refused");
+                self.metrics.get().denied("publish");
                 self.send_error(peer, ErrorKind::Forbidden, why, request_id);
                 return Ok(());
             }
@@ -106,8 +107,11 @@ impl<S: Store, N: Net> Master<S, N> {
             timeout_ms: request.timeout_ms,
             ttl_ms: request.ttl_ms,
             reach,
+            rollout: request.rollout,
         };
         self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
+        let took = self.clock.now().saturating_duration_since(received);
+        self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         Ok(())
     }
 
@@ -120,7 +124,7 @@ impl<S: Store, N: Net> Master<S, N> {
         targets: Vec<String>,
         publisher: Option<(PeerId, u64, Vec<PeerId>)>,
     ) -> Result<String, StoreError> {
-        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach } = new;
+        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach, rollout } = new;
         let jid = self.jids.next(self.clock.wall_micros());
         let created_at_ms = self.clock.wall_ms();
         let job = Job {
@@ -150,15 +154,20 @@ impl<S: Store, N: Net> Master<S, N> {
             timeout_ms,
             ttl_ms,
             signed,
+            rollout: rollout.map(crate::rollout::RolloutRun::status_of),
         };
         let now = self.clock.now();
         let run_deadline =
             now + Duration::from_millis(record.timeout_ms) + Duration::from_secs(self.config.timeout_grace_secs);
         let mut slots = BTreeMap::new();
         let mut states = Vec::with_capacity(targets.len());
+        let rolled_out = record.rollout.is_some();
         for id in &targets {
-            // A minion another master serves gets the job from it (announced below).
-            let (state, deadline) = if self.sessions.online.contains_key(id) || self.served_elsewhere(id) {
+            // A minion another master serves gets the job from it (announced below); a rollout
+            // starts its targets itself, at the end of this step.
+            let (state, deadline) = if rolled_out {
+                (MinionJobState::Queued, None)
+            } else if self.sessions.online.contains_key(id) || self.served_elsewhere(id) {
                 (MinionJobState::Sent, Some(run_deadline))
             } else if record.ttl_ms > 0 {
                 (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
@@ -170,7 +179,10 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // Stored before anything is sent: a master killed right after sending still knows the job.
         // A publisher whose job could not be stored is told so: it must never wait for a reply.
-        if let Err(error) = self.store.insert_job(&record, &states).await {
+        let started = self.clock.now();
+        let stored = self.store.insert_job(&record, &states).await;
+        self.metrics.store_call("insert_job", self.clock.now().saturating_duration_since(started), stored.is_ok());
+        if let Err(error) = stored {
             warn!(%jid, %error, "storing a new job failed");
             if let Some((peer, request_id, _)) = &publisher {
                 let why = format!("the job could not be stored ({}); nothing was sent", error.class());
@@ -179,6 +191,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(error);
         }
         info!(%jid, function = %record.function, minions = targets.len(), %caller, "job published");
+        self.metrics.get().jobs_published.inc();
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
         let job_message = Message::Job(record.signed.clone());
@@ -199,6 +212,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.send_job(minion_peer, &id, &jid, &job_message);
             }
             self.notify(&jid, &id, state, None);
+        }
+        if rolled_out {
+            self.pending.rollouts_due.insert(jid.clone());
         }
         self.finish_if_done(&jid);
         Ok(jid)
@@ -221,6 +237,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// slots end cancelled; the other masters sharing the store do the same for the minions
     /// they serve.
     pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
+        self.cancel_rollout(jid).await?;
         if self.jobs.get(jid).is_some() {
             self.tell_other_masters(crate::store::ClusterChange::Cancel { jid: jid.to_owned() }).await;
         }

@@ -28,7 +28,13 @@ impl<S: Store, N: Net> Master<S, N> {
         match msg {
             Message::Subscribe(subscribe) => {
                 match crate::authz::check_subscription(acl.as_deref(), &subscribe.patterns) {
-                    Ok(()) => self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone())),
+                    Ok(()) => {
+                        let patterns = subscribe.patterns.clone();
+                        self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
+                        if let Some(after) = subscribe.after {
+                            self.replay_events(peer, &patterns, &after);
+                        }
+                    }
                     Err(why) => {
                         warn!(%principal, %why, "subscription refused");
                         self.send_error(peer, ErrorKind::Forbidden, why, Some(SUBSCRIBE_REQUEST.into()));
@@ -70,10 +76,44 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
+    /// Sends a resuming subscriber what it missed after event `after`: the logged events its
+    /// patterns match and it may see, oldest first, after a `halite/bus/gap` notice if some
+    /// may be missing. Each goes through the subscriber's bounded queue like a live event.
+    fn replay_events(&mut self, peer: PeerId, patterns: &[String], after: &str) {
+        let since = self.event_log.since(after);
+        let gap = since.gap.clone();
+        let events: Vec<(String, halite_protocol::message::Value, String)> = since
+            .events
+            .into_iter()
+            .filter(|e| patterns.iter().any(|p| halite_protocol::glob::matches(p, &e.tag)))
+            .map(|e| (e.tag.clone(), e.data.clone(), self.event_log.id(e.seq)))
+            .collect();
+        if let Some(why) = gap {
+            let notice = halite_protocol::message::Event {
+                tag: "halite/bus/gap".into(),
+                data: serde_json::json!({ "after": after, "reason": why }),
+                id: None,
+            };
+            self.send(peer, &Message::Event(notice));
+        }
+        for (tag, data, id) in events {
+            if !self.peer_may_receive(peer, &tag, &data) {
+                continue;
+            }
+            if self
+                .try_send(peer, &Message::Event(halite_protocol::message::Event { tag, data, id: Some(id) }))
+                .is_err()
+            {
+                self.bus.dropped(peer);
+                self.metrics.get().bus_dropped.inc();
+            }
+        }
+    }
+
     pub(crate) async fn on_local(&mut self, command: LocalCommand) -> Result<(), StoreError> {
         match command {
             LocalCommand::Connect { token_hash, to_client, reply } => {
-                let principal = self.store.api_token_principal(&token_hash).await?;
+                let principal = self.store.api_token_principal(&token_hash, self.clock.wall_ms()).await?;
                 let acl = match principal.as_deref() {
                     None => Err("unknown token".to_owned()),
                     Some("root") => Ok(None),

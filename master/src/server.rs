@@ -87,6 +87,8 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) jobs: JobTable,
     pub(crate) jids: JidGenerator,
     pub(crate) bus: Bus,
+    /// The bus's recent past, for subscribers resuming after an event id.
+    pub(crate) event_log: crate::event_log::EventLog,
     pub(crate) event_buckets: HashMap<String, RateLimiter>,
     pub(crate) notices: NoticeThrottle,
     /// Minion events refused since start (for operators and metrics).
@@ -104,12 +106,16 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) pending: PendingWrites,
     /// What each watching client is told at the end of the step.
     pub(crate) watchers: Watchers,
+    /// Deployment groups this master drives.
+    pub(crate) groups: crate::deploy::groups::GroupRuns,
     /// `deploy.apply` jobs in flight: jid → deployment id.
     pub(crate) deploy_jobs: HashMap<String, String>,
     /// Sends deployment signals to engines.
     pub(crate) relay_client: reqwest::Client,
     pub(crate) relay_tx: mpsc::UnboundedSender<RelayDone>,
     pub(crate) relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
+    /// What the master counts, for operators (`/metrics`).
+    pub(crate) metrics: crate::metrics::Metrics,
     /// Where in-process clients (the gateway) send their commands.
     pub(crate) local_tx: mpsc::Sender<LocalCommand>,
     pub(crate) local_rx: Option<mpsc::Receiver<LocalCommand>>,
@@ -131,9 +137,26 @@ pub(crate) struct NewJob {
     pub(crate) ttl_ms: u64,
     /// What the job may reach through functions that call functions (see `authz::publish`).
     pub(crate) reach: Option<Vec<String>>,
+    /// How it reaches its targets over time; `None`: all at once.
+    pub(crate) rollout: Option<halite_protocol::message::Rollout>,
 }
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// The key minions pin, in hex: the cluster key when this master is certified by one, else
+    /// its own.
+    pub fn pinned_key_hex(&self) -> String {
+        let key = match self.identity.certificate() {
+            Some(certificate) => certificate.cluster,
+            None => self.identity.public(),
+        };
+        halite_protocol::hex::encode(key.as_bytes())
+    }
+
+    /// The figures this master keeps (shared: the metrics endpoints read them).
+    pub fn metrics(&self) -> crate::metrics::Metrics {
+        self.metrics.clone()
+    }
+
     /// Loads the registry and unfinished jobs from the store.
     pub async fn new(
         config: MasterConfig,
@@ -145,6 +168,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<Self, StoreError> {
         let (relay_tx, relay_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
+        let event_log = crate::event_log::EventLog::new(clock.wall_ms());
         let pending_limits = PendingLimits::new(
             config.max_pending_keys,
             config.pending_keys_per_sec,
@@ -163,6 +187,7 @@ impl<S: Store, N: Net> Master<S, N> {
             jobs: JobTable::default(),
             jids: JidGenerator::default(),
             bus: Bus::default(),
+            event_log,
             event_buckets: HashMap::new(),
             notices: NoticeThrottle::default(),
             events_denied: 0,
@@ -173,6 +198,8 @@ impl<S: Store, N: Net> Master<S, N> {
             cluster: crate::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
             deploy_jobs: HashMap::new(),
+            groups: Default::default(),
+            metrics: crate::metrics::Metrics::new(),
             relay_client: relay::client(),
             relay_tx,
             relay_rx: Some(relay_rx),
@@ -206,9 +233,15 @@ impl<S: Store, N: Net> Master<S, N> {
         let grace = Duration::from_secs(master.config.timeout_grace_secs);
         for (record, states) in master.store.unfinished_jobs().await? {
             let minions = loaded_slots(&record, states, now, wall, grace);
-            master.jobs.insert(LiveJob::new(record, minions, Vec::new()));
+            let job = LiveJob::new(record, minions, Vec::new());
+            if job.rollout.is_some() {
+                // A rollout goes on from where it was, at the first step.
+                master.pending.rollouts_due.insert(job.record.jid.clone());
+            }
+            master.jobs.insert(job);
         }
         master.resume_deployments().await?;
+        master.resume_groups().await?;
         Ok(master)
     }
 
@@ -230,6 +263,9 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Publishes an event on the bus. Each subscriber's queue is bounded: what does not fit is
     /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
+        self.rollouts_hear(&tag);
+        self.groups_hear(&tag);
+        let seq = self.event_log.record(&tag, &data);
         if self.bus.is_empty() {
             return;
         }
@@ -238,20 +274,25 @@ impl<S: Store, N: Net> Master<S, N> {
         if recipients.is_empty() {
             return;
         }
-        let event = Message::Event(Event { tag, data });
+        let event = Message::Event(Event { tag, data, id: Some(self.event_log.id(seq)) });
         for peer in recipients {
             let missed = self.bus.take_dropped(peer);
             if missed > 0 {
-                let notice =
-                    Message::Event(Event { tag: "halite/bus/dropped".into(), data: json!({ "dropped": missed }) });
+                let notice = Message::Event(Event {
+                    tag: "halite/bus/dropped".into(),
+                    data: json!({ "dropped": missed }),
+                    id: None,
+                });
                 if self.try_send(peer, &notice).is_err() {
                     self.bus.restore_dropped(peer, missed);
                     self.bus.dropped(peer);
+                    self.metrics.get().bus_dropped.inc();
                     continue;
                 }
             }
             if self.try_send(peer, &event).is_err() {
                 self.bus.dropped(peer);
+                self.metrics.get().bus_dropped.inc();
             }
         }
     }
@@ -317,6 +358,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Handles one input, then writes and sends what it changed.
     pub(crate) async fn step(&mut self, input: Input) {
+        let tick = matches!(input, Input::Tick);
         match input {
             Input::Net(event) => {
                 self.on_router_event(event).await;
@@ -355,6 +397,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%error, %jid, "recording a deployment's result failed");
             }
         }
+        // Rollouts go on from what the step changed (every one of them at a tick).
+        self.advance_rollouts(tick).await;
+        self.advance_groups(tick).await;
+        self.metrics.alive();
         self.flush().await;
     }
 
@@ -372,7 +418,10 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn flush(&mut self) {
         if !self.pending.minions.is_empty() {
             let records: Vec<MinionRecord> = self.pending.minions.drain().map(|(_, r)| r).collect();
-            match self.store.put_minions(&records).await {
+            let started = self.clock.now();
+            let stored = self.store.put_minions(&records).await;
+            self.metrics.store_call("put_minions", self.clock.now().saturating_duration_since(started), stored.is_ok());
+            match stored {
                 Err(error) => {
                     if self.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
                         warn!(%error, minions = records.len(), "recording presence failed");
@@ -401,7 +450,12 @@ impl<S: Store, N: Net> Master<S, N> {
             return;
         }
         let (changes, acks) = self.pending.take_states();
+        let started = self.clock.now();
         let stored = if changes.is_empty() { Ok(()) } else { self.store.set_states(&changes).await };
+        if !changes.is_empty() {
+            let took = self.clock.now().saturating_duration_since(started);
+            self.metrics.store_call("set_states", took, stored.is_ok());
+        }
         if let Err(error) = stored {
             // Kept for the next flush (every tick): nothing is acknowledged until it is stored,
             // so the minions keep their returns meanwhile.
@@ -496,8 +550,19 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Sessions by role and live jobs, for `/metrics` (counted at each tick).
+    fn count_sessions(&self) {
+        let clients = self.sessions.conns.values().filter(|c| matches!(c, Conn::Client { .. })).count();
+        let metrics = self.metrics.get();
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics.sessions.get_or_create(&crate::metrics::Role { role: "minion" }).set(gauge(self.sessions.online.len()));
+        metrics.sessions.get_or_create(&crate::metrics::Role { role: "client" }).set(gauge(clients));
+        metrics.jobs_live.set(gauge(self.jobs.len()));
+    }
+
     pub(crate) async fn on_tick(&mut self) {
         let now = self.clock.now();
+        self.count_sessions();
         // A tick far later than scheduled means the master was not running: minions' returns
         // may be waiting unread in socket buffers. The lost time is added to every deadline, so
         // a pause of the master never turns a minion's result into `timed_out`.

@@ -53,6 +53,13 @@ impl<S: Store, N: Net> Master<S, N> {
     /// on the job, the job's watchers, and the job's end when every slot is final.
     pub(crate) fn slot_moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if state.is_final() {
+            self.rollout_target_finished(jid);
+            let metrics = self.metrics.get();
+            metrics.slots_final.get_or_create(&crate::metrics::State { state: state.as_str() }).inc();
+            if let (Some(job), Some(_)) = (self.jobs.get(jid), &ret) {
+                let ms = self.clock.wall_ms().saturating_sub(job.record.created_at_ms);
+                metrics.round_trip_seconds.observe(ms as f64 / 1000.0);
+            }
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
             if self.deploy_jobs.contains_key(jid) {
                 self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));

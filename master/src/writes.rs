@@ -24,6 +24,10 @@ pub(crate) struct PendingWrites {
     pub(crate) left: Vec<String>,
     /// Events published here, for the other masters' subscribers.
     pub(crate) shared_events: Vec<(String, halite_protocol::message::Value)>,
+    /// Rollouts to decide at the end of the step (a target finished, a pause ended).
+    pub(crate) rollouts_due: std::collections::BTreeSet<String>,
+    /// Rollouts an event aborted (jid, why), stopped at the end of the step.
+    pub(crate) rollout_aborts: Vec<(String, String)>,
 }
 
 impl PendingWrites {

@@ -552,7 +552,8 @@ impl Minion {
         if !matches!(self.stage, Stage::Up(_)) {
             return warn!(tag = %event.tag, "no session with the master; event dropped");
         }
-        self.send(&Message::Event(halite_protocol::message::Event { tag: event.tag, data: event.data })).await;
+        self.send(&Message::Event(halite_protocol::message::Event { tag: event.tag, data: event.data, id: None }))
+            .await;
     }
 
     /// `peer.publish`: forwards the request and remembers where the answer goes.

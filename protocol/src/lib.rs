@@ -37,6 +37,7 @@
 //! assert_eq!(master_session.open(&parts, now).unwrap(), b"hello");
 //! ```
 
+pub mod enrollment;
 pub mod glob;
 pub mod hex;
 pub mod id;

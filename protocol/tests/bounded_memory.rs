@@ -113,6 +113,7 @@ fn decoders_stay_within_their_limits() {
     let template = message::encode(&message::Message::Event(message::Event {
         tag: "x".into(),
         data: serde_json::json!([null, null, null]),
+        id: None,
     }));
     assert!(template.ends_with(&[0x93, 0xc0, 0xc0, 0xc0]));
     let mut nils = template[..template.len() - 4].to_vec();

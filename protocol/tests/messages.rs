@@ -56,6 +56,10 @@ fn job() -> impl Strategy<Value = Job> {
         })
 }
 
+fn amount() -> impl Strategy<Value = Amount> {
+    prop_oneof![any::<u32>().prop_map(Amount::Count), (1u8..=100).prop_map(Amount::Percent)]
+}
+
 fn error_kind() -> impl Strategy<Value = ErrorKind> {
     prop::sample::select(vec![
         ErrorKind::BadRequest,
@@ -85,7 +89,9 @@ fn target() -> impl Strategy<Value = Target> {
 
 fn job_state() -> impl Strategy<Value = MinionJobState> {
     use MinionJobState::*;
-    prop::sample::select(vec![Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied])
+    prop::sample::select(vec![
+        Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied, Queued, Skipped,
+    ])
 }
 
 fn request_body() -> impl Strategy<Value = RequestBody> {
@@ -100,7 +106,14 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
         ".{0,10}".prop_map(|pattern| RequestBody::MinionList { pattern }),
         any::<u32>().prop_map(|limit| RequestBody::JobList { limit }),
         ".{0,10}".prop_map(|jid| RequestBody::JobShow { jid }),
-        ".{0,10}".prop_map(|principal| RequestBody::ApiTokenCreate { principal }),
+        ".{0,10}".prop_map(|jid| RequestBody::JobPause { jid }),
+        ".{0,10}".prop_map(|jid| RequestBody::JobResume { jid }),
+        (".{0,10}", prop::option::of(any::<u64>()))
+            .prop_map(|(principal, ttl_ms)| RequestBody::ApiTokenCreate { principal, ttl_ms }),
+        Just(RequestBody::ApiTokenList),
+        ".{0,10}".prop_map(|id| RequestBody::ApiTokenRevoke { id }),
+        Just(RequestBody::TokenList),
+        ".{0,10}".prop_map(|id| RequestBody::TokenRevoke { id }),
         (".{0,10}", ".{0,10}", value(), prop::collection::vec(".{1,6}", 0..3)).prop_map(
             |(name, group, config, names)| {
                 RequestBody::ConfigCreate(NewSoftwareConfig {
@@ -175,6 +188,7 @@ fn response_body() -> impl Strategy<Value = ResponseBody> {
                 caller,
                 created_at_ms,
                 states,
+                rollout: None,
             })
     };
     prop_oneof![
@@ -270,7 +284,7 @@ fn message() -> impl Strategy<Value = Message> {
         ),
         ".{0,20}".prop_map(|jid| Message::ReturnAck(ReturnAck { jid })),
         ".{0,20}".prop_map(|jid| Message::Cancel(Cancel { jid })),
-        (".{0,30}", value()).prop_map(|(tag, data)| Message::Event(Event { tag, data })),
+        (".{0,30}", value()).prop_map(|(tag, data)| Message::Event(Event { tag, data, id: None })),
         (
             any::<u64>(),
             target(),
@@ -280,16 +294,25 @@ fn message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             any::<u64>(),
             (
-                prop::option::of(prop_oneof![
-                    any::<u32>().prop_map(BatchSize::Count),
-                    (1u8..=100).prop_map(BatchSize::Percent)
-                ]),
-                prop::option::of(any::<u32>()),
+                prop::option::of((
+                    prop::option::of(amount()),
+                    any::<u64>(),
+                    prop::option::of(amount()),
+                    any::<u32>(),
+                    prop::collection::vec(".{0,8}", 0..3),
+                )),
                 prop::option::of(".{0,8}"),
             ),
         )
             .prop_map(|(request_id, target, function, args, kwargs, timeout_ms, ttl_ms, rollout)| {
-                let (batch, error_budget, on_behalf_of) = rollout;
+                let (rollout, on_behalf_of) = rollout;
+                let rollout = rollout.map(|(batch, batch_wait_ms, max_errors, canary, abort_on)| Rollout {
+                    batch,
+                    batch_wait_ms,
+                    max_errors,
+                    canary,
+                    abort_on,
+                });
                 Message::Publish(PublishRequest {
                     request_id,
                     target,
@@ -298,14 +321,14 @@ fn message() -> impl Strategy<Value = Message> {
                     kwargs,
                     timeout_ms,
                     ttl_ms,
-                    batch,
-                    error_budget,
+                    rollout,
                     on_behalf_of,
                 })
             }),
         (any::<u64>(), ".{0,20}", prop::collection::vec(".{0,8}", 0..5))
             .prop_map(|(request_id, jid, minions)| Message::Published(Published { request_id, jid, minions })),
-        prop::collection::vec(".{0,12}", 0..4).prop_map(|patterns| Message::Subscribe(Subscribe { patterns })),
+        prop::collection::vec(".{0,12}", 0..4)
+            .prop_map(|patterns| Message::Subscribe(Subscribe { patterns, after: None })),
         (error_kind(), ".{0,30}", prop::option::of(".{0,10}"))
             .prop_map(|(kind, message, request)| Message::Error(ErrorMessage { kind, message, request })),
         (any::<u64>(), request_body()).prop_map(|(request_id, body)| Message::Request(Request { request_id, body })),
@@ -365,7 +388,7 @@ proptest! {
 
 #[test]
 fn the_wire_form_uses_named_fields() {
-    let msg = Message::Event(Event { tag: "minion/web1/ready".into(), data: json!({"ok": true}) });
+    let msg = Message::Event(Event { tag: "minion/web1/ready".into(), data: json!({"ok": true}), id: None });
     let bytes = encode(&msg);
     let generic: rmpv_like::Map = rmp_serde::from_slice(&bytes).unwrap();
     assert_eq!(generic["v"], json!(1));

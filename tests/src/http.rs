@@ -107,9 +107,16 @@ pub struct EventStream {
 impl EventStream {
     /// Opens `GET path` and reads the response head.
     pub fn open(addr: &str, path: &str, token: &str) -> EventStream {
+        EventStream::open_after(addr, path, token, None)
+    }
+
+    /// [`EventStream::open`] as a reconnecting EventSource does: with `Last-Event-ID`.
+    pub fn open_after(addr: &str, path: &str, token: &str, last_event_id: Option<&str>) -> EventStream {
         let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
         stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap_or_else(|e| panic!("{e}"));
-        write_request(&mut stream, "GET", addr, path, Some(token), None);
+        let resume = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
+        let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n");
+        stream.write_all(head.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let mut reader = BufReader::new(stream);
         let (status, _) = read_head(&mut reader);
         EventStream { reader, status }
@@ -117,13 +124,24 @@ impl EventStream {
 
     /// The next event's `data` as JSON (chunk framing and keep-alive comments skipped).
     pub fn next_data(&mut self) -> Value {
+        self.next_event().1
+    }
+
+    /// The next event's `id` (if it has one) and `data`.
+    pub fn next_event(&mut self) -> (Option<String>, Value) {
         let mut line = String::new();
+        let mut id = None;
         loop {
             line.clear();
             let n = self.reader.read_line(&mut line).unwrap_or_else(|e| panic!("reading events: {e}"));
             assert!(n > 0, "the event stream ended");
-            if let Some(data) = line.trim_end().strip_prefix("data: ") {
-                return serde_json::from_str(data).unwrap_or_else(|e| panic!("event data {data:?}: {e}"));
+            let line = line.trim_end();
+            if let Some(value) = line.strip_prefix("id: ") {
+                id = Some(value.to_owned());
+            }
+            if let Some(data) = line.strip_prefix("data: ") {
+                let data = serde_json::from_str(data).unwrap_or_else(|e| panic!("event data {data:?}: {e}"));
+                return (id, data);
             }
         }
     }

@@ -60,6 +60,8 @@ pub struct Cluster {
     minions: Vec<(String, Child)>,
     /// More masters of the same cluster (same store, same identity), by port.
     peers: Vec<PeerMaster>,
+    /// The master's open-file limit (soft and hard), when the test sets one.
+    open_files: Option<u64>,
 }
 
 /// Another master of a [`Cluster`]: its own port, state directory and config, the first
@@ -144,7 +146,18 @@ impl Cluster {
             dir.join("master")
         );
         std::fs::write(&config, text).unwrap_or_else(|e| panic!("{e}"));
-        let mut cluster = Cluster { dir, config, port, bins, master: None, minions: Vec::new(), peers: Vec::new() };
+        let mut cluster =
+            Cluster { dir, config, port, bins, master: None, minions: Vec::new(), peers: Vec::new(), open_files: None };
+        cluster.start_master();
+        cluster
+    }
+
+    /// [`Cluster::start`] with the master limited to `open_files` descriptors (util-linux's
+    /// `prlimit`, soft and hard).
+    pub fn start_with_open_files(extra: &str, open_files: u64) -> Cluster {
+        let mut cluster = Cluster::start(extra);
+        cluster.kill_master();
+        cluster.open_files = Some(open_files);
         cluster.start_master();
         cluster
     }
@@ -153,7 +166,15 @@ impl Cluster {
     pub fn start_master(&mut self) {
         let _ = std::fs::remove_file(self.dir.join("master/master.addr"));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("master.log")).ok();
-        let child = Command::new(self.bins.join("halite-master"))
+        let mut command = match self.open_files {
+            Some(n) => {
+                let mut prlimit = Command::new("prlimit");
+                prlimit.arg(format!("--nofile={n}:{n}")).arg("--").arg(self.bins.join("halite-master"));
+                prlimit
+            }
+            None => Command::new(self.bins.join("halite-master")),
+        };
+        let child = command
             .arg("--config")
             .arg(&self.config)
             .stderr(log.map_or(Stdio::null(), Stdio::from))
@@ -344,9 +365,16 @@ impl Cluster {
 
     /// Starts (or restarts) a prepared minion.
     pub fn start_minion(&mut self, id: &str) {
+        self.start_minion_with_env(id, &[]);
+    }
+
+    /// Starts a prepared minion with these environment variables set (its commands inherit
+    /// them: a way to make one minion of a fleet behave differently).
+    pub fn start_minion_with_env(&mut self, id: &str, env: &[(&str, &str)]) {
         let dir = self.minion_dir(id);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("minion.log")).ok();
         let child = Command::new(self.bins.join("halite-minion"))
+            .envs(env.iter().copied())
             .arg("--config")
             .arg(dir.join("minion.toml"))
             .stderr(log.map_or(Stdio::null(), Stdio::from))

@@ -198,7 +198,7 @@ fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
     let doc = http::request("GET", &addr, "/v1/openapi.json", None, None).json();
     assert_eq!(doc["openapi"], json!("3.1.0"));
     let paths = doc["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 9);
+    assert_eq!(paths.len(), 21);
     for (path, methods) in paths {
         for method in methods.as_object().unwrap().keys() {
             let concrete = path.replace("{id}", "none").replace("{jid}", "none").replace("{server_id}", "vm-9");
@@ -272,6 +272,20 @@ fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
     assert_eq!(http::request("POST", &addr, "/v1/jobs", Some(&token), Some(&job)).status, 403);
     let deleted = http::request("DELETE", &addr, &format!("/v1/software_deployments/{id}"), Some(&token), None);
     assert_eq!(deleted.status, 204);
+
+    // A deployment group, one server at a time: the second waits its turn (vm-5 has not booted).
+    let group = json!({"config_id": config_id, "servers": ["vm-6", "vm-5"], "rollout": {"batch": {"count": 1}}});
+    let created =
+        http::request("POST", &addr, "/v1/software_deployment_groups", Some(&token), Some(&group.to_string()));
+    assert_eq!(created.status, 200, "{}", created.body);
+    let group_id = created.json()["software_deployment_group"]["id"].as_str().unwrap().to_owned();
+    let shown = http::request("GET", &addr, &format!("/v1/software_deployment_groups/{group_id}"), Some(&token), None);
+    let members = shown.json()["software_deployment_group"]["members"].clone();
+    assert_eq!(members[0]["server_id"], "vm-5", "in id order: {members}");
+    assert_eq!((members[0]["status"].as_str(), members[1]["status"].as_str()), (Some("IN_PROGRESS"), Some("QUEUED")));
+    let outside = json!({"config_id": config_id, "servers": ["vm-7", "db-1"]}).to_string();
+    let refused = http::request("POST", &addr, "/v1/software_deployment_groups", Some(&token), Some(&outside));
+    assert_eq!(refused.status, 403, "every server must be within the principal's ACL: {}", refused.body);
 }
 
 #[test]
@@ -309,6 +323,20 @@ fn the_cli_creates_deploys_and_waits() {
     assert!(run.stdout.contains("FAILED") && run.stdout.contains("disk full"), "{}", run.stdout);
     let run = cluster.cli(&["deployment", "list", "--server", "vm-3"]);
     assert_eq!(run.stdout.lines().count(), 3, "{}", run.stdout);
+    // A group of one server, a window of one, failing: exit 3, the group FAILED.
+    let run = cluster.cli(&["deployment", "group", &config_id, "vm-3", "--input", "fail=yes", "-b", "1", "--wait"]);
+    assert_eq!(run.code, 3, "{} {}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("1 of 1 deployments did not complete") && run.stdout.contains("vm-3"),
+        "{}",
+        run.stdout
+    );
+    let group_id = run.stdout.split_whitespace().next().unwrap().to_owned();
+    let run = cluster.cli(&["--out", "json", "deployment", "group-show", &group_id]);
+    assert_eq!(run.json()["members"][0]["status"], "FAILED", "{}", run.stdout);
+    assert_eq!(run.json()["rollout"]["spec"]["batch"], json!({"count": 1}), "{}", run.stdout);
+    let run = cluster.cli(&["deployment", "list", "--server", "vm-3"]);
+    assert_eq!(run.stdout.lines().count(), 4, "{}", run.stdout);
     let run = cluster.cli(&["config", "list"]);
     assert!(run.stdout.contains("greet"), "{}", run.stdout);
     assert_eq!(cluster.cli(&["config", "delete", &config_id]).code, 0);
@@ -364,4 +392,87 @@ fn the_gateway_serves_https_with_the_configured_certificate() {
     // Without trusting the certificate, the client refuses: it really is TLS with that certificate.
     assert!(!curl(&[]).status.success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Heat's SoftwareDeploymentGroup: one config to four servers, one at a time, at most one
+/// failure. vm-g2 fails, vm-g3 then fails too: the rollout stops, vm-g4 is never deployed, and
+/// the engine waits for the group without polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_group_rolls_out_and_stops_past_its_error_budget() {
+    let mut cluster = Cluster::start("");
+    let servers = ["vm-g1", "vm-g2", "vm-g3", "vm-g4"];
+    for id in servers {
+        boot(&mut cluster, id);
+    }
+    cluster.wait_connected(&servers);
+    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let mut failing = greet_config();
+    // Fails on the servers whose name ends in 2 or 3.
+    failing.config =
+        json!(SCRIPT.replace("[ \"$fail\" = yes ]", "case \"$deploy_server_id\" in *2|*3) true;; *) false;; esac"));
+    let config = client.create_config(failing).await.unwrap();
+    let spec: halite_protocol::message::NewDeploymentGroup = serde_json::from_value(json!({
+        "config_id": config.id, "servers": servers, "input_values": {"name": "group"},
+        "rollout": {"batch": {"count": 1}, "max_errors": {"count": 1}},
+    }))
+    .unwrap();
+    let created = client.create_deployment_group(spec).await.unwrap();
+    let started: Vec<&str> = created.members.iter().map(|m| m.status.as_str()).collect();
+    assert_eq!(started, ["IN_PROGRESS", "QUEUED", "QUEUED", "QUEUED"], "one at a time: {created:?}");
+
+    let done =
+        timeout(Duration::from_secs(90), client.wait_for_deployment_group(&created.id, None)).await.unwrap().unwrap();
+    let statuses: Vec<&str> = done.members.iter().map(|m| m.status.as_str()).collect();
+    assert_eq!(statuses, ["COMPLETE", "FAILED", "FAILED", "SKIPPED"], "{done:?}");
+    assert_eq!(done.status, "FAILED");
+    assert_eq!(
+        done.status_reason,
+        "3 of 4 deployments did not complete (rollout stopped: 2 of 4 targets failed, more than max_errors 1 allows (1))"
+    );
+    assert!(done.members[3].deployment_id.is_none(), "vm-g4 was never deployed");
+    let first = client.show_deployment(done.members[0].deployment_id.as_deref().unwrap()).await.unwrap();
+    assert_eq!(first.output_values["result"], json!("hello, group"));
+    let second = client.show_deployment(done.members[1].deployment_id.as_deref().unwrap()).await.unwrap();
+    assert_eq!(second.output_values["problem"], json!("disk full"), "{second:?}");
+
+    // An event matching abort_on stops the rollout: the server not started yet is skipped.
+    let mut slow = greet_config();
+    slow.config = json!("#!/bin/sh\nsleep 2\n");
+    slow.outputs.clear();
+    let slow = client.create_config(slow).await.unwrap();
+    let spec: halite_protocol::message::NewDeploymentGroup = serde_json::from_value(json!({
+        "config_id": slow.id, "servers": ["vm-g1", "vm-g4"],
+        "rollout": {"batch": {"count": 1}, "abort_on": ["halite/key/*/deleted"]},
+    }))
+    .unwrap();
+    let aborted = client.create_deployment_group(spec).await.unwrap();
+    let key = halite_protocol::identity::IdentityKey::from_seed(&[9; 32]);
+    let preseed = halite_protocol::message::RequestBody::KeyPreseed {
+        id: "alarm".into(),
+        public_key: key.public().as_bytes().to_vec(),
+    };
+    client.request(preseed).await.unwrap();
+    client.request(halite_protocol::message::RequestBody::KeyDelete { pattern: "alarm".into() }).await.unwrap();
+    let done =
+        timeout(Duration::from_secs(60), client.wait_for_deployment_group(&aborted.id, None)).await.unwrap().unwrap();
+    let statuses: Vec<&str> = done.members.iter().map(|m| m.status.as_str()).collect();
+    assert_eq!(statuses, ["COMPLETE", "SKIPPED"], "{done:?}");
+    assert_eq!(
+        done.rollout.reason.as_deref(),
+        Some("event halite/key/alarm/deleted matched abort_on halite/key/*/deleted"),
+        "{done:?}"
+    );
+
+    // Every server at once without a rollout; a server listed twice is refused.
+    let spec: halite_protocol::message::NewDeploymentGroup =
+        serde_json::from_value(json!({"config_id": config.id, "servers": ["vm-g1", "vm-g4"]})).unwrap();
+    let all = client.create_deployment_group(spec).await.unwrap();
+    assert!(all.members.iter().all(|m| m.status == "IN_PROGRESS"), "{all:?}");
+    let done =
+        timeout(Duration::from_secs(60), client.wait_for_deployment_group(&all.id, None)).await.unwrap().unwrap();
+    assert_eq!((done.status.as_str(), done.status_reason.as_str()), ("COMPLETE", "all 2 deployments completed"));
+    let twice: halite_protocol::message::NewDeploymentGroup =
+        serde_json::from_value(json!({"config_id": config.id, "servers": ["vm-g1", "vm-g1"]})).unwrap();
+    let refused = client.create_deployment_group(twice).await.unwrap_err().to_string();
+    assert!(refused.contains("listed twice"), "{refused}");
 }

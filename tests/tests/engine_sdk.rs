@@ -87,3 +87,44 @@ async fn job_lifecycle_events_are_published() {
     };
     assert_eq!(key_event.tag, "halite/key/w1/rejected");
 }
+
+/// A request the master does not answer in time ends in `Timeout` after the configured
+/// `request_timeout`, and the client works again once the master answers; a cancel reports
+/// what it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_time_out_as_configured_and_cancel_reports_its_outcome() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("c1", "");
+    cluster.wait_connected(&["c1"]);
+    let mut config = ClientConfig::from_master_config(&cluster.config).unwrap();
+    config.request_timeout = Duration::from_millis(500);
+    let mut client = Client::connect(config).await.unwrap();
+
+    let pid = Pid::from_raw(i32::try_from(cluster.master_pid().unwrap()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let started = std::time::Instant::now();
+    let stalled = client.request(RequestBody::JobList { limit: 1 }).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert!(matches!(stalled, Err(halite_client::ClientError::Timeout(limit)) if limit == Duration::from_millis(500)));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(client.request(RequestBody::JobList { limit: 1 }).await.is_ok(), "usable again");
+
+    // A running job: cancelled, and the answer shows it.
+    let mut spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: "c1".into() }, "cmd.run");
+    spec.args = vec![json!("sleep 30")];
+    spec.kwargs.insert("shell".into(), json!(true));
+    let published = client.publish(spec).await.unwrap();
+    let detail = client.cancel(&published.jid).await.unwrap();
+    assert_eq!(detail.summary.jid, published.jid);
+    let mut state = MinionJobState::Sent;
+    while let JobEvent::Update(update) = client.next_job_event(&published.jid).await.unwrap() {
+        state = update.state;
+    }
+    assert_eq!(state, MinionJobState::Cancelled);
+    // Cancelling it again, or a job that never was: not found.
+    let again = client.cancel(&published.jid).await.unwrap_err().to_string();
+    assert!(again.contains("no running job"), "{again}");
+}

@@ -393,7 +393,7 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     ]);
     assert_eq!(user_data.code, 0, "{}", user_data.stderr);
     assert!(user_data.stdout.contains(&format!("master_key = \"{cluster_hex}\"")), "{}", user_data.stdout);
-    assert!(user_data.stdout.contains(&format!("master = [\"{a}\",\"{b}\"]")), "{}", user_data.stdout);
+    assert!(user_data.stdout.contains(&format!("master = [\"{a}\", \"{b}\"]")), "{}", user_data.stdout);
 
     // A minion pinning the cluster key, not any master's.
     cluster.prepare_minion("cert1", true, "");

@@ -21,3 +21,8 @@ pub fn raise_open_files(needed: Option<u64>) -> Result<u64, String> {
     setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).map_err(|e| format!("raising the open-file limit: {e}"))?;
     Ok(wanted)
 }
+
+/// The process's current soft limit on open files, if it can be read.
+pub fn open_files_limit() -> Option<u64> {
+    getrlimit(Resource::RLIMIT_NOFILE).ok().map(|(soft, _)| soft)
+}

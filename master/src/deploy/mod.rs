@@ -8,6 +8,7 @@
 //! side.
 
 pub(crate) mod derive;
+pub(crate) mod groups;
 pub(crate) mod relay;
 mod validate;
 
@@ -44,6 +45,8 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
             | RequestBody::DeploymentList { .. }
             | RequestBody::DeploymentDelete { .. }
             | RequestBody::ServerConfigs { .. }
+            | RequestBody::DeploymentGroupCreate(_)
+            | RequestBody::DeploymentGroupShow { .. }
     )
 }
 
@@ -85,6 +88,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 info!(config = %id, "software config deleted");
                 Ok(ResponseBody::Deleted(id))
             }
+            RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, principal, acl).await,
+            RequestBody::DeploymentGroupShow { id } => self.show_group(&id, acl).await,
             RequestBody::DeploymentCreate(spec) => {
                 self.may_deploy(acl, Some(&spec.server_id))?;
                 self.create_deployment(spec, principal).await
@@ -133,7 +138,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Root and admins may do anything; other principals need a publish rule for
     /// `deploy.apply` (covering the server, when there is one).
-    fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
+    pub(crate) fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
         let Some(acl) = acl else { return Ok(()) };
         let allowed = match server {
             Some(server) => self.may_deploy_to(acl, server),
@@ -174,7 +179,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .ok_or_else(|| RequestError::not_found(format!("no deployment {id}")))
     }
 
-    async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
+    pub(crate) async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
         validate::deployment(&spec).map_err(RequestError::bad_request)?;
         let config = self
             .store
@@ -277,6 +282,7 @@ impl<S: Store, N: Net> Master<S, N> {
             ttl_ms: self.config.deployment_ttl_secs * 1000,
             // The hook runs the deployment's own config; it calls no other function.
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
+            rollout: None,
         };
         let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(RequestError::from)?;
         record.deployment.derived_config_id = derived_id;
@@ -291,6 +297,8 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     fn announce(&mut self, deployment: &SoftwareDeployment) {
+        let status = crate::metrics::Status { status: deployment.status.clone() };
+        self.metrics.get().deployments.get_or_create(&status).inc();
         self.emit_shared(
             format!("halite/deployment/{}/{}", deployment.id, deployment.status),
             serde_json::to_value(deployment).unwrap_or_default(),
@@ -427,6 +435,6 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 }
 
-fn no_config(id: &str) -> RequestError {
+pub(crate) fn no_config(id: &str) -> RequestError {
     RequestError::not_found(format!("no software config {id}"))
 }

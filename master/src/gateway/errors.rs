@@ -23,7 +23,8 @@ pub(super) async fn authenticate(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.uri().path() != "/v1/openapi.json" {
+    // The OpenAPI document and the health checks are public; `/metrics` needs a token.
+    if !matches!(request.uri().path(), "/v1/openapi.json" | "/healthz" | "/readyz") {
         if let Err(error) = session(&commands, request.headers()).await {
             return error.into_response();
         }

@@ -110,9 +110,14 @@ impl LocalSession {
         .await
     }
 
-    /// Subscribes to bus events whose tags match `patterns`.
-    pub(crate) async fn subscribe(&self, patterns: Vec<String>) -> Result<(), CallError> {
-        self.send(Message::Subscribe(Subscribe { patterns })).await
+    /// Cancels a job (the master answers only if it is not one this session may see).
+    pub(crate) async fn cancel(&self, jid: String) -> Result<(), CallError> {
+        self.send(Message::Cancel(halite_protocol::message::Cancel { jid })).await
+    }
+
+    /// Subscribes to bus events whose tags match `patterns`, resuming after event `after`.
+    pub(crate) async fn subscribe(&self, patterns: Vec<String>, after: Option<String>) -> Result<(), CallError> {
+        self.send(Message::Subscribe(Subscribe { patterns, after })).await
     }
 
     async fn answer<T>(

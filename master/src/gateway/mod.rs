@@ -8,7 +8,9 @@
 //! through the master's core as an in-process client session, the same path as the CLI's.
 //! It does not hold state of its own.
 
+mod connections;
 mod errors;
+pub(crate) mod fleet;
 pub(crate) mod local;
 mod openapi;
 mod routes;
@@ -23,7 +25,7 @@ use tokio::sync::mpsc;
 use local::LocalCommand;
 
 /// `[gateway]` in the master config.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// Address to listen on, e.g. `127.0.0.1:8506`; the gateway is off when unset.
@@ -32,6 +34,28 @@ pub struct GatewayConfig {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key.
     pub tls_key: Option<PathBuf>,
+    /// Connections served at once (never more than a quarter of the open-file limit).
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (and its TLS handshake).
+    pub header_timeout_secs: u64,
+    /// Seconds of silence after which a connection is closed.
+    pub idle_timeout_secs: u64,
+    /// Days a new gateway token is valid unless its creation says otherwise (0: forever).
+    pub token_ttl_days: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: None,
+            tls_cert: None,
+            tls_key: None,
+            max_connections: 512,
+            header_timeout_secs: 10,
+            idle_timeout_secs: 60,
+            token_ttl_days: 90,
+        }
+    }
 }
 
 impl GatewayConfig {
@@ -71,6 +95,9 @@ pub(crate) struct Gateway {
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     commands: mpsc::Sender<LocalCommand>,
+    limits: connections::Limits,
+    metrics: crate::metrics::Metrics,
+    enrollment: fleet::Enrollment,
 }
 
 impl Gateway {
@@ -78,6 +105,8 @@ impl Gateway {
     pub(crate) async fn bind(
         config: &GatewayConfig,
         commands: mpsc::Sender<LocalCommand>,
+        metrics: crate::metrics::Metrics,
+        enrollment: fleet::Enrollment,
     ) -> Result<Option<Self>, GatewayError> {
         let Some(listen) = &config.listen else { return Ok(None) };
         let tls = match (&config.tls_cert, &config.tls_key) {
@@ -87,7 +116,13 @@ impl Gateway {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| GatewayError::Listen { addr: listen.clone(), source })?;
-        Ok(Some(Gateway { listener, tls, commands }))
+        let limits = connections::Limits::new(
+            config.max_connections,
+            halite_transport::open_files_limit(),
+            config.header_timeout_secs,
+            config.idle_timeout_secs,
+        );
+        Ok(Some(Gateway { listener, tls, commands, limits, metrics, enrollment }))
     }
 
     /// The address actually bound.
@@ -97,16 +132,31 @@ impl Gateway {
 
     /// Serves until the process ends (the master aborts it at shutdown).
     pub(crate) async fn serve(self) {
-        let app = routes::router(self.commands);
-        match self.tls {
-            None => {
-                if let Err(error) = axum::serve(self.listener, app).await {
-                    tracing::warn!(%error, "gateway stopped");
+        let app = routes::router(self.commands, self.metrics, self.enrollment);
+        let (limits, tls) = (self.limits, self.tls);
+        connections::accept(self.listener, limits, move |stream| {
+            let (app, tls) = (app.clone(), tls.clone());
+            async move {
+                match tls {
+                    None => connections::serve_http(stream, app, limits).await,
+                    Some(acceptor) => {
+                        let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream));
+                        if let Ok(Ok(stream)) = handshake.await {
+                            connections::serve_http(stream, app, limits).await;
+                        }
+                    }
                 }
             }
-            Some(acceptor) => tls::serve(self.listener, acceptor, app).await,
-        }
+        })
+        .await;
     }
+}
+
+/// Serves `app` over plain HTTP on `listener` with the gateway's connection limits (the
+/// metrics endpoint).
+pub(crate) async fn serve_plain(listener: tokio::net::TcpListener, app: axum::Router) {
+    let limits = connections::Limits::new(64, halite_transport::open_files_limit(), 10, 60);
+    connections::accept(listener, limits, move |stream| connections::serve_http(stream, app.clone(), limits)).await;
 }
 
 #[cfg(test)]
@@ -118,6 +168,7 @@ mod tests {
             listen: Some(listen.into()),
             tls_cert: tls.then(|| "cert.pem".into()),
             tls_key: tls.then(|| "key.pem".into()),
+            ..GatewayConfig::default()
         }
     }
 

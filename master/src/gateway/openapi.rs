@@ -3,7 +3,8 @@
 //! `routes::router` one for one (a test walks every path against a live gateway).
 
 use halite_protocol::message::{
-    DeploymentUpdate, JobDetail, JobSummary, NewDeployment, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment,
+    DeploymentGroup, DeploymentUpdate, JobDetail, JobSummary, KeyInfo, MinionInfo, NewDeployment, NewDeploymentGroup,
+    NewSoftwareConfig, SoftwareConfig, SoftwareDeployment,
 };
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
@@ -26,6 +27,10 @@ fn body(name: &str) -> Value {
 
 fn path_param(name: &str) -> Value {
     json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } })
+}
+
+fn pattern() -> Value {
+    query_param("pattern", "string", "Minion id glob (default: every one)")
 }
 
 fn query_param(name: &str, kind: &str, description: &str) -> Value {
@@ -62,16 +67,74 @@ fn no_content(id: &str, summary: &str, parameters: Vec<Value>) -> Value {
     op
 }
 
+/// An enum of plain strings whose variants carry doc comments comes out of the generator as a
+/// `oneOf` of one-value schemas, which client generators turn into a type per value: folded
+/// here into one `enum` (the values' descriptions join the schema's), everywhere in `schema`.
+fn one_enum_per_type(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let values: Option<Vec<(Value, Option<String>)>> =
+                map.get("oneOf").and_then(Value::as_array).and_then(|variants| {
+                    variants
+                        .iter()
+                        .map(|v| {
+                            let value = v.get("const").cloned().or_else(|| match v.get("enum") {
+                                Some(Value::Array(one)) if one.len() == 1 => one.first().cloned(),
+                                _ => None,
+                            })?;
+                            if !value.is_string() {
+                                return None;
+                            }
+                            Some((value, v.get("description").and_then(Value::as_str).map(str::to_owned)))
+                        })
+                        .collect::<Option<Vec<_>>>()
+                });
+            if let Some(values) = values.filter(|v| !v.is_empty()) {
+                map.remove("oneOf");
+                map.insert("type".into(), json!("string"));
+                let described: Vec<String> = values
+                    .iter()
+                    .filter_map(|(value, text)| Some(format!("`{}`: {}", value.as_str()?, text.as_deref()?)))
+                    .collect();
+                map.insert("enum".into(), Value::Array(values.into_iter().map(|(value, _)| value).collect()));
+                if !described.is_empty() {
+                    let head =
+                        map.get("description").and_then(Value::as_str).map(|d| format!("{d}\n\n")).unwrap_or_default();
+                    map.insert("description".into(), json!(format!("{head}{}", described.join("; "))));
+                }
+            }
+            for value in map.values_mut() {
+                one_enum_per_type(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(one_enum_per_type),
+        _ => {}
+    }
+}
+
 /// The whole document.
 pub(super) fn document() -> Value {
-    let mut generator = SchemaSettings::openapi3().into_generator();
+    // OpenAPI 3.1 schemas are JSON Schema 2020-12 (`nullable` is 3.0's, and gone).
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas".into();
+    settings.meta_schema = None;
+    // `true` is a valid schema, but client generators want `{}`.
+    let mut no_bool_schemas = schemars::transform::ReplaceBoolSchemas::default();
+    no_bool_schemas.skip_additional_properties = true;
+    settings.transforms.push(Box::new(no_bool_schemas));
+    let mut generator = settings.into_generator();
     let names = [
         ("NewSoftwareConfig", generator.subschema_for::<NewSoftwareConfig>()),
         ("SoftwareConfig", generator.subschema_for::<SoftwareConfig>()),
         ("NewDeployment", generator.subschema_for::<NewDeployment>()),
         ("DeploymentUpdate", generator.subschema_for::<DeploymentUpdate>()),
         ("SoftwareDeployment", generator.subschema_for::<SoftwareDeployment>()),
+        ("NewDeploymentGroup", generator.subschema_for::<NewDeploymentGroup>()),
+        ("DeploymentGroup", generator.subschema_for::<DeploymentGroup>()),
         ("JobRequest", generator.subschema_for::<JobRequest>()),
+        ("MinionInfo", generator.subschema_for::<MinionInfo>()),
+        ("KeyInfo", generator.subschema_for::<KeyInfo>()),
+        ("TokenRequest", generator.subschema_for::<super::fleet::TokenRequest>()),
         ("JobSummary", generator.subschema_for::<JobSummary>()),
         ("JobDetail", generator.subschema_for::<JobDetail>()),
     ];
@@ -81,6 +144,9 @@ pub(super) fn document() -> Value {
         if !schemas.contains_key(name) {
             schemas.insert(name.into(), schema.to_value());
         }
+    }
+    for schema in schemas.values_mut() {
+        one_enum_per_type(schema);
     }
     schemas.insert(
         "Error".into(),
@@ -92,6 +158,7 @@ pub(super) fn document() -> Value {
     let id = || vec![path_param("id")];
     json!({
         "openapi": "3.1.0",
+        "servers": [{ "url": "/", "description": "the gateway that serves this document" }],
         "info": {
             "title": "halite gateway",
             "version": env!("CARGO_PKG_VERSION"),
@@ -126,9 +193,49 @@ pub(super) fn document() -> Value {
                     Some(body("DeploymentUpdate")), wrapped("software_deployment", schema_ref("SoftwareDeployment"))),
                 "delete": no_content("deleteDeployment", "Delete a deployment", id()),
             },
+            "/v1/software_deployment_groups": {
+                "post": operation("createDeploymentGroup", "Deploy a config to several servers, rolled out", vec![],
+                    Some(body("NewDeploymentGroup")), wrapped("software_deployment_group", schema_ref("DeploymentGroup"))),
+            },
+            "/v1/software_deployment_groups/{id}": {
+                "get": operation("showDeploymentGroup", "One deployment group: each server's status and the rollout", id(),
+                    None, wrapped("software_deployment_group", schema_ref("DeploymentGroup"))),
+            },
             "/v1/software_deployments/metadata/{server_id}": {
                 "get": operation("serverMetadata", "Every derived config of a server (Heat's per-server metadata)",
                     vec![path_param("server_id")], None, wrapped("metadata", json!({ "type": "array", "items": { "type": "object" } }))),
+            },
+            "/v1/minions": {
+                "get": operation("listMinions", "Minions (accepted keys) with presence and grains", vec![pattern()], None,
+                    wrapped("minions", list("MinionInfo"))),
+            },
+            "/v1/minions/{id}": {
+                "get": operation("showMinion", "One minion with its presence and grains", id(), None,
+                    wrapped("minion", schema_ref("MinionInfo"))),
+            },
+            "/v1/keys": {
+                "get": operation("listKeys", "Keys by state (admin)", vec![pattern()], None, wrapped("keys", list("KeyInfo"))),
+            },
+            "/v1/keys/{id}": {
+                "delete": operation("deleteKey", "Delete a minion's keys; its session is cut (admin)", id(), None,
+                    wrapped("changed", json!({ "type": "array", "items": { "type": "string" } }))),
+            },
+            "/v1/keys/{id}/accept": {
+                "post": operation("acceptKey", "Accept a pending or rejected key (admin)", id(), None,
+                    wrapped("changed", json!({ "type": "array", "items": { "type": "string" } }))),
+            },
+            "/v1/keys/{id}/reject": {
+                "post": operation("rejectKey", "Reject a key; its session is cut (admin)", id(), None,
+                    wrapped("changed", json!({ "type": "array", "items": { "type": "string" } }))),
+            },
+            "/v1/enrollment_tokens": {
+                "post": operation("createEnrollmentToken",
+                    "A one-time enrollment token for a minion id, with its enrollment file and cloud-init user_data (admin)",
+                    vec![], Some(body("TokenRequest")), wrapped("enrollment_token", json!({ "type": "object",
+                        "required": ["token", "minion", "expires_at_ms", "enrollment", "user_data"],
+                        "properties": { "token": { "type": "string" }, "minion": { "type": "string" },
+                            "expires_at_ms": { "type": "integer" }, "enrollment": { "type": "string" },
+                            "user_data": { "type": "string" } } }))),
             },
             "/v1/jobs": {
                 "get": operation("listJobs", "Recent jobs, newest first",
@@ -141,6 +248,18 @@ pub(super) fn document() -> Value {
             "/v1/jobs/{jid}": {
                 "get": operation("showJob", "One job with every minion's state and return", vec![path_param("jid")], None,
                     wrapped("job", schema_ref("JobDetail"))),
+            },
+            "/v1/jobs/{jid}/pause": {
+                "post": operation("pauseJob", "Pause a job's rollout: running targets finish, no new one starts",
+                    vec![path_param("jid")], None, wrapped("job", schema_ref("JobDetail"))),
+            },
+            "/v1/jobs/{jid}/resume": {
+                "post": operation("resumeJob", "Resume a paused rollout", vec![path_param("jid")], None,
+                    wrapped("job", schema_ref("JobDetail"))),
+            },
+            "/v1/jobs/{jid}/cancel": {
+                "post": operation("cancelJob", "Cancel a running job: a rollout starts no more targets, running ones are stopped",
+                    vec![path_param("jid")], None, wrapped("job", schema_ref("JobDetail"))),
             },
             "/v1/events": {
                 "get": operation("events", "Server-sent events: one `halite` event per bus event, data {tag, data}",
@@ -195,5 +314,18 @@ mod tests {
         assert_eq!(deployment["additionalProperties"], json!(false), "deny_unknown_fields is described");
         let required: Vec<&str> = deployment["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert_eq!(required, ["config_id", "server_id"]);
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1_with_one_enum_per_type_and_a_server() {
+        let text = document().to_string();
+        assert!(!text.contains("\"nullable\""), "3.0's nullable is not 3.1");
+        let doc = document();
+        assert_eq!(doc["servers"][0]["url"], "/");
+        let state = &doc["components"]["schemas"]["MinionJobState"];
+        assert!(state.get("oneOf").is_none(), "{state}");
+        let values: Vec<&str> = state["enum"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(values.contains(&"returned") && values.contains(&"skipped"), "{state}");
+        assert!(state["description"].as_str().unwrap().contains("`returned`: Returned successfully."), "{state}");
     }
 }

@@ -8,11 +8,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use halite_protocol::message::{
-    DeploymentUpdate, ErrorKind, Message, NewDeployment, NewSoftwareConfig, PublishRequest, RequestBody, ResponseBody,
-    Target, TargetKind, Value,
+    DeploymentUpdate, ErrorKind, Message, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PublishRequest,
+    RequestBody, ResponseBody, Rollout, Target, TargetKind, Value,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -21,19 +21,32 @@ use tokio::sync::mpsc;
 
 use super::local::{CallError, LocalCommand, LocalSession};
 
-type Commands = mpsc::Sender<LocalCommand>;
+pub(super) type Commands = mpsc::Sender<LocalCommand>;
 
 /// Every route. `openapi.rs` describes exactly these.
-pub(super) fn router(commands: Commands) -> Router {
+pub(super) fn router(
+    commands: Commands,
+    metrics: crate::metrics::Metrics,
+    enrollment: super::fleet::Enrollment,
+) -> Router {
+    let figures = metrics.clone();
     Router::new()
+        .merge(super::fleet::routes(enrollment))
+        .route("/metrics", get(move |headers: HeaderMap| async move { crate::metrics_http::text(&figures, &headers) }))
+        .merge(crate::metrics_http::health(metrics))
         .route("/v1/openapi.json", get(|| async { Json(super::openapi::document()) }))
         .route("/v1/software_configs", get(list_configs).post(create_config))
         .route("/v1/software_configs/{id}", get(show_config).delete(delete_config))
         .route("/v1/software_deployments", get(list_deployments).post(create_deployment))
         .route("/v1/software_deployments/{id}", get(show_deployment).put(update_deployment).delete(delete_deployment))
         .route("/v1/software_deployments/metadata/{server_id}", get(server_metadata))
+        .route("/v1/software_deployment_groups", post(create_group))
+        .route("/v1/software_deployment_groups/{id}", get(show_group))
         .route("/v1/jobs", get(list_jobs).post(publish_job))
         .route("/v1/jobs/{jid}", get(show_job))
+        .route("/v1/jobs/{jid}/pause", post(pause_job))
+        .route("/v1/jobs/{jid}/resume", post(resume_job))
+        .route("/v1/jobs/{jid}/cancel", post(cancel_job))
         .route("/v1/events", get(events))
         .fallback(super::errors::no_route)
         .layer(axum::middleware::from_fn_with_state(commands.clone(), super::errors::authenticate))
@@ -81,7 +94,7 @@ impl From<CallError> for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
 pub(super) async fn session(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, ApiError> {
     let token = headers
@@ -96,15 +109,15 @@ pub(super) async fn session(commands: &Commands, headers: &HeaderMap) -> Result<
     Ok(LocalSession::open(commands, token).await?)
 }
 
-async fn ask(commands: &Commands, headers: &HeaderMap, body: RequestBody) -> Result<ResponseBody, ApiError> {
+pub(super) async fn ask(commands: &Commands, headers: &HeaderMap, body: RequestBody) -> Result<ResponseBody, ApiError> {
     Ok(session(commands, headers).await?.request(body).await?)
 }
 
-fn unexpected() -> ApiError {
+pub(super) fn unexpected() -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal".into(), "unexpected answer from the master".into())
 }
 
-fn ok(key: &str, value: impl serde::Serialize) -> ApiResult {
+pub(super) fn ok(key: &str, value: impl serde::Serialize) -> ApiResult {
     Ok(Json(json!({ key: value })).into_response())
 }
 
@@ -162,6 +175,20 @@ async fn list_deployments(State(c): State<Commands>, h: HeaderMap, Query(q): Que
     }
 }
 
+async fn create_group(State(c): State<Commands>, h: HeaderMap, Json(new): Json<NewDeploymentGroup>) -> ApiResult {
+    match ask(&c, &h, RequestBody::DeploymentGroupCreate(new)).await? {
+        ResponseBody::DeploymentGroup(group) => ok("software_deployment_group", group),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_group(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    match ask(&c, &h, RequestBody::DeploymentGroupShow { id }).await? {
+        ResponseBody::DeploymentGroup(group) => ok("software_deployment_group", group),
+        _ => Err(unexpected()),
+    }
+}
+
 async fn show_deployment(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
     match ask(&c, &h, RequestBody::DeploymentShow { id }).await? {
         ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
@@ -200,8 +227,40 @@ async fn list_jobs(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Limi
     }
 }
 
+/// A request answered with a job, as `{"job": ...}`.
+async fn job_answer(c: &Commands, h: &HeaderMap, body: RequestBody) -> ApiResult {
+    match ask(c, h, body).await? {
+        ResponseBody::Job(job) => ok("job", job),
+        _ => Err(unexpected()),
+    }
+}
+
 async fn show_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
-    match ask(&c, &h, RequestBody::JobShow { jid }).await? {
+    job_answer(&c, &h, RequestBody::JobShow { jid }).await
+}
+
+async fn pause_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
+    job_answer(&c, &h, RequestBody::JobPause { jid }).await
+}
+
+async fn resume_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
+    job_answer(&c, &h, RequestBody::JobResume { jid }).await
+}
+
+/// Cancels a job the principal may see (404 like any unknown job otherwise); answers with the
+/// job as it is right after (running minions report `cancelled` as they stop).
+async fn cancel_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
+    let mut session = session(&c, &h).await?;
+    let ResponseBody::Job(job) = session.request(RequestBody::JobShow { jid: jid.clone() }).await? else {
+        return Err(unexpected());
+    };
+    if job.minions.iter().all(|m| m.state.is_final()) {
+        let why = format!("job {jid} has already finished");
+        return Err(ApiError(StatusCode::CONFLICT, "conflict".into(), why));
+    }
+    session.cancel(jid.clone()).await?;
+    // Answered in order: the job as the cancel left it.
+    match session.request(RequestBody::JobShow { jid }).await? {
         ResponseBody::Job(job) => ok("job", job),
         _ => Err(unexpected()),
     }
@@ -230,6 +289,10 @@ pub(crate) struct JobRequest {
     /// Seconds offline minions are waited for (default 0: not at all).
     #[serde(default)]
     ttl_secs: Option<u64>,
+    /// How the job reaches its targets over time (a sliding window, an error budget,
+    /// canaries, abort events); absent: every target at once.
+    #[serde(default)]
+    rollout: Option<Rollout>,
 }
 
 async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<JobRequest>) -> ApiResult {
@@ -243,8 +306,7 @@ async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<Jo
             .timeout_secs
             .map_or(halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS, |s| s.saturating_mul(1000)),
         ttl_ms: job.ttl_secs.unwrap_or(0).saturating_mul(1000),
-        batch: None,
-        error_budget: None,
+        rollout: job.rollout,
         on_behalf_of: None,
     };
     let published = session(&c, &h).await?.publish(request).await?;
@@ -264,14 +326,21 @@ async fn events(State(c): State<Commands>, h: HeaderMap, Query(q): Query<TagFilt
         Some(tags) => tags.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect(),
         None => vec!["*".into()],
     };
-    session.subscribe(patterns).await?;
+    // A reconnecting EventSource sends the last id it saw: it gets what it missed first.
+    let after = h.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    session.subscribe(patterns, after).await?;
     let stream = futures_util::stream::unfold(session, |mut session| async move {
         loop {
             match session.recv().await? {
                 Message::Event(event) => {
                     let data =
                         serde_json::to_string(&json!({ "tag": event.tag, "data": event.data })).unwrap_or_default();
-                    let sse = SseEvent::default().event("halite").data(data);
+                    // The id first, so a reader has it when the data line ends the event.
+                    let mut sse = SseEvent::default();
+                    if let Some(id) = event.id {
+                        sse = sse.id(id);
+                    }
+                    let sse = sse.event("halite").data(data);
                     return Some((Ok::<_, Infallible>(sse), session));
                 }
                 _ => continue,

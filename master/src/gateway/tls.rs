@@ -3,8 +3,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
@@ -27,18 +25,4 @@ pub(super) fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
         .with_single_cert(certs, key)
         .map_err(|e| format!("tls_cert/tls_key: {e}"))?;
     Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// Accepts TLS connections and serves HTTP/1.1 on each.
-pub(super) async fn serve(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, app: axum::Router) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream));
-            let Ok(Ok(tls)) = handshake.await else { return };
-            let service = TowerToHyperService::new(app);
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
-        });
-    }
 }

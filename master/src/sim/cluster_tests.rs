@@ -192,6 +192,47 @@ fn a_job_whose_master_died_before_announcing_it_is_found_and_carried_out() {
     });
 }
 
+#[test]
+fn a_job_that_ended_elsewhere_before_it_was_announced_here_is_still_heard_whole() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut root = sim.root().await;
+        let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
+        root.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        // Master b stored a job and its return before its announcements reached this master.
+        let job = job_of_b(&sim, "20261122000000000051");
+        sim.store().insert_job(&job, &[("web9".into(), MinionJobState::Sent)]).await.unwrap();
+        let ret = halite_protocol::message::JobReturn { minion: "web9".into(), ..super::ret(&job.jid) };
+        let change = StateChange {
+            jid: job.jid.clone(),
+            minion: "web9".into(),
+            state: MinionJobState::Returned,
+            ret: Some(ret),
+            at_ms: 1,
+            late: false,
+        };
+        sim.store().set_states(&[change]).await.unwrap();
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
+        let slots = vec![("web9".to_owned(), MinionJobState::Returned)];
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: job.jid.clone(), states: slots }))).await;
+        let tags: Vec<String> = root
+            .recv(&sim)
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Event(e) => Some(e.tag),
+                _ => None,
+            })
+            .collect();
+        let jid = &job.jid;
+        assert_eq!(
+            tags,
+            [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9"), format!("halite/job/{jid}/done")],
+            "each once, in order"
+        );
+    });
+}
+
 /// A job to `test.ping` as master "b" stores it (signed with the cluster's shared key).
 fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
     let wall = crate::clock::Clock::wall_ms(&sim.clock);

@@ -5,6 +5,7 @@
 
 mod cluster_tests;
 mod net;
+mod rollout_tests;
 mod tests;
 
 use std::collections::BTreeMap;
@@ -203,10 +204,40 @@ impl Sim {
             kwargs: BTreeMap::new(),
             timeout_ms,
             ttl_ms,
-            batch: None,
-            error_budget: None,
+            rollout: None,
             on_behalf_of: None,
         };
+        self.publish_request(client, request).await
+    }
+
+    /// Publishes `function` on a glob target as `client`, rolled out as `rollout`.
+    pub(crate) async fn publish_rollout(
+        &mut self,
+        client: &mut SimPeer,
+        target: &str,
+        ttl_ms: u64,
+        rollout: message::Rollout,
+    ) -> Result<String, String> {
+        let request = PublishRequest {
+            request_id: 7,
+            target: Target { kind: TargetKind::Glob, expr: target.into() },
+            function: "test.ping".into(),
+            args: Vec::new(),
+            kwargs: BTreeMap::new(),
+            timeout_ms: 60_000,
+            ttl_ms,
+            rollout: Some(rollout),
+            on_behalf_of: None,
+        };
+        self.publish_request(client, request).await
+    }
+
+    /// Sends a publish request as `client`; the jid, or the error message.
+    pub(crate) async fn publish_request(
+        &mut self,
+        client: &mut SimPeer,
+        request: PublishRequest,
+    ) -> Result<String, String> {
         client.send(self, &Message::Publish(request)).await;
         for msg in client.recv(self) {
             match msg {

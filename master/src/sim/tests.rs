@@ -238,7 +238,7 @@ fn a_client_that_goes_away_leaves_no_subscription_or_watch() {
         let mut sim = Sim::new().await;
         let _web1 = sim.minion("web1").await;
         let mut root = sim.root().await;
-        root.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["*".into()] })).await;
+        root.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["*".into()], after: None })).await;
         let jid = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await.expect("published");
         assert!(!sim.master.bus.is_empty());
         root.disconnect(&mut sim).await;
@@ -255,7 +255,7 @@ fn a_principal_neither_sees_watches_cancels_nor_hears_of_another_targets_job() {
         let mut db1 = sim.minion("db1").await;
         let mut root = sim.root().await;
         let mut dba = sim.principal("dba", "db*", &["test.ping"]).await;
-        dba.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["halite/job/*".into()] })).await;
+        dba.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["halite/job/*".into()], after: None })).await;
         assert!(dba.recv(&sim).is_empty(), "an allowed subscription is not refused");
 
         let web_job = sim.publish(&mut root, "web1", "cmd.run", 60_000, 0).await.expect("published");
@@ -301,7 +301,7 @@ fn a_subscription_beyond_the_events_acl_is_refused() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
         let mut dba = sim.principal("dba", "db*", &["test.ping"]).await;
-        dba.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["halite/key/*".into()] })).await;
+        dba.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["halite/key/*".into()], after: None })).await;
         let answer = dba.recv(&sim);
         assert!(
             answer.iter().any(|m| matches!(m, Message::Error(e) if e.kind == ErrorKind::Forbidden
@@ -426,8 +426,7 @@ fn a_job_carries_its_callers_reach_and_peer_publishes_need_the_callers_rules() {
                 kwargs: Default::default(),
                 timeout_ms: 1000,
                 ttl_ms: 0,
-                batch: None,
-                error_budget: None,
+                rollout: None,
                 on_behalf_of: on_behalf_of.map(str::to_owned),
             })
         };
@@ -530,5 +529,51 @@ fn jobs_that_meet_a_full_queue_are_sent_when_it_drains() {
         let delivered: Vec<String> =
             web1.jobs(&sim).iter().map(|j| j.verify(&sim.master_public()).expect("signed").jid).collect();
         assert_eq!(delivered, [first, second]);
+    });
+}
+
+#[test]
+fn a_subscriber_resumes_after_the_last_event_it_saw_and_is_told_of_a_gap() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let _web1 = sim.minion("web1").await;
+        let watch =
+            |after: Option<String>| Message::Subscribe(Subscribe { patterns: vec!["halite/job/*/new".into()], after });
+        let events = |messages: Vec<Message>| -> Vec<halite_protocol::message::Event> {
+            messages
+                .into_iter()
+                .filter_map(|m| match m {
+                    Message::Event(e) => Some(e),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut first = sim.root().await;
+        let mut other = sim.root().await;
+        first.send(&mut sim, &watch(None)).await;
+        let seen = sim.publish(&mut other, "web1", "test.ping", 60_000, 0).await.expect("published");
+        let heard = events(first.recv(&sim));
+        assert_eq!(heard.len(), 1);
+        let last = heard[0].id.clone().expect("events to clients carry an id");
+        first.disconnect(&mut sim).await;
+
+        // Published while nobody listened.
+        let missed = sim.publish(&mut other, "web1", "test.ping", 60_000, 0).await.expect("published");
+
+        let mut again = sim.root().await;
+        again.send(&mut sim, &watch(Some(last.clone()))).await;
+        let replayed = events(again.recv(&sim));
+        let tags: Vec<&str> = replayed.iter().map(|e| e.tag.as_str()).collect();
+        assert_eq!(tags, [format!("halite/job/{missed}/new")], "what came after, not {seen}");
+        let seq = |id: &str| id.rsplit_once('-').and_then(|(_, n)| n.parse::<u64>().ok()).expect("an id");
+        assert!(replayed[0].id.as_deref().is_some_and(|id| seq(id) > seq(&last)));
+
+        // An id from another run of the master: everything held, after a gap notice.
+        let mut stale = sim.root().await;
+        stale.send(&mut sim, &watch(Some("1-5".into()))).await;
+        let replayed = events(stale.recv(&sim));
+        assert_eq!(replayed[0].tag, "halite/bus/gap");
+        assert_eq!(replayed[0].data["reason"], "the master restarted since that event");
+        assert_eq!(replayed.len(), 3, "the gap, then both jobs: {replayed:?}");
     });
 }

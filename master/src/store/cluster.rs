@@ -35,6 +35,11 @@ pub enum ClusterChange {
         /// The job.
         jid: String,
     },
+    /// Where a job's rollout is changed (paused, resumed, stopped): stored, to be reread.
+    Rollout {
+        /// The job.
+        jid: String,
+    },
     /// Slots of a job moved (stored, returns included).
     Slots {
         /// The job.

@@ -92,11 +92,15 @@ macro_rules! common_helpers {
                     body: row.try_get("body")?,
                     signature: row.try_get("signature")?,
                 },
+                rollout: row
+                    .try_get::<Option<String>, _>("rollout")?
+                    .map(|text| $crate::store::records::json(&text))
+                    .transpose()?,
             })
         }
 
         impl $store {
-            /// Binds a job's twelve columns, in the order of the `jobs` table.
+            /// Binds a job's thirteen columns, in the order of the `jobs` table.
             fn bind_job<'q>(
                 query: sqlx::query::Query<
                     'q,
@@ -122,13 +126,14 @@ macro_rules! common_helpers {
                     .bind($crate::store::sqlite::db_int(job.ttl_ms))
                     .bind(&job.signed.body)
                     .bind(&job.signed.signature)
+                    .bind(job.rollout.as_ref().map($crate::store::records::to_json))
             }
 
             /// Returns that came after their slot ended, written after the batch's states (a
             /// late return in the same batch as its slot's end lands beside it): only the
             /// return, marked late, and only if the slot has none yet.
             async fn record_late_returns(
-                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                tx: &mut sqlx::Transaction<'_, <$row as sqlx::Row>::Database>,
                 late: &[&$crate::store::StateChange],
             ) -> Result<(), $crate::store::StoreError> {
                 for change in late {
@@ -158,7 +163,7 @@ macro_rules! common_helpers {
                     .bind(before)
                     .bind(before)
                     .bind(i64::from(limit))
-                    .fetch_all(self.pool()?)
+                    .fetch_all(&mut *self.conn().await?)
                     .await?)
             }
 
@@ -169,7 +174,7 @@ macro_rules! common_helpers {
                 let rows =
                     sqlx::query(&$sql("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state"))
                         .bind(&job.jid)
-                        .fetch_all(self.pool()?)
+                        .fetch_all(&mut *self.conn().await?)
                         .await?;
                 let mut states = std::collections::BTreeMap::new();
                 for row in rows {
@@ -186,6 +191,7 @@ macro_rules! common_helpers {
                     caller: job.caller.clone(),
                     created_at_ms: job.created_at_ms,
                     states,
+                    rollout: job.rollout.clone(),
                 })
             }
         }
@@ -199,13 +205,13 @@ macro_rules! common_store_methods {
     ($sql:path) => {
     async fn keys(&self) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
         let rows =
-            sqlx::query(&$sql("SELECT id, public_key, state FROM keys ORDER BY id, state")).fetch_all(self.pool()?).await?;
+            sqlx::query(&$sql("SELECT id, public_key, state FROM keys ORDER BY id, state")).fetch_all(&mut *self.conn().await?).await?;
         rows.iter().map(key_from_row).collect()
     }
 
     async fn keys_for(&self, id: &str) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
         let rows =
-            sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE id = ?")).bind(id).fetch_all(self.pool()?).await?;
+            sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE id = ?")).bind(id).fetch_all(&mut *self.conn().await?).await?;
         rows.iter().map(key_from_row).collect()
     }
 
@@ -217,7 +223,7 @@ macro_rules! common_store_methods {
         .bind(&key.public_key[..])
         .bind($crate::store::records::key_state_name(key.state))
         .bind($crate::store::sqlite::db_int(now_ms))
-        .execute(self.pool()?)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
     }
@@ -226,17 +232,18 @@ macro_rules! common_store_methods {
         sqlx::query(&$sql("DELETE FROM keys WHERE id = ? AND public_key = ?"))
             .bind(id)
             .bind(&public_key[..])
-            .execute(self.pool()?)
+            .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
     }
 
     async fn create_token(&self, hash: &[u8; 32], minion: &str, expires_at_ms: u64) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at) VALUES (?, ?, ?)"))
+        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id) VALUES (?, ?, ?, ?)"))
             .bind(&hash[..])
             .bind(minion)
             .bind($crate::store::sqlite::db_int(expires_at_ms))
-            .execute(self.pool()?)
+            .bind($crate::store::records::token_id(hash))
+            .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
     }
@@ -248,7 +255,8 @@ macro_rules! common_store_methods {
         public_key: &[u8; 32],
         now_ms: u64,
     ) -> Result<bool, $crate::store::StoreError> {
-        let mut tx = self.pool()?.begin().await?;
+        let mut conn = self.conn().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"),
         )
         .bind($crate::store::sqlite::db_int(now_ms))
@@ -286,20 +294,20 @@ macro_rules! common_store_methods {
             sqlx::query_scalar(&$sql("SELECT CAST(1 AS BIGINT) FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? LIMIT 1"))
                 .bind(minion)
                 .bind($crate::store::sqlite::db_int(now_ms))
-                .fetch_optional(self.pool()?)
+                .fetch_optional(&mut *self.conn().await?)
                 .await?;
         Ok(found.is_some())
     }
 
     async fn pending_key_count(&self) -> Result<u64, $crate::store::StoreError> {
         let n: i64 =
-            sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE state = 'pending'")).fetch_one(self.pool()?).await?;
+            sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE state = 'pending'")).fetch_one(&mut *self.conn().await?).await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn minions(&self) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
         let rows = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions ORDER BY id"))
-            .fetch_all(self.pool()?)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
         rows.iter()
             .map(|row| {
@@ -328,7 +336,7 @@ macro_rules! common_store_methods {
             for id in chunk {
                 query = query.bind(id);
             }
-            for row in query.fetch_all(self.pool()?).await? {
+            for row in query.fetch_all(&mut *self.conn().await?).await? {
                 out.push($crate::store::MinionRecord {
                     id: row.try_get("id")?,
                     grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
@@ -342,16 +350,16 @@ macro_rules! common_store_methods {
 
     async fn unfinished_jids(&self) -> Result<Vec<String>, $crate::store::StoreError> {
         Ok(sqlx::query_scalar(&$sql(
-            "SELECT DISTINCT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running') ORDER BY jid",
+            "SELECT DISTINCT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running', 'queued') ORDER BY jid",
         ))
-        .fetch_all(self.pool()?)
+        .fetch_all(&mut *self.conn().await?)
         .await?)
     }
 
     async fn token(&self, hash: &[u8; 32]) -> Result<Option<$crate::store::TokenRecord>, $crate::store::StoreError> {
         let row = sqlx::query(&$sql("SELECT minion, expires_at, used_at FROM tokens WHERE token_hash = ?"))
             .bind(&hash[..])
-            .fetch_optional(self.pool()?)
+            .fetch_optional(&mut *self.conn().await?)
             .await?;
         row.map(|row| {
             Ok($crate::store::TokenRecord {
@@ -364,14 +372,14 @@ macro_rules! common_store_methods {
     }
 
     async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {
-        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()?).await?
+        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(&mut *self.conn().await?).await?
         else {
             return Ok(None);
         };
         let job = job_from_row(&row)?;
         let states = sqlx::query(&$sql("SELECT minion, state FROM job_minions WHERE jid = ? ORDER BY minion"))
             .bind(jid)
-            .fetch_all(self.pool()?)
+            .fetch_all(&mut *self.conn().await?)
             .await?
             .iter()
             .map(|r| Ok((r.try_get("minion")?, $crate::store::records::job_state(&r.try_get::<String, _>("state")?)?)))
@@ -379,8 +387,21 @@ macro_rules! common_store_methods {
         Ok(Some((job, states)))
     }
 
+    async fn set_rollout(
+        &self,
+        jid: &str,
+        rollout: &halite_protocol::message::RolloutStatus,
+    ) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("UPDATE jobs SET rollout = ? WHERE jid = ?"))
+            .bind($crate::store::records::to_json(rollout))
+            .bind(jid)
+            .execute(&mut *self.conn().await?)
+            .await?;
+        Ok(())
+    }
+
     async fn delete_minion(&self, id: &str) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(self.pool()?).await?;
+        sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
         Ok(())
     }
 
@@ -400,6 +421,7 @@ macro_rules! common_store_methods {
                 caller: job.caller,
                 created_at_ms: job.created_at_ms,
                 states: std::collections::BTreeMap::new(),
+                rollout: job.rollout,
             };
             out.push($crate::store::JobListing { summary, minions: Vec::new() });
         }
@@ -437,14 +459,14 @@ macro_rules! common_store_methods {
     }
 
     async fn job(&self, jid: &str) -> Result<Option<halite_protocol::message::JobDetail>, $crate::store::StoreError> {
-        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(self.pool()?).await?
+        let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(&mut *self.conn().await?).await?
         else {
             return Ok(None);
         };
         let job = job_from_row(&row)?;
         let rows = sqlx::query(&$sql("SELECT minion, state, ret, late FROM job_minions WHERE jid = ? ORDER BY minion"))
             .bind(jid)
-            .fetch_all(self.pool()?)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
         let mut minions = Vec::with_capacity(rows.len());
         for row in rows {
@@ -462,7 +484,7 @@ macro_rules! common_store_methods {
 
     async fn principals(&self) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
         let rows =
-            sqlx::query(&$sql("SELECT name, public_key, acl FROM principals ORDER BY name")).fetch_all(self.pool()?).await?;
+            sqlx::query(&$sql("SELECT name, public_key, acl FROM principals ORDER BY name")).fetch_all(&mut *self.conn().await?).await?;
         rows.iter()
             .map(|row| {
                 let key: Vec<u8> = row.try_get("public_key")?;
@@ -485,23 +507,48 @@ macro_rules! common_store_methods {
             .bind(&principal.public_key[..])
             .bind($crate::store::records::acl_json(&principal.acl))
             .bind($crate::store::sqlite::db_int(now_ms))
-            .execute(self.pool()?)
+            .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
     }
 
     async fn delete_principal(&self, name: &str) -> Result<bool, $crate::store::StoreError> {
-        let done = sqlx::query(&$sql("DELETE FROM principals WHERE name = ?")).bind(name).execute(self.pool()?).await?;
+        let mut conn = self.conn().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let done = sqlx::query(&$sql("DELETE FROM principals WHERE name = ?")).bind(name).execute(&mut *tx).await?;
+        sqlx::query(&$sql("DELETE FROM api_tokens WHERE principal = ?")).bind(name).execute(&mut *tx).await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
+    async fn tokens(&self) -> Result<Vec<halite_protocol::message::TokenSummary>, $crate::store::StoreError> {
+        let rows = sqlx::query(&$sql("SELECT id, minion, expires_at, used_at FROM tokens ORDER BY expires_at, minion"))
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(halite_protocol::message::TokenSummary {
+                    id: r.try_get::<Option<String>, _>("id")?.unwrap_or_default(),
+                    minion: r.try_get("minion")?,
+                    expires_at_ms: ms(r.try_get("expires_at")?),
+                    used: r.try_get::<Option<i64>, _>("used_at")?.is_some(),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_token(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
+        let done = sqlx::query(&$sql("DELETE FROM tokens WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn last_jid(&self) -> Result<Option<String>, $crate::store::StoreError> {
-        Ok(sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'last_jid'")).fetch_optional(self.pool()?).await?)
+        Ok(sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'last_jid'")).fetch_optional(&mut *self.conn().await?).await?)
     }
 
     async fn wall_mark(&self) -> Result<Option<u64>, $crate::store::StoreError> {
         let value: Option<String> =
-            sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'wall_mark'")).fetch_optional(self.pool()?).await?;
+            sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'wall_mark'")).fetch_optional(&mut *self.conn().await?).await?;
         value.map(|v| v.parse().map_err(|_| corrupt("wall mark is not a number"))).transpose()
     }
 
@@ -510,17 +557,17 @@ macro_rules! common_store_methods {
              SET value = excluded.value WHERE CAST(excluded.value AS BIGINT) > CAST(meta.value AS BIGINT)"),
         )
         .bind(ms.to_string())
-        .execute(self.pool()?)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
     }
 
     async fn purge_jobs(&self, before_ms: u64) -> Result<u64, $crate::store::StoreError> {
         let done = sqlx::query(&$sql("DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
-             WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running'))"),
+             WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running', 'queued'))"),
         )
         .bind($crate::store::sqlite::db_int(before_ms))
-        .execute(self.pool()?)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(done.rows_affected())
     }

@@ -61,6 +61,7 @@ pub(crate) fn job(jid: &str, created_at_ms: u64) -> JobRecord {
         timeout_ms: 1000,
         ttl_ms: 0,
         signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64] },
+        rollout: None,
     }
 }
 
@@ -115,6 +116,17 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
         web2.contains(&KeyRecord { id: "web2".into(), public_key: [5; 32], state: KeyState::Denied }),
         "the other key is denied in the same transaction: {web2:?}"
     );
+    // Listed by id, soonest to expire first; revoked by id (an unused one then enrolls nobody).
+    store.create_token(&[9; 32], "web4", 80).await.unwrap();
+    let listed: Vec<(String, String, u64, bool)> =
+        store.tokens().await.unwrap().into_iter().map(|t| (t.id, t.minion, t.expires_at_ms, t.used)).collect();
+    assert_eq!(
+        listed,
+        [("090909090909".into(), "web4".into(), 80, false), ("070707070707".into(), "web2".into(), 100, true)]
+    );
+    assert!(store.delete_token("090909090909").await.unwrap());
+    assert!(!store.delete_token("090909090909").await.unwrap());
+    assert!(!store.enroll_with_token(&[9; 32], "web4", &[3; 32], 10).await.unwrap(), "revoked");
 }
 
 pub(crate) async fn minions<S: Store>(store: S) {
@@ -336,9 +348,30 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert!(store.delete_deployment("d1").await.unwrap());
     assert!(!store.delete_deployment("d1").await.unwrap());
 
-    store.create_api_token(&[4; 32], "heat", 1).await.unwrap();
-    assert_eq!(store.api_token_principal(&[4; 32]).await.unwrap().as_deref(), Some("heat"));
-    assert_eq!(store.api_token_principal(&[5; 32]).await.unwrap(), None);
+    store.create_api_token(&[4; 32], "heat", 1, None).await.unwrap();
+    assert_eq!(store.api_token_principal(&[4; 32], 2).await.unwrap().as_deref(), Some("heat"));
+    assert_eq!(store.api_token_principal(&[5; 32], 2).await.unwrap(), None);
+    // Expiry: valid before, not at or after.
+    store.create_api_token(&[6; 32], "trove", 3, Some(100)).await.unwrap();
+    assert_eq!(store.api_token_principal(&[6; 32], 99).await.unwrap().as_deref(), Some("trove"));
+    assert_eq!(store.api_token_principal(&[6; 32], 100).await.unwrap(), None);
+    // Listed by id (never the token), newest first; revoked by id.
+    let listed = store.api_tokens().await.unwrap();
+    let ids: Vec<(&str, &str, Option<u64>)> =
+        listed.iter().map(|t| (t.id.as_str(), t.principal.as_str(), t.expires_at_ms)).collect();
+    assert_eq!(ids, [("060606060606", "trove", Some(100)), ("040404040404", "heat", None)]);
+    assert!(store.delete_api_token("060606060606").await.unwrap());
+    assert!(!store.delete_api_token("060606060606").await.unwrap());
+    assert_eq!(store.api_token_principal(&[6; 32], 50).await.unwrap(), None);
+    // A principal's tokens go with it: one of the same name added later does not inherit them.
+    let acl = halite_protocol::message::PrincipalAcl::default();
+    store
+        .put_principal(&crate::store::PrincipalRecord { name: "heat".into(), public_key: [1; 32], acl }, 4)
+        .await
+        .unwrap();
+    assert!(store.delete_principal("heat").await.unwrap());
+    assert_eq!(store.api_token_principal(&[4; 32], 5).await.unwrap(), None);
+    assert!(store.api_tokens().await.unwrap().is_empty());
 }
 
 /// Writers in parallel tasks: every job and every change lands, none is half-applied.

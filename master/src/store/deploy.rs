@@ -3,7 +3,10 @@
 
 use std::future::Future;
 
-use halite_protocol::message::{NewDeployment, SoftwareConfig, SoftwareDeployment, Value};
+use halite_protocol::message::{
+    DeploymentGroup, NewDeployment, NewDeploymentGroup, SoftwareConfig, SoftwareDeployment, Value,
+};
+use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 
@@ -24,8 +27,27 @@ pub struct DeploymentRecord {
     pub last_signal: Option<Value>,
 }
 
+/// A deployment group with what the master needs to carry it out (stored as one JSON document).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// What engines see.
+    pub group: DeploymentGroup,
+    /// How it was asked for: each server's deployment is made from it.
+    pub spec: NewDeploymentGroup,
+    /// Who asked: the deployments are made as them.
+    pub principal: String,
+    /// The master that drives its rollout (its `id`).
+    pub owner: String,
+}
+
 /// Configs, deployments and gateway tokens. Every method is one transaction.
 pub trait DeployStore: Send + Sync + 'static {
+    /// Inserts or replaces a deployment group.
+    fn put_group(&self, record: &GroupRecord, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// One deployment group.
+    fn group(&self, id: &str) -> impl Future<Output = Result<Option<GroupRecord>, StoreError>> + Send;
+    /// Groups still in progress: what a restarted master resumes.
+    fn open_groups(&self) -> impl Future<Output = Result<Vec<GroupRecord>, StoreError>> + Send;
     /// Stores a new config.
     fn put_config(&self, config: &SoftwareConfig, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// One config.
@@ -58,13 +80,25 @@ pub trait DeployStore: Send + Sync + 'static {
     fn open_deployments(&self) -> impl Future<Output = Result<Vec<DeploymentRecord>, StoreError>> + Send;
     /// Deletes a deployment; returns whether it existed.
     fn delete_deployment(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Records a gateway token (by its hash) acting as `principal`.
+    /// Records a gateway token (by its hash) acting as `principal`, valid until `expires_at_ms`
+    /// (`None`: never).
     fn create_api_token(
         &self,
         hash: &[u8; 32],
         principal: &str,
         now_ms: u64,
+        expires_at_ms: Option<u64>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The principal a gateway token acts as.
-    fn api_token_principal(&self, hash: &[u8; 32]) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    /// The principal a gateway token acts as, if it exists and has not expired at `now_ms`.
+    fn api_token_principal(
+        &self,
+        hash: &[u8; 32],
+        now_ms: u64,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    /// Every gateway token, newest first (ids, never the tokens).
+    fn api_tokens(
+        &self,
+    ) -> impl Future<Output = Result<Vec<halite_protocol::message::ApiTokenInfo>, StoreError>> + Send;
+    /// Deletes the gateway token with this id; whether there was one.
+    fn delete_api_token(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }

@@ -15,7 +15,7 @@ macro_rules! deploy_store {
                     .bind(&config.id)
                     .bind($crate::store::deploy_records::config_json(config))
                     .bind($crate::store::sqlite::db_int(now_ms))
-                    .execute(self.pool()?)
+                    .execute(&mut *self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -26,7 +26,7 @@ macro_rules! deploy_store {
             ) -> Result<Option<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql("SELECT body FROM software_configs WHERE id = ?"))
                     .bind(id)
-                    .fetch_optional(self.pool()?)
+                    .fetch_optional(&mut *self.conn().await?)
                     .await?;
                 row.map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
                     .transpose()
@@ -38,7 +38,7 @@ macro_rules! deploy_store {
             ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
                 let rows = sqlx::query(&$sql("SELECT body FROM software_configs ORDER BY created_at DESC, id LIMIT ?"))
                     .bind(i64::from(limit))
-                    .fetch_all(self.pool()?)
+                    .fetch_all(&mut *self.conn().await?)
                     .await?;
                 rows.iter()
                     .map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
@@ -47,7 +47,7 @@ macro_rules! deploy_store {
 
             async fn delete_config(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
                 let done =
-                    sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ?")).bind(id).execute(self.pool()?).await?;
+                    sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
                 Ok(done.rows_affected() == 1)
             }
 
@@ -69,7 +69,7 @@ macro_rules! deploy_store {
                 .bind($crate::store::deploy_records::record_json(record))
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind($crate::store::sqlite::db_int(now_ms))
-                .execute(self.pool()?)
+                .execute(&mut *self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -89,7 +89,7 @@ macro_rules! deploy_store {
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind(&record.deployment.id)
                 .bind(halite_protocol::message::status::IN_PROGRESS)
-                .execute(self.pool()?)
+                .execute(&mut *self.conn().await?)
                 .await?;
                 Ok(done.rows_affected() == 1)
             }
@@ -100,7 +100,7 @@ macro_rules! deploy_store {
             ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql("SELECT body FROM deployments WHERE id = ?"))
                     .bind(id)
-                    .fetch_optional(self.pool()?)
+                    .fetch_optional(&mut *self.conn().await?)
                     .await?;
                 row.map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
                     .transpose()
@@ -115,7 +115,7 @@ macro_rules! deploy_store {
                 ))
                 .bind(server_id)
                 .bind(server_id)
-                .fetch_all(self.pool()?)
+                .fetch_all(&mut *self.conn().await?)
                 .await?;
                 rows.iter()
                     .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
@@ -125,16 +125,51 @@ macro_rules! deploy_store {
             async fn open_deployments(&self) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
                 let rows = sqlx::query(&$sql("SELECT body FROM deployments WHERE status = ? OR relay_pending"))
                     .bind(halite_protocol::message::status::IN_PROGRESS)
-                    .fetch_all(self.pool()?)
+                    .fetch_all(&mut *self.conn().await?)
                     .await?;
                 rows.iter()
                     .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
                     .collect()
             }
 
+            async fn put_group(
+                &self,
+                record: &$crate::store::GroupRecord,
+                now_ms: u64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let open = record.group.status == halite_protocol::message::status::IN_PROGRESS;
+                sqlx::query(&$sql(
+                    "INSERT INTO deployment_groups (id, open, body, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+                     ON CONFLICT (id) DO UPDATE SET open = excluded.open, body = excluded.body, updated_at = excluded.updated_at",
+                ))
+                .bind(&record.group.id)
+                .bind(i64::from(open))
+                .bind($crate::store::records::to_json(record))
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .execute(&mut *self.conn().await?)
+                .await?;
+                Ok(())
+            }
+
+            async fn group(&self, id: &str) -> Result<Option<$crate::store::GroupRecord>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE id = ?"))
+                    .bind(id)
+                    .fetch_optional(&mut *self.conn().await?)
+                    .await?;
+                row.map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(&r, "body")?)).transpose()
+            }
+
+            async fn open_groups(&self) -> Result<Vec<$crate::store::GroupRecord>, $crate::store::StoreError> {
+                let rows = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE open = 1 ORDER BY created_at"))
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
+                rows.iter().map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(r, "body")?)).collect()
+            }
+
             async fn delete_deployment(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
                 let done =
-                    sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(self.pool()?).await?;
+                    sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
                 Ok(done.rows_affected() == 1)
             }
 
@@ -143,23 +178,59 @@ macro_rules! deploy_store {
                 hash: &[u8; 32],
                 principal: &str,
                 now_ms: u64,
+                expires_at_ms: Option<u64>,
             ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query(&$sql("INSERT INTO api_tokens (token_hash, principal, created_at) VALUES (?, ?, ?)"))
-                    .bind(&hash[..])
-                    .bind(principal)
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .execute(self.pool()?)
-                    .await?;
+                sqlx::query(&$sql(
+                    "INSERT INTO api_tokens (token_hash, principal, created_at, id, expires_at) VALUES (?, ?, ?, ?, ?)",
+                ))
+                .bind(&hash[..])
+                .bind(principal)
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::store::records::token_id(hash))
+                .bind(expires_at_ms.map($crate::store::sqlite::db_int))
+                .execute(&mut *self.conn().await?)
+                .await?;
                 Ok(())
             }
 
-            async fn api_token_principal(&self, hash: &[u8; 32]) -> Result<Option<String>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql("SELECT principal FROM api_tokens WHERE token_hash = ?"))
-                    .bind(&hash[..])
-                    .fetch_optional(self.pool()?)
-                    .await?;
+            async fn api_token_principal(
+                &self,
+                hash: &[u8; 32],
+                now_ms: u64,
+            ) -> Result<Option<String>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql(
+                    "SELECT principal FROM api_tokens WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
+                ))
+                .bind(&hash[..])
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
                 row.map(|r| sqlx::Row::try_get::<String, _>(&r, "principal").map_err($crate::store::StoreError::from))
                     .transpose()
+            }
+
+            async fn api_tokens(&self) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::store::StoreError> {
+                let rows = sqlx::query(&$sql(
+                    "SELECT id, principal, created_at, expires_at FROM api_tokens ORDER BY created_at DESC, id",
+                ))
+                .fetch_all(&mut *self.conn().await?)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        let ms = |v: i64| u64::try_from(v).unwrap_or(0);
+                        Ok(halite_protocol::message::ApiTokenInfo {
+                            id: sqlx::Row::try_get::<Option<String>, _>(r, "id")?.unwrap_or_default(),
+                            principal: sqlx::Row::try_get(r, "principal")?,
+                            created_at_ms: ms(sqlx::Row::try_get(r, "created_at")?),
+                            expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(r, "expires_at")?.map(ms),
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn delete_api_token(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
+                let done = sqlx::query(&$sql("DELETE FROM api_tokens WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
+                Ok(done.rows_affected() > 0)
             }
         }
     };

@@ -28,7 +28,7 @@ use Kind::{Blob, Bool, Int, OptInt, OptText, Text};
 /// Every table, parents before children (job_minions references jobs).
 const TABLES: &[(&str, &[(&str, Kind)])] = &[
     ("keys", &[("id", Text), ("public_key", Blob), ("state", Text), ("updated_at", Int)]),
-    ("tokens", &[("token_hash", Blob), ("minion", Text), ("expires_at", Int), ("used_at", OptInt)]),
+    ("tokens", &[("token_hash", Blob), ("minion", Text), ("expires_at", Int), ("used_at", OptInt), ("id", OptText)]),
     ("minions", &[("id", Text), ("grains", Text), ("functions", Text), ("last_seen", Int)]),
     (
         "jobs",
@@ -45,6 +45,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("ttl_ms", Int),
             ("body", Blob),
             ("signature", Blob),
+            ("rollout", OptText),
         ],
     ),
     (
@@ -65,7 +66,11 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("updated_at", Int),
         ],
     ),
-    ("api_tokens", &[("token_hash", Blob), ("principal", Text), ("created_at", Int)]),
+    (
+        "api_tokens",
+        &[("token_hash", Blob), ("principal", Text), ("created_at", Int), ("id", OptText), ("expires_at", OptInt)],
+    ),
+    ("deployment_groups", &[("id", Text), ("open", Int), ("body", Text), ("created_at", Int), ("updated_at", Int)]),
     // `open` is SQLite's own clean-shutdown mark.
     ("meta", &[("key", Text), ("value", Text)]),
 ];
@@ -100,7 +105,7 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Resul
         let mut after = 0i64;
         let mut count = 0u64;
         loop {
-            let rows = sqlx::query(&select).bind(after).fetch_all(from.pool()?).await?;
+            let rows = sqlx::query(&select).bind(after).fetch_all(&mut *from.conn().await?).await?;
             let Some(last) = rows.last() else { break };
             after = last.try_get("_rowid")?;
             count += rows.len() as u64;
@@ -243,7 +248,7 @@ mod tests {
             last_signal: None,
         };
         store.put_deployment(&record, 4).await.unwrap();
-        store.create_api_token(&[4; 32], "heat", 5).await.unwrap();
+        store.create_api_token(&[4; 32], "heat", 5, None).await.unwrap();
         store
     }
 
@@ -272,7 +277,9 @@ mod tests {
             assert_eq!(to.deployment("d1").await.unwrap(), from.deployment("d1").await.unwrap());
             assert_eq!(to.open_deployments().await.unwrap().len(), 1);
             // Tokens survive as hashes: they still work, once.
-            assert_eq!(to.api_token_principal(&[4; 32]).await.unwrap().as_deref(), Some("heat"));
+            assert_eq!(to.api_token_principal(&[4; 32], 6).await.unwrap().as_deref(), Some("heat"));
+            assert_eq!(to.api_tokens().await.unwrap(), from.api_tokens().await.unwrap());
+            assert_eq!(to.tokens().await.unwrap(), from.tokens().await.unwrap());
             assert!(to.enroll_with_token(&[7; 32], "web3", &[9; 32], 50).await.unwrap());
 
             // A second run into a database with data is refused, and changes nothing.

@@ -28,7 +28,7 @@ pub(crate) use cluster::Announcement;
 pub use cluster::{ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
-pub use deploy::{DeployStore, DeploymentRecord};
+pub use deploy::{DeployStore, DeploymentRecord, GroupRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
 pub use select::{describe_postgres, Backend, StoreConfig};
@@ -141,6 +141,8 @@ pub struct JobRecord {
     pub ttl_ms: u64,
     /// The signed job sent to minions.
     pub signed: SignedJob,
+    /// Its rollout and where it is, when it has one.
+    pub rollout: Option<halite_protocol::message::RolloutStatus>,
 }
 
 /// A client principal.
@@ -236,6 +238,12 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// minion wins; a return, once recorded, is kept). A slot already in a final state keeps it:
     /// of several masters deciding one slot, the first to store its decision wins.
     fn set_states(&self, changes: &[StateChange]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records where a job's rollout is (paused, resumed, stopped and why).
+    fn set_rollout(
+        &self,
+        jid: &str,
+        rollout: &halite_protocol::message::RolloutStatus,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The newest jobs, newest first, older than the jid `before` when given (a cursor for
     /// paging); with their minions' ids when `with_minions` (to decide who may see them).
     fn jobs(
@@ -262,7 +270,12 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         principal: &PrincipalRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Removes a principal; returns whether it existed.
+    /// Every enrollment token, soonest to expire first (ids, never the tokens).
+    fn tokens(&self) -> impl Future<Output = Result<Vec<halite_protocol::message::TokenSummary>, StoreError>> + Send;
+    /// Deletes the enrollment token with this id; whether there was one.
+    fn delete_token(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Removes a principal, and the gateway tokens acting as it (a principal added later under
+    /// the same name does not inherit them); returns whether it existed.
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The newest jid ever stored, so jids keep increasing across restarts and clock steps.
     fn last_jid(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;

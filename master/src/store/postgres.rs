@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::message::MinionJobState;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use super::records::{job_state, job_state_name, return_from_json, return_json, to_json};
 use super::sqlite::db_int;
@@ -44,6 +45,9 @@ pub struct PostgresStore {
     reachable: Arc<AtomicBool>,
     /// Announcements on their way out, in order (see [`notify`]).
     announcements: tokio::sync::mpsc::Sender<String>,
+    /// A connection set aside for the core's hot writes (jobs, their states, presence), see
+    /// [`PostgresStore::hot`].
+    hot: Arc<Mutex<Option<PgConnection>>>,
 }
 
 /// Announcements queued at most; past it one is dropped with a warning (the database is then
@@ -55,13 +59,24 @@ const ANNOUNCEMENTS_QUEUED: usize = 65_536;
 /// its writes and goes on, instead of waiting a round trip per announcement.
 async fn notify(pool: PgPool, mut queue: tokio::sync::mpsc::Receiver<String>) {
     const PER_STATEMENT: usize = 64;
+    const GATHER: Duration = Duration::from_millis(2);
     const ATTEMPTS: u32 = 3;
+    // Its own connection, out of the pool (see `PostgresStore::hot`); a fresh one after an error.
+    let mut own: Option<PgConnection> = None;
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
+        // What else comes within GATHER goes in the same statement: a busy master sends a few
+        // hundred statements a second instead of one per announcement, and the others hear of
+        // a change at most GATHER later.
+        let gathered = tokio::time::sleep(GATHER);
+        tokio::pin!(gathered);
         while batch.len() < PER_STATEMENT {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+            tokio::select! {
+                next = queue.recv() => match next {
+                    Some(next) => batch.push(next),
+                    None => break,
+                },
+                () = &mut gathered => break,
             }
         }
         let calls: Vec<String> = (0..batch.len()).map(|i| format!("pg_notify($1, ${})", i + 2)).collect();
@@ -71,7 +86,17 @@ async fn notify(pool: PgPool, mut queue: tokio::sync::mpsc::Receiver<String>) {
             for payload in &batch {
                 query = query.bind(payload);
             }
-            match query.execute(&pool).await {
+            let sent = match own.as_mut() {
+                Some(conn) => query.execute(conn).await,
+                None => match pool.acquire().await {
+                    Ok(conn) => query.execute(own.insert(conn.detach())).await,
+                    Err(error) => Err(error),
+                },
+            };
+            if sent.is_err() {
+                own = None;
+            }
+            match sent {
                 Ok(_) => break,
                 Err(error) if attempt == ATTEMPTS => {
                     tracing::warn!(%error, announcements = batch.len(), "could not tell the other masters of changes")
@@ -95,7 +120,13 @@ impl PostgresStore {
         let instance = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let (announcements, queue) = tokio::sync::mpsc::channel(ANNOUNCEMENTS_QUEUED);
         tokio::spawn(notify(pool.clone(), queue));
-        let store = PostgresStore { pool, instance, reachable: Arc::new(AtomicBool::new(true)), announcements };
+        let store = PostgresStore {
+            pool,
+            instance,
+            reachable: Arc::new(AtomicBool::new(true)),
+            announcements,
+            hot: Arc::new(Mutex::new(None)),
+        };
         MIGRATOR.run(&store.pool).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
@@ -107,6 +138,34 @@ impl PostgresStore {
     /// The pool while the database answers; while it does not, every call fails at once as
     /// unavailable instead of waiting for a connection (the master's core must not stall),
     /// and a background probe notices when it is back.
+    /// The connection set aside for the core's hot writes, opened (taken out of the pool) if
+    /// there is none. sqlx's pool pings every connection it gets back, a second round trip per
+    /// call; the core makes these calls one at a time, so one connection of its own serves them
+    /// without it. After a failed call, [`PostgresStore::after_hot`] drops it.
+    async fn hot(&self) -> Result<MappedMutexGuard<'_, PgConnection>, StoreError> {
+        let pool = self.pool()?;
+        let mut slot = self.hot.lock().await;
+        if slot.is_none() {
+            *slot = Some(pool.acquire().await?.detach());
+        }
+        MutexGuard::try_map(slot, Option::as_mut)
+            .map_err(|_| StoreError::Unavailable("no connection to the database".into()))
+    }
+
+    /// Drops the hot connection after a failed call (it may be broken, or inside an aborted
+    /// transaction); the next call opens a fresh one.
+    async fn after_hot<T>(&self, result: Result<T, sqlx::Error>) -> Result<T, StoreError> {
+        if result.is_err() {
+            self.hot.lock().await.take();
+        }
+        Ok(result?)
+    }
+
+    /// A connection of the pool, for the SQL both backends share.
+    pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, StoreError> {
+        Ok(self.pool()?.acquire().await?)
+    }
+
     pub(super) fn pool(&self) -> Result<&PgPool, StoreError> {
         if self.reachable.load(std::sync::atomic::Ordering::Acquire) {
             Ok(&self.pool)
@@ -121,16 +180,21 @@ impl PostgresStore {
         merged: &[StateChange],
     ) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
         let rets: Vec<Option<String>> = merged.iter().map(|c| c.ret.as_ref().map(return_json)).collect();
+        // The unfinished states are a parameter, not literals: with literals, the generic plan
+        // PostgreSQL settles on for a prepared statement scans the whole partial index of
+        // unfinished slots (dead entries included, until vacuum) for every batch; with a
+        // parameter it cannot use that index and looks each slot up by its primary key.
         sqlx::query(
             "UPDATE job_minions j SET state = v.state, ret = COALESCE(v.ret, j.ret), updated_at = v.at \
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) AS v(jid, minion, state, ret, at) \
-             WHERE j.jid = v.jid AND j.minion = v.minion AND j.state IN ('waiting', 'sent', 'running')",
+             WHERE j.jid = v.jid AND j.minion = v.minion AND j.state = ANY($6::text[])",
         )
         .bind(merged.iter().map(|c| c.jid.clone()).collect::<Vec<_>>())
         .bind(merged.iter().map(|c| c.minion.clone()).collect::<Vec<_>>())
         .bind(merged.iter().map(|c| job_state_name(c.state)).collect::<Vec<_>>())
         .bind(rets)
         .bind(merged.iter().map(|c| db_int(c.at_ms)).collect::<Vec<_>>())
+        .bind(["waiting", "sent", "running", "queued"].as_slice())
     }
 }
 
@@ -236,7 +300,7 @@ impl Store for PostgresStore {
             functions.push(to_json(&minion.functions));
             seen.push(db_int(minion.last_seen_ms));
         }
-        sqlx::query(
+        let query = sqlx::query(
             "INSERT INTO minions (id, grains, functions, last_seen) \
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[]) \
              ON CONFLICT (id) DO UPDATE SET grains = excluded.grains, functions = excluded.functions, \
@@ -245,9 +309,9 @@ impl Store for PostgresStore {
         .bind(ids)
         .bind(grains)
         .bind(functions)
-        .bind(seen)
-        .execute(self.pool()?)
-        .await?;
+        .bind(seen);
+        let result = query.execute(&mut *self.hot().await?).await;
+        self.after_hot(result).await?;
         Ok(())
     }
 
@@ -256,22 +320,22 @@ impl Store for PostgresStore {
         let names: Vec<&str> = states.iter().map(|(_, s)| job_state_name(*s)).collect();
         // One statement, so one round trip and atomic on its own: the job, the newest jid, and
         // every minion's first state.
-        Self::bind_job(
+        let query = Self::bind_job(
             sqlx::query(
                 "WITH job AS (INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
-               created_at, timeout_ms, ttl_ms, body, signature) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING jid), \
+               created_at, timeout_ms, ttl_ms, body, signature, rollout) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING jid), \
              mark AS (INSERT INTO meta (key, value) SELECT 'last_jid', jid FROM job \
                ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value) \
              INSERT INTO job_minions (jid, minion, state, updated_at) \
-             SELECT job.jid, m.minion, m.state, $8 FROM job, UNNEST($13::text[], $14::text[]) AS m(minion, state)",
+             SELECT job.jid, m.minion, m.state, $8 FROM job, UNNEST($14::text[], $15::text[]) AS m(minion, state)",
             ),
             job,
         )
         .bind(&minions)
-        .bind(&names)
-        .execute(self.pool()?)
-        .await?;
+        .bind(&names);
+        let result = query.execute(&mut *self.hot().await?).await;
+        self.after_hot(result).await?;
         Ok(())
     }
 
@@ -281,7 +345,8 @@ impl Store for PostgresStore {
         let states = self.states_query(&merged);
         if late.is_empty() {
             if !merged.is_empty() {
-                states.execute(self.pool()?).await?;
+                let result = states.execute(&mut *self.hot().await?).await;
+                self.after_hot(result).await?;
             }
             return Ok(());
         }
@@ -296,7 +361,7 @@ impl Store for PostgresStore {
 
     async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running')) \
+            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running', 'queued')) \
              ORDER BY created_at, jid",
         )
         .fetch_all(self.pool()?)
@@ -339,6 +404,9 @@ impl Store for PostgresStore {
     }
 
     async fn close(&self) {
+        if let Some(conn) = self.hot.lock().await.take() {
+            let _ = sqlx::Connection::close(conn).await;
+        }
         self.pool.close().await;
     }
 

@@ -48,6 +48,8 @@ const JOB_STATES: Names<MinionJobState> = Names(&[
     (MinionJobState::Cancelled, "cancelled"),
     (MinionJobState::Expired, "expired"),
     (MinionJobState::Denied, "denied"),
+    (MinionJobState::Queued, "queued"),
+    (MinionJobState::Skipped, "skipped"),
 ]);
 
 const TARGET_KINDS: Names<TargetKind> = Names(&[
@@ -74,6 +76,12 @@ pub(super) fn key_state_name(state: KeyState) -> &'static str {
 
 pub(super) fn key_state(name: &str) -> Result<KeyState, StoreError> {
     KEY_STATES.parse(name, "key state")
+}
+
+/// A token's public id: the first 6 bytes of its SHA-256, in hex (what lists show and revoke
+/// takes; the token itself is never stored).
+pub(super) fn token_id(hash: &[u8; 32]) -> String {
+    halite_protocol::hex::encode(&hash[..6])
 }
 
 pub(super) fn job_state_name(state: MinionJobState) -> &'static str {

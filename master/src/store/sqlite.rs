@@ -2,12 +2,12 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use halite_protocol::message::MinionJobState;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, Row};
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use super::records::{job_state, job_state_name, return_from_json, return_json, to_json};
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
@@ -25,7 +25,7 @@ fn state_rows_sql(rows: usize) -> String {
         "WITH v(jid, minion, state, ret, at) AS (VALUES {values}) \
          UPDATE job_minions SET state = v.state, ret = COALESCE(v.ret, job_minions.ret), updated_at = v.at \
          FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion \
-         AND job_minions.state IN ('waiting', 'sent', 'running')"
+         AND job_minions.state IN ('waiting', 'sent', 'running', 'queued')"
     )
 }
 
@@ -53,9 +53,14 @@ fn minion_rows_sql(rows: usize) -> String {
 const ROWS_PER_STATEMENT: usize = 200;
 
 /// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
+///
+/// One connection, owned here rather than by a pool: the master's core serialises its store
+/// calls anyway and SQLite allows one writer at a time, while sqlx's pool pings a connection on
+/// every release, a second round trip to SQLite's thread that the next call would wait for.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// `None` once closed.
+    conn: Arc<Mutex<Option<SqliteConnection>>>,
 }
 
 impl SqliteStore {
@@ -79,35 +84,39 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true);
-        // One connection: the master's core serialises store calls anyway, and SQLite allows
-        // one writer at a time.
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
-        let store = SqliteStore { pool };
+        let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
         // Marks the file open, in the main file itself (the checkpoint), so a copy of it alone
         // after a crash is recognised; `close` removes the mark.
-        sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '1')").execute(&store.pool).await?;
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&store.pool).await?;
+        let mut conn = store.conn().await?;
+        sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '1')").execute(&mut *conn).await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut *conn).await?;
+        drop(conn);
         Ok(store)
     }
 
     /// An in-memory database, for tests.
     pub async fn in_memory() -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str("sqlite::memory:")?.foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
-        let store = SqliteStore { pool };
+        let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
         Ok(store)
     }
 
-    /// The pool, for the SQL both backends share (always there: the file is local).
-    pub(super) fn pool(&self) -> Result<&SqlitePool, StoreError> {
-        Ok(&self.pool)
+    fn from_connection(conn: SqliteConnection) -> Self {
+        SqliteStore { conn: Arc::new(Mutex::new(Some(conn))) }
+    }
+
+    /// The connection, for the SQL both backends share; an error once the store is closed.
+    pub(super) async fn conn(&self) -> Result<MappedMutexGuard<'_, SqliteConnection>, StoreError> {
+        MutexGuard::try_map(self.conn.lock().await, Option::as_mut)
+            .map_err(|_| StoreError::Unavailable("the database is closed".into()))
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        adopt_user_version(&self.pool).await?;
-        MIGRATOR.run(&self.pool).await.map_err(|error| match error {
+        let mut conn = self.conn().await?;
+        adopt_user_version(&mut conn).await?;
+        MIGRATOR.run(&mut *conn).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
         })
@@ -117,8 +126,8 @@ impl SqliteStore {
 /// Databases made before migrations were files counted them in `PRAGMA user_version`: the
 /// migrations they already ran are recorded as applied (same versions, same checksums), once,
 /// so sqlx's migrator takes over from there.
-async fn adopt_user_version(pool: &SqlitePool) -> Result<(), StoreError> {
-    let mut tx = pool.begin().await?;
+async fn adopt_user_version(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await?;
     let version: i64 = sqlx::query_scalar("PRAGMA user_version").fetch_one(&mut *tx).await?;
     if version > 0 {
         sqlx::raw_sql(
@@ -202,7 +211,8 @@ impl Store for SqliteStore {
     super::common_sql::common_store_methods!(super::common_sql::sqlite_sql);
 
     async fn put_minions(&self, minions: &[MinionRecord]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
         for chunk in minions.chunks(ROWS_PER_STATEMENT) {
             let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
             let sql = format!("INSERT OR REPLACE INTO minions (id, grains, functions, last_seen) VALUES {values}");
@@ -228,7 +238,7 @@ impl Store for SqliteStore {
         let more = states.len() > ROWS_PER_STATEMENT;
         let mut sql = String::from(
             "BEGIN IMMEDIATE; INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
-             created_at, timeout_ms, ttl_ms, body, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
+             created_at, timeout_ms, ttl_ms, body, signature, rollout) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
         );
         sql.push_str(LAST_JID_SQL);
         if !first.is_empty() {
@@ -241,7 +251,8 @@ impl Store for SqliteStore {
         for (minion, state) in first {
             query = query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
         }
-        let mut result = query.execute(&self.pool).await.map(drop);
+        let mut conn = self.conn().await?;
+        let mut result = query.execute(&mut *conn).await.map(drop);
         if more && result.is_ok() {
             for chunk in chunks {
                 let sql = minion_rows_sql(chunk.len());
@@ -250,18 +261,18 @@ impl Store for SqliteStore {
                     query =
                         query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
                 }
-                result = query.execute(&self.pool).await.map(drop);
+                result = query.execute(&mut *conn).await.map(drop);
                 if result.is_err() {
                     break;
                 }
             }
             if result.is_ok() {
-                result = sqlx::query("COMMIT").execute(&self.pool).await.map(drop);
+                result = sqlx::query("COMMIT").execute(&mut *conn).await.map(drop);
             }
         }
         if let Err(error) = result {
             // Leave no transaction open on the connection, whatever statement failed.
-            let _ = sqlx::query("ROLLBACK").execute(&self.pool).await;
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
             return Err(error.into());
         }
         Ok(())
@@ -272,14 +283,15 @@ impl Store for SqliteStore {
         let merged = super::common_sql::merge_changes(changes.into_iter());
         // One statement is atomic on its own; more need a transaction (each statement, begin
         // and commit is a round trip to SQLite's thread, so small batches skip it).
+        let mut conn = self.conn().await?;
         if late.is_empty() && merged.len() <= ROWS_PER_STATEMENT {
             if !merged.is_empty() {
                 let sql = state_rows_sql(merged.len());
-                bind_states(sqlx::query(&sql), &merged).execute(&self.pool).await?;
+                bind_states(sqlx::query(&sql), &merged).execute(&mut *conn).await?;
             }
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = conn.begin().await?;
         for chunk in merged.chunks(ROWS_PER_STATEMENT) {
             let sql = state_rows_sql(chunk.len());
             bind_states(sqlx::query(&sql), chunk).execute(&mut *tx).await?;
@@ -291,17 +303,17 @@ impl Store for SqliteStore {
 
     async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running')) \
+            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running', 'queued')) \
              ORDER BY created_at",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             let job = job_from_row(row)?;
             let states = sqlx::query("SELECT minion, state FROM job_minions WHERE jid = ?")
                 .bind(&job.jid)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.conn().await?)
                 .await?
                 .iter()
                 .map(|r| Ok((r.try_get("minion")?, job_state(&r.try_get::<String, _>("state")?)?)))
@@ -312,7 +324,7 @@ impl Store for SqliteStore {
     }
 
     async fn check(&self) -> Result<(), StoreError> {
-        let rows: Vec<String> = sqlx::query_scalar("PRAGMA quick_check").fetch_all(&self.pool).await?;
+        let rows: Vec<String> = sqlx::query_scalar("PRAGMA quick_check").fetch_all(&mut *self.conn().await?).await?;
         if rows.len() == 1 && rows[0] == "ok" {
             Ok(())
         } else {
@@ -324,17 +336,17 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
-        if self.pool.is_closed() {
-            return;
-        }
-        if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&self.pool).await {
+        let Some(mut conn) = self.conn.lock().await.take() else { return };
+        if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&mut conn).await {
             tracing::warn!(%error, "marking the database closed failed");
         }
         // Folds the write-ahead log into the main file: a copy of master.db alone is complete.
-        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.pool).await {
+        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut conn).await {
             tracing::warn!(%error, "checkpointing the database failed");
         }
-        self.pool.close().await;
+        if let Err(error) = conn.close().await {
+            tracing::warn!(%error, "closing the database failed");
+        }
     }
 }
 
@@ -470,7 +482,8 @@ mod tests {
             {
                 let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true);
                 let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
-                for migration in MIGRATOR.iter() {
+                // The four migrations of the user_version days.
+                for migration in MIGRATOR.iter().take(4) {
                     sqlx::raw_sql(&migration.sql).execute(&mut conn).await.unwrap();
                 }
                 sqlx::raw_sql("PRAGMA user_version = 4").execute(&mut conn).await.unwrap();
@@ -480,10 +493,15 @@ mod tests {
                     .unwrap();
             }
             let store = SqliteStore::open(&path).await.unwrap();
-            let applied: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations").fetch_one(&store.pool).await.unwrap();
+            let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+                .fetch_one(&mut *store.conn().await.unwrap())
+                .await
+                .unwrap();
             assert_eq!(applied, MIGRATOR.iter().count() as i64);
-            let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM principals").fetch_one(&store.pool).await.unwrap();
+            let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM principals")
+                .fetch_one(&mut *store.conn().await.unwrap())
+                .await
+                .unwrap();
             assert_eq!(kept, 1, "nothing was re-run over the existing tables");
         });
     }

@@ -70,8 +70,7 @@ impl Typed for Publish {
             kwargs: a.kwargs,
             timeout_ms,
             ttl_ms: 0,
-            batch: None,
-            error_budget: None,
+            rollout: None,
             // The master allows it only if this job's caller may run it too.
             on_behalf_of: Some(cx.caller.clone()),
         };

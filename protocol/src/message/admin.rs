@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::deploy::{DeploymentUpdate, NewDeployment, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment};
+use super::deploy::{
+    DeploymentGroup, DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, SoftwareConfig,
+    SoftwareDeployment,
+};
 use super::types::{JobReturn, Target, Value};
 
 /// A client request; answered by a [`Response`] with the same `request_id`, or by an `error`
@@ -71,6 +74,16 @@ pub enum RequestBody {
         /// Job id.
         jid: String,
     },
+    /// Pauses a job's rollout: running targets finish, no new one starts.
+    JobPause {
+        /// Job id.
+        jid: String,
+    },
+    /// Resumes a paused rollout.
+    JobResume {
+        /// Job id.
+        jid: String,
+    },
     /// Registers (or replaces) a client principal with its key and ACL.
     PrincipalAdd {
         /// Name it will claim in the handshake.
@@ -93,6 +106,24 @@ pub enum RequestBody {
     ApiTokenCreate {
         /// The principal the token acts as.
         principal: String,
+        /// How long it is valid, milliseconds; `None`: the master's default
+        /// (`[gateway] token_ttl_days`).
+        #[serde(default)]
+        ttl_ms: Option<u64>,
+    },
+    /// Lists gateway tokens (never the tokens themselves: their ids).
+    ApiTokenList,
+    /// Revokes a gateway token by its id.
+    ApiTokenRevoke {
+        /// The token's id (as `api_token_list` shows it).
+        id: String,
+    },
+    /// Lists enrollment tokens.
+    TokenList,
+    /// Revokes an enrollment token by its id.
+    TokenRevoke {
+        /// The token's id (as `token_list` shows it).
+        id: String,
     },
     /// Stores a new software config.
     ConfigCreate(NewSoftwareConfig),
@@ -114,6 +145,13 @@ pub enum RequestBody {
     /// Deploys a config to a server: the derived config is pushed to the minion at once, or
     /// when it connects.
     DeploymentCreate(NewDeployment),
+    /// Deploys a config to several servers, rolled out; answered with the group.
+    DeploymentGroupCreate(NewDeploymentGroup),
+    /// One deployment group.
+    DeploymentGroupShow {
+        /// Group id.
+        id: String,
+    },
     /// Re-derives and pushes a deployment with new inputs, config or action.
     DeploymentUpdate {
         /// Deployment id.
@@ -189,12 +227,18 @@ pub enum ResponseBody {
     Principals(Vec<PrincipalInfo>),
     /// A new gateway token (shown once).
     ApiToken(String),
+    /// Gateway tokens, newest first.
+    ApiTokens(Vec<ApiTokenInfo>),
+    /// Enrollment tokens, soonest to expire first.
+    Tokens(Vec<TokenSummary>),
     /// One config.
     Config(SoftwareConfig),
     /// Configs.
     Configs(Vec<SoftwareConfig>),
     /// One deployment.
     Deployment(SoftwareDeployment),
+    /// A deployment group.
+    DeploymentGroup(DeploymentGroup),
     /// Deployments.
     Deployments(Vec<SoftwareDeployment>),
     /// The id of what was deleted.
@@ -204,6 +248,7 @@ pub enum ResponseBody {
 }
 
 /// Key states, as `salt-key` has them.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyState {
@@ -237,6 +282,7 @@ impl KeyState {
 }
 
 /// One key in the registry.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyInfo {
     /// Minion id.
@@ -245,6 +291,32 @@ pub struct KeyInfo {
     pub state: KeyState,
     /// Fingerprint of the public key.
     pub fingerprint: String,
+}
+
+/// A gateway token as listed: its id (the first 12 hex digits of its SHA-256), never itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiTokenInfo {
+    /// Id, for `api_token_revoke`.
+    pub id: String,
+    /// The principal it acts as.
+    pub principal: String,
+    /// When it was made, Unix milliseconds.
+    pub created_at_ms: u64,
+    /// When it stops working, Unix milliseconds; `None`: never.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// An enrollment token as listed: its id, never itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenSummary {
+    /// Id, for `token_revoke`.
+    pub id: String,
+    /// The only minion id it enrolls.
+    pub minion: String,
+    /// When it expires, Unix milliseconds.
+    pub expires_at_ms: u64,
+    /// Whether it enrolled its minion already (it works once).
+    pub used: bool,
 }
 
 /// An enrollment token.
@@ -259,6 +331,7 @@ pub struct TokenInfo {
 }
 
 /// A minion as the registry knows it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MinionInfo {
     /// Minion id.
@@ -298,12 +371,19 @@ pub enum MinionJobState {
     Expired,
     /// The minion's policy does not allow the function for this caller.
     Denied,
+    /// Not yet dispatched: the job's rollout starts it when its window allows.
+    Queued,
+    /// Never dispatched: the job's rollout stopped first (its reason is the job's).
+    Skipped,
 }
 
 impl MinionJobState {
     /// Whether this state is the end of the job on this minion.
     pub fn is_final(self) -> bool {
-        !matches!(self, MinionJobState::Waiting | MinionJobState::Sent | MinionJobState::Running)
+        !matches!(
+            self,
+            MinionJobState::Waiting | MinionJobState::Sent | MinionJobState::Running | MinionJobState::Queued
+        )
     }
 
     /// The wire name.
@@ -320,13 +400,15 @@ impl MinionJobState {
             Cancelled => "cancelled",
             Expired => "expired",
             Denied => "denied",
+            Queued => "queued",
+            Skipped => "skipped",
         }
     }
 
     /// Parses the wire name.
     pub fn parse(name: &str) -> Option<Self> {
         use MinionJobState::*;
-        [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied]
+        [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied, Queued, Skipped]
             .into_iter()
             .find(|s| s.as_str() == name)
     }
@@ -380,6 +462,9 @@ pub struct JobSummary {
     pub created_at_ms: u64,
     /// How many minions are in each state.
     pub states: BTreeMap<MinionJobState, u32>,
+    /// The job's rollout and where it is, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::types::RolloutStatus>,
 }
 
 /// One minion's part in a job.

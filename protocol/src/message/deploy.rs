@@ -105,7 +105,7 @@ pub struct SoftwareConfig {
 }
 
 /// What an engine gives to deploy a config to a server.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewDeployment {
@@ -191,6 +191,74 @@ pub struct SoftwareDeployment {
     pub updated_time: Option<String>,
 }
 
+/// One config deployed to several servers, rolled out (Heat's `SoftwareDeploymentGroup`): each
+/// server gets a deployment of its own, started as the group's rollout allows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewDeploymentGroup {
+    /// The config to apply.
+    pub config_id: String,
+    /// The servers' minion ids (they need not have connected yet); rolled out in id order.
+    pub servers: Vec<String>,
+    /// Input values by name, the same for every server.
+    #[serde(default)]
+    pub input_values: Map<String, Value>,
+    /// `CREATE` (default), `UPDATE`, `DELETE`, `SUSPEND` or `RESUME`.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Heat's stack path, passed as `deploy_stack_id`.
+    #[serde(default)]
+    pub stack_id: String,
+    /// Heat's resource name, passed as `deploy_resource_name`.
+    #[serde(default)]
+    pub resource_name: String,
+    /// Seconds each server's hook may run (default: the master's `deployment_timeout_secs`).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// How the deployments start over time (a window, an error budget, canaries, abort
+    /// events); absent: all at once. A failed deployment is a failure.
+    #[serde(default)]
+    pub rollout: Option<super::types::Rollout>,
+}
+
+/// One server of a deployment group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct GroupMember {
+    /// The server's minion id.
+    pub server_id: String,
+    /// Its deployment, once started.
+    #[serde(default)]
+    pub deployment_id: Option<String>,
+    /// `QUEUED` (not started yet), `IN_PROGRESS`, `COMPLETE`, `FAILED`, or `SKIPPED` (the
+    /// rollout stopped before starting it).
+    pub status: String,
+}
+
+/// A deployment group and where it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct DeploymentGroup {
+    /// Id (a UUID).
+    pub id: String,
+    /// The config deployed.
+    pub config_id: String,
+    /// The action.
+    pub action: String,
+    /// `IN_PROGRESS` until every server is final; then `COMPLETE` if every deployment
+    /// completed, else `FAILED`.
+    pub status: String,
+    /// Why, in Heat's words.
+    pub status_reason: String,
+    /// Its rollout and where it is.
+    pub rollout: super::types::RolloutStatus,
+    /// Every server, in id order.
+    pub members: Vec<GroupMember>,
+    /// ISO 8601 UTC.
+    pub creation_time: String,
+}
+
 /// Deployment statuses.
 pub mod status {
     /// Waiting for the server's signal.
@@ -199,4 +267,8 @@ pub mod status {
     pub const COMPLETE: &str = "COMPLETE";
     /// Signalled failure, or could not be applied.
     pub const FAILED: &str = "FAILED";
+    /// A group's server whose deployment has not started yet.
+    pub const QUEUED: &str = "QUEUED";
+    /// A group's server whose deployment never started: the rollout stopped first.
+    pub const SKIPPED: &str = "SKIPPED";
 }

@@ -40,6 +40,10 @@ impl ResponseBody {
                 split_by_size(items, budget).into_iter().map(ResponseBody::Deployments).collect()
             }
             ResponseBody::Items(items) => split_by_size(items, budget).into_iter().map(ResponseBody::Items).collect(),
+            ResponseBody::ApiTokens(items) => {
+                split_by_size(items, budget).into_iter().map(ResponseBody::ApiTokens).collect()
+            }
+            ResponseBody::Tokens(items) => split_by_size(items, budget).into_iter().map(ResponseBody::Tokens).collect(),
             ResponseBody::Job(mut detail) => {
                 // The minions are cut; each part repeats the summary. The job's own fields
                 // (arguments) ride with the first run of minions when both fit, else alone.
@@ -80,6 +84,8 @@ impl ResponseBody {
             (ResponseBody::Configs(a), ResponseBody::Configs(b)) => a.extend(b),
             (ResponseBody::Deployments(a), ResponseBody::Deployments(b)) => a.extend(b),
             (ResponseBody::Items(a), ResponseBody::Items(b)) => a.extend(b),
+            (ResponseBody::ApiTokens(a), ResponseBody::ApiTokens(b)) => a.extend(b),
+            (ResponseBody::Tokens(a), ResponseBody::Tokens(b)) => a.extend(b),
             (ResponseBody::Job(a), ResponseBody::Job(b)) if a.summary.jid == b.summary.jid => {
                 a.minions.extend(b.minions)
             }
@@ -169,6 +175,7 @@ mod tests {
                 caller: "root".into(),
                 created_at_ms: 0,
                 states: Default::default(),
+                rollout: None,
             },
             args: vec![serde_json::json!("a")],
             kwargs: Default::default(),

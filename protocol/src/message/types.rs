@@ -205,6 +205,10 @@ pub struct Event {
     pub tag: String,
     /// Event body.
     pub data: Value,
+    /// Set by the master on the events it sends clients: an id to resume after
+    /// (`subscribe.after`, SSE `Last-Event-ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 /// How a target expression is interpreted.
@@ -236,14 +240,110 @@ pub struct Target {
     pub expr: String,
 }
 
-/// Batch size for a rollout.
+/// A number of a job's targets: a count, or a percentage of them.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BatchSize {
-    /// At most this many minions at a time.
+pub enum Amount {
+    /// This many targets.
     Count(u32),
-    /// At most this percentage (1–100) of the targeted minions at a time.
+    /// This percentage (1–100) of the targets.
     Percent(u8),
+}
+
+impl Amount {
+    /// How many of `total` targets, rounded up and at least one: a window size.
+    pub fn at_least_one_of(self, total: usize) -> usize {
+        match self {
+            Amount::Count(n) => (n as usize).max(1),
+            Amount::Percent(p) => (total * usize::from(p.min(100))).div_ceil(100).max(1),
+        }
+    }
+
+    /// How many of `total` targets, rounded down (may be zero): an error budget.
+    pub fn of(self, total: usize) -> usize {
+        match self {
+            Amount::Count(n) => n as usize,
+            Amount::Percent(p) => total * usize::from(p.min(100)) / 100,
+        }
+    }
+
+    /// Parses `10` or `10%` (what the CLI and the gateway accept).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        match text.strip_suffix('%') {
+            Some(p) => match p.trim().parse::<u8>() {
+                Ok(p @ 1..=100) => Ok(Amount::Percent(p)),
+                _ => Err(format!("{text:?} is not a percentage from 1% to 100%")),
+            },
+            None => text
+                .parse::<u32>()
+                .map(Amount::Count)
+                .map_err(|_| format!("{text:?} is not a count or a percentage (10 or 10%)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Amount::Count(n) => write!(f, "{n}"),
+            Amount::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// How a job reaches its targets over time; without one, every target gets it at once.
+/// Targets are taken in id order.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rollout {
+    /// At most this many targets run the job at once (a sliding window: when one finishes the
+    /// next starts). Targets waiting offline for their TTL do not count as running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<Amount>,
+    /// After a target finishes, wait this long before starting the next, milliseconds.
+    #[serde(default)]
+    pub batch_wait_ms: u64,
+    /// Once more than this many targets have failed (failed, timed out, denied, expired,
+    /// offline), nothing more is dispatched and the rest end `skipped`. `Count(0)` stops at
+    /// the first failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_errors: Option<Amount>,
+    /// The first this-many targets run alone; the rest start only if every one of them
+    /// returned successfully.
+    #[serde(default)]
+    pub canary: u32,
+    /// Event tag globs: an event matching one on the master's bus stops dispatching.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abort_on: Vec<String>,
+}
+
+/// Where a rollout is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum RolloutState {
+    /// Dispatching as its window allows.
+    Running,
+    /// Paused by a client: running targets finish, no new one starts until resumed.
+    Paused,
+    /// Stopped for good (error budget, canary, an abort event, a cancel): the targets not yet
+    /// started ended `skipped` (or `cancelled`).
+    Stopped,
+}
+
+/// A rollout and where it is, as stored with its job and shown by `job_show`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutStatus {
+    /// What was asked.
+    pub spec: Rollout,
+    /// Where it is.
+    pub state: RolloutState,
+    /// Why it is paused or stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A request to run a function on a target.
@@ -265,12 +365,9 @@ pub struct PublishRequest {
     pub timeout_ms: u64,
     /// How long the job waits for offline minions before they are marked expired, milliseconds.
     pub ttl_ms: u64,
-    /// Rollout batch size; `None` sends to all at once.
-    #[serde(default)]
-    pub batch: Option<BatchSize>,
-    /// Stop dispatching after this many failures; `None` never stops.
-    #[serde(default)]
-    pub error_budget: Option<u32>,
+    /// How the job reaches its targets over time; `None` sends to all at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
     /// Set by a minion's `peer.publish`: the caller of the job that is publishing. The master
     /// then requires the caller's own rules to allow the new job too, so nobody reaches
     /// through a minion what they may not call themselves.
@@ -294,6 +391,10 @@ pub struct Published {
 pub struct Subscribe {
     /// Tag globs; an event matching any is delivered.
     pub patterns: Vec<String>,
+    /// Resume after this event id: the master first sends the events it still holds that came
+    /// after it (and `halite/bus/gap` if it no longer holds them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// Kinds of error that cross the wire. Unknown kinds from newer peers decode as `Other`.

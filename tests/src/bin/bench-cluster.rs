@@ -28,7 +28,7 @@ async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str) {
     for _ in 0..100 {
         ping(&mut client, "swarm-00000", 1, 0).await;
     }
-    let jobs = 2000;
+    let jobs = std::env::var("HALITE_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let mut latencies = Vec::with_capacity(jobs);
     let started = Instant::now();
     for _ in 0..jobs {
@@ -58,6 +58,8 @@ fn main() {
         .position(|a| a == "--minions")
         .and_then(|i| args.get(i + 1))
         .map_or(1000, |v| v.parse().expect("--minions N"));
+    // `--sequential`: only the sequential figures (for profiling the one-job round trip).
+    let sequential_only = args.iter().any(|a| a == "--sequential");
     halite_transport::raise_open_files(Some(8192)).ok();
     let server_dir = std::env::temp_dir().join(format!("halite-bench-pg-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&server_dir);
@@ -73,6 +75,9 @@ fn main() {
         }
         let mut cluster = Cluster::start_with(&format!("{tuning}[store]\nurl = {:?}\n", server.url), "warn");
         sequential(&cluster, &mut figures, "PostgreSQL").await;
+        if sequential_only {
+            return;
+        }
         let mut client = connect(&cluster.config).await;
         client.request(RequestBody::KeyDelete { pattern: "swarm-*".into() }).await.unwrap();
 

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use halite_client::Client;
+use halite_protocol::enrollment;
 use halite_protocol::hex;
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{JobDetail, KeyState, RequestBody, ResponseBody};
@@ -83,6 +84,13 @@ pub(crate) enum TokenCommand {
         #[arg(long)]
         master_address: Vec<String>,
     },
+    /// List enrollment tokens: id, minion, expiry, whether used (never the tokens themselves).
+    List,
+    /// Revoke an enrollment token by its id (from `halite key token list`).
+    Revoke {
+        /// Token id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -108,8 +116,18 @@ pub(crate) enum JobsCommand {
         /// Job id.
         jid: String,
     },
-    /// Cancel a running job.
+    /// Cancel a running job (a rollout starts no more targets).
     Cancel {
+        /// Job id.
+        jid: String,
+    },
+    /// Pause a job's rollout: running targets finish, no new one starts.
+    Pause {
+        /// Job id.
+        jid: String,
+    },
+    /// Resume a paused rollout.
+    Resume {
         /// Job id.
         jid: String,
     },
@@ -188,12 +206,30 @@ pub(crate) async fn key(
             }
             Ok(ExitCode::SUCCESS)
         }
+        KeyCommand::Token(TokenCommand::List) => {
+            let ResponseBody::Tokens(tokens) = client.request(RequestBody::TokenList).await? else {
+                anyhow::bail!("unexpected answer")
+            };
+            output::print_list(format, &tokens, &["ID", "MINION", "EXPIRES", "STATE"], |t| {
+                let used = if t.used { "used" } else { "unused" };
+                vec![t.id.clone(), t.minion.clone(), format_time(t.expires_at_ms), used.to_owned()]
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        KeyCommand::Token(TokenCommand::Revoke { id }) => {
+            client.request(RequestBody::TokenRevoke { id: id.clone() }).await?;
+            match format {
+                Format::Table => println!("revoked {id}"),
+                _ => output::print_document(format, &json!({ "revoked": id })),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address }) => {
             let body = RequestBody::TokenCreate { minion: minion.clone(), ttl_ms: ttl.as_millis() as u64 };
             let ResponseBody::Token(token) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
             let given = !master_address.is_empty();
             let masters = if given { master_address } else { vec![client.master_addr().to_owned()] };
-            if user_data && !given && masters.iter().any(|m| only_this_host(m)) {
+            if user_data && !given && masters.iter().any(|m| enrollment::only_this_host(m)) {
                 eprintln!(
                     "warning: this user_data points guests at {}, which only this host can reach; \
                      pass --master-address with the address guests use",
@@ -205,20 +241,9 @@ pub(crate) async fn key(
                 [one] => json!(one),
                 many => json!(many),
             };
-            let enrollment = format!(
-                "master = {master}\nmaster_key = {master_key:?}\nid = {:?}\ntoken = {:?}\n",
-                token.minion, token.token
-            );
             if user_data {
-                println!("#cloud-config");
-                println!("write_files:");
-                println!("  - path: /etc/halite/enrollment.toml");
-                println!("    owner: root:root");
-                println!("    permissions: '0600'");
-                println!("    content: |");
-                for line in enrollment.lines() {
-                    println!("      {line}");
-                }
+                let enrollment = enrollment::enrollment_toml(&masters, &master_key, &token.minion, &token.token);
+                print!("{}", enrollment::cloud_config(&enrollment));
             } else if format == Format::Table {
                 println!("{}", token.token);
             } else {
@@ -231,12 +256,6 @@ pub(crate) async fn key(
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Whether `addr` (host:port) is a loopback or unspecified address, useless to another machine.
-fn only_this_host(addr: &str) -> bool {
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host).trim_matches(['[', ']']);
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 /// The key minions pin, as hex, read through the same config the client used: the cluster key
@@ -318,6 +337,14 @@ pub(crate) async fn jobs(client: &mut Client, command: JobsCommand, format: Form
             show_job(&detail, format);
             Ok(ExitCode::SUCCESS)
         }
+        JobsCommand::Pause { jid } => {
+            show_job(&client.pause(&jid).await?, format);
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCommand::Resume { jid } => {
+            show_job(&client.resume(&jid).await?, format);
+            Ok(ExitCode::SUCCESS)
+        }
         JobsCommand::Cancel { jid } => {
             client.cancel(&jid).await?;
             // The master answers with an error for jobs that are not running, or streams the
@@ -367,6 +394,7 @@ fn show_job(detail: &JobDetail, format: Format) {
             "created_at_ms": detail.summary.created_at_ms,
             "args": detail.args,
             "kwargs": detail.kwargs,
+            "rollout": detail.summary.rollout,
             "minions": minions,
         });
         output::print_document(format, &doc);
@@ -380,7 +408,11 @@ fn show_job(detail: &JobDetail, format: Format) {
     println!("call:     {}", call.join(" "));
     println!("target:   {} {}", target_flag(detail.summary.target.kind), detail.summary.target.expr);
     println!("caller:   {}", detail.summary.caller);
-    println!("created:  {}\n", format_time(detail.summary.created_at_ms));
+    println!("created:  {}", format_time(detail.summary.created_at_ms));
+    if let Some(rollout) = &detail.summary.rollout {
+        println!("rollout:  {}", describe_rollout(rollout));
+    }
+    println!();
     let width = detail.minions.iter().map(|m| m.minion.len()).max().unwrap_or(0);
     for m in &detail.minions {
         crate::run::print_final(&m.minion, width, m.state, m.ret.as_ref());
@@ -389,6 +421,35 @@ fn show_job(detail: &JobDetail, format: Format) {
         }
     }
     crate::run::print_summary(&detail.summary.jid, detail.minions.iter().map(|m| m.state.as_str()));
+}
+
+/// A rollout in one line: where it is, why, and what was asked.
+fn describe_rollout(rollout: &halite_protocol::message::RolloutStatus) -> String {
+    use halite_protocol::message::RolloutState;
+    let spec = &rollout.spec;
+    let mut asked = Vec::new();
+    if let Some(batch) = spec.batch {
+        asked.push(format!("batch {batch}"));
+    }
+    if spec.batch_wait_ms > 0 {
+        asked.push(format!("wait {} ms", spec.batch_wait_ms));
+    }
+    if let Some(max) = spec.max_errors {
+        asked.push(format!("max errors {max}"));
+    }
+    if spec.canary > 0 {
+        asked.push(format!("{} canaries", spec.canary));
+    }
+    if !spec.abort_on.is_empty() {
+        asked.push(format!("abort on {}", spec.abort_on.join(", ")));
+    }
+    let state = match rollout.state {
+        RolloutState::Running => "running",
+        RolloutState::Paused => "paused",
+        RolloutState::Stopped => "stopped",
+    };
+    let why = rollout.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+    format!("{state}{why} ({})", asked.join(", "))
 }
 
 /// An argument as it would be typed to `halite run` (and read back the same): a string as it
@@ -426,7 +487,7 @@ fn target_flag(kind: halite_protocol::message::TargetKind) -> &'static str {
 }
 
 /// Unix milliseconds as `YYYY-MM-DD hh:mm:ss` UTC ("never" for 0).
-fn format_time(ms: u64) -> String {
+pub(crate) fn format_time(ms: u64) -> String {
     if ms == 0 {
         return "never".into();
     }

@@ -10,6 +10,7 @@ use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJ
 use serde_json::{json, Value};
 
 use crate::output::{self, paint, Format};
+use crate::rollout_args::RolloutArgs;
 use crate::{duration, EXIT_TARGETS_FAILED};
 
 /// The state shown for an id listed with `-L` that the master did not target.
@@ -44,6 +45,9 @@ pub(crate) struct RunArgs {
     /// Print the jid and return at once.
     #[arg(long = "async")]
     detach: bool,
+    /// How the job reaches its targets over time.
+    #[command(flatten)]
+    rollout: RolloutArgs,
     /// Minion target (a glob by default).
     target: String,
     /// Function, e.g. test.ping.
@@ -64,6 +68,7 @@ impl RunArgs {
             timeout: std::time::Duration::from_secs(30),
             ttl: None,
             detach: false,
+            rollout: RolloutArgs::default(),
             target: target.into(),
             function: function.into(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
@@ -87,6 +92,8 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
     (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.timeout.as_millis() as u64;
     spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);
+    spec.rollout = args.rollout.rollout();
+    let rolled_out = spec.rollout.is_some();
     let published = client.publish(spec).await?;
     if args.detach {
         match format {
@@ -125,6 +132,8 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
         }
     }
     let mut finals: BTreeMap<String, (MinionJobState, Option<JobReturn>)> = BTreeMap::new();
+    // Each target's latest state, for a rollout's progress line.
+    let mut latest: BTreeMap<String, MinionJobState> = BTreeMap::new();
     // On a terminal, a one-line progress counter on stderr, rewritten in place.
     let progress = format == Format::Table && std::io::stderr().is_terminal();
     let total = published.minions.len();
@@ -132,7 +141,9 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
-        if progress {
+        if progress && rolled_out {
+            eprint!("\r{}, job {}\x1b[K", rollout_progress(&latest, total), published.jid);
+        } else if progress {
             eprint!("\r{} of {total} minion(s) finished, job {}\x1b[K", finals.len(), published.jid);
         }
         let event = tokio::select! {
@@ -151,6 +162,7 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
         match event {
             JobEvent::Done => break,
             JobEvent::Update(update) => {
+                latest.insert(update.minion.clone(), update.state);
                 if format == Format::Ndjson {
                     // The same fields as `--out json` gives each minion, with its jid and id.
                     let mut line = result_value(update.state, update.ret.as_ref());
@@ -174,6 +186,14 @@ pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> a
         eprint!("\r\x1b[K");
     }
     let ok = finals.values().filter(|(state, _)| *state == MinionJobState::Returned).count();
+    if rolled_out && format == Format::Table {
+        // Why the rollout stopped early, when it did.
+        if let Ok(detail) = client.job(&published.jid).await {
+            if let Some(reason) = detail.summary.rollout.and_then(|r| r.reason) {
+                println!("\nrollout stopped: {reason}");
+            }
+        }
+    }
     match format {
         Format::Table => {
             let states = finals.values().map(|(state, _)| state.as_str());
@@ -255,6 +275,21 @@ pub(crate) fn result_value(state: MinionJobState, ret: Option<&JobReturn>) -> Va
     }
 }
 
+/// A rollout's progress: how many targets are done, running, waiting, failed, skipped.
+fn rollout_progress(latest: &BTreeMap<String, MinionJobState>, total: usize) -> String {
+    use MinionJobState::*;
+    let count = |pick: &dyn Fn(MinionJobState) -> bool| latest.values().filter(|s| pick(**s)).count();
+    let done = count(&|s| s == Returned);
+    let running = count(&|s| matches!(s, Sent | Running));
+    let waiting = count(&|s| s == Waiting);
+    let failed = count(&|s| matches!(s, Failed | TimedOut | Denied | Expired | Offline));
+    let skipped = count(&|s| matches!(s, Skipped | Cancelled));
+    let queued = total.saturating_sub(done + running + waiting + failed + skipped);
+    format!(
+        "{done} done, {running} running, {waiting} waiting, {queued} queued, {failed} failed, {skipped} skipped of {total}"
+    )
+}
+
 pub(crate) fn describe(state: MinionJobState) -> &'static str {
     match state {
         MinionJobState::Offline => "minion not connected; no TTL, so the job was not queued",
@@ -263,6 +298,8 @@ pub(crate) fn describe(state: MinionJobState) -> &'static str {
         MinionJobState::Cancelled => "cancelled before it finished",
         MinionJobState::Failed => "the job failed",
         MinionJobState::Denied => "the minion's policy does not allow this function",
+        MinionJobState::Skipped => "not started: the rollout stopped first",
+        MinionJobState::Queued => "not started yet: waiting for its turn in the rollout",
         _ => "",
     }
 }
@@ -298,6 +335,36 @@ mod tests {
     struct Wrap {
         #[command(flatten)]
         run: super::RunArgs,
+    }
+
+    #[test]
+    fn rollout_options_make_a_rollout_and_bad_amounts_are_named() {
+        let parsed = Wrap::try_parse_from([
+            "halite",
+            "-b",
+            "10%",
+            "--batch-wait",
+            "5s",
+            "--max-errors",
+            "1",
+            "--canary",
+            "2",
+            "--abort-on",
+            "minion/*/alarm/*",
+            "web*",
+            "test.ping",
+        ])
+        .unwrap();
+        let rollout = parsed.run.rollout.rollout().unwrap();
+        assert_eq!(rollout.batch, Some(halite_protocol::message::Amount::Percent(10)));
+        assert_eq!((rollout.batch_wait_ms, rollout.canary), (5_000, 2));
+        assert_eq!(rollout.max_errors, Some(halite_protocol::message::Amount::Count(1)));
+        assert_eq!(rollout.abort_on, ["minion/*/alarm/*"]);
+        assert!(Wrap::try_parse_from(["halite", "web*", "test.ping"]).unwrap().run.rollout.rollout().is_none());
+        let error = Wrap::try_parse_from(["halite", "-b", "150%", "web*", "test.ping"]).err().unwrap().to_string();
+        assert!(error.contains("not a percentage from 1% to 100%"), "{error}");
+        let error = Wrap::try_parse_from(["halite", "-b", "ten", "web*", "test.ping"]).err().unwrap().to_string();
+        assert!(error.contains("not a count or a percentage"), "{error}");
     }
 
     #[test]

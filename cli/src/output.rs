@@ -51,6 +51,21 @@ pub(crate) fn paint(text: &str, code: &str) -> String {
 
 /// Prints rows as an aligned table with a header. Cells may carry ANSI colour; widths count
 /// visible characters only.
+/// A list as `format` asks: a table of `row`s under `header`, or the items as a document.
+pub(crate) fn print_list<T: serde::Serialize>(
+    format: Format,
+    items: &[T],
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<()> {
+    if format == Format::Table {
+        print_table(header, &items.iter().map(row).collect::<Vec<_>>());
+    } else {
+        print_document(format, &serde_json::to_value(items)?);
+    }
+    Ok(())
+}
+
 pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let visible = |s: &str| strip_ansi(s).chars().count();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();

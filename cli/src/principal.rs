@@ -53,16 +53,47 @@ pub(crate) enum PrincipalCommand {
     Token {
         /// Name.
         name: String,
+        /// How long it is valid (30d, 12h, ...; `0s`: forever). Default: the master's
+        /// `[gateway] token_ttl_days`.
+        #[arg(long, value_parser = crate::duration::parse)]
+        ttl: Option<std::time::Duration>,
+    },
+    /// List gateway tokens: id, principal, created, expires (never the tokens themselves).
+    Tokens,
+    /// Revoke a gateway token by its id (from `halite principal tokens`).
+    RevokeToken {
+        /// Token id.
+        id: String,
     },
 }
 
 pub(crate) async fn run(client: &mut Client, command: PrincipalCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
-        PrincipalCommand::Token { name } => {
-            let token = client.create_api_token(&name).await?;
+        PrincipalCommand::Token { name, ttl } => {
+            let ttl_ms = ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+            let body = RequestBody::ApiTokenCreate { principal: name.clone(), ttl_ms };
+            let ResponseBody::ApiToken(token) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
             match format {
                 Format::Table => println!("{token}"),
                 _ => output::print_document(format, &json!({ "principal": name, "token": token })),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PrincipalCommand::Tokens => {
+            let ResponseBody::ApiTokens(tokens) = client.request(RequestBody::ApiTokenList).await? else {
+                anyhow::bail!("unexpected answer")
+            };
+            output::print_list(format, &tokens, &["ID", "PRINCIPAL", "CREATED", "EXPIRES"], |t| {
+                let expires = t.expires_at_ms.map_or_else(|| "never".to_owned(), crate::admin::format_time);
+                vec![t.id.clone(), t.principal.clone(), crate::admin::format_time(t.created_at_ms), expires]
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        PrincipalCommand::RevokeToken { id } => {
+            client.request(RequestBody::ApiTokenRevoke { id: id.clone() }).await?;
+            match format {
+                Format::Table => println!("revoked {id}"),
+                _ => output::print_document(format, &json!({ "revoked": id })),
             }
             Ok(ExitCode::SUCCESS)
         }

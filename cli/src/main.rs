@@ -11,6 +11,7 @@ mod duration;
 mod events;
 mod output;
 mod principal;
+mod rollout_args;
 mod run;
 
 use std::path::PathBuf;

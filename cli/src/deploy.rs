@@ -6,12 +6,14 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use halite_client::Client;
 use halite_protocol::message::{
-    status, ConfigInput, ConfigOutput, NewDeployment, NewSoftwareConfig, SoftwareDeployment, Value,
+    status, ConfigInput, ConfigOutput, DeploymentGroup, NewDeployment, NewDeploymentGroup, NewSoftwareConfig,
+    SoftwareDeployment, Value,
 };
 use serde_json::{json, Map};
 
 use crate::duration;
 use crate::output::{self, paint, Format};
+use crate::rollout_args::RolloutArgs;
 
 #[derive(Subcommand)]
 pub(crate) enum ConfigCommand {
@@ -99,6 +101,42 @@ pub(crate) enum DeploymentCommand {
     Delete {
         /// Deployment id.
         id: String,
+    },
+    /// Deploy a config to several servers, rolled out (Heat's SoftwareDeploymentGroup).
+    Group {
+        /// Config id.
+        config_id: String,
+        /// The servers' minion ids (deployed in id order).
+        #[arg(required = true)]
+        servers: Vec<String>,
+        /// An input value: `name=value` (JSON values are parsed: 3, true, [1,2]; else text).
+        #[arg(long = "input", value_name = "NAME=VALUE")]
+        inputs: Vec<String>,
+        /// CREATE, UPDATE, DELETE, SUSPEND or RESUME.
+        #[arg(long, default_value = "CREATE")]
+        action: String,
+        /// How long each server's hook may run.
+        #[arg(long, value_parser = duration::parse)]
+        timeout: Option<std::time::Duration>,
+        /// How the deployments start over time.
+        #[command(flatten)]
+        rollout: RolloutArgs,
+        /// Wait until the group is COMPLETE or FAILED (exit 3 when FAILED).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Show a deployment group: each server's status, the rollout and why it stopped.
+    GroupShow {
+        /// Group id.
+        id: String,
+    },
+    /// Wait until a deployment group is COMPLETE (exit 0) or FAILED (exit 3).
+    GroupWait {
+        /// Group id.
+        id: String,
+        /// Give up after this long (exit 1).
+        #[arg(long, value_parser = duration::parse)]
+        timeout: Option<std::time::Duration>,
     },
     /// Wait until a deployment is COMPLETE (exit 0) or FAILED (exit 3).
     Wait {
@@ -238,6 +276,32 @@ fn print_deployment(deployment: &SoftwareDeployment, format: Format) -> anyhow::
     Ok(())
 }
 
+fn print_group(group: &DeploymentGroup, format: Format) -> anyhow::Result<()> {
+    if format != Format::Table {
+        output::print_document(format, &serde_json::to_value(group)?);
+        return Ok(());
+    }
+    println!("{}  {}", group.id, paint(&group.status, status_colour(&group.status)));
+    println!("  action: {}  config: {}", group.action, group.config_id);
+    println!("  reason: {}", group.status_reason);
+    if let Some(reason) = &group.rollout.reason {
+        println!("  rollout stopped: {reason}");
+    }
+    let rows: Vec<Vec<String>> = group
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.server_id.clone(),
+                paint(&m.status, status_colour(&m.status)),
+                m.deployment_id.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    output::print_table(&["SERVER", "STATUS", "DEPLOYMENT"], &rows);
+    Ok(())
+}
+
 fn finished(deployment: &SoftwareDeployment) -> ExitCode {
     if deployment.status == status::COMPLETE {
         ExitCode::SUCCESS
@@ -312,6 +376,44 @@ pub(crate) async fn deployment(
                 output::print_document(format, &json!({ "deleted": id }));
             }
             Ok(ExitCode::SUCCESS)
+        }
+        DeploymentCommand::Group { config_id, servers, inputs, action, timeout, rollout, wait } => {
+            let input_values: Map<String, Value> =
+                inputs.iter().map(|s| parse_value(s)).collect::<anyhow::Result<_>>()?;
+            let spec = NewDeploymentGroup {
+                config_id,
+                servers,
+                input_values,
+                action: Some(action),
+                timeout_secs: timeout.map(|t| t.as_secs().max(1)),
+                rollout: rollout.rollout(),
+                ..NewDeploymentGroup::default()
+            };
+            let created = client.create_deployment_group(spec).await?;
+            if !wait {
+                print_group(&created, format)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let done = client.wait_for_deployment_group(&created.id, None).await?;
+            print_group(&done, format)?;
+            Ok(if done.status == status::COMPLETE {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(crate::EXIT_TARGETS_FAILED)
+            })
+        }
+        DeploymentCommand::GroupShow { id } => {
+            print_group(&client.show_deployment_group(&id).await?, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        DeploymentCommand::GroupWait { id, timeout } => {
+            let done = client.wait_for_deployment_group(&id, timeout).await?;
+            print_group(&done, format)?;
+            Ok(if done.status == status::COMPLETE {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(crate::EXIT_TARGETS_FAILED)
+            })
         }
         DeploymentCommand::Wait { id, timeout } => {
             let done = client.wait_for_deployment(&id, timeout).await?;

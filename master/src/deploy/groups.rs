@@ -1,0 +1,365 @@
+//! Deployment groups: one config to several servers (Heat's `SoftwareDeploymentGroup`), each
+//! server getting a deployment of its own, started as the group's rollout allows. The same
+//! decision as a job's rollout ([`RolloutRun::decide`]) runs over the group's members: a server
+//! not started yet is `queued`, an `IN_PROGRESS` deployment holds a place in the window, a
+//! `COMPLETE` one counts as returned and a `FAILED` one as failed.
+//!
+//! The group is stored as one document and driven by the master that created it (its `owner`),
+//! after every step in which one of its deployments ended and at ticks while it waits; a
+//! restarted master resumes the groups it owns.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use halite_protocol::message::{
+    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, PrincipalAcl,
+    ResponseBody, RolloutState,
+};
+use tracing::{info, warn};
+
+use crate::clock::new_uuid;
+use crate::jobs::Slot;
+use crate::net::Net;
+use crate::request_error::{Reply, RequestError};
+use crate::rollout::{Decision, RolloutRun};
+use crate::server::Master;
+use crate::store::{GroupRecord, Store, StoreError};
+
+/// Most servers one group deploys to.
+const MAX_GROUP_SERVERS: usize = 10_000;
+
+/// Groups this master drives: by group id, when the next member may start (the rollout's wait).
+#[derive(Debug, Default)]
+pub(crate) struct GroupRuns {
+    /// Open groups this master owns → not before when a member may start.
+    pub(crate) open: BTreeMap<String, Option<Instant>>,
+    /// Their members' deployments → the group.
+    pub(crate) of_deployment: BTreeMap<String, String>,
+    /// Groups to advance at the end of the step.
+    pub(crate) due: std::collections::BTreeSet<String>,
+    /// Open groups' `abort_on` patterns.
+    pub(crate) abort_on: BTreeMap<String, Vec<String>>,
+    /// Groups an event aborted (group, why), stopped at the end of the step.
+    pub(crate) aborts: Vec<(String, String)>,
+}
+
+/// A member's status as a slot state, for the rollout's decision.
+fn as_slot_state(member_status: &str) -> MinionJobState {
+    match member_status {
+        status::QUEUED => MinionJobState::Queued,
+        status::IN_PROGRESS => MinionJobState::Sent,
+        status::COMPLETE => MinionJobState::Returned,
+        status::SKIPPED => MinionJobState::Skipped,
+        _ => MinionJobState::Failed,
+    }
+}
+
+/// Stops a group's rollout for `reason`: the servers not started yet end `SKIPPED`.
+fn stop(rollout: &mut halite_protocol::message::RolloutStatus, members: &mut [GroupMember], reason: String) {
+    rollout.state = RolloutState::Stopped;
+    rollout.reason = Some(reason);
+    for member in members.iter_mut().filter(|m| m.status == status::QUEUED) {
+        member.status = status::SKIPPED.into();
+    }
+}
+
+fn is_final(member_status: &str) -> bool {
+    !matches!(member_status, status::QUEUED | status::IN_PROGRESS)
+}
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Creates a group and starts its first members; answered with the group.
+    pub(crate) async fn create_group(
+        &mut self,
+        spec: NewDeploymentGroup,
+        principal: &str,
+        acl: Option<&PrincipalAcl>,
+    ) -> Reply {
+        let mut servers = spec.servers.clone();
+        servers.sort();
+        servers.dedup();
+        if servers.is_empty() || servers.len() > MAX_GROUP_SERVERS {
+            return Err(RequestError::bad_request(format!(
+                "a deployment group needs from 1 to {MAX_GROUP_SERVERS} servers"
+            )));
+        }
+        if servers.len() != spec.servers.len() {
+            return Err(RequestError::bad_request("a server is listed twice in the group"));
+        }
+        for server in &servers {
+            self.may_deploy(acl, Some(server))?;
+        }
+        if let Some(why) = spec.rollout.as_ref().and_then(crate::rollout::invalid) {
+            return Err(RequestError::bad_request(why));
+        }
+        // What each member's deployment will be is checked once, before anything starts.
+        super::validate::deployment(&member_spec(&spec, &servers[0])).map_err(RequestError::bad_request)?;
+        if self.store.config(&spec.config_id).await.map_err(RequestError::from)?.is_none() {
+            return Err(super::no_config(&spec.config_id));
+        }
+        let now = self.clock.wall_ms();
+        let group = DeploymentGroup {
+            id: new_uuid(),
+            config_id: spec.config_id.clone(),
+            action: spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase(),
+            status: status::IN_PROGRESS.into(),
+            status_reason: "Deploy data available".into(),
+            rollout: RolloutRun::status_of(spec.rollout.clone().unwrap_or_default()),
+            members: servers
+                .iter()
+                .map(|s| GroupMember { server_id: s.clone(), deployment_id: None, status: status::QUEUED.into() })
+                .collect(),
+            creation_time: halite_protocol::time::iso8601_utc(now),
+        };
+        let id = group.id.clone();
+        let record = GroupRecord { group, spec, principal: principal.to_owned(), owner: self.config.id.clone() };
+        self.store.put_group(&record, now).await.map_err(RequestError::from)?;
+        info!(group = %id, servers = servers.len(), "deployment group created");
+        self.groups.open.insert(id.clone(), None);
+        self.advance_group(&id).await.map_err(RequestError::from)?;
+        let record = self.store.group(&id).await.map_err(RequestError::from)?;
+        record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(&id))
+    }
+
+    /// One group, for a principal that may deploy to every one of its servers.
+    pub(crate) async fn show_group(&mut self, id: &str, acl: Option<&PrincipalAcl>) -> Reply {
+        let record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
+        if record.group.members.iter().any(|m| self.may_deploy(acl, Some(&m.server_id)).is_err()) {
+            // Answered like a group that does not exist: its id reveals nothing.
+            return Err(no_group(id));
+        }
+        Ok(ResponseBody::DeploymentGroup(record.group))
+    }
+
+    /// A deployment changed status (`halite/deployment/<id>/<status>`, from this master or
+    /// another): its group, if this master drives one, moves on.
+    pub(crate) fn groups_hear(&mut self, tag: &str) {
+        for (group, patterns) in &self.groups.abort_on {
+            // A group's own events never abort it.
+            if tag.starts_with("halite/deployment_group/") && tag.contains(group.as_str()) {
+                continue;
+            }
+            if let Some(pattern) = patterns.iter().find(|p| halite_protocol::glob::matches(p, tag)) {
+                self.groups.aborts.push((group.clone(), format!("event {tag} matched abort_on {pattern}")));
+            }
+        }
+        let Some(rest) = tag.strip_prefix("halite/deployment/") else { return };
+        let Some((deployment, state)) = rest.split_once('/') else { return };
+        if state == status::IN_PROGRESS {
+            return;
+        }
+        if let Some(group) = self.groups.of_deployment.get(deployment).cloned() {
+            if self.groups.open.contains_key(&group) {
+                self.groups.due.insert(group);
+            }
+        }
+    }
+
+    /// Advances the groups due (every open one at a tick).
+    pub(crate) async fn advance_groups(&mut self, tick: bool) {
+        for (id, reason) in std::mem::take(&mut self.groups.aborts) {
+            if let Err(error) = self.stop_group(&id, reason).await {
+                warn!(%error, group = %id, "stopping a deployment group failed");
+            }
+        }
+        let mut due: Vec<String> = std::mem::take(&mut self.groups.due).into_iter().collect();
+        if tick {
+            let now = self.clock.now();
+            due.extend(
+                self.groups.open.iter().filter(|(_, at)| at.is_some_and(|at| at <= now)).map(|(g, _)| g.clone()),
+            );
+        }
+        due.sort();
+        due.dedup();
+        for id in due {
+            if let Err(error) = self.advance_group(&id).await {
+                warn!(%error, group = %id, "advancing a deployment group failed; tried again at the next tick");
+                self.groups.open.insert(id, Some(self.clock.now() + Duration::from_secs(1)));
+            }
+        }
+    }
+
+    /// An abort event stops a group's rollout: its queued servers end `SKIPPED`.
+    async fn stop_group(&mut self, id: &str, reason: String) -> Result<(), StoreError> {
+        let Some(mut record) = self.store.group(id).await? else { return Ok(()) };
+        if record.group.status != status::IN_PROGRESS || record.group.rollout.state == RolloutState::Stopped {
+            return Ok(());
+        }
+        info!(group = %id, %reason, "deployment group's rollout stopped");
+        stop(&mut record.group.rollout, &mut record.group.members, reason);
+        self.store.put_group(&record, self.clock.wall_ms()).await?;
+        self.emit_shared(
+            format!("halite/deployment_group/{id}/{}", record.group.status),
+            serde_json::to_value(&record.group).unwrap_or_default(),
+        );
+        self.advance_group(id).await
+    }
+
+    /// Rereads a group's members, starts what its rollout allows or stops it, and finishes it
+    /// when every member is final.
+    async fn advance_group(&mut self, id: &str) -> Result<(), StoreError> {
+        let Some(mut record) = self.store.group(id).await? else { return Ok(()) };
+        if !record.group.rollout.spec.abort_on.is_empty() {
+            self.groups.abort_on.insert(id.to_owned(), record.group.rollout.spec.abort_on.clone());
+        }
+        if record.group.status != status::IN_PROGRESS {
+            self.forget_group(id);
+            return Ok(());
+        }
+        let before = record.group.clone();
+        let now = self.clock.now();
+        let mut finished_now = false;
+        for member in &mut record.group.members {
+            let Some(deployment) = &member.deployment_id else { continue };
+            if is_final(&member.status) {
+                continue;
+            }
+            self.groups.of_deployment.insert(deployment.clone(), id.to_owned());
+            member.status = match self.store.deployment(deployment).await? {
+                Some(d) => d.deployment.status,
+                None => status::FAILED.into(),
+            };
+            finished_now |= is_final(&member.status);
+        }
+        let mut run = RolloutRun::new(record.group.rollout.clone());
+        let not_before = self.groups.open.get(id).copied().flatten();
+        run.not_before = not_before;
+        if finished_now {
+            run.target_finished(now);
+        }
+        loop {
+            let slots: BTreeMap<String, Slot> = record
+                .group
+                .members
+                .iter()
+                .map(|m| (m.server_id.clone(), Slot { state: as_slot_state(&m.status), deadline: None }))
+                .collect();
+            match run.decide(&slots, now) {
+                Decision::Nothing => break,
+                Decision::Stop(reason) => {
+                    info!(group = %id, %reason, "deployment group's rollout stopped");
+                    stop(&mut run.status, &mut record.group.members, reason);
+                    break;
+                }
+                Decision::Start(servers) => {
+                    for server in servers {
+                        let deployment = self.start_member(&record, &server).await;
+                        let Some(member) = record.group.members.iter_mut().find(|m| m.server_id == server) else {
+                            continue;
+                        };
+                        match deployment {
+                            Ok(deployment) => {
+                                self.groups.of_deployment.insert(deployment.id.clone(), id.to_owned());
+                                member.deployment_id = Some(deployment.id);
+                                member.status = deployment.status;
+                            }
+                            Err(error) => {
+                                warn!(group = %id, %server, error = %error.message, "a group member could not be deployed");
+                                member.status = status::FAILED.into();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        record.group.rollout = run.status.clone();
+        if record.group.members.iter().all(|m| is_final(&m.status)) {
+            let failed = record.group.members.iter().filter(|m| m.status != status::COMPLETE).count();
+            let total = record.group.members.len();
+            if failed == 0 {
+                record.group.status = status::COMPLETE.into();
+                record.group.status_reason = format!("all {total} deployments completed");
+            } else {
+                record.group.status = status::FAILED.into();
+                let why = run.status.reason.clone().map(|r| format!(" (rollout stopped: {r})")).unwrap_or_default();
+                record.group.status_reason = format!("{failed} of {total} deployments did not complete{why}");
+            }
+        }
+        if record.group != before {
+            self.store.put_group(&record, self.clock.wall_ms()).await?;
+            if record.group.status != before.status || record.group.rollout != before.rollout {
+                self.emit_shared(
+                    format!("halite/deployment_group/{id}/{}", record.group.status),
+                    serde_json::to_value(&record.group).unwrap_or_default(),
+                );
+            }
+        }
+        if record.group.status != status::IN_PROGRESS {
+            info!(group = %id, status = %record.group.status, reason = %record.group.status_reason, "deployment group finished");
+            self.forget_group(id);
+        } else {
+            // A wait still ahead is kept for the tick; one passed is done with.
+            self.groups.open.insert(id.to_owned(), run.not_before.filter(|at| *at > now));
+        }
+        Ok(())
+    }
+
+    /// Starts one member's deployment.
+    async fn start_member(
+        &mut self,
+        record: &GroupRecord,
+        server: &str,
+    ) -> Result<halite_protocol::message::SoftwareDeployment, RequestError> {
+        match self.create_deployment(member_spec(&record.spec, server), &record.principal).await? {
+            ResponseBody::Deployment(deployment) => Ok(deployment),
+            _ => Err(RequestError::bad_request("unexpected answer creating a deployment")),
+        }
+    }
+
+    fn forget_group(&mut self, id: &str) {
+        self.groups.open.remove(id);
+        self.groups.abort_on.remove(id);
+        self.groups.of_deployment.retain(|_, group| group != id);
+    }
+
+    /// After a restart: the groups this master owns go on.
+    pub(crate) async fn resume_groups(&mut self) -> Result<(), StoreError> {
+        for record in self.store.open_groups().await? {
+            if record.owner != self.config.id {
+                continue;
+            }
+            let id = record.group.id.clone();
+            for member in &record.group.members {
+                if let Some(deployment) = &member.deployment_id {
+                    self.groups.of_deployment.insert(deployment.clone(), id.clone());
+                }
+            }
+            self.groups.open.insert(id.clone(), None);
+            self.groups.due.insert(id);
+        }
+        Ok(())
+    }
+}
+
+/// The deployment a group makes for one of its servers.
+fn member_spec(spec: &NewDeploymentGroup, server: &str) -> NewDeployment {
+    NewDeployment {
+        config_id: spec.config_id.clone(),
+        server_id: server.to_owned(),
+        input_values: spec.input_values.clone(),
+        action: spec.action.clone(),
+        stack_id: spec.stack_id.clone(),
+        resource_name: spec.resource_name.clone(),
+        timeout_secs: spec.timeout_secs,
+        ..NewDeployment::default()
+    }
+}
+
+fn no_group(id: &str) -> RequestError {
+    RequestError::not_found(format!("no deployment group {id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_statuses_read_as_slot_states() {
+        assert_eq!(as_slot_state(status::QUEUED), MinionJobState::Queued);
+        assert_eq!(as_slot_state(status::IN_PROGRESS), MinionJobState::Sent);
+        assert_eq!(as_slot_state(status::COMPLETE), MinionJobState::Returned);
+        assert_eq!(as_slot_state(status::FAILED), MinionJobState::Failed);
+        assert_eq!(as_slot_state(status::SKIPPED), MinionJobState::Skipped);
+        assert!(is_final(status::SKIPPED) && !is_final(status::QUEUED));
+    }
+}

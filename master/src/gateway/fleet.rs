@@ -1,0 +1,144 @@
+//! Gateway routes for the fleet: minions (with grains and presence), keys, and enrollment
+//! tokens with the cloud-init user_data a new server boots with. Each is the CLI's request,
+//! under the token's principal, so the same authorisation applies (keys and tokens need an
+//! admin principal).
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use halite_protocol::enrollment;
+use halite_protocol::message::{RequestBody, ResponseBody};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::routes::{ask, ok, unexpected, ApiError, ApiResult, Commands};
+
+/// What enrollment documents need from the master: the key minions pin, and where it listens.
+#[derive(Clone)]
+pub(crate) struct Enrollment {
+    /// The key minions pin (the cluster key for a certified master), in hex.
+    pub(crate) master_key_hex: String,
+    /// The master's `listen` address.
+    pub(crate) listen: String,
+}
+
+/// The routes, with what enrollment documents need.
+pub(super) fn routes(enrollment: Enrollment) -> Router<Commands> {
+    Router::new()
+        .route("/v1/minions", get(list_minions))
+        .route("/v1/minions/{id}", get(show_minion))
+        .route("/v1/keys", get(list_keys))
+        .route("/v1/keys/{id}", axum::routing::delete(delete_key))
+        .route("/v1/keys/{id}/accept", post(accept_key))
+        .route("/v1/keys/{id}/reject", post(reject_key))
+        .route(
+            "/v1/enrollment_tokens",
+            post(move |state, headers, body| create_token(state, headers, body, enrollment.clone())),
+        )
+}
+
+/// `?pattern=` (an id glob; default every one).
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Pattern {
+    /// Id glob.
+    pattern: Option<String>,
+}
+
+async fn list_minions(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Pattern>) -> ApiResult {
+    match ask(&c, &h, RequestBody::MinionList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
+        ResponseBody::Minions(minions) => ok("minions", minions),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn show_minion(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    match ask(&c, &h, RequestBody::MinionList { pattern: id.clone() }).await? {
+        ResponseBody::Minions(minions) => match minions.into_iter().find(|m| m.id == id) {
+            Some(minion) => ok("minion", minion),
+            None => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no minion {id}"))),
+        },
+        _ => Err(unexpected()),
+    }
+}
+
+async fn list_keys(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Pattern>) -> ApiResult {
+    match ask(&c, &h, RequestBody::KeyList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
+        ResponseBody::Keys(keys) => ok("keys", keys),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn changed(c: &Commands, h: &HeaderMap, body: RequestBody) -> ApiResult {
+    match ask(c, h, body).await? {
+        ResponseBody::Changed(ids) => ok("changed", ids),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn accept_key(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    changed(&c, &h, RequestBody::KeyAccept { pattern: literal(&id)? }).await
+}
+
+async fn reject_key(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    changed(&c, &h, RequestBody::KeyReject { pattern: literal(&id)? }).await
+}
+
+async fn delete_key(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    changed(&c, &h, RequestBody::KeyDelete { pattern: literal(&id)? }).await
+}
+
+/// A path names one minion: a glob there is refused, not applied to every match.
+fn literal(id: &str) -> Result<String, ApiError> {
+    if halite_protocol::glob::is_pattern(id) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("{id:?} is a pattern, not a minion id"),
+        ));
+    }
+    Ok(id.to_owned())
+}
+
+/// An enrollment token to create.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TokenRequest {
+    /// The only minion id the token enrolls.
+    minion: String,
+    /// Seconds it stays valid (default 3600).
+    #[serde(default)]
+    ttl_secs: Option<u64>,
+    /// The addresses guests reach the masters at (`host:port`); default the master's `listen`
+    /// address, refused when only this host could reach it.
+    #[serde(default)]
+    master_addresses: Vec<String>,
+}
+
+async fn create_token(
+    State(c): State<Commands>,
+    h: HeaderMap,
+    axum::Json(request): axum::Json<TokenRequest>,
+    enrollment: Enrollment,
+) -> ApiResult {
+    let masters =
+        if request.master_addresses.is_empty() { vec![enrollment.listen.clone()] } else { request.master_addresses };
+    if let Some(local) = masters.iter().find(|m| enrollment::only_this_host(m)) {
+        let why = format!("{local} is reachable from this host only; give master_addresses the guests can reach");
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_request", why));
+    }
+    let ttl_ms = request.ttl_secs.unwrap_or(3600).saturating_mul(1000);
+    let ResponseBody::Token(token) = ask(&c, &h, RequestBody::TokenCreate { minion: request.minion, ttl_ms }).await?
+    else {
+        return Err(unexpected());
+    };
+    let file = enrollment::enrollment_toml(&masters, &enrollment.master_key_hex, &token.minion, &token.token);
+    ok(
+        "enrollment_token",
+        json!({
+            "token": token.token, "minion": token.minion, "expires_at_ms": token.expires_at_ms,
+            "enrollment": file, "user_data": enrollment::cloud_config(&file),
+        }),
+    )
+}

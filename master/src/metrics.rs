@@ -1,0 +1,267 @@
+//! What the master counts for operators, in Prometheus' text format (`prometheus-client`):
+//! sessions, handshakes, jobs and slots, latencies, the store, the bus, refusals and
+//! deployments; and whether it is alive and ready. The core updates the figures as it works
+//! (atomic counters, no locks on its path); `GET /metrics`, `/healthz` and `/readyz` are served
+//! on `[metrics] listen` and on the gateway.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// A core that has not finished a step or tick for this long is not ready.
+const STALL: Duration = Duration::from_secs(5);
+
+/// One label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Role {
+    pub(crate) role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Outcome {
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct State {
+    pub(crate) state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Operation {
+    pub(crate) operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Kind {
+    pub(crate) kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Status {
+    pub(crate) status: String,
+}
+
+type Histograms = Family<Operation, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to about 6.5 s.
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 17))
+}
+
+/// The master's figures; cheap to clone (every figure is shared).
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    registry: Registry,
+    /// Connected sessions, by role (`minion`, `client`).
+    pub(crate) sessions: Family<Role, Gauge>,
+    /// Finished handshakes, by outcome (`accepted`, `pending`, `refused`).
+    pub(crate) handshakes: Family<Outcome, Counter>,
+    /// Jobs published.
+    pub(crate) jobs_published: Counter,
+    /// Jobs with a slot not yet final.
+    pub(crate) jobs_live: Gauge,
+    /// Slots that reached a final state, by state.
+    pub(crate) slots_final: Family<State, Counter>,
+    /// From a publish request to the job stored and sent.
+    pub(crate) dispatch_seconds: Histogram,
+    /// From a job's publication to a minion's return of it.
+    pub(crate) round_trip_seconds: Histogram,
+    /// Store calls on the core's path, by operation.
+    pub(crate) store_seconds: Histograms,
+    /// Store calls that failed, by operation.
+    pub(crate) store_errors: Family<Operation, Counter>,
+    /// Bus events dropped for subscribers too slow to take them.
+    pub(crate) bus_dropped: Counter,
+    /// Refusals: minion events outside their ACL, publishes outside a principal's or peer's rules.
+    pub(crate) denials: Family<Kind, Counter>,
+    /// Deployments that reached a status, by status.
+    pub(crate) deployments: Family<Status, Counter>,
+    /// When the core last finished a step, in milliseconds since `started`.
+    last_step_ms: AtomicU64,
+    /// Whether the last write to the store succeeded.
+    store_ok: AtomicBool,
+    started: Instant,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every figure at zero, registered.
+    pub fn new() -> Self {
+        let mut inner = Inner {
+            registry: Registry::with_prefix("halite"),
+            sessions: Family::default(),
+            handshakes: Family::default(),
+            jobs_published: Counter::default(),
+            jobs_live: Gauge::default(),
+            slots_final: Family::default(),
+            dispatch_seconds: latency_histogram(),
+            round_trip_seconds: latency_histogram(),
+            store_seconds: Family::new_with_constructor(latency_histogram),
+            store_errors: Family::default(),
+            bus_dropped: Counter::default(),
+            denials: Family::default(),
+            deployments: Family::default(),
+            last_step_ms: AtomicU64::new(0),
+            store_ok: AtomicBool::new(true),
+            started: Instant::now(),
+        };
+        inner.registry.register("sessions", "Connected sessions, by role", inner.sessions.clone());
+        inner.registry.register("handshakes", "Finished handshakes, by outcome", inner.handshakes.clone());
+        inner.registry.register("jobs_published", "Jobs published", inner.jobs_published.clone());
+        inner.registry.register("jobs_live", "Jobs with a minion not yet in a final state", inner.jobs_live.clone());
+        inner.registry.register(
+            "slots_final",
+            "Minion slots that reached a final state, by state",
+            inner.slots_final.clone(),
+        );
+        inner.registry.register(
+            "dispatch_seconds",
+            "From a publish request to the job stored and sent",
+            inner.dispatch_seconds.clone(),
+        );
+        inner.registry.register(
+            "round_trip_seconds",
+            "From a job's publication to a minion's return of it",
+            inner.round_trip_seconds.clone(),
+        );
+        inner.registry.register(
+            "store_seconds",
+            "Store calls on the core's path, by operation",
+            inner.store_seconds.clone(),
+        );
+        inner.registry.register("store_errors", "Store calls that failed, by operation", inner.store_errors.clone());
+        inner.registry.register("bus_dropped", "Bus events dropped for slow subscribers", inner.bus_dropped.clone());
+        inner.registry.register("denials", "Refused minion events and publishes, by kind", inner.denials.clone());
+        inner.registry.register(
+            "deployments",
+            "Deployments that reached a status, by status",
+            inner.deployments.clone(),
+        );
+        Metrics { inner: Arc::new(inner) }
+    }
+
+    pub(crate) fn get(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// The figures in Prometheus' text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.inner.registry);
+        text
+    }
+
+    /// The figures in Prometheus' classic text format (0.0.4), for readers that do not ask for
+    /// OpenMetrics: the same lines, except that a counter's `# HELP` and `# TYPE` name its
+    /// samples (`…_total`) and there is no `# EOF`.
+    pub fn encode_classic(&self) -> String {
+        let open = self.encode();
+        let mut counters = std::collections::HashSet::new();
+        for line in open.lines() {
+            if let Some(name) = line.strip_prefix("# TYPE ").and_then(|rest| rest.strip_suffix(" counter")) {
+                counters.insert(name.to_owned());
+            }
+        }
+        let mut text = String::with_capacity(open.len() + counters.len() * 12);
+        for line in open.lines() {
+            if line == "# EOF" {
+                continue;
+            }
+            let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+                let rest = line.strip_prefix(prefix)?;
+                let (name, tail) = rest.split_once(' ')?;
+                counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
+            });
+            text.push_str(renamed.as_deref().unwrap_or(line));
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The core finished a step or a tick.
+    pub(crate) fn alive(&self) {
+        let ms = u64::try_from(self.inner.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.inner.last_step_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// A store call on the core's path took `took`, and succeeded or not.
+    pub(crate) fn store_call(&self, operation: &'static str, took: Duration, ok: bool) {
+        self.inner.store_seconds.get_or_create(&Operation { operation }).observe(took.as_secs_f64());
+        if !ok {
+            self.inner.store_errors.get_or_create(&Operation { operation }).inc();
+        }
+        self.inner.store_ok.store(ok, Ordering::Relaxed);
+    }
+
+    /// Why the master is not ready to take work, if it is not: its core stalled, or its store
+    /// failed on the last write.
+    pub fn not_ready(&self) -> Option<String> {
+        let since = self
+            .inner
+            .started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.inner.last_step_ms.load(Ordering::Relaxed)));
+        if since > STALL {
+            return Some(format!("the core has not finished a step for {} s", since.as_secs()));
+        }
+        if !self.inner.store_ok.load(Ordering::Relaxed) {
+            return Some("the last write to the store failed".into());
+        }
+        None
+    }
+}
+
+impl Inner {
+    /// A refusal of `kind`.
+    pub(crate) fn denied(&self, kind: &'static str) {
+        self.denials.get_or_create(&Kind { kind }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_names_every_family_with_its_help_and_labels() {
+        let metrics = Metrics::new();
+        let m = metrics.get();
+        m.sessions.get_or_create(&Role { role: "minion" }).set(3);
+        m.slots_final.get_or_create(&State { state: "returned" }).inc();
+        m.dispatch_seconds.observe(0.002);
+        metrics.store_call("insert_job", Duration::from_millis(1), false);
+        let text = metrics.encode();
+        assert!(text.contains("# HELP halite_sessions Connected sessions, by role."), "{text}");
+        assert!(text.contains("halite_sessions{role=\"minion\"} 3"), "{text}");
+        assert!(text.contains("halite_slots_final_total{state=\"returned\"} 1"), "{text}");
+        assert!(text.contains("halite_store_errors_total{operation=\"insert_job\"} 1"), "{text}");
+        assert!(text.contains("halite_dispatch_seconds_bucket{le=\"0.0032\"} 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let classic = metrics.encode_classic();
+        assert!(classic.contains("# TYPE halite_slots_final_total counter\n"), "{classic}");
+        assert!(classic.contains("# HELP halite_slots_final_total Minion slots"), "{classic}");
+        assert!(classic.contains("# TYPE halite_sessions gauge\n"), "{classic}");
+        assert!(!classic.contains("# EOF"), "{classic}");
+        assert_eq!(metrics.not_ready().as_deref(), Some("the last write to the store failed"));
+        metrics.store_call("insert_job", Duration::from_millis(1), true);
+        assert_eq!(metrics.not_ready(), None);
+    }
+}

@@ -1,0 +1,224 @@
+//! Rollouts carried out: the master asks each live rollout what to do ([`RolloutRun::decide`])
+//! at the end of every step in which one of its targets finished, at every tick (waits,
+//! restarts), and after a resume; then starts targets, or stops the rollout. Pause, resume,
+//! cancel and abort events change where a rollout is; each change is stored before it is
+//! answered, announced on the bus (`halite/job/<jid>/rollout/...`) and to the other masters.
+//!
+//! With several masters, every master holding the job decides alike from the same slots and
+//! starts the targets it serves (and those nobody serves); the window then holds within the
+//! time an announcement takes.
+
+use std::time::Duration;
+
+use halite_protocol::message::{MinionJobState, RolloutState, RolloutStatus};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::net::Net;
+use crate::request_error::RequestError;
+use crate::rollout::Decision;
+use crate::server::Master;
+use crate::store::{ClusterChange, Store, StoreError};
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Decides every rollout whose job changed in this step, and on a tick those whose wait
+    /// has passed.
+    pub(crate) async fn advance_rollouts(&mut self, tick: bool) {
+        for (jid, reason) in std::mem::take(&mut self.pending.rollout_aborts) {
+            if let Err(error) = self.stop_rollout(&jid, reason).await {
+                warn!(%error, %jid, "stopping a rollout failed");
+            }
+        }
+        let mut due = std::mem::take(&mut self.pending.rollouts_due);
+        if tick {
+            let now = self.clock.now();
+            let waited = self
+                .jobs
+                .rollout_jobs()
+                .filter(|job| job.rollout.as_ref().and_then(|run| run.not_before).is_some_and(|at| at <= now));
+            due.extend(waited.map(|job| job.record.jid.clone()));
+        }
+        for jid in due {
+            if let Err(error) = self.advance_rollout(&jid).await {
+                warn!(%error, %jid, "advancing a rollout failed; tried again in a second");
+                let retry = self.clock.now() + Duration::from_secs(1);
+                if let Some(run) = self.jobs.get_mut(&jid).and_then(|job| job.rollout.as_mut()) {
+                    run.not_before = Some(retry);
+                }
+            }
+        }
+    }
+
+    /// Carries out what the rollout decides, again until it decides nothing: a target that
+    /// started offline (waiting for its TTL, or ended `offline`) leaves its place to the next.
+    async fn advance_rollout(&mut self, jid: &str) -> Result<(), StoreError> {
+        // A wait that has passed is done with: the tick no longer looks at this rollout.
+        let now = self.clock.now();
+        if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
+            run.not_before = run.not_before.filter(|at| *at > now);
+        }
+        loop {
+            let now = self.clock.now();
+            let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+            let Some(run) = &job.rollout else { return Ok(()) };
+            match run.decide(job.slots(), now) {
+                Decision::Nothing => return Ok(()),
+                Decision::Stop(reason) => return self.stop_rollout(jid, reason).await,
+                Decision::Start(ids) => {
+                    let mine: Vec<String> = ids.into_iter().filter(|id| !self.served_elsewhere(id)).collect();
+                    if mine.is_empty() {
+                        // The masters serving them start them.
+                        return Ok(());
+                    }
+                    for id in &mine {
+                        self.start_target(jid, id).await?;
+                    }
+                    self.emit_shared(format!("halite/job/{jid}/rollout/started"), json!({ "minions": mine }));
+                }
+            }
+        }
+    }
+
+    /// Starts one queued target: sent if it is connected, waiting for its TTL if not (offline
+    /// without a TTL ends it `offline`).
+    async fn start_target(&mut self, jid: &str, minion: &str) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let ttl = Duration::from_millis(job.record.ttl_ms);
+        match self.sessions.peer_of(minion) {
+            Some(peer) => {
+                self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
+                self.deliver(jid, minion, peer).await?;
+            }
+            None if !ttl.is_zero() => {
+                self.set_slot(jid, minion, MinionJobState::Waiting, None).await?;
+                self.jobs.set_deadline(jid, minion, now + ttl);
+            }
+            None => self.set_slot(jid, minion, MinionJobState::Offline, None).await?,
+        }
+        Ok(())
+    }
+
+    /// A target of a rollout job reached a final state: the next may start (after the wait).
+    pub(crate) fn rollout_target_finished(&mut self, jid: &str) {
+        let now = self.clock.now();
+        if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
+            run.target_finished(now);
+            self.pending.rollouts_due.insert(jid.to_owned());
+        }
+    }
+
+    /// Stops a rollout for good: its queued targets end `skipped`.
+    pub(crate) async fn stop_rollout(&mut self, jid: &str, reason: String) -> Result<(), StoreError> {
+        if !self.change_rollout(jid, RolloutState::Stopped, Some(reason.clone())).await? {
+            return Ok(());
+        }
+        info!(%jid, %reason, "rollout stopped");
+        self.skip_queued(jid).await
+    }
+
+    /// Ends the queued targets of a stopped rollout `skipped`.
+    async fn skip_queued(&mut self, jid: &str) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let queued: Vec<String> =
+            job.slots().iter().filter(|(_, s)| s.state == MinionJobState::Queued).map(|(m, _)| m.clone()).collect();
+        for minion in queued {
+            self.set_slot(jid, &minion, MinionJobState::Skipped, None).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves a live rollout to `state` (a stopped one stays stopped): stored, announced on the
+    /// bus and to the other masters. Whether it changed.
+    async fn change_rollout(
+        &mut self,
+        jid: &str,
+        state: RolloutState,
+        reason: Option<String>,
+    ) -> Result<bool, StoreError> {
+        let Some(run) = self.jobs.get(jid).and_then(|job| job.rollout.as_ref()) else { return Ok(false) };
+        if run.status.state == RolloutState::Stopped || run.status.state == state {
+            return Ok(false);
+        }
+        let status = RolloutStatus { spec: run.status.spec.clone(), state, reason: reason.clone() };
+        self.store.set_rollout(jid, &status).await?;
+        if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
+            run.status = status;
+        }
+        let word = match state {
+            RolloutState::Running => "resumed",
+            RolloutState::Paused => "paused",
+            RolloutState::Stopped => "stopped",
+        };
+        self.emit(format!("halite/job/{jid}/rollout/{word}"), json!({ "reason": reason }));
+        self.tell_other_masters(ClusterChange::Rollout { jid: jid.to_owned() }).await;
+        self.pending.rollouts_due.insert(jid.to_owned());
+        Ok(true)
+    }
+
+    /// Another master changed a rollout: reread where it is.
+    pub(crate) async fn rollout_changed_elsewhere(&mut self, jid: &str) -> Result<(), StoreError> {
+        if self.jobs.get(jid).is_none_or(|job| job.rollout.is_none()) {
+            return Ok(());
+        }
+        let Some(status) = self.store.job(jid).await?.and_then(|detail| detail.summary.rollout) else {
+            return Ok(());
+        };
+        let stopped = status.state == RolloutState::Stopped;
+        if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
+            run.status = status;
+        }
+        if stopped {
+            self.skip_queued(jid).await?;
+        }
+        self.pending.rollouts_due.insert(jid.to_owned());
+        Ok(())
+    }
+
+    /// A client's pause or resume of a job it may see.
+    pub(crate) async fn pause_or_resume(&mut self, jid: &str, pause: bool, visible: bool) -> Result<(), RequestError> {
+        let Some(job) = self.jobs.get(jid).filter(|_| visible) else {
+            return Err(RequestError::not_found(format!("no running job {jid}")));
+        };
+        let Some(run) = &job.rollout else {
+            return Err(RequestError::bad_request(format!(
+                "job {jid} has no rollout to pause or resume (it was sent to every target at once)"
+            )));
+        };
+        if run.status.state == RolloutState::Stopped {
+            let why = run.status.reason.clone().unwrap_or_default();
+            return Err(RequestError::bad_request(format!("the rollout of job {jid} has stopped: {why}")));
+        }
+        let (state, reason) = if pause {
+            (RolloutState::Paused, Some("paused by a client".to_owned()))
+        } else {
+            (RolloutState::Running, None)
+        };
+        self.change_rollout(jid, state, reason).await.map_err(RequestError::from)?;
+        Ok(())
+    }
+
+    /// A cancelled rollout starts nothing more.
+    pub(crate) async fn cancel_rollout(&mut self, jid: &str) -> Result<(), StoreError> {
+        self.change_rollout(jid, RolloutState::Stopped, Some("cancelled".to_owned())).await.map(drop)
+    }
+
+    /// An event on the bus: the rollouts it aborts stop at the end of the step. A job's own
+    /// events never abort it.
+    pub(crate) fn rollouts_hear(&mut self, tag: &str) {
+        for job in self.jobs.rollout_jobs() {
+            let Some(run) = &job.rollout else { continue };
+            let jid = job.record.jid.as_str();
+            if run.status.state == RolloutState::Stopped
+                || run.status.spec.abort_on.is_empty()
+                || tag.strip_prefix("halite/job/").and_then(|rest| rest.strip_prefix(jid)).is_some()
+            {
+                continue;
+            }
+            if let Some(pattern) = run.status.spec.abort_on.iter().find(|p| halite_protocol::glob::matches(p, tag)) {
+                let reason = format!("event {tag} matched abort_on {pattern}");
+                self.pending.rollout_aborts.push((jid.to_owned(), reason));
+            }
+        }
+    }
+}

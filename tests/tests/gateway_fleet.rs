@@ -1,0 +1,121 @@
+//! The fleet over the HTTP gateway: minions, keys, and enrollment tokens whose user_data a new
+//! server boots with, under the same authorisation as the CLI.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use halite_tests::{http, wait_for, Cluster};
+use serde_json::json;
+
+#[test]
+fn an_engine_lists_minions_manages_keys_and_enrolls_a_server_through_the_gateway() {
+    let mut cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    cluster.enroll_minion("f1", "role = \"web\"\n");
+    cluster.wait_connected(&["f1"]);
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim().to_owned();
+    let root = cluster.cli(&["principal", "token", "root"]).stdout.trim().to_owned();
+    let get = |path: &str| http::request("GET", &addr, path, Some(&root), None);
+    let post = |path: &str, body: Option<&str>| http::request("POST", &addr, path, Some(&root), body);
+
+    // Minions, with presence and grains.
+    let minions = get("/v1/minions?pattern=f*").json();
+    assert_eq!(minions["minions"][0]["id"], "f1", "{minions}");
+    assert_eq!(minions["minions"][0]["connected"], true, "{minions}");
+    let one = get("/v1/minions/f1").json();
+    assert_eq!(one["minion"]["grains"]["role"], "web", "{one}");
+    let ghost = get("/v1/minions/ghost");
+    assert_eq!((ghost.status, ghost.json()["error"]["kind"].as_str()), (404, Some("not_found")), "{}", ghost.body);
+
+    // An enrollment token: the master's own loopback address is refused for guests.
+    let local = post("/v1/enrollment_tokens", Some(&json!({"minion": "f2"}).to_string()));
+    assert_eq!(local.status, 400, "{}", local.body);
+    assert!(local.json()["error"]["message"].as_str().unwrap().contains("master_addresses"), "{}", local.body);
+    let request = json!({"minion": "f2", "ttl_secs": 600, "master_addresses": ["10.20.30.40:4506"]});
+    let created = post("/v1/enrollment_tokens", Some(&request.to_string()));
+    assert_eq!(created.status, 200, "{}", created.body);
+    let token = created.json()["enrollment_token"].clone();
+    let user_data = token["user_data"].as_str().unwrap();
+    assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
+    assert!(user_data.contains("master = \"10.20.30.40:4506\"") && user_data.contains("id = \"f2\""), "{user_data}");
+    assert!(user_data.contains(&cluster.master_key()), "the key minions pin: {user_data}");
+    // The enrollment file it writes enrolls the server (here pointed at the master on loopback).
+    cluster.prepare_minion("f2", false, "");
+    let enrollment =
+        token["enrollment"].as_str().unwrap().replace("10.20.30.40:4506", &format!("127.0.0.1:{}", cluster.port));
+    std::fs::write(cluster.minion_dir("f2").join("enrollment.toml"), enrollment).unwrap();
+    cluster.start_minion("f2");
+    cluster.wait_connected(&["f2"]);
+
+    // Keys: listed; rejected (the session is cut), accepted again, deleted. A glob is refused.
+    let keys = get("/v1/keys").json();
+    let states: Vec<(String, String)> = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["id"].as_str().unwrap().to_owned(), k["state"].as_str().unwrap().to_owned()))
+        .collect();
+    assert!(states.contains(&("f2".into(), "accepted".into())), "{states:?}");
+    assert_eq!(post("/v1/keys/f2/reject", None).json()["changed"], json!(["f2"]));
+    wait_for("f2 cut off", Duration::from_secs(10), || (!cluster.connected().contains(&"f2".to_owned())).then_some(()));
+    assert_eq!(post("/v1/keys/f2/accept", None).json()["changed"], json!(["f2"]));
+    let glob = post("/v1/keys/f*/accept", None);
+    assert_eq!(glob.status, 400, "{}", glob.body);
+    let deleted = http::request("DELETE", &addr, "/v1/keys/f2", Some(&root), None);
+    assert_eq!(deleted.json()["changed"], json!(["f2"]), "{}", deleted.body);
+
+    // A principal without admin sees minions within its targets, and no keys or tokens.
+    let keys_dir = cluster.dir.join("keys");
+    let run = cluster.cli(&[
+        "principal",
+        "add",
+        "ops",
+        "--generate",
+        keys_dir.to_str().unwrap(),
+        "--target",
+        "f1",
+        "--function",
+        "test.ping",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let ops = cluster.cli(&["principal", "token", "ops"]).stdout.trim().to_owned();
+    let seen = http::request("GET", &addr, "/v1/minions", Some(&ops), None).json();
+    let ids: Vec<&str> = seen["minions"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["f1"], "{seen}");
+    assert_eq!(http::request("GET", &addr, "/v1/keys", Some(&ops), None).status, 403);
+    let body = json!({"minion": "f3", "master_addresses": ["10.0.0.1:4506"]}).to_string();
+    assert_eq!(http::request("POST", &addr, "/v1/enrollment_tokens", Some(&ops), Some(&body)).status, 403);
+}
+
+/// An event stream that drops resumes where it was: each event carries an `id:`, and a
+/// reconnect with `Last-Event-ID` gets what came meanwhile before anything new.
+#[test]
+fn an_event_stream_resumes_after_the_last_event_id() {
+    let mut cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    cluster.enroll_minion("s1", "");
+    cluster.wait_connected(&["s1"]);
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim().to_owned();
+    let root = cluster.cli(&["principal", "token", "root"]).stdout.trim().to_owned();
+    let path = "/v1/events?tag=halite/job/*/new";
+
+    let mut stream = http::EventStream::open(&addr, path, &root);
+    assert_eq!(stream.status, 200);
+    let first = cluster.cli(&["run", "--async", "s1", "test.ping"]).stdout.trim().to_owned();
+    let (id, data) = stream.next_event();
+    assert_eq!(data["tag"], format!("halite/job/{first}/new"));
+    let id = id.expect("an id: line");
+    drop(stream);
+
+    // Published while the stream was down.
+    let missed = cluster.cli(&["run", "--async", "s1", "test.ping"]).stdout.trim().to_owned();
+    let mut resumed = http::EventStream::open_after(&addr, path, &root, Some(&id));
+    let (_, data) = resumed.next_event();
+    assert_eq!(data["tag"], format!("halite/job/{missed}/new"), "the missed event first");
+    let later = cluster.cli(&["run", "--async", "s1", "test.ping"]).stdout.trim().to_owned();
+    let (_, data) = resumed.next_event();
+    assert_eq!(data["tag"], format!("halite/job/{later}/new"), "then live ones");
+}
