@@ -133,7 +133,7 @@ pub(crate) enum JobsCommand {
     },
 }
 
-async fn keys_changed(client: &mut Client, body: RequestBody, verb: &str, format: Format) -> anyhow::Result<ExitCode> {
+async fn keys_changed(client: &Client, body: RequestBody, verb: &str, format: Format) -> anyhow::Result<ExitCode> {
     let ResponseBody::Changed(ids) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
     match format {
         Format::Table if ids.is_empty() => println!("no matching keys"),
@@ -144,7 +144,7 @@ async fn keys_changed(client: &mut Client, body: RequestBody, verb: &str, format
 }
 
 pub(crate) async fn key(
-    client: &mut Client,
+    client: &Client,
     command: KeyCommand,
     format: Format,
     config: &Path,
@@ -274,7 +274,7 @@ fn master_key_hex(config: &Path) -> anyhow::Result<String> {
     Ok(hex::encode(key.as_bytes()))
 }
 
-pub(crate) async fn minions(client: &mut Client, command: MinionsCommand, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn minions(client: &Client, command: MinionsCommand, format: Format) -> anyhow::Result<ExitCode> {
     let MinionsCommand::List { pattern } = command;
     let ResponseBody::Minions(minions) = client.request(RequestBody::MinionList { pattern }).await? else {
         anyhow::bail!("unexpected answer")
@@ -310,7 +310,7 @@ pub(crate) async fn minions(client: &mut Client, command: MinionsCommand, format
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn jobs(client: &mut Client, command: JobsCommand, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn jobs(client: &Client, command: JobsCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
         JobsCommand::List { limit } => {
             let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit }).await? else {

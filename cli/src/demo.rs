@@ -119,7 +119,7 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
         async move { ready.then(|| ClientConfig::from_master_config(&path).ok()).flatten() }
     })
     .await?;
-    let mut client = Client::connect(config).await?;
+    let client = Client::connect(config).await?;
 
     for (id, role) in MINIONS {
         let body = RequestBody::TokenCreate { minion: id.into(), ttl_ms: 600_000 };
@@ -155,7 +155,7 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
         println!("started halite-minion {id} with a one-time enrollment token");
     }
 
-    let client_ref = &mut client;
+    let client_ref = &client;
     let mut connected = 0;
     let started = Instant::now();
     while connected < MINIONS.len() {
@@ -178,21 +178,15 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
         ("halite run '*' cmd.run 'uname -sr'", RunArgs::glob("*", "cmd.run", &["uname -sr"])),
     ];
     step("halite key list");
-    crate::admin::key(
-        &mut client,
-        crate::admin::KeyCommand::List { pattern: "*".into() },
-        Format::Table,
-        Path::new(""),
-    )
-    .await?;
+    crate::admin::key(&client, crate::admin::KeyCommand::List { pattern: "*".into() }, Format::Table, Path::new(""))
+        .await?;
     for (text, args) in commands {
         step(text);
-        if run::run(&mut client, args, Format::Table).await? != ExitCode::SUCCESS {
+        if run::run(&client, args, Format::Table).await? != ExitCode::SUCCESS {
             code = ExitCode::FAILURE;
         }
     }
     step("halite minions list");
-    crate::admin::minions(&mut client, crate::admin::MinionsCommand::List { pattern: "*".into() }, Format::Table)
-        .await?;
+    crate::admin::minions(&client, crate::admin::MinionsCommand::List { pattern: "*".into() }, Format::Table).await?;
     Ok(code)
 }

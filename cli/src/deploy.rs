@@ -169,7 +169,7 @@ fn read_text(path: &PathBuf) -> anyhow::Result<String> {
     }
 }
 
-pub(crate) async fn config(client: &mut Client, command: ConfigCommand, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn config(client: &Client, command: ConfigCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
         ConfigCommand::Create { name, group, file, inputs, outputs, error_outputs, definition } => {
             let new = match definition {
@@ -311,7 +311,7 @@ fn finished(deployment: &SoftwareDeployment) -> ExitCode {
 }
 
 pub(crate) async fn deployment(
-    client: &mut Client,
+    client: &Client,
     command: DeploymentCommand,
     format: Format,
 ) -> anyhow::Result<ExitCode> {

@@ -17,12 +17,12 @@ pub(crate) struct EventsArgs {
     count: Option<u64>,
 }
 
-pub(crate) async fn run(client: &mut Client, args: EventsArgs, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(client: &Client, args: EventsArgs, format: Format) -> anyhow::Result<ExitCode> {
     let patterns = if args.patterns.is_empty() { vec!["*".to_owned()] } else { args.patterns };
-    client.subscribe(patterns).await?;
+    let mut events = client.subscribe(patterns).await?;
     let mut seen = 0u64;
     while args.count.is_none_or(|n| seen < n) {
-        let event = client.next_event().await?;
+        let event = events.next_event().await?;
         // When this command received it (the bus carries no time of its own).
         let at = halite_protocol::time::iso8601_utc(now_ms());
         match format {

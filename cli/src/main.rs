@@ -151,17 +151,20 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    let config = client_config(&cli)?;
-    let mut client = Client::connect(config).await?;
+    let mut config = client_config(&cli)?;
+    // `halite events` streams for as long as it runs and goes on across a master's restart;
+    // other commands report a lost master at once, as Salt's CLI does.
+    config.reconnect = matches!(cli.command, Command::Events(_));
+    let client = Client::connect(config).await?;
     match cli.command {
-        Command::Run(args) => run::run(&mut client, args, cli.out).await,
-        Command::Key(command) => admin::key(&mut client, command, cli.out, &cli.config).await,
-        Command::Minions(command) => admin::minions(&mut client, command, cli.out).await,
-        Command::Jobs(command) => admin::jobs(&mut client, command, cli.out).await,
-        Command::Events(args) => events::run(&mut client, args, cli.out).await,
-        Command::Principal(command) => principal::run(&mut client, command, cli.out).await,
-        Command::Config(command) => deploy::config(&mut client, command, cli.out).await,
-        Command::Deployment(command) => deploy::deployment(&mut client, command, cli.out).await,
+        Command::Run(args) => run::run(&client, args, cli.out).await,
+        Command::Key(command) => admin::key(&client, command, cli.out, &cli.config).await,
+        Command::Minions(command) => admin::minions(&client, command, cli.out).await,
+        Command::Jobs(command) => admin::jobs(&client, command, cli.out).await,
+        Command::Events(args) => events::run(&client, args, cli.out).await,
+        Command::Principal(command) => principal::run(&client, command, cli.out).await,
+        Command::Config(command) => deploy::config(&client, command, cli.out).await,
+        Command::Deployment(command) => deploy::deployment(&client, command, cli.out).await,
         Command::Demo(_) | Command::Completions { .. } => unreachable!("handled above"),
     }
 }

@@ -67,7 +67,7 @@ pub(crate) enum PrincipalCommand {
     },
 }
 
-pub(crate) async fn run(client: &mut Client, command: PrincipalCommand, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(client: &Client, command: PrincipalCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
         PrincipalCommand::Token { name, ttl } => {
             let ttl_ms = ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));

@@ -87,7 +87,7 @@ impl RunArgs {
     }
 }
 
-pub(crate) async fn run(client: &mut Client, args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
     let mut spec = PublishSpec::new(Target { kind: args.kind(), expr: args.target.clone() }, &args.function);
     (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.timeout.as_millis() as u64;

@@ -1,15 +1,18 @@
 //! A client session with the master.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use halite_protocol::message::{
-    self, Cancel, ClientHello, Event, JobDetail, JobUpdate, Message, PublishRequest, Published, Request, RequestBody,
-    ResponseBody, Subscribe, Target, Value,
+    JobDetail, JobUpdate, PublishRequest, Published, RequestBody, ResponseBody, Target, Value,
 };
-use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
-use halite_transport::{Dealer, DealerConfig, DealerEvent};
+use tokio::sync::{mpsc, oneshot};
 
+use crate::connection::Connection;
+use crate::driver::{Command, Driver};
+use crate::events::EventStream;
+use crate::follow::Follows;
 use crate::{ClientConfig, ClientError};
 
 /// What to publish.
@@ -59,181 +62,73 @@ pub enum JobEvent {
 /// How long `Client::request` and `Client::publish` wait for the master's answer.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// An authenticated session with the master.
+/// The `request` the master names in an error refusing a subscription.
+pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
+
+/// Commands queued for the driver before callers wait for room.
+const COMMAND_QUEUE: usize = 256;
+
+/// A session with a master, as a cheap cloneable handle: every clone shares one connection,
+/// and any number of tasks may use them at once (answers find their caller by request id).
+/// The connection lives in a task of its own, until the last handle is dropped; it is
+/// re-established when lost (see `ClientConfig::reconnect` for the policy). Every call is
+/// bounded by `ClientConfig::request_timeout`.
+#[derive(Clone)]
 pub struct Client {
-    dealer: Dealer,
-    session: Session,
-    addr: String,
-    next_request: u64,
-    /// Messages received while waiting for something else.
-    inbox: VecDeque<Message>,
-    /// Per job being followed, the minions whose final state was handed out.
-    finals: HashMap<String, HashSet<String>>,
-    /// How long a request waits for its answer.
+    commands: mpsc::Sender<Command>,
+    follows: Arc<Follows>,
+    addr: Arc<Mutex<String>>,
     request_timeout: Duration,
 }
 
 impl Client {
     /// Connects and authenticates, to the first of the configured masters that answers.
     pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
-        let mut failures = Vec::new();
-        for addr in &config.masters {
-            let timeout = config.connect_timeout;
-            let attempt = tokio::time::timeout(timeout, Self::handshake(config.clone(), addr.clone())).await;
-            match attempt {
-                Ok(Ok(client)) => return Ok(client),
-                Ok(Err(ClientError::Connect { reason, .. })) => failures.push(format!("{addr}: {reason}")),
-                Ok(Err(other)) => return Err(other),
-                Err(_) => failures.push(format!("{addr}: no answer within {} s", timeout.as_secs())),
-            }
-        }
-        let addr = config.masters.join(", ");
-        let reason = if failures.is_empty() { "no master address given".to_owned() } else { failures.join("; ") };
-        Err(ClientError::Connect { addr, reason })
+        let connection = Connection::open_any(&config).await?;
+        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
+        let follows = Arc::new(Follows::default());
+        let addr = Arc::new(Mutex::new(connection.addr.clone()));
+        let request_timeout = config.request_timeout;
+        let driver = Driver::new(config, connection, follows.clone(), addr.clone());
+        tokio::spawn(driver.run(receiver));
+        Ok(Client { commands, follows, addr, request_timeout })
     }
 
-    async fn handshake(config: ClientConfig, addr: String) -> Result<Client, ClientError> {
-        let fail = |reason: String| ClientError::Connect { addr: addr.clone(), reason };
-        let identity = LocalIdentity::new(config.key).map_err(|e| fail(e.to_string()))?;
-        // A master that is down refuses at once: say so at once, instead of letting the
-        // socket retry quietly until the connect timeout.
-        drop(tokio::net::TcpStream::connect(&addr).await.map_err(|e| fail(e.to_string()))?);
-        let mut dealer = Dealer::connect(addr.clone(), DealerConfig::default());
-        loop {
-            match dealer.recv().await {
-                Some(DealerEvent::Connected(_)) => break,
-                Some(DealerEvent::Disconnected(reason)) => return Err(fail(reason.to_string())),
-                Some(DealerEvent::Message(_)) => {}
-                None => return Err(fail("connection closed".into())),
-            }
-        }
-        let claim = Claim::new(&config.principal, None).map_err(|e| fail(e.to_string()))?;
-        let (initiator, msg1) = Initiator::start(
-            &identity,
-            Role::Client,
-            claim,
-            MasterPin::Key(config.master_key),
-            SessionConfig::default(),
-        )
-        .map_err(|e| fail(e.to_string()))?;
-        dealer.send_on(1, vec![msg1]).await.map_err(|e| fail(e.to_string()))?;
-        let msg2 = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
-        let (awaiting, msg3) =
-            initiator.read_response(msg2.first().map_or(&[][..], Vec::as_slice)).map_err(|e| fail(e.to_string()))?;
-        dealer.send_on(1, vec![msg3]).await.map_err(|e| fail(e.to_string()))?;
-        let verdict = next_raw(&mut dealer).await.map_err(|e| fail(e.to_string()))?;
-        let session = awaiting.read_verdict(&verdict, Instant::now()).map_err(|e| fail(e.to_string()))?;
-        dealer.mark_authenticated().await.map_err(|e| fail(e.to_string()))?;
-        let mut client = Client {
-            dealer,
-            session,
-            addr,
-            next_request: 1,
-            inbox: VecDeque::new(),
-            finals: HashMap::new(),
-            request_timeout: config.request_timeout,
-        };
-        let hello = ClientHello { principal: config.principal, version: env!("CARGO_PKG_VERSION").into() };
-        client.send(&Message::ClientHello(hello)).await?;
-        match client.recv().await? {
-            Message::Welcome(_) => Ok(client),
-            other => Err(ClientError::Protocol(format!("expected welcome, got {other:?}"))),
-        }
+    /// The address of the master this client is connected to (it changes on failover).
+    pub fn master_addr(&self) -> String {
+        self.addr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// The master's address.
-    pub fn master_addr(&self) -> &str {
-        &self.addr
-    }
-
-    async fn send(&mut self, msg: &Message) -> Result<(), ClientError> {
-        let parts = self
-            .session
-            .seal(&message::encode(msg), Instant::now())
-            .map_err(|e| ClientError::Disconnected(e.to_string()))?;
-        self.dealer.send_on(1, parts).await.map_err(|e| ClientError::Disconnected(e.to_string()))
-    }
-
-    /// The next message from the master, buffered ones first.
-    async fn recv(&mut self) -> Result<Message, ClientError> {
-        loop {
-            if let Some(msg) = self.inbox.pop_front() {
-                return Ok(msg);
-            }
-            self.read_into_inbox().await?;
-        }
-    }
-
-    /// Reads, opens and decodes one message from the connection into the inbox; batched job
-    /// updates are unpacked in order.
-    async fn read_into_inbox(&mut self) -> Result<(), ClientError> {
-        let parts = next_raw(&mut self.dealer).await?;
-        let bytes = self.session.open(&parts, Instant::now()).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        match message::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))? {
-            Message::JobUpdates(batch) => self.inbox.extend(batch.updates.into_iter().map(Message::JobUpdate)),
-            msg => self.inbox.push_back(msg),
-        }
-        Ok(())
-    }
-
-    /// [`Client::recv_matching`] for the answer to a request: bounded by the configured
-    /// `request_timeout`.
-    async fn answer<T>(&mut self, pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
+    /// Sends `command` (made with the reply channel) and waits for its answer, within the
+    /// request timeout.
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<Result<T, ClientError>>) -> Command,
+    ) -> Result<T, ClientError> {
         let limit = self.request_timeout;
-        tokio::time::timeout(limit, self.recv_matching(pick)).await.map_err(|_| ClientError::Timeout(limit))?
+        let asked = async {
+            let (reply, answer) = oneshot::channel();
+            self.commands
+                .send(command(reply))
+                .await
+                .map_err(|_| ClientError::Disconnected("the client has ended".into()))?;
+            answer.await.map_err(|_| ClientError::Disconnected("the client has ended".into()))?
+        };
+        tokio::time::timeout(limit, asked).await.map_err(|_| ClientError::Timeout(limit))?
     }
 
-    /// Receives until `pick` accepts a message; others are kept, in order, for later calls.
-    async fn recv_matching<T>(&mut self, mut pick: impl FnMut(&Message) -> Option<T>) -> Result<T, ClientError> {
-        let mut scanned = 0;
-        loop {
-            if let Some(offset) = self.inbox.iter().skip(scanned).position(|m| pick(m).is_some()) {
-                if let Some(found) = self.inbox.remove(scanned + offset).and_then(|msg| pick(&msg)) {
-                    return Ok(found);
-                }
-            }
-            scanned = self.inbox.len();
-            self.read_into_inbox().await?;
-        }
-    }
-
-    /// Sends an administrative request and waits for its answer.
-    pub async fn request(&mut self, body: RequestBody) -> Result<ResponseBody, ClientError> {
-        let request_id = self.next_request;
-        self.next_request += 1;
-        self.send(&Message::Request(Request { request_id, body })).await?;
-        let id = request_id.to_string();
-        // A listing too large for one message comes in parts, joined here in order.
-        let mut answer: Option<ResponseBody> = None;
-        loop {
-            let (part, more) = self
-                .answer(|msg| match msg {
-                    Message::Response(r) if r.request_id == request_id => Some(Ok((r.body.clone(), r.more))),
-                    Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
-                        Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
-                    }
-                    _ => None,
-                })
-                .await??;
-            match &mut answer {
-                None => answer = Some(part),
-                Some(so_far) => so_far
-                    .append(part)
-                    .map_err(|_| ClientError::Protocol("an answer's parts are of different kinds".into()))?,
-            }
-            if !more {
-                return answer.ok_or_else(|| ClientError::Protocol("empty answer".into()));
-            }
-        }
+    /// Sends an administrative request and waits for its answer (a listing too large for one
+    /// message comes in parts, joined here in order). The typed helpers (`keys`, `minions`,
+    /// `jobs`, ...) are built on it.
+    pub async fn request(&self, body: RequestBody) -> Result<ResponseBody, ClientError> {
+        self.ask(|reply| Command::Request { body, reply }).await
     }
 
     /// Publishes a job; the master answers with its jid and the minions expected to answer.
     /// Then follow it with [`Client::next_job_event`].
-    pub async fn publish(&mut self, spec: PublishSpec) -> Result<Published, ClientError> {
-        let request_id = self.next_request;
-        self.next_request += 1;
+    pub async fn publish(&self, spec: PublishSpec) -> Result<Published, ClientError> {
         let request = PublishRequest {
-            request_id,
+            request_id: 0,
             target: spec.target,
             function: spec.function,
             args: spec.args,
@@ -243,147 +138,116 @@ impl Client {
             rollout: spec.rollout,
             on_behalf_of: None,
         };
-        self.send(&Message::Publish(request)).await?;
-        let id = request_id.to_string();
-        self.answer(|msg| match msg {
-            Message::Published(p) if p.request_id == request_id => Some(Ok(p.clone())),
-            Message::Error(e) if e.request.is_none() || e.request.as_deref() == Some(&id) => {
-                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
-            }
-            _ => None,
-        })
-        .await?
+        self.ask(|reply| Command::Publish { request, reply }).await
     }
 
-    /// The next state change of job `jid` (published by this client or cancelled by it).
-    /// Every minion's final state is handed out before [`JobEvent::Done`]: when the master
-    /// reports updates this client was too slow to receive, they are read back from the job.
-    pub async fn next_job_event(&mut self, jid: &str) -> Result<JobEvent, ClientError> {
-        let event = self
-            .recv_matching(|msg| match msg {
-                Message::JobUpdate(u) if u.jid == jid => Some(Ok(Ok(u.clone()))),
-                Message::JobDone(d) if d.jid == jid => Some(Ok(Err(d.missed))),
-                Message::Error(e) if e.request.as_deref() == Some(jid) => {
-                    Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
-                }
-                _ => None,
-            })
-            .await??;
-        match event {
-            Ok(update) => {
-                if update.state.is_final() {
-                    self.finals.entry(jid.to_owned()).or_default().insert(update.minion.clone());
-                }
-                Ok(JobEvent::Update(update))
+    /// Follows job `jid` from now on (one this client did not publish, or one to follow again):
+    /// its updates then come through [`Client::next_job_event`]. The job as it is; a job that
+    /// has finished can still be read to its end.
+    pub async fn watch(&self, jid: &str) -> Result<JobDetail, ClientError> {
+        let jid = jid.to_owned();
+        self.ask(|reply| Command::Watch { jid, reply }).await
+    }
+
+    /// Stops following job `jid`: what was received of it and not read is dropped.
+    pub fn forget(&self, jid: &str) {
+        self.follows.forget(jid);
+    }
+
+    /// The next state change of job `jid`. Jobs this client published or cancelled are
+    /// followed from the start; any other job is watched from the first call. Every minion's
+    /// final state is handed out once, before [`JobEvent::Done`]: updates missed on the way
+    /// (a slow reader, a reconnect) are read back from the job. One task should read a job.
+    pub async fn next_job_event(&self, jid: &str) -> Result<JobEvent, ClientError> {
+        let follow = match self.follows.get(jid) {
+            Some(follow) => follow,
+            None => {
+                self.watch(jid).await?;
+                self.follows.get(jid).ok_or_else(|| ClientError::Protocol(format!("job {jid} was not followed")))?
             }
-            Err(0) => {
-                self.finals.remove(jid);
-                Ok(JobEvent::Done)
-            }
-            Err(_missed) => {
-                let ResponseBody::Job(detail) = self.request(RequestBody::JobShow { jid: jid.to_owned() }).await?
-                else {
-                    return Err(ClientError::Protocol("unexpected answer to job_show".into()));
-                };
-                let seen = self.finals.remove(jid).unwrap_or_default();
-                let mut replay: Vec<Message> = detail
-                    .minions
-                    .into_iter()
-                    .filter(|m| m.state.is_final() && !seen.contains(&m.minion))
-                    .map(|m| {
-                        Message::JobUpdate(JobUpdate {
-                            jid: jid.to_owned(),
-                            minion: m.minion,
-                            state: m.state,
-                            ret: m.ret,
-                        })
-                    })
-                    .collect();
-                replay.push(Message::JobDone(message::JobDone { jid: jid.to_owned(), missed: 0 }));
-                for msg in replay.into_iter().rev() {
-                    self.inbox.push_front(msg);
+        };
+        loop {
+            let changed = follow.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let read_back = {
+                let mut state = follow.lock();
+                if let Some(update) = state.queue.pop_front() {
+                    if update.state.is_final() {
+                        state.finals_handed.insert(update.minion.clone());
+                    }
+                    return Ok(JobEvent::Update(update));
                 }
-                Box::pin(self.next_job_event(jid)).await
+                if let Some(error) = state.error.take() {
+                    return Err(error);
+                }
+                if state.done && !state.missed {
+                    drop(state);
+                    self.follows.forget(jid);
+                    return Ok(JobEvent::Done);
+                }
+                state.done
+            };
+            if read_back {
+                let detail = self.job(jid).await?;
+                follow.update(|state| {
+                    state.missed = false;
+                    state.apply(detail);
+                });
+                continue;
             }
+            changed.await;
         }
     }
 
-    /// Subscribes to bus events whose tags match any of these globs (replacing earlier
-    /// patterns). Events then arrive through [`Client::next_event`], pushed by the master.
-    pub async fn subscribe(&mut self, patterns: Vec<String>) -> Result<(), ClientError> {
-        self.send(&Message::Subscribe(Subscribe { patterns, after: None })).await
+    /// Subscribes to bus events whose tags match any of these globs: a stream of them, pushed
+    /// by the master, until it is dropped. Other subscriptions of this client go on.
+    pub async fn subscribe(&self, patterns: Vec<String>) -> Result<EventStream, ClientError> {
+        self.subscribe_from(patterns, None).await
     }
 
-    /// [`Client::subscribe`], resuming after the event whose `id` is `after` (the last one
-    /// received before a reconnect): the master first sends the events it still holds that came
-    /// after it, with a `halite/bus/gap` event first if it no longer holds them all.
-    pub async fn subscribe_after(&mut self, patterns: Vec<String>, after: &str) -> Result<(), ClientError> {
-        self.send(&Message::Subscribe(Subscribe { patterns, after: Some(after.to_owned()) })).await
+    /// [`Client::subscribe`], resuming after the event whose `id` is `after` (the last one a
+    /// previous subscriber received, on this connection or an earlier one): the master first
+    /// sends the events it still holds that came after it, with a `halite/bus/gap` event first
+    /// if it no longer holds them all.
+    pub async fn subscribe_after(&self, patterns: Vec<String>, after: &str) -> Result<EventStream, ClientError> {
+        self.subscribe_from(patterns, Some(after.to_owned())).await
     }
 
-    /// The next bus event, or the master's refusal of the subscription.
-    pub async fn next_event(&mut self) -> Result<Event, ClientError> {
-        self.recv_matching(|msg| match msg {
-            Message::Event(e) => Some(Ok(e.clone())),
-            Message::Error(e) if e.request.as_deref() == Some("subscribe") => {
-                Some(Err(ClientError::Master { kind: e.kind, message: e.message.clone() }))
-            }
-            _ => None,
-        })
-        .await?
+    async fn subscribe_from(&self, patterns: Vec<String>, after: Option<String>) -> Result<EventStream, ClientError> {
+        let events = self.ask(|reply| Command::Subscribe { patterns, after, reply }).await?;
+        Ok(EventStream { events })
     }
 
     /// One job with every targeted minion's state and return (and its rollout, if any).
-    pub async fn job(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
-        match self.request(RequestBody::JobShow { jid: jid.to_owned() }).await? {
-            ResponseBody::Job(detail) => Ok(detail),
-            other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
-        }
+    pub async fn job(&self, jid: &str) -> Result<JobDetail, ClientError> {
+        job_detail(self.request(RequestBody::JobShow { jid: jid.to_owned() }).await?)
     }
 
     /// Pauses a job's rollout: running targets finish, no new one starts. The job as it now is.
-    pub async fn pause(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
-        match self.request(RequestBody::JobPause { jid: jid.to_owned() }).await? {
-            ResponseBody::Job(detail) => Ok(detail),
-            other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
-        }
+    pub async fn pause(&self, jid: &str) -> Result<JobDetail, ClientError> {
+        job_detail(self.request(RequestBody::JobPause { jid: jid.to_owned() }).await?)
     }
 
     /// Resumes a paused rollout. The job as it now is.
-    pub async fn resume(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
-        match self.request(RequestBody::JobResume { jid: jid.to_owned() }).await? {
-            ResponseBody::Job(detail) => Ok(detail),
-            other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
-        }
+    pub async fn resume(&self, jid: &str) -> Result<JobDetail, ClientError> {
+        job_detail(self.request(RequestBody::JobResume { jid: jid.to_owned() }).await?)
     }
 
     /// Asks the master to cancel a job; the job as the cancel left it. Minions not yet started
     /// end `cancelled` at once, running ones report `cancelled` as they stop (or finish first);
-    /// the job's updates stream to this client as for a job it published. A job that has
-    /// already finished, or that this principal may not see, is `ClientError::Master` with
-    /// kind `not_found`.
-    pub async fn cancel(&mut self, jid: &str) -> Result<JobDetail, ClientError> {
-        self.send(&Message::Cancel(Cancel { jid: jid.to_owned() })).await?;
-        // Answered in order: the master has handled the cancel when it answers this, and
-        // refuses a cancel of a job it does not run by an error naming the jid.
-        let detail = self.job(jid).await;
-        // The cancel's own refusal says it best ("no running job"), whatever the read found.
-        let refused =
-            self.inbox.iter().position(|m| matches!(m, Message::Error(e) if e.request.as_deref() == Some(jid)));
-        if let Some(Message::Error(e)) = refused.and_then(|i| self.inbox.remove(i)) {
-            return Err(ClientError::Master { kind: e.kind, message: e.message });
-        }
-        detail
+    /// the job's updates come through [`Client::next_job_event`] as for a job it published. A
+    /// job that has already finished, or that this principal may not see, is
+    /// `ClientError::Master` with kind `not_found`.
+    pub async fn cancel(&self, jid: &str) -> Result<JobDetail, ClientError> {
+        let jid = jid.to_owned();
+        self.ask(|reply| Command::Cancel { jid, reply }).await
     }
 }
 
-async fn next_raw(dealer: &mut Dealer) -> Result<Vec<Vec<u8>>, ClientError> {
-    loop {
-        match dealer.recv().await {
-            Some(DealerEvent::Message(parts)) => return Ok(parts),
-            Some(DealerEvent::Connected(_)) => {}
-            Some(DealerEvent::Disconnected(reason)) => return Err(ClientError::Disconnected(reason.to_string())),
-            None => return Err(ClientError::Disconnected("connection closed".into())),
-        }
+pub(crate) fn job_detail(body: ResponseBody) -> Result<JobDetail, ClientError> {
+    match body {
+        ResponseBody::Job(detail) => Ok(detail),
+        other => Err(ClientError::Protocol(format!("expected a job, got {other:?}"))),
     }
 }

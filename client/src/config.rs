@@ -26,6 +26,10 @@ pub struct ClientConfig {
     /// Give up waiting for the answer to a request (or a publish) after this long; the error
     /// is `ClientError::Timeout` and the connection stays usable.
     pub request_timeout: Duration,
+    /// Connect again when the connection is lost (on by default): requests in flight fail,
+    /// then the masters are tried again with backoff, the subscription resumes after the last
+    /// event received and followed jobs are watched again. Off: the client ends instead.
+    pub reconnect: bool,
 }
 
 /// The two settings of a master config file a local client needs; everything else is ignored.
@@ -55,6 +59,7 @@ impl ClientConfig {
             principal: name.to_owned(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: crate::client::REQUEST_TIMEOUT,
+            reconnect: true,
         }
     }
 
@@ -70,6 +75,7 @@ impl ClientConfig {
             principal: "root".into(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: crate::client::REQUEST_TIMEOUT,
+            reconnect: true,
         })
     }
 

@@ -7,6 +7,7 @@ use halite_protocol::message::{
     ResponseBody, SoftwareConfig, SoftwareDeployment, Value,
 };
 
+use crate::admin::unexpected;
 use crate::{Client, ClientError};
 
 /// `wait` bounded by `timeout` (`None`: for ever); past it, a `timeout` error saying that
@@ -23,13 +24,9 @@ async fn within<T>(
     })?
 }
 
-fn unexpected(what: &str, body: &ResponseBody) -> ClientError {
-    ClientError::Protocol(format!("expected {what}, got {body:?}"))
-}
-
 impl Client {
     /// Stores an immutable config.
-    pub async fn create_config(&mut self, config: NewSoftwareConfig) -> Result<SoftwareConfig, ClientError> {
+    pub async fn create_config(&self, config: NewSoftwareConfig) -> Result<SoftwareConfig, ClientError> {
         match self.request(RequestBody::ConfigCreate(config)).await? {
             ResponseBody::Config(config) => Ok(config),
             other => Err(unexpected("a config", &other)),
@@ -37,7 +34,7 @@ impl Client {
     }
 
     /// One config.
-    pub async fn show_config(&mut self, id: &str) -> Result<SoftwareConfig, ClientError> {
+    pub async fn show_config(&self, id: &str) -> Result<SoftwareConfig, ClientError> {
         match self.request(RequestBody::ConfigShow { id: id.into() }).await? {
             ResponseBody::Config(config) => Ok(config),
             other => Err(unexpected("a config", &other)),
@@ -45,7 +42,7 @@ impl Client {
     }
 
     /// The newest configs.
-    pub async fn list_configs(&mut self, limit: u32) -> Result<Vec<SoftwareConfig>, ClientError> {
+    pub async fn list_configs(&self, limit: u32) -> Result<Vec<SoftwareConfig>, ClientError> {
         match self.request(RequestBody::ConfigList { limit }).await? {
             ResponseBody::Configs(configs) => Ok(configs),
             other => Err(unexpected("configs", &other)),
@@ -53,12 +50,12 @@ impl Client {
     }
 
     /// Deletes a config.
-    pub async fn delete_config(&mut self, id: &str) -> Result<(), ClientError> {
+    pub async fn delete_config(&self, id: &str) -> Result<(), ClientError> {
         self.request(RequestBody::ConfigDelete { id: id.into() }).await.map(drop)
     }
 
     /// Deploys a config to a server; the master pushes it at once, or when the minion connects.
-    pub async fn create_deployment(&mut self, spec: NewDeployment) -> Result<SoftwareDeployment, ClientError> {
+    pub async fn create_deployment(&self, spec: NewDeployment) -> Result<SoftwareDeployment, ClientError> {
         match self.request(RequestBody::DeploymentCreate(spec)).await? {
             ResponseBody::Deployment(deployment) => Ok(deployment),
             other => Err(unexpected("a deployment", &other)),
@@ -67,7 +64,7 @@ impl Client {
 
     /// Changes a deployment's config, inputs or action; a new derived config is pushed.
     pub async fn update_deployment(
-        &mut self,
+        &self,
         id: &str,
         update: DeploymentUpdate,
     ) -> Result<SoftwareDeployment, ClientError> {
@@ -78,7 +75,7 @@ impl Client {
     }
 
     /// One deployment.
-    pub async fn show_deployment(&mut self, id: &str) -> Result<SoftwareDeployment, ClientError> {
+    pub async fn show_deployment(&self, id: &str) -> Result<SoftwareDeployment, ClientError> {
         match self.request(RequestBody::DeploymentShow { id: id.into() }).await? {
             ResponseBody::Deployment(deployment) => Ok(deployment),
             other => Err(unexpected("a deployment", &other)),
@@ -86,7 +83,7 @@ impl Client {
     }
 
     /// Deployments, all or one server's.
-    pub async fn list_deployments(&mut self, server_id: Option<&str>) -> Result<Vec<SoftwareDeployment>, ClientError> {
+    pub async fn list_deployments(&self, server_id: Option<&str>) -> Result<Vec<SoftwareDeployment>, ClientError> {
         match self.request(RequestBody::DeploymentList { server_id: server_id.map(str::to_owned) }).await? {
             ResponseBody::Deployments(deployments) => Ok(deployments),
             other => Err(unexpected("deployments", &other)),
@@ -94,12 +91,12 @@ impl Client {
     }
 
     /// Deletes a deployment.
-    pub async fn delete_deployment(&mut self, id: &str) -> Result<(), ClientError> {
+    pub async fn delete_deployment(&self, id: &str) -> Result<(), ClientError> {
         self.request(RequestBody::DeploymentDelete { id: id.into() }).await.map(drop)
     }
 
     /// Every derived config of a server (Heat's per-server metadata).
-    pub async fn server_configs(&mut self, server_id: &str) -> Result<Vec<Value>, ClientError> {
+    pub async fn server_configs(&self, server_id: &str) -> Result<Vec<Value>, ClientError> {
         match self.request(RequestBody::ServerConfigs { server_id: server_id.into() }).await? {
             ResponseBody::Items(items) => Ok(items),
             other => Err(unexpected("items", &other)),
@@ -108,13 +105,13 @@ impl Client {
 
     /// Waits until a deployment is COMPLETE or FAILED, without polling: it subscribes to the
     /// deployment's events, then reads its state once, then waits for the event. `None` as
-    /// timeout waits for ever. The subscription replaces earlier ones of this client.
+    /// timeout waits for ever.
     pub async fn wait_for_deployment(
-        &mut self,
+        &self,
         id: &str,
         timeout: Option<Duration>,
     ) -> Result<SoftwareDeployment, ClientError> {
-        self.subscribe(vec![format!("halite/deployment/{id}/*")]).await?;
+        let mut events = self.subscribe(vec![format!("halite/deployment/{id}/*")]).await?;
         let wait = async {
             loop {
                 let deployment = self.show_deployment(id).await?;
@@ -122,7 +119,7 @@ impl Client {
                     return Ok(deployment);
                 }
                 // Any event for it (a new status, or a relay report) means: look again.
-                self.next_event().await?;
+                events.next_event().await?;
             }
         };
         within(timeout, wait, || format!("deployment {id}")).await
@@ -130,7 +127,7 @@ impl Client {
 
     /// Deploys a config to several servers, rolled out as `spec.rollout` says (Heat's
     /// `SoftwareDeploymentGroup`); the group as it is once its first deployments started.
-    pub async fn create_deployment_group(&mut self, spec: NewDeploymentGroup) -> Result<DeploymentGroup, ClientError> {
+    pub async fn create_deployment_group(&self, spec: NewDeploymentGroup) -> Result<DeploymentGroup, ClientError> {
         match self.request(RequestBody::DeploymentGroupCreate(spec)).await? {
             ResponseBody::DeploymentGroup(group) => Ok(group),
             other => Err(unexpected("a deployment group", &other)),
@@ -138,7 +135,7 @@ impl Client {
     }
 
     /// One deployment group.
-    pub async fn show_deployment_group(&mut self, id: &str) -> Result<DeploymentGroup, ClientError> {
+    pub async fn show_deployment_group(&self, id: &str) -> Result<DeploymentGroup, ClientError> {
         match self.request(RequestBody::DeploymentGroupShow { id: id.into() }).await? {
             ResponseBody::DeploymentGroup(group) => Ok(group),
             other => Err(unexpected("a deployment group", &other)),
@@ -148,28 +145,20 @@ impl Client {
     /// Waits until a group is COMPLETE or FAILED, without polling (as
     /// [`Client::wait_for_deployment`], on `halite/deployment_group/<id>/*`).
     pub async fn wait_for_deployment_group(
-        &mut self,
+        &self,
         id: &str,
         timeout: Option<Duration>,
     ) -> Result<DeploymentGroup, ClientError> {
-        self.subscribe(vec![format!("halite/deployment_group/{id}/*")]).await?;
+        let mut events = self.subscribe(vec![format!("halite/deployment_group/{id}/*")]).await?;
         let wait = async {
             loop {
                 let group = self.show_deployment_group(id).await?;
                 if group.status != status::IN_PROGRESS {
                     return Ok(group);
                 }
-                self.next_event().await?;
+                events.next_event().await?;
             }
         };
         within(timeout, wait, || format!("deployment group {id}")).await
-    }
-
-    /// Creates a bearer token for the HTTP gateway acting as `principal` (admin only).
-    pub async fn create_api_token(&mut self, principal: &str) -> Result<String, ClientError> {
-        match self.request(RequestBody::ApiTokenCreate { principal: principal.into(), ttl_ms: None }).await? {
-            ResponseBody::ApiToken(token) => Ok(token),
-            other => Err(unexpected("a token", &other)),
-        }
     }
 }

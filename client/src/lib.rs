@@ -12,7 +12,7 @@
 //! use halite_protocol::message::{Target, TargetKind};
 //!
 //! let config = ClientConfig::from_master_config("/etc/halite/master.toml".as_ref())?;
-//! let mut client = Client::connect(config).await?;
+//! let client = Client::connect(config).await?;
 //! let spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: "web*".into() }, "test.ping");
 //! let published = client.publish(spec).await?;
 //! loop {
@@ -24,11 +24,17 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod client;
 mod config;
+mod connection;
 mod deployments;
+mod driver;
 mod error;
+mod events;
+mod follow;
 
 pub use client::{Client, JobEvent, PublishSpec};
 pub use config::ClientConfig;
 pub use error::ClientError;
+pub use events::EventStream;

@@ -16,6 +16,7 @@ use crate::server::Master;
 use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
 use halite_protocol::message::JobSummary;
+use halite_transport::PeerId;
 
 /// Most jobs one listing returns.
 const MAX_JOB_LIST: u32 = 1000;
@@ -33,9 +34,22 @@ impl<S: Store, N: Net> Master<S, N> {
         self.show_job(jid, who).await
     }
 
+    /// A client follows a job it may see: while the job lives, its updates go to `peer` too;
+    /// answered with the job as it is.
+    pub(crate) async fn watch(&mut self, peer: PeerId, jid: &str, who: Who<'_>) -> Reply {
+        if self.may_see_live_job(who, jid) {
+            if let Some(job) = self.jobs.get_mut(jid) {
+                if !job.watchers.contains(&peer) {
+                    job.watchers.push(peer);
+                }
+            }
+        }
+        self.show_job(jid, who).await
+    }
+
     /// One job as `who` may see it; another principal's job is answered like a job that does
     /// not exist.
-    async fn show_job(&mut self, jid: &str, who: Who<'_>) -> Reply {
+    pub(crate) async fn show_job(&mut self, jid: &str, who: Who<'_>) -> Reply {
         let detail = self.store.job(jid).await.map_err(RequestError::from)?.filter(|detail| {
             let minions: Vec<&str> = detail.minions.iter().map(|m| m.minion.as_str()).collect();
             self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)

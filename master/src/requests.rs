@@ -66,7 +66,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 // Requests read the store: they see every state change made before them.
                 self.flush().await;
                 let id = request.request_id;
-                match self.handle_request(request.body, principal, acl.as_deref()).await {
+                let answer = match request.body {
+                    message::RequestBody::JobWatch { jid } => {
+                        let who = Who { name: principal, acl: acl.as_deref() };
+                        self.watch(peer, &jid, who).await
+                    }
+                    body => self.handle_request(body, principal, acl.as_deref()).await,
+                };
+                match answer {
                     Ok(body) => self.respond(peer, id, body),
                     Err(error) => self.send_error(peer, error.kind, error.message, Some(id.to_string())),
                 }

@@ -113,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let keys: Vec<IdentityKey> = ids.iter().map(|_| IdentityKey::generate_os()).collect();
-    let mut admin = Client::connect(config).await.context("connecting to the master as root")?;
+    let admin = Client::connect(config).await.context("connecting to the master as root")?;
     let mut tokens: Vec<Option<String>> = Vec::with_capacity(ids.len());
     for (id, key) in ids.iter().zip(&keys) {
         match args.enroll {

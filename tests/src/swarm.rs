@@ -55,7 +55,7 @@ pub async fn connect(config: &Path) -> Client {
 }
 
 /// How many swarm minions the client's master has connected.
-pub async fn connected_count(client: &mut Client) -> usize {
+pub async fn connected_count(client: &Client) -> usize {
     match client.request(RequestBody::MinionList { pattern: "swarm-*".into() }).await {
         Ok(ResponseBody::Minions(minions)) => minions.iter().filter(|m| m.connected).count(),
         other => panic!("unexpected {other:?}"),
@@ -63,7 +63,7 @@ pub async fn connected_count(client: &mut Client) -> usize {
 }
 
 /// Waits until the client's master has `n` swarm minions connected; how long it took.
-pub async fn wait_connected(client: &mut Client, n: usize) -> Duration {
+pub async fn wait_connected(client: &Client, n: usize) -> Duration {
     let started = Instant::now();
     loop {
         let count = connected_count(client).await;
@@ -76,7 +76,7 @@ pub async fn wait_connected(client: &mut Client, n: usize) -> Duration {
 }
 
 /// Publishes `test.ping` to `target` and waits for the last return; every minion must return.
-pub async fn ping(client: &mut Client, target: &str, expected: usize, ttl_ms: u64) -> Duration {
+pub async fn ping(client: &Client, target: &str, expected: usize, ttl_ms: u64) -> Duration {
     let mut spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: target.into() }, "test.ping");
     spec.ttl_ms = ttl_ms;
     spec.timeout_ms = 60_000;

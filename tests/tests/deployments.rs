@@ -60,7 +60,7 @@ fn boot(cluster: &mut Cluster, id: &str) {
     cluster.start_minion(id);
 }
 
-async fn until_final(client: &mut Client, id: &str) -> SoftwareDeployment {
+async fn until_final(client: &Client, id: &str) -> SoftwareDeployment {
     timeout(Duration::from_secs(60), client.wait_for_deployment(id, None)).await.unwrap().unwrap()
 }
 
@@ -68,7 +68,7 @@ async fn until_final(client: &mut Client, id: &str) -> SoftwareDeployment {
 async fn an_engine_deploys_to_a_server_before_it_boots_and_gets_outputs_and_failures_through_the_sdk() {
     let mut cluster = Cluster::start("");
     let heat = Recorder::start(vec![503, 200]);
-    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
 
     let config = client.create_config(greet_config()).await.unwrap();
     assert_eq!(client.show_config(&config.id).await.unwrap(), config);
@@ -102,7 +102,7 @@ async fn an_engine_deploys_to_a_server_before_it_boots_and_gets_outputs_and_fail
 
     // Now the server boots and enrolls; the deployment is pushed on connect.
     boot(&mut cluster, "vm-1");
-    let done = until_final(&mut client, &created.id).await;
+    let done = until_final(&client, &created.id).await;
     assert_eq!(done.status, "COMPLETE", "{done:?}");
     assert_eq!(done.status_reason, "Outputs received");
     assert_eq!(done.output_values["result"], json!("hello, world"));
@@ -126,7 +126,7 @@ async fn an_engine_deploys_to_a_server_before_it_boots_and_gets_outputs_and_fail
 
     // A failing run: FAILED with Heat's reason text, error_output and status code both named.
     let failing = client.create_deployment(deployment(&config.id, "vm-1", json!({"fail": "yes"}), None)).await.unwrap();
-    let failed = until_final(&mut client, &failing.id).await;
+    let failed = until_final(&client, &failing.id).await;
     assert_eq!(failed.status, "FAILED");
     assert_eq!(
         failed.status_reason,
@@ -145,7 +145,7 @@ async fn an_engine_deploys_to_a_server_before_it_boots_and_gets_outputs_and_fail
         .await
         .unwrap();
     assert_ne!(updated.derived_config_id, failed.derived_config_id);
-    let again = until_final(&mut client, &failing.id).await;
+    let again = until_final(&client, &failing.id).await;
     assert_eq!((again.status.as_str(), again.action.as_str()), ("COMPLETE", "UPDATE"));
     assert_eq!(again.output_values["result"], json!("hello, again"));
 
@@ -155,7 +155,7 @@ async fn an_engine_deploys_to_a_server_before_it_boots_and_gets_outputs_and_fail
     let unknown = client.create_config(unknown).await.unwrap();
     let started = std::time::Instant::now();
     let d = client.create_deployment(deployment(&unknown.id, "vm-1", json!({}), None)).await.unwrap();
-    let failed = until_final(&mut client, &d.id).await;
+    let failed = until_final(&client, &d.id).await;
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(failed.status, "FAILED");
     assert!(failed.status_reason.contains("no hook for group \"puppet\""), "{}", failed.status_reason);
@@ -346,7 +346,7 @@ fn the_cli_creates_deploys_and_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_created_before_a_master_restart_still_completes() {
     let mut cluster = Cluster::start("");
-    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
     let config = client.create_config(greet_config()).await.unwrap();
     let created =
         client.create_deployment(deployment(&config.id, "vm-4", json!({"name": "later"}), None)).await.unwrap();
@@ -354,8 +354,8 @@ async fn a_deployment_created_before_a_master_restart_still_completes() {
     cluster.kill_master();
     cluster.start_master();
     boot(&mut cluster, "vm-4");
-    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
-    let done = until_final(&mut client, &created.id).await;
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let done = until_final(&client, &created.id).await;
     assert_eq!((done.status.as_str(), done.output_values["result"].clone()), ("COMPLETE", json!("hello, later")));
 }
 
@@ -405,7 +405,7 @@ async fn a_deployment_group_rolls_out_and_stops_past_its_error_budget() {
         boot(&mut cluster, id);
     }
     cluster.wait_connected(&servers);
-    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
     let mut failing = greet_config();
     // Fails on the servers whose name ends in 2 or 3.
     failing.config =

@@ -14,7 +14,7 @@ use tokio::time::timeout;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_boots_a_minion_with_a_token_and_waits_for_its_first_event() {
     let mut cluster = Cluster::start("[[events]]\nminions = [\"vm-*\"]\nallow = [\"boot/*\"]\n");
-    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
 
     // 1. The engine creates a token bound to the server's future minion id.
     let ResponseBody::Token(token) =
@@ -23,7 +23,7 @@ async fn an_engine_boots_a_minion_with_a_token_and_waits_for_its_first_event() {
         panic!("expected a token")
     };
     // 2. It subscribes before booting, so nothing is missed.
-    client.subscribe(vec!["halite/minion/vm-1/*".into(), "minion/vm-1/*".into()]).await.unwrap();
+    let mut events = client.subscribe(vec!["halite/minion/vm-1/*".into(), "minion/vm-1/*".into()]).await.unwrap();
 
     // 3. "Boot": what cloud-init's user_data does — write the enrollment file, start the minion.
     cluster.prepare_minion("vm-1", false, "");
@@ -33,7 +33,7 @@ async fn an_engine_boots_a_minion_with_a_token_and_waits_for_its_first_event() {
     cluster.start_minion("vm-1");
 
     // 4. The master pushes the connection event.
-    let connected = timeout(Duration::from_secs(20), client.next_event()).await.unwrap().unwrap();
+    let connected = timeout(Duration::from_secs(20), events.next_event()).await.unwrap().unwrap();
     assert_eq!(connected.tag, "halite/minion/vm-1/connected");
 
     // 5. The engine runs a job and follows it to the end with explicit states.
@@ -52,7 +52,7 @@ async fn an_engine_boots_a_minion_with_a_token_and_waits_for_its_first_event() {
     assert_eq!(finals, [MinionJobState::Returned]);
 
     // 6. The minion's own event arrives, namespaced under its authenticated id.
-    let ready = timeout(Duration::from_secs(10), client.next_event()).await.unwrap().unwrap();
+    let ready = timeout(Duration::from_secs(10), events.next_event()).await.unwrap().unwrap();
     assert_eq!(ready.tag, "minion/vm-1/boot/ready");
     assert_eq!(ready.data, json!({"minion": "vm-1", "data": {"services": ["web"]}}));
 }
@@ -62,8 +62,8 @@ async fn job_lifecycle_events_are_published() {
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("w1", "");
     cluster.wait_connected(&["w1"]);
-    let mut client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
-    client.subscribe(vec!["halite/job/*".into(), "halite/key/*".into()]).await.unwrap();
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let mut events = client.subscribe(vec!["halite/job/*".into(), "halite/key/*".into()]).await.unwrap();
     let published = client
         .publish(PublishSpec::new(Target { kind: TargetKind::Glob, expr: "w1".into() }, "test.ping"))
         .await
@@ -71,16 +71,16 @@ async fn job_lifecycle_events_are_published() {
     let jid = &published.jid;
     let mut tags = Vec::new();
     while tags.len() < 3 {
-        tags.push(timeout(Duration::from_secs(10), client.next_event()).await.unwrap().unwrap().tag);
+        tags.push(timeout(Duration::from_secs(10), events.next_event()).await.unwrap().unwrap().tag);
     }
     assert_eq!(
         tags,
         [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/w1"), format!("halite/job/{jid}/done")]
     );
-    let mut admin = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let admin = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
     admin.request(RequestBody::KeyReject { pattern: "w1".into() }).await.unwrap();
     let key_event = loop {
-        let e = timeout(Duration::from_secs(10), client.next_event()).await.unwrap().unwrap();
+        let e = timeout(Duration::from_secs(10), events.next_event()).await.unwrap().unwrap();
         if e.tag.starts_with("halite/key/") {
             break e;
         }
@@ -101,7 +101,7 @@ async fn requests_time_out_as_configured_and_cancel_reports_its_outcome() {
     cluster.wait_connected(&["c1"]);
     let mut config = ClientConfig::from_master_config(&cluster.config).unwrap();
     config.request_timeout = Duration::from_millis(500);
-    let mut client = Client::connect(config).await.unwrap();
+    let client = Client::connect(config).await.unwrap();
 
     let pid = Pid::from_raw(i32::try_from(cluster.master_pid().unwrap()).unwrap());
     kill(pid, Signal::SIGSTOP).unwrap();

@@ -27,7 +27,7 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     for _ in 0..CLIENTS {
         let config = config.clone();
         tasks.push(tokio::spawn(async move {
-            let mut client = Client::connect(config).await.unwrap();
+            let client = Client::connect(config).await.unwrap();
             let mut jids = Vec::new();
             for _ in 0..EACH {
                 let mut spec = PublishSpec::new(Target { kind: TargetKind::List, expr: "web1".into() }, "test.ping");
@@ -44,7 +44,7 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     }
     assert_eq!(jids.len(), CLIENTS * EACH);
     cluster.start_minion("web1");
-    let mut client = Client::connect(config).await.unwrap();
+    let client = Client::connect(config).await.unwrap();
     let finished = timeout(Duration::from_secs(180), async {
         loop {
             let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit: 10_000 }).await.unwrap() else {

@@ -74,6 +74,13 @@ pub enum RequestBody {
         /// Job id.
         jid: String,
     },
+    /// Follows a job from now on: the session is sent its updates and its end, as for a job it
+    /// published, and is answered with the job as it is (a finished job is answered and not
+    /// followed). A client that reconnected goes on following its jobs with it.
+    JobWatch {
+        /// Job id.
+        jid: String,
+    },
     /// Pauses a job's rollout: running targets finish, no new one starts.
     JobPause {
         /// Job id.

@@ -70,15 +70,15 @@ fn main() {
     // Start → connected: the master's `connected` event, seen by a subscribed client.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = halite_client::ClientConfig::from_master_config(&cluster.config).unwrap();
-    let mut watcher = runtime.block_on(halite_client::Client::connect(config)).unwrap();
-    runtime.block_on(watcher.subscribe(vec!["halite/minion/m00/connected".into()])).unwrap();
+    let watcher = runtime.block_on(halite_client::Client::connect(config)).unwrap();
+    let mut connected = runtime.block_on(watcher.subscribe(vec!["halite/minion/m00/connected".into()])).unwrap();
     let mut connect: Vec<f64> = Vec::new();
     for _ in 0..15 {
         stop_and_wait_offline(&mut cluster, "m00");
         let started = Instant::now();
         cluster.start_minion("m00");
         runtime
-            .block_on(async { tokio::time::timeout(Duration::from_secs(10), watcher.next_event()).await })
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), connected.next_event()).await })
             .unwrap()
             .unwrap();
         connect.push(started.elapsed().as_secs_f64() * 1000.0);

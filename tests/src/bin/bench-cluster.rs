@@ -23,23 +23,23 @@ use halite_tests::Cluster;
 /// Sequential single-minion jobs timed on `cluster` (one swarm minion).
 async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str) {
     let _swarm = start_swarm(cluster, &cluster.config, 0, 1, &[]);
-    let mut client = connect(&cluster.config).await;
-    wait_connected(&mut client, 1).await;
+    let client = connect(&cluster.config).await;
+    wait_connected(&client, 1).await;
     for _ in 0..100 {
-        ping(&mut client, "swarm-00000", 1, 0).await;
+        ping(&client, "swarm-00000", 1, 0).await;
     }
     let jobs = std::env::var("HALITE_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let mut latencies = Vec::with_capacity(jobs);
     let started = Instant::now();
     for _ in 0..jobs {
-        latencies.push(ping(&mut client, "swarm-00000", 1, 0).await.as_secs_f64() * 1000.0);
+        latencies.push(ping(&client, "swarm-00000", 1, 0).await.as_secs_f64() * 1000.0);
     }
     let rate = jobs as f64 / started.elapsed().as_secs_f64();
     figures.add(format!("{store}: sequential test.ping to one minion, round trip"), &mut latencies, "ms");
     figures.add(format!("{store}: sequential test.ping to one minion, jobs/s"), &mut [rate], "jobs/s");
 }
 
-async fn fan_out(client: &mut halite_client::Client, n: usize, name: String, figures: &mut Figures) {
+async fn fan_out(client: &halite_client::Client, n: usize, name: String, figures: &mut Figures) {
     ping(client, "swarm-*", n, 0).await;
     let mut samples = Vec::new();
     for _ in 0..20 {
@@ -78,14 +78,13 @@ fn main() {
         if sequential_only {
             return;
         }
-        let mut client = connect(&cluster.config).await;
+        let client = connect(&cluster.config).await;
         client.request(RequestBody::KeyDelete { pattern: "swarm-*".into() }).await.unwrap();
 
         {
             let _swarm = start_swarm(&cluster, &cluster.config, 0, n, &[]);
-            wait_connected(&mut client, n).await;
-            fan_out(&mut client, n, format!("PostgreSQL, one master: fan-out test.ping, {n} minions"), &mut figures)
-                .await;
+            wait_connected(&client, n).await;
+            fan_out(&client, n, format!("PostgreSQL, one master: fan-out test.ping, {n} minions"), &mut figures).await;
         }
         client.request(RequestBody::KeyDelete { pattern: "swarm-*".into() }).await.unwrap();
 
@@ -96,18 +95,18 @@ fn main() {
         let half = n / 2;
         let _on_first = start_swarm(&cluster, &cluster.config, 0, half, &[format!("127.0.0.1:{second}")]);
         let on_second = start_swarm(&cluster, &second_config, half, n - half, &[format!("127.0.0.1:{first}")]);
-        wait_connected(&mut client, half).await;
-        let mut other = connect(&second_config).await;
-        wait_connected(&mut other, n - half).await;
+        wait_connected(&client, half).await;
+        let other = connect(&second_config).await;
+        wait_connected(&other, n - half).await;
         drop(other);
-        fan_out(&mut client, n, format!("PostgreSQL, two masters: fan-out test.ping, {n} minions"), &mut figures).await;
+        fan_out(&client, n, format!("PostgreSQL, two masters: fan-out test.ping, {n} minions"), &mut figures).await;
 
         // Failover: the second master is killed; its minions move to the first.
         let killed = Instant::now();
         cluster.kill_peer_master(second);
-        wait_connected(&mut client, n).await;
+        wait_connected(&client, n).await;
         let connected = killed.elapsed().as_secs_f64();
-        ping(&mut client, "swarm-*", n, 60_000).await;
+        ping(&client, "swarm-*", n, 60_000).await;
         let answered = killed.elapsed().as_secs_f64();
         figures.add(
             format!("failover: kill -9 of a master → its {} minions connected to the other", n - half),

@@ -22,7 +22,12 @@ fn spec(config_id: &str, server: &str) -> NewDeployment {
 }
 
 /// Creates one deployment per server and returns the time until every one is COMPLETE.
-async fn deploy_all(client: &mut Client, events: &mut Client, config_id: &str, servers: &[String]) -> Duration {
+async fn deploy_all(
+    client: &Client,
+    events: &mut halite_client::EventStream,
+    config_id: &str,
+    servers: &[String],
+) -> Duration {
     let started = Instant::now();
     let mut pending = HashSet::new();
     for server in servers {
@@ -55,9 +60,9 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     runtime.block_on(async {
         let config = ClientConfig::from_master_config(&cluster.config).expect("client config");
-        let mut client = Client::connect(config.clone()).await.expect("client");
-        let mut events = Client::connect(config).await.expect("subscriber");
-        events.subscribe(vec!["halite/deployment/*".into()]).await.expect("subscribe");
+        let client = Client::connect(config.clone()).await.expect("client");
+        let subscriber = Client::connect(config).await.expect("subscriber");
+        let mut events = subscriber.subscribe(vec!["halite/deployment/*".into()]).await.expect("subscribe");
         let script: NewSoftwareConfig = serde_json::from_value(json!({
             "name": "trivial", "group": "script", "config": "#!/bin/sh\necho ok > \"$heat_outputs_path.result\"\n",
             "outputs": [{"name": "result"}],
@@ -66,14 +71,14 @@ fn main() {
         let config_id = client.create_config(script).await.unwrap().id;
 
         let one = &ids[..1];
-        deploy_all(&mut client, &mut events, &config_id, one).await; // warm-up
+        deploy_all(&client, &mut events, &config_id, one).await; // warm-up
         let mut single: Vec<f64> = Vec::new();
         for _ in 0..30 {
-            single.push(deploy_all(&mut client, &mut events, &config_id, one).await.as_secs_f64() * 1000.0);
+            single.push(deploy_all(&client, &mut events, &config_id, one).await.as_secs_f64() * 1000.0);
         }
         let mut fleet: Vec<f64> = Vec::new();
         for _ in 0..5 {
-            fleet.push(deploy_all(&mut client, &mut events, &config_id, &ids).await.as_secs_f64() * 1000.0);
+            fleet.push(deploy_all(&client, &mut events, &config_id, &ids).await.as_secs_f64() * 1000.0);
         }
         let (s50, s99) = (percentile(&mut single.clone(), 0.5), percentile(&mut single, 0.99));
         let (f50, fmax) = (percentile(&mut fleet.clone(), 0.5), percentile(&mut fleet, 1.0));

@@ -34,9 +34,9 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     runtime.block_on(async {
         let config = ClientConfig::from_master_config(&cluster.config).expect("client config");
-        let mut subscriber = Client::connect(config.clone()).await.expect("subscriber");
-        subscriber.subscribe(vec!["minion/*".into()]).await.expect("subscribe");
-        let mut publisher = Client::connect(config).await.expect("publisher");
+        let client = Client::connect(config.clone()).await.expect("subscriber");
+        let mut subscriber = client.subscribe(vec!["minion/*".into()]).await.expect("subscribe");
+        let publisher = Client::connect(config).await.expect("publisher");
 
         // Throughput: every minion sends EVENTS_PER_MINION events in one plan.
         let steps: Vec<serde_json::Value> = (0..EVENTS_PER_MINION)

@@ -39,11 +39,11 @@ fn main() {
     let mut figures = Figures::default();
     Figures::header();
     runtime.block_on(async {
-        let mut client = connect(&cluster.config).await;
+        let client = connect(&cluster.config).await;
         let master_idle = rss_kib(cluster.master_pid().unwrap()) as f64;
         let first = max.min(1000);
         let _swarm_a = start_swarm(&cluster, &cluster.config, 0, first, &[]);
-        wait_connected(&mut client, first).await;
+        wait_connected(&client, first).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
 
         let tiers: Vec<(usize, &str)> = [(1, "swarm-00000"), (100, "swarm-000??"), (1000, "swarm-00???")]
@@ -51,10 +51,10 @@ fn main() {
             .filter(|(n, _)| *n <= first)
             .collect();
         for (n, target) in &tiers {
-            ping(&mut client, target, *n, 0).await;
+            ping(&client, target, *n, 0).await;
             let mut samples: Vec<f64> = Vec::new();
             for _ in 0..20 {
-                samples.push(ping(&mut client, target, *n, 0).await.as_secs_f64() * 1000.0);
+                samples.push(ping(&client, target, *n, 0).await.as_secs_f64() * 1000.0);
             }
             figures.add(format!("fan-out test.ping, publish → last return, {n} minions"), &mut samples, "ms");
         }
@@ -63,7 +63,7 @@ fn main() {
         let mut latencies: Vec<f64> = Vec::new();
         let started = Instant::now();
         for _ in 0..2000 {
-            latencies.push(ping(&mut client, "swarm-00000", 1, 0).await.as_secs_f64() * 1000.0);
+            latencies.push(ping(&client, "swarm-00000", 1, 0).await.as_secs_f64() * 1000.0);
         }
         let rate = 2000.0 / started.elapsed().as_secs_f64();
         figures.add("sequential test.ping to one minion: round trip", &mut latencies, "ms");
@@ -75,11 +75,11 @@ fn main() {
         let started = Instant::now();
         let mut tasks = Vec::new();
         for c in 0..clients {
-            let mut own = connect(&cluster.config).await;
+            let own = connect(&cluster.config).await;
             tasks.push(tokio::spawn(async move {
                 for j in 0..per_client {
                     let id = format!("swarm-{:05}", (c + j * clients) % first);
-                    ping(&mut own, &id, 1, 0).await;
+                    ping(&own, &id, 1, 0).await;
                 }
             }));
         }
@@ -100,17 +100,17 @@ fn main() {
 
         if max > 1000 {
             let _swarm_b = start_swarm(&cluster, &cluster.config, 1000, max - 1000, &[]);
-            let joined = wait_connected(&mut client, max).await;
+            let joined = wait_connected(&client, max).await;
             figures.add(
                 format!("{} more swarm minions enrolled and connected", max - 1000),
                 &mut [joined.as_secs_f64()],
                 "s",
             );
             tokio::time::sleep(Duration::from_secs(2)).await;
-            ping(&mut client, "swarm-*", max, 0).await;
+            ping(&client, "swarm-*", max, 0).await;
             let mut samples: Vec<f64> = Vec::new();
             for _ in 0..10 {
-                samples.push(ping(&mut client, "swarm-*", max, 0).await.as_secs_f64() * 1000.0);
+                samples.push(ping(&client, "swarm-*", max, 0).await.as_secs_f64() * 1000.0);
             }
             figures.add(format!("fan-out test.ping, publish → last return, {max} minions"), &mut samples, "ms");
             let per = (rss_kib(master_pid) as f64 - master_idle) / max as f64;
@@ -127,20 +127,20 @@ fn main() {
                 cluster.start_master();
                 let mut client = connect(&cluster.config).await;
                 // Time until every minion is connected again, polled every 100 ms by a second client.
-                let mut watcher = connect(&cluster.config).await;
+                let watcher = connect(&cluster.config).await;
                 let counter = tokio::spawn(async move {
                     loop {
-                        if connected_count(&mut watcher).await >= max {
+                        if connected_count(&watcher).await >= max {
                             return killed.elapsed().as_secs_f64();
                         }
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 });
-                ping(&mut client, "swarm-*", max, 120_000).await;
+                ping(&client, "swarm-*", max, 120_000).await;
                 storms.push(killed.elapsed().as_secs_f64());
                 rates.push(counter.await.unwrap());
                 client = connect(&cluster.config).await;
-                wait_connected(&mut client, max).await;
+                wait_connected(&client, max).await;
             }
             figures.add(format!("reconnect storm: master restart → all {max} answer test.ping"), &mut storms, "s");
             let mut admitted: Vec<f64> = rates.iter().map(|t| max as f64 / t).collect();

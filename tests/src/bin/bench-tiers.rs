@@ -33,7 +33,7 @@ fn wall(mut f: impl FnMut()) -> f64 {
 }
 
 /// Sequential `test.ping` jobs to one minion through the SDK: jobs per second.
-async fn sequential(client: &mut Client, jobs: usize) -> f64 {
+async fn sequential(client: &Client, jobs: usize) -> f64 {
     let started = Instant::now();
     for _ in 0..jobs {
         let spec = PublishSpec::new(Target { kind: TargetKind::List, expr: "m01".into() }, "test.ping");
@@ -49,8 +49,7 @@ fn main() {
     }
     let mut cluster = Cluster::start_with("", "warn");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let mut client =
-        runtime.block_on(Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap())).unwrap();
+    let client = runtime.block_on(Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap())).unwrap();
     let mut tiers = serde_json::Map::new();
     let mut started = 0;
     println!(
@@ -74,7 +73,7 @@ fn main() {
         }
         let mut ping: Vec<f64> = (0..REPS).map(|_| wall(|| run(&["run", "m*", "test.ping"]))).collect();
         let mut cmd: Vec<f64> = (0..REPS).map(|_| wall(|| run(&["run", "m*", "cmd.run", "echo hi"]))).collect();
-        let mut seq: Vec<f64> = (0..3).map(|_| runtime.block_on(sequential(&mut client, 500))).collect();
+        let mut seq: Vec<f64> = (0..3).map(|_| runtime.block_on(sequential(&client, 500))).collect();
         std::thread::sleep(Duration::from_secs(1));
         let mut rss: Vec<f64> = minion_pids(&cluster).into_iter().map(rss_mib).collect();
         assert_eq!(rss.len(), n);

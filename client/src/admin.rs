@@ -1,0 +1,138 @@
+//! Typed helpers for the administrative requests: keys, enrollment and gateway tokens,
+//! minions, jobs and principals. Each is one [`Client::request`] whose answer is checked
+//! to be of the kind the request is answered with.
+
+use std::time::Duration;
+
+use halite_protocol::message::{
+    ApiTokenInfo, JobSummary, KeyInfo, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
+    TokenSummary,
+};
+
+use crate::{Client, ClientError};
+
+pub(crate) fn unexpected(what: &str, body: &ResponseBody) -> ClientError {
+    ClientError::Protocol(format!("expected {what}, got {body:?}"))
+}
+
+fn changed(body: ResponseBody) -> Result<Vec<String>, ClientError> {
+    match body {
+        ResponseBody::Changed(ids) => Ok(ids),
+        other => Err(unexpected("the ids changed", &other)),
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Client {
+    /// Keys whose minion id matches the glob `pattern`, in every state.
+    pub async fn keys(&self, pattern: &str) -> Result<Vec<KeyInfo>, ClientError> {
+        match self.request(RequestBody::KeyList { pattern: pattern.into() }).await? {
+            ResponseBody::Keys(keys) => Ok(keys),
+            other => Err(unexpected("keys", &other)),
+        }
+    }
+
+    /// Accepts the pending and rejected keys matching `pattern`; the ids accepted.
+    pub async fn accept_keys(&self, pattern: &str) -> Result<Vec<String>, ClientError> {
+        changed(self.request(RequestBody::KeyAccept { pattern: pattern.into() }).await?)
+    }
+
+    /// Rejects the keys matching `pattern` (their live sessions are cut); the ids rejected.
+    pub async fn reject_keys(&self, pattern: &str) -> Result<Vec<String>, ClientError> {
+        changed(self.request(RequestBody::KeyReject { pattern: pattern.into() }).await?)
+    }
+
+    /// Deletes the keys matching `pattern` (their live sessions are cut); the ids deleted.
+    pub async fn delete_keys(&self, pattern: &str) -> Result<Vec<String>, ClientError> {
+        changed(self.request(RequestBody::KeyDelete { pattern: pattern.into() }).await?)
+    }
+
+    /// Registers a key generated elsewhere as accepted for minion `id` (preseeding).
+    pub async fn preseed_key(&self, id: &str, public_key: [u8; 32]) -> Result<(), ClientError> {
+        let body = RequestBody::KeyPreseed { id: id.into(), public_key: public_key.to_vec() };
+        changed(self.request(body).await?).map(drop)
+    }
+
+    /// A one-time enrollment token bound to `minion`, valid for `ttl`.
+    pub async fn create_enrollment_token(&self, minion: &str, ttl: Duration) -> Result<TokenInfo, ClientError> {
+        match self.request(RequestBody::TokenCreate { minion: minion.into(), ttl_ms: millis(ttl) }).await? {
+            ResponseBody::Token(token) => Ok(token),
+            other => Err(unexpected("a token", &other)),
+        }
+    }
+
+    /// The enrollment tokens (by id, never the tokens themselves).
+    pub async fn enrollment_tokens(&self) -> Result<Vec<TokenSummary>, ClientError> {
+        match self.request(RequestBody::TokenList).await? {
+            ResponseBody::Tokens(tokens) => Ok(tokens),
+            other => Err(unexpected("enrollment tokens", &other)),
+        }
+    }
+
+    /// Revokes an enrollment token by its id: it enrolls nobody after this.
+    pub async fn revoke_enrollment_token(&self, id: &str) -> Result<(), ClientError> {
+        changed(self.request(RequestBody::TokenRevoke { id: id.into() }).await?).map(drop)
+    }
+
+    /// Minions (accepted keys) matching `pattern` that this principal may target, with
+    /// presence, grains and functions.
+    pub async fn minions(&self, pattern: &str) -> Result<Vec<MinionInfo>, ClientError> {
+        match self.request(RequestBody::MinionList { pattern: pattern.into() }).await? {
+            ResponseBody::Minions(minions) => Ok(minions),
+            other => Err(unexpected("minions", &other)),
+        }
+    }
+
+    /// The newest `limit` jobs this principal may see.
+    pub async fn jobs(&self, limit: u32) -> Result<Vec<JobSummary>, ClientError> {
+        match self.request(RequestBody::JobList { limit }).await? {
+            ResponseBody::Jobs(jobs) => Ok(jobs),
+            other => Err(unexpected("jobs", &other)),
+        }
+    }
+
+    /// Registers (or changes) a principal: its name, ed25519 public key and ACL.
+    pub async fn add_principal(&self, name: &str, public_key: [u8; 32], acl: PrincipalAcl) -> Result<(), ClientError> {
+        let body = RequestBody::PrincipalAdd { name: name.into(), public_key: public_key.to_vec(), acl };
+        changed(self.request(body).await?).map(drop)
+    }
+
+    /// The registered principals.
+    pub async fn principals(&self) -> Result<Vec<PrincipalInfo>, ClientError> {
+        match self.request(RequestBody::PrincipalList).await? {
+            ResponseBody::Principals(principals) => Ok(principals),
+            other => Err(unexpected("principals", &other)),
+        }
+    }
+
+    /// Removes a principal; its sessions and gateway tokens go with it.
+    pub async fn remove_principal(&self, name: &str) -> Result<(), ClientError> {
+        changed(self.request(RequestBody::PrincipalRemove { name: name.into() }).await?).map(drop)
+    }
+
+    /// A bearer token for the HTTP gateway acting as `principal`, valid for `ttl` (`None`: the
+    /// master's default). Shown once; the master keeps only its hash.
+    pub async fn create_api_token(&self, principal: &str, ttl: Option<Duration>) -> Result<String, ClientError> {
+        let body = RequestBody::ApiTokenCreate { principal: principal.into(), ttl_ms: ttl.map(millis) };
+        match self.request(body).await? {
+            ResponseBody::ApiToken(token) => Ok(token),
+            other => Err(unexpected("a token", &other)),
+        }
+    }
+
+    /// The gateway tokens (by id, never the tokens themselves).
+    pub async fn api_tokens(&self) -> Result<Vec<ApiTokenInfo>, ClientError> {
+        match self.request(RequestBody::ApiTokenList).await? {
+            ResponseBody::ApiTokens(tokens) => Ok(tokens),
+            other => Err(unexpected("gateway tokens", &other)),
+        }
+    }
+
+    /// Revokes a gateway token by its id, at once.
+    pub async fn revoke_api_token(&self, id: &str) -> Result<(), ClientError> {
+        changed(self.request(RequestBody::ApiTokenRevoke { id: id.into() }).await?).map(drop)
+    }
+}
