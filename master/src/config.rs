@@ -80,6 +80,8 @@ pub struct MasterConfig {
     pub gateway: crate::gateway::GatewayConfig,
     /// Prometheus metrics and health checks (`[metrics]`); off unless `listen` is set.
     pub metrics: MetricsConfig,
+    /// Files served to minions as `halite://` (`[files]`); off unless `root` is set.
+    pub files: crate::files::FilesConfig,
     /// Master keys the cluster key revoked (`halite-master cluster revoke` prints each), told
     /// to every minion in `welcome`; a minion refuses those masters from then on.
     pub revoked_masters: Vec<String>,
@@ -126,6 +128,7 @@ impl Default for MasterConfig {
             deployment_timeout_secs: 3600,
             gateway: crate::gateway::GatewayConfig::default(),
             metrics: MetricsConfig::default(),
+            files: crate::files::FilesConfig::default(),
             store: crate::store::StoreConfig::default(),
             revoked_masters: Vec::new(),
             log: "info".into(),

@@ -30,6 +30,7 @@ mod cluster_view;
 pub mod config;
 mod deploy;
 mod event_log;
+pub mod files;
 pub mod gateway;
 mod jobs;
 mod keys;

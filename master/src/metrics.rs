@@ -173,27 +173,7 @@ impl Metrics {
     /// OpenMetrics: the same lines, except that a counter's `# HELP` and `# TYPE` name its
     /// samples (`…_total`) and there is no `# EOF`.
     pub fn encode_classic(&self) -> String {
-        let open = self.encode();
-        let mut counters = std::collections::HashSet::new();
-        for line in open.lines() {
-            if let Some(name) = line.strip_prefix("# TYPE ").and_then(|rest| rest.strip_suffix(" counter")) {
-                counters.insert(name.to_owned());
-            }
-        }
-        let mut text = String::with_capacity(open.len() + counters.len() * 12);
-        for line in open.lines() {
-            if line == "# EOF" {
-                continue;
-            }
-            let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
-                let rest = line.strip_prefix(prefix)?;
-                let (name, tail) = rest.split_once(' ')?;
-                counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
-            });
-            text.push_str(renamed.as_deref().unwrap_or(line));
-            text.push('\n');
-        }
-        text
+        halite_transport::metrics_text::openmetrics_to_classic(&self.encode())
     }
 
     /// The core finished a step or a tick.

@@ -105,6 +105,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
+            Message::FileGet(request) => self.serve_file(peer, id, request),
             Message::Publish(request) => {
                 let caller = format!("minion:{id}");
                 self.publish(peer, &caller, Publisher::Peer(id.to_owned()), request).await?;

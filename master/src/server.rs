@@ -65,6 +65,8 @@ pub(crate) enum Input {
     Relay(RelayDone),
     /// Time passed: deadlines, handshake timeouts, retention.
     Tick,
+    /// A file read for a minion finished.
+    File(crate::files::FileServed),
     /// Another master sharing the store announced a change (who, what).
     Cluster(crate::store::Heard),
     /// SIGHUP: reread the rules in the config file.
@@ -114,6 +116,10 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) relay_client: reqwest::Client,
     pub(crate) relay_tx: mpsc::UnboundedSender<RelayDone>,
     pub(crate) relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
+    /// Files served to minions (`[files]`), and where finished reads come back.
+    pub(crate) files: crate::files::FileServer,
+    pub(crate) file_tx: mpsc::UnboundedSender<crate::files::FileServed>,
+    pub(crate) file_rx: Option<mpsc::UnboundedReceiver<crate::files::FileServed>>,
     /// What the master counts, for operators (`/metrics`).
     pub(crate) metrics: crate::metrics::Metrics,
     /// Where in-process clients (the gateway) send their commands.
@@ -167,6 +173,7 @@ impl<S: Store, N: Net> Master<S, N> {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let (relay_tx, relay_rx) = mpsc::unbounded_channel();
+        let (file_tx, file_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
         let event_log = crate::event_log::EventLog::new(clock.wall_ms());
         let pending_limits = PendingLimits::new(
@@ -203,6 +210,9 @@ impl<S: Store, N: Net> Master<S, N> {
             relay_client: relay::client(),
             relay_tx,
             relay_rx: Some(relay_rx),
+            files: Default::default(),
+            file_tx,
+            file_rx: Some(file_rx),
             local_tx,
             local_rx: Some(local_rx),
             last_tick: None,
@@ -316,6 +326,10 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rx) = self.relay_rx.take() {
             relays = rx;
         }
+        let (_, mut files) = mpsc::unbounded_channel();
+        if let Some(rx) = self.file_rx.take() {
+            files = rx;
+        }
         let (_, mut locals) = mpsc::channel(1);
         if let Some(rx) = self.local_rx.take() {
             locals = rx;
@@ -340,6 +354,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 },
                 Some(command) = locals.recv() => Input::Local(command),
                 Some(done) = relays.recv() => Input::Relay(done),
+                Some(served) = files.recv() => Input::File(served),
                 Some(change) = cluster.recv() => Input::Cluster(change),
                 Some(()) = next_hangup(&mut hangups) => Input::Reload,
                 _ = tick.tick() => Input::Tick,
@@ -377,6 +392,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Input::Reload => self.reload_rules(),
+            Input::File(served) => self.file_served(served),
             Input::Cluster((from, change)) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
                     warn!(%error, "store failure while applying another master's change");

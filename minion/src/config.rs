@@ -12,6 +12,15 @@ pub const DEFAULT_PATH: &str = "/etc/halite/minion.toml";
 
 pub use halite_transport::config_file::ConfigError;
 
+/// `[metrics]`: where the minion serves `GET /metrics` (plain HTTP, no authentication: counts
+/// only). Off unless `listen` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address to listen on, e.g. `127.0.0.1:9507`.
+    pub listen: Option<String>,
+}
+
 /// Minion settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -48,6 +57,8 @@ pub struct MinionConfig {
     pub log: String,
     /// `text` (colour only on a terminal) or `json` (one object per line).
     pub log_format: halite_transport::logging::LogFormat,
+    /// Opt-in Prometheus figures (`[metrics] listen`); off when unset.
+    pub metrics: MetricsConfig,
     /// The file it was read from (SIGHUP rereads it); never read from the file.
     #[serde(skip)]
     pub path: Option<PathBuf>,
@@ -70,6 +81,7 @@ impl Default for MinionConfig {
             deploy: halite_modules::DeploySettings::default(),
             log: "info".into(),
             log_format: halite_transport::logging::LogFormat::Text,
+            metrics: MetricsConfig::default(),
             path: None,
         }
     }
@@ -94,6 +106,11 @@ impl MinionConfig {
             return Err("max_concurrent_jobs: must be at least 1".into());
         }
         halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
+        if let Some(listen) = &config.metrics.listen {
+            listen
+                .parse::<std::net::SocketAddr>()
+                .map_err(|_| format!("metrics: listen: {listen:?} is not an ip:port address"))?;
+        }
         Ok(config)
     }
 }
@@ -148,6 +165,11 @@ mod tests {
         assert!(MinionConfig::parse("id = \"a/b\"").unwrap_err().starts_with("id:"));
         let config = MinionConfig::parse("id = \"web1\"\n[grains]\nrole = \"web\"\n").unwrap();
         assert_eq!(config.grains["role"], "web");
+        let bad = MinionConfig::parse("[metrics]\nlisten = \"localhost\"\n").unwrap_err();
+        assert!(bad.contains("metrics: listen"), "{bad}");
+        let on = MinionConfig::parse("[metrics]\nlisten = \"127.0.0.1:9507\"\n").unwrap();
+        assert_eq!(on.metrics.listen.as_deref(), Some("127.0.0.1:9507"));
+        assert_eq!(MinionConfig::parse("").unwrap().metrics.listen, None, "off by default");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halite_modules::{Context, Dispatcher, OutgoingEvent, PeerRequest};
+use halite_modules::{Context, Dispatcher, FileRequest, OutgoingEvent, PeerRequest};
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
     self, ErrorKind, ErrorMessage, Hello, Job, JobAck, JobReturn, Message, ModuleInfo, Outcome, SignedJob,
@@ -48,6 +48,10 @@ pub(crate) struct Setup {
     pub events: mpsc::Receiver<OutgoingEvent>,
     /// Jobs functions ask the master to publish (`peer.publish`).
     pub peer_requests: mpsc::Receiver<PeerRequest>,
+    /// Parts of master-served files functions ask for (`halite://` sources).
+    pub file_requests: mpsc::Receiver<FileRequest>,
+    /// Figures for operators, when `[metrics] listen` is set.
+    pub metrics: Option<crate::metrics::MinionMetrics>,
     /// Outbox and markers.
     pub outbox: Outbox,
     /// Concurrency limit.
@@ -70,6 +74,9 @@ enum Stage {
     Up(Box<Session>),
 }
 
+/// Where the master's answer to a `halite://` part goes.
+type FileReply = oneshot::Sender<Result<halite_protocol::message::FileChunk, (ErrorKind, String)>>;
+
 struct Minion {
     setup: Setup,
     dealer: Option<Dealer>,
@@ -90,6 +97,8 @@ struct Minion {
     free_slots: usize,
     /// `peer.publish` calls waiting for the master's answer, by request id.
     pending_publishes: HashMap<u64, oneshot::Sender<Result<halite_protocol::message::Published, String>>>,
+    /// `halite://` parts waiting for the master's answer, by request id.
+    pending_files: HashMap<u64, FileReply>,
     next_request: u64,
     /// When refused (pending or rejected), wait before knocking again.
     retry_at: Option<tokio::time::Instant>,
@@ -151,6 +160,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         free_slots,
         retry_at: None,
         pending_publishes: HashMap::new(),
+        pending_files: HashMap::new(),
         next_request: 1,
         refusals: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
         revocations: crate::revocations::Revocations::load(setup.pin_path.with_file_name("revoked_masters")),
@@ -169,6 +179,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
             Some(ret) = done_rx.recv() => minion.on_done(ret).await,
             Some(event) = minion.setup.events.recv() => minion.on_event_send(event).await,
             Some(request) = minion.setup.peer_requests.recv() => minion.on_peer_request(request).await,
+            Some(request) = minion.setup.file_requests.recv() => minion.on_file_request(request).await,
             Some(dispatcher) = next_reload(&mut minion.setup.reloads) => minion.reloaded(dispatcher).await,
             () = sleep_until(retry), if retry.is_some() => {
                 minion.retry_at = None;
@@ -305,6 +316,11 @@ impl Minion {
                 if matches!(self.stage, Stage::Up(_)) {
                     warn!(%reason, "disconnected from the master; reconnecting");
                 }
+                // Parts asked of that session will not come: their fetches fail now.
+                self.pending_files.clear();
+                if let Some(metrics) = &self.setup.metrics {
+                    metrics.session(false);
+                }
                 self.stage = Stage::Down;
             }
             Some(DealerEvent::Message(parts)) => self.on_message(parts).await,
@@ -332,6 +348,9 @@ impl Minion {
             Stage::AwaitVerdict(awaiting) => match awaiting.read_verdict(&parts, Instant::now()) {
                 Ok(session) => {
                     info!(id = %self.setup.id, "authenticated to the master");
+                    if let Some(metrics) = &self.setup.metrics {
+                        metrics.session(true);
+                    }
                     self.refusals.reset();
                     self.handshake_failures = 0;
                     self.stage = Stage::Up(Box::new(session));
@@ -418,6 +437,11 @@ impl Minion {
             }
             Message::Job(signed) => self.on_job(signed).await,
             Message::ReturnAck(ack) => {
+                if let Some(metrics) = &self.setup.metrics {
+                    if self.unsent.contains_key(&ack.jid) || self.setup.outbox.get(&ack.jid).is_some() {
+                        metrics.return_acknowledged();
+                    }
+                }
                 self.unsent.remove(&ack.jid);
                 if let Err(error) = self.setup.outbox.remove(&ack.jid) {
                     warn!(jid = %ack.jid, %error, "could not delete an acknowledged return");
@@ -438,12 +462,18 @@ impl Minion {
                     let _ = reply.send(Ok(published));
                 }
             }
+            Message::FileChunk(chunk) => {
+                if let Some(reply) = self.pending_files.remove(&chunk.request_id) {
+                    let _ = reply.send(Ok(chunk));
+                }
+            }
             Message::Error(error) => {
-                let waiting = error
-                    .request
-                    .as_deref()
-                    .and_then(|r| r.parse::<u64>().ok())
-                    .and_then(|id| self.pending_publishes.remove(&id));
+                let id = error.request.as_deref().and_then(|r| r.parse::<u64>().ok());
+                if let Some(reply) = id.and_then(|id| self.pending_files.remove(&id)) {
+                    let _ = reply.send(Err((error.kind, error.message)));
+                    return;
+                }
+                let waiting = id.and_then(|id| self.pending_publishes.remove(&id));
                 match waiting {
                     Some(reply) => {
                         let _ = reply.send(Err(error.message));
@@ -537,6 +567,9 @@ impl Minion {
             info!(%jid, function = %job.function, caller = %job.caller, "running job");
             let (stop_tx, stop_rx) = oneshot::channel();
             self.running.insert(jid, stop_tx);
+            if let Some(metrics) = &self.setup.metrics {
+                metrics.running(self.running.len());
+            }
             self.free_slots -= 1;
             let (dispatcher, context, done) =
                 (self.setup.dispatcher.clone(), self.setup.context.clone(), self.done_tx.clone());
@@ -554,6 +587,9 @@ impl Minion {
         }
         self.send(&Message::Event(halite_protocol::message::Event { tag: event.tag, data: event.data, id: None }))
             .await;
+        if let Some(metrics) = &self.setup.metrics {
+            metrics.event_sent();
+        }
     }
 
     /// `peer.publish`: forwards the request and remembers where the answer goes.
@@ -569,6 +605,20 @@ impl Minion {
         self.send(&Message::Publish(request.request)).await;
     }
 
+    /// A part of a `halite://` file: asked of the master, answered when it comes (or at once
+    /// without a session; a lost session fails what waits).
+    async fn on_file_request(&mut self, request: FileRequest) {
+        if !matches!(self.stage, Stage::Up(_)) {
+            let _ = request.reply.send(Err((ErrorKind::Other, "no session with the master".into())));
+            return;
+        }
+        let id = self.next_request;
+        self.next_request += 1;
+        self.pending_files.insert(id, request.reply);
+        let get = halite_protocol::message::FileGet { request_id: id, path: request.path, offset: request.offset };
+        self.send(&Message::FileGet(get)).await;
+    }
+
     /// A job finished: outbox it (durably) first, then send it.
     async fn on_done(&mut self, ret: JobReturn) {
         // Cut to what a message may carry before it is stored: a return that cannot be sealed
@@ -576,6 +626,11 @@ impl Minion {
         let ret = crate::fit::fit(ret);
         if self.running.remove(&ret.jid).is_some() {
             self.free_slots += 1;
+        }
+        if let Some(metrics) = &self.setup.metrics {
+            metrics.running(self.running.len());
+            metrics.finished(ret.outcome);
+            metrics.return_kept();
         }
         info!(jid = %ret.jid, success = ret.success, outcome = ?ret.outcome, "job finished");
         // Returns kept in memory by an earlier failure are stored once the disk takes them.

@@ -47,6 +47,7 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
         outbox::Outbox::open(&state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
     let (events_tx, events) = tokio::sync::mpsc::channel(16);
     let (peer_tx, peer_requests) = tokio::sync::mpsc::channel(4);
+    let (files_tx, file_requests) = tokio::sync::mpsc::channel(4);
     let setup = daemon::Setup {
         id: minion.id,
         masters: minion.masters,
@@ -54,9 +55,17 @@ pub async fn run_embedded(minion: EmbeddedMinion, shutdown: impl Future<Output =
         master_key: Some(minion.master_key),
         pin_path: state_dir.join("master.pub"),
         token: minion.token,
-        context: Context { grains: minion.grains, events: Some(events_tx), peer: Some(peer_tx), ..Context::default() },
+        context: Context {
+            grains: minion.grains,
+            events: Some(events_tx),
+            peer: Some(peer_tx),
+            files: Some(files_tx),
+            ..Context::default()
+        },
         events,
         peer_requests,
+        file_requests,
+        metrics: None,
         dispatcher: minion.dispatcher,
         reloads: None,
         outbox,

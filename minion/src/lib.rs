@@ -16,6 +16,8 @@ mod executor;
 mod fit;
 mod freshness;
 pub mod masters;
+pub mod metrics;
+mod metrics_http;
 pub mod outbox;
 mod revocations;
 mod verified;
@@ -62,6 +64,14 @@ pub enum MinionError {
     /// The Noise identity.
     #[error("identity: {0}")]
     Identity(#[from] HandshakeError),
+    /// The metrics address could not be listened on.
+    #[error("metrics: listen {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 fn parse_master_key(hex_key: &str) -> Result<PublicIdentity, MinionError> {
@@ -114,6 +124,7 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
     let _ = outbox.prune_markers(MARKER_RETENTION);
     let (events_tx, events) = tokio::sync::mpsc::channel(256);
     let (peer_tx, peer_requests) = tokio::sync::mpsc::channel(64);
+    let (files_tx, file_requests) = tokio::sync::mpsc::channel(64);
     let dispatcher = dispatcher(config);
     Ok(daemon::Setup {
         id,
@@ -122,9 +133,11 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
         master_key,
         pin_path,
         token: enrollment.and_then(|e| e.token),
-        context: Context { peer: Some(peer_tx), ..context(config, Some(events_tx)) },
+        context: Context { peer: Some(peer_tx), files: Some(files_tx), ..context(config, Some(events_tx)) },
         events,
         peer_requests,
+        file_requests,
+        metrics: None,
         dispatcher,
         reloads: None,
         outbox,
@@ -200,6 +213,16 @@ pub async fn run(config: MinionConfig, shutdown: impl Future<Output = ()>) -> Re
     let mut setup = setup(&config)?;
     if let Some(path) = config.path.clone() {
         setup.reloads = Some(reload_on_hangup(path));
+    }
+    if let Some(addr) = &config.metrics.listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| MinionError::Metrics { addr: addr.clone(), source })?;
+        let metrics = metrics::MinionMetrics::default();
+        metrics.unacknowledged(setup.outbox.pending().len());
+        tracing::info!(addr = %listener.local_addr().map_or(addr.clone(), |a| a.to_string()), "serving metrics");
+        tokio::spawn(metrics_http::serve(listener, metrics.clone()));
+        setup.metrics = Some(metrics);
     }
     tracing::info!(id = %setup.id, fingerprint = %setup.identity.public().fingerprint(), "minion starting");
     if let Err(error) = halite_transport::notify_ready() {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use halite_protocol::message::{PublishRequest, Published, Value};
+use halite_protocol::message::{ErrorKind, FileChunk, PublishRequest, Published, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{Dispatcher, Runner};
@@ -25,6 +25,17 @@ pub struct PeerRequest {
     pub request: PublishRequest,
     /// The master's answer: the job and its minions, or why it refused.
     pub reply: oneshot::Sender<Result<Published, String>>,
+}
+
+/// A part of a file the master serves (`halite://`), with where the master's answer goes.
+#[derive(Debug)]
+pub struct FileRequest {
+    /// The `halite://` URL's path.
+    pub path: String,
+    /// Where the part starts.
+    pub offset: u64,
+    /// The part, or why the master refused it.
+    pub reply: oneshot::Sender<Result<FileChunk, (ErrorKind, String)>>,
 }
 
 /// Per-call context.
@@ -52,6 +63,8 @@ pub struct Context {
     pub events: Option<mpsc::Sender<OutgoingEvent>>,
     /// Where `peer.publish` sends requests; `None` when there is no master.
     pub peer: Option<mpsc::Sender<PeerRequest>>,
+    /// Where `halite://` sources are fetched from; `None` when there is no master.
+    pub files: Option<mpsc::Sender<FileRequest>>,
 }
 
 impl Default for Context {
@@ -68,6 +81,7 @@ impl Default for Context {
             dispatcher: None,
             events: None,
             peer: None,
+            files: None,
         }
     }
 }

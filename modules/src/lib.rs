@@ -31,12 +31,13 @@ pub mod docs;
 mod function;
 mod functions;
 pub mod grains;
+mod master_files;
 mod policy;
 mod registry;
 mod runner;
 
 pub use args::Args;
-pub use context::{Context, OutgoingEvent, PeerRequest};
+pub use context::{Context, FileRequest, OutgoingEvent, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
 pub use functions::deploy::DeploySettings;

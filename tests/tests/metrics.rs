@@ -43,10 +43,14 @@ fn the_master_exports_metrics_promtool_accepts_and_answers_health_checks() {
     };
     let (metrics_addr, gateway_addr) = (read("metrics.addr"), read("gateway.addr"));
 
-    let text = wait_for("the sessions gauge", Duration::from_secs(5), || {
+    // The gauge is counted every 100 ms, and the refused event may reach the master after the
+    // job's return: both are waited for.
+    let text = wait_for("the sessions gauge and the refused event", Duration::from_secs(5), || {
         let answer = http::request("GET", &metrics_addr, "/metrics", None, None);
         assert_eq!(answer.status, 200);
-        answer.body.contains("halite_sessions{role=\"minion\"} 1").then_some(answer.body)
+        (answer.body.contains("halite_sessions{role=\"minion\"} 1")
+            && answer.body.contains("halite_denials_total{kind=\"event\"} 1"))
+        .then_some(answer.body)
     });
     let (ok, said) = promtool_check(&text);
     assert!(ok, "promtool check metrics: {said}\n{text}");
@@ -70,4 +74,31 @@ fn the_master_exports_metrics_promtool_accepts_and_answers_health_checks() {
     let through_gateway = http::request("GET", &gateway_addr, "/metrics", Some(&token), None);
     assert_eq!(through_gateway.status, 200);
     assert!(through_gateway.body.contains("# TYPE halite_jobs_published_total counter"), "{}", through_gateway.body);
+}
+
+#[test]
+fn a_minion_exports_its_own_figures_when_asked_to() {
+    let mut cluster = Cluster::start("");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    cluster.prepare_minion_with("m2", true, "", &format!("[metrics]\nlisten = {addr:?}\n"));
+    cluster.start_minion("m2");
+    cluster.wait_connected(&["m2"]);
+    assert_eq!(cluster.cli(&["run", "m2", "test.ping"]).code, 0);
+    assert_ne!(cluster.cli(&["run", "m2", "cmd.run", "exit 3", "shell=true"]).code, 0);
+    let text = wait_for("the minion's figures", Duration::from_secs(10), || {
+        let answer = http::request("GET", &addr, "/metrics", None, None);
+        (answer.status == 200 && answer.body.contains("halite_minion_returns_unacknowledged 0")).then_some(answer.body)
+    });
+    let (ok, said) = promtool_check(&text);
+    assert!(ok, "promtool check metrics: {said}\n{text}");
+    assert_eq!(sample(&text, "halite_minion_connected"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "halite_minion_sessions_total"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "halite_minion_jobs_running"), Some(0.0), "{text}");
+    // By how each job ended: test.ping ran, cmd.run is outside the default policy.
+    assert_eq!(sample(&text, "halite_minion_jobs_finished_total{outcome=\"completed\"}"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "halite_minion_jobs_finished_total{outcome=\"denied\"}"), Some(1.0), "{text}");
+    assert_eq!(http::request("GET", &addr, "/healthz", None, None).status, 200);
+    assert_eq!(http::request("GET", &addr, "/other", None, None).status, 404);
+    assert_eq!(http::request("POST", &addr, "/metrics", None, Some("{}")).status, 405);
 }

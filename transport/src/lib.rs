@@ -21,6 +21,7 @@ mod connection;
 mod dealer;
 pub mod keyfile;
 pub mod logging;
+pub mod metrics_text;
 mod notify;
 mod open_files;
 mod router;

@@ -115,8 +115,17 @@ pub(crate) struct Managed;
 pub(crate) struct ManagedArgs {
     /// Absolute path of the file.
     name: String,
-    /// The file's whole content.
-    contents: String,
+    /// The file's whole content (or give `source`).
+    #[serde(default)]
+    contents: Option<String>,
+    /// Where the content comes from instead: `halite://path`, a file the master serves from
+    /// its `[files] root`, fetched in parts and checked against the SHA-256 the master gives.
+    #[serde(default)]
+    source: Option<String>,
+    /// With `source`: the SHA-256 the file must have (`sha256:<hex>`); a different file on the
+    /// master fails the call and nothing is written.
+    #[serde(default)]
+    source_hash: Option<String>,
     /// Octal mode, e.g. "0644" (new files default to 0644).
     #[serde(default)]
     mode: Option<String>,
@@ -140,8 +149,10 @@ pub(crate) struct ManagedArgs {
 impl Typed for Managed {
     const NAME: &'static str = "file.managed";
     const DOC: &'static str = "Makes a file have exactly this content, mode, owner and group. The content is \
-         replaced atomically (a temporary file in the same directory, synced, then renamed), so readers \
-         never see a partial file. details carries a unified diff of the content.";
+         given (contents) or served by the master (source=halite://path, like Salt's salt://; its SHA-256 is \
+         checked, and compared with the file's before anything is fetched). The content is replaced \
+         atomically (a temporary file in the same directory, synced, then renamed), so readers never see a \
+         partial file. details carries a unified diff of given content.";
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = ManagedArgs;
     async fn run(&self, args: ManagedArgs, cx: &Context) -> Result<Output, ModuleError> {
@@ -151,22 +162,41 @@ impl Typed for Managed {
         if meta.as_ref().is_some_and(|m| !m.is_file()) {
             return Err(ModuleError::Failed(format!("{} exists and is not a regular file", path.display())));
         }
-        let old = match &meta {
-            Some(m) if m.len() <= READ_CAP => Some(fs::read(&path).map_err(io(&path))?),
-            Some(_) => None,
-            None => None,
-        };
-        let content_changes = meta.is_none() || old.as_deref() != Some(args.contents.as_bytes());
-        let diff = match (&old, content_changes) {
-            (_, false) => String::new(),
-            (Some(old), true) => {
-                similar::TextDiff::from_lines(String::from_utf8_lossy(old).as_ref(), args.contents.as_str())
-                    .unified_diff()
-                    .header(&args.name, &args.name)
-                    .to_string()
+        let content = Content::of(&args, cx).await?;
+        let (content_changes, diff) = match &content {
+            Content::Given(contents) => {
+                let old = match &meta {
+                    Some(m) if m.len() <= READ_CAP => Some(fs::read(&path).map_err(io(&path))?),
+                    Some(_) => None,
+                    None => None,
+                };
+                let changes = meta.is_none() || old.as_deref() != Some(contents.as_bytes());
+                let diff = match (&old, changes) {
+                    (_, false) => String::new(),
+                    (Some(old), true) => {
+                        similar::TextDiff::from_lines(String::from_utf8_lossy(old).as_ref(), contents.as_str())
+                            .unified_diff()
+                            .header(&args.name, &args.name)
+                            .to_string()
+                    }
+                    (None, true) if meta.is_some() => "(previous content too large to diff)".into(),
+                    (None, true) => "new file".into(),
+                };
+                (changes, diff)
             }
-            (None, true) if meta.is_some() => "(previous content too large to diff)".into(),
-            (None, true) => "new file".into(),
+            Content::Served { url, first } => {
+                let old = match &meta {
+                    Some(_) => Some(crate::master_files::digest_of(&path).map_err(io(&path))?),
+                    None => None,
+                };
+                let changes = old.as_deref() != Some(first.sha256.as_str());
+                let diff = match (&old, changes) {
+                    (_, false) => String::new(),
+                    (Some(old), true) => format!("sha256 {old} -> {} ({url}, {} bytes)", first.sha256, first.size),
+                    (None, true) => format!("new file: {url}, sha256 {}, {} bytes", first.sha256, first.size),
+                };
+                (changes, diff)
+            }
         };
         let wanted_mode = mode.or(meta.as_ref().map_or(Some(0o644), |_| None));
         let mut changes = if content_changes { vec!["content".to_owned()] } else { Vec::new() };
@@ -210,8 +240,17 @@ impl Typed for Managed {
                 .mode(wanted_mode.or(keep_mode).unwrap_or(0o644))
                 .open(&tmp)
                 .map_err(io(&tmp))?;
-            file.write_all(args.contents.as_bytes()).map_err(io(&tmp))?;
-            file.sync_all().map_err(io(&tmp))?;
+            let written = match content {
+                Content::Given(contents) => file.write_all(contents.as_bytes()).map_err(io(&tmp)),
+                Content::Served { url, first } => {
+                    let path = crate::master_files::source_path(&url)?;
+                    crate::master_files::copy_to(cx, path, first, &mut file).await
+                }
+            };
+            if let Err(error) = written.and_then(|()| file.sync_all().map_err(io(&tmp))) {
+                let _ = fs::remove_file(&tmp);
+                return Err(error);
+            }
             let (keep_uid, keep_gid) =
                 (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
             apply_attributes(&tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))?;
@@ -222,6 +261,45 @@ impl Typed for Managed {
         }
         apply_selinux(cx, &path, &args.selinux_context).await?;
         Ok(Output::change(true, format!("{} updated: {}", args.name, changes.join(", ")), details))
+    }
+}
+
+/// Where `file.managed`'s content comes from.
+enum Content {
+    /// `contents`.
+    Given(String),
+    /// `source=halite://...`: the master's first part (with the whole file's size and digest).
+    Served { url: String, first: halite_protocol::message::FileChunk },
+}
+
+impl Content {
+    async fn of(args: &ManagedArgs, cx: &Context) -> Result<Content, ModuleError> {
+        match (&args.contents, &args.source) {
+            (Some(contents), None) => {
+                if args.source_hash.is_some() {
+                    return Err(ModuleError::BadArguments("source_hash goes with source, not contents".into()));
+                }
+                Ok(Content::Given(contents.clone()))
+            }
+            (None, Some(url)) => {
+                let path = crate::master_files::source_path(url)?;
+                let expected = args.source_hash.as_deref().map(crate::master_files::expected_digest).transpose()?;
+                let first = crate::master_files::part(cx, path, 0).await?;
+                if let Some(expected) = expected {
+                    if expected != first.sha256 {
+                        return Err(ModuleError::Failed(format!(
+                            "{url} on the master has sha256 {}, not the source_hash {expected}; nothing was written",
+                            first.sha256
+                        )));
+                    }
+                }
+                Ok(Content::Served { url: url.clone(), first })
+            }
+            (Some(_), Some(_)) => Err(ModuleError::BadArguments("give contents or source, not both".into())),
+            (None, None) => {
+                Err(ModuleError::BadArguments("give the file's contents, or its source (halite://path)".into()))
+            }
+        }
     }
 }
 

@@ -61,6 +61,10 @@ pub enum Message {
     JobDone(JobDone),
     /// Master → client: several job state changes at once.
     JobUpdates(JobUpdates),
+    /// Minion → master: part of a file the master serves (`halite://` sources).
+    FileGet(FileGet),
+    /// Master → minion: that part, with the whole file's size and digest.
+    FileChunk(FileChunk),
 }
 
 /// A module (group of functions) a minion offers, with its version.
@@ -385,6 +389,38 @@ pub struct Published {
     /// Every minion expected to reach a final state for this job.
     pub minions: Vec<String>,
 }
+
+/// A minion asks for the bytes of a file under the master's file root from `offset` on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileGet {
+    /// Echoed in the answer (or in the error refusing it).
+    pub request_id: u64,
+    /// Relative to the file root, `/`-separated, no `..` (the `halite://` URL's path).
+    pub path: String,
+    /// Where to start reading.
+    pub offset: u64,
+}
+
+/// One part of a served file. Every part carries the whole file's size and SHA-256 as the
+/// master read them: a file that changes while being copied shows a different digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChunk {
+    /// The request answered.
+    pub request_id: u64,
+    /// The whole file's size, bytes.
+    pub size: u64,
+    /// The whole file's SHA-256, lowercase hex.
+    pub sha256: String,
+    /// Where this part starts.
+    pub offset: u64,
+    /// The bytes (at most [`FILE_CHUNK_BYTES`]); empty at the end of the file.
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+}
+
+/// Most bytes a [`FileChunk`] carries: far below the message cap, so a part never needs more
+/// than one message and a transfer interleaves with other traffic.
+pub const FILE_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// Subscribe to bus events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
