@@ -111,3 +111,34 @@ fn the_gateway_publishes_pauses_and_cancels_a_rollout() {
     assert_eq!(refused.status, 400, "{}", refused.body);
     assert!(refused.json()["error"]["message"].as_str().unwrap().contains("from 1 to 100"), "{}", refused.body);
 }
+
+/// kill -9 of the master in the middle of a rollout: once it is back, the rollout goes on
+/// where it was, and every target runs the job exactly once (each appends a line to one file).
+#[test]
+fn a_rollout_survives_a_master_killed_in_the_middle_and_runs_each_target_once() {
+    let mut cluster = Cluster::start("");
+    let ids = ["r1", "r2", "r3"];
+    for id in ids {
+        cluster.enroll_minion(id, "");
+    }
+    cluster.wait_connected(&ids);
+    let marks = cluster.dir.join("marks");
+    let script = format!("echo ran >> {}; sleep 1", marks.display());
+    let published = cluster.cli(&["run", "--async", "-b", "1", "r*", "cmd.run", &script, "shell=true"]);
+    assert_eq!(published.code, 0, "{}", published.stderr);
+    let jid = published.stdout.trim().to_owned();
+    // The first target is running: kill the master, then bring it back.
+    halite_tests::wait_for("the first target to start", std::time::Duration::from_secs(10), || {
+        cluster.job_states(&jid).iter().any(|(_, s)| s == "sent" || s == "running").then_some(())
+    });
+    cluster.kill_master();
+    cluster.start_master();
+    let states = halite_tests::wait_for("every target to return", std::time::Duration::from_secs(30), || {
+        let states = cluster.job_states(&jid);
+        states.iter().all(|(_, s)| s == "returned").then_some(states)
+    });
+    assert_eq!(states.len(), 3, "{states:?}");
+    // Exactly once each: three lines in all, never two for one run.
+    let text = std::fs::read_to_string(&marks).unwrap_or_default();
+    assert_eq!(text.lines().count(), 3, "each target ran once: {text:?}");
+}
