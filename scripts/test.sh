@@ -69,3 +69,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+# The locked-down minion's function set (--no-default-features): every function that runs
+# caller-supplied code or writes caller-supplied files is absent from its registry.
+cargo test -p halite-modules --no-default-features --lib

@@ -64,10 +64,12 @@ impl Args {
 }
 
 /// A version written on a command line: `1.0` reads as a number, but a version is text.
+#[cfg(feature = "packages")]
 #[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 #[schemars(transparent)]
 pub(crate) struct VersionString(pub(crate) String);
 
+#[cfg(feature = "packages")]
 impl<'de> serde::Deserialize<'de> for VersionString {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match Value::deserialize(d)? {
@@ -79,6 +81,7 @@ impl<'de> serde::Deserialize<'de> for VersionString {
 }
 
 /// `deserialize_with` for an optional version (see [`VersionString`]).
+#[cfg(feature = "packages")]
 pub(crate) fn version_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     Ok(Some(<VersionString as serde::Deserialize>::deserialize(d)?.0))
 }

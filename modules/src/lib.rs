@@ -31,6 +31,7 @@ pub mod docs;
 mod function;
 mod functions;
 pub mod grains;
+#[cfg(feature = "files")]
 mod master_files;
 mod policy;
 mod registry;

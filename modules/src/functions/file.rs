@@ -1,8 +1,11 @@
 //! `file.*`: manage files and directories.
 
 use std::fs;
+#[cfg(feature = "files")]
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
+#[cfg(feature = "files")]
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User};
@@ -27,6 +30,7 @@ fn absolute(name: &str) -> Result<PathBuf, ModuleError> {
     Ok(path)
 }
 
+#[cfg(feature = "files")]
 fn parse_mode(mode: &Option<String>) -> Result<Option<u32>, ModuleError> {
     match mode {
         None => Ok(None),
@@ -38,6 +42,7 @@ fn parse_mode(mode: &Option<String>) -> Result<Option<u32>, ModuleError> {
     }
 }
 
+#[cfg(feature = "files")]
 /// A numeric uid is taken as is (files may belong to uids without a passwd entry); a name must
 /// exist.
 fn uid_of(user: &Option<String>) -> Result<Option<Uid>, ModuleError> {
@@ -48,14 +53,17 @@ fn uid_of(user: &Option<String>) -> Result<Option<Uid>, ModuleError> {
     }
 }
 
+#[cfg(feature = "files")]
 fn gid_of(group: &Option<String>) -> Result<Option<Gid>, ModuleError> {
     group.as_deref().map(crate::runner::lookup_group).transpose().map(|gid| gid.map(Gid::from_raw))
 }
 
+#[cfg(feature = "files")]
 fn selinux_enabled() -> bool {
     Path::new("/sys/fs/selinux/enforce").exists()
 }
 
+#[cfg(feature = "files")]
 /// What differs between a path's metadata and what is wanted, as human phrases.
 fn attribute_changes(
     meta: Option<&fs::Metadata>,
@@ -82,6 +90,7 @@ fn attribute_changes(
     changes
 }
 
+#[cfg(feature = "files")]
 fn apply_attributes(path: &Path, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Result<(), ModuleError> {
     if uid.is_some() || gid.is_some() {
         nix::unistd::chown(path, uid, gid)
@@ -93,6 +102,7 @@ fn apply_attributes(path: &Path, mode: Option<u32>, uid: Option<Uid>, gid: Optio
     Ok(())
 }
 
+#[cfg(feature = "files")]
 async fn apply_selinux(cx: &Context, path: &Path, context: &Option<String>) -> Result<Option<String>, ModuleError> {
     let Some(context) = context else { return Ok(None) };
     if !selinux_enabled() {
@@ -108,8 +118,10 @@ async fn apply_selinux(cx: &Context, path: &Path, context: &Option<String>) -> R
     Ok(Some(format!("SELinux context {context}")))
 }
 
+#[cfg(feature = "files")]
 pub(crate) struct Managed;
 
+#[cfg(feature = "files")]
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ManagedArgs {
@@ -146,6 +158,7 @@ pub(crate) struct ManagedArgs {
     makedirs: bool,
 }
 
+#[cfg(feature = "files")]
 impl Typed for Managed {
     const NAME: &'static str = "file.managed";
     const DOC: &'static str = "Makes a file have exactly this content, mode, owner and group. The content is \
@@ -264,6 +277,7 @@ impl Typed for Managed {
     }
 }
 
+#[cfg(feature = "files")]
 /// Where `file.managed`'s content comes from.
 enum Content {
     /// `contents`.
@@ -272,6 +286,7 @@ enum Content {
     Served { url: String, first: halite_protocol::message::FileChunk },
 }
 
+#[cfg(feature = "files")]
 impl Content {
     async fn of(args: &ManagedArgs, cx: &Context) -> Result<Content, ModuleError> {
         match (&args.contents, &args.source) {
@@ -303,8 +318,10 @@ impl Content {
     }
 }
 
+#[cfg(feature = "files")]
 pub(crate) struct Absent;
 
+#[cfg(feature = "files")]
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AbsentArgs {
@@ -312,6 +329,7 @@ pub(crate) struct AbsentArgs {
     name: String,
 }
 
+#[cfg(feature = "files")]
 impl Typed for Absent {
     const NAME: &'static str = "file.absent";
     const DOC: &'static str = "Makes sure a path does not exist (files, links and directory trees are removed).";
@@ -333,8 +351,10 @@ impl Typed for Absent {
     }
 }
 
+#[cfg(feature = "files")]
 pub(crate) struct Directory;
 
+#[cfg(feature = "files")]
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DirectoryArgs {
@@ -354,6 +374,7 @@ pub(crate) struct DirectoryArgs {
     makedirs: bool,
 }
 
+#[cfg(feature = "files")]
 impl Typed for Directory {
     const NAME: &'static str = "file.directory";
     const DOC: &'static str = "Makes sure a directory exists with this mode, owner and group.";
@@ -469,6 +490,7 @@ impl Typed for Stat {
 }
 
 #[cfg(test)]
+#[cfg(feature = "files")]
 mod tests {
     use super::*;
     use crate::{Args, Function};

@@ -7,7 +7,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::{Command, Context, ModuleError, Output, Typed};
+#[cfg(feature = "packages")]
+use crate::Command;
+use crate::{Context, ModuleError, Output, Typed};
 
 /// A package manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +68,7 @@ impl Select {
     }
 }
 
+#[cfg(feature = "packages")]
 fn apt_env(argv: &[&str]) -> Command {
     let mut c = Command::new(argv);
     c.env.insert("DEBIAN_FRONTEND".into(), "noninteractive".into());
@@ -139,6 +142,7 @@ impl Backend {
         }
     }
 
+    #[cfg(feature = "packages")]
     fn pinned(&self, name: &str, version: &str) -> String {
         match self {
             Backend::Apt | Backend::Apk => format!("{name}={version}"),
@@ -147,6 +151,7 @@ impl Backend {
         }
     }
 
+    #[cfg(feature = "packages")]
     fn install_command(&self, specs: &[String]) -> Command {
         let mut c = match self {
             Backend::Apt => apt_env(&["apt-get", "install", "-y", "-q", "--no-install-recommends"]),
@@ -164,6 +169,7 @@ impl Backend {
         c
     }
 
+    #[cfg(feature = "packages")]
     fn remove_command(&self, names: &[String]) -> Command {
         let mut c = match self {
             Backend::Apt => apt_env(&["apt-get", "remove", "-y", "-q"]),
@@ -177,6 +183,7 @@ impl Backend {
         c
     }
 
+    #[cfg(feature = "packages")]
     fn refresh_command(&self) -> Option<Command> {
         match self {
             Backend::Apt => Some(apt_env(&["apt-get", "update", "-q"])),
@@ -198,6 +205,7 @@ fn names(name: Option<String>, pkgs: Vec<String>) -> Result<Vec<String>, ModuleE
     Ok(all)
 }
 
+#[cfg(feature = "packages")]
 fn versions_changed(
     before: &BTreeMap<String, String>,
     after: &BTreeMap<String, String>,
@@ -218,8 +226,10 @@ fn versions_changed(
     serde_json::Value::Object(changes)
 }
 
+#[cfg(feature = "packages")]
 pub(crate) struct Install;
 
+#[cfg(feature = "packages")]
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct InstallArgs {
@@ -243,6 +253,7 @@ pub(crate) struct InstallArgs {
     select: Select,
 }
 
+#[cfg(feature = "packages")]
 impl Typed for Install {
     const NAME: &'static str = "pkg.install";
     const DOC: &'static str = "Installs packages, optionally at exact versions; packages already installed (at the \
@@ -292,6 +303,7 @@ impl Typed for Install {
     }
 }
 
+#[cfg(feature = "packages")]
 pub(crate) struct Remove;
 
 /// Packages named by `name` and/or `pkgs`, for functions that take nothing else.
@@ -308,6 +320,7 @@ pub(crate) struct PackagesArgs {
     select: Select,
 }
 
+#[cfg(feature = "packages")]
 impl Typed for Remove {
     const NAME: &'static str = "pkg.remove";
     const DOC: &'static str = "Removes installed packages; packages not installed are left alone (changed=false).";
@@ -377,8 +390,10 @@ impl Typed for Version {
     }
 }
 
+#[cfg(feature = "packages")]
 pub(crate) struct Refresh;
 
+#[cfg(feature = "packages")]
 impl Typed for Refresh {
     const NAME: &'static str = "pkg.refresh";
     const DOC: &'static str =
@@ -398,6 +413,7 @@ impl Typed for Refresh {
 }
 
 #[cfg(test)]
+#[cfg(feature = "packages")]
 mod tests {
     use super::*;
 

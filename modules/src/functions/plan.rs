@@ -173,6 +173,13 @@ fn check(steps: &[Step]) -> Result<(), ModuleError> {
 async fn guard(cx: &Context, step: &Step) -> Result<Option<String>, ModuleError> {
     for (command, wanted_success, word) in [(&step.onlyif, true, "onlyif"), (&step.unless, false, "unless")] {
         let Some(command) = command else { continue };
+        if !cfg!(feature = "cmd") {
+            // A minion built without cmd.* runs no shell, not even for a guard.
+            return Err(ModuleError::Denied(format!(
+                "step {} {word}: guards are shell commands, and this minion is built without cmd.*",
+                step.id
+            )));
+        }
         if let Some(dispatcher) = &cx.dispatcher {
             dispatcher
                 .permit("cmd.run", cx)
@@ -186,7 +193,10 @@ async fn guard(cx: &Context, step: &Step) -> Result<Option<String>, ModuleError>
     Ok(None)
 }
 
+// Plans of shell commands and guards: the full build (the locked-down one refuses guards,
+// tested below).
 #[cfg(test)]
+#[cfg(feature = "full")]
 mod tests {
     use super::*;
     use crate::{Dispatcher, Function, Policy, Registry};
@@ -347,5 +357,34 @@ mod tests {
         // Without a reach (root's jobs) the policy alone decides.
         let root = run_as(json!({"name": "stored"}), Policy::allow_all(), false, dir, None).unwrap();
         assert_eq!(root.value["steps"][0]["result"], "succeeded");
+    }
+}
+
+#[cfg(test)]
+#[cfg(not(feature = "cmd"))]
+mod locked_tests {
+    use super::*;
+    use crate::{Dispatcher, Function, Policy, Registry};
+    use std::sync::Arc;
+
+    /// Built without cmd.*, a plan's guard is refused even when the policy allows everything:
+    /// no shell runs, and the guard's command is never executed.
+    #[tokio::test]
+    async fn a_minion_without_cmd_runs_no_guard() {
+        let never = std::env::temp_dir().join(format!("halite-locked-guard-{}", std::process::id()));
+        let dispatcher = Arc::new(Dispatcher {
+            registry: Arc::new(Registry::standard()),
+            policy: Policy { allow: vec!["*".into()], ..Policy::default() },
+            plans_dir: std::env::temp_dir(),
+            deploy: Default::default(),
+        });
+        let cx = Context { dispatcher: Some(dispatcher), ..Context::default() };
+        let steps = serde_json::json!([
+            {"id": "g", "function": "test.ping", "unless": format!("touch {}", never.display())}
+        ]);
+        let args = crate::Args { positional: Vec::new(), keyword: [("steps".to_owned(), steps)].into() };
+        let result = Run.call(args, &cx).await;
+        assert!(matches!(&result, Err(ModuleError::Denied(why)) if why.contains("built without cmd")), "{result:?}");
+        assert!(!never.exists(), "the guard's command ran");
     }
 }

@@ -89,6 +89,7 @@ async fn enabled(cx: &Context, init: Init, name: &str) -> Result<bool, ModuleErr
     }
 }
 
+#[cfg(feature = "services")]
 fn action_argv(init: Init, name: &str, action: &str) -> Vec<String> {
     match init {
         Init::Systemd => vec!["systemctl".into(), action.into(), name.into()],
@@ -97,6 +98,7 @@ fn action_argv(init: Init, name: &str, action: &str) -> Vec<String> {
     }
 }
 
+#[cfg(feature = "services")]
 fn enable_argv(cx: &Context, init: Init, name: &str, on: bool) -> Vec<String> {
     let word = if on { "enable" } else { "disable" };
     match init {
@@ -116,6 +118,7 @@ fn enable_argv(cx: &Context, init: Init, name: &str, on: bool) -> Vec<String> {
     }
 }
 
+#[cfg(feature = "services")]
 async fn act(cx: &Context, name: &str, argv: Vec<String>, changed_comment: String) -> Result<Output, ModuleError> {
     if cx.test {
         return Ok(Output::change(true, format!("would run {}", argv.join(" ")), json!({ "command": argv })));
@@ -141,6 +144,7 @@ macro_rules! service_fn {
     };
 }
 
+#[cfg(feature = "services")]
 service_fn!(Start, "service.start", "Starts a service unless it is running.", |a, cx, init| {
     if running(cx, init, &a.name).await? {
         return Ok(Output::change(false, format!("{} is already running", a.name), json!({})));
@@ -148,6 +152,7 @@ service_fn!(Start, "service.start", "Starts a service unless it is running.", |a
     act(cx, &a.name, action_argv(init, &a.name, "start"), format!("{} started", a.name)).await
 });
 
+#[cfg(feature = "services")]
 service_fn!(Stop, "service.stop", "Stops a service if it is running.", |a, cx, init| {
     if !running(cx, init, &a.name).await? {
         return Ok(Output::change(false, format!("{} is already stopped", a.name), json!({})));
@@ -155,10 +160,12 @@ service_fn!(Stop, "service.stop", "Stops a service if it is running.", |a, cx, i
     act(cx, &a.name, action_argv(init, &a.name, "stop"), format!("{} stopped", a.name)).await
 });
 
+#[cfg(feature = "services")]
 service_fn!(Restart, "service.restart", "Restarts a service (always reports a change).", |a, cx, init| {
     act(cx, &a.name, action_argv(init, &a.name, "restart"), format!("{} restarted", a.name)).await
 });
 
+#[cfg(feature = "services")]
 service_fn!(Reload, "service.reload", "Asks a service to reload its configuration.", |a, cx, init| {
     act(cx, &a.name, action_argv(init, &a.name, "reload"), format!("{} reloaded", a.name)).await
 });
@@ -171,6 +178,7 @@ service_fn!(Enabled, "service.enabled", "Returns {enabled}: whether a service st
     Ok(Output::ok(json!({ "enabled": enabled(cx, init, &a.name).await? })))
 });
 
+#[cfg(feature = "services")]
 service_fn!(Enable, "service.enable", "Makes a service start at boot.", |a, cx, init| {
     if enabled(cx, init, &a.name).await? {
         return Ok(Output::change(false, format!("{} is already enabled", a.name), json!({})));
@@ -178,6 +186,7 @@ service_fn!(Enable, "service.enable", "Makes a service start at boot.", |a, cx, 
     act(cx, &a.name, enable_argv(cx, init, &a.name, true), format!("{} enabled", a.name)).await
 });
 
+#[cfg(feature = "services")]
 service_fn!(Disable, "service.disable", "Stops a service from starting at boot.", |a, cx, init| {
     if !enabled(cx, init, &a.name).await? {
         return Ok(Output::change(false, format!("{} is already disabled", a.name), json!({})));
