@@ -41,7 +41,7 @@ pub use args::Args;
 pub use context::{Context, FileRequest, OutgoingEvent, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
-pub use functions::deploy::DeploySettings;
+pub use functions::deploy_settings::DeploySettings;
 pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};
 pub use registry::{valid_name, Registry};
 pub use runner::{Command, Finished, Runner, OUTPUT_CAP};

@@ -6,7 +6,9 @@ mod accounts;
 mod archive;
 #[cfg(feature = "cmd")]
 mod cmd;
+#[cfg(feature = "deploy")]
 pub(crate) mod deploy;
+pub(crate) mod deploy_settings;
 mod event;
 mod file;
 mod grains;

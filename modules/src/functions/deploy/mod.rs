@@ -3,44 +3,28 @@
 //! run unchanged. The behaviour it matches, and where it deliberately differs, is in
 //! `docs/engine-guide.md`.
 
-#[cfg(feature = "deploy")]
 mod hooks;
-#[cfg(feature = "deploy")]
 mod item;
-#[cfg(feature = "deploy")]
 mod python;
-#[cfg(feature = "deploy")]
 mod script;
-mod settings;
 
-#[cfg(feature = "deploy")]
 use std::io::Write;
-#[cfg(feature = "deploy")]
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-#[cfg(feature = "deploy")]
 use std::path::{Path, PathBuf};
-#[cfg(feature = "deploy")]
 use std::time::Duration;
 
-#[cfg(feature = "deploy")]
 use schemars::JsonSchema;
-#[cfg(feature = "deploy")]
 use serde::Deserialize;
-#[cfg(feature = "deploy")]
 use serde_json::{Map, Value};
 
-pub use settings::DeploySettings;
+pub(crate) use super::deploy_settings::DeploySettings;
 
-#[cfg(feature = "deploy")]
 use crate::{Command, Context, Finished, ModuleError, Output, Typed};
-#[cfg(feature = "deploy")]
 use item::Item;
 
-#[cfg(feature = "deploy")]
 /// `deploy.apply`.
 pub(crate) struct Apply;
 
-#[cfg(feature = "deploy")]
 /// Arguments of `deploy.apply`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +37,6 @@ pub(crate) struct ApplyArgs {
     timeout: Option<f64>,
 }
 
-#[cfg(feature = "deploy")]
 /// The hook that applies an item.
 enum Hook {
     /// The built-in script hook.
@@ -62,7 +45,6 @@ enum Hook {
     External(PathBuf),
 }
 
-#[cfg(feature = "deploy")]
 impl Typed for Apply {
     const NAME: &'static str = "deploy.apply";
     const DOC: &'static str = "Applies a derived software config (the Heat contract) once per config id: the built-in \
@@ -123,7 +105,6 @@ already applied is not run again: its recorded signal is returned. An unknown gr
     }
 }
 
-#[cfg(feature = "deploy")]
 /// The call's output: the signal, with its status code as the return code so a failed deploy
 /// shows as failed to whoever ran it.
 fn signal_output(signal: Map<String, Value>) -> Output {
@@ -135,7 +116,6 @@ fn signal_output(signal: Map<String, Value>) -> Output {
     Output { value: Value::Object(signal), retcode: code, truncated: false }
 }
 
-#[cfg(feature = "deploy")]
 fn previous_signal(id: &str, marker: &Path, notify: &Path) -> Result<Output, ModuleError> {
     match std::fs::read(notify) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
@@ -152,7 +132,6 @@ fn previous_signal(id: &str, marker: &Path, notify: &Path) -> Result<Output, Mod
     }
 }
 
-#[cfg(feature = "deploy")]
 /// Writes a file with exactly `mode` (even if it existed with another) and syncs it.
 pub(crate) fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ModuleError> {
     let fail = |e: std::io::Error| ModuleError::Failed(format!("cannot write {}: {e}", path.display()));
@@ -163,7 +142,6 @@ pub(crate) fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<(), M
     file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(fail)
 }
 
-#[cfg(feature = "deploy")]
 /// Runs a hook's process; `None` when `timeout` passed first (its process group is killed).
 pub(crate) async fn run_within(
     command: &Command,
