@@ -13,11 +13,17 @@ use crate::{Command, Context, ModuleError};
 /// The hook for `group`: the group reduced to `[A-Za-z0-9_-]` (as heat-config does), looked
 /// up in each directory in order.
 pub(crate) fn find(group: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
-    let name: String = group.chars().filter(|c| *c == '-' || *c == '_' || c.is_alphanumeric()).collect();
+    let name = sanitized(group);
     if name.is_empty() {
         return None;
     }
     dirs.iter().map(|dir| dir.join(&name)).find(|path| path.exists())
+}
+
+/// A group as heat-config sanitises it before choosing any hook (the built-in `script` one
+/// included): only `[A-Za-z0-9_-]` are kept, so `../script` is `script`.
+pub(crate) fn sanitized(group: &str) -> String {
+    group.chars().filter(|c| *c == '-' || *c == '_' || c.is_ascii_alphanumeric()).collect()
 }
 
 /// Runs a hook. Its stdout, when it is a JSON object, is the signal; otherwise (or when it
@@ -52,4 +58,17 @@ pub(crate) async fn run(
     signal.insert("deploy_stderr".into(), json!(finished.stderr));
     signal.insert("deploy_status_code".into(), json!(code));
     Ok(signal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_sanitised_before_any_hook_is_chosen() {
+        assert_eq!(sanitized("../script"), "script");
+        assert_eq!(sanitized("Heat::Ungrouped"), "HeatUngrouped");
+        assert_eq!(sanitized("puppet-ng_2"), "puppet-ng_2");
+        assert_eq!(sanitized("ansible\u{e9}"), "ansible", "only ASCII letters and digits, as heat-config's pattern");
+    }
 }

@@ -11,6 +11,8 @@ pub(crate) struct Input {
     pub(crate) name: String,
     /// `None` when the item has no `value` key at all.
     pub(crate) value: Option<Value>,
+    /// Declared `type: Json`: its value reaches scripts as JSON text, `null` included.
+    pub(crate) json: bool,
 }
 
 /// A checked item. The raw JSON is kept: hooks receive it whole, with fields halite does not
@@ -67,7 +69,8 @@ impl Item {
                             }
                         }
                     }
-                    inputs.push(Input { name, value: input.get("value").cloned() });
+                    let json = input.get("type").and_then(Value::as_str) == Some("Json");
+                    inputs.push(Input { name, value: input.get("value").cloned(), json });
                 }
             }
             Some(_) => return Err(bad("inputs must be a list".into())),

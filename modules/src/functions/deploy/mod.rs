@@ -71,7 +71,8 @@ already applied is not run again: its recorded signal is returned. An unknown gr
             let action = item.input("deploy_action").and_then(Value::as_str).unwrap_or_default().to_owned();
             return Err(ModuleError::Failed(format!("group component has no config for action {action:?}")));
         }
-        let hook = if item.group == "script" {
+        // Sanitised first, as heat-config does for every hook: `../script` is the script hook.
+        let hook = if hooks::sanitized(&item.group) == "script" {
             Hook::Script
         } else {
             match hooks::find(&item.group, &settings.hooks_dirs) {

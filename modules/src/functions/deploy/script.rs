@@ -14,6 +14,19 @@ use crate::{Command, Context, ModuleError};
 /// Bytes kept of stdout, of stderr and of each output file.
 pub(crate) const CAPTURE_CAP: usize = 16 * 1024 * 1024;
 
+/// An input as the script's environment variable: its text; maps and lists, and a declared
+/// `Json` input's null, as JSON text (heat-agents crashes on that null); other values as
+/// Python's `str()` writes them; a missing value as the empty string.
+pub(crate) fn env_value(input: &super::item::Input) -> String {
+    match &input.value {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(v @ (Value::Object(_) | Value::Array(_))) => python::json_dumps(v),
+        Some(Value::Null) if input.json => "null".to_owned(),
+        Some(other) => python::str_of(other),
+    }
+}
+
 /// Runs the item's script and returns the signal: the declared outputs that were written, then
 /// `deploy_stdout`, `deploy_stderr` and `deploy_status_code`.
 pub(crate) async fn run(
@@ -37,12 +50,7 @@ pub(crate) async fn run(
 
     let mut env = std::collections::BTreeMap::new();
     for input in &item.inputs {
-        let text = match &input.value {
-            None => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(v @ (Value::Object(_) | Value::Array(_))) => python::json_dumps(v),
-            Some(other) => python::str_of(other),
-        };
+        let text = env_value(input);
         if text.contains('\0') {
             return Ok(failed(format!(
                 "halite: input {} contains a NUL byte and cannot be passed to the script",
@@ -179,4 +187,24 @@ fn read_output(path: &Path) -> std::io::Result<Option<(String, Option<String>)>>
     };
     let text = text.replace("\r\n", "\n").replace('\r', "\n");
     Ok(Some((text, (!notes.is_empty()).then(|| notes.join("; ")))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::functions::deploy::item::Input;
+    use serde_json::json;
+
+    fn input(value: Option<Value>, json: bool) -> Input {
+        Input { name: "x".into(), value, json }
+    }
+
+    #[test]
+    fn inputs_reach_the_script_as_heat_writes_them_and_a_json_null_as_null() {
+        assert_eq!(env_value(&input(Some(json!(null)), true)), "null");
+        assert_eq!(env_value(&input(Some(json!(null)), false)), "None");
+        assert_eq!(env_value(&input(Some(json!({"a": 1})), true)), r#"{"a": 1}"#);
+        assert_eq!(env_value(&input(Some(json!(true)), false)), "True");
+        assert_eq!(env_value(&input(None, true)), "");
+    }
 }

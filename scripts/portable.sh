@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Portable Linux binaries: linked against glibc 2.17 (CentOS/RHEL 7 and everything newer:
+# Ubuntu 14.04+, Debian 8+, Amazon Linux 2, Rocky/RHEL 8), with Zig as the cross linker
+# (ziglang and cargo-zigbuild from PyPI, in .venv-zig). Checks the highest GLIBC_ symbol
+# version each binary needs.
+#
+#   bash scripts/portable.sh           # the minion, size-optimised (profile `minion`)
+#   bash scripts/portable.sh --locked  # the locked-down minion (no code-running functions)
+#   bash scripts/portable.sh --all     # the minion, the master and the CLI (release profile)
+#
+# Output: target/x86_64-unknown-linux-gnu/{minion,release}/. aarch64 needs Rust's standard
+# library for aarch64-unknown-linux-gnu (`rustup target add`), then the same command with
+# TARGET=aarch64-unknown-linux-gnu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=${TARGET:-x86_64-unknown-linux-gnu}
+FLOOR=2.17
+
+if ! .venv-zig/bin/cargo-zigbuild --version >/dev/null 2>&1; then
+  python3 -m venv .venv-zig
+  .venv-zig/bin/pip install --quiet --disable-pip-version-check 'ziglang==0.*' 'cargo-zigbuild==0.*'
+fi
+export PATH="$PWD/.venv-zig/bin:$PATH"
+command -v objdump >/dev/null || { apt-get update && apt-get install -y binutils; }
+
+case "${1:-}" in
+  --all)
+    cargo zigbuild --release -p halite-master -p halite-cli -p halite-minion --bins --target "$TARGET.$FLOOR"
+    dir="target/$TARGET/release"
+    bins=(halite-minion halite-master halite)
+    ;;
+  --locked)
+    cargo zigbuild --profile minion -p halite-minion --bin halite-minion --no-default-features --target "$TARGET.$FLOOR"
+    dir="target/$TARGET/minion"
+    bins=(halite-minion)
+    ;;
+  *)
+    cargo zigbuild --profile minion -p halite-minion --bin halite-minion --target "$TARGET.$FLOOR"
+    dir="target/$TARGET/minion"
+    bins=(halite-minion)
+    ;;
+esac
+
+fail=0
+for bin in "${bins[@]}"; do
+  need=$(objdump -T "$dir/$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+  size=$(stat -c %s "$dir/$bin")
+  if [ "$(printf '%s\n%s\n' "$need" "$FLOOR" | sort -V | tail -1)" != "$FLOOR" ]; then
+    echo "$dir/$bin needs glibc $need, newer than $FLOOR" >&2
+    fail=1
+  else
+    echo "$dir/$bin: needs glibc $need at most (floor $FLOOR), $size bytes"
+  fi
+done
+exit $fail
