@@ -17,6 +17,30 @@ pub(crate) struct EventsArgs {
     count: Option<u64>,
 }
 
+#[derive(Args)]
+pub(crate) struct FireArgs {
+    /// The tag, under engine/<principal>/ (e.g. `alarm/latency`).
+    tag: String,
+    /// The event's data, as JSON (default null).
+    data: Option<String>,
+}
+
+/// `halite fire TAG [DATA]`: one event on the bus; prints its full tag.
+pub(crate) async fn fire(client: &Client, args: FireArgs, format: Format) -> anyhow::Result<ExitCode> {
+    let data = match args.data.as_deref() {
+        None => serde_json::Value::Null,
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| anyhow::anyhow!("the event's data is not JSON ({e}): {text}"))?
+        }
+    };
+    let tag = client.fire_event(&args.tag, data).await?;
+    match format {
+        Format::Table => println!("{tag}"),
+        _ => output::print_document(format, &json!({ "tag": tag })),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) async fn run(client: &Client, args: EventsArgs, format: Format) -> anyhow::Result<ExitCode> {
     let patterns = if args.patterns.is_empty() { vec!["*".to_owned()] } else { args.patterns };
     let mut events = client.subscribe(patterns).await?;

@@ -68,6 +68,8 @@ enum Command {
     Jobs(admin::JobsCommand),
     /// Stream events from the master's bus as they happen.
     Events(events::EventsArgs),
+    /// Fire an event on the master's bus, as engine/<principal>/<tag> (what rollouts abort on).
+    Fire(events::FireArgs),
     /// Manage client principals and their ACLs.
     #[command(subcommand)]
     Principal(principal::PrincipalCommand),
@@ -162,6 +164,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Minions(command) => admin::minions(&client, command, cli.out).await,
         Command::Jobs(command) => admin::jobs(&client, command, cli.out).await,
         Command::Events(args) => events::run(&client, args, cli.out).await,
+        Command::Fire(args) => events::fire(&client, args, cli.out).await,
         Command::Principal(command) => principal::run(&client, command, cli.out).await,
         Command::Config(command) => deploy::config(&client, command, cli.out).await,
         Command::Deployment(command) => deploy::deployment(&client, command, cli.out).await,

@@ -123,6 +123,14 @@ impl Client {
         }
     }
 
+    /// Fires an event on the master's bus, as `engine/<principal>/<tag>` with data
+    /// `{"principal", "data"}` (an alarm that rollouts abort on, a step of the engine's own
+    /// workflow): what every subscriber allowed to see it receives. The full tag.
+    pub async fn fire_event(&self, tag: &str, data: halite_protocol::message::Value) -> Result<String, ClientError> {
+        let mut changed = changed(self.request(RequestBody::EventFire { tag: tag.into(), data }).await?)?;
+        changed.pop().ok_or_else(|| ClientError::Protocol("an event fired without its tag".into()))
+    }
+
     /// The gateway tokens (by id, never the tokens themselves).
     pub async fn api_tokens(&self) -> Result<Vec<ApiTokenInfo>, ClientError> {
         match self.request(RequestBody::ApiTokenList).await? {

@@ -3,7 +3,7 @@
 use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
-    KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
+    ErrorKind, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
 };
 use rand_core::RngCore;
 use tracing::info;
@@ -32,6 +32,37 @@ impl<S: Store, N: Net> Master<S, N> {
         let visible = self.may_see_live_job(who, jid);
         self.pause_or_resume(jid, pause, visible).await?;
         self.show_job(jid, who).await
+    }
+
+    /// A principal's own event on the bus, under `engine/<principal>/`: any principal may fire
+    /// in its namespace (it cannot forge a minion's or the master's events), within a size cap
+    /// and a rate per principal.
+    fn fire_event(&mut self, principal: &str, tag: &str, data: halite_protocol::message::Value) -> Reply {
+        const MAX_BYTES: usize = 64 * 1024;
+        const RATE_PER_SEC: f64 = 100.0;
+        const BURST: f64 = 200.0;
+        if !crate::acl::valid_tag(tag) {
+            return Err(RequestError::bad_request(format!(
+                "event tag {tag:?} must be 1-255 bytes of A-Za-z0-9_.-/ without empty or '..' segments"
+            )));
+        }
+        if serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len()) > MAX_BYTES {
+            return Err(RequestError::bad_request(format!("event data larger than {MAX_BYTES} bytes as JSON")));
+        }
+        let now = self.clock.now();
+        let bucket = self
+            .event_buckets
+            .entry(format!("principal:{principal}"))
+            .or_insert_with(|| crate::acl::RateLimiter::new(BURST, now));
+        if !bucket.allow(RATE_PER_SEC, BURST, now) {
+            return Err(RequestError::new(
+                ErrorKind::LimitExceeded,
+                format!("more than {RATE_PER_SEC} events a second from {principal}; try again shortly"),
+            ));
+        }
+        let full = format!("engine/{principal}/{tag}");
+        self.emit_shared(full.clone(), serde_json::json!({ "principal": principal, "data": data }));
+        Ok(ResponseBody::Changed(vec![full]))
     }
 
     /// A client follows a job it may see: while the job lives, its updates go to `peer` too;
@@ -79,6 +110,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 | RequestBody::JobPause { .. }
                 | RequestBody::JobResume { .. }
                 | RequestBody::MinionList { .. }
+                | RequestBody::EventFire { .. }
         );
         if admin_only && acl.is_some_and(|a| !a.admin) {
             return Err(RequestError::forbidden("this principal may not administer the master"));
@@ -222,6 +254,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::JobPause { jid } => self.pause_then_show(&jid, true, Who { name: principal, acl }).await,
             RequestBody::JobResume { jid } => self.pause_then_show(&jid, false, Who { name: principal, acl }).await,
             RequestBody::JobShow { jid } => self.show_job(&jid, Who { name: principal, acl }).await,
+            RequestBody::EventFire { tag, data } => self.fire_event(principal, &tag, data),
             RequestBody::ApiTokenCreate { principal, ttl_ms } => {
                 if principal != "root" && !self.registry.principals.contains_key(&principal) {
                     return Err(RequestError::not_found(format!("no principal {principal}")));

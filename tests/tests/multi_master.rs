@@ -302,6 +302,11 @@ fn a_job_cancelled_through_one_master_stops_on_a_minion_of_another() {
     cluster.set_minion_masters("c1", &[second]);
     cluster.start_minion("c1");
     wait_for("c1", Duration::from_secs(20), || connected_at(&cluster, second).contains(&"c1".to_owned()).then_some(()));
+    // The first master learns where c1 is from the second's announcement, a moment later: until
+    // then a job for c1 published there finds it offline.
+    wait_for("the first master to reach c1", Duration::from_secs(20), || {
+        (cluster.cli_at(first, &["run", "c1", "test.ping"]).code == 0).then_some(())
+    });
     let published = cluster.cli_at(first, &["run", "--async", "-t", "60s", "c1", "test.sleep", "30"]);
     assert_eq!(published.code, 0, "{}", published.stderr);
     let jid = published.stdout.trim().to_owned();

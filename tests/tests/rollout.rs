@@ -110,6 +110,15 @@ fn the_gateway_publishes_pauses_and_cancels_a_rollout() {
     let refused = http::request("POST", &addr, "/v1/jobs", Some(&token), Some(&bad.to_string()));
     assert_eq!(refused.status, 400, "{}", refused.body);
     assert!(refused.json()["error"]["message"].as_str().unwrap().contains("from 1 to 100"), "{}", refused.body);
+
+    // Engines fire the events rollouts abort on over the gateway too.
+    let event = json!({"tag": "alarm/latency", "data": {"p99_ms": 900}});
+    let fired = http::request("POST", &addr, "/v1/events", Some(&token), Some(&event.to_string()));
+    assert_eq!(fired.status, 200, "{}", fired.body);
+    assert_eq!(fired.json()["event"]["tag"], "engine/root/alarm/latency", "{}", fired.body);
+    let bad = json!({"tag": "../halite/key/x"});
+    let refused = http::request("POST", &addr, "/v1/events", Some(&token), Some(&bad.to_string()));
+    assert_eq!(refused.status, 400, "{}", refused.body);
 }
 
 /// kill -9 of the master in the middle of a rollout: once it is back, the rollout goes on
@@ -141,4 +150,48 @@ fn a_rollout_survives_a_master_killed_in_the_middle_and_runs_each_target_once() 
     // Exactly once each: three lines in all, never two for one run.
     let text = std::fs::read_to_string(&marks).unwrap_or_default();
     assert_eq!(text.lines().count(), 3, "each target ran once: {text:?}");
+}
+
+/// An engine's alarm stops a rollout (SSM's stop on an alarm): `halite fire` puts an event on
+/// the bus under the principal's namespace, the rollout aborting on `engine/*/alarm/*` stops,
+/// the running target finishes and the rest are skipped.
+#[test]
+fn an_engines_alarm_event_aborts_a_rollout() {
+    let mut cluster = Cluster::start("");
+    let ids = ["a1", "a2", "a3"];
+    for id in ids {
+        cluster.enroll_minion(id, "");
+    }
+    cluster.wait_connected(&ids);
+    let published = cluster.cli(&[
+        "run",
+        "--async",
+        "-b",
+        "1",
+        "--abort-on",
+        "engine/*/alarm/*",
+        "a*",
+        "cmd.run",
+        "sleep 2",
+        "shell=true",
+    ]);
+    assert_eq!(published.code, 0, "{}", published.stderr);
+    let jid = published.stdout.trim().to_owned();
+    let fired = cluster.cli(&["fire", "alarm/latency", r#"{"p99_ms": 900}"#]);
+    assert_eq!(fired.code, 0, "{}", fired.stderr);
+    assert_eq!(fired.stdout.trim(), "engine/root/alarm/latency");
+    let states = halite_tests::wait_for("the rollout to end", std::time::Duration::from_secs(20), || {
+        let states = cluster.job_states(&jid);
+        states.iter().all(|(_, s)| s != "queued" && s != "sent" && s != "running").then_some(states)
+    });
+    let skipped = states.iter().filter(|(_, s)| s == "skipped").count();
+    assert_eq!(skipped, 2, "the targets not started are skipped: {states:?}");
+    let shown = cluster.cli(&["jobs", "show", "--out", "json", &jid]);
+    let rollout = &shown.json()["rollout"];
+    assert_eq!(rollout["state"], "stopped", "{rollout}");
+    assert!(rollout["reason"].as_str().unwrap().contains("engine/root/alarm/latency"), "{rollout}");
+    // Tags are checked: nothing outside the principal's namespace, nothing malformed.
+    let bad = cluster.cli(&["fire", "../halite/key/x/accepted"]);
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("event tag"), "{}", bad.stderr);
 }

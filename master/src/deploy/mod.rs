@@ -314,7 +314,15 @@ impl<S: Store, N: Net> Master<S, N> {
         state: MinionJobState,
         ret: Option<&JobReturn>,
     ) -> Result<(), StoreError> {
-        let Some(id) = self.deploy_jobs.remove(jid) else { return Ok(()) };
+        let id = match self.deploy_jobs.remove(jid) {
+            Some(id) => id,
+            // Adopted from a master that had not yet recorded the deployment's job when this
+            // one loaded it (and that may since have died): found by its job now.
+            None => match self.store.open_deployments().await?.into_iter().find(|d| d.jid == jid) {
+                Some(open) => open.deployment.id,
+                None => return Ok(()),
+            },
+        };
         let Some(mut record) = self.store.deployment(&id).await? else { return Ok(()) };
         if record.jid != jid || record.deployment.status != status::IN_PROGRESS {
             return Ok(());

@@ -9,7 +9,7 @@ use halite_protocol::message::{
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-use super::routes::JobRequest;
+use super::routes::{FiredEvent, JobRequest};
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
@@ -132,6 +132,7 @@ pub(super) fn document() -> Value {
         ("NewDeploymentGroup", generator.subschema_for::<NewDeploymentGroup>()),
         ("DeploymentGroup", generator.subschema_for::<DeploymentGroup>()),
         ("JobRequest", generator.subschema_for::<JobRequest>()),
+        ("FiredEvent", generator.subschema_for::<FiredEvent>()),
         ("MinionInfo", generator.subschema_for::<MinionInfo>()),
         ("KeyInfo", generator.subschema_for::<KeyInfo>()),
         ("TokenRequest", generator.subschema_for::<super::fleet::TokenRequest>()),
@@ -266,6 +267,9 @@ pub(super) fn document() -> Value {
                     vec![query_param("tag", "string", "Comma-separated tag globs (default: all the principal may see)")],
                     None, json!({ "description": "An event stream", "content": { "text/event-stream": {
                         "schema": { "type": "string" } } } })),
+                "post": operation("fireEvent", "Fire an event on the bus as engine/<principal>/<tag> (what rollouts abort on)",
+                    vec![], Some(body("FiredEvent")), wrapped("event", json!({ "type": "object", "required": ["tag"],
+                        "properties": { "tag": { "type": "string" } } }))),
             },
             "/v1/openapi.json": {
                 "get": { "operationId": "openapi", "summary": "This document", "security": [],

@@ -47,7 +47,7 @@ pub(super) fn router(
         .route("/v1/jobs/{jid}/pause", post(pause_job))
         .route("/v1/jobs/{jid}/resume", post(resume_job))
         .route("/v1/jobs/{jid}/cancel", post(cancel_job))
-        .route("/v1/events", get(events))
+        .route("/v1/events", get(events).post(fire_event))
         .fallback(super::errors::no_route)
         .layer(axum::middleware::from_fn_with_state(commands.clone(), super::errors::authenticate))
         .layer(axum::middleware::map_response(super::errors::as_json))
@@ -262,6 +262,24 @@ async fn cancel_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<Str
     // Answered in order: the job as the cancel left it.
     match session.request(RequestBody::JobShow { jid }).await? {
         ResponseBody::Job(job) => ok("job", job),
+        _ => Err(unexpected()),
+    }
+}
+
+/// An event to fire on the bus, as `engine/<principal>/<tag>`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FiredEvent {
+    /// Relative tag: 1-255 bytes of `A-Za-z0-9_.-/`, no empty or `..` segment.
+    tag: String,
+    /// The event's data (at most 64 KiB as JSON).
+    #[serde(default)]
+    data: serde_json::Value,
+}
+
+async fn fire_event(State(c): State<Commands>, h: HeaderMap, Json(event): Json<FiredEvent>) -> ApiResult {
+    match ask(&c, &h, RequestBody::EventFire { tag: event.tag, data: event.data }).await? {
+        ResponseBody::Changed(mut tags) => ok("event", json!({ "tag": tags.pop().unwrap_or_default() })),
         _ => Err(unexpected()),
     }
 }

@@ -81,6 +81,16 @@ pub enum RequestBody {
         /// Job id.
         jid: String,
     },
+    /// Fires an event on the master's bus under the principal's own namespace:
+    /// `engine/<principal>/<tag>`, data `{"principal", "data"}` (an engine's alarm that rollouts
+    /// abort on, a step of its own workflow). Answered with `changed [the full tag]`.
+    EventFire {
+        /// Relative tag: 1–255 bytes of `A-Za-z0-9_.-/`, no empty or `..` segment.
+        tag: String,
+        /// Body (at most 64 KiB as JSON).
+        #[serde(default)]
+        data: Value,
+    },
     /// Pauses a job's rollout: running targets finish, no new one starts.
     JobPause {
         /// Job id.
