@@ -39,12 +39,8 @@ impl<S: Store, N: Net> Master<S, N> {
         let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
         let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
         let here: Vec<String> = slots.keys().filter(|id| self.sessions.online.contains_key(*id)).cloned().collect();
-        if record.function == crate::deploy::DEPLOY_FUNCTION {
-            // A deployment rides on it: whichever master sees its end may finish it.
-            if let Some(open) = self.store.open_deployments().await?.into_iter().find(|d| d.jid == jid) {
-                self.deploy_jobs.insert(jid.to_owned(), open.deployment.id);
-            }
-        }
+        // A deployment that rides on it is found by its jid when it ends (`deploy_job_finished`):
+        // whichever master sees its end may finish it.
         debug!(jid, minions_here = here.len(), "job published on another master");
         let new_event = announced.then(|| {
             let minions: Vec<&String> = slots.keys().collect();

@@ -61,10 +61,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 metrics.round_trip_seconds.observe(ms as f64 / 1000.0);
             }
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
-            // A deploy.apply job adopted from another master may have been loaded before that
-            // master stored which deployment it carries: its end is looked up then.
-            let deploys = self.jobs.get(jid).is_some_and(|job| job.record.function == crate::deploy::DEPLOY_FUNCTION);
-            if self.deploy_jobs.contains_key(jid) || deploys {
+            // Every deploy.apply job's end: a deployment may ride on it (see deploy_job_finished).
+            if self.jobs.get(jid).is_some_and(|job| job.record.function == crate::deploy::DEPLOY_FUNCTION) {
                 self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));
             }
         }

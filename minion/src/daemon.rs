@@ -437,14 +437,13 @@ impl Minion {
             }
             Message::Job(signed) => self.on_job(signed).await,
             Message::ReturnAck(ack) => {
-                if let Some(metrics) = &self.setup.metrics {
-                    if self.unsent.contains_key(&ack.jid) || self.setup.outbox.get(&ack.jid).is_some() {
-                        metrics.return_acknowledged();
-                    }
-                }
-                self.unsent.remove(&ack.jid);
-                if let Err(error) = self.setup.outbox.remove(&ack.jid) {
+                let in_memory = self.unsent.remove(&ack.jid).is_some();
+                let on_disk = self.setup.outbox.remove(&ack.jid).unwrap_or_else(|error| {
                     warn!(jid = %ack.jid, %error, "could not delete an acknowledged return");
+                    false
+                });
+                if let (Some(metrics), true) = (&self.setup.metrics, in_memory || on_disk) {
+                    metrics.return_acknowledged();
                 }
             }
             Message::Cancel(cancel) => {

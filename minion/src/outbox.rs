@@ -105,11 +105,12 @@ impl Outbox {
         }
     }
 
-    /// Deletes the return for `jid` (the master has it).
-    pub fn remove(&self, jid: &str) -> io::Result<()> {
+    /// Deletes the return for `jid` (the master has it); whether there was one.
+    pub fn remove(&self, jid: &str) -> io::Result<bool> {
         match fs::remove_file(Self::path(&self.outbox, jid)?) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -212,8 +213,8 @@ mod tests {
         outbox.store(&ret("2")).unwrap();
         outbox.store(&ret("1")).unwrap();
         assert_eq!(reopened.pending(), vec![ret("1"), ret("2")]);
-        outbox.remove("1").unwrap();
-        outbox.remove("1").unwrap();
+        assert!(outbox.remove("1").unwrap());
+        assert!(!outbox.remove("1").unwrap(), "removing twice finds nothing");
         assert_eq!(reopened.pending(), vec![ret("2")]);
     }
 

@@ -292,6 +292,16 @@ impl Cluster {
         }
     }
 
+    /// Registers principal `name` with a key generated into `dir` (`dir/<name>.key`) and the
+    /// ACL flags `acl` (`--target`, `--function`, ...); panics unless the CLI succeeds.
+    pub fn add_principal(&self, name: &str, dir: &Path, acl: &[&str]) {
+        let dir = dir.to_string_lossy();
+        let mut args = vec!["principal", "add", name, "--generate", dir.as_ref()];
+        args.extend_from_slice(acl);
+        let run = self.cli(&args);
+        assert_eq!(run.code, 0, "principal add {name}: {}", run.stderr);
+    }
+
     /// Runs the `halite` CLI against this master.
     pub fn cli(&self, args: &[&str]) -> Run {
         self.cli_at(self.port, args)

@@ -68,18 +68,7 @@ fn an_engine_lists_minions_manages_keys_and_enrolls_a_server_through_the_gateway
 
     // A principal without admin sees minions within its targets, and no keys or tokens.
     let keys_dir = cluster.dir.join("keys");
-    let run = cluster.cli(&[
-        "principal",
-        "add",
-        "ops",
-        "--generate",
-        keys_dir.to_str().unwrap(),
-        "--target",
-        "f1",
-        "--function",
-        "test.ping",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    cluster.add_principal("ops", &keys_dir, &["--target", "f1", "--function", "test.ping"]);
     let ops = cluster.cli(&["principal", "token", "ops"]).stdout.trim().to_owned();
     let seen = http::request("GET", &addr, "/v1/minions", Some(&ops), None).json();
     let ids: Vec<&str> = seen["minions"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();

@@ -208,18 +208,7 @@ fn a_remote_client_given_the_masters_reaches_a_live_one() {
     let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
     let (first, second) = (cluster.port, cluster.start_peer_master());
     let keys = cluster.dir.join("keys");
-    let added = cluster.cli(&[
-        "principal",
-        "add",
-        "ops",
-        "--generate",
-        keys.to_str().unwrap(),
-        "--target",
-        "r*",
-        "--function",
-        "test.*",
-    ]);
-    assert_eq!(added.code, 0, "{}", added.stderr);
+    cluster.add_principal("ops", &keys, &["--target", "r*", "--function", "test.*"]);
     cluster.prepare_minion("r1", true, "");
     cluster.set_minion_masters("r1", &[second]);
     cluster.start_minion("r1");

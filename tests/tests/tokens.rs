@@ -14,19 +14,7 @@ fn gateway_tokens_expire_are_revoked_and_die_with_their_principal() {
     let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
     let addr = addr.trim().to_owned();
     let add = |keys: &str| {
-        let keys = cluster.dir.join(keys);
-        let run = cluster.cli(&[
-            "principal",
-            "add",
-            "ops",
-            "--generate",
-            keys.to_str().unwrap(),
-            "--target",
-            "*",
-            "--function",
-            "test.ping",
-        ]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
+        cluster.add_principal("ops", &cluster.dir.join(keys), &["--target", "*", "--function", "test.ping"])
     };
     add("keys");
     let status = |token: &str| http::request("GET", &addr, "/v1/minions", Some(token), None).status;

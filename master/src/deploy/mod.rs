@@ -316,8 +316,8 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<(), StoreError> {
         let id = match self.deploy_jobs.remove(jid) {
             Some(id) => id,
-            // Adopted from a master that had not yet recorded the deployment's job when this
-            // one loaded it (and that may since have died): found by its job now.
+            // Published on another master (which may since have died), or adopted before that
+            // master recorded which deployment the job carries: found by its jid now.
             None => match self.store.open_deployments().await?.into_iter().find(|d| d.jid == jid) {
                 Some(open) => open.deployment.id,
                 None => return Ok(()),
