@@ -30,7 +30,7 @@ for banned in halite-modules halite-master halite-minion halite-client rusqlite 
 done
 
 # modules know nothing of the network or crypto; the minion never depends on the master.
-for pair in "halite-modules halite-transport" "halite-minion halite-master" "halite-client halite-master"; do
+for pair in "halite-modules halite-transport" "halite-minion halite-master" "halite-client halite-master" "halite-python halite-master"; do
   set -- $pair
   if cargo tree -p "$1" -e normal --prefix none --format '{p}' | awk '{print $1}' | grep -qx "$2"; then
     echo "ARCHITECTURE: $1 depends on $2" >&2

@@ -69,6 +69,16 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+# The Python SDK (python/): maturin builds its wheel from this workspace (the dev profile,
+# sharing the build above) into .venv, and pytest runs it against the real binaries.
+if [ ! -x .venv/bin/maturin ] || ! .venv/bin/python -c 'import pytest' 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check 'maturin==1.*' 'pytest==8.*'
+fi
+rm -f target/wheels/halite-*.whl
+(cd python && ../.venv/bin/maturin build --quiet --profile dev --out ../target/wheels)
+.venv/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/halite-*-cp39-abi3-*.whl
+HALITE_BIN_DIR="$PWD/target/debug" .venv/bin/python -m pytest -q python/tests
+
 # The locked-down minion's function set (--no-default-features): every function that runs
 # caller-supplied code or writes caller-supplied files is absent from its registry.
 cargo test -p halite-modules --no-default-features --lib

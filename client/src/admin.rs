@@ -4,12 +4,32 @@
 
 use std::time::Duration;
 
+use halite_protocol::enrollment;
 use halite_protocol::message::{
     ApiTokenInfo, JobSummary, KeyInfo, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
     TokenSummary,
 };
 
 use crate::{Client, ClientError};
+
+/// An enrollment token with what a new server boots with: [`Client::create_enrollment`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Enrollment {
+    /// The one-time token (shown once; the master keeps its hash).
+    pub token: String,
+    /// The minion id it enrolls.
+    pub minion: String,
+    /// When it stops enrolling, Unix milliseconds.
+    pub expires_at_ms: u64,
+    /// The masters the enrollment file names.
+    pub masters: Vec<String>,
+    /// The master key (hex) the new minion pins.
+    pub master_key: String,
+    /// The enrollment file, `/etc/halite/enrollment.toml`.
+    pub enrollment: String,
+    /// A `#cloud-config` document that writes it: a server's user_data.
+    pub user_data: String,
+}
 
 pub(crate) fn unexpected(what: &str, body: &ResponseBody) -> ClientError {
     ClientError::Protocol(format!("expected {what}, got {body:?}"))
@@ -62,6 +82,32 @@ impl Client {
             ResponseBody::Token(token) => Ok(token),
             other => Err(unexpected("a token", &other)),
         }
+    }
+
+    /// A one-time enrollment token for a new server whose minion will be `minion`, with the
+    /// enrollment file it reads and the cloud-init user_data that writes it (what `halite key
+    /// token create --user-data` prints). The file names `masters`, or, when empty, the master
+    /// this client is connected to; it pins the key this client pins.
+    pub async fn create_enrollment(
+        &self,
+        minion: &str,
+        ttl: Duration,
+        masters: &[String],
+    ) -> Result<Enrollment, ClientError> {
+        let token = self.create_enrollment_token(minion, ttl).await?;
+        let masters = if masters.is_empty() { vec![self.master_addr()] } else { masters.to_vec() };
+        let master_key = halite_protocol::hex::encode(self.master_key().as_bytes());
+        let enrollment = enrollment::enrollment_toml(&masters, &master_key, &token.minion, &token.token);
+        let user_data = enrollment::cloud_config(&enrollment);
+        Ok(Enrollment {
+            token: token.token,
+            minion: token.minion,
+            expires_at_ms: token.expires_at_ms,
+            masters,
+            master_key,
+            enrollment,
+            user_data,
+        })
     }
 
     /// The enrollment tokens (by id, never the tokens themselves).

@@ -79,6 +79,7 @@ pub struct Client {
     follows: Arc<Follows>,
     addr: Arc<Mutex<String>>,
     request_timeout: Duration,
+    master_key: halite_protocol::identity::PublicIdentity,
 }
 
 impl Client {
@@ -89,14 +90,20 @@ impl Client {
         let follows = Arc::new(Follows::default());
         let addr = Arc::new(Mutex::new(connection.addr.clone()));
         let request_timeout = config.request_timeout;
+        let master_key = config.master_key;
         let driver = Driver::new(config, connection, follows.clone(), addr.clone());
         tokio::spawn(driver.run(receiver));
-        Ok(Client { commands, follows, addr, request_timeout })
+        Ok(Client { commands, follows, addr, request_timeout, master_key })
     }
 
     /// The address of the master this client is connected to (it changes on failover).
     pub fn master_addr(&self) -> String {
         self.addr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The master key this client pins (a cluster's key, for a cluster): what new minions pin.
+    pub fn master_key(&self) -> halite_protocol::identity::PublicIdentity {
+        self.master_key
     }
 
     /// Sends `command` (made with the reply channel) and waits for its answer, within the

@@ -49,7 +49,67 @@ fn default_listen() -> String {
     "0.0.0.0:4506".into()
 }
 
+/// A client config file (TOML): how a principal other than root connects from anywhere.
+///
+/// ```toml
+/// masters = ["10.0.0.1:4506", "10.0.0.2:4506"]   # or: master = "10.0.0.1:4506"
+/// master_key = "9f2c…"                           # 64 hex digits, or the path of master.pub
+/// principal = "heat"
+/// key_file = "/etc/heat/halite.key"
+/// connect_timeout_secs = 10                      # optional
+/// request_timeout_secs = 60                      # optional
+/// reconnect = true                               # optional
+/// ```
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(default)]
+    masters: Vec<String>,
+    master_key: String,
+    principal: String,
+    key_file: PathBuf,
+    #[serde(default)]
+    connect_timeout_secs: Option<u64>,
+    #[serde(default)]
+    request_timeout_secs: Option<u64>,
+    #[serde(default)]
+    reconnect: Option<bool>,
+}
+
 impl ClientConfig {
+    /// Reads a client config file (see the format above); relative key paths are relative to
+    /// the file.
+    pub fn from_file(path: &Path) -> Result<Self, ClientError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ClientError::Config(format!("{}: {e}", path.display())))?;
+        let file: ClientFile = toml::from_str(&text)
+            .map_err(|e| ClientError::Config(format!("{}: {}", path.display(), e.to_string().trim_end())))?;
+        let mut masters = file.masters;
+        masters.extend(file.master);
+        if masters.is_empty() {
+            return Err(ClientError::Config(format!("{}: no master: set `masters` (or `master`)", path.display())));
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let key_path = base.join(&file.key_file);
+        let master_key = if file.master_key.len() == 64 {
+            Self::parse_master_key(&file.master_key)?
+        } else {
+            Self::parse_master_key(&base.join(&file.master_key).to_string_lossy())?
+        };
+        let key = keyfile::read_secret(&key_path).map_err(|e| ClientError::Config(format!("key_file: {e}")))?;
+        let mut config = ClientConfig::principal(masters, master_key, key, &file.principal);
+        if let Some(secs) = file.connect_timeout_secs {
+            config.connect_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = file.request_timeout_secs {
+            config.request_timeout = Duration::from_secs(secs);
+        }
+        config.reconnect = file.reconnect.unwrap_or(true);
+        Ok(config)
+    }
+
     /// A principal other than root: its name and key, and the master's address and key.
     pub fn principal(masters: Vec<String>, master_key: PublicIdentity, key: IdentityKey, name: &str) -> Self {
         ClientConfig {
@@ -105,8 +165,18 @@ impl ClientConfig {
             Err(_) => file.listen.replace("0.0.0.0", "127.0.0.1"),
         };
         let master = master.replace("0.0.0.0", "127.0.0.1");
-        let master_key = keyfile::read_public(&file.state_dir.join("master.pub"))
-            .map_err(|e| ClientError::Config(format!("{e} (has the master been started once with this config?)")))?;
+        // A master of a cluster pins the cluster key its certificate names (its first 64 hex
+        // digits): what the other masters also hold a certificate from, and what enrollment
+        // files made through this client pin.
+        let cluster_key = std::fs::read_to_string(file.state_dir.join("master.cert"))
+            .ok()
+            .and_then(|certificate| Self::parse_master_key(certificate.trim().get(..64)?).ok());
+        let master_key = match cluster_key {
+            Some(key) => key,
+            None => keyfile::read_public(&file.state_dir.join("master.pub")).map_err(|e| {
+                ClientError::Config(format!("{e} (has the master been started once with this config?)"))
+            })?,
+        };
         Ok((master, master_key, file.state_dir))
     }
 }

@@ -34,6 +34,7 @@ mod error;
 mod events;
 mod follow;
 
+pub use admin::Enrollment;
 pub use client::{Client, JobEvent, PublishSpec};
 pub use config::ClientConfig;
 pub use error::ClientError;

@@ -1,0 +1,27 @@
+//! Principal key files: what an engine generates once and registers with `add_principal`.
+
+use std::path::PathBuf;
+
+use halite_protocol::identity::IdentityKey;
+use pyo3::prelude::*;
+
+use crate::errors;
+
+/// Generates a new ed25519 principal key into `path` (mode 0600; an existing file is an
+/// error, never overwritten); its public key as 64 hex digits.
+#[pyfunction]
+pub(crate) fn generate_key(path: PathBuf) -> PyResult<String> {
+    if path.exists() {
+        return Err(pyo3::exceptions::PyFileExistsError::new_err(format!("{}: already exists", path.display())));
+    }
+    let key = IdentityKey::generate_os();
+    halite_transport::keyfile::write_secret(&path, &key).map_err(|e| errors::bad_argument(e.to_string()))?;
+    Ok(halite_protocol::hex::encode(key.public().as_bytes()))
+}
+
+/// The public key (64 hex digits) of the principal key file at `path`.
+#[pyfunction]
+pub(crate) fn public_key(path: PathBuf) -> PyResult<String> {
+    let key = halite_transport::keyfile::read_secret(&path).map_err(|e| errors::bad_argument(e.to_string()))?;
+    Ok(halite_protocol::hex::encode(key.public().as_bytes()))
+}
