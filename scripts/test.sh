@@ -71,13 +71,26 @@ else
 fi
 # The Python SDK (python/): maturin builds its wheel from this workspace (the dev profile,
 # sharing the build above) into .venv, and pytest runs it against the real binaries.
-if [ ! -x .venv/bin/maturin ] || ! .venv/bin/python -c 'import pytest' 2>/dev/null; then
-  .venv/bin/pip install --quiet --disable-pip-version-check 'maturin==1.*' 'pytest==8.*'
+# mypy checks the package's type information (python/tests/test_typing.py).
+if [ ! -x .venv/bin/maturin ] || ! .venv/bin/python -c 'import pytest, mypy' 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check 'maturin==1.*' 'pytest==8.*' 'mypy==1.*'
 fi
 rm -f target/wheels/halite-*.whl
 (cd python && ../.venv/bin/maturin build --quiet --profile dev --out ../target/wheels)
 .venv/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/halite-*-cp39-abi3-*.whl
 HALITE_BIN_DIR="$PWD/target/debug" .venv/bin/python -m pytest -q python/tests
+
+# The Heat plugin (python/heat_plugin) inside a real Heat engine: openstack-heat 27.0.1 from
+# PyPI with the test requirements its own test framework (heat/tests) imports, in a venv of
+# its own (Heat pins much of the OpenStack stack), with the same halite wheel.
+if ! .venv-heat/bin/python -c 'import heat.tests.common, pytest' 2>/dev/null; then
+  python3 -m venv .venv-heat
+  .venv-heat/bin/pip install --quiet --disable-pip-version-check 'openstack-heat==27.0.1' \
+    'fixtures==4.*' 'oslotest==6.*' 'testscenarios==0.7.*' 'testtools==2.*' 'testresources==2.*' \
+    'ddt==1.*' 'pytest==8.*'
+fi
+.venv-heat/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/halite-*-cp39-abi3-*.whl
+HALITE_BIN_DIR="$PWD/target/debug" .venv-heat/bin/python -m pytest -q -p no:warnings python/heat_plugin/tests
 
 # The locked-down minion's function set (--no-default-features): every function that runs
 # caller-supplied code or writes caller-supplied files is absent from its registry.

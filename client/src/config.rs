@@ -180,3 +180,66 @@ impl ClientConfig {
         Ok((master, master_key, file.state_dir))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the system temp dir for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("halite-client-config-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    #[test]
+    fn a_client_file_names_masters_keys_and_timeouts_with_paths_relative_to_it() {
+        let dir = scratch("good");
+        let key = IdentityKey::generate_os();
+        let master = IdentityKey::generate_os().public();
+        keyfile::write_secret(&dir.join("engine.key"), &key).unwrap_or_else(|e| panic!("{e}"));
+        keyfile::write_public(&dir.join("master.pub"), &master).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join("client.toml");
+        let text = "masters = [\"10.0.0.1:4506\", \"10.0.0.2:4506\"]\nmaster_key = \"master.pub\"\n\
+                    principal = \"heat\"\nkey_file = \"engine.key\"\nrequest_timeout_secs = 5\nreconnect = false\n";
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        let config = ClientConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.masters, ["10.0.0.1:4506", "10.0.0.2:4506"]);
+        assert_eq!(config.master_key, master);
+        assert_eq!(config.key.public(), key.public());
+        assert_eq!(config.principal, "heat");
+        assert_eq!(config.request_timeout, Duration::from_secs(5));
+        assert_eq!(config.connect_timeout, Duration::from_secs(10));
+        assert!(!config.reconnect);
+
+        // One master as a string, the master key as hex.
+        let hex = halite_protocol::hex::encode(master.as_bytes());
+        let text =
+            format!("master = \"m:4506\"\nmaster_key = \"{hex}\"\nprincipal = \"heat\"\nkey_file = \"engine.key\"\n");
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        let config = ClientConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((config.masters, config.master_key, config.reconnect), (vec!["m:4506".to_owned()], master, true));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_bad_client_file_gets_an_error_naming_the_problem() {
+        let dir = scratch("bad");
+        let path = dir.join("client.toml");
+        let cases = [
+            ("master_key = \"x\"\nprincipal = \"p\"\nkey_file = \"k\"\n", "no master"),
+            ("master = \"m:1\"\nprincipal = \"p\"\nkey_file = \"k\"\n", "master_key"),
+            ("master = \"m:1\"\nmaster_key = \"x\"\nprincipal = \"p\"\nkey_file = \"k\"\ncolour = 1\n", "colour"),
+            ("master = \"m:1\"\nmaster_key = \"missing.pub\"\nprincipal = \"p\"\nkey_file = \"k\"\n", "missing.pub"),
+        ];
+        for (text, named) in cases {
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+            let error = ClientConfig::from_file(&path).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains(named), "{text:?}: {error}");
+        }
+        let error = ClientConfig::from_file(&dir.join("absent.toml")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("absent.toml"), "{error}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

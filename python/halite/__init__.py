@@ -32,6 +32,7 @@ from .errors import (
 )
 
 __all__ = [
+    "__version__",
     "AsyncClient",
     "AsyncEventStream",
     "AsyncJob",

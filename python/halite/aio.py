@@ -130,6 +130,11 @@ class AsyncClient(Operations):
 class AsyncJob:
     """A published job: ``async for update in job``, or ``await job.wait()``."""
 
+    #: The job id.
+    jid: str
+    #: Every minion expected to reach a final state.
+    minions: List[str]
+
     def __init__(self, client: AsyncClient, jid: str, minions: List[str]) -> None:
         self._client = client
         self.jid = jid

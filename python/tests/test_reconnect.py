@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import halite
-from conftest import Master, wait_for
+from processes import Master, wait_for
 
 
 def test_the_client_reconnects_and_its_stream_resumes_after_a_master_restart() -> None:

@@ -1,0 +1,335 @@
+"""The halite resources inside a real Heat engine (openstack-heat 27.0.1 and its
+own test framework): stacks created, updated and deleted against a real halite
+master and real minions. Nova is faked the way Heat's own tests fake it; the fake
+``servers.create`` boots a minion from the very user_data Heat passed it.
+
+Run with a venv that has openstack-heat, Heat's test requirements and the halite
+wheel (scripts/test.sh makes it)."""
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import yaml
+
+# Heat's test framework first: it selects oslo.service's threading backend, which
+# must happen before any other Heat module selects one.
+from heat.tests import common  # noqa: I100
+from oslo_config import cfg
+
+from heat.common import template_format
+from heat.engine import environment
+from heat.engine import stack as parser
+from heat.engine import template as templatem
+from heat.engine.clients.os import glance
+from heat.engine.clients.os import nova
+from heat.engine.resources.openstack.nova import server as nova_server
+from heat.tests.openstack.nova import fakes as fakes_nova
+from heat.tests import utils
+
+import halite
+
+HERE = Path(__file__).resolve().parent
+PLUGIN_DIR = HERE.parent
+sys.path.insert(0, str(PLUGIN_DIR.parent / "tests"))
+from processes import Master  # noqa: E402
+
+SCRIPT = """#!/bin/sh
+if [ "$deploy_action" = DELETE ]; then
+  echo "DELETE on $deploy_server_id" >> "$marker"
+  exit 0
+fi
+echo "deploying $greeting to $deploy_server_id"
+printf '%s, %s' "$greeting" "$deploy_server_id" > "$heat_outputs_path.result"
+[ "$fail" = yes ] && { printf 'disk full' > "$heat_outputs_path.problem"; exit 3; }
+exit 0
+"""
+
+TEMPLATE = """
+heat_template_version: 2018-08-31
+parameters:
+  server_name: {type: string}
+  greeting: {type: string, default: hello}
+  fail: {type: string, default: "no"}
+  marker: {type: string}
+  script: {type: string}
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties:
+      server_name: {get_param: server_name}
+  server:
+    type: OS::Nova::Server
+    properties:
+      name: {get_param: server_name}
+      image: F17-x86_64-gold
+      flavor: m1.small
+      user_data_format: RAW
+      user_data: {get_attr: [enroll, user_data]}
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties:
+      group: script
+      config: {get_param: script}
+      inputs:
+        - name: greeting
+        - name: fail
+        - name: marker
+      outputs:
+        - name: result
+        - name: problem
+          error_output: true
+  deployment:
+    type: OS::Halite::SoftwareDeployment
+    properties:
+      config: {get_resource: config}
+      server: {get_resource: server}
+      actions: [CREATE, UPDATE, DELETE]
+      input_values:
+        greeting: {get_param: greeting}
+        fail: {get_param: fail}
+        marker: {get_param: marker}
+outputs:
+  result:
+    value: {get_attr: [deployment, result]}
+  stdout:
+    value: {get_attr: [deployment, deploy_stdout]}
+  status_code:
+    value: {get_attr: [deployment, deploy_status_code]}
+"""
+
+GROUP_TEMPLATE = """
+heat_template_version: 2018-08-31
+parameters:
+  script: {type: string}
+  marker: {type: string}
+resources:
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties:
+      group: script
+      config: {get_param: script}
+      inputs: [{name: greeting}, {name: marker}]
+      outputs: [{name: result}]
+  group:
+    type: OS::Halite::SoftwareDeploymentGroup
+    properties:
+      config: {get_resource: config}
+      servers: {first: web1, second: web2}
+      input_values: {greeting: hi, marker: {get_param: marker}}
+      actions: [CREATE, DELETE]
+      batch_size: "1"
+      max_errors: "0"
+outputs:
+  results:
+    value: {get_attr: [group, result]}
+  codes:
+    value: {get_attr: [group, deploy_status_codes]}
+"""
+
+cfg.CONF.import_opt("plugin_dirs", "heat.common.config")
+
+
+def load_heat_with_the_plugin():
+    """Heat's global environment, loaded once with the plugin found through
+    plugin_dirs, plus the two mappings of Heat's default environment
+    (/etc/heat/environment.d/default.yaml in an installed Heat, not in the PyPI
+    wheel) that its test framework expects."""
+    from heat.engine import resources
+
+    if resources._environment is not None:
+        return
+    cfg.CONF.set_override("plugin_dirs", [str(PLUGIN_DIR)])
+    resources.initialise()
+    resources.global_env().registry.load({
+        "AWS::RDS::DBInstance": "file:///etc/heat/templates/AWS_RDS_DBInstance.yaml",
+        "AWS::CloudWatch::Alarm": "file:///etc/heat/templates/AWS_CloudWatch_Alarm.yaml",
+    })
+
+
+def output(stack, name):
+    """A stack output's value, read as Heat's API reads it (heat.engine.service's
+    show_output): the stack loaded from the database, the attributes the output
+    references resolved from its resources."""
+    loaded = parser.Stack.load(stack.context, stack_id=stack.id)
+    loaded._update_all_resource_data(for_resources=False, for_outputs={name})
+    return loaded.outputs[name].get_value()
+
+
+class HaliteStackTest(common.HeatTestCase):
+    """One master per test; minions boot when Heat creates their servers."""
+
+    def setUp(self):
+        load_heat_with_the_plugin()
+        super().setUp()
+        self.dir = Path(tempfile.mkdtemp(prefix="halite-heat-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.master = Master(self.dir)
+        self.addCleanup(self.master.stop)
+        self.root = self.master.root()
+        self.addCleanup(self.root.close)
+        self.marker = self.dir / "delete-marker"
+        self._configure_heat_principal()
+        self._fake_nova()
+
+    def _configure_heat_principal(self):
+        """The principal Heat connects as, and its client config file, named in
+        heat.conf's [halite] section."""
+        key = self.dir / "heat.key"
+        public = halite.generate_key(str(key))
+        self.root.add_principal("heat", public, {
+            "rules": [{"targets": "*", "functions": ["deploy.apply"]}],
+            "events": ["halite/deployment/*", "halite/deployment_group/*"],
+            "admin": True,
+        })
+        config = self.dir / "heat-client.toml"
+        config.write_text(
+            f'masters = ["{self.master.addr}"]\nmaster_key = "{self.master.master_key_hex}"\n'
+            f'principal = "heat"\nkey_file = "{key}"\n'
+        )
+        cfg.CONF.set_override("client_config", str(config), group="halite")
+        cfg.CONF.set_override("check_wait", 1.0, group="halite")
+
+    def _fake_nova(self):
+        self.fc = fakes_nova.FakeClient()
+        self.servers = {}
+        self.booted_user_data = {}
+        self.patchobject(nova.NovaClientPlugin, "client", return_value=self.fc)
+        self.patchobject(nova.NovaClientPlugin, "find_flavor_by_name_or_id", return_value=2)
+        self.patchobject(glance.GlanceClientPlugin, "find_image_by_name_or_id", return_value=2)
+        self.patchobject(glance.GlanceClientPlugin, "get_image",
+                         return_value=mock.Mock(min_ram=1, min_disk=1, status="ACTIVE"))
+        self.patchobject(nova_server.Server, "store_external_ports")
+        self.patchobject(self.fc.servers, "create", side_effect=self._boot)
+        self.patchobject(self.fc.servers, "get", side_effect=self._get_server)
+        self.patchobject(self.fc.servers, "delete", side_effect=self._delete_server)
+
+    def _boot(self, name, image, flavor, **kwargs):
+        """Nova's create: the guest boots, cloud-init writes the enrollment file from
+        the user_data, and the minion starts with it."""
+        user_data = kwargs["userdata"]
+        self.booted_user_data[name] = user_data
+        document = yaml.safe_load(user_data)
+        written = document["write_files"][0]
+        assert written["path"] == "/etc/halite/enrollment.toml", written
+        directory = self.master.minion_dir(name)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "enrollment.toml").write_text(written["content"])
+        self.master.start_minion(name, wait=False)
+        server = self.fc.servers.list()[1]
+        server.name = name
+        server.id = "nova-" + name
+        server.status = "ACTIVE"
+        self.servers[server.id] = server
+        return server
+
+    def _get_server(self, server_id):
+        server = self.servers.get(getattr(server_id, "id", server_id))
+        if server is None:
+            raise fakes_nova.fake_exception()
+        return server
+
+    def _delete_server(self, server_id):
+        self.servers.pop(getattr(server_id, "id", server_id), None)
+
+    def _stack(self, name, template, **params):
+        stack = utils.parse_stack(template_format.parse(template), params=params, stack_name=name)
+        stack.store()
+        return stack
+
+    def _params(self, server_name, **extra):
+        params = {"server_name": server_name, "marker": str(self.marker), "script": SCRIPT}
+        params.update(extra)
+        return params
+
+    def test_a_stack_boots_a_server_that_enrolls_and_its_deployment_completes_with_outputs(self):
+        stack = self._stack("enroll", TEMPLATE, **self._params("vm-heat-1"))
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+
+        # The server got exactly an enrollment user_data, and its minion enrolled with it.
+        self.assertTrue(self.booted_user_data["vm-heat-1"].startswith("#cloud-config\n"))
+        self.assertEqual(["accepted"], [k.state for k in self.root.keys("vm-heat-1")])
+        grains = self.root.run("vm-heat-1", "grains.items")["vm-heat-1"].outputs
+        self.assertEqual("vm-heat-", grains["role"])  # the grain its minion config sets
+
+        self.assertEqual("hello, vm-heat-1", output(stack, "result"))
+        self.assertEqual("deploying hello to vm-heat-1\n", output(stack, "stdout"))
+        self.assertEqual(0, output(stack, "status_code"))
+        deployment = stack["deployment"]
+        done = self.root.show_deployment(deployment.resource_id)
+        self.assertEqual(("COMPLETE", "vm-heat-1"), (done.status, done.server_id))
+        # The guest saw Heat's own deployment inputs: the stack path, the resource name.
+        derived = self.root.server_configs("vm-heat-1")[-1]
+        inputs = {i["name"]: i.get("value") for i in derived["inputs"]}
+        self.assertEqual(stack.identifier().stack_path(), inputs["deploy_stack_id"])
+        self.assertEqual("deployment", inputs["deploy_resource_name"])
+
+        # An update with a new greeting and a new script: the config is replaced, the
+        # deployment runs UPDATE with it.
+        new_params = self._params("vm-heat-1", greeting="bonjour",
+                                  script=SCRIPT.replace("deploying", "updating"))
+        updated = parser.Stack(stack.context, "enroll", templatem.Template(
+            template_format.parse(TEMPLATE), env=environment.Environment(new_params)))
+        old_config = stack["config"].resource_id
+        stack.update(updated)
+        self.assertEqual((stack.UPDATE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertNotEqual(old_config, stack["config"].resource_id)
+        self.assertEqual("bonjour, vm-heat-1", output(stack, "result"))
+        self.assertEqual("updating bonjour to vm-heat-1\n", output(stack, "stdout"))
+        again = self.root.show_deployment(deployment.resource_id)
+        self.assertEqual(("UPDATE", stack["config"].resource_id), (again.action, again.config_id))
+
+        # Delete (of the stack as stored, as the API does it) runs the DELETE action
+        # on the server, then removes everything.
+        config_id = stack["config"].resource_id
+        stack = parser.Stack.load(stack.context, stack_id=stack.id)
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertEqual("DELETE on vm-heat-1\n", self.marker.read_text())
+        self.assertEqual([], self.root.list_deployments("vm-heat-1"))
+        self.assertRaises(halite.NotFound, self.root.show_config, config_id)
+
+    def test_a_failing_script_fails_the_stack_with_halites_reason(self):
+        stack = self._stack("failing", TEMPLATE, **self._params("vm-heat-2", fail="yes"))
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
+        self.assertIn("Deployment to server failed", stack.status_reason)
+        self.assertIn("disk full", stack.status_reason)
+        self.assertEqual((stack["deployment"].CREATE, stack["deployment"].FAILED), stack["deployment"].state)
+
+    def test_an_unused_enrollment_token_is_revoked_with_its_stack(self):
+        stack = self._stack("tokens", """
+heat_template_version: 2018-08-31
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: never-booted, ttl: 600}
+outputs:
+  user_data: {value: {get_attr: [enroll, user_data]}}
+""")
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertIn("id = \"never-booted\"", output(stack, "user_data"))
+        self.assertEqual(["never-booted"], [t.minion for t in self.root.enrollment_tokens()])
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertEqual([], self.root.enrollment_tokens())
+
+    def test_a_deployment_group_rolls_out_to_every_server(self):
+        for minion in ("web1", "web2"):
+            self.master.start_minion(minion, wait=False)
+        self.master.wait_connected(["web1", "web2"])
+        stack = self._stack("group", GROUP_TEMPLATE, script=SCRIPT, marker=str(self.marker))
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertEqual({"first": "hi, web1", "second": "hi, web2"}, output(stack, "results"))
+        self.assertEqual({"first": 0, "second": 0}, output(stack, "codes"))
+        group = self.root.show_deployment_group(stack["group"].resource_id)
+        self.assertEqual({"count": 1}, group.rollout.spec.batch)
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertEqual(["DELETE on web1", "DELETE on web2"], sorted(self.marker.read_text().splitlines()))
+        self.assertEqual([], self.root.list_deployments())
