@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 # openssl and curl (the gateway's HTTPS test makes a certificate and checks it), faketime (minion
 # clock-step tests), prometheus (its promtool checks the metrics the master exposes), postgresql (the
 # PostgreSQL store and multi-master tests run on a throwaway
-# server, scripts/postgres.sh).
+# server, scripts/postgres.sh), lintian and rpm (the packages of scripts/package.sh are checked
+# and read back).
 need=()
-for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime promtool:prometheus; do
+for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime promtool:prometheus lintian:lintian rpmbuild:rpm; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)

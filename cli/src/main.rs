@@ -27,7 +27,7 @@ const EXIT_TARGETS_FAILED: u8 = 3;
 
 /// halite: run named actions on minions.
 #[derive(Parser)]
-#[command(version, about, propagate_version = true)]
+#[command(name = "halite", version, about, propagate_version = true)]
 struct Cli {
     /// The master's config file (the CLI finds the master's address and keys through it).
     #[arg(short, long, global = true, default_value = "/etc/halite/master.toml")]
@@ -86,6 +86,9 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Print this program's man page (roff), as packages install it.
+    #[command(hide = true)]
+    Man,
 }
 
 #[derive(Args)]
@@ -151,6 +154,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             clap_complete::generate(*shell, &mut Cli::command(), "halite", &mut std::io::stdout());
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
     let mut config = client_config(&cli)?;
@@ -168,7 +176,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Principal(command) => principal::run(&client, command, cli.out).await,
         Command::Config(command) => deploy::config(&client, command, cli.out).await,
         Command::Deployment(command) => deploy::deployment(&client, command, cli.out).await,
-        Command::Demo(_) | Command::Completions { .. } => unreachable!("handled above"),
+        Command::Demo(_) | Command::Completions { .. } | Command::Man => unreachable!("handled above"),
     }
 }
 

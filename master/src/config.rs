@@ -207,6 +207,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_packaged_example_config_is_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/etc/master.toml");
+        let config = MasterConfig::load(&path).unwrap();
+        assert_eq!(
+            (config.listen.as_str(), config.state_dir.as_path()),
+            ("0.0.0.0:4506", Path::new("/var/lib/halite/master"))
+        );
+    }
+
+    #[test]
     fn defaults_fill_what_is_missing() {
         let config = MasterConfig::parse("listen = \"127.0.0.1:9000\"\n[nodegroups]\nweb = \"web*\"\n").unwrap();
         assert_eq!(config.listen, "127.0.0.1:9000");

@@ -160,6 +160,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_packaged_example_config_enrolls_from_the_enrollment_file() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/etc/minion.toml");
+        let config = MinionConfig::load(&path).unwrap();
+        assert_eq!(config.enrollment_file, Path::new("/etc/halite/enrollment.toml"));
+        assert!(config.master.is_none() && config.id.is_none());
+    }
+
+    #[test]
     fn config_errors_name_the_key() {
         assert!(MinionConfig::parse("mastr = \"x\"").unwrap_err().contains("mastr"));
         assert!(MinionConfig::parse("id = \"a/b\"").unwrap_err().starts_with("id:"));

@@ -28,7 +28,8 @@ fn base_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/testroot"))
 }
 
-fn run(command: &mut Command) -> Output {
+/// Runs `command`, failing the test with its output unless it succeeds.
+pub fn run(command: &mut Command) -> Output {
     let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
     assert!(
         output.status.success(),

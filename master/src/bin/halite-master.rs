@@ -39,6 +39,9 @@ enum Command {
     /// A cluster key certifying each master's own key (minions pin the cluster key).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Print this program's man page (roff), as packages install it.
+    #[command(hide = true)]
+    Man,
 }
 
 #[derive(clap::Subcommand)]
@@ -77,8 +80,13 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    // The cluster key's own commands need no master config.
+    // The cluster key's own commands (and the man page) need no master config.
     match &cli.command {
+        Some(Command::Man) => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).section("8").render(&mut std::io::stdout())?;
+            return Ok(());
+        }
         Some(Command::Cluster(ClusterCommand::Init { dir })) => {
             let (path, key) = halite_master::init_cluster_key(dir)?;
             println!("cluster key created; minions and clients pin {} ({})", path.display(), key.fingerprint());
@@ -114,7 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let path = halite_master::certify(&config, &cluster_key)?;
             println!("certificate written to {}; restart the master to present it", path.display());
         }
-        Some(Command::Cluster(ClusterCommand::Init { .. } | ClusterCommand::Revoke { .. })) => {}
+        Some(Command::Cluster(ClusterCommand::Init { .. } | ClusterCommand::Revoke { .. }) | Command::Man) => {}
     }
     Ok(())
 }

@@ -33,6 +33,9 @@ enum Command {
     },
     /// Print the documentation of every built-in function as Markdown (docs/modules.md).
     Doc,
+    /// Print this program's man page (roff), as packages install it.
+    #[command(hide = true)]
+    Man,
 }
 
 fn main() -> std::process::ExitCode {
@@ -55,13 +58,18 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<MinionConfig> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let config = load_config(cli.config)?;
     match cli.command.unwrap_or(Command::Run) {
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).section("8").render(&mut std::io::stdout())?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Doc => {
             print!("{}", halite_modules::docs::render_markdown(&halite_modules::Registry::standard()));
             Ok(std::process::ExitCode::SUCCESS)
         }
         Command::Call { function, args } => {
+            let config = load_config(cli.config)?;
             // Local calls are latency-sensitive: one thread, no logging set-up.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let ret = runtime.block_on(halite_minion::call_local(&config, &function, &args));
@@ -70,6 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             Ok(if ret.success { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
         }
         Command::Run => {
+            let config = load_config(cli.config)?;
             let level = cli.log_level.as_deref().unwrap_or(&config.log);
             halite_transport::logging::init(level, config.log_format).map_err(anyhow::Error::msg).context("log")?;
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
