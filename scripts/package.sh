@@ -54,6 +54,18 @@ case "$target" in
   aarch64-*) deb_arch=arm64 rpm_arch=aarch64 ;;
   *) echo "unknown target $target" >&2; exit 1 ;;
 esac
+# The man pages and completions come from running the binaries: another architecture's run
+# under qemu's user-mode emulation, with that architecture's C library from Debian.
+# Stripping another architecture's binaries takes its binutils.
+runner=()
+strip_tool=strip
+machine=${target%%-*}
+if [ "$(uname -m)" != "$machine" ]; then
+  command -v "qemu-$machine" >/dev/null && command -v "$machine-linux-gnu-strip" >/dev/null || {
+    apt-get update && apt-get install -y qemu-user "libc6-$deb_arch-cross" "binutils-$machine-linux-gnu"; }
+  runner=("qemu-$machine" -L "/usr/$machine-linux-gnu")
+  strip_tool=$machine-linux-gnu-strip
+fi
 # Reproducible: every timestamp is the last commit's.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 mkdir -p "$out"
@@ -82,14 +94,14 @@ stage() {
       man_page "$root" halite 1
       install -d -m 0755 "$root/usr/share/bash-completion/completions" "$root/$zsh" \
         "$root/usr/share/fish/vendor_completions.d"
-      "$cli_bin" completions bash > "$root/usr/share/bash-completion/completions/halite"
-      "$cli_bin" completions zsh > "$root/$zsh/_halite"
-      "$cli_bin" completions fish > "$root/usr/share/fish/vendor_completions.d/halite.fish"
+      "${runner[@]}" "$cli_bin" completions bash > "$root/usr/share/bash-completion/completions/halite"
+      "${runner[@]}" "$cli_bin" completions zsh > "$root/$zsh/_halite"
+      "${runner[@]}" "$cli_bin" completions fish > "$root/usr/share/fish/vendor_completions.d/halite.fish"
       ;;
   esac
   install -m 0644 "dist/systemd/$package.service" "$root/$units/"
   install -m 0644 "dist/etc/${package#halite-}.toml" "$root/etc/halite/"
-  strip --strip-unneeded "$root"/usr/bin/*
+  "$strip_tool" --strip-unneeded "$root"/usr/bin/*
   find "$root" -type d -exec chmod 0755 {} +
   find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 }
@@ -97,7 +109,7 @@ stage() {
 # man_page ROOT PROGRAM SECTION: the program's man page from its own clap definition.
 man_page() {
   install -d -m 0755 "$1/usr/share/man/man$3"
-  "$1/usr/bin/$2" man | gzip -9n > "$1/usr/share/man/man$3/$2.$3.gz"
+  "${runner[@]}" "$1/usr/bin/$2" man | gzip -9n > "$1/usr/share/man/man$3/$2.$3.gz"
 }
 
 build_deb() {

@@ -8,9 +8,8 @@
 #   bash scripts/portable.sh --locked  # the locked-down minion (no code-running functions)
 #   bash scripts/portable.sh --all     # the minion, the master and the CLI (release profile)
 #
-# Output: target/x86_64-unknown-linux-gnu/{minion,release}/. aarch64 needs Rust's standard
-# library for aarch64-unknown-linux-gnu (`rustup target add`), then the same command with
-# TARGET=aarch64-unknown-linux-gnu.
+# Output: target/x86_64-unknown-linux-gnu/{minion,release}/. For aarch64, the same command with
+# TARGET=aarch64-unknown-linux-gnu (the script adds Rust's standard library for it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +21,8 @@ if ! .venv-zig/bin/cargo-zigbuild --version >/dev/null 2>&1; then
   .venv-zig/bin/pip install --quiet --disable-pip-version-check 'ziglang==0.*' 'cargo-zigbuild==0.*'
 fi
 export PATH="$PWD/.venv-zig/bin:$PATH"
-command -v objdump >/dev/null || { apt-get update && apt-get install -y binutils; }
+command -v readelf >/dev/null || { apt-get update && apt-get install -y binutils; }
+rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET"
 
 case "${1:-}" in
   --all)
@@ -44,7 +44,8 @@ esac
 
 fail=0
 for bin in "${bins[@]}"; do
-  need=$(objdump -T "$dir/$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+  # readelf reads any architecture's ELF: the highest glibc symbol version the binary needs.
+  need=$(readelf --dyn-syms -W "$dir/$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
   size=$(stat -c %s "$dir/$bin")
   if [ "$(printf '%s\n%s\n' "$need" "$FLOOR" | sort -V | tail -1)" != "$FLOOR" ]; then
     echo "$dir/$bin needs glibc $need, newer than $FLOOR" >&2

@@ -34,6 +34,26 @@ fn a_closed_pipe_ends_the_cli_quietly() {
     assert!(out.status.success() || out.status.signal() == Some(13), "{:?}: {stderr}", out.status);
 }
 
+/// `halite-minion call … | head` and `halite-minion doc | head`: the minion ends quietly too.
+#[test]
+fn a_closed_pipe_ends_a_local_minion_call_quietly() {
+    for args in [&["call", "test.echo", &"y".repeat(100 * 1024)][..], &["doc"][..]] {
+        let mut child = Command::new(halite_tests::bin_dir().join("halite-minion"))
+            .args(["--config", "/dev/null"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 10];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(out.status.success(), "{args:?}: {:?}: {stderr}", out.status);
+    }
+}
+
 /// A master that is down is reported at once, as refused, instead of after the connect timeout.
 #[test]
 fn a_master_that_is_down_is_reported_as_refused() {
