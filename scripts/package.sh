@@ -9,6 +9,7 @@
 #
 # Binaries come from the portable build (glibc 2.17; scripts/portable.sh) unless --bin-dir
 # names a directory holding all three. Output: target/packages/ (or --out).
+# DEB_COMPRESSION=gzip makes quicker (larger) .debs, for tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,7 +129,7 @@ build_deb() {
     > "$root/DEBIAN/md5sums"
   chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"
   find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
-  dpkg-deb --root-owner-group -Zxz --build "$root" "$out/${package}_${version}_${deb_arch}.deb" >/dev/null
+  dpkg-deb --root-owner-group "-Z${DEB_COMPRESSION:-xz}" --build "$root" "$out/${package}_${version}_${deb_arch}.deb" >/dev/null
   echo "$out/${package}_${version}_${deb_arch}.deb"
 }
 

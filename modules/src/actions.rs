@@ -29,7 +29,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use halite_protocol::message::Value;
-use regex::Regex;
+use regex_lite::Regex;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -78,6 +78,8 @@ struct ArgSpec {
     required: bool,
     #[serde(default)]
     default: Option<Value>,
+    /// A regular expression (`regex-lite` syntax: the `regex` crate's, without Unicode
+    /// classes) a string argument must match.
     #[serde(default)]
     pattern: Option<String>,
     #[serde(default)]

@@ -17,6 +17,8 @@ fn repo() -> PathBuf {
 /// Builds the packages of `kind` at `version` into `out`.
 fn package(kind: &str, version: &str, out: &Path) {
     run(Command::new("bash")
+        // gzip: these packages hold debug builds, which xz takes long to compress.
+        .env("DEB_COMPRESSION", "gzip")
         .arg(repo().join("scripts/package.sh"))
         .arg(kind)
         .arg("--bin-dir")

@@ -8,10 +8,12 @@ use std::io::IsTerminal;
 use serde::Deserialize;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -70,25 +72,29 @@ pub fn translate(spec: &str) -> Result<String, String> {
     Ok(out.join(","))
 }
 
-/// The filter to use: `RUST_LOG` when set, else `spec` (the config's or `--log-level`).
-pub fn filter(spec: &str) -> Result<EnvFilter, String> {
+/// The filter to use: `RUST_LOG` when set, else `spec` (the config's or `--log-level`). Filters
+/// are per-target levels (`translate` accepts nothing else), so `Targets` is the whole filter:
+/// no regex engine in the daemons for it.
+pub fn filter(spec: &str) -> Result<Targets, String> {
     let chosen = match std::env::var("RUST_LOG") {
         Ok(env) if !env.trim().is_empty() => translate(&env).map_err(|e| format!("RUST_LOG: {e}"))?,
         _ => translate(spec)?,
     };
-    EnvFilter::try_new(&chosen).map_err(|e| format!("log filter {chosen:?}: {e}"))
+    chosen.parse::<Targets>().map_err(|e| format!("log filter {chosen:?}: {e}"))
 }
 
 /// Installs the process's logger on stderr.
 pub fn init(spec: &str, format: LogFormat) -> Result<(), String> {
     let filter = filter(spec)?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let installed = match format {
         LogFormat::Text => {
             let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            builder.with_ansi(colour).try_init()
+            tracing_subscriber::registry().with(lines.with_ansi(colour)).with(filter).try_init()
         }
-        LogFormat::Json => builder.with_ansi(false).event_format(JsonLines).try_init(),
+        LogFormat::Json => {
+            tracing_subscriber::registry().with(lines.with_ansi(false).event_format(JsonLines)).with(filter).try_init()
+        }
     };
     installed.map_err(|e| format!("installing the logger: {e}"))
 }

@@ -102,7 +102,7 @@ impl Backend {
             }
             Backend::Apk => {
                 let text = cx.runner.check(&["apk", "info", "-v"]).await?;
-                let re = regex::Regex::new(r"^(.+)-([0-9][^-]*-r[0-9]+)$")
+                let re = regex_lite::Regex::new(r"^(.+)-([0-9][^-]*-r[0-9]+)$")
                     .map_err(|e| ModuleError::Failed(e.to_string()))?;
                 for line in text.lines() {
                     if let Some(c) = re.captures(line.trim()) {
