@@ -371,7 +371,10 @@ impl Minion {
             Stage::Up(mut session) => {
                 let opened = session.open(&parts, Instant::now());
                 self.stage = Stage::Up(session);
-                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
+                match opened
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| message::decode_for_minion(&b).map_err(|e| e.to_string()))
+                {
                     Ok(msg) => self.on_session_message(msg).await,
                     Err(error) => warn!(%error, "undecodable message from the master"),
                 }

@@ -99,7 +99,7 @@ impl Outbox {
     /// The stored return for `jid`, if any.
     pub fn get(&self, jid: &str) -> Option<JobReturn> {
         let bytes = fs::read(Self::path(&self.outbox, jid).ok()?).ok()?;
-        match message::decode(&bytes) {
+        match message::decode_for_minion(&bytes) {
             Ok(Message::JobReturn(ret)) => Some(ret),
             _ => None,
         }

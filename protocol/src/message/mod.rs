@@ -11,6 +11,7 @@ mod codec;
 mod deploy;
 mod job;
 mod parts;
+mod to_minion;
 mod types;
 
 pub use admin::*;
@@ -19,6 +20,7 @@ pub use codec::{decode, encode, encoded_len, measure, CodecError, MAX_DEPTH, MAX
 pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, DEFAULT_JOB_TIMEOUT_MS, JOB_SIGNATURE_DOMAIN};
 pub use parts::{split_by_size, MismatchedPart, PART_VALUES};
+pub use to_minion::decode_for_minion;
 pub use types::*;
 
 /// Version of the message layer. A reader refuses envelopes with a different major version.
