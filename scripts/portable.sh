@@ -7,6 +7,7 @@
 #   bash scripts/portable.sh           # the minion, size-optimised (profile `minion`)
 #   bash scripts/portable.sh --locked  # the locked-down minion (no code-running functions)
 #   bash scripts/portable.sh --all     # the minion, the master and the CLI (release profile)
+#   bash scripts/portable.sh --wheel   # the Python SDK's abi3 wheel, tagged manylinux2014
 #
 # Output: target/x86_64-unknown-linux-gnu/{minion,release}/. For aarch64, the same command with
 # TARGET=aarch64-unknown-linux-gnu (the script adds Rust's standard library for it).
@@ -25,6 +26,19 @@ command -v readelf >/dev/null || { apt-get update && apt-get install -y binutils
 rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET"
 
 case "${1:-}" in
+  --wheel)
+    # maturin drives the same Zig linker; the wheel's extension needs glibc 2.17 like the rest.
+    [ -x .venv-zig/bin/maturin ] || .venv-zig/bin/pip install --quiet --disable-pip-version-check 'maturin==1.*'
+    rm -f target/wheels/halite-*manylinux2014*.whl
+    (cd python && ../.venv-zig/bin/maturin build --release --zig --compatibility manylinux2014 \
+      --target "$TARGET" --out ../target/wheels)
+    wheel=$(ls target/wheels/halite-*manylinux2014*.whl)
+    unpacked=$(mktemp -d)
+    trap 'rm -rf "$unpacked"' EXIT
+    python3 -m zipfile -e "$wheel" "$unpacked"
+    dir="$unpacked/halite"
+    bins=(_native.abi3.so)
+    ;;
   --all)
     cargo zigbuild --release -p halite-master -p halite-cli -p halite-minion --bins --target "$TARGET.$FLOOR"
     dir="target/$TARGET/release"
