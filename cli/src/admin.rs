@@ -1,12 +1,11 @@
 //! `halite key`, `halite minions`, `halite jobs`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 use halite_client::Client;
 use halite_protocol::enrollment;
-use halite_protocol::hex;
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{JobDetail, KeyState, RequestBody, ResponseBody};
 use halite_transport::keyfile;
@@ -143,17 +142,9 @@ async fn keys_changed(client: &Client, body: RequestBody, verb: &str, format: Fo
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn key(
-    client: &Client,
-    command: KeyCommand,
-    format: Format,
-    config: &Path,
-) -> anyhow::Result<ExitCode> {
+pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) -> anyhow::Result<ExitCode> {
     if matches!(command, KeyCommand::Fingerprint { .. }) && format == Format::Table {
-        let master = halite_protocol::identity::PublicIdentity::from_bytes(
-            &hex::decode(&master_key_hex(config)?).unwrap_or_default(),
-        )?;
-        println!("master: {}\n", master.fingerprint());
+        println!("master: {}\n", client.master_key().fingerprint());
     }
     match command {
         KeyCommand::List { pattern } | KeyCommand::Fingerprint { pattern } => {
@@ -225,53 +216,34 @@ pub(crate) async fn key(
             Ok(ExitCode::SUCCESS)
         }
         KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address }) => {
-            let body = RequestBody::TokenCreate { minion: minion.clone(), ttl_ms: ttl.as_millis() as u64 };
-            let ResponseBody::Token(token) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
             let given = !master_address.is_empty();
-            let masters = if given { master_address } else { vec![client.master_addr().to_owned()] };
-            if user_data && !given && masters.iter().any(|m| enrollment::only_this_host(m)) {
+            let enrollment = client.create_enrollment(&minion, ttl, &master_address).await?;
+            if user_data && !given && enrollment.masters.iter().any(|m| enrollment::only_this_host(m)) {
                 eprintln!(
                     "warning: this user_data points guests at {}, which only this host can reach; \
                      pass --master-address with the address guests use",
-                    masters[0]
+                    enrollment.masters[0]
                 );
             }
-            let master_key = master_key_hex(config)?;
-            let master = match masters.as_slice() {
+            let master = match enrollment.masters.as_slice() {
                 [one] => json!(one),
                 many => json!(many),
             };
             if user_data {
-                let enrollment = enrollment::enrollment_toml(&masters, &master_key, &token.minion, &token.token);
-                print!("{}", enrollment::cloud_config(&enrollment));
+                print!("{}", enrollment.user_data);
             } else if format == Format::Table {
-                println!("{}", token.token);
+                println!("{}", enrollment.token);
             } else {
                 output::print_document(
                     format,
-                    &json!({ "token": token.token, "minion": token.minion, "expires_at_ms": token.expires_at_ms,
-                             "master": master, "master_key": master_key }),
+                    &json!({ "token": enrollment.token, "minion": enrollment.minion,
+                             "expires_at_ms": enrollment.expires_at_ms, "master": master,
+                             "master_key": enrollment.master_key }),
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// The key minions pin, as hex, read through the same config the client used: the cluster key
-/// when this master has a certificate from one, else the master's own.
-fn master_key_hex(config: &Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(config)?;
-    let table: toml::Table = toml::from_str(&text)?;
-    let state_dir = table.get("state_dir").and_then(|v| v.as_str()).unwrap_or("/var/lib/halite/master");
-    // A master of a cluster: minions pin the cluster key its certificate names.
-    if let Ok(certificate) = std::fs::read_to_string(Path::new(state_dir).join("master.cert")) {
-        if let Some(cluster) = certificate.trim().get(..64) {
-            return Ok(cluster.to_owned());
-        }
-    }
-    let key = keyfile::read_public(&Path::new(state_dir).join("master.pub"))?;
-    Ok(hex::encode(key.as_bytes()))
 }
 
 pub(crate) async fn minions(client: &Client, command: MinionsCommand, format: Format) -> anyhow::Result<ExitCode> {

@@ -168,7 +168,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let client = Client::connect(config).await?;
     match cli.command {
         Command::Run(args) => run::run(&client, args, cli.out).await,
-        Command::Key(command) => admin::key(&client, command, cli.out, &cli.config).await,
+        Command::Key(command) => admin::key(&client, command, cli.out).await,
         Command::Minions(command) => admin::minions(&client, command, cli.out).await,
         Command::Jobs(command) => admin::jobs(&client, command, cli.out).await,
         Command::Events(args) => events::run(&client, args, cli.out).await,
