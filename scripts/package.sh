@@ -73,7 +73,8 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# stage ROOT PACKAGE UNIT_DIR ZSH_DIR: the files of PACKAGE under ROOT.
+# stage ROOT PACKAGE UNIT_DIR ZSH_DIR: the files of PACKAGE under ROOT (timestamps are set
+# once the package's tree is complete, by build_deb and build_rpm).
 stage() {
   local root=$1 package=$2 units=$3 zsh=$4 doc=$1/usr/share/doc/$2
   install -d -m 0755 "$root/usr/bin" "$root/$units" "$root/etc/halite" "$doc"
@@ -104,7 +105,6 @@ stage() {
   install -m 0644 "dist/etc/${package#halite-}.toml" "$root/etc/halite/"
   "$strip_tool" --strip-unneeded "$root"/usr/bin/*
   find "$root" -type d -exec chmod 0755 {} +
-  find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 }
 
 # man_page ROOT PROGRAM SECTION: the program's man page from its own clap definition.

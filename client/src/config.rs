@@ -170,7 +170,8 @@ impl ClientConfig {
         // files made through this client pin.
         let cluster_key = std::fs::read_to_string(file.state_dir.join("master.cert"))
             .ok()
-            .and_then(|certificate| Self::parse_master_key(certificate.trim().get(..64)?).ok());
+            .and_then(|certificate| halite_protocol::hex::decode(certificate.trim().get(..64)?))
+            .and_then(|bytes| PublicIdentity::from_bytes(&bytes).ok());
         let master_key = match cluster_key {
             Some(key) => key,
             None => keyfile::read_public(&file.state_dir.join("master.pub")).map_err(|e| {

@@ -11,14 +11,27 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _calls as c
+from . import _native
 from . import types as t
 
 
 class Operations:
     """Keys, tokens, principals, minions, jobs, events, configs and deployments."""
 
+    def __init__(self, native: _native.NativeClient) -> None:
+        self._native = native
+
     def _call(self, request: Dict[str, Any], convert: Callable[[Any], Any]) -> Any:
         raise NotImplementedError
+
+    @property
+    def master_addr(self) -> str:
+        """The master this client is connected to (it changes on failover)."""
+        return self._native.master_addr()
+
+    def close(self) -> None:
+        """Ends the connection."""
+        self._native.close()
 
     # Jobs -----------------------------------------------------------------
 
@@ -258,6 +271,29 @@ class Operations:
         request = {"op": "wait_for_deployment_group", "id": group_id,
                    "timeout_ms": c.optional_millis("timeout", timeout)}
         return self._call(request, c.one(t.DeploymentGroup))
+
+
+class FollowedJob:
+    """What a job iterator keeps: the job, and each minion's final state as it comes."""
+
+    def __init__(self, jid: str, minions: List[str]) -> None:
+        #: The job id.
+        self.jid = jid
+        #: Every minion expected to reach a final state.
+        self.minions = minions
+        self._finals: Dict[str, t.MinionResult] = {}
+        self._done = False
+
+    def _seen(self, update: Optional[t.JobUpdate]) -> Optional[t.JobUpdate]:
+        """Records `update` (``None``: the job is done); the update."""
+        if update is None:
+            self._done = True
+        elif update.final:
+            self._finals[update.minion] = t.MinionResult(update.minion, update.state, update.ret)
+        return update
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(jid={self.jid!r}, minions={self.minions!r})"
 
 
 def publish_request(

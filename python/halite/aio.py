@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping,
 from . import _calls as c
 from . import _native
 from . import types as t
-from ._operations import Operations, publish_request
+from ._operations import FollowedJob, Operations, publish_request
 from .client import connect_options
 
 
@@ -17,9 +17,6 @@ class AsyncClient(Operations):
     """:class:`halite.Client` for asyncio: every method of it returns an awaitable
     (``await client.keys()``), :meth:`publish` gives an :class:`AsyncJob` and
     :meth:`events` an async iterator. Use ``async with``, or :meth:`close` it."""
-
-    def __init__(self, native: _native.NativeClient) -> None:
-        self._native = native
 
     @classmethod
     async def connect(
@@ -60,15 +57,6 @@ class AsyncClient(Operations):
             return convert(json.loads(await answer))
 
         return converted()
-
-    @property
-    def master_addr(self) -> str:
-        """The master this client is connected to."""
-        return self._native.master_addr()
-
-    def close(self) -> None:
-        """Ends the connection."""
-        self._native.close()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -127,33 +115,20 @@ class AsyncClient(Operations):
         return AsyncEventStream(await self._native.subscribe_async(patterns, after))
 
 
-class AsyncJob:
+class AsyncJob(FollowedJob):
     """A published job: ``async for update in job``, or ``await job.wait()``."""
 
-    #: The job id.
-    jid: str
-    #: Every minion expected to reach a final state.
-    minions: List[str]
-
     def __init__(self, client: AsyncClient, jid: str, minions: List[str]) -> None:
+        super().__init__(jid, minions)
         self._client = client
-        self.jid = jid
-        self.minions = minions
-        self._finals: Dict[str, t.MinionResult] = {}
-        self._done = False
 
     def __aiter__(self) -> AsyncIterator[t.JobUpdate]:
         return self
 
     async def __anext__(self) -> t.JobUpdate:
-        if self._done:
-            raise StopAsyncIteration
-        update = await self._client.next_job_event(self.jid)
+        update = None if self._done else self._seen(await self._client.next_job_event(self.jid))
         if update is None:
-            self._done = True
             raise StopAsyncIteration
-        if update.final:
-            self._finals[update.minion] = t.MinionResult(update.minion, update.state, update.ret)
         return update
 
     async def wait(self) -> Dict[str, t.MinionResult]:
@@ -165,9 +140,6 @@ class AsyncJob:
     async def cancel(self) -> t.JobDetail:
         """Cancels the job."""
         return await self._client.cancel(self.jid)
-
-    def __repr__(self) -> str:
-        return f"AsyncJob(jid={self.jid!r}, minions={self.minions!r})"
 
 
 class AsyncEventStream:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from . import _calls as c
 from . import _native
 from . import types as t
-from ._operations import Operations, publish_request
+from ._operations import FollowedJob, Operations, publish_request
 
 
 def connect_options(**options: Any) -> str:
@@ -32,9 +32,6 @@ class Client(Operations):
     their last event, and followed jobs are watched again. Use it as a context
     manager, or :meth:`close` it.
     """
-
-    def __init__(self, native: _native.NativeClient) -> None:
-        self._native = native
 
     @classmethod
     def connect(
@@ -77,15 +74,6 @@ class Client(Operations):
 
     def _call(self, request: Dict[str, Any], convert: Callable[[Any], Any]) -> Any:
         return convert(json.loads(self._native.call(c.encode(request))))
-
-    @property
-    def master_addr(self) -> str:
-        """The master this client is connected to (it changes on failover)."""
-        return self._native.master_addr()
-
-    def close(self) -> None:
-        """Ends the connection."""
-        self._native.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -160,31 +148,21 @@ class Client(Operations):
         return EventStream(self._native.subscribe(patterns, after))
 
 
-class Job:
+class Job(FollowedJob):
     """A published job: iterate it for :class:`~halite.types.JobUpdate` s until every
     minion reached a final state, or :meth:`wait`. One thread should read a job."""
 
     def __init__(self, client: Client, jid: str, minions: List[str]) -> None:
+        super().__init__(jid, minions)
         self._client = client
-        #: The job id.
-        self.jid = jid
-        #: Every minion expected to reach a final state.
-        self.minions = minions
-        self._finals: Dict[str, t.MinionResult] = {}
-        self._done = False
 
     def __iter__(self) -> Iterator[t.JobUpdate]:
         return self
 
     def __next__(self) -> t.JobUpdate:
-        if self._done:
-            raise StopIteration
-        update = self._client.next_job_event(self.jid)
+        update = None if self._done else self._seen(self._client.next_job_event(self.jid))
         if update is None:
-            self._done = True
             raise StopIteration
-        if update.final:
-            self._finals[update.minion] = t.MinionResult(update.minion, update.state, update.ret)
         return update
 
     def wait(self) -> Dict[str, t.MinionResult]:
@@ -196,9 +174,6 @@ class Job:
     def cancel(self) -> t.JobDetail:
         """Cancels the job (see :meth:`Client.cancel`)."""
         return self._client.cancel(self.jid)
-
-    def __repr__(self) -> str:
-        return f"Job(jid={self.jid!r}, minions={self.minions!r})"
 
 
 class EventStream:

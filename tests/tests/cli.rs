@@ -8,6 +8,15 @@ use std::process::{Command, Stdio};
 
 use halite_tests::Cluster;
 
+/// Runs `command` with its output piped to a reader that takes 10 bytes and goes away (as `|
+/// head` does): the rest of the output has nowhere to go.
+fn read_a_little_then_go_away(command: &mut Command) -> std::process::Output {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// `halite … | head`: the CLI ends quietly when its reader goes away (it used to panic and exit
 /// 101 on the broken pipe).
 #[test]
@@ -16,18 +25,9 @@ fn a_closed_pipe_ends_the_cli_quietly() {
     cluster.enroll_minion("web1", "");
     cluster.wait_connected(&["web1"]);
     let big = "x".repeat(100 * 1024);
-    let mut child = Command::new(cluster.bins().join("halite"))
-        .arg("--config")
-        .arg(&cluster.config)
-        .args(["run", "--out", "json", "web1", "test.echo", &big])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = [0u8; 10];
-    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
-    // The reader is gone (stdout dropped above); the rest of the output has nowhere to go.
-    let out = child.wait_with_output().unwrap();
+    let mut command = Command::new(cluster.bins().join("halite"));
+    command.arg("--config").arg(&cluster.config).args(["run", "--out", "json", "web1", "test.echo", &big]);
+    let out = read_a_little_then_go_away(&mut command);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(out.status.code(), Some(101), "{stderr}");
@@ -38,16 +38,9 @@ fn a_closed_pipe_ends_the_cli_quietly() {
 #[test]
 fn a_closed_pipe_ends_a_local_minion_call_quietly() {
     for args in [&["call", "test.echo", &"y".repeat(100 * 1024)][..], &["doc"][..]] {
-        let mut child = Command::new(halite_tests::bin_dir().join("halite-minion"))
-            .args(["--config", "/dev/null"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = [0u8; 10];
-        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut command = Command::new(halite_tests::bin_dir().join("halite-minion"));
+        command.args(["--config", "/dev/null"]).args(args);
+        let out = read_a_little_then_go_away(&mut command);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert!(out.status.success(), "{args:?}: {:?}: {stderr}", out.status);
