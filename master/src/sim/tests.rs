@@ -50,6 +50,28 @@ fn a_job_runs_returns_and_is_acknowledged_only_once_stored() {
 }
 
 #[test]
+fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_is_back() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        web1.recv(&sim);
+        let conn = sim.store().take_away().await.expect("open");
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        assert!(!acked(&web1.recv(&sim), &jid), "acknowledged a return that was not stored");
+        assert_eq!(sim.master.pending.states.len(), 1, "the change is kept to be written again");
+        sim.store().give_back(conn).await;
+        sim.step(Input::Tick).await;
+        assert!(acked(&web1.recv(&sim), &jid));
+        let (state, stored, _) = state_of(&sim, &jid, "web1").await;
+        assert_eq!(state, MinionJobState::Returned);
+        assert!(stored.is_some(), "the return is stored");
+        assert!(sim.master.pending.states.is_empty());
+    });
+}
+
+#[test]
 fn a_return_after_the_timeout_is_stored_as_late_and_acknowledged() {
     rt().block_on(async {
         let mut sim = Sim::new().await;

@@ -135,9 +135,6 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// The pool while the database answers; while it does not, every call fails at once as
-    /// unavailable instead of waiting for a connection (the master's core must not stall),
-    /// and a background probe notices when it is back.
     /// The connection set aside for the core's hot writes, opened (taken out of the pool) if
     /// there is none. sqlx's pool pings every connection it gets back, a second round trip per
     /// call; the core makes these calls one at a time, so one connection of its own serves them
@@ -166,6 +163,9 @@ impl PostgresStore {
         Ok(self.pool()?.acquire().await?)
     }
 
+    /// The pool while the database answers; while it does not, every call fails at once as
+    /// unavailable instead of waiting for a connection (the master's core must not stall),
+    /// and a background probe notices when it is back.
     pub(super) fn pool(&self) -> Result<&PgPool, StoreError> {
         if self.reachable.load(std::sync::atomic::Ordering::Acquire) {
             Ok(&self.pool)

@@ -108,6 +108,19 @@ impl SqliteStore {
     }
 
     /// The connection, for the SQL both backends share; an error once the store is closed.
+    /// Takes the connection away, as a lost database would: every call fails as unavailable
+    /// until [`SqliteStore::give_back`].
+    #[cfg(test)]
+    pub(crate) async fn take_away(&self) -> Option<SqliteConnection> {
+        self.conn.lock().await.take()
+    }
+
+    /// Gives back a connection [`SqliteStore::take_away`] took.
+    #[cfg(test)]
+    pub(crate) async fn give_back(&self, conn: SqliteConnection) {
+        *self.conn.lock().await = Some(conn);
+    }
+
     pub(super) async fn conn(&self) -> Result<MappedMutexGuard<'_, SqliteConnection>, StoreError> {
         MutexGuard::try_map(self.conn.lock().await, Option::as_mut)
             .map_err(|_| StoreError::Unavailable("the database is closed".into()))
