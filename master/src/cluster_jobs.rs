@@ -6,7 +6,9 @@
 //! elsewhere: it neither reports them offline nor times out their slots while their master is
 //! alive. Of two masters deciding one slot, the store keeps the first final state.
 
-use halite_protocol::message::MinionJobState;
+use std::collections::HashMap;
+
+use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
 use crate::jobs::LiveJob;
@@ -92,7 +94,18 @@ impl<S: Store, N: Net> Master<S, N> {
             // Not known here yet (the announcements crossed): loaded as stored, these included.
             return self.adopt_job(jid, false).await;
         }
-        let mut detail = None;
+        // The returns of the slots that ended, in one read: of those minions only, not the whole
+        // job (a fan-out's returns come in many announcements).
+        let ended: Vec<String> = states
+            .iter()
+            .filter(|(minion, state)| state.is_final() && self.jobs.state(jid, minion).is_some_and(|s| s != *state))
+            .map(|(minion, _)| minion.clone())
+            .collect();
+        let mut returns: HashMap<String, JobReturn> = if ended.is_empty() {
+            HashMap::new()
+        } else {
+            self.store.returns_of(jid, &ended).await?.into_iter().collect()
+        };
         for (minion, state) in states {
             let was = self.jobs.state(jid, &minion);
             if was.is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {
@@ -104,14 +117,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.deliver(jid, &minion, peer).await?;
                 }
             }
-            let ret = if state.is_final() {
-                if detail.is_none() {
-                    detail = self.store.job(jid).await?;
-                }
-                detail.as_ref().and_then(|d| d.minions.iter().find(|m| m.minion == minion)).and_then(|m| m.ret.clone())
-            } else {
-                None
-            };
+            let ret = if state.is_final() { returns.remove(&minion) } else { None };
             self.slot_moved(jid, &minion, state, ret);
         }
         Ok(())

@@ -458,6 +458,30 @@ macro_rules! common_store_methods {
         Ok(out)
     }
 
+    async fn returns_of(
+        &self,
+        jid: &str,
+        minions: &[String],
+    ) -> Result<Vec<(String, halite_protocol::message::JobReturn)>, $crate::store::StoreError> {
+        let mut out = Vec::with_capacity(minions.len());
+        for chunk in minions.chunks(500) {
+            let sql = format!(
+                "SELECT minion, ret FROM job_minions WHERE jid = ? AND ret IS NOT NULL AND minion IN ({}) ORDER BY minion",
+                vec!["?"; chunk.len()].join(", ")
+            );
+            let sql = $sql(&sql);
+            let mut query = sqlx::query(&sql).bind(jid);
+            for minion in chunk {
+                query = query.bind(minion);
+            }
+            for row in query.fetch_all(&mut *self.conn().await?).await? {
+                let ret: String = row.try_get("ret")?;
+                out.push((row.try_get("minion")?, return_from_json(&ret)?));
+            }
+        }
+        Ok(out)
+    }
+
     async fn job(&self, jid: &str) -> Result<Option<halite_protocol::message::JobDetail>, $crate::store::StoreError> {
         let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(&mut *self.conn().await?).await?
         else {

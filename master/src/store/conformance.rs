@@ -154,7 +154,11 @@ pub(crate) async fn big_jobs_and_failed_inserts<S: Store>(store: S) {
     let changes: Vec<StateChange> = (0..450)
         .flat_map(|i| {
             let minion = format!("m{i:03}");
-            [MinionJobState::Running, MinionJobState::Returned].map(|state| change("big", &minion, state, None, false))
+            let returned = (i % 2 == 0).then(|| ret("big", &minion, "ok"));
+            [
+                change("big", &minion, MinionJobState::Running, None, false),
+                change("big", &minion, MinionJobState::Returned, returned, false),
+            ]
         })
         .collect();
     store.set_states(&changes).await.unwrap();
@@ -162,6 +166,11 @@ pub(crate) async fn big_jobs_and_failed_inserts<S: Store>(store: S) {
     let detail = store.job("big").await.unwrap().unwrap();
     assert_eq!(detail.minions.len(), 450);
     assert!(detail.minions.iter().all(|m| m.state == MinionJobState::Returned));
+    // More minions than one query takes: every other one has a return.
+    let asked: Vec<String> = (0..1200).map(|i| format!("m{i:03}")).collect();
+    let returns = store.returns_of("big", &asked).await.unwrap();
+    assert_eq!(returns.len(), 225);
+    assert!(returns.iter().all(|(minion, r)| r.minion == *minion && *r == ret("big", minion, "ok")));
     // A duplicate jid fails as a whole, as a conflict, and leaves nothing behind.
     let clash = store.insert_job(&job("big", 3), &states[..2]).await.unwrap_err();
     assert!(matches!(clash, super::StoreError::Conflict(_)), "{clash:?}");
@@ -190,6 +199,11 @@ pub(crate) async fn states_returns_listing_and_retention<S: Store>(store: S) {
     assert_eq!(detail.minions[1].state, MinionJobState::Offline);
     assert_eq!(detail.summary.states[&MinionJobState::Returned], 1);
     assert_eq!(store.unfinished_jobs().await.unwrap().len(), 1);
+    // The returns of some minions: those that have one, of this job only.
+    let asked = ["web1".to_owned(), "web2".to_owned(), "db9".to_owned()];
+    assert_eq!(store.returns_of("1", &asked).await.unwrap(), vec![("web1".to_owned(), returned.clone())]);
+    assert!(store.returns_of("2", &asked).await.unwrap().is_empty());
+    assert!(store.returns_of("1", &[]).await.unwrap().is_empty());
 
     // Newest first, paged by a jid cursor; minions only when asked.
     let page = store.jobs(None, 2, true).await.unwrap();

@@ -254,6 +254,13 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<JobListing>, StoreError>> + Send;
     /// One job in detail.
     fn job(&self, jid: &str) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
+    /// The returns recorded for these minions of a job, those that have one (what a master
+    /// following a job tells its watchers of slots another master ended), in one query per 500.
+    fn returns_of(
+        &self,
+        jid: &str,
+        minions: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, JobReturn)>, StoreError>> + Send;
     /// One job as a master that did not publish it needs it: the record (with the signed job)
     /// and every minion's state.
     fn live_job(&self, jid: &str) -> impl Future<Output = Result<Option<UnfinishedJob>, StoreError>> + Send;
