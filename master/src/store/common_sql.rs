@@ -567,7 +567,11 @@ macro_rules! common_store_methods {
     }
 
     async fn last_jid(&self) -> Result<Option<String>, $crate::store::StoreError> {
-        Ok(sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'last_jid'")).fetch_optional(&mut *self.conn().await?).await?)
+        // The newest job stored, or the newest that retention deleted (recorded as it purged).
+        Ok(sqlx::query_scalar(&$sql("SELECT max(jid) FROM (SELECT max(jid) AS jid FROM jobs \
+             UNION ALL SELECT value AS jid FROM meta WHERE key = 'last_jid') AS known"))
+            .fetch_one(&mut *self.conn().await?)
+            .await?)
     }
 
     async fn wall_mark(&self) -> Result<Option<u64>, $crate::store::StoreError> {
@@ -587,12 +591,21 @@ macro_rules! common_store_methods {
     }
 
     async fn purge_jobs(&self, before_ms: u64) -> Result<u64, $crate::store::StoreError> {
+        let mut conn = self.conn().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        // The newest jid is kept first: jids must go on growing when every job is purged.
+        sqlx::query(&$sql("INSERT INTO meta (key, value) SELECT 'last_jid', newest.jid \
+             FROM (SELECT max(jid) AS jid FROM jobs) AS newest WHERE newest.jid IS NOT NULL \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value"))
+        .execute(&mut *tx)
+        .await?;
         let done = sqlx::query(&$sql("DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
              WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running', 'queued'))"),
         )
         .bind($crate::store::sqlite::db_int(before_ms))
-        .execute(&mut *self.conn().await?)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
     };

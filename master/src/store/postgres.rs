@@ -318,15 +318,13 @@ impl Store for PostgresStore {
     async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
         let minions: Vec<&str> = states.iter().map(|(m, _)| m.as_str()).collect();
         let names: Vec<&str> = states.iter().map(|(_, s)| job_state_name(*s)).collect();
-        // One statement, so one round trip and atomic on its own: the job, the newest jid, and
-        // every minion's first state.
+        // One statement, so one round trip and atomic on its own: the job and every minion's
+        // first state.
         let query = Self::bind_job(
             sqlx::query(
                 "WITH job AS (INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
                created_at, timeout_ms, ttl_ms, body, signature, rollout) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING jid), \
-             mark AS (INSERT INTO meta (key, value) SELECT 'last_jid', jid FROM job \
-               ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING jid) \
              INSERT INTO job_minions (jid, minion, state, updated_at) \
              SELECT job.jid, m.minion, m.state, $8 FROM job, UNNEST($14::text[], $15::text[]) AS m(minion, state)",
             ),

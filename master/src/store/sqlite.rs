@@ -15,10 +15,6 @@ use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJ
 /// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// Keeps the newest jid ever stored (jobs are purged; the sequence must not restart).
-const LAST_JID_SQL: &str = " INSERT INTO meta (key, value) VALUES ('last_jid', ?) \
-     ON CONFLICT(key) DO UPDATE SET value = excluded.value WHERE excluded.value > meta.value;";
-
 fn state_rows_sql(rows: usize) -> String {
     let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
     format!(
@@ -253,14 +249,13 @@ impl Store for SqliteStore {
             "BEGIN IMMEDIATE; INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
              created_at, timeout_ms, ttl_ms, body, signature, rollout) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
         );
-        sql.push_str(LAST_JID_SQL);
         if !first.is_empty() {
             sql.push_str(&minion_rows_sql(first.len()));
         }
         if !more {
             sql.push_str(" COMMIT;");
         }
-        let mut query = Self::bind_job(sqlx::query(&sql), job).bind(&job.jid);
+        let mut query = Self::bind_job(sqlx::query(&sql), job);
         for (minion, state) in first {
             query = query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
         }
