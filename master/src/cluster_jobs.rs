@@ -95,17 +95,9 @@ impl<S: Store, N: Net> Master<S, N> {
             return self.adopt_job(jid, false).await;
         }
         // The returns of the slots that ended, in one read: of those minions only, not the whole
-        // job (a fan-out's returns come in many announcements).
-        let ended: Vec<String> = states
-            .iter()
-            .filter(|(minion, state)| state.is_final() && self.jobs.state(jid, minion).is_some_and(|s| s != *state))
-            .map(|(minion, _)| minion.clone())
-            .collect();
-        let mut returns: HashMap<String, JobReturn> = if ended.is_empty() {
-            HashMap::new()
-        } else {
-            self.store.returns_of(jid, &ended).await?.into_iter().collect()
-        };
+        // job (a fan-out's returns come in many announcements). None ended: no query.
+        let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
+        let mut returns: HashMap<String, JobReturn> = self.store.returns_of(jid, &ended).await?.into_iter().collect();
         for (minion, state) in states {
             let was = self.jobs.state(jid, &minion);
             if was.is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {

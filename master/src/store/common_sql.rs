@@ -26,6 +26,14 @@ pub(super) fn postgres_sql(sql: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Ids looked up at most per `IN (…)` list: one query per this many.
+pub(super) const IN_LIST_MAX: usize = 500;
+
+/// `n` placeholders for an `IN (…)` list.
+pub(super) fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
 /// The page of a job listing: the `limit` newest jids older than `before` (bound as
 /// `before, before, limit`).
 pub(super) const PAGE: &str =
@@ -326,10 +334,10 @@ macro_rules! common_store_methods {
         ids: &[String],
     ) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
         let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
+        for chunk in ids.chunks($crate::store::common_sql::IN_LIST_MAX) {
             let sql = format!(
                 "SELECT id, grains, functions, last_seen FROM minions WHERE id IN ({}) ORDER BY id",
-                vec!["?"; chunk.len()].join(", ")
+                $crate::store::common_sql::placeholders(chunk.len())
             );
             let sql = $sql(&sql);
             let mut query = sqlx::query(&sql);
@@ -464,10 +472,10 @@ macro_rules! common_store_methods {
         minions: &[String],
     ) -> Result<Vec<(String, halite_protocol::message::JobReturn)>, $crate::store::StoreError> {
         let mut out = Vec::with_capacity(minions.len());
-        for chunk in minions.chunks(500) {
+        for chunk in minions.chunks($crate::store::common_sql::IN_LIST_MAX) {
             let sql = format!(
                 "SELECT minion, ret FROM job_minions WHERE jid = ? AND ret IS NOT NULL AND minion IN ({}) ORDER BY minion",
-                vec!["?"; chunk.len()].join(", ")
+                $crate::store::common_sql::placeholders(chunk.len())
             );
             let sql = $sql(&sql);
             let mut query = sqlx::query(&sql).bind(jid);

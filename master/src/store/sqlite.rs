@@ -103,7 +103,6 @@ impl SqliteStore {
         SqliteStore { conn: Arc::new(Mutex::new(Some(conn))) }
     }
 
-    /// The connection, for the SQL both backends share; an error once the store is closed.
     /// Takes the connection away, as a lost database would: every call fails as unavailable
     /// until [`SqliteStore::give_back`].
     #[cfg(test)]
@@ -117,6 +116,7 @@ impl SqliteStore {
         *self.conn.lock().await = Some(conn);
     }
 
+    /// The connection, for the SQL both backends share; an error once the store is closed.
     pub(super) async fn conn(&self) -> Result<MappedMutexGuard<'_, SqliteConnection>, StoreError> {
         MutexGuard::try_map(self.conn.lock().await, Option::as_mut)
             .map_err(|_| StoreError::Unavailable("the database is closed".into()))

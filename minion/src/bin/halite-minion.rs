@@ -50,10 +50,10 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Writes `text` to standard output; a reader that went away (`| head`) is not an error.
-fn print_out(text: &str) -> std::io::Result<()> {
+fn print_out(text: impl AsRef<[u8]>) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
     }
@@ -73,11 +73,11 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             use clap::CommandFactory;
             let mut page = Vec::new();
             clap_mangen::Man::new(Cli::command()).section("8").render(&mut page)?;
-            print_out(&String::from_utf8_lossy(&page))?;
+            print_out(page)?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         Command::Doc => {
-            print_out(&halite_modules::docs::render_markdown(&halite_modules::Registry::standard()))?;
+            print_out(halite_modules::docs::render_markdown(&halite_modules::Registry::standard()))?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         Command::Call { function, args } => {
@@ -86,7 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let ret = runtime.block_on(halite_minion::call_local(&config, &function, &args));
             let out = serde_json::json!({ "local": ret.outputs });
-            print_out(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+            print_out(format!("{}\n", serde_json::to_string_pretty(&out)?))?;
             Ok(if ret.success { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
         }
         Command::Run => {
