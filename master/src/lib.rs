@@ -158,7 +158,11 @@ fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
 }
 
 /// Runs the master until `shutdown` completes.
-pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<(), MasterError> {
+///
+/// The core runs as a task of the runtime, not on the thread that awaits `run`: a message
+/// then passes from its connection task to the core (and back) on one worker, most often
+/// without waking another thread (a round trip's cost on a small machine is its wake-ups).
+pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), MasterError> {
     let keys = init_serving(&config)?;
     match config.store.backend()? {
         store::Backend::Sqlite => {
@@ -167,7 +171,8 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Re
                 .await
                 .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
             let closer = store.clone();
-            let served = serve(config, keys, store, database.display().to_string(), shutdown).await;
+            let place = database.display().to_string();
+            let served = on_a_worker(serve(config, keys, store, place, shutdown)).await;
             // `serve` closes the store when it stops; on an early error it is closed here, so
             // the database is always left marked closed with its log folded in.
             closer.close().await;
@@ -175,13 +180,22 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Re
         }
         store::Backend::Postgres(options) => {
             let place = store::describe_postgres(&options);
-            let mut shutdown = std::pin::pin!(shutdown);
+            let mut shutdown = Box::pin(shutdown);
             let Some(store) = connect_postgres(*options, &place, shutdown.as_mut()).await? else { return Ok(()) };
             let closer = store.clone();
-            let served = serve(config, keys, store, place, shutdown).await;
+            let served = on_a_worker(serve(config, keys, store, place, shutdown)).await;
             closer.close().await;
             served
         }
+    }
+}
+
+/// Runs `task` as a task of the runtime and waits for it; its panic is this caller's. (It is
+/// cancelled only when the runtime shuts down, which drops this caller first.)
+async fn on_a_worker<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> T {
+    match tokio::spawn(task).await {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
     }
 }
 

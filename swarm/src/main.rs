@@ -66,7 +66,7 @@ struct Args {
     /// Other masters of the cluster, tried when the config's master goes away (repeatable).
     #[arg(long = "also-master", value_name = "HOST:PORT")]
     also_masters: Vec<String>,
-    /// Worker threads (default: one per core).
+    /// Worker threads (default: one per core, at most one per minion).
     #[arg(long)]
     threads: Option<usize>,
 }
@@ -84,10 +84,11 @@ fn main() -> ExitCode {
         eprintln!("halite-swarm: {error}");
         return ExitCode::FAILURE;
     }
+    // More threads than minions only add wake-ups between threads to every job's path.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = args.threads.unwrap_or(cores.min(args.count));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.threads {
-        runtime.worker_threads(threads.max(1));
-    }
+    runtime.worker_threads(threads.max(1));
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -17,6 +17,9 @@ use crate::budget::{message_bytes, InboundBudget, OutboundBytes};
 /// 10,000 idle peers cost no read buffers at all.
 const READ_BUFFER: usize = 64 * 1024;
 
+/// Bytes of queued messages gathered into one write at most.
+const WRITE_BATCH: usize = 64 * 1024;
+
 thread_local! {
     static READ_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_BUFFER]);
 }
@@ -79,9 +82,10 @@ pub(crate) struct DriveOptions {
 
 /// Runs `conn` over `stream` until it closes. Returns why, and whether the handshake completed.
 ///
-/// Backpressure: a message is taken from `control` only once the previous one has been written,
-/// and reading stops while `up` is full or the inbound byte budget is spent, so neither
-/// direction buffers more than one message.
+/// Backpressure: messages are taken from `control` only once the previous ones have been
+/// written (those already queued together, up to [`WRITE_BATCH`] bytes, go in one write), and
+/// reading stops while `up` is full or the inbound byte budget is spent, so neither direction
+/// buffers more than a bounded batch.
 pub(crate) async fn drive<T>(
     mut stream: TcpStream,
     mut conn: Connection,
@@ -155,29 +159,49 @@ pub(crate) async fn drive<T>(
                     Err(e) => return (CloseReason::Io(e.to_string()), was_ready),
                 }
             }
-            command = control.recv(), if ready => match command {
-                Some(Control::Send(parts, epoch)) => {
-                    if let Some(outbound) = &options.outbound {
-                        outbound.release(message_bytes(&parts));
+            command = control.recv(), if ready => {
+                // Messages queued together leave in one write: the peer reads them with one
+                // wake-up instead of one each (a watcher's last update and `done`, a job and the
+                // publisher's reply). Bounded, so one write never holds more than a batch.
+                let mut batch = 0;
+                let mut command = command;
+                loop {
+                    match command {
+                        Some(Control::Send(parts, epoch)) => {
+                            let size = message_bytes(&parts);
+                            batch += size;
+                            if let Some(outbound) = &options.outbound {
+                                outbound.release(size);
+                            }
+                            if epoch.is_none_or(|e| e == options.epoch) {
+                                // Only fails once closed, which ends the loop above first.
+                                let _ = conn.send(&parts);
+                            }
+                        }
+                        Some(Control::Authenticated) => {
+                            conn.set_authenticated();
+                            drop(slot.take());
+                        }
+                        Some(Control::Close(reason)) => {
+                            conn.close(&reason);
+                            ending = Some(CloseReason::Local(reason));
+                            break;
+                        }
+                        None => {
+                            conn.close("socket closed");
+                            ending = Some(CloseReason::Local("socket closed".into()));
+                            break;
+                        }
                     }
-                    if epoch.is_none_or(|e| e == options.epoch) {
-                        // Only fails once closed, which ends the loop above first.
-                        let _ = conn.send(&parts);
+                    if batch >= WRITE_BATCH {
+                        break;
+                    }
+                    match control.try_recv() {
+                        Ok(next) => command = Some(next),
+                        Err(_) => break,
                     }
                 }
-                Some(Control::Authenticated) => {
-                    conn.set_authenticated();
-                    drop(slot.take());
-                }
-                Some(Control::Close(reason)) => {
-                    conn.close(&reason);
-                    ending = Some(CloseReason::Local(reason));
-                }
-                None => {
-                    conn.close("socket closed");
-                    ending = Some(CloseReason::Local("socket closed".into()));
-                }
-            },
+            }
             () = sleep_until(deadline), if deadline.is_some() => conn.handle_timeout(std::time::Instant::now()),
         }
     }

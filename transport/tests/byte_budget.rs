@@ -4,10 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::connected;
+
 use std::time::Duration;
 
 use halite_protocol::zmtp::Limits;
-use halite_transport::{Dealer, DealerConfig, PeerId, Router, RouterConfig, RouterEvent, SendError};
+use halite_transport::{Dealer, DealerConfig, Router, RouterConfig, RouterEvent, SendError};
 use tokio::time::timeout;
 
 /// A message of 512 KiB, in frames of 64 KiB (the largest frame a connection takes).
@@ -16,18 +19,6 @@ const FRAME: usize = 64 * 1024;
 
 fn message(byte: u8) -> Vec<Vec<u8>> {
     vec![vec![byte; FRAME]; MESSAGE / FRAME]
-}
-
-async fn connected(router: &mut Router) -> PeerId {
-    loop {
-        if let Some(RouterEvent::Connected { peer, .. }) = timeout(Duration::from_secs(5), router.recv()).await.unwrap()
-        {
-            router.mark_authenticated(peer).unwrap();
-            // Let the connection apply its post-authentication limits.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            return peer;
-        }
-    }
 }
 
 #[tokio::test]

@@ -64,7 +64,9 @@ fn main() {
     let server_dir = std::env::temp_dir().join(format!("halite-bench-pg-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&server_dir);
     let server = OwnServer::start(&server_dir);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    // The client is one engine thread: its task, the SDK's and its connection's share it, so the
+    // client's side of a round trip wakes once per message, as an engine worker would.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut figures = Figures::default();
     Figures::header();
     let tuning = "max_pending_handshakes_per_ip = 4096\n";
