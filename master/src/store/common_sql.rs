@@ -108,57 +108,6 @@ macro_rules! common_helpers {
         }
 
         impl $store {
-            /// Binds a job's thirteen columns, in the order of the `jobs` table.
-            fn bind_job<'q>(
-                query: sqlx::query::Query<
-                    'q,
-                    <$row as sqlx::Row>::Database,
-                    <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments<'q>,
-                >,
-                job: &'q $crate::store::JobRecord,
-            ) -> sqlx::query::Query<
-                'q,
-                <$row as sqlx::Row>::Database,
-                <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments<'q>,
-            > {
-                query
-                    .bind(&job.jid)
-                    .bind(&job.function)
-                    .bind($crate::store::records::target_kind_name(job.target.kind))
-                    .bind(&job.target.expr)
-                    .bind($crate::store::records::to_json(&job.args))
-                    .bind($crate::store::records::to_json(&job.kwargs))
-                    .bind(&job.caller)
-                    .bind($crate::store::sqlite::db_int(job.created_at_ms))
-                    .bind($crate::store::sqlite::db_int(job.timeout_ms))
-                    .bind($crate::store::sqlite::db_int(job.ttl_ms))
-                    .bind(&job.signed.body)
-                    .bind(&job.signed.signature)
-                    .bind(job.rollout.as_ref().map($crate::store::records::to_json))
-            }
-
-            /// Returns that came after their slot ended, written after the batch's states (a
-            /// late return in the same batch as its slot's end lands beside it): only the
-            /// return, marked late, and only if the slot has none yet.
-            async fn record_late_returns(
-                tx: &mut sqlx::Transaction<'_, <$row as sqlx::Row>::Database>,
-                late: &[&$crate::store::StateChange],
-            ) -> Result<(), $crate::store::StoreError> {
-                for change in late {
-                    sqlx::query(&$sql(
-                        "UPDATE job_minions SET ret = ?, late = TRUE, updated_at = ? \
-                         WHERE jid = ? AND minion = ? AND ret IS NULL",
-                    ))
-                    .bind(change.ret.as_ref().map($crate::store::records::return_json))
-                    .bind($crate::store::sqlite::db_int(change.at_ms))
-                    .bind(&change.jid)
-                    .bind(&change.minion)
-                    .execute(&mut **tx)
-                    .await?;
-                }
-                Ok(())
-            }
-
             /// Runs `sql` with `{PAGE}` standing for the page's jids.
             async fn page_rows(
                 &self,

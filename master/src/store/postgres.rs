@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::Row;
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
-use super::records::{job_state, job_state_name, return_from_json, return_json, to_json};
+use super::records::{job_state, job_state_name, return_from_json, return_json, target_kind_name, to_json};
 use super::sqlite::db_int;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
@@ -108,6 +108,49 @@ async fn notify(pool: PgPool, mut queue: tokio::sync::mpsc::Receiver<String>) {
 }
 
 impl PostgresStore {
+    /// Binds a job's thirteen columns, in the order of the `jobs` table.
+    fn bind_job<'q>(
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        job: &'q JobRecord,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        query
+            .bind(&job.jid)
+            .bind(&job.function)
+            .bind(target_kind_name(job.target.kind))
+            .bind(&job.target.expr)
+            .bind(to_json(&job.args))
+            .bind(to_json(&job.kwargs))
+            .bind(&job.caller)
+            .bind(db_int(job.created_at_ms))
+            .bind(db_int(job.timeout_ms))
+            .bind(db_int(job.ttl_ms))
+            .bind(&job.signed.body)
+            .bind(&job.signed.signature)
+            .bind(job.rollout.as_ref().map(to_json))
+    }
+
+    /// Returns that came after their slot ended, written after the batch's states (a late
+    /// return in the same batch as its slot's end lands beside it): only the return, marked
+    /// late, and only if the slot has none yet.
+    async fn record_late_returns(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        late: &[&StateChange],
+    ) -> Result<(), StoreError> {
+        for change in late {
+            sqlx::query(
+                "UPDATE job_minions SET ret = $1, late = TRUE, updated_at = $2 \
+                 WHERE jid = $3 AND minion = $4 AND ret IS NULL",
+            )
+            .bind(change.ret.as_ref().map(return_json))
+            .bind(db_int(change.at_ms))
+            .bind(&change.jid)
+            .bind(&change.minion)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Connects with `options` and brings the schema up to date.
     pub async fn connect(options: PgConnectOptions) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()

@@ -1,7 +1,6 @@
 //! The embedded SQLite store.
 
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use halite_protocol::message::MinionJobState;
@@ -9,55 +8,34 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
-use super::records::{job_state, job_state_name, return_from_json, return_json, to_json};
+use super::records::{job_state, return_from_json, to_json};
+use super::sqlite_hot::HotWrites;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
 /// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-
-fn state_rows_sql(rows: usize) -> String {
-    let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
-    format!(
-        "WITH v(jid, minion, state, ret, at) AS (VALUES {values}) \
-         UPDATE job_minions SET state = v.state, ret = COALESCE(v.ret, job_minions.ret), updated_at = v.at \
-         FROM v WHERE job_minions.jid = v.jid AND job_minions.minion = v.minion \
-         AND job_minions.state IN ('waiting', 'sent', 'running', 'queued')"
-    )
-}
-
-fn bind_states<'q>(
-    mut query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-    changes: &'q [StateChange],
-) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-    for change in changes {
-        query = query
-            .bind(&change.jid)
-            .bind(&change.minion)
-            .bind(job_state_name(change.state))
-            .bind(change.ret.as_ref().map(return_json))
-            .bind(db_int(change.at_ms));
-    }
-    query
-}
-
-fn minion_rows_sql(rows: usize) -> String {
-    let values = vec!["(?, ?, ?, ?)"; rows].join(", ");
-    format!(" INSERT INTO job_minions (jid, minion, state, updated_at) VALUES {values};")
-}
 
 /// Rows written by one statement (5 bound values each, far below SQLite's variable limit).
 const ROWS_PER_STATEMENT: usize = 200;
 
 /// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
 ///
-/// One connection, owned here rather than by a pool: the master's core serialises its store
+/// Two connections to the one database. The job insert and state batches, on every job's
+/// path, run synchronously on the caller's thread ([`HotWrites`]); everything else goes through
+/// sqlx's connection, owned here rather than by a pool: the master's core serialises its store
 /// calls anyway and SQLite allows one writer at a time, while sqlx's pool pings a connection on
 /// every release, a second round trip to SQLite's thread that the next call would wait for.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     /// `None` once closed.
     conn: Arc<Mutex<Option<SqliteConnection>>>,
+    /// `None` once closed. Held only for one synchronous write, never across an await.
+    hot: Arc<std::sync::Mutex<Option<HotWrites>>>,
 }
+
+/// Both connections, taken away by [`SqliteStore::take_away`].
+#[cfg(test)]
+pub(crate) struct Connections(SqliteConnection, HotWrites);
 
 impl SqliteStore {
     /// Opens (creating if needed) and migrates the database at `path`.
@@ -82,6 +60,7 @@ impl SqliteStore {
             .foreign_keys(true);
         let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
+        store.open_hot(path)?;
         // Marks the file open, in the main file itself (the checkpoint), so a copy of it alone
         // after a crash is recognised; `close` removes the mark.
         let mut conn = store.conn().await?;
@@ -92,28 +71,56 @@ impl SqliteStore {
     }
 
     /// An in-memory database, for tests.
+    ///
+    /// Both connections share it through SQLite's shared cache, by a name unique in the
+    /// process. sqlx's connection reads uncommitted: shared-cache connections lock whole tables,
+    /// and a read statement sqlx has not reset yet must not make a hot write fail as locked.
     pub async fn in_memory() -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")?.foreign_keys(true);
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = format!("halite-memory-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let options = SqliteConnectOptions::new()
+            .filename(format!("file:{name}"))
+            .in_memory(true)
+            .shared_cache(true)
+            .pragma("read_uncommitted", "true")
+            .foreign_keys(true);
         let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
+        store.open_hot(Path::new(&format!("file:{name}?mode=memory&cache=shared")))?;
         Ok(store)
     }
 
     fn from_connection(conn: SqliteConnection) -> Self {
-        SqliteStore { conn: Arc::new(Mutex::new(Some(conn))) }
+        SqliteStore { conn: Arc::new(Mutex::new(Some(conn))), hot: Arc::new(std::sync::Mutex::new(None)) }
     }
 
-    /// Takes the connection away, as a lost database would: every call fails as unavailable
+    /// Opens the hot writes' connection, once the schema is in place.
+    fn open_hot(&self, path: &Path) -> Result<(), StoreError> {
+        *self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(HotWrites::open(path)?);
+        Ok(())
+    }
+
+    /// Runs `write` on the hot connection; an error once the store is closed.
+    fn hot<T>(&self, write: impl FnOnce(&mut HotWrites) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        // A write that panicked left no transaction open (rusqlite rolls back on drop).
+        let mut hot = self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        write(hot.as_mut().ok_or_else(|| StoreError::Unavailable("the database is closed".into()))?)
+    }
+
+    /// Takes the connections away, as a lost database would: every call fails as unavailable
     /// until [`SqliteStore::give_back`].
     #[cfg(test)]
-    pub(crate) async fn take_away(&self) -> Option<SqliteConnection> {
-        self.conn.lock().await.take()
+    pub(crate) async fn take_away(&self) -> Option<Connections> {
+        let conn = self.conn.lock().await.take()?;
+        let hot = self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
+        Some(Connections(conn, hot))
     }
 
-    /// Gives back a connection [`SqliteStore::take_away`] took.
+    /// Gives back the connections [`SqliteStore::take_away`] took.
     #[cfg(test)]
-    pub(crate) async fn give_back(&self, conn: SqliteConnection) {
+    pub(crate) async fn give_back(&self, Connections(conn, hot): Connections) {
         *self.conn.lock().await = Some(conn);
+        *self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hot);
     }
 
     /// The connection, for the SQL both backends share; an error once the store is closed.
@@ -240,73 +247,13 @@ impl Store for SqliteStore {
     }
 
     async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
-        // The job and its first chunk of minions go in one multi-statement query, a single
-        // round trip to SQLite's thread; bigger jobs add one statement per chunk.
-        let mut chunks = states.chunks(ROWS_PER_STATEMENT);
-        let first = chunks.next().unwrap_or(&[]);
-        let more = states.len() > ROWS_PER_STATEMENT;
-        let mut sql = String::from(
-            "BEGIN IMMEDIATE; INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
-             created_at, timeout_ms, ttl_ms, body, signature, rollout) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
-        );
-        if !first.is_empty() {
-            sql.push_str(&minion_rows_sql(first.len()));
-        }
-        if !more {
-            sql.push_str(" COMMIT;");
-        }
-        let mut query = Self::bind_job(sqlx::query(&sql), job);
-        for (minion, state) in first {
-            query = query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
-        }
-        let mut conn = self.conn().await?;
-        let mut result = query.execute(&mut *conn).await.map(drop);
-        if more && result.is_ok() {
-            for chunk in chunks {
-                let sql = minion_rows_sql(chunk.len());
-                let mut query = sqlx::query(&sql);
-                for (minion, state) in chunk {
-                    query =
-                        query.bind(&job.jid).bind(minion).bind(job_state_name(*state)).bind(db_int(job.created_at_ms));
-                }
-                result = query.execute(&mut *conn).await.map(drop);
-                if result.is_err() {
-                    break;
-                }
-            }
-            if result.is_ok() {
-                result = sqlx::query("COMMIT").execute(&mut *conn).await.map(drop);
-            }
-        }
-        if let Err(error) = result {
-            // Leave no transaction open on the connection, whatever statement failed.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return Err(error.into());
-        }
-        Ok(())
+        self.hot(|hot| hot.insert_job(job, states))
     }
 
     async fn set_states(&self, changes: &[StateChange]) -> Result<(), StoreError> {
         let (late, changes): (Vec<&StateChange>, Vec<&StateChange>) = changes.iter().partition(|c| c.late);
         let merged = super::common_sql::merge_changes(changes.into_iter());
-        // One statement is atomic on its own; more need a transaction (each statement, begin
-        // and commit is a round trip to SQLite's thread, so small batches skip it).
-        let mut conn = self.conn().await?;
-        if late.is_empty() && merged.len() <= ROWS_PER_STATEMENT {
-            if !merged.is_empty() {
-                let sql = state_rows_sql(merged.len());
-                bind_states(sqlx::query(&sql), &merged).execute(&mut *conn).await?;
-            }
-            return Ok(());
-        }
-        let mut tx = conn.begin().await?;
-        for chunk in merged.chunks(ROWS_PER_STATEMENT) {
-            let sql = state_rows_sql(chunk.len());
-            bind_states(sqlx::query(&sql), chunk).execute(&mut *tx).await?;
-        }
-        Self::record_late_returns(&mut tx, &late).await?;
-        tx.commit().await?;
-        Ok(())
+        self.hot(|hot| hot.set_states(&merged, &late))
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
@@ -344,6 +291,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        drop(self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         let Some(mut conn) = self.conn.lock().await.take() else { return };
         if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&mut conn).await {
             tracing::warn!(%error, "marking the database closed failed");

@@ -1,0 +1,134 @@
+//! The SQLite store's two writes on every job's path (a new job with its minions, and a batch of
+//! state changes), run synchronously on the calling thread through a second connection to the
+//! same database.
+//!
+//! Why a second connection: sqlx runs each SQLite connection on a thread of its own, so every
+//! call is two thread wake-ups (there and back), and on a small machine those cost more than
+//! the write itself. In WAL mode with `synchronous = NORMAL` a commit is a few page writes to
+//! the log, tens of microseconds: less than a task may block its worker. Every other call
+//! (listings, keys, migrations, opening and closing) stays on sqlx.
+//!
+//! Both connections write one file and SQLite lets one writer in at a time. The master's core
+//! is the store's one caller and makes one call at a time, so neither waits on the other; the
+//! busy timeout covers anything else (a `sqlite3` shell holding a write lock) with a bounded
+//! wait and then a typed error.
+
+use std::path::Path;
+use std::time::Duration;
+
+use halite_protocol::message::MinionJobState;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use super::records::{job_state_name, return_json, target_kind_name, to_json};
+use super::sqlite::db_int;
+use super::{JobRecord, StateChange, StoreError};
+
+/// How long a write waits for another writer before failing as unavailable.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const INSERT_JOB: &str = "INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
+     created_at, timeout_ms, ttl_ms, body, signature, rollout) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+const INSERT_SLOT: &str = "INSERT INTO job_minions (jid, minion, state, updated_at) VALUES (?, ?, ?, ?)";
+
+/// A slot's new state (and return, if it brings one), only while the slot is unfinished: a
+/// final state is never overwritten.
+const UPDATE_SLOT: &str = "UPDATE job_minions SET state = ?, ret = COALESCE(?, ret), updated_at = ? \
+     WHERE jid = ? AND minion = ? AND state IN ('waiting', 'sent', 'running', 'queued')";
+
+/// A return that came after its slot ended: only the return, marked late, if it has none yet.
+const LATE_RETURN: &str =
+    "UPDATE job_minions SET ret = ?, late = TRUE, updated_at = ? WHERE jid = ? AND minion = ? AND ret IS NULL";
+
+/// The connection for the hot writes.
+#[derive(Debug)]
+pub(super) struct HotWrites {
+    conn: Connection,
+}
+
+impl HotWrites {
+    /// Opens the (already created and migrated) database at `path`, a file name or a
+    /// `file:` URI.
+    pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        Ok(HotWrites { conn })
+    }
+
+    /// Stores a job and its minions' first states, all or nothing.
+    pub(super) fn insert_job(
+        &mut self,
+        job: &JobRecord,
+        states: &[(String, MinionJobState)],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.prepare_cached(INSERT_JOB)?.execute(params![
+            job.jid,
+            job.function,
+            target_kind_name(job.target.kind),
+            job.target.expr,
+            to_json(&job.args),
+            to_json(&job.kwargs),
+            job.caller,
+            db_int(job.created_at_ms),
+            db_int(job.timeout_ms),
+            db_int(job.ttl_ms),
+            job.signed.body,
+            &job.signed.signature[..],
+            job.rollout.as_ref().map(to_json),
+        ])?;
+        {
+            let mut slot = tx.prepare_cached(INSERT_SLOT)?;
+            for (minion, state) in states {
+                slot.execute(params![job.jid, minion, job_state_name(*state), db_int(job.created_at_ms)])?;
+            }
+        }
+        // Dropped without commit (any `?` above), the transaction rolls back.
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Writes merged state changes, then late returns, in one transaction.
+    pub(super) fn set_states(&mut self, merged: &[StateChange], late: &[&StateChange]) -> Result<(), StoreError> {
+        if merged.is_empty() && late.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut update = tx.prepare_cached(UPDATE_SLOT)?;
+            for change in merged {
+                update.execute(params![
+                    job_state_name(change.state),
+                    change.ret.as_ref().map(return_json),
+                    db_int(change.at_ms),
+                    change.jid,
+                    change.minion,
+                ])?;
+            }
+            let mut late_return = tx.prepare_cached(LATE_RETURN)?;
+            for change in late {
+                late_return.execute(params![
+                    change.ret.as_ref().map(return_json),
+                    db_int(change.at_ms),
+                    change.jid,
+                    change.minion,
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        match error.sqlite_error_code() {
+            Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(error.to_string()),
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(error.to_string()),
+            _ => StoreError::Unavailable(error.to_string()),
+        }
+    }
+}
