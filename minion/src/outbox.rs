@@ -18,7 +18,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::message::{self, JobReturn, Message};
@@ -37,10 +36,10 @@ pub enum Claim {
 pub struct Outbox {
     outbox: PathBuf,
     markers: PathBuf,
-    /// The two directories, kept open for the fsync that makes each new entry durable (an open
-    /// and a close fewer on every job's path).
-    outbox_dir: Arc<File>,
-    markers_dir: Arc<File>,
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 impl Outbox {
@@ -51,8 +50,7 @@ impl Outbox {
         for dir in [&outbox, &markers] {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         }
-        let (outbox_dir, markers_dir) = (Arc::new(File::open(&outbox)?), Arc::new(File::open(&markers)?));
-        Ok(Outbox { outbox, markers, outbox_dir, markers_dir })
+        Ok(Outbox { outbox, markers })
     }
 
     /// `dir/jid`, once `jid` is known to be a plain name.
@@ -67,7 +65,7 @@ impl Outbox {
         match OpenOptions::new().write(true).create_new(true).mode(0o600).open(Self::path(&self.markers, jid)?) {
             Ok(file) => {
                 file.sync_all()?;
-                self.markers_dir.sync_all()?;
+                sync_dir(&self.markers)?;
                 Ok(Claim::New)
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Claim::Seen),
@@ -89,7 +87,7 @@ impl Outbox {
             file.write_all(&message::encode(&Message::JobReturn(ret.clone())))?;
             file.sync_all()?;
             fs::rename(&tmp, &path)?;
-            self.outbox_dir.sync_all()
+            sync_dir(&self.outbox)
         })();
         if written.is_err() {
             // A full disk leaves no half-written temporary file behind.
