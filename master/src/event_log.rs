@@ -7,17 +7,30 @@ use std::collections::VecDeque;
 
 use halite_protocol::message::Value;
 
-/// Events kept at most, and their bytes (tags and bodies as encoded) at most.
+/// Events kept at most, and their bytes (tags and bodies as held) at most.
 const MAX_EVENTS: usize = 16_384;
 const MAX_BYTES: usize = 8 << 20;
 
-/// One published event.
+/// One published event. Its body is held as JSON text, decoded again only for a resume: a
+/// value tree takes several times its text's size (a node and an allocation per map entry),
+/// and the budget has to bound what the log really holds.
 #[derive(Debug)]
 pub(crate) struct Logged {
     pub(crate) seq: u64,
     pub(crate) tag: String,
-    pub(crate) data: Value,
-    bytes: usize,
+    data: String,
+}
+
+impl Logged {
+    /// The event's body.
+    pub(crate) fn data(&self) -> Value {
+        // Written by `record` from a value, so it reads back; `null` would only mean a bug.
+        serde_json::from_str(&self.data).unwrap_or(Value::Null)
+    }
+
+    fn bytes(&self) -> usize {
+        self.tag.len() + self.data.len()
+    }
 }
 
 /// What a resume finds.
@@ -53,12 +66,12 @@ impl EventLog {
     pub(crate) fn record(&mut self, tag: &str, data: &Value) -> u64 {
         let seq = self.next;
         self.next += 1;
-        let bytes = tag.len() + halite_protocol::message::encoded_len(data);
-        self.events.push_back(Logged { seq, tag: tag.to_owned(), data: data.clone(), bytes });
-        self.bytes += bytes;
+        let logged = Logged { seq, tag: tag.to_owned(), data: data.to_string() };
+        self.bytes += logged.bytes();
+        self.events.push_back(logged);
         while self.events.len() > MAX_EVENTS || self.bytes > MAX_BYTES {
             match self.events.pop_front() {
-                Some(old) => self.bytes -= old.bytes,
+                Some(old) => self.bytes -= old.bytes(),
                 None => break,
             }
         }
@@ -96,6 +109,7 @@ mod tests {
         }
         let since = log.since("7-3");
         assert_eq!(since.events.iter().map(|e| e.tag.as_str()).collect::<Vec<_>>(), ["t/3", "t/4"]);
+        assert_eq!(since.events.iter().map(|e| e.data()).collect::<Vec<_>>(), [json!(3), json!(4)]);
         assert!(since.gap.is_none());
         assert!(log.since("7-5").events.is_empty(), "nothing after the newest");
         let restarted = log.since("6-3");

@@ -93,7 +93,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .events
             .into_iter()
             .filter(|e| patterns.iter().any(|p| halite_protocol::glob::matches(p, &e.tag)))
-            .map(|e| (e.tag.clone(), e.data.clone(), self.event_log.id(e.seq)))
+            .map(|e| (e.tag.clone(), e.data(), self.event_log.id(e.seq)))
             .collect();
         if let Some(why) = gap {
             let notice = halite_protocol::message::Event {
