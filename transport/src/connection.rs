@@ -161,8 +161,8 @@ pub(crate) async fn drive<T>(
             }
             command = control.recv(), if ready => {
                 // Messages queued together leave in one write: the peer reads them with one
-                // wake-up instead of one each (a watcher's last update and `done`, a job and the
-                // publisher's reply). Bounded, so one write never holds more than a batch.
+                // wake-up instead of one each (a watcher's last updates and `done`, a minion's
+                // job acknowledgement and its return). Bounded, so one write holds one batch.
                 let mut batch = 0;
                 let mut command = command;
                 loop {
