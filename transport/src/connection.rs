@@ -163,33 +163,13 @@ pub(crate) async fn drive<T>(
                 // Messages queued together leave in one write: the peer reads them with one
                 // wake-up instead of one each (a watcher's last updates and `done`, a minion's
                 // job acknowledgement and its return). Bounded, so one write holds one batch.
-                let mut batch = 0;
                 let mut command = command;
+                let mut batch = 0;
                 loop {
-                    match command {
-                        Some(Control::Send(parts, epoch)) => {
-                            let size = message_bytes(&parts);
-                            batch += size;
-                            if let Some(outbound) = &options.outbound {
-                                outbound.release(size);
-                            }
-                            if epoch.is_none_or(|e| e == options.epoch) {
-                                // Only fails once closed, which ends the loop above first.
-                                let _ = conn.send(&parts);
-                            }
-                        }
-                        Some(Control::Authenticated) => {
-                            conn.set_authenticated();
-                            drop(slot.take());
-                        }
-                        Some(Control::Close(reason)) => {
-                            conn.close(&reason);
-                            ending = Some(CloseReason::Local(reason));
-                            break;
-                        }
-                        None => {
-                            conn.close("socket closed");
-                            ending = Some(CloseReason::Local("socket closed".into()));
+                    match apply(&mut conn, &mut slot, options, command) {
+                        Ok(bytes) => batch += bytes,
+                        Err(reason) => {
+                            ending = Some(reason);
                             break;
                         }
                     }
@@ -203,6 +183,42 @@ pub(crate) async fn drive<T>(
                 }
             }
             () = sleep_until(deadline), if deadline.is_some() => conn.handle_timeout(std::time::Instant::now()),
+        }
+    }
+}
+
+/// Carries out one instruction from the socket owner (`None`: the owner is gone): the bytes of
+/// the message it queued for sending, or why the connection now closes.
+fn apply(
+    conn: &mut Connection,
+    slot: &mut Option<Slot>,
+    options: &DriveOptions,
+    command: Option<Control>,
+) -> Result<usize, CloseReason> {
+    match command {
+        Some(Control::Send(parts, epoch)) => {
+            let size = message_bytes(&parts);
+            if let Some(outbound) = &options.outbound {
+                outbound.release(size);
+            }
+            if epoch.is_none_or(|e| e == options.epoch) {
+                // Only fails once closed, which ends the drive loop first.
+                let _ = conn.send(&parts);
+            }
+            Ok(size)
+        }
+        Some(Control::Authenticated) => {
+            conn.set_authenticated();
+            drop(slot.take());
+            Ok(0)
+        }
+        Some(Control::Close(reason)) => {
+            conn.close(&reason);
+            Err(CloseReason::Local(reason))
+        }
+        None => {
+            conn.close("socket closed");
+            Err(CloseReason::Local("socket closed".into()))
         }
     }
 }

@@ -25,6 +25,16 @@ async fn state_of(sim: &Sim, jid: &str, minion: &str) -> (MinionJobState, Option
     (m.state, m.ret, m.late)
 }
 
+/// A master with `web1` connected and root's `test.ping` to it published with `timeout_ms`:
+/// the master, web1, root and the jid.
+async fn web1_pinged(timeout_ms: u64) -> (Sim, SimPeer, SimPeer, String) {
+    let mut sim = Sim::new().await;
+    let web1 = sim.minion("web1").await;
+    let mut root = sim.root().await;
+    let jid = sim.publish(&mut root, "web1", "test.ping", timeout_ms, 0).await.expect("published");
+    (sim, web1, root, jid)
+}
+
 fn acked(messages: &[Message], jid: &str) -> bool {
     messages.iter().any(|m| matches!(m, Message::ReturnAck(a) if a.jid == jid))
 }
@@ -36,10 +46,7 @@ async fn show(sim: &mut Sim, client: &mut SimPeer, jid: &str) -> Result<Response
 #[test]
 fn a_job_runs_returns_and_is_acknowledged_only_once_stored() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web1 = sim.minion("web1").await;
-        let mut root = sim.root().await;
-        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        let (mut sim, mut web1, mut root, jid) = web1_pinged(10_000).await;
         assert_eq!(web1.jobs(&sim).len(), 1);
         web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
         assert!(acked(&web1.recv(&sim), &jid));
@@ -52,10 +59,7 @@ fn a_job_runs_returns_and_is_acknowledged_only_once_stored() {
 #[test]
 fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_is_back() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web1 = sim.minion("web1").await;
-        let mut root = sim.root().await;
-        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        let (mut sim, mut web1, _root, jid) = web1_pinged(10_000).await;
         web1.recv(&sim);
         let conn = sim.store().take_away().await.expect("open");
         web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
@@ -74,10 +78,7 @@ fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_
 #[test]
 fn a_return_after_the_timeout_is_stored_as_late_and_acknowledged() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web1 = sim.minion("web1").await;
-        let mut root = sim.root().await;
-        let jid = sim.publish(&mut root, "web1", "test.ping", 2_000, 0).await.expect("published");
+        let (mut sim, mut web1, _root, jid) = web1_pinged(2_000).await;
         sim.advance(4 * SECOND).await;
         assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::TimedOut);
         web1.recv(&sim);
@@ -118,10 +119,7 @@ fn returns_already_received_are_handled_before_deadlines_fire() {
 #[test]
 fn a_paused_master_does_not_charge_its_pause_to_the_minions() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web1 = sim.minion("web1").await;
-        let mut root = sim.root().await;
-        let jid = sim.publish(&mut root, "web1", "test.ping", 5_000, 0).await.expect("published");
+        let (mut sim, mut web1, _root, jid) = web1_pinged(5_000).await;
         sim.advance(SECOND).await;
         // SIGSTOP for 30 s: no tick runs; the return is still in the socket when it wakes.
         sim.clock.advance(30 * SECOND);

@@ -34,6 +34,11 @@ pub(super) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
+/// A return that came after its slot ended: only the return, marked late, and only if the slot
+/// has none yet (bound as `ret, updated_at, jid, minion`).
+pub(super) const LATE_RETURN: &str =
+    "UPDATE job_minions SET ret = ?, late = TRUE, updated_at = ? WHERE jid = ? AND minion = ? AND ret IS NULL";
+
 /// The page of a job listing: the `limit` newest jids older than `before` (bound as
 /// `before, before, limit`).
 pub(super) const PAGE: &str =

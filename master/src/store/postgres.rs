@@ -130,23 +130,19 @@ impl PostgresStore {
     }
 
     /// Returns that came after their slot ended, written after the batch's states (a late
-    /// return in the same batch as its slot's end lands beside it): only the return, marked
-    /// late, and only if the slot has none yet.
+    /// return in the same batch as its slot's end lands beside it).
     async fn record_late_returns(
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         late: &[&StateChange],
     ) -> Result<(), StoreError> {
         for change in late {
-            sqlx::query(
-                "UPDATE job_minions SET ret = $1, late = TRUE, updated_at = $2 \
-                 WHERE jid = $3 AND minion = $4 AND ret IS NULL",
-            )
-            .bind(change.ret.as_ref().map(return_json))
-            .bind(db_int(change.at_ms))
-            .bind(&change.jid)
-            .bind(&change.minion)
-            .execute(&mut **tx)
-            .await?;
+            sqlx::query(&super::common_sql::postgres_sql(super::common_sql::LATE_RETURN))
+                .bind(change.ret.as_ref().map(return_json))
+                .bind(db_int(change.at_ms))
+                .bind(&change.jid)
+                .bind(&change.minion)
+                .execute(&mut **tx)
+                .await?;
         }
         Ok(())
     }

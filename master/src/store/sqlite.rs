@@ -15,7 +15,7 @@ use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJ
 /// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// Rows written by one statement (5 bound values each, far below SQLite's variable limit).
+/// Minions written by one statement (4 bound values each, far below SQLite's variable limit).
 const ROWS_PER_STATEMENT: usize = 200;
 
 /// SQLite, in WAL mode: a crash (even `kill -9`) loses no committed transaction.
@@ -94,17 +94,21 @@ impl SqliteStore {
         SqliteStore { conn: Arc::new(Mutex::new(Some(conn))), hot: Arc::new(std::sync::Mutex::new(None)) }
     }
 
+    /// The hot writes' connection slot. A write that panicked left no transaction open
+    /// (rusqlite rolls back on drop), so a poisoned lock is taken as it is.
+    fn hot_slot(&self) -> std::sync::MutexGuard<'_, Option<HotWrites>> {
+        self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Opens the hot writes' connection, once the schema is in place.
     fn open_hot(&self, path: &Path) -> Result<(), StoreError> {
-        *self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(HotWrites::open(path)?);
+        *self.hot_slot() = Some(HotWrites::open(path)?);
         Ok(())
     }
 
     /// Runs `write` on the hot connection; an error once the store is closed.
     fn hot<T>(&self, write: impl FnOnce(&mut HotWrites) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        // A write that panicked left no transaction open (rusqlite rolls back on drop).
-        let mut hot = self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        write(hot.as_mut().ok_or_else(|| StoreError::Unavailable("the database is closed".into()))?)
+        write(self.hot_slot().as_mut().ok_or_else(|| StoreError::Unavailable("the database is closed".into()))?)
     }
 
     /// Takes the connections away, as a lost database would: every call fails as unavailable
@@ -112,7 +116,7 @@ impl SqliteStore {
     #[cfg(test)]
     pub(crate) async fn take_away(&self) -> Option<Connections> {
         let conn = self.conn.lock().await.take()?;
-        let hot = self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
+        let hot = self.hot_slot().take()?;
         Some(Connections(conn, hot))
     }
 
@@ -120,7 +124,7 @@ impl SqliteStore {
     #[cfg(test)]
     pub(crate) async fn give_back(&self, Connections(conn, hot): Connections) {
         *self.conn.lock().await = Some(conn);
-        *self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hot);
+        *self.hot_slot() = Some(hot);
     }
 
     /// The connection, for the SQL both backends share; an error once the store is closed.
@@ -291,7 +295,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
-        drop(self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        drop(self.hot_slot().take());
         let Some(mut conn) = self.conn.lock().await.take() else { return };
         if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&mut conn).await {
             tracing::warn!(%error, "marking the database closed failed");

@@ -19,6 +19,7 @@ use std::time::Duration;
 use halite_protocol::message::MinionJobState;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
+use super::common_sql::LATE_RETURN;
 use super::records::{job_state_name, return_json, target_kind_name, to_json};
 use super::sqlite::db_int;
 use super::{JobRecord, StateChange, StoreError};
@@ -35,10 +36,6 @@ const INSERT_SLOT: &str = "INSERT INTO job_minions (jid, minion, state, updated_
 /// final state is never overwritten.
 const UPDATE_SLOT: &str = "UPDATE job_minions SET state = ?, ret = COALESCE(?, ret), updated_at = ? \
      WHERE jid = ? AND minion = ? AND state IN ('waiting', 'sent', 'running', 'queued')";
-
-/// A return that came after its slot ended: only the return, marked late, if it has none yet.
-const LATE_RETURN: &str =
-    "UPDATE job_minions SET ret = ?, late = TRUE, updated_at = ? WHERE jid = ? AND minion = ? AND ret IS NULL";
 
 /// The connection for the hot writes.
 #[derive(Debug)]
