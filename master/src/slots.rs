@@ -90,9 +90,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
     /// slow to take are counted and reported in `job_done.missed` (the client then reads the
     /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
-    /// partial result complete.
-    pub(crate) fn send_watcher_batches(&mut self) {
-        for (peer, batch) in self.watchers.take() {
+    /// partial result complete. Whether there was anything to send.
+    pub(crate) fn send_watcher_batches(&mut self) -> bool {
+        let batches = self.watchers.take();
+        let any = !batches.is_empty();
+        for (peer, batch) in batches {
             // Several messages when the returns are large: each within the message cap.
             let mut gone = false;
             for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
@@ -122,5 +124,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
         }
+        any
     }
 }
