@@ -14,6 +14,7 @@ mod postgres;
 mod records;
 mod select;
 mod sqlite;
+mod sqlite_checkpoint;
 mod sqlite_hot;
 mod test_postgres;
 mod wal;

@@ -1,6 +1,7 @@
 //! The embedded SQLite store.
 
 use std::path::Path;
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use halite_protocol::message::MinionJobState;
@@ -9,6 +10,7 @@ use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use super::records::{job_state, return_from_json, to_json};
+use super::sqlite_checkpoint::{Ask, Checkpointer, BACKSTOP_PAGES};
 use super::sqlite_hot::HotWrites;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
@@ -31,6 +33,8 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Option<SqliteConnection>>>,
     /// `None` once closed. Held only for one synchronous write, never across an await.
     hot: Arc<std::sync::Mutex<Option<HotWrites>>>,
+    /// A database file's checkpoints (none in memory); `None` once closed.
+    checkpointer: Arc<std::sync::Mutex<Option<Checkpointer>>>,
 }
 
 /// Both connections, taken away by [`SqliteStore::take_away`].
@@ -57,10 +61,14 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
+            .pragma("wal_autocheckpoint", BACKSTOP_PAGES.to_string())
             .foreign_keys(true);
         let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
-        store.open_hot(path)?;
+        let checkpointer = Checkpointer::start(path)?;
+        let requests = checkpointer.requests();
+        *store.checkpointer.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checkpointer);
+        store.open_hot(path, Some(requests))?;
         // Marks the file open, in the main file itself (the checkpoint), so a copy of it alone
         // after a crash is recognised; `close` removes the mark.
         let mut conn = store.conn().await?;
@@ -86,12 +94,16 @@ impl SqliteStore {
             .foreign_keys(true);
         let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
-        store.open_hot(Path::new(&format!("file:{name}?mode=memory&cache=shared")))?;
+        store.open_hot(Path::new(&format!("file:{name}?mode=memory&cache=shared")), None)?;
         Ok(store)
     }
 
     fn from_connection(conn: SqliteConnection) -> Self {
-        SqliteStore { conn: Arc::new(Mutex::new(Some(conn))), hot: Arc::new(std::sync::Mutex::new(None)) }
+        SqliteStore {
+            conn: Arc::new(Mutex::new(Some(conn))),
+            hot: Arc::new(std::sync::Mutex::new(None)),
+            checkpointer: Arc::new(std::sync::Mutex::new(None)),
+        }
     }
 
     /// The hot writes' connection slot. A write that panicked left no transaction open
@@ -101,8 +113,8 @@ impl SqliteStore {
     }
 
     /// Opens the hot writes' connection, once the schema is in place.
-    fn open_hot(&self, path: &Path) -> Result<(), StoreError> {
-        *self.hot_slot() = Some(HotWrites::open(path)?);
+    fn open_hot(&self, path: &Path, checkpoints: Option<SyncSender<Ask>>) -> Result<(), StoreError> {
+        *self.hot_slot() = Some(HotWrites::open(path, checkpoints)?);
         Ok(())
     }
 
@@ -296,6 +308,8 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         drop(self.hot_slot().take());
+        // Stopped before the last checkpoint, which folds in the whole log.
+        drop(self.checkpointer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         let Some(mut conn) = self.conn.lock().await.take() else { return };
         if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&mut conn).await {
             tracing::warn!(%error, "marking the database closed failed");
@@ -352,6 +366,35 @@ mod tests {
             }
             let store = SqliteStore::open(&path).await.unwrap();
             assert_eq!(store.jobs(None, 5, false).await.unwrap().len(), 1);
+        });
+    }
+
+    /// The log is folded into the main file by the checkpoint thread, asked every so many
+    /// commits, long before the writers' own threshold would: the core's thread never runs a
+    /// checkpoint.
+    #[test]
+    fn the_log_is_checkpointed_off_the_writers_thread() {
+        rt().block_on(async {
+            let dir = scratch("checkpoint");
+            let path = dir.join("master.db");
+            let store = SqliteStore::open(&path).await.unwrap();
+            let main_file = || std::fs::metadata(&path).unwrap().len();
+            let before = main_file();
+            let commits = crate::store::sqlite_checkpoint::COMMITS_PER_CHECKPOINT as u64 + 10;
+            for n in 1..=commits {
+                let jid = format!("{n:08}");
+                store.insert_job(&job(&jid, n), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+            }
+            let logged_pages = std::fs::metadata(dir.join("master.db-wal")).unwrap().len() / 4096;
+            assert!(logged_pages < u64::from(BACKSTOP_PAGES), "the writers' own checkpoint would run: {logged_pages}");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while main_file() == before {
+                assert!(std::time::Instant::now() < deadline, "no checkpoint folded the log in");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            store.close().await;
+            let reopened = SqliteStore::open(&path).await.unwrap();
+            assert_eq!(reopened.jobs(None, 1000, false).await.unwrap().len() as u64, commits);
         });
     }
 

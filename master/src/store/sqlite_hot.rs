@@ -14,6 +14,7 @@
 //! wait and then a typed error.
 
 use std::path::Path;
+use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use halite_protocol::message::MinionJobState;
@@ -22,6 +23,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use super::common_sql::LATE_RETURN;
 use super::records::{job_state_name, return_json, target_kind_name, to_json};
 use super::sqlite::db_int;
+use super::sqlite_checkpoint::{Ask, BACKSTOP_PAGES, COMMITS_PER_CHECKPOINT};
 use super::{JobRecord, StateChange, StoreError};
 
 /// How long a write waits for another writer before failing as unavailable.
@@ -41,18 +43,35 @@ const UPDATE_SLOT: &str = "UPDATE job_minions SET state = ?, ret = COALESCE(?, r
 #[derive(Debug)]
 pub(super) struct HotWrites {
     conn: Connection,
+    /// Where checkpoints are asked for (a database file's), and commits since the last ask.
+    checkpoints: Option<(SyncSender<Ask>, u32)>,
 }
 
 impl HotWrites {
     /// Opens the (already created and migrated) database at `path`, a file name or a
-    /// `file:` URI.
-    pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
+    /// `file:` URI. With `checkpoints`, its log is checkpointed by that thread rather than by
+    /// its own commits (`sqlite_checkpoint`).
+    pub(super) fn open(path: &Path, checkpoints: Option<SyncSender<Ask>>) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
-        Ok(HotWrites { conn })
+        if checkpoints.is_some() {
+            conn.pragma_update(None, "wal_autocheckpoint", BACKSTOP_PAGES)?;
+        }
+        Ok(HotWrites { conn, checkpoints: checkpoints.map(|requests| (requests, 0)) })
+    }
+
+    /// Counts a commit, asking for a checkpoint every [`COMMITS_PER_CHECKPOINT`].
+    fn committed(&mut self) {
+        let Some((requests, commits)) = &mut self.checkpoints else { return };
+        *commits += 1;
+        if *commits >= COMMITS_PER_CHECKPOINT {
+            *commits = 0;
+            // Full: one is already asked for. Gone: the store is closing.
+            let _ = requests.try_send(Ask::Checkpoint);
+        }
     }
 
     /// Stores a job and its minions' first states, all or nothing.
@@ -85,6 +104,7 @@ impl HotWrites {
         }
         // Dropped without commit (any `?` above), the transaction rolls back.
         tx.commit()?;
+        self.committed();
         Ok(())
     }
 
@@ -116,6 +136,7 @@ impl HotWrites {
             }
         }
         tx.commit()?;
+        self.committed();
         Ok(())
     }
 }
