@@ -174,6 +174,11 @@ pub(crate) async fn big_jobs_and_failed_inserts<S: Store>(store: S) {
     // A duplicate jid fails as a whole, as a conflict, and leaves nothing behind.
     let clash = store.insert_job(&job("big", 3), &states[..2]).await.unwrap_err();
     assert!(matches!(clash, super::StoreError::Conflict(_)), "{clash:?}");
+    // So does one that clashes halfway, after its job row (a minion listed twice).
+    let twice = [("m1".to_owned(), MinionJobState::Sent), ("m1".to_owned(), MinionJobState::Sent)];
+    let clash = store.insert_job(&job("half", 3), &twice).await.unwrap_err();
+    assert!(matches!(clash, super::StoreError::Conflict(_)), "{clash:?}");
+    assert!(store.job("half").await.unwrap().is_none());
     store.insert_job(&job("next", 4), &states[..2]).await.unwrap();
     assert_eq!(store.job("next").await.unwrap().unwrap().minions.len(), 2);
     assert_eq!(store.job("big").await.unwrap().unwrap().minions.len(), 450);

@@ -18,7 +18,7 @@ use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use halite_protocol::message::MinionJobState;
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags};
 
 use super::common_sql::LATE_RETURN;
 use super::records::{job_state_name, return_json, target_kind_name, to_json};
@@ -74,38 +74,47 @@ impl HotWrites {
         }
     }
 
+    /// Runs `write` in one IMMEDIATE transaction: committed if it succeeds, rolled back if it
+    /// fails, returns early or panics. BEGIN and COMMIT are cached statements like the writes
+    /// (rusqlite's `Transaction` parses them again on every call).
+    fn in_transaction(&mut self, write: impl FnOnce(&Connection) -> Result<(), StoreError>) -> Result<(), StoreError> {
+        self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let open = OpenTransaction(&self.conn);
+        write(open.0)?;
+        open.0.prepare_cached("COMMIT")?.execute([])?;
+        drop(open);
+        self.committed();
+        Ok(())
+    }
+
     /// Stores a job and its minions' first states, all or nothing.
     pub(super) fn insert_job(
         &mut self,
         job: &JobRecord,
         states: &[(String, MinionJobState)],
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.prepare_cached(INSERT_JOB)?.execute(params![
-            job.jid,
-            job.function,
-            target_kind_name(job.target.kind),
-            job.target.expr,
-            to_json(&job.args),
-            to_json(&job.kwargs),
-            job.caller,
-            db_int(job.created_at_ms),
-            db_int(job.timeout_ms),
-            db_int(job.ttl_ms),
-            job.signed.body,
-            &job.signed.signature[..],
-            job.rollout.as_ref().map(to_json),
-        ])?;
-        {
-            let mut slot = tx.prepare_cached(INSERT_SLOT)?;
+        self.in_transaction(|conn| {
+            conn.prepare_cached(INSERT_JOB)?.execute(params![
+                job.jid,
+                job.function,
+                target_kind_name(job.target.kind),
+                job.target.expr,
+                to_json(&job.args),
+                to_json(&job.kwargs),
+                job.caller,
+                db_int(job.created_at_ms),
+                db_int(job.timeout_ms),
+                db_int(job.ttl_ms),
+                job.signed.body,
+                &job.signed.signature[..],
+                job.rollout.as_ref().map(to_json),
+            ])?;
+            let mut slot = conn.prepare_cached(INSERT_SLOT)?;
             for (minion, state) in states {
                 slot.execute(params![job.jid, minion, job_state_name(*state), db_int(job.created_at_ms)])?;
             }
-        }
-        // Dropped without commit (any `?` above), the transaction rolls back.
-        tx.commit()?;
-        self.committed();
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Writes merged state changes, then late returns, in one transaction.
@@ -113,9 +122,8 @@ impl HotWrites {
         if merged.is_empty() && late.is_empty() {
             return Ok(());
         }
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        {
-            let mut update = tx.prepare_cached(UPDATE_SLOT)?;
+        self.in_transaction(|conn| {
+            let mut update = conn.prepare_cached(UPDATE_SLOT)?;
             for change in merged {
                 update.execute(params![
                     job_state_name(change.state),
@@ -125,7 +133,7 @@ impl HotWrites {
                     change.minion,
                 ])?;
             }
-            let mut late_return = tx.prepare_cached(LATE_RETURN)?;
+            let mut late_return = conn.prepare_cached(LATE_RETURN)?;
             for change in late {
                 late_return.execute(params![
                     change.ret.as_ref().map(return_json),
@@ -134,10 +142,20 @@ impl HotWrites {
                     change.minion,
                 ])?;
             }
+            Ok(())
+        })
+    }
+}
+
+/// A transaction [`HotWrites::in_transaction`] began: rolled back when dropped still open (an
+/// error, including a COMMIT refused as busy, or a panic).
+struct OpenTransaction<'a>(&'a Connection);
+
+impl Drop for OpenTransaction<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
         }
-        tx.commit()?;
-        self.committed();
-        Ok(())
     }
 }
 
