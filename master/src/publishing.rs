@@ -207,9 +207,11 @@ impl<S: Store, N: Net> Master<S, N> {
         self.tell_other_masters(crate::store::ClusterChange::Job { jid: jid.clone() }).await;
         // Announced once live, so the bus can tell who may see it.
         self.emit(format!("halite/job/{jid}/new"), new_event);
+        let mut dispatched = false;
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
                 self.send_job(minion_peer, &id, &jid, &job_message);
+                dispatched = true;
             }
             self.notify(&jid, &id, state, None);
         }
@@ -217,6 +219,11 @@ impl<S: Store, N: Net> Master<S, N> {
             self.pending.rollouts_due.insert(jid.clone());
         }
         self.finish_if_done(&jid);
+        if dispatched {
+            // The last connection task handed a job runs on this thread once this task lets go
+            // of it: the job leaves now, not after the rest of this step.
+            tokio::task::yield_now().await;
+        }
         Ok(jid)
     }
 
