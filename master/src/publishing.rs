@@ -116,7 +116,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Creates, stores and sends a job to already resolved and authorised `targets`. The
-    /// publishing client (when there is one) gets `published` first, then the updates.
+    /// publishing client (when there is one) gets `published` before any update.
     pub(crate) async fn start_job(
         &mut self,
         caller: &str,
@@ -195,13 +195,11 @@ impl<S: Store, N: Net> Master<S, N> {
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
         let job_message = Message::Job(record.signed.clone());
-        let watchers = match publisher {
+        let (watchers, published) = match publisher {
             Some((peer, request_id, watchers)) => {
-                let published = Published { request_id, jid: jid.clone(), minions: targets.clone() };
-                self.send(peer, &Message::Published(published));
-                watchers
+                (watchers, Some((peer, Published { request_id, jid: jid.clone(), minions: targets.clone() })))
             }
-            None => Vec::new(),
+            None => (Vec::new(), None),
         };
         self.jobs.insert(LiveJob::new(record, slots, watchers));
         self.tell_other_masters(crate::store::ClusterChange::Job { jid: jid.clone() }).await;
@@ -223,6 +221,12 @@ impl<S: Store, N: Net> Master<S, N> {
             // The last connection task handed a job runs on this thread once this task lets go
             // of it: the job leaves now, not after the rest of this step.
             tokio::task::yield_now().await;
+        }
+        // Then the publisher's answer, still before any update of the job (those leave when
+        // the step ends). Queued after the jobs, it does not push a minion's connection task
+        // to another thread, which would have to be woken to send it.
+        if let Some((peer, published)) = published {
+            self.send(peer, &Message::Published(published));
         }
         Ok(jid)
     }
