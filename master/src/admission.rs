@@ -234,7 +234,6 @@ impl<S: Store, N: Net> Master<S, N> {
         self.bus.unsubscribe(peer);
         self.jobs.forget_watcher(peer);
         self.watchers.forget(peer);
-        self.held_acks.forget(peer);
         if let Some(reason) = close {
             self.net.disconnect(peer, reason);
         }

@@ -32,7 +32,6 @@ mod deploy;
 mod event_log;
 pub mod files;
 pub mod gateway;
-mod held_acks;
 mod jobs;
 mod keys;
 mod limits;

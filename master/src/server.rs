@@ -108,8 +108,6 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) pending: PendingWrites,
     /// What each watching client is told at the end of the step.
     pub(crate) watchers: Watchers,
-    /// Acknowledgements of stored returns not yet sent ([`crate::held_acks`]).
-    pub(crate) held_acks: crate::held_acks::HeldAcks,
     /// Deployment groups this master drives.
     pub(crate) groups: crate::deploy::groups::GroupRuns,
     /// `deploy.apply` jobs in flight: jid → deployment id.
@@ -206,7 +204,6 @@ impl<S: Store, N: Net> Master<S, N> {
             undelivered: HashMap::new(),
             cluster: crate::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
-            held_acks: Default::default(),
             deploy_jobs: HashMap::new(),
             groups: Default::default(),
             metrics: crate::metrics::Metrics::new(),
@@ -366,7 +363,6 @@ impl<S: Store, N: Net> Master<S, N> {
             self.step(input).await;
         }
         self.flush().await;
-        self.send_held_acks();
         if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
             warn!(%error, "recording the wall clock failed");
         }
@@ -422,9 +418,6 @@ impl<S: Store, N: Net> Master<S, N> {
         self.advance_groups(tick).await;
         self.metrics.alive();
         self.flush().await;
-        if tick {
-            self.send_held_acks();
-        }
     }
 
     /// Handles up to `limit` network events that are already waiting; how many it handled.
@@ -495,7 +488,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return;
         }
         for (peer, jid) in acks {
-            self.held_acks.hold(peer, jid);
+            self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
         if self.cluster.shared {
             self.tell_slots(&changes).await;
@@ -525,33 +518,8 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
-    /// that can no longer seal (expired, nonces exhausted) ends the connection. Acknowledgements
-    /// held for the peer go first.
+    /// that can no longer seal (expired, nonces exhausted) ends the connection.
     pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
-        if let Some(jids) = self.held_acks.take(peer) {
-            self.send_acks(peer, jids);
-        }
-        self.seal_and_queue(peer, msg)
-    }
-
-    /// Sends acknowledgements of stored returns. One lost to a full queue is harmless: the
-    /// minion delivers the return again on its next session, and it is acknowledged then.
-    pub(crate) fn send_acks(&mut self, peer: PeerId, jids: Vec<String>) {
-        for jid in jids {
-            if let Err(SendError::Full) = self.seal_and_queue(peer, &Message::ReturnAck(ReturnAck { jid })) {
-                warn!(peer = peer.0, "send queue full; acknowledgement dropped");
-            }
-        }
-    }
-
-    /// Sends every held acknowledgement (at each tick, and when the master stops).
-    pub(crate) fn send_held_acks(&mut self) {
-        for (peer, jids) in self.held_acks.take_all() {
-            self.send_acks(peer, jids);
-        }
-    }
-
-    fn seal_and_queue(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
         if let Some(Conn::Local { tx, .. }) = self.sessions.conns.get(&peer) {
             return tx.try_send(msg.clone()).map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => SendError::Full,

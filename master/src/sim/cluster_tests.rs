@@ -165,7 +165,6 @@ fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
         // Its return is stored and acknowledged here, and announced for b's watchers.
         let ret = halite_protocol::message::JobReturn { minion: "web1".into(), ..super::ret(&job.jid) };
         web1.send(&mut sim, &Message::JobReturn(ret)).await;
-        sim.step(Input::Tick).await;
         assert!(web1.recv(&sim).iter().any(|m| matches!(m, Message::ReturnAck(a) if a.jid == job.jid)));
         let detail = sim.store().job(&job.jid).await.unwrap().unwrap();
         assert_eq!(detail.minions[0].state, MinionJobState::Returned);
