@@ -9,8 +9,10 @@
 //! for a checkpointer that cannot keep up) and asks this thread for one every
 //! [`COMMITS_PER_CHECKPOINT`] commits; the thread also checkpoints every [`INTERVAL`] for the
 //! other connection's writes. Its checkpoints are PASSIVE: they never wait for a reader or a
-//! writer, so the core goes on appending to the log while one runs, and the log is reused from
-//! its start once a checkpoint has caught up with it.
+//! writer, so the core goes on appending to the log while one runs. The log file is reused from
+//! its start only after a checkpoint that caught up with every commit; under steady writes that
+//! is the backstop's, once in [`BACKSTOP_PAGES`], and short: this thread has already copied all
+//! but the latest pages.
 
 use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
