@@ -1,7 +1,6 @@
 //! The embedded SQLite store.
 
 use std::path::Path;
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use halite_protocol::message::MinionJobState;
@@ -10,7 +9,7 @@ use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use super::records::{job_state, return_from_json, to_json};
-use super::sqlite_checkpoint::{Ask, Checkpointer, BACKSTOP_PAGES};
+use super::sqlite_checkpoint::BACKSTOP_PAGES;
 use super::sqlite_hot::HotWrites;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
@@ -33,8 +32,6 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Option<SqliteConnection>>>,
     /// `None` once closed. Held only for one synchronous write, never across an await.
     hot: Arc<std::sync::Mutex<Option<HotWrites>>>,
-    /// A database file's checkpoints (none in memory); `None` once closed.
-    checkpointer: Arc<std::sync::Mutex<Option<Checkpointer>>>,
 }
 
 /// Both connections, taken away by [`SqliteStore::take_away`].
@@ -65,10 +62,7 @@ impl SqliteStore {
             .foreign_keys(true);
         let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
-        let checkpointer = Checkpointer::start(path)?;
-        let requests = checkpointer.requests();
-        *store.checkpointer.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checkpointer);
-        store.open_hot(path, Some(requests))?;
+        store.open_hot(path, true)?;
         // Marks the file open, in the main file itself (the checkpoint), so a copy of it alone
         // after a crash is recognised; `close` removes the mark.
         let mut conn = store.conn().await?;
@@ -94,27 +88,24 @@ impl SqliteStore {
             .foreign_keys(true);
         let store = SqliteStore::from_connection(options.connect().await?);
         store.migrate().await?;
-        store.open_hot(Path::new(&format!("file:{name}?mode=memory&cache=shared")), None)?;
+        store.open_hot(Path::new(&format!("file:{name}?mode=memory&cache=shared")), false)?;
         Ok(store)
     }
 
     fn from_connection(conn: SqliteConnection) -> Self {
-        SqliteStore {
-            conn: Arc::new(Mutex::new(Some(conn))),
-            hot: Arc::new(std::sync::Mutex::new(None)),
-            checkpointer: Arc::new(std::sync::Mutex::new(None)),
-        }
+        SqliteStore { conn: Arc::new(Mutex::new(Some(conn))), hot: Arc::new(std::sync::Mutex::new(None)) }
     }
 
     /// The hot writes' connection slot. A write that panicked left no transaction open
-    /// (rusqlite rolls back on drop), so a poisoned lock is taken as it is.
+    /// (`HotWrites` rolls back on unwinding), so a poisoned lock is taken as it is.
     fn hot_slot(&self) -> std::sync::MutexGuard<'_, Option<HotWrites>> {
         self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Opens the hot writes' connection, once the schema is in place.
-    fn open_hot(&self, path: &Path, checkpoints: Option<SyncSender<Ask>>) -> Result<(), StoreError> {
-        *self.hot_slot() = Some(HotWrites::open(path, checkpoints)?);
+    /// Opens the hot writes' connection (with its checkpoint thread for a database file), once
+    /// the schema is in place.
+    fn open_hot(&self, path: &Path, checkpoint_thread: bool) -> Result<(), StoreError> {
+        *self.hot_slot() = Some(HotWrites::open(path, checkpoint_thread)?);
         Ok(())
     }
 
@@ -307,9 +298,9 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        // With its checkpoint thread, stopped before the last checkpoint, which folds in the
+        // whole log.
         drop(self.hot_slot().take());
-        // Stopped before the last checkpoint, which folds in the whole log.
-        drop(self.checkpointer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         let Some(mut conn) = self.conn.lock().await.take() else { return };
         if let Err(error) = sqlx::query("DELETE FROM meta WHERE key = 'open'").execute(&mut conn).await {
             tracing::warn!(%error, "marking the database closed failed");
@@ -355,15 +346,9 @@ mod tests {
     #[test]
     fn a_file_database_survives_reopening() {
         rt().block_on(async {
-            let dir = std::env::temp_dir().join(format!("halite-store-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            let path = dir.join("master.db");
-            {
-                let store = SqliteStore::open(&path).await.unwrap();
-                store.insert_job(&job("1", 10), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
-                store.close().await;
-            }
+            let (_dir, path, store) = file_store("reopen").await;
+            insert_sent(&store, "1", 10).await;
+            store.close().await;
             let store = SqliteStore::open(&path).await.unwrap();
             assert_eq!(store.jobs(None, 5, false).await.unwrap().len(), 1);
         });
@@ -375,15 +360,13 @@ mod tests {
     #[test]
     fn the_log_is_checkpointed_off_the_writers_thread() {
         rt().block_on(async {
-            let dir = scratch("checkpoint");
-            let path = dir.join("master.db");
-            let store = SqliteStore::open(&path).await.unwrap();
+            let (dir, path, store) = file_store("checkpoint").await;
             let main_file = || std::fs::metadata(&path).unwrap().len();
             let before = main_file();
             let commits = crate::store::sqlite_checkpoint::COMMITS_PER_CHECKPOINT as u64 + 10;
             for n in 1..=commits {
                 let jid = format!("{n:08}");
-                store.insert_job(&job(&jid, n), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+                insert_sent(&store, &jid, n).await;
             }
             let logged_pages = std::fs::metadata(dir.join("master.db-wal")).unwrap().len() / 4096;
             assert!(logged_pages < u64::from(BACKSTOP_PAGES), "the writers' own checkpoint would run: {logged_pages}");
@@ -398,6 +381,19 @@ mod tests {
         });
     }
 
+    /// A new database file in a scratch directory of its own: the directory, the file, the store.
+    async fn file_store(name: &str) -> (std::path::PathBuf, std::path::PathBuf, SqliteStore) {
+        let dir = scratch(name);
+        let path = dir.join("master.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        (dir, path, store)
+    }
+
+    /// Stores job `jid` (created at `at`), sent to web1.
+    async fn insert_sent(store: &SqliteStore, jid: &str, at: u64) {
+        store.insert_job(&job(jid, at), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+    }
+
     fn scratch(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("halite-store-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -408,10 +404,8 @@ mod tests {
     #[test]
     fn a_database_copied_without_its_log_after_a_crash_is_refused() {
         rt().block_on(async {
-            let dir = scratch("nowal");
-            let path = dir.join("master.db");
-            let store = SqliteStore::open(&path).await.unwrap();
-            store.insert_job(&job("1", 10), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+            let (dir, path, store) = file_store("nowal").await;
+            insert_sent(&store, "1", 10).await;
             // The crash: the file is copied while open, without master.db-wal.
             let copy = dir.join("copy.db");
             std::fs::copy(&path, &copy).unwrap();
@@ -436,12 +430,10 @@ mod tests {
     #[test]
     fn a_damaged_write_ahead_log_is_refused_and_a_torn_end_is_not() {
         rt().block_on(async {
-            let dir = scratch("walcheck");
-            let path = dir.join("master.db");
-            let store = SqliteStore::open(&path).await.unwrap();
+            let (dir, path, store) = file_store("walcheck").await;
             for n in 1..=3 {
                 let jid = n.to_string();
-                store.insert_job(&job(&jid, n), &[("web1".to_owned(), MinionJobState::Sent)]).await.unwrap();
+                insert_sent(&store, &jid, n).await;
             }
             let copy = |name: &str| {
                 let db = dir.join(format!("{name}.db"));

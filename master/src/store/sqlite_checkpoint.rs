@@ -41,7 +41,7 @@ pub(super) const BACKSTOP_PAGES: u32 = 4_000;
 
 /// What the thread is asked.
 #[derive(Debug)]
-pub(super) enum Ask {
+enum Ask {
     /// A checkpoint, soon.
     Checkpoint,
     /// To end.
@@ -72,9 +72,9 @@ impl Checkpointer {
         Ok(Checkpointer { requests, thread: Some(thread) })
     }
 
-    /// A handle to ask for checkpoints (`try_send(Ask::Checkpoint)`, never waiting).
-    pub(super) fn requests(&self) -> SyncSender<Ask> {
-        self.requests.clone()
+    /// Asks for a checkpoint, without waiting: if one is already asked for, that one will do.
+    pub(super) fn ask(&self) {
+        let _ = self.requests.try_send(Ask::Checkpoint);
     }
 }
 

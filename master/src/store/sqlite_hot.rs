@@ -14,7 +14,6 @@
 //! wait and then a typed error.
 
 use std::path::Path;
-use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use halite_protocol::message::MinionJobState;
@@ -23,7 +22,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags};
 use super::common_sql::LATE_RETURN;
 use super::records::{job_state_name, return_json, target_kind_name, to_json};
 use super::sqlite::db_int;
-use super::sqlite_checkpoint::{Ask, BACKSTOP_PAGES, COMMITS_PER_CHECKPOINT};
+use super::sqlite_checkpoint::{Checkpointer, BACKSTOP_PAGES, COMMITS_PER_CHECKPOINT};
 use super::{JobRecord, StateChange, StoreError};
 
 /// How long a write waits for another writer before failing as unavailable.
@@ -43,34 +42,37 @@ const UPDATE_SLOT: &str = "UPDATE job_minions SET state = ?, ret = COALESCE(?, r
 #[derive(Debug)]
 pub(super) struct HotWrites {
     conn: Connection,
-    /// Where checkpoints are asked for (a database file's), and commits since the last ask.
-    checkpoints: Option<(SyncSender<Ask>, u32)>,
+    /// A database file's checkpoint thread (stopped with this connection), and the commits since
+    /// it was last asked for a checkpoint.
+    checkpoints: Option<(Checkpointer, u32)>,
 }
 
 impl HotWrites {
     /// Opens the (already created and migrated) database at `path`, a file name or a
-    /// `file:` URI. With `checkpoints`, its log is checkpointed by that thread rather than by
-    /// its own commits (`sqlite_checkpoint`).
-    pub(super) fn open(path: &Path, checkpoints: Option<SyncSender<Ask>>) -> Result<Self, StoreError> {
+    /// `file:` URI. With `checkpoint_thread` (a database file), its log is checkpointed by a
+    /// thread of its own rather than by its commits (`sqlite_checkpoint`).
+    pub(super) fn open(path: &Path, checkpoint_thread: bool) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
-        if checkpoints.is_some() {
+        let checkpoints = if checkpoint_thread {
             conn.pragma_update(None, "wal_autocheckpoint", BACKSTOP_PAGES)?;
-        }
-        Ok(HotWrites { conn, checkpoints: checkpoints.map(|requests| (requests, 0)) })
+            Some((Checkpointer::start(path)?, 0))
+        } else {
+            None
+        };
+        Ok(HotWrites { conn, checkpoints })
     }
 
     /// Counts a commit, asking for a checkpoint every [`COMMITS_PER_CHECKPOINT`].
     fn committed(&mut self) {
-        let Some((requests, commits)) = &mut self.checkpoints else { return };
+        let Some((checkpointer, commits)) = &mut self.checkpoints else { return };
         *commits += 1;
         if *commits >= COMMITS_PER_CHECKPOINT {
             *commits = 0;
-            // Full: one is already asked for. Gone: the store is closing.
-            let _ = requests.try_send(Ask::Checkpoint);
+            checkpointer.ask();
         }
     }
 
@@ -80,8 +82,8 @@ impl HotWrites {
     fn in_transaction(&mut self, write: impl FnOnce(&Connection) -> Result<(), StoreError>) -> Result<(), StoreError> {
         self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         let open = OpenTransaction(&self.conn);
-        write(open.0)?;
-        open.0.prepare_cached("COMMIT")?.execute([])?;
+        write(&self.conn)?;
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
         drop(open);
         self.committed();
         Ok(())
