@@ -7,7 +7,8 @@
 //! first use is explicitly enabled.
 //!
 //! State directory layout (created 0700): `minion.key` (identity, 0600), `master.pub` (a master
-//! key pinned on first use), `outbox/` (unacknowledged returns), `jobs/` (at-most-once markers).
+//! key pinned on first use), `journal` (at-most-once markers and unacknowledged returns,
+//! [`outbox`]).
 
 pub mod config;
 mod daemon;
@@ -15,17 +16,18 @@ mod embedded;
 mod executor;
 mod fit;
 mod freshness;
+mod journal;
 pub mod masters;
 pub mod metrics;
 mod metrics_http;
 pub mod outbox;
+mod outbox_legacy;
 mod revocations;
 mod verified;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use halite_modules::{Args, Context, Dispatcher, OutgoingEvent, Registry};
 use halite_protocol::hex;
@@ -37,9 +39,6 @@ use halite_transport::keyfile::{self, KeyFileError};
 pub use config::{ConfigError, Enrollment, MinionConfig};
 pub use embedded::{run_embedded, EmbeddedMinion};
 pub use verified::VerifiedJobs;
-
-/// Markers older than this are pruned at start.
-const MARKER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Why the minion could not start.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +120,6 @@ fn setup(config: &MinionConfig) -> Result<daemon::Setup, MinionError> {
     let key = keyfile::load_or_generate(&state_dir.join("minion.key"))?;
     let outbox =
         outbox::Outbox::open(state_dir).map_err(|source| MinionError::StateDir { path: state_dir.clone(), source })?;
-    let _ = outbox.prune_markers(MARKER_RETENTION);
     let (events_tx, events) = tokio::sync::mpsc::channel(256);
     let (peer_tx, peer_requests) = tokio::sync::mpsc::channel(64);
     let (files_tx, file_requests) = tokio::sync::mpsc::channel(64);
@@ -219,7 +217,7 @@ pub async fn run(config: MinionConfig, shutdown: impl Future<Output = ()>) -> Re
             .await
             .map_err(|source| MinionError::Metrics { addr: addr.clone(), source })?;
         let metrics = metrics::MinionMetrics::default();
-        metrics.unacknowledged(setup.outbox.pending().len());
+        metrics.unacknowledged(setup.outbox.pending_count());
         tracing::info!(addr = %listener.local_addr().map_or(addr.clone(), |a| a.to_string()), "serving metrics");
         tokio::spawn(metrics_http::serve(listener, metrics.clone()));
         setup.metrics = Some(metrics);

@@ -1,26 +1,34 @@
-//! The durable outbox and the at-most-once job markers.
+//! The durable outbox and the at-most-once job markers, kept in one append-only journal
+//! (`<state_dir>/journal`, format in [`crate::journal`]) and mirrored in memory.
 //!
-//! - `jobs/<jid>`: created (and synced) before a job starts; its existence means "this jid has
-//!   started on this minion", so a second delivery, even after a restart, never runs it again.
-//! - `outbox/<jid>`: the job's return, written atomically (temporary file, fsync, rename, fsync of
-//!   the directory) before it is sent, and deleted only when the master acknowledges it.
+//! - a "started" record is appended and synced before a job starts: a jid with one is never run
+//!   again, even after a restart;
+//! - a "return" record is appended and synced before the return is sent, and stays pending
+//!   until an "acked" record (appended, not synced: losing it only re-sends a return the
+//!   master already has, which it keeps once) says the master stored it.
 //!
-//! Jids reach file names only through [`Outbox::path`], which refuses anything that is not a
-//! valid id ([`halite_protocol::id::validate`]: no `/`, no leading `.`): a jid from the master,
-//! even one holding the master's key, can never name another file.
+//! The journal is rewritten with only what is live (markers, pending returns) when it has
+//! doubled since the last rewrite, and at every start. Jids are checked as ids
+//! ([`halite_protocol::id::validate`]) before they are recorded.
 //!
 //! Markers are pruned by the jids' own times (the master's clock), counted back from the newest
 //! jid this minion has a marker for, never by the minion's wall clock: a guest whose clock jumps
-//! a month ahead does not forget what it ran. A marker whose return is still in the outbox is
-//! kept whatever its age.
+//! a month ahead does not forget what it ran. A marker whose return is still pending is kept
+//! whatever its age. Each marker costs about 60 bytes of memory while it is kept.
+//!
+//! State directories of earlier versions (a file per marker under `jobs/`, per return under
+//! `outbox/`) are taken into the journal at start ([`crate::outbox_legacy`]).
 
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use halite_protocol::message::{self, JobReturn, Message};
+use halite_protocol::message::{self, JobReturn, Message, Outcome};
+
+use crate::journal::{self, Kind, Read};
 
 /// Whether a jid was new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,151 +39,249 @@ pub enum Claim {
     Seen,
 }
 
-/// The outbox and markers under a state directory.
-#[derive(Debug, Clone)]
+/// Markers are kept until this much older than the newest marked jid.
+pub const MARKER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The journal is not rewritten below this size.
+const MIN_REWRITE: u64 = 1024 * 1024;
+
+/// The outbox and markers of one state directory. One process at a time (the state directory
+/// is locked by the minion).
+#[derive(Debug)]
 pub struct Outbox {
-    outbox: PathBuf,
-    markers: PathBuf,
+    dir: PathBuf,
+    file: File,
+    /// Where the next record goes.
+    len: u64,
+    /// The size at which the journal is rewritten next.
+    rewrite_at: u64,
+    started: HashSet<String>,
+    returns: BTreeMap<String, JobReturn>,
+    /// Encoding buffer, reused.
+    record: Vec<u8>,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+fn checked(jid: &str) -> io::Result<()> {
+    halite_protocol::id::validate(jid)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("jid {jid:?} refused: {e}")))
+}
+
+/// What stands for a return that cannot be read back: a failed return saying so, so its job is
+/// reported rather than forgotten.
+pub(crate) fn damaged_return(jid: &str, kept: &Path) -> JobReturn {
+    JobReturn {
+        jid: jid.to_owned(),
+        minion: String::new(),
+        success: false,
+        retcode: 1,
+        outputs: serde_json::json!({
+            "error": format!("the minion's stored return for this job was damaged; kept as {}", kept.display()),
+        }),
+        truncated: false,
+        duration_ms: 0,
+        outcome: Outcome::Interrupted,
+    }
+}
+
 impl Outbox {
-    /// Opens (creating) `state_dir/outbox` and `state_dir/jobs`.
+    /// Opens (creating) the journal under `state_dir`, reads it back, takes in an earlier
+    /// version's files, and rewrites it with what is live.
     pub fn open(state_dir: &Path) -> io::Result<Self> {
-        let outbox = state_dir.join("outbox");
-        let markers = state_dir.join("jobs");
-        for dir in [&outbox, &markers] {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(state_dir)?;
+        let path = state_dir.join("journal");
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path)?;
+        let mut outbox = Outbox {
+            dir: state_dir.to_path_buf(),
+            file,
+            len: 0,
+            rewrite_at: 0,
+            started: HashSet::new(),
+            returns: BTreeMap::new(),
+            record: Vec::new(),
+        };
+        let scan = journal::scan(&bytes);
+        // Damage is kept for whoever looks into it: the rewrite below drops it from the journal.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let kept = state_dir.join(format!("journal.damaged-{}", now.as_millis()));
+        if scan.damaged {
+            fs::write(&kept, &bytes)?;
+            tracing::error!(kept = %kept.display(), "the minion's journal is damaged; a copy is kept, and what it still says is used");
         }
-        Ok(Outbox { outbox, markers })
+        for record in scan.records {
+            outbox.apply(record, &kept);
+        }
+        let legacy = crate::outbox_legacy::take_in(state_dir, &mut outbox.started, &mut outbox.returns)?;
+        outbox.prune(MARKER_RETENTION);
+        outbox.rewrite()?;
+        legacy.remove();
+        Ok(outbox)
     }
 
-    /// `dir/jid`, once `jid` is known to be a plain name.
-    fn path(dir: &Path, jid: &str) -> io::Result<PathBuf> {
-        halite_protocol::id::validate(jid)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("jid {jid:?} refused: {e}")))?;
-        Ok(dir.join(jid))
+    /// Takes one record read back into memory; a damaged one errs on the safe side.
+    fn apply(&mut self, record: Read, kept: &Path) {
+        match record {
+            Read::Intact { kind: Kind::Started, jid, .. } => {
+                self.started.insert(jid);
+            }
+            Read::Intact { kind: Kind::Return, jid, body } => {
+                let ret = match message::decode_for_minion(&body) {
+                    Ok(Message::JobReturn(ret)) if ret.jid == jid => ret,
+                    _ => damaged_return(&jid, kept),
+                };
+                self.returns.insert(jid, ret);
+            }
+            Read::Intact { kind: Kind::Acked, jid, .. } => {
+                self.returns.remove(&jid);
+            }
+            Read::Damaged { kind: Some(Kind::Started), jid: Some(jid) } => {
+                tracing::error!(%jid, "a damaged run-once marker: the jid counts as started");
+                self.started.insert(jid);
+            }
+            Read::Damaged { kind: Some(Kind::Return), jid: Some(jid) } => {
+                tracing::error!(%jid, "a damaged return: reported to the master as failed");
+                self.returns.insert(jid.clone(), damaged_return(&jid, kept));
+            }
+            Read::Damaged { kind, jid } => {
+                // A lost acknowledgement only sends its return again; a record whose header is
+                // gone cannot be placed at all.
+                tracing::error!(?kind, ?jid, "a damaged journal record was skipped");
+            }
+        }
+    }
+
+    /// Appends one record, synced when `durable`.
+    fn append(&mut self, kind: Kind, jid: &str, body: &[u8], durable: bool) -> io::Result<()> {
+        self.record.clear();
+        journal::encode(&mut self.record, kind, jid, body);
+        journal::write_at(&self.file, self.len, &self.record, durable)?;
+        self.len += self.record.len() as u64;
+        Ok(())
+    }
+
+    /// Rewrites the journal once it has doubled since the last rewrite. A failure (a full
+    /// disk) keeps the current journal, which stays whole, and tries again at twice the size.
+    fn rewrite_when_due(&mut self) {
+        if self.len < self.rewrite_at {
+            return;
+        }
+        if let Err(error) = self.rewrite() {
+            tracing::warn!(%error, "could not rewrite the journal; it grows until the next try");
+            self.rewrite_at = self.len.saturating_mul(2);
+        }
+    }
+
+    /// Writes what is live to a new journal, synced, and puts it in place of the old one.
+    fn rewrite(&mut self) -> io::Result<()> {
+        let mut live = Vec::new();
+        for jid in &self.started {
+            journal::encode(&mut live, Kind::Started, jid, b"");
+        }
+        for (jid, ret) in &self.returns {
+            journal::encode(&mut live, Kind::Return, jid, &message::encode(&Message::JobReturn(ret.clone())));
+        }
+        let path = self.dir.join("journal");
+        let tmp = self.dir.join("journal.new");
+        let written = (|| {
+            let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            journal::write_at(&file, 0, &live, true)?;
+            fs::rename(&tmp, &path)?;
+            sync_dir(&self.dir)?;
+            Ok(file)
+        })();
+        match written {
+            Ok(file) => {
+                self.file = file;
+                self.len = live.len() as u64;
+                self.rewrite_at = self.len.saturating_mul(2).max(MIN_REWRITE);
+                Ok(())
+            }
+            Err(error) => {
+                let _ = fs::remove_file(&tmp);
+                Err(error)
+            }
+        }
     }
 
     /// Records that `jid` starts now, durably. Returns [`Claim::Seen`] if it had already.
-    pub fn claim(&self, jid: &str) -> io::Result<Claim> {
-        match OpenOptions::new().write(true).create_new(true).mode(0o600).open(Self::path(&self.markers, jid)?) {
-            Ok(file) => {
-                file.sync_all()?;
-                sync_dir(&self.markers)?;
-                Ok(Claim::New)
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Claim::Seen),
-            Err(e) => Err(e),
+    pub fn claim(&mut self, jid: &str) -> io::Result<Claim> {
+        checked(jid)?;
+        if self.started.contains(jid) {
+            return Ok(Claim::Seen);
         }
+        self.append(Kind::Started, jid, b"", true)?;
+        self.started.insert(jid.to_owned());
+        self.rewrite_when_due();
+        Ok(Claim::New)
     }
 
-    /// Whether `jid` started here before (its marker exists).
+    /// Whether `jid` started here before.
     pub fn started(&self, jid: &str) -> bool {
-        Self::path(&self.markers, jid).is_ok_and(|path| path.exists())
+        self.started.contains(jid)
     }
 
-    /// Writes a return durably.
-    pub fn store(&self, ret: &JobReturn) -> io::Result<()> {
-        let path = Self::path(&self.outbox, &ret.jid)?;
-        let tmp = self.outbox.join(format!(".{}.tmp", ret.jid));
-        let written = (|| {
-            let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-            file.write_all(&message::encode(&Message::JobReturn(ret.clone())))?;
-            file.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            sync_dir(&self.outbox)
-        })();
-        if written.is_err() {
-            // A full disk leaves no half-written temporary file behind.
-            let _ = fs::remove_file(&tmp);
-        }
-        written
+    /// Keeps a return durably until it is acknowledged.
+    pub fn store(&mut self, ret: &JobReturn) -> io::Result<()> {
+        checked(&ret.jid)?;
+        self.append(Kind::Return, &ret.jid, &message::encode(&Message::JobReturn(ret.clone())), true)?;
+        self.returns.insert(ret.jid.clone(), ret.clone());
+        self.rewrite_when_due();
+        Ok(())
     }
 
     /// The stored return for `jid`, if any.
     pub fn get(&self, jid: &str) -> Option<JobReturn> {
-        let bytes = fs::read(Self::path(&self.outbox, jid).ok()?).ok()?;
-        match message::decode_for_minion(&bytes) {
-            Ok(Message::JobReturn(ret)) => Some(ret),
-            _ => None,
-        }
+        self.returns.get(jid).cloned()
     }
 
-    /// Deletes the return for `jid` (the master has it); whether there was one.
-    pub fn remove(&self, jid: &str) -> io::Result<bool> {
-        match fs::remove_file(Self::path(&self.outbox, jid)?) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
+    /// Drops the return for `jid` (the master has it); whether there was one. An error means
+    /// the drop was not recorded: the return goes again after a restart.
+    pub fn remove(&mut self, jid: &str) -> io::Result<bool> {
+        checked(jid)?;
+        if self.returns.remove(jid).is_none() {
+            return Ok(false);
         }
+        self.append(Kind::Acked, jid, b"", false)?;
+        self.rewrite_when_due();
+        Ok(true)
     }
 
-    /// Every stored return, oldest jid first. An entry that does not decode (a damaged disk
-    /// block, a hand edit) is moved aside to `.damaged.<jid>`, logged, and stands in the list
-    /// as a failed return saying so, so its job is reported rather than forgotten.
+    /// Every stored return, oldest jid first.
     pub fn pending(&self) -> Vec<JobReturn> {
-        let Ok(entries) = fs::read_dir(&self.outbox) else { return Vec::new() };
-        let mut jids: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|name| !name.starts_with('.'))
-            .collect();
-        jids.sort();
-        let mut returns = Vec::with_capacity(jids.len());
-        for jid in jids {
-            if let Some(ret) = self.get(&jid) {
-                returns.push(ret);
-                continue;
-            }
-            let Ok(path) = Self::path(&self.outbox, &jid) else { continue };
-            let aside = self.outbox.join(format!(".damaged.{jid}"));
-            tracing::error!(%jid, aside = %aside.display(), "a stored return is damaged; moved aside and reported failed");
-            if fs::rename(&path, &aside).is_err() {
-                continue;
-            }
-            let ret = JobReturn {
-                jid: jid.clone(),
-                minion: String::new(),
-                success: false,
-                retcode: 1,
-                outputs: serde_json::json!({
-                    "error": format!("the minion's stored return for this job was damaged; kept as {}", aside.display()),
-                }),
-                truncated: false,
-                duration_ms: 0,
-                outcome: halite_protocol::message::Outcome::Interrupted,
-            };
-            // Stored again whole, so it too waits for its acknowledgement.
-            if self.store(&ret).is_ok() {
-                returns.push(ret);
-            }
-        }
-        returns
+        self.returns.values().cloned().collect()
     }
 
-    /// Deletes markers of jids issued more than `age` before the newest marked jid (by the
-    /// times the jids carry), except those whose return is still in the outbox. Markers whose
-    /// names are not jid times are kept.
-    pub fn prune_markers(&self, age: Duration) -> io::Result<usize> {
-        let mut marked: Vec<(u64, PathBuf, String)> = Vec::new();
-        for entry in fs::read_dir(&self.markers)? {
-            let entry = entry?;
-            let Ok(name) = entry.file_name().into_string() else { continue };
-            if let Some(issued) = halite_protocol::time::parse_compact_utc(&name) {
-                marked.push((issued, entry.path(), name));
-            }
-        }
-        let Some(newest) = marked.iter().map(|(issued, _, _)| *issued).max() else { return Ok(0) };
+    /// How many returns wait for their acknowledgement.
+    pub fn pending_count(&self) -> usize {
+        self.returns.len()
+    }
+
+    /// Forgets markers of jids issued more than `age` before the newest marked jid (by the
+    /// times the jids carry), except those whose return is pending. Markers whose names are not
+    /// jid times are kept. Returns how many went.
+    fn prune(&mut self, age: Duration) -> usize {
+        let issued = |jid: &str| halite_protocol::time::parse_compact_utc(jid);
+        let Some(newest) = self.started.iter().filter_map(|jid| issued(jid)).max() else { return 0 };
         let cutoff = newest.saturating_sub(u64::try_from(age.as_micros()).unwrap_or(u64::MAX));
-        let mut pruned = 0;
-        for (issued, path, jid) in marked {
-            if issued < cutoff && !self.outbox.join(&jid).exists() {
-                fs::remove_file(path)?;
-                pruned += 1;
-            }
+        let before = self.started.len();
+        let returns = &self.returns;
+        self.started.retain(|jid| issued(jid).is_none_or(|at| at >= cutoff) || returns.contains_key(jid));
+        before - self.started.len()
+    }
+
+    /// [`Self::prune`], then the journal rewritten without them.
+    pub fn prune_markers(&mut self, age: Duration) -> io::Result<usize> {
+        let pruned = self.prune(age);
+        if pruned > 0 {
+            self.rewrite()?;
         }
         Ok(pruned)
     }
@@ -184,7 +290,6 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halite_protocol::message::Outcome;
 
     fn ret(jid: &str) -> JobReturn {
         JobReturn {
@@ -199,25 +304,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn markers_claim_once_and_returns_persist_until_removed() {
-        let dir = std::env::temp_dir().join(format!("halite-outbox-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let outbox = Outbox::open(&dir).unwrap();
-        assert_eq!(outbox.claim("1").unwrap(), Claim::New);
-        assert_eq!(outbox.claim("1").unwrap(), Claim::Seen);
-        // A new process sees the same.
-        let reopened = Outbox::open(&dir).unwrap();
-        assert_eq!(reopened.claim("1").unwrap(), Claim::Seen);
-
-        outbox.store(&ret("2")).unwrap();
-        outbox.store(&ret("1")).unwrap();
-        assert_eq!(reopened.pending(), vec![ret("1"), ret("2")]);
-        assert!(outbox.remove("1").unwrap());
-        assert!(!outbox.remove("1").unwrap(), "removing twice finds nothing");
-        assert_eq!(reopened.pending(), vec![ret("2")]);
-    }
-
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("halite-outbox-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -225,43 +311,95 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_entry_is_moved_aside_and_reported_failed() {
-        let dir = scratch("damaged");
-        let outbox = Outbox::open(&dir).unwrap();
+    fn markers_claim_once_and_returns_persist_until_removed() {
+        let dir = scratch("basic");
+        let mut outbox = Outbox::open(&dir).unwrap();
+        assert_eq!(outbox.claim("1").unwrap(), Claim::New);
+        assert_eq!(outbox.claim("1").unwrap(), Claim::Seen);
+        // A new process sees the same.
+        assert_eq!(Outbox::open(&dir).unwrap().claim("1").unwrap(), Claim::Seen);
+        let mut outbox = Outbox::open(&dir).unwrap();
+
+        outbox.store(&ret("2")).unwrap();
+        outbox.store(&ret("1")).unwrap();
+        assert_eq!(Outbox::open(&dir).unwrap().pending(), vec![ret("1"), ret("2")]);
+        let mut outbox = Outbox::open(&dir).unwrap();
+        assert!(outbox.remove("1").unwrap());
+        assert!(!outbox.remove("1").unwrap(), "removing twice finds nothing");
+        let reopened = Outbox::open(&dir).unwrap();
+        assert_eq!(reopened.pending(), vec![ret("2")]);
+        assert!(reopened.started("1") && !reopened.started("2"));
+    }
+
+    /// What a crash leaves after any prefix of the journal's writes reads back as the facts
+    /// whose writes completed: never a marker lost once claimed, never a return lost once stored.
+    #[test]
+    fn any_prefix_of_the_journal_reads_back_as_what_completed() {
+        let dir = scratch("prefix");
+        let mut outbox = Outbox::open(&dir).unwrap();
+        let mut sizes = vec![outbox.len];
+        outbox.claim("20261122000000000001").unwrap();
+        sizes.push(outbox.len);
         outbox.store(&ret("20261122000000000001")).unwrap();
-        fs::write(dir.join("outbox/20261122000000000002"), b"\xc1garbage").unwrap();
+        sizes.push(outbox.len);
+        outbox.remove("20261122000000000001").unwrap();
+        sizes.push(outbox.len);
+        let whole = fs::read(dir.join("journal")).unwrap();
+        drop(outbox);
+        for cut in 0..=whole.len() {
+            fs::write(dir.join("journal"), &whole[..cut]).unwrap();
+            let outbox = Outbox::open(&dir).unwrap();
+            let completed = sizes.iter().filter(|&&s| s as usize <= cut).count() - 1;
+            assert_eq!(outbox.started("20261122000000000001"), completed >= 1, "cut at {cut}");
+            assert_eq!(outbox.pending().len(), usize::from(completed == 2), "cut at {cut}");
+            assert!(!fs::read_dir(&dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains("damaged")));
+        }
+    }
+
+    #[test]
+    fn a_damaged_return_is_reported_failed_and_the_journal_kept() {
+        let dir = scratch("damaged");
+        let mut outbox = Outbox::open(&dir).unwrap();
+        outbox.store(&ret("20261122000000000001")).unwrap();
+        outbox.store(&ret("20261122000000000002")).unwrap();
+        outbox.claim("20261122000000000003").unwrap();
+        drop(outbox);
+        // A bit flipped in the second return's body.
+        let mut bytes = fs::read(dir.join("journal")).unwrap();
+        let second = bytes.windows(20).rposition(|w| w == b"20261122000000000002").unwrap();
+        bytes[second + 30] ^= 0x01;
+        fs::write(dir.join("journal"), &bytes).unwrap();
+
+        let outbox = Outbox::open(&dir).unwrap();
         let pending = outbox.pending();
         assert_eq!(pending.len(), 2);
         assert_eq!(pending[0], ret("20261122000000000001"));
         assert!(!pending[1].success);
         assert!(pending[1].outputs["error"].as_str().unwrap().contains("damaged"));
-        assert!(dir.join("outbox/.damaged.20261122000000000002").exists());
-        // The stand-in is stored: it is there until acknowledged, and only once.
-        assert_eq!(outbox.pending(), pending);
-        assert!(fs::read_dir(dir.join("outbox")).unwrap().all(|e| !e
+        assert!(outbox.started("20261122000000000003"), "records after the damage are read");
+        let kept: Vec<_> = fs::read_dir(&dir)
             .unwrap()
-            .file_name()
-            .to_string_lossy()
-            .ends_with(".tmp")));
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("journal.damaged-"))
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(pending[1].outputs["error"].as_str().unwrap().contains(&kept[0]));
+        // The stand-in is stored: it is there until acknowledged, and only once.
+        assert_eq!(Outbox::open(&dir).unwrap().pending(), pending);
     }
 
-    /// A return_ack (or any message) naming another file is refused: a master holding the key
-    /// cannot delete a file or a run-once marker through a jid.
+    /// A return_ack (or any message) naming something that is not an id is refused.
     #[test]
-    fn jids_never_name_other_files() {
+    fn jids_must_be_ids() {
         let dir = scratch("paths");
-        let outbox = Outbox::open(&dir).unwrap();
-        assert_eq!(outbox.claim("20261122000000000001").unwrap(), Claim::New);
-        let victim = dir.join("victim");
-        fs::write(&victim, "keep").unwrap();
-        for jid in ["../victim", "../jobs/20261122000000000001", "/etc/passwd", "..", ".hidden", ""] {
+        let mut outbox = Outbox::open(&dir).unwrap();
+        for jid in ["../victim", "../jobs/20261122000000000001", "/etc/passwd", "..", ".hidden", "", &"x".repeat(300)] {
             assert!(outbox.remove(jid).is_err(), "{jid:?} accepted");
             assert!(outbox.claim(jid).is_err(), "{jid:?} accepted");
             assert!(outbox.store(&ret(jid)).is_err(), "{jid:?} accepted");
             assert!(outbox.get(jid).is_none());
         }
-        assert!(victim.exists());
-        assert_eq!(outbox.claim("20261122000000000001").unwrap(), Claim::Seen, "the marker is still there");
+        assert_eq!(fs::metadata(dir.join("journal")).unwrap().len(), 0);
     }
 
     /// Pruning counts back from the newest jid, by the master's times: the minion's own clock,
@@ -269,7 +407,7 @@ mod tests {
     #[test]
     fn markers_are_pruned_by_jid_time_never_by_the_local_clock() {
         let dir = scratch("prune");
-        let outbox = Outbox::open(&dir).unwrap();
+        let mut outbox = Outbox::open(&dir).unwrap();
         let day = |d: u32| format!("202611{d:02}000000000000");
         for d in [1, 10, 20] {
             assert_eq!(outbox.claim(&day(d)).unwrap(), Claim::New);
@@ -280,10 +418,32 @@ mod tests {
         assert_eq!(outbox.prune_markers(Duration::from_secs(30 * 86_400)).unwrap(), 0);
         // With 5 days kept: day 10 goes; day 1 stays while its return awaits its ack.
         assert_eq!(outbox.prune_markers(Duration::from_secs(5 * 86_400)).unwrap(), 1);
+        let mut outbox = Outbox::open(&dir).unwrap();
         assert_eq!(outbox.claim(&day(1)).unwrap(), Claim::Seen);
         assert_eq!(outbox.claim(&day(20)).unwrap(), Claim::Seen);
         assert_eq!(outbox.claim("local-test").unwrap(), Claim::Seen);
+        assert_eq!(outbox.claim(&day(10)).unwrap(), Claim::New, "pruned, so new again");
         outbox.remove(&day(1)).unwrap();
-        assert_eq!(outbox.prune_markers(Duration::from_secs(5 * 86_400)).unwrap(), 1);
+        assert_eq!(outbox.prune_markers(Duration::from_secs(5 * 86_400)).unwrap(), 2);
+    }
+
+    /// The journal is rewritten as it grows: its size follows what is live, not what happened.
+    #[test]
+    fn the_journal_stays_the_size_of_what_is_live() {
+        let dir = scratch("rewrite");
+        let mut outbox = Outbox::open(&dir).unwrap();
+        let big = JobReturn { outputs: serde_json::json!({ "stdout": "x".repeat(10_000) }), ..ret("") };
+        for i in 0..1_000 {
+            let jid = format!("2026112200000000{i:04}");
+            outbox.claim(&jid).unwrap();
+            outbox.store(&JobReturn { jid: jid.clone(), ..big.clone() }).unwrap();
+            outbox.remove(&jid).unwrap();
+        }
+        let size = fs::metadata(dir.join("journal")).unwrap().len();
+        assert!(size <= 2 * MIN_REWRITE + 20_000, "{size} bytes for 1,000 markers");
+        let reopened = Outbox::open(&dir).unwrap();
+        assert!(reopened.pending().is_empty());
+        assert!((0..1_000).all(|i| reopened.started(&format!("2026112200000000{i:04}"))));
+        assert!(!dir.join("journal.new").exists());
     }
 }

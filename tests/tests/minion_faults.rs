@@ -246,39 +246,51 @@ fn a_full_disk_loses_no_result_and_says_why() {
     cluster.start_minion("web1");
     cluster.wait_connected(&["web1"]);
 
-    // No space: the marker (an empty file) is written, the return is not.
-    let filler = state.join("filler");
-    let _ = std::process::Command::new("dd")
-        .arg("if=/dev/zero")
-        .arg(format!("of={}", filler.display()))
-        .arg("bs=64k")
-        .output();
-    let run = cluster.cli(&["run", "--out", "json", "web1", "cmd.run", "echo still here"]);
-    let doc = run.json();
-    assert_eq!(doc["minions"]["web1"]["state"], "returned", "{doc}");
-    assert_eq!(doc["minions"]["web1"]["return"]["stdout"], "still here\n", "{doc}");
-    let leftovers: Vec<String> = std::fs::read_dir(state.join("outbox"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(leftovers.iter().all(|name| !name.ends_with(".tmp")), "{leftovers:?}");
-    let log = std::fs::read_to_string(cluster.minion_dir("web1").join("minion.log")).unwrap();
-    assert!(log.contains("keeping it in memory"), "the outbox write did fail: {log}");
-    std::fs::remove_file(&filler).unwrap();
-
-    // No inode: the marker cannot be written, so the job does not start, and says why.
+    // No inode left: jobs still run, the journal needs none.
     let mut n = 0;
     while std::fs::File::create(state.join(format!("inode{n}"))).is_ok() {
         n += 1;
     }
-    let run = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
+    let run = cluster.cli(&["run", "--out", "json", "web1", "cmd.run", "echo no inode"]);
     let doc = run.json();
-    assert_eq!(doc["minions"]["web1"]["state"], "failed", "{doc}");
-    let why = doc["minions"]["web1"]["return"]["error"].as_str().unwrap_or_default().to_owned();
-    assert!(why.contains("run-once marker could not be written"), "{doc}");
+    assert_eq!(doc["minions"]["web1"]["state"], "returned", "{doc}");
+    assert_eq!(doc["minions"]["web1"]["return"]["stdout"], "no inode\n", "{doc}");
     for i in 0..n {
         let _ = std::fs::remove_file(state.join(format!("inode{i}")));
     }
+
+    // No space: jobs run while their records fit in the journal's last page (a return that
+    // does not is kept in memory and still delivered); then the run-once marker cannot be
+    // written, so the next job does not start, and says why.
+    let filler = state.join("filler");
+    let _ = std::process::Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", filler.display()))
+        .arg("bs=4k")
+        .output();
+    let mut refused = None;
+    for attempt in 0..400 {
+        let run = cluster.cli(&["run", "--out", "json", "web1", "cmd.run", "echo still here"]);
+        let doc = run.json();
+        if doc["minions"]["web1"]["state"] == "returned" {
+            assert_eq!(doc["minions"]["web1"]["return"]["stdout"], "still here\n", "{doc}");
+            continue;
+        }
+        assert_eq!(doc["minions"]["web1"]["state"], "failed", "{doc}");
+        refused = Some((attempt, doc));
+        break;
+    }
+    let (attempt, doc) = refused.expect("a job refused once the journal could not grow");
+    let why = doc["minions"]["web1"]["return"]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains("run-once marker could not be written"), "after {attempt} jobs: {doc}");
+    let log = std::fs::read_to_string(cluster.minion_dir("web1").join("minion.log")).unwrap();
+    assert!(log.contains("keeping it in memory"), "the refusal itself could not be stored: {log}");
+    assert!(
+        std::fs::read_dir(&state).unwrap().all(|e| e.unwrap().file_name() != "journal.new"),
+        "no half-written journal left"
+    );
+    std::fs::remove_file(&filler).unwrap();
+
     let run = cluster.cli(&["run", "--out", "json", "web1", "test.ping"]);
     assert_eq!(run.json()["minions"]["web1"]["state"], "returned", "recovered by itself");
     cluster.stop_minion("web1", false);
@@ -366,8 +378,8 @@ fn a_pyzmq_peer_receives_its_verdict_every_time() {
 }
 
 /// A rogue master holding the real master key sends path-like jids in every message a minion
-/// takes one from: no file outside the outbox is touched, no run-once marker deleted, no job
-/// run, and the minion keeps its session.
+/// takes one from: no file is created, changed or deleted through them, no job run, and the
+/// minion keeps its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rogue_master_cannot_reach_files_through_jids() {
     use halite_protocol::identity::IdentityKey;
@@ -382,8 +394,7 @@ async fn a_rogue_master_cannot_reach_files_through_jids() {
     let state = cluster.minion_dir("web1").join("state");
     let victim = state.join("victim");
     std::fs::write(&victim, "keep").unwrap();
-    let marker = state.join("jobs/20261122000000000001");
-    std::fs::write(&marker, "").unwrap();
+    let files_before = files_in(&state);
     cluster.kill_master();
 
     // The rogue takes the master's address and completes the handshake with the real key.
@@ -425,7 +436,7 @@ async fn a_rogue_master_cannot_reach_files_through_jids() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
-    assert!(marker.exists(), "a run-once marker was deleted through a jid");
+    assert_eq!(files_in(&state), files_before, "a file was created or deleted through a jid");
     assert!(!state.join("ran").exists(), "a job with a path-like jid ran");
     assert!(std::path::Path::new("/etc/hostname").exists());
     // Still in session: the minion answers what it may (refusals), and did not hang up.
@@ -437,25 +448,42 @@ async fn a_rogue_master_cannot_reach_files_through_jids() {
     assert!(!matches!(router.try_recv(), Some(RouterEvent::Disconnected { .. })));
 }
 
+/// The names in `dir`.
+fn files_in(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
 /// The router's next event, within 20 s.
 async fn next(router: &mut halite_transport::Router) -> halite_transport::RouterEvent {
     timeout(Duration::from_secs(20), router.recv()).await.expect("the minion comes").expect("router up")
 }
 
-/// A damaged outbox entry on a real minion: moved aside, reported to the master as a failed
-/// return for its job, and acknowledged like any other.
+/// A damaged return in a real minion's journal: reported to the master as a failed return for
+/// its job (a copy of the damaged journal kept beside it), and acknowledged like any other.
 #[test]
-fn a_damaged_outbox_entry_is_moved_aside_and_reported() {
+fn a_damaged_stored_return_is_reported_and_the_journal_kept() {
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("web1", "");
     cluster.wait_connected(&["web1"]);
-    let run = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "30"]);
+    let run = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "2"]);
     let jid = run.stdout.trim().to_owned();
     wait_for("the job to run", Duration::from_secs(10), || (cluster.job_states(&jid)[0].1 == "running").then_some(()));
+    // The job ends with no master to take its return: the return stays in the journal.
+    cluster.kill_master();
+    let state = cluster.minion_dir("web1").join("state");
+    let journal = state.join("journal");
+    let mentions = |bytes: &[u8]| bytes.windows(jid.len()).filter(|w| *w == jid.as_bytes()).count();
+    // Its marker names the jid once, its return twice (the record's header and the return).
+    wait_for("the return to be stored", Duration::from_secs(20), || {
+        (mentions(&std::fs::read(&journal).ok()?) >= 3).then_some(())
+    });
     cluster.stop_minion("web1", true);
-    // What a bad disk block leaves: the job's return, unreadable.
-    let outbox = cluster.minion_dir("web1").join("state/outbox");
-    std::fs::write(outbox.join(&jid), b"\xc1\xc1 not a return").unwrap();
+    // What a bad disk block leaves: the return's bytes, changed.
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let last = bytes.windows(jid.len()).rposition(|w| w == jid.as_bytes()).unwrap();
+    bytes[last + jid.len() + 4] ^= 0x20;
+    std::fs::write(&journal, &bytes).unwrap();
+    cluster.start_master();
     cluster.start_minion("web1");
     wait_for("the damaged return's report", Duration::from_secs(20), || {
         (cluster.job_states(&jid)[0].1 == "failed").then_some(())
@@ -463,8 +491,12 @@ fn a_damaged_outbox_entry_is_moved_aside_and_reported() {
     let shown = cluster.cli(&["jobs", "show", &jid, "--out", "json"]).json();
     let error = shown["minions"]["web1"]["return"]["error"].as_str().unwrap_or_default().to_owned();
     assert!(error.contains("damaged"), "{shown}");
-    assert!(outbox.join(format!(".damaged.{jid}")).exists());
-    wait_for("the acknowledgement", Duration::from_secs(10), || (!outbox.join(&jid).exists()).then_some(()));
+    assert!(files_in(&state).iter().any(|name| name.starts_with("journal.damaged-")), "{:?}", files_in(&state));
+    // Acknowledged: the journal's last record says so (kind 3, then the jid).
+    let acked: Vec<u8> = [3, jid.len() as u8].into_iter().chain(jid.bytes()).collect();
+    wait_for("the acknowledgement", Duration::from_secs(10), || {
+        std::fs::read(&journal).ok()?.ends_with(&acked).then_some(())
+    });
 }
 
 /// A minion that cannot reach its master says so at warn, with when it tries again (it used to
