@@ -205,11 +205,9 @@ impl<S: Store, N: Net> Master<S, N> {
         self.tell_other_masters(crate::store::ClusterChange::Job { jid: jid.clone() }).await;
         // Announced once live, so the bus can tell who may see it.
         self.emit(format!("halite/job/{jid}/new"), new_event);
-        let mut dispatched = false;
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
                 self.send_job(minion_peer, &id, &jid, &job_message);
-                dispatched = true;
             }
             self.notify(&jid, &id, state, None);
         }
@@ -217,14 +215,8 @@ impl<S: Store, N: Net> Master<S, N> {
             self.pending.rollouts_due.insert(jid.clone());
         }
         self.finish_if_done(&jid);
-        if dispatched {
-            // The last connection task handed a job runs on this thread once this task lets go
-            // of it: the job leaves now, not after the rest of this step.
-            tokio::task::yield_now().await;
-        }
         // Then the publisher's answer, still before any update of the job (those leave when
-        // the step ends). Queued after the jobs, it does not push a minion's connection task
-        // to another thread, which would have to be woken to send it.
+        // the step ends), and after the jobs: they are on their way before it is.
         if let Some((peer, published)) = published {
             self.send(peer, &Message::Published(published));
         }

@@ -459,17 +459,12 @@ impl<S: Store, N: Net> Master<S, N> {
         for (tag, data) in std::mem::take(&mut self.pending.shared_events) {
             self.share_event(tag, data).await;
         }
-        // Watchers first: what they are told is already decided, and their latency should not
-        // include the write. Minions are acknowledged only after it.
-        let told_watchers = self.send_watcher_batches();
+        // Watchers first (sent means written to their sockets): what they are told is already
+        // decided, and their latency should not include the write. Minions are acknowledged
+        // only after it.
+        self.send_watcher_batches();
         if self.pending.states.is_empty() && self.pending.acks.is_empty() {
             return;
-        }
-        if told_watchers {
-            // The connection tasks just handed those updates run on this thread once this task
-            // lets go of it (tokio keeps the last woken task for the waking thread): yielding
-            // sends them now instead of after the write.
-            tokio::task::yield_now().await;
         }
         let (changes, acks) = self.pending.take_states();
         let started = self.clock.now();

@@ -90,10 +90,9 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
     /// slow to take are counted and reported in `job_done.missed` (the client then reads the
     /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
-    /// partial result complete. Whether there was anything to send.
-    pub(crate) fn send_watcher_batches(&mut self) -> bool {
+    /// partial result complete.
+    pub(crate) fn send_watcher_batches(&mut self) {
         let batches = self.watchers.take();
-        let any = !batches.is_empty();
         for (peer, batch) in batches {
             // Several messages when the returns are large: each within the message cap.
             let mut gone = false;
@@ -124,6 +123,5 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
         }
-        any
     }
 }

@@ -1,7 +1,7 @@
-//! Byte accounting for the router's queues: a count of queued messages says nothing about
-//! memory when one message may be 16 MiB, so both directions are also bounded in bytes.
+//! Byte accounting for the router's inbound queue: a count of queued messages says nothing
+//! about memory when one message may be 16 MiB, so it is also bounded in bytes (the outbound
+//! side is bounded in [`crate::outbound`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -39,27 +39,6 @@ impl InboundBudget {
     }
 }
 
-/// Bytes queued for one peer and not yet handed to its connection.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct OutboundBytes(Arc<AtomicUsize>);
-
-impl OutboundBytes {
-    /// Reserves `bytes` if the queue holds less than `limit` (an empty queue always takes one
-    /// message, however large, so nothing is refused only for its size).
-    pub(crate) fn reserve(&self, bytes: usize, limit: usize) -> bool {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued == 0 || queued.saturating_add(bytes) <= limit).then_some(queued.saturating_add(bytes))
-            })
-            .is_ok()
-    }
-
-    /// Releases what a message reserved once its connection took it, or it was refused.
-    pub(crate) fn release(&self, bytes: usize) {
-        let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| Some(queued.saturating_sub(bytes)));
-    }
-}
-
 /// Total length of a message's parts.
 pub(crate) fn message_bytes(parts: &[Vec<u8>]) -> usize {
     parts.iter().map(Vec::len).sum()
@@ -68,16 +47,6 @@ pub(crate) fn message_bytes(parts: &[Vec<u8>]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_outbound_queue_is_bounded_in_bytes_but_always_takes_one() {
-        let queued = OutboundBytes::default();
-        assert!(queued.reserve(100, 10), "an empty queue takes any one message");
-        assert!(!queued.reserve(1, 10));
-        queued.release(100);
-        assert!(queued.reserve(6, 10) && queued.reserve(4, 10));
-        assert!(!queued.reserve(1, 10));
-    }
 
     #[tokio::test]
     async fn inbound_bytes_wait_until_given_back() {

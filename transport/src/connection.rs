@@ -2,16 +2,17 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::zmtp::{Connection, Event, PeerInfo, TimeoutKind, ZmtpError};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::admission::Slot;
-use crate::budget::{message_bytes, InboundBudget, OutboundBytes};
+use crate::budget::{message_bytes, InboundBudget};
+use crate::outbound::Outbound;
 
 /// Size of the per-thread read buffer. Shared by every connection a runtime thread drives, so
 /// 10,000 idle peers cost no read buffers at all.
@@ -76,18 +77,36 @@ pub(crate) struct DriveOptions {
     /// Bytes of received messages not yet taken by the socket's owner, shared by its
     /// connections (the router's); `None` bounds by message count only.
     pub(crate) inbound: Option<InboundBudget>,
-    /// Bytes queued for this peer, released as messages are taken from `control`.
-    pub(crate) outbound: Option<OutboundBytes>,
+    /// A router connection's outgoing bytes, written by the socket's owner as it sends (see
+    /// [`Outbound`]); `None` for a dealer's, whose messages come through `control`.
+    pub(crate) outbound: Option<Arc<Outbound>>,
 }
 
 /// Runs `conn` over `stream` until it closes. Returns why, and whether the handshake completed.
 ///
-/// Backpressure: messages are taken from `control` only once the previous ones have been
-/// written (those already queued together, up to [`WRITE_BATCH`] bytes, go in one write), and
-/// reading stops while `up` is full or the inbound byte budget is spent, so neither direction
-/// buffers more than a bounded batch.
+/// Backpressure: a dealer's messages are taken from `control` only once the previous ones have
+/// been written (those already queued together, up to [`WRITE_BATCH`] bytes, go in one write);
+/// a router's are written by its owner as it sends them, and what the socket did not take is
+/// bounded by [`Outbound`]. Reading stops while `up` is full or the inbound byte budget is
+/// spent, so neither direction buffers more than a bounded batch.
 pub(crate) async fn drive<T>(
-    mut stream: TcpStream,
+    stream: TcpStream,
+    conn: Connection,
+    control: &mut mpsc::Receiver<Control>,
+    up: &mpsc::Sender<T>,
+    wrap: impl Fn(Up) -> T,
+    slot: Option<Slot>,
+    options: &DriveOptions,
+) -> (CloseReason, bool) {
+    let ended = drive_stream(Arc::new(stream), conn, control, up, wrap, slot, options).await;
+    if let Some(outbound) = &options.outbound {
+        outbound.end();
+    }
+    ended
+}
+
+async fn drive_stream<T>(
+    stream: Arc<TcpStream>,
     mut conn: Connection,
     control: &mut mpsc::Receiver<Control>,
     up: &mpsc::Sender<T>,
@@ -97,9 +116,26 @@ pub(crate) async fn drive<T>(
 ) -> (CloseReason, bool) {
     let mut was_ready = false;
     let mut ending: Option<CloseReason> = None;
+    // The shared outgoing buffer, once the connection is ready and the owner writes through it.
+    let mut opened: Option<&Outbound> = None;
     loop {
         while let Some(bytes) = conn.poll_transmit() {
-            match tokio::time::timeout(options.write_timeout, stream.write_all(&bytes)).await {
+            let written = match opened {
+                // Behind whatever the owner's messages left.
+                Some(outbound) => {
+                    outbound.send_raw(&bytes);
+                    Ok(Ok(()))
+                }
+                None => tokio::time::timeout(options.write_timeout, write_all(&stream, &bytes)).await,
+            };
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return (ending.unwrap_or(CloseReason::Io(e.to_string())), was_ready),
+                Err(_) => return (ending.unwrap_or(CloseReason::WriteStalled), was_ready),
+            }
+        }
+        if let Some(outbound) = opened.filter(|o| o.has_leftover()) {
+            match tokio::time::timeout(options.write_timeout, outbound.finish(&stream)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return (ending.unwrap_or(CloseReason::Io(e.to_string())), was_ready),
                 Err(_) => return (ending.unwrap_or(CloseReason::WriteStalled), was_ready),
@@ -112,6 +148,15 @@ pub(crate) async fn drive<T>(
             let message = match event {
                 Event::Ready(info) => {
                     was_ready = true;
+                    if let Some(outbound) = &options.outbound {
+                        // The handshake's last bytes first; then the owner's messages go
+                        // straight to the socket.
+                        while let Some(bytes) = conn.poll_transmit() {
+                            outbound.send_raw(&bytes);
+                        }
+                        outbound.open(stream.clone());
+                        opened = Some(outbound);
+                    }
                     Up::Ready(info)
                 }
                 Event::Message(parts) => {
@@ -159,10 +204,11 @@ pub(crate) async fn drive<T>(
                     Err(e) => return (CloseReason::Io(e.to_string()), was_ready),
                 }
             }
+            () = wait_leftover(opened) => {}
             command = control.recv(), if ready => {
                 // Messages queued together leave in one write: the peer reads them with one
-                // wake-up instead of one each (a watcher's last updates and `done`, a minion's
-                // job acknowledgement and its return). Bounded, so one write holds one batch.
+                // wake-up instead of one each (a minion's job acknowledgement and its return).
+                // Bounded, so one write holds one batch.
                 let mut command = command;
                 let mut batch = 0;
                 loop {
@@ -198,9 +244,6 @@ fn apply(
     match command {
         Some(Control::Send(parts, epoch)) => {
             let size = message_bytes(&parts);
-            if let Some(outbound) = &options.outbound {
-                outbound.release(size);
-            }
             if epoch.is_none_or(|e| e == options.epoch) {
                 // Only fails once closed, which ends the drive loop first.
                 let _ = conn.send(&parts);
@@ -221,6 +264,28 @@ fn apply(
             Err(CloseReason::Local("socket closed".into()))
         }
     }
+}
+
+/// Resolves when the owner left bytes for this task to finish (never without a shared buffer).
+async fn wait_leftover(outbound: Option<&Outbound>) {
+    match outbound {
+        Some(outbound) => outbound.leftover().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes all of `bytes`, waiting for the socket as needed.
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match stream.try_write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {

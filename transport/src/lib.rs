@@ -24,6 +24,7 @@ pub mod logging;
 pub mod metrics_text;
 mod notify;
 mod open_files;
+mod outbound;
 mod router;
 mod signal;
 

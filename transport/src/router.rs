@@ -13,8 +13,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, Slot};
-use crate::budget::{message_bytes, InboundBudget, OutboundBytes};
+use crate::budget::{message_bytes, InboundBudget};
 use crate::connection::{drive, CloseReason, Control, DriveOptions, Up};
+use crate::outbound::Outbound;
 
 /// A connection's handle on this router. Never reused within one router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,10 +28,10 @@ pub struct RouterConfig {
     pub limits: Limits,
     /// Heartbeats, if any.
     pub heartbeat: Option<Heartbeat>,
-    /// Messages queued per peer before [`Router::send`] returns [`SendError::Full`].
+    /// Instructions for a peer's connection task (authenticated, close) queued at most.
     pub send_queue: usize,
-    /// Bytes queued per peer, at most: past it [`Router::send`] returns [`SendError::Full`]
-    /// (an empty queue still takes one message of any size).
+    /// Bytes waiting for a peer whose socket is full, at most: past it [`Router::send`] returns
+    /// [`SendError::Full`] (an empty queue still takes one message of any size).
     pub send_queue_bytes: usize,
     /// Events buffered for [`Router::recv`] before connections stop reading.
     pub event_queue: usize,
@@ -108,7 +109,7 @@ pub enum SendError {
 #[derive(Debug)]
 struct PeerHandle {
     control: mpsc::Sender<Control>,
-    queued: OutboundBytes,
+    outbound: Arc<Outbound>,
 }
 
 type Peers = Arc<Mutex<HashMap<PeerId, PeerHandle>>>;
@@ -170,19 +171,16 @@ impl Router {
         event
     }
 
-    /// Queues a message for a peer without waiting.
+    /// Sends a message to a peer without waiting: written to its socket at once, on this
+    /// thread, as far as the socket takes it; the rest is finished by the connection's task.
+    /// [`SendError::Full`] when more than `send_queue_bytes` already wait for a peer that does
+    /// not read.
     pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        let bytes = message_bytes(&parts);
-        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        let handle = peers.get(&peer).ok_or(SendError::NotConnected)?;
-        if !handle.queued.reserve(bytes, self.send_queue_bytes) {
-            return Err(SendError::Full);
-        }
-        let sent = handle.control.try_send(Control::Send(parts, None)).map_err(map_send_error);
-        if sent.is_err() {
-            handle.queued.release(bytes);
-        }
-        sent
+        let outbound = {
+            let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+            peers.get(&peer).ok_or(SendError::NotConnected)?.outbound.clone()
+        };
+        outbound.send(&parts, self.send_queue_bytes)
     }
 
     /// Tells the connection its peer is authenticated (see [`Limits`]).
@@ -245,14 +243,14 @@ async fn accept_loop(
         };
         let peer = PeerId(next_id.fetch_add(1, Ordering::Relaxed));
         let (control_tx, control_rx) = mpsc::channel(config.send_queue);
-        let queued = OutboundBytes::default();
+        let outbound = Arc::new(Outbound::default());
         let options = DriveOptions {
             write_timeout: config.write_timeout,
             epoch: 1,
             inbound: Some(inbound.clone()),
-            outbound: Some(queued.clone()),
+            outbound: Some(outbound.clone()),
         };
-        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, PeerHandle { control: control_tx, queued });
+        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, PeerHandle { control: control_tx, outbound });
         tokio::spawn(serve(
             stream,
             addr,

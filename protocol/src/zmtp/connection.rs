@@ -183,13 +183,10 @@ impl Connection {
             Phase::Closed => return Err(ZmtpError::Closed),
             Phase::Greeting | Phase::AwaitingReady => return Err(ZmtpError::NotReady),
         }
-        let Some((last, init)) = parts.split_last() else {
+        if parts.is_empty() {
             return Err(ZmtpError::EmptyMessage);
-        };
-        for part in init {
-            frame::encode(&mut self.transmit, FLAG_MORE, part.as_ref());
         }
-        frame::encode(&mut self.transmit, 0, last.as_ref());
+        encode_message(&mut self.transmit, parts);
         Ok(())
     }
 
@@ -429,5 +426,16 @@ fn name(command: &Command) -> &str {
         Command::Ping { .. } => "PING",
         Command::Pong(_) => "PONG",
         Command::Other(name) => name,
+    }
+}
+
+/// Appends the frames of one multipart message to `out`, as [`Connection::send`] queues them: for
+/// a writer that owns a ready connection's byte stream (an empty message adds nothing).
+pub fn encode_message<P: AsRef<[u8]>>(out: &mut Vec<u8>, parts: &[P]) {
+    if let Some((last, init)) = parts.split_last() {
+        for part in init {
+            frame::encode(out, FLAG_MORE, part.as_ref());
+        }
+        frame::encode(out, 0, last.as_ref());
     }
 }

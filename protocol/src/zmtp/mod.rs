@@ -17,7 +17,7 @@ mod greeting;
 mod limits;
 mod socket_type;
 
-pub use connection::{Connection, Event, PeerInfo, TimeoutKind};
+pub use connection::{encode_message, Connection, Event, PeerInfo, TimeoutKind};
 pub use greeting::GREETING_LEN;
 pub use limits::{Heartbeat, Limits};
 pub use socket_type::SocketType;
