@@ -45,6 +45,26 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Optio
     }
 }
 
+/// Stops process `pid` with SIGSTOP and returns once every one of its threads is stopped:
+/// `kill` returns before a thread running on another CPU has stopped, and meanwhile it could
+/// still answer a request sent after.
+pub fn freeze(pid: u32) {
+    kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP {pid}: {e}"));
+    let state = |stat: String| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    wait_for("every thread to stop", Duration::from_secs(10), || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let stopped = tasks.filter_map(Result::ok).all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).ok().and_then(state).is_some_and(|s| s == 'T')
+        });
+        stopped.then_some(())
+    });
+}
+
+/// Lets a process [`freeze`] stopped go on.
+pub fn thaw(pid: u32) {
+    kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap_or_else(|e| panic!("SIGCONT {pid}: {e}"));
+}
+
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// A master (and minions) in a temporary directory, removed on drop with every process.

@@ -93,9 +93,6 @@ async fn job_lifecycle_events_are_published() {
 /// what it did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_time_out_as_configured_and_cancel_reports_its_outcome() {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("c1", "");
     cluster.wait_connected(&["c1"]);
@@ -103,11 +100,11 @@ async fn requests_time_out_as_configured_and_cancel_reports_its_outcome() {
     config.request_timeout = Duration::from_millis(500);
     let client = Client::connect(config).await.unwrap();
 
-    let pid = Pid::from_raw(i32::try_from(cluster.master_pid().unwrap()).unwrap());
-    kill(pid, Signal::SIGSTOP).unwrap();
+    let pid = cluster.master_pid().unwrap();
+    halite_tests::freeze(pid);
     let started = std::time::Instant::now();
     let stalled = client.request(RequestBody::JobList { limit: 1 }).await;
-    kill(pid, Signal::SIGCONT).unwrap();
+    halite_tests::thaw(pid);
     assert!(matches!(stalled, Err(halite_client::ClientError::Timeout(limit)) if limit == Duration::from_millis(500)));
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert!(client.request(RequestBody::JobList { limit: 1 }).await.is_ok(), "usable again");

@@ -12,8 +12,6 @@ use std::time::Duration;
 use halite_client::{Client, ClientConfig, ClientError, EventStream, JobEvent, PublishSpec};
 use halite_protocol::message::{Event, KeyState, MinionJobState, Target, TargetKind};
 use halite_tests::Cluster;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde_json::json;
 use tokio::time::timeout;
 
@@ -115,10 +113,10 @@ async fn a_request_to_a_stopped_master_times_out_and_the_client_goes_on() {
     let mut config = ClientConfig::from_master_config(&cluster.config).unwrap();
     config.request_timeout = Duration::from_secs(1);
     let client = Client::connect(config).await.unwrap();
-    let pid = Pid::from_raw(cluster.master_pid().unwrap() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
+    let pid = cluster.master_pid().unwrap();
+    halite_tests::freeze(pid);
     let stopped = client.minions("*").await;
-    kill(pid, Signal::SIGCONT).unwrap();
+    halite_tests::thaw(pid);
     assert!(matches!(stopped, Err(ClientError::Timeout(limit)) if limit == Duration::from_secs(1)), "{stopped:?}");
     // The late answer to the timed-out request is dropped; the next one is answered.
     let minions = client.minions("*").await.unwrap();
