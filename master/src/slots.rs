@@ -92,8 +92,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
     /// partial result complete.
     pub(crate) fn send_watcher_batches(&mut self) {
-        let batches = self.watchers.take();
-        for (peer, batch) in batches {
+        for (peer, batch) in self.watchers.take() {
             // Several messages when the returns are large: each within the message cap.
             let mut gone = false;
             for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {

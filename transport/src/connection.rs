@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::admission::Slot;
 use crate::budget::{message_bytes, InboundBudget};
-use crate::outbound::Outbound;
+use crate::outbound::{write_until_full, Outbound};
 
 /// Size of the per-thread read buffer. Shared by every connection a runtime thread drives, so
 /// 10,000 idle peers cost no read buffers at all.
@@ -120,25 +120,19 @@ async fn drive_stream<T>(
     let mut opened: Option<&Outbound> = None;
     loop {
         while let Some(bytes) = conn.poll_transmit() {
-            let written = match opened {
+            match opened {
                 // Behind whatever the owner's messages left.
-                Some(outbound) => {
-                    outbound.send_raw(&bytes);
-                    Ok(Ok(()))
+                Some(outbound) => outbound.send_raw(&bytes),
+                None => {
+                    if let Err(reason) = within(options.write_timeout, write_all(&stream, &bytes)).await {
+                        return (ending.unwrap_or(reason), was_ready);
+                    }
                 }
-                None => tokio::time::timeout(options.write_timeout, write_all(&stream, &bytes)).await,
-            };
-            match written {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return (ending.unwrap_or(CloseReason::Io(e.to_string())), was_ready),
-                Err(_) => return (ending.unwrap_or(CloseReason::WriteStalled), was_ready),
             }
         }
         if let Some(outbound) = opened.filter(|o| o.has_leftover()) {
-            match tokio::time::timeout(options.write_timeout, outbound.finish(&stream)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return (ending.unwrap_or(CloseReason::Io(e.to_string())), was_ready),
-                Err(_) => return (ending.unwrap_or(CloseReason::WriteStalled), was_ready),
+            if let Err(reason) = within(options.write_timeout, outbound.finish(&stream)).await {
+                return (ending.unwrap_or(reason), was_ready);
             }
         }
         if let Some(reason) = ending {
@@ -276,16 +270,24 @@ async fn wait_leftover(outbound: Option<&Outbound>) {
 
 /// Writes all of `bytes`, waiting for the socket as needed.
 async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        match stream.try_write(bytes) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+    loop {
+        let (written, result) = write_until_full(stream, bytes);
+        result?;
+        bytes = &bytes[written..];
+        if bytes.is_empty() {
+            return Ok(());
         }
+        stream.writable().await?;
     }
-    Ok(())
+}
+
+/// A write that must end within `limit`: why the connection ends if it does not.
+async fn within(limit: Duration, write: impl std::future::Future<Output = io::Result<()>>) -> Result<(), CloseReason> {
+    match tokio::time::timeout(limit, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(CloseReason::Io(e.to_string())),
+        Err(_) => Err(CloseReason::WriteStalled),
+    }
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {

@@ -43,22 +43,26 @@ impl State {
     /// is returned (callers other than the task leave it for the task's next write).
     fn write_some(&mut self) -> io::Result<()> {
         let Some(stream) = &self.stream else { return Ok(()) };
-        let mut written = 0;
-        let result = loop {
-            if written == self.waiting.len() {
-                break Ok(());
-            }
-            match stream.try_write(&self.waiting[written..]) {
-                Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
+        let (written, result) = write_until_full(stream, &self.waiting);
         self.waiting.drain(..written);
         result
     }
+}
+
+/// Writes `bytes` until they are all written or the socket is full: how many were written, and
+/// the error that stopped it (a full socket is none).
+pub(crate) fn write_until_full(stream: &TcpStream, bytes: &[u8]) -> (usize, io::Result<()>) {
+    let mut written = 0;
+    while written < bytes.len() {
+        match stream.try_write(&bytes[written..]) {
+            Ok(0) => return (written, Err(io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return (written, Err(e)),
+        }
+    }
+    (written, Ok(()))
 }
 
 impl Outbound {
@@ -87,14 +91,19 @@ impl Outbound {
         self.queue(&mut state, |out| out.extend_from_slice(bytes));
     }
 
-    /// Appends to the buffer; writes at once if nothing was waiting before (otherwise the task is
-    /// already on it, and this goes after); tells the task about whatever is left.
+    /// Appends to the buffer and writes at once if nothing was waiting before (otherwise the
+    /// task, already told, is on it, and this goes after).
     fn queue(&self, state: &mut State, append: impl FnOnce(&mut Vec<u8>)) {
         let was_empty = state.waiting.is_empty();
         append(&mut state.waiting);
         if was_empty {
-            let _ = state.write_some();
+            self.write_now(state);
         }
+    }
+
+    /// Writes what the socket takes, and tells the task about whatever is left.
+    fn write_now(&self, state: &mut State) {
+        let _ = state.write_some();
         if !state.waiting.is_empty() {
             self.leftover.notify_one();
         }
@@ -105,10 +114,7 @@ impl Outbound {
     pub(crate) fn open(&self, stream: Arc<TcpStream>) {
         let mut state = self.lock();
         state.stream = Some(stream);
-        let _ = state.write_some();
-        if !state.waiting.is_empty() {
-            self.leftover.notify_one();
-        }
+        self.write_now(&mut state);
     }
 
     /// Whether bytes wait for the task.
