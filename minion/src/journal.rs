@@ -87,16 +87,21 @@ pub(crate) fn encode(out: &mut Vec<u8>, kind: Kind, jid: &str, body: &[u8]) {
     out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// The little-endian `u32` at `at`, if the bytes reach that far.
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The payload length a record starting at `at` declares, if it is a believable one.
+fn declared_len(bytes: &[u8], at: usize) -> Option<usize> {
+    u32_at(bytes, at).map(|len| len as usize).filter(|len| (2..=MAX_PAYLOAD).contains(len))
+}
+
 /// The record starting at `at`, if one is intact there: its payload and where it ends.
 fn intact_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let header = bytes.get(at..at + HEADER)?;
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-    if !(2..=MAX_PAYLOAD).contains(&len) {
-        return None;
-    }
+    let len = declared_len(bytes, at)?;
     let payload = bytes.get(at + HEADER..at + HEADER + len)?;
-    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-    (crc32(payload) == crc).then_some((payload, at + HEADER + len))
+    (crc32(payload) == u32_at(bytes, at + 4)?).then_some((payload, at + HEADER + len))
 }
 
 /// `kind`, `jid` and body of a payload, as far as they make sense.
@@ -134,8 +139,7 @@ pub(crate) fn scan(bytes: &[u8]) -> Scan {
         let Some(resume) = (at + 1..bytes.len()).find(|&i| intact_at(bytes, i).is_some()) else {
             // The last record: cut short, it is a write a crash interrupted (never synced, so
             // never acted on); whole but failing its checksum, it is damage, reported.
-            let whole = bytes.get(at..at + 4).map(|len| u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize);
-            if whole.is_some_and(|len| (2..=MAX_PAYLOAD).contains(&len) && at + HEADER + len == bytes.len()) {
+            if declared_len(bytes, at).is_some_and(|len| at + HEADER + len == bytes.len()) {
                 let (kind, jid, _) = fields(&bytes[at + HEADER..]);
                 scan.records.push(Read::Damaged { kind, jid });
                 scan.damaged = true;

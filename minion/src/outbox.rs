@@ -56,7 +56,9 @@ pub struct Outbox {
     /// The size at which the journal is rewritten next.
     rewrite_at: u64,
     started: HashSet<String>,
-    returns: BTreeMap<String, JobReturn>,
+    /// Pending returns by jid, as encoded in the journal (read back whole at start), so
+    /// storing one encodes it once and a rewrite copies it as it is.
+    returns: BTreeMap<String, Vec<u8>>,
     /// Encoding buffer, reused.
     record: Vec<u8>,
 }
@@ -68,6 +70,19 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 fn checked(jid: &str) -> io::Result<()> {
     halite_protocol::id::validate(jid)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("jid {jid:?} refused: {e}")))
+}
+
+/// `ret` as a return record's body carries it.
+pub(crate) fn encoded(ret: &JobReturn) -> Vec<u8> {
+    message::encode(&Message::JobReturn(ret.clone()))
+}
+
+/// The return a record's body carries, if it is one, for `jid`.
+pub(crate) fn decoded(jid: &str, body: &[u8]) -> Option<JobReturn> {
+    match message::decode_for_minion(body) {
+        Ok(Message::JobReturn(ret)) if ret.jid == jid => Some(ret),
+        _ => None,
+    }
 }
 
 /// What stands for a return that cannot be read back: a failed return saying so, so its job is
@@ -103,7 +118,7 @@ impl Outbox {
             dir: state_dir.to_path_buf(),
             file,
             len: 0,
-            rewrite_at: 0,
+            rewrite_at: MIN_REWRITE,
             started: HashSet::new(),
             returns: BTreeMap::new(),
             record: Vec::new(),
@@ -120,9 +135,12 @@ impl Outbox {
             outbox.apply(record, &kept);
         }
         let legacy = crate::outbox_legacy::take_in(state_dir, &mut outbox.started, &mut outbox.returns)?;
-        outbox.prune(MARKER_RETENTION);
-        outbox.rewrite()?;
-        legacy.remove();
+        // A new (or empty) state directory has nothing to prune or rewrite.
+        if !bytes.is_empty() || !legacy.is_empty() {
+            outbox.prune(MARKER_RETENTION);
+            outbox.rewrite()?;
+            legacy.remove();
+        }
         Ok(outbox)
     }
 
@@ -133,11 +151,8 @@ impl Outbox {
                 self.started.insert(jid);
             }
             Read::Intact { kind: Kind::Return, jid, body } => {
-                let ret = match message::decode_for_minion(&body) {
-                    Ok(Message::JobReturn(ret)) if ret.jid == jid => ret,
-                    _ => damaged_return(&jid, kept),
-                };
-                self.returns.insert(jid, ret);
+                let body = if decoded(&jid, &body).is_some() { body } else { encoded(&damaged_return(&jid, kept)) };
+                self.returns.insert(jid, body);
             }
             Read::Intact { kind: Kind::Acked, jid, .. } => {
                 self.returns.remove(&jid);
@@ -148,7 +163,7 @@ impl Outbox {
             }
             Read::Damaged { kind: Some(Kind::Return), jid: Some(jid) } => {
                 tracing::error!(%jid, "a damaged return: reported to the master as failed");
-                self.returns.insert(jid.clone(), damaged_return(&jid, kept));
+                self.returns.insert(jid.clone(), encoded(&damaged_return(&jid, kept)));
             }
             Read::Damaged { kind, jid } => {
                 // A lost acknowledgement only sends its return again; a record whose header is
@@ -185,8 +200,8 @@ impl Outbox {
         for jid in &self.started {
             journal::encode(&mut live, Kind::Started, jid, b"");
         }
-        for (jid, ret) in &self.returns {
-            journal::encode(&mut live, Kind::Return, jid, &message::encode(&Message::JobReturn(ret.clone())));
+        for (jid, body) in &self.returns {
+            journal::encode(&mut live, Kind::Return, jid, body);
         }
         let path = self.dir.join("journal");
         let tmp = self.dir.join("journal.new");
@@ -231,15 +246,16 @@ impl Outbox {
     /// Keeps a return durably until it is acknowledged.
     pub fn store(&mut self, ret: &JobReturn) -> io::Result<()> {
         checked(&ret.jid)?;
-        self.append(Kind::Return, &ret.jid, &message::encode(&Message::JobReturn(ret.clone())), true)?;
-        self.returns.insert(ret.jid.clone(), ret.clone());
+        let body = encoded(ret);
+        self.append(Kind::Return, &ret.jid, &body, true)?;
+        self.returns.insert(ret.jid.clone(), body);
         self.rewrite_when_due();
         Ok(())
     }
 
     /// The stored return for `jid`, if any.
     pub fn get(&self, jid: &str) -> Option<JobReturn> {
-        self.returns.get(jid).cloned()
+        self.returns.get(jid).and_then(|body| decoded(jid, body))
     }
 
     /// Drops the return for `jid` (the master has it); whether there was one. An error means
@@ -256,7 +272,7 @@ impl Outbox {
 
     /// Every stored return, oldest jid first.
     pub fn pending(&self) -> Vec<JobReturn> {
-        self.returns.values().cloned().collect()
+        self.returns.iter().filter_map(|(jid, body)| decoded(jid, body)).collect()
     }
 
     /// How many returns wait for their acknowledgement.

@@ -8,15 +8,18 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use halite_protocol::message::{self, JobReturn, Message};
-
-use crate::outbox::damaged_return;
+use crate::outbox::{damaged_return, decoded, encoded};
 
 /// The directories taken in, to remove once the journal holds what they held.
 #[must_use]
 pub(crate) struct TakenIn(Vec<PathBuf>);
 
 impl TakenIn {
+    /// Whether there was nothing to take in.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Removes them; a failure only leaves them to be taken in again (and merged) next start.
     pub(crate) fn remove(self) {
         for dir in self.0 {
@@ -45,7 +48,7 @@ fn ids_in(dir: &Path) -> io::Result<Vec<String>> {
 pub(crate) fn take_in(
     state_dir: &Path,
     started: &mut HashSet<String>,
-    returns: &mut BTreeMap<String, JobReturn>,
+    returns: &mut BTreeMap<String, Vec<u8>>,
 ) -> io::Result<TakenIn> {
     let mut dirs = Vec::new();
     let markers = state_dir.join("jobs");
@@ -57,16 +60,17 @@ pub(crate) fn take_in(
     if outbox.is_dir() {
         for jid in ids_in(&outbox)? {
             let path = outbox.join(&jid);
-            let ret = match message::decode_for_minion(&fs::read(&path)?) {
-                Ok(Message::JobReturn(ret)) if ret.jid == jid => ret,
-                _ => {
-                    let aside = state_dir.join(format!("outbox.damaged.{jid}"));
-                    fs::copy(&path, &aside)?;
-                    tracing::error!(%jid, aside = %aside.display(), "a stored return is damaged; kept aside and reported failed");
-                    damaged_return(&jid, &aside)
-                }
+            // The file holds the return as the journal does.
+            let body = fs::read(&path)?;
+            let body = if decoded(&jid, &body).is_some() {
+                body
+            } else {
+                let aside = state_dir.join(format!("outbox.damaged.{jid}"));
+                fs::copy(&path, &aside)?;
+                tracing::error!(%jid, aside = %aside.display(), "a stored return is damaged; kept aside and reported failed");
+                encoded(&damaged_return(&jid, &aside))
             };
-            returns.insert(jid, ret);
+            returns.insert(jid, body);
         }
         dirs.push(outbox);
     }
@@ -76,7 +80,7 @@ pub(crate) fn take_in(
 #[cfg(test)]
 mod tests {
     use crate::outbox::Outbox;
-    use halite_protocol::message::Outcome;
+    use halite_protocol::message::{self, JobReturn, Message, Outcome};
 
     use super::*;
 
