@@ -8,8 +8,8 @@
 //!   master already has, which it keeps once) says the master stored it.
 //!
 //! The journal is rewritten with only what is live (markers, pending returns) when it has
-//! doubled since the last rewrite, and at every start that finds anything in it. Jids are checked as ids
-//! ([`halite_protocol::id::validate`]) before they are recorded.
+//! doubled since the last rewrite, and at every start that finds anything in it. Jids are
+//! checked as ids ([`halite_protocol::id::validate`]) before they are recorded.
 //!
 //! Markers are pruned by the jids' own times (the master's clock), counted back from the newest
 //! jid this minion has a marker for, never by the minion's wall clock: a guest whose clock jumps
