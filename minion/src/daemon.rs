@@ -116,6 +116,9 @@ struct Minion {
     /// Bytes waiting in `outgoing`; past [`OUTGOING_LIMIT`] the loop stops taking new messages
     /// from the master until the writer catches up (explicit backpressure, never a deadlock).
     outgoing_bytes: Arc<AtomicUsize>,
+    /// When the returns written since the outbox's last sync are synced, unless a job's
+    /// marker syncs them first.
+    sync_at: Option<tokio::time::Instant>,
 }
 
 /// A sealed message for one connection.
@@ -166,12 +169,13 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         revocations: crate::revocations::Revocations::load(setup.pin_path.with_file_name("revoked_masters")),
         master_now: None,
         handshake_failures: 0,
+        sync_at: None,
         setup,
     };
     minion.connect();
     tokio::pin!(shutdown);
     loop {
-        let retry = minion.retry_at;
+        let (retry, sync_at) = (minion.retry_at, minion.sync_at);
         let reading = minion.outgoing_bytes.load(Ordering::Acquire) < OUTGOING_LIMIT;
         tokio::select! {
             event = next_event(&mut minion.dealer), if reading => minion.on_event(event).await,
@@ -185,9 +189,11 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
                 minion.retry_at = None;
                 minion.connect();
             }
+            () = sleep_until(sync_at), if sync_at.is_some() => minion.sync_returns(),
             () = &mut shutdown => break,
         }
     }
+    minion.sync_returns();
     writer.abort();
     info!("minion shutting down");
 }
@@ -252,6 +258,16 @@ impl Minion {
         self.dealer = None;
         self.stage = Stage::Down;
         self.retry_at = Some(tokio::time::Instant::now() + self.refusals.next_delay());
+    }
+
+    /// Syncs the returns written since the outbox's last sync; retried a second later if the
+    /// disk fails (they stay in memory, and are re-sent from there, until acknowledged).
+    fn sync_returns(&mut self) {
+        self.sync_at = None;
+        if let Err(error) = self.setup.outbox.sync() {
+            error!(%error, "could not sync the outbox; its unacknowledged returns would not survive a machine failure");
+            self.sync_at = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        }
     }
 
     /// Queues a message for the writer task; never waits.
@@ -550,7 +566,8 @@ impl Minion {
                 continue;
             }
             match self.setup.outbox.claim(&jid) {
-                Ok(Claim::New) => {}
+                // The marker's sync took every return written before it along.
+                Ok(Claim::New) => self.sync_at = self.sync_at.filter(|_| self.setup.outbox.unsynced()),
                 Ok(Claim::Seen) => {
                     let why = "the minion restarted while this job ran; it is not run twice".to_owned();
                     self.on_done(not_started(&jid, Outcome::Interrupted, why)).await;
@@ -650,6 +667,10 @@ impl Minion {
             self.unsent.insert(ret.jid.clone(), ret.clone());
         }
         self.send(&Message::JobReturn(ret)).await;
+        // Synced once it is on its way (see `outbox`).
+        if self.setup.outbox.unsynced() && self.sync_at.is_none() {
+            self.sync_at = Some(tokio::time::Instant::now() + crate::outbox::RETURN_SYNC_DELAY);
+        }
         // Box::pin: starting a queued job may end one at once (not started), which ends here.
         Box::pin(self.start_queued()).await;
     }

@@ -3,9 +3,18 @@
 //!
 //! - a "started" record is appended and synced before a job starts: a jid with one is never run
 //!   again, even after a restart;
-//! - a "return" record is appended and synced before the return is sent, and stays pending
-//!   until an "acked" record (appended, not synced: losing it only re-sends a return the
-//!   master already has, which it keeps once) says the master stored it.
+//! - a "return" record is appended before the return is sent, and synced right after it
+//!   leaves, by [`Outbox::sync`] or by the next "started" record's sync, whichever comes first
+//!   (the daemon asks within [`RETURN_SYNC_DELAY`]): the sync is off the return's way, and a
+//!   minion running job after job syncs once per job. It stays pending until an "acked"
+//!   record (appended, not synced: losing it only re-sends a return the master already has,
+//!   which it keeps once) says the master stored it.
+//!
+//! Why a return may leave before its sync: the record is in the page cache once written, so
+//! only the machine failing (not the minion being killed) can lose it, and only within those
+//! few milliseconds; its jid's marker is synced, so after such a failure the job is reported
+//! interrupted, never run again — the outcome of the machine failing just before the job
+//! ended. A master that did get the return keeps it, and ignores the report.
 //!
 //! The journal is rewritten with only what is live (markers, pending returns) when it has
 //! doubled since the last rewrite, and at every start that finds anything in it. Jids are
@@ -42,6 +51,9 @@ pub enum Claim {
 /// Markers are kept until this much older than the newest marked jid.
 pub const MARKER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// How long after a return is written the daemon syncs it at the latest.
+pub const RETURN_SYNC_DELAY: Duration = Duration::from_millis(2);
+
 /// The journal is not rewritten below this size.
 const MIN_REWRITE: u64 = 1024 * 1024;
 
@@ -61,6 +73,8 @@ pub struct Outbox {
     returns: BTreeMap<String, Vec<u8>>,
     /// Encoding buffer, reused.
     record: Vec<u8>,
+    /// Whether a return was written since the journal was last synced.
+    unsynced: bool,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -122,6 +136,7 @@ impl Outbox {
             started: HashSet::new(),
             returns: BTreeMap::new(),
             record: Vec::new(),
+            unsynced: false,
         };
         let scan = journal::scan(&bytes);
         // Damage is kept for whoever looks into it: the rewrite below drops it from the journal.
@@ -173,13 +188,30 @@ impl Outbox {
         }
     }
 
-    /// Appends one record, synced when `durable`.
+    /// Appends one record, synced (with every record before it) when `durable`.
     fn append(&mut self, kind: Kind, jid: &str, body: &[u8], durable: bool) -> io::Result<()> {
         self.record.clear();
         journal::encode(&mut self.record, kind, jid, body);
         journal::write_at(&self.file, self.len, &self.record, durable)?;
         self.len += self.record.len() as u64;
+        if durable {
+            self.unsynced = false;
+        }
         Ok(())
+    }
+
+    /// Syncs the journal if a return was written since its last sync.
+    pub fn sync(&mut self) -> io::Result<()> {
+        if self.unsynced {
+            self.file.sync_data()?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Whether a return was written since the last sync.
+    pub fn unsynced(&self) -> bool {
+        self.unsynced
     }
 
     /// Rewrites the journal once it has doubled since the last rewrite. A failure (a full
@@ -216,6 +248,7 @@ impl Outbox {
             Ok(file) => {
                 self.file = file;
                 self.len = live.len() as u64;
+                self.unsynced = false;
                 self.rewrite_at = self.len.saturating_mul(2).max(MIN_REWRITE);
                 Ok(())
             }
@@ -243,11 +276,13 @@ impl Outbox {
         self.started.contains(jid)
     }
 
-    /// Keeps a return durably until it is acknowledged.
+    /// Keeps a return until it is acknowledged: written now, durable once synced
+    /// ([`Outbox::sync`], or the next [`Outbox::claim`]).
     pub fn store(&mut self, ret: &JobReturn) -> io::Result<()> {
         checked(&ret.jid)?;
         let body = encoded(ret);
-        self.append(Kind::Return, &ret.jid, &body, true)?;
+        self.append(Kind::Return, &ret.jid, &body, false)?;
+        self.unsynced = true;
         self.returns.insert(ret.jid.clone(), body);
         self.rewrite_when_due();
         Ok(())
@@ -345,6 +380,29 @@ mod tests {
         let reopened = Outbox::open(&dir).unwrap();
         assert_eq!(reopened.pending(), vec![ret("2")]);
         assert!(reopened.started("1") && !reopened.started("2"));
+    }
+
+    #[test]
+    fn a_return_is_synced_by_sync_or_by_the_next_marker_and_an_ack_needs_none() {
+        let dir = scratch("sync");
+        let mut outbox = Outbox::open(&dir).unwrap();
+        assert!(!outbox.unsynced());
+        outbox.store(&ret("1")).unwrap();
+        assert!(outbox.unsynced());
+        outbox.sync().unwrap();
+        assert!(!outbox.unsynced());
+        outbox.store(&ret("2")).unwrap();
+        assert!(outbox.remove("1").unwrap());
+        assert!(outbox.unsynced(), "return 2 is still to sync");
+        assert_eq!(outbox.claim("3").unwrap(), Claim::New);
+        assert!(!outbox.unsynced(), "the marker's sync took the return along");
+        assert!(outbox.remove("2").unwrap());
+        assert!(!outbox.unsynced(), "an acknowledgement alone is not synced");
+        // Written is readable by the next process even before the sync (a minion killed, not
+        // its machine).
+        outbox.store(&ret("4")).unwrap();
+        drop(outbox);
+        assert_eq!(Outbox::open(&dir).unwrap().pending(), vec![ret("4")]);
     }
 
     /// What a crash leaves after any prefix of the journal's writes reads back as the facts
