@@ -14,6 +14,13 @@ pub trait Net: Send + 'static {
     fn try_recv(&mut self) -> Option<RouterEvent>;
     /// Queues a message for a peer without waiting.
     fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
+    /// Like `send`, but the message may wait for [`Net::release_held`], to leave with the
+    /// others for the same peer in one write.
+    fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.send(peer, parts)
+    }
+    /// Writes what `send_held` holds.
+    fn release_held(&self) {}
     /// Lifts a peer's pre-authentication limits.
     fn mark_authenticated(&self, peer: PeerId);
     /// Closes a peer's connection with a reason.
@@ -31,6 +38,14 @@ impl Net for Router {
 
     fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
         Router::send(self, peer, parts)
+    }
+
+    fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        Router::send_held(self, peer, parts)
+    }
+
+    fn release_held(&self) {
+        Router::release_held(self);
     }
 
     fn mark_authenticated(&self, peer: PeerId) {

@@ -463,6 +463,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // decided, and their latency should not include the write. Minions are acknowledged
         // only after it.
         self.send_watcher_batches();
+        self.net.release_held();
         if self.pending.states.is_empty() && self.pending.acks.is_empty() {
             return;
         }
@@ -521,10 +522,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
             });
         }
-        let Some(session) = self.sessions.conns.get_mut(&peer).and_then(Conn::session_mut) else {
-            return Err(SendError::NotConnected);
-        };
+        let Some(conn) = self.sessions.conns.get_mut(&peer) else { return Err(SendError::NotConnected) };
+        // A client's messages of one step leave together at its end, in one write that wakes
+        // it once (a publish's answer and first updates; a return's update and the job's end).
+        // A minion's leave at once: its job is on the way of every fan-out.
+        let held = matches!(conn, Conn::Client { .. });
+        let Some(session) = conn.session_mut() else { return Err(SendError::NotConnected) };
         match session.seal(&message::encode(msg), self.clock.now()) {
+            Ok(parts) if held => self.net.send_held(peer, parts),
             Ok(parts) => self.net.send(peer, parts),
             Err(error) => {
                 warn!(peer = peer.0, %error, "session cannot seal; disconnecting");

@@ -8,6 +8,10 @@
 //! the connection's task to finish when the socket is writable again; later messages queue
 //! behind it, and the task's own bytes (heartbeats, the closing ERROR) go through the same
 //! buffer, so the byte stream keeps whole frames in order whoever writes it.
+//!
+//! A message may also be *held* ([`Outbound::send_held`]): queued without a write until
+//! [`Outbound::release`], so several small messages for one peer leave in one write, and wake
+//! the peer once. Holding stops by itself past [`HOLD_LIMIT`] bytes.
 
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -18,6 +22,10 @@ use tokio::sync::Notify;
 
 use crate::budget::message_bytes;
 use crate::router::SendError;
+
+/// Bytes a held buffer takes before it is written anyway: holding is for a few small messages,
+/// never for a large answer's parts, which go as they come.
+pub(crate) const HOLD_LIMIT: usize = 16 * 1024;
 
 /// One connection's outgoing bytes.
 #[derive(Debug, Default)]
@@ -36,6 +44,8 @@ struct State {
     waiting: Vec<u8>,
     /// The connection ended: nothing more is taken.
     ended: bool,
+    /// Messages are held: nothing is written until [`Outbound::release`].
+    held: bool,
 }
 
 impl State {
@@ -74,15 +84,45 @@ impl Outbound {
     /// `limit` bytes already wait (an empty buffer takes one message, however large, so nothing
     /// is refused only for its size).
     pub(crate) fn send(&self, parts: &[Vec<u8>], limit: usize) -> Result<(), SendError> {
+        let mut state = self.taking(parts, limit)?;
+        self.queue(&mut state, |out| encode_message(out, parts));
+        Ok(())
+    }
+
+    /// Like [`Outbound::send`], but held: written at the next [`Outbound::release`] (or at once
+    /// past [`HOLD_LIMIT`] bytes). Whether the buffer was not held before (and so needs
+    /// releasing).
+    pub(crate) fn send_held(&self, parts: &[Vec<u8>], limit: usize) -> Result<bool, SendError> {
+        let mut state = self.taking(parts, limit)?;
+        let newly = !state.held;
+        state.held = true;
+        encode_message(&mut state.waiting, parts);
+        if state.waiting.len() > HOLD_LIMIT {
+            state.held = false;
+            self.write_now(&mut state);
+        }
+        Ok(newly)
+    }
+
+    /// Writes what is held.
+    pub(crate) fn release(&self) {
         let mut state = self.lock();
+        if state.held {
+            state.held = false;
+            self.write_now(&mut state);
+        }
+    }
+
+    /// The buffer, if it takes a message of `parts` (see [`Outbound::send`]).
+    fn taking(&self, parts: &[Vec<u8>], limit: usize) -> Result<MutexGuard<'_, State>, SendError> {
+        let state = self.lock();
         if state.ended {
             return Err(SendError::NotConnected);
         }
         if !state.waiting.is_empty() && state.waiting.len().saturating_add(message_bytes(parts)) > limit {
             return Err(SendError::Full);
         }
-        self.queue(&mut state, |out| encode_message(out, parts));
-        Ok(())
+        Ok(state)
     }
 
     /// Queues bytes of the connection's own (already framed) behind what waits.
@@ -92,11 +132,11 @@ impl Outbound {
     }
 
     /// Appends to the buffer and writes at once if nothing was waiting before (otherwise the
-    /// task, already told, is on it, and this goes after).
+    /// task, already told, is on it, or the bytes are held, and this goes after).
     fn queue(&self, state: &mut State, append: impl FnOnce(&mut Vec<u8>)) {
         let was_empty = state.waiting.is_empty();
         append(&mut state.waiting);
-        if was_empty {
+        if was_empty && !state.held {
             self.write_now(state);
         }
     }
@@ -117,9 +157,10 @@ impl Outbound {
         self.write_now(&mut state);
     }
 
-    /// Whether bytes wait for the task.
+    /// Whether bytes wait for the task (not held ones: those wait for their release).
     pub(crate) fn has_leftover(&self) -> bool {
-        !self.lock().waiting.is_empty()
+        let state = self.lock();
+        !state.held && !state.waiting.is_empty()
     }
 
     /// Resolves when bytes may wait for the task (or at once if told so before).

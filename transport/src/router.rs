@@ -122,6 +122,8 @@ pub struct Router {
     peers: Peers,
     inbound: InboundBudget,
     send_queue_bytes: usize,
+    /// Buffers holding messages until [`Router::release_held`], in the order they were held.
+    held: Mutex<Vec<Arc<Outbound>>>,
     accept_task: JoinHandle<()>,
 }
 
@@ -143,7 +145,7 @@ impl Router {
         let inbound = InboundBudget::new(config.event_queue_bytes);
         let send_queue_bytes = config.send_queue_bytes;
         let accept_task = tokio::spawn(accept_loop(listener, config, events_tx, peers.clone(), inbound.clone()));
-        Ok(Router { local_addr, events, peers, inbound, send_queue_bytes, accept_task })
+        Ok(Router { local_addr, events, peers, inbound, send_queue_bytes, held: Mutex::default(), accept_task })
     }
 
     /// The address actually bound (useful after binding port 0).
@@ -176,11 +178,32 @@ impl Router {
     /// [`SendError::Full`] when more than `send_queue_bytes` already wait for a peer that does
     /// not read.
     pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        let outbound = {
-            let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-            peers.get(&peer).ok_or(SendError::NotConnected)?.outbound.clone()
-        };
-        outbound.send(&parts, self.send_queue_bytes)
+        self.outbound(peer)?.send(&parts, self.send_queue_bytes)
+    }
+
+    /// Like [`Router::send`], but the message waits for [`Router::release_held`], so a peer
+    /// sent several small messages gets them in one write, woken once. Past a few KiB held for
+    /// one peer, its messages are written at once.
+    pub fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        let outbound = self.outbound(peer)?;
+        if outbound.send_held(&parts, self.send_queue_bytes)? {
+            self.held.lock().unwrap_or_else(PoisonError::into_inner).push(outbound);
+        }
+        Ok(())
+    }
+
+    /// Writes every message [`Router::send_held`] holds, peer by peer in the order they were
+    /// first held.
+    pub fn release_held(&self) {
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
+        for outbound in held {
+            outbound.release();
+        }
+    }
+
+    fn outbound(&self, peer: PeerId) -> Result<Arc<Outbound>, SendError> {
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(peers.get(&peer).ok_or(SendError::NotConnected)?.outbound.clone())
     }
 
     /// Tells the connection its peer is authenticated (see [`Limits`]).

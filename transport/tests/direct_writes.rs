@@ -1,7 +1,7 @@
 //! A router writes each message to the socket on the sender's thread, and leaves only what the
 //! socket does not take to the connection's task: messages sent from several threads at once
 //! still arrive whole and in each sender's order, and a peer that stops reading is cut off once
-//! bytes have waited for it longer than the write timeout.
+//! bytes have waited for it longer than the write timeout. Held messages wait for their release.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,4 +94,34 @@ async fn a_peer_that_stops_reading_is_cut_off_after_the_write_timeout() {
     .expect("cut off in time");
     assert_eq!(closed, CloseReason::WriteStalled);
     assert_eq!(router.send(peer, chunk), Err(SendError::NotConnected));
+}
+
+#[tokio::test]
+async fn held_messages_wait_for_their_release_and_a_large_one_goes_at_once() {
+    let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
+    let mut dealer = Dealer::connect(
+        router.local_addr().to_string(),
+        DealerConfig { limits: big_messages(), ..DealerConfig::default() },
+    );
+    let peer = connected(&mut router).await;
+    assert!(matches!(timeout(Duration::from_secs(10), dealer.recv()).await, Ok(Some(DealerEvent::Connected(_)))));
+    let small = |seq: u32| vec![seq.to_be_bytes().to_vec()];
+    router.send_held(peer, small(0)).unwrap();
+    router.send_held(peer, small(1)).unwrap();
+    // A message sent directly meanwhile goes behind the held ones.
+    router.send(peer, small(2)).unwrap();
+    assert!(timeout(Duration::from_millis(300), dealer.recv()).await.is_err(), "nothing leaves before the release");
+    router.release_held();
+    for seq in 0..3 {
+        let event = timeout(Duration::from_secs(5), dealer.recv()).await.expect("released in time");
+        assert!(matches!(event, Some(DealerEvent::Message(parts)) if parts == small(seq)), "message {seq}");
+    }
+    // Past the hold limit, what is held is written without waiting for a release.
+    router.send_held(peer, small(3)).unwrap();
+    router.send_held(peer, vec![vec![9u8; 20_000]]).unwrap();
+    let event = timeout(Duration::from_secs(5), dealer.recv()).await.expect("written at once");
+    assert!(matches!(event, Some(DealerEvent::Message(parts)) if parts == small(3)));
+    let event = timeout(Duration::from_secs(5), dealer.recv()).await.expect("written at once");
+    assert!(matches!(event, Some(DealerEvent::Message(parts)) if parts[0].len() == 20_000));
+    router.release_held();
 }

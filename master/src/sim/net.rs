@@ -1,4 +1,5 @@
-//! In-memory connections: what arrives waits in a queue, what is sent is kept per peer.
+//! In-memory connections: what arrives waits in a queue, what is sent is kept per peer, with
+//! the number of writes it took (a held batch is one write, as on a socket).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -20,6 +21,10 @@ struct State {
     sent: HashMap<PeerId, Vec<Vec<Vec<u8>>>>,
     closed: HashMap<PeerId, String>,
     full: HashSet<PeerId>,
+    /// Messages waiting for `release_held`, in order.
+    held: Vec<(PeerId, Vec<Vec<u8>>)>,
+    /// Writes per peer since the last `take_writes`.
+    writes: HashMap<PeerId, usize>,
 }
 
 impl MemNet {
@@ -47,9 +52,27 @@ impl MemNet {
         self.state().closed.get(&peer).cloned()
     }
 
+    /// How many writes reached `peer` since the last call.
+    pub(crate) fn take_writes(&self, peer: PeerId) -> usize {
+        self.state().writes.remove(&peer).unwrap_or_default()
+    }
+
     /// What was sent to `peer` since the last call.
     pub(crate) fn take(&self, peer: PeerId) -> Vec<Vec<Vec<u8>>> {
         self.state().sent.remove(&peer).unwrap_or_default()
+    }
+}
+
+impl State {
+    /// Whether `peer` takes a message now.
+    fn takes(&self, peer: PeerId) -> Result<(), SendError> {
+        if self.closed.contains_key(&peer) {
+            return Err(SendError::NotConnected);
+        }
+        if self.full.contains(&peer) {
+            return Err(SendError::Full);
+        }
+        Ok(())
     }
 }
 
@@ -70,14 +93,29 @@ impl Net for MemNet {
 
     fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
         let mut state = self.state();
-        if state.closed.contains_key(&peer) {
-            return Err(SendError::NotConnected);
-        }
-        if state.full.contains(&peer) {
-            return Err(SendError::Full);
-        }
+        state.takes(peer)?;
+        *state.writes.entry(peer).or_default() += 1;
         state.sent.entry(peer).or_default().push(parts);
         Ok(())
+    }
+
+    fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        let mut state = self.state();
+        state.takes(peer)?;
+        state.held.push((peer, parts));
+        Ok(())
+    }
+
+    fn release_held(&self) {
+        let mut state = self.state();
+        let held = std::mem::take(&mut state.held);
+        let mut written = HashSet::new();
+        for (peer, parts) in held {
+            if written.insert(peer) {
+                *state.writes.entry(peer).or_default() += 1;
+            }
+            state.sent.entry(peer).or_default().push(parts);
+        }
     }
 
     fn mark_authenticated(&self, _peer: PeerId) {}

@@ -76,6 +76,27 @@ fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_
 }
 
 #[test]
+fn a_client_gets_each_steps_messages_in_one_write_and_a_minion_its_job_at_once() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let (client, minion) = (root.peer, web1.peer);
+        sim.net.take_writes(client);
+        sim.net.take_writes(minion);
+        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        assert_eq!(sim.net.take_writes(client), 1, "the answer and the first updates, together");
+        assert_eq!(web1.jobs(&sim).len(), 1);
+        assert_eq!(sim.net.take_writes(minion), 1);
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        let end = root.recv(&sim);
+        assert!(end.iter().any(|m| matches!(m, Message::JobUpdate(u) if u.jid == jid)), "{end:?}");
+        assert!(end.iter().any(|m| matches!(m, Message::JobDone(d) if d.jid == jid)), "{end:?}");
+        assert_eq!(sim.net.take_writes(client), 1, "the return's update and the job's end, together");
+    });
+}
+
+#[test]
 fn a_return_after_the_timeout_is_stored_as_late_and_acknowledged() {
     rt().block_on(async {
         let (mut sim, mut web1, _root, jid) = web1_pinged(2_000).await;
