@@ -13,7 +13,7 @@
 // A benchmark binary: any failure is a broken run, reported by the panic message.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use halite_protocol::message::RequestBody;
 use halite_tests::postgres::OwnServer;
@@ -101,6 +101,10 @@ fn main() {
         let other = connect(&second_config).await;
         wait_connected(&other, n - half).await;
         drop(other);
+        // The first master hears of the second's minions through the store's notifications, a
+        // few milliseconds after the second counts them; a publish before that finds the
+        // latest ones offline.
+        tokio::time::sleep(Duration::from_millis(500)).await;
         fan_out(&client, n, format!("PostgreSQL, two masters: fan-out test.ping, {n} minions"), &mut figures).await;
 
         // Failover: the second master is killed; its minions move to the first.
