@@ -16,11 +16,9 @@ pub trait Net: Send + 'static {
     fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
     /// Like `send`, but the message may wait for [`Net::release_held`], to leave with the
     /// others for the same peer in one write.
-    fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        self.send(peer, parts)
-    }
+    fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
     /// Writes what `send_held` holds.
-    fn release_held(&self) {}
+    fn release_held(&self);
     /// Lifts a peer's pre-authentication limits.
     fn mark_authenticated(&self, peer: PeerId);
     /// Closes a peer's connection with a reason.

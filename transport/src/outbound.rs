@@ -98,8 +98,7 @@ impl Outbound {
         state.held = true;
         encode_message(&mut state.waiting, parts);
         if state.waiting.len() > HOLD_LIMIT {
-            state.held = false;
-            self.write_now(&mut state);
+            self.unhold(&mut state);
         }
         Ok(newly)
     }
@@ -108,9 +107,14 @@ impl Outbound {
     pub(crate) fn release(&self) {
         let mut state = self.lock();
         if state.held {
-            state.held = false;
-            self.write_now(&mut state);
+            self.unhold(&mut state);
         }
+    }
+
+    /// Stops holding and writes what the socket takes.
+    fn unhold(&self, state: &mut State) {
+        state.held = false;
+        self.write_now(state);
     }
 
     /// The buffer, if it takes a message of `parts` (see [`Outbound::send`]).
