@@ -263,7 +263,7 @@ pub(crate) async fn minions(client: &Client, command: MinionsCommand, format: Fo
         .map(|m| {
             vec![
                 m.id.clone(),
-                if m.connected { paint("connected", "32") } else { paint("offline", "33") },
+                presence(m),
                 format_time(m.last_seen_ms),
                 format!("{} {}", grain(m, "os"), grain(m, "osrelease")).trim().to_owned(),
                 grain(m, "kernelrelease"),
@@ -280,6 +280,17 @@ pub(crate) async fn minions(client: &Client, command: MinionsCommand, format: Fo
         .collect();
     output::print_table(&["ID", "PRESENCE", "LAST SEEN (UTC)", "OS", "KERNEL", "CPUS", "IPV4"], &rows);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a minion's session is: here, on another master of the cluster, or nowhere.
+fn presence(minion: &halite_protocol::message::MinionInfo) -> String {
+    if minion.connected {
+        paint("connected", "32")
+    } else if minion.connected_elsewhere {
+        paint("elsewhere", "32")
+    } else {
+        paint("offline", "33")
+    }
 }
 
 pub(crate) async fn jobs(client: &Client, command: JobsCommand, format: Format) -> anyhow::Result<ExitCode> {

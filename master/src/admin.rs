@@ -238,6 +238,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         MinionInfo {
                             id: id.clone(),
                             connected: self.sessions.online.contains_key(id),
+                            connected_elsewhere: self.served_elsewhere(id),
                             last_seen_ms: entry.last_seen_ms,
                             grains: entry.grains,
                             functions: entry.functions,

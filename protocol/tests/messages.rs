@@ -204,15 +204,15 @@ fn response_body() -> impl Strategy<Value = ResponseBody> {
             expires_at_ms
         })),
         prop::collection::vec(
-            (".{0,8}", any::<bool>(), any::<u64>(), map(), prop::collection::vec(".{0,8}", 0..3)).prop_map(
-                |(id, connected, last_seen_ms, grains, functions)| MinionInfo {
+            (".{0,8}", any::<bool>(), any::<bool>(), any::<u64>(), map(), prop::collection::vec(".{0,8}", 0..3))
+                .prop_map(|(id, connected, connected_elsewhere, last_seen_ms, grains, functions)| MinionInfo {
                     id,
                     connected,
+                    connected_elsewhere,
                     last_seen_ms,
                     grains,
                     functions
-                }
-            ),
+                }),
             0..3
         )
         .prop_map(ResponseBody::Minions),

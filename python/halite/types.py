@@ -194,10 +194,13 @@ class MinionInfo(Record):
     """A minion this principal may target."""
 
     id: str
+    #: A live session with the master answering.
     connected: bool
     last_seen_ms: int
     grains: Dict[str, Any]
     functions: List[str]
+    #: Not connected to the master answering, but to another master of its cluster.
+    connected_elsewhere: bool = False
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,10 @@ def test_a_principal_connects_with_its_key_and_is_held_to_its_acl(master, root: 
     with halite.Client.connect([master.addr], principal="ops", key_file=str(key_file),
                                master_key=master.master_key_hex) as ops:
         assert sorted(ops.run("web*", "test.ping")) == ["web1", "web2"]
-        assert [m.id for m in ops.minions("*")] == ["web1", "web2"]
+        listed = ops.minions("*")
+        assert [m.id for m in listed] == ["web1", "web2"]
+        # One master: connected to it, never elsewhere.
+        assert [(m.connected, m.connected_elsewhere) for m in listed] == [(True, False)] * 2
         # Minions outside its ACL do not exist for it; functions outside it are refused.
         with pytest.raises(halite.NotFound):
             ops.publish("db1", "test.ping")

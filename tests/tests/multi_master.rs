@@ -137,6 +137,21 @@ fn a_job_published_on_one_master_runs_on_minions_connected_to_all_three() {
     for port in ports {
         assert!(!connected_at(&cluster, port).is_empty(), "the minions spread over every master");
     }
+    // The first master lists every minion as connected to it or to another master, none offline.
+    let here = connected_at(&cluster, ports[0]);
+    wait_for("the first master to know where every minion is", Duration::from_secs(10), || {
+        let run = cluster.cli_at(ports[0], &["minions", "list", "--out", "json"]);
+        let doc = (run.code == 0).then(|| run.json())?;
+        let list = doc.as_array()?;
+        let placed = list.len() == ids.len()
+            && list.iter().all(|m| {
+                let is_here = here.iter().any(|id| m["id"] == id.as_str());
+                m["connected"] == is_here && m["connected_elsewhere"] == !is_here
+            });
+        placed.then_some(())
+    });
+    let table = cluster.cli_at(ports[0], &["minions", "list"]);
+    assert!(table.stdout.contains("elsewhere") && !table.stdout.contains("offline"), "{}", table.stdout);
     let run = cluster.cli_at(ports[0], &["run", "--out", "json", "w*", "test.ping"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let doc = run.json();

@@ -353,8 +353,12 @@ pub struct TokenInfo {
 pub struct MinionInfo {
     /// Minion id.
     pub id: String,
-    /// Whether it has a live session now.
+    /// Whether it has a live session with this master now.
     pub connected: bool,
+    /// Whether, not connected here, it has a live session with another master of the cluster
+    /// (masters sharing one store). Masters before this field omit it.
+    #[serde(default)]
+    pub connected_elsewhere: bool,
     /// Last time it was connected or sent anything, Unix milliseconds (0: never).
     pub last_seen_ms: u64,
     /// Announced grains.
