@@ -6,10 +6,11 @@
 #
 #   bash scripts/portable.sh           # the minion, size-optimised (profile `minion`)
 #   bash scripts/portable.sh --locked  # the locked-down minion (no code-running functions)
-#   bash scripts/portable.sh --all     # the minion, the master and the CLI (release profile)
+#   bash scripts/portable.sh --all     # every binary as shipped: that minion, the master and the CLI
 #   bash scripts/portable.sh --wheel   # the Python SDK's abi3 wheel, tagged manylinux2014
 #
-# Output: target/x86_64-unknown-linux-gnu/{minion,release}/. For aarch64, the same command with
+# Output: target/x86_64-unknown-linux-gnu/{minion,release}/ (the minion in minion/, the master and
+# the CLI in release/). For aarch64, the same command with
 # TARGET=aarch64-unknown-linux-gnu (the script adds Rust's standard library for it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,36 +37,34 @@ case "${1:-}" in
     unpacked=$(mktemp -d)
     trap 'rm -rf "$unpacked"' EXIT
     python3 -m zipfile -e "$wheel" "$unpacked"
-    dir="$unpacked/halite"
-    bins=(_native.abi3.so)
+    bins=("$unpacked/halite/_native.abi3.so")
     ;;
   --all)
-    cargo zigbuild --release -p halite-master -p halite-cli -p halite-minion --bins --target "$TARGET.$FLOOR"
-    dir="target/$TARGET/release"
-    bins=(halite-minion halite-master halite)
+    # What the packages ship (scripts/package.sh): the minion size-optimised, as below.
+    cargo zigbuild --profile minion -p halite-minion --bin halite-minion --target "$TARGET.$FLOOR"
+    cargo zigbuild --release -p halite-master -p halite-cli --bins --target "$TARGET.$FLOOR"
+    bins=("target/$TARGET/minion/halite-minion" "target/$TARGET/release/halite-master" "target/$TARGET/release/halite")
     ;;
   --locked)
     cargo zigbuild --profile minion -p halite-minion --bin halite-minion --no-default-features --target "$TARGET.$FLOOR"
-    dir="target/$TARGET/minion"
-    bins=(halite-minion)
+    bins=("target/$TARGET/minion/halite-minion")
     ;;
   *)
     cargo zigbuild --profile minion -p halite-minion --bin halite-minion --target "$TARGET.$FLOOR"
-    dir="target/$TARGET/minion"
-    bins=(halite-minion)
+    bins=("target/$TARGET/minion/halite-minion")
     ;;
 esac
 
 fail=0
 for bin in "${bins[@]}"; do
   # readelf reads any architecture's ELF: the highest glibc symbol version the binary needs.
-  need=$(readelf --dyn-syms -W "$dir/$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
-  size=$(stat -c %s "$dir/$bin")
+  need=$(readelf --dyn-syms -W "$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+  size=$(stat -c %s "$bin")
   if [ "$(printf '%s\n%s\n' "$need" "$FLOOR" | sort -V | tail -1)" != "$FLOOR" ]; then
-    echo "$dir/$bin needs glibc $need, newer than $FLOOR" >&2
+    echo "$bin needs glibc $need, newer than $FLOOR" >&2
     fail=1
   else
-    echo "$dir/$bin: needs glibc $need at most (floor $FLOOR), $size bytes"
+    echo "$bin: needs glibc $need at most (floor $FLOOR), $size bytes"
   fi
 done
 exit $fail

@@ -13,8 +13,7 @@ cd "$(dirname "$0")/.."
 
 for target in ${TARGETS:-x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu}; do
   printf '\n==> %s\n' "$target"
-  TARGET=$target bash scripts/portable.sh          # the minion, size-optimised
-  TARGET=$target bash scripts/portable.sh --all    # the master and the CLI (and a release-profile minion)
+  TARGET=$target bash scripts/portable.sh --all    # the minion, the master and the CLI
   TARGET=$target bash scripts/package.sh
 done
 printf '\n==> target/packages\n'

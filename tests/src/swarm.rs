@@ -54,19 +54,37 @@ pub async fn connect(config: &Path) -> Client {
     }
 }
 
-/// How many swarm minions the client's master has connected.
-pub async fn connected_count(client: &Client) -> usize {
+/// How many swarm minions the client's master has connected, and (with `elsewhere`) how many
+/// it knows to be connected to the other masters of its cluster as well.
+async fn count(client: &Client, elsewhere: bool) -> usize {
     match client.request(RequestBody::MinionList { pattern: "swarm-*".into() }).await {
-        Ok(ResponseBody::Minions(minions)) => minions.iter().filter(|m| m.connected).count(),
+        Ok(ResponseBody::Minions(minions)) => {
+            minions.iter().filter(|m| m.connected || (elsewhere && m.connected_elsewhere)).count()
+        }
         other => panic!("unexpected {other:?}"),
     }
 }
 
+/// How many swarm minions the client's master has connected.
+pub async fn connected_count(client: &Client) -> usize {
+    count(client, false).await
+}
+
 /// Waits until the client's master has `n` swarm minions connected; how long it took.
 pub async fn wait_connected(client: &Client, n: usize) -> Duration {
+    wait_counted(client, n, false).await
+}
+
+/// Waits until the client's master knows `n` swarm minions connected to it or to another master
+/// of its cluster (which it learns of through the store, shortly after that master).
+pub async fn wait_reachable(client: &Client, n: usize) -> Duration {
+    wait_counted(client, n, true).await
+}
+
+async fn wait_counted(client: &Client, n: usize, elsewhere: bool) -> Duration {
     let started = Instant::now();
     loop {
-        let count = connected_count(client).await;
+        let count = count(client, elsewhere).await;
         if count >= n {
             return started.elapsed();
         }

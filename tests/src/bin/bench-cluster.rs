@@ -13,11 +13,11 @@
 // A benchmark binary: any failure is a broken run, reported by the panic message.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use halite_protocol::message::RequestBody;
 use halite_tests::postgres::OwnServer;
-use halite_tests::swarm::{connect, ping, start_swarm, wait_connected, Figures};
+use halite_tests::swarm::{connect, ping, start_swarm, wait_connected, wait_reachable, Figures};
 use halite_tests::Cluster;
 
 /// Sequential single-minion jobs timed on `cluster` (one swarm minion).
@@ -97,14 +97,10 @@ fn main() {
         let half = n / 2;
         let _on_first = start_swarm(&cluster, &cluster.config, 0, half, &[format!("127.0.0.1:{second}")]);
         let on_second = start_swarm(&cluster, &second_config, half, n - half, &[format!("127.0.0.1:{first}")]);
+        // Published on the first master once it knows where every minion is (it hears of the
+        // second's through the store, a few milliseconds after the second counts them).
         wait_connected(&client, half).await;
-        let other = connect(&second_config).await;
-        wait_connected(&other, n - half).await;
-        drop(other);
-        // The first master hears of the second's minions through the store's notifications, a
-        // few milliseconds after the second counts them; a publish before that finds the
-        // latest ones offline.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        wait_reachable(&client, n).await;
         fan_out(&client, n, format!("PostgreSQL, two masters: fan-out test.ping, {n} minions"), &mut figures).await;
 
         // Failover: the second master is killed; its minions move to the first.
