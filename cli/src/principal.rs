@@ -38,8 +38,12 @@ pub(crate) enum PrincipalCommand {
         #[arg(long = "event")]
         events: Vec<String>,
         /// It may manage keys, tokens and principals.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "tenant")]
         admin: bool,
+        /// Confine it to a tenant: only minions whose ids start with `<TENANT>-`, and the jobs,
+        /// events and deployments about them (one principal per Heat project).
+        #[arg(long, value_name = "TENANT")]
+        tenant: Option<String>,
     },
     /// List principals with their ACLs.
     List,
@@ -97,7 +101,7 @@ pub(crate) async fn run(client: &Client, command: PrincipalCommand, format: Form
             }
             Ok(ExitCode::SUCCESS)
         }
-        PrincipalCommand::Add { name, key, generate, target, functions, args, events, admin } => {
+        PrincipalCommand::Add { name, key, generate, target, functions, args, events, admin, tenant } => {
             let public = match (key, generate) {
                 (Some(path), _) => keyfile::read_public(&path)?,
                 (None, Some(dir)) => {
@@ -119,7 +123,7 @@ pub(crate) async fn run(client: &Client, command: PrincipalCommand, format: Form
                 None if functions.is_empty() => Vec::new(),
                 _ => anyhow::bail!("--target and --function go together"),
             };
-            let acl = PrincipalAcl { rules, events, admin };
+            let acl = PrincipalAcl { rules, events, admin, tenant };
             client
                 .request(RequestBody::PrincipalAdd { name: name.clone(), public_key: public.as_bytes().to_vec(), acl })
                 .await?;

@@ -29,8 +29,8 @@ impl<S: Store, N: Net> Master<S, N> {
             self.show_job(jid, who).await?;
             return Err(RequestError::bad_request(format!("job {jid} has finished: nothing to pause or resume")));
         }
-        let visible = self.may_see_live_job(who, jid);
-        self.pause_or_resume(jid, pause, visible).await?;
+        let access = self.job_access(who, jid);
+        self.pause_or_resume(jid, pause, access).await?;
         self.show_job(jid, who).await
     }
 
@@ -136,6 +136,15 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 let key =
                     PublicIdentity::from_bytes(&public_key).map_err(|e| RequestError::bad_request(e.to_string()))?;
+                if let Some(tenant) = &acl.tenant {
+                    halite_protocol::id::validate(tenant)
+                        .map_err(|e| RequestError::bad_request(format!("tenant {tenant:?}: {e}")))?;
+                    if acl.admin {
+                        return Err(RequestError::bad_request(
+                            "a tenant's principal cannot be an administrator (administrators see every tenant)",
+                        ));
+                    }
+                }
                 for rule in &acl.rules {
                     crate::target::Expr::parse(
                         halite_protocol::message::TargetKind::Compound,
@@ -151,6 +160,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 let record = PrincipalRecord { name: name.clone(), public_key: *key.as_bytes(), acl };
                 self.store.put_principal(&record, self.clock.wall_ms()).await.map_err(RequestError::from)?;
                 self.reload_principals().await.map_err(RequestError::from)?;
+                // Sessions opened under the old key or ACL end here at once, as on the other
+                // masters (they reconnect under the new ACL).
+                self.drop_clients_if_changed(&name);
                 self.tell_other_masters(ClusterChange::Principal { name: name.clone() }).await;
                 info!(principal = %name, fingerprint = %key.fingerprint(), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))

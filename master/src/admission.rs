@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use halite_protocol::message::{self, ErrorKind, PrincipalAcl};
+use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl};
 use halite_protocol::noise::{Claim, IdentifiedPeer, Responder, Role, SessionConfig};
 use halite_transport::PeerId;
 use serde_json::json;
@@ -61,13 +61,24 @@ impl<S: Store, N: Net> Master<S, N> {
                     }
                 }
             }
-            Conn::Client { principal, acl, mut session } => {
+            Conn::Client { principal, acl, mut session, greeted } => {
                 let opened = session.open(&parts, self.clock.now());
-                self.sessions
-                    .conns
-                    .insert(peer, Conn::Client { principal: principal.clone(), acl: acl.clone(), session });
-                match opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string())) {
-                    Ok(msg) => self.on_client_message(peer, &principal, acl, msg).await?,
+                let decoded =
+                    opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string()));
+                // The protocol's first client message is `client_hello` (docs/protocol.md): nothing
+                // else is served before it, so a client always learns the master's version and
+                // revocations before acting.
+                let greets = matches!(decoded, Ok(Message::ClientHello(_)));
+                self.sessions.conns.insert(
+                    peer,
+                    Conn::Client { principal: principal.clone(), acl: acl.clone(), session, greeted: greeted || greets },
+                );
+                match decoded {
+                    Ok(msg) if greeted || greets => self.on_client_message(peer, &principal, acl, msg).await?,
+                    Ok(_) => {
+                        let why = "send client_hello first: nothing is served before it".to_owned();
+                        self.send_error(peer, ErrorKind::BadRequest, why, None);
+                    }
                     Err(error) => self.send_error(peer, ErrorKind::BadRequest, error, None),
                 }
             }
@@ -93,7 +104,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         let _ = self.net.send(peer, verdict);
                         self.net.mark_authenticated(peer);
-                        self.sessions.conns.insert(peer, Conn::Client { principal: who.name, acl, session });
+                        self.sessions.conns.insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
                 } else {

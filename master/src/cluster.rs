@@ -118,7 +118,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Cuts the sessions of a principal that was removed, or whose key or ACL changed (they
     /// reconnect under the new ACL); root never changes.
-    fn drop_clients_if_changed(&mut self, name: &str) {
+    pub(crate) fn drop_clients_if_changed(&mut self, name: &str) {
         if name == "root" {
             return;
         }
@@ -137,7 +137,7 @@ impl<S: Store, N: Net> Master<S, N> {
             })
             .collect();
         for peer in stale {
-            info!(principal = name, "principal changed on another master; disconnecting its session");
+            info!(principal = name, "principal changed or removed; disconnecting its session");
             self.forget(peer, Some("principal changed"));
         }
     }

@@ -98,6 +98,10 @@ pub struct MasterConfig {
     /// from the file).
     #[serde(skip)]
     pub accept_wal_loss: bool,
+    /// Begin with an empty store although this master ran before (its key exists) and its
+    /// database is missing or empty (`halite-master --init`; never read from the file).
+    #[serde(skip)]
+    pub init: bool,
     /// The file it was read from (SIGHUP rereads its rules); never read from the file.
     #[serde(skip)]
     pub path: Option<PathBuf>,
@@ -134,6 +138,7 @@ impl Default for MasterConfig {
             log: "info".into(),
             log_format: halite_transport::logging::LogFormat::Text,
             accept_wal_loss: false,
+            init: false,
             path: None,
         }
     }

@@ -52,7 +52,8 @@ mod sessions;
 mod sim;
 mod slots;
 pub mod store;
-pub mod target;
+/// Target expressions: the parser and matcher live in `halite-targeting`.
+pub use halite_targeting as target;
 mod watchers;
 mod writes;
 
@@ -163,10 +164,12 @@ fn tighten_state_dir(dir: &std::path::Path) -> Result<(), MasterError> {
 /// then passes from its connection task to the core (and back) on one worker, most often
 /// without waking another thread (a round trip's cost on a small machine is its wake-ups).
 pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), MasterError> {
+    let ran_before = config.key_path().exists();
     let keys = init_serving(&config)?;
     match config.store.backend()? {
         store::Backend::Sqlite => {
             let database = config.database_path();
+            check_database_present(&database, ran_before, config.init)?;
             let store = SqliteStore::open_with(&database, config.accept_wal_loss)
                 .await
                 .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
@@ -188,6 +191,33 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()> + Send
             served
         }
     }
+}
+
+/// A master that ran before (its key exists) and finds its database missing or empty has
+/// lost its store (a restore gone wrong, a full disk truncating the file): starting empty would
+/// forget every key, job and deployment without a word. That takes `--init`. A zero-length file
+/// is refused even on a first start: SQLite never leaves one, something else did.
+fn check_database_present(database: &std::path::Path, ran_before: bool, init: bool) -> Result<(), MasterError> {
+    if init {
+        return Ok(());
+    }
+    let length = match std::fs::metadata(database) {
+        Ok(meta) => Some(meta.len()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            let error = store::StoreError::Unavailable(error.to_string());
+            return Err(MasterError::Database { place: database.display().to_string(), error });
+        }
+    };
+    let problem = match length {
+        Some(0) => "is empty (zero bytes)",
+        None if ran_before => "is missing, but this master ran before (its key exists)",
+        _ => return Ok(()),
+    };
+    let error = store::StoreError::Corrupt(format!(
+        "{problem}: restore it from a backup, or start once with `halite-master --init` to begin with an empty store"
+    ));
+    Err(MasterError::Database { place: database.display().to_string(), error })
 }
 
 /// Runs `task` as a task of the runtime and waits for it; its panic is this caller's. (It is
@@ -321,4 +351,31 @@ async fn serve<S: Store + Clone>(
     }
     served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_database_present;
+
+    #[test]
+    fn a_missing_or_empty_database_of_a_master_that_ran_before_takes_init() {
+        let dir = std::env::temp_dir().join(format!("halite-db-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("master.db");
+        let _ = std::fs::remove_file(&db);
+        // First start: no key yet, no database yet.
+        assert!(check_database_present(&db, false, false).is_ok());
+        let missing = check_database_present(&db, true, false).unwrap_err().to_string();
+        assert!(missing.contains("is missing") && missing.contains("--init"), "{missing}");
+        assert!(check_database_present(&db, true, true).is_ok());
+        std::fs::write(&db, b"").unwrap();
+        for ran_before in [false, true] {
+            let empty = check_database_present(&db, ran_before, false).unwrap_err().to_string();
+            assert!(empty.contains("is empty") && empty.contains("--init"), "{empty}");
+        }
+        assert!(check_database_present(&db, true, true).is_ok());
+        std::fs::write(&db, b"SQLite format 3\0").unwrap();
+        assert!(check_database_present(&db, true, false).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

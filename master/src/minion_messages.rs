@@ -95,9 +95,17 @@ impl<S: Store, N: Net> Master<S, N> {
                 let jid = ret.jid.clone();
                 match self.jobs.state(&jid, id) {
                     Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)).await?,
-                    // After the slot ended (timed out, cancelled) or the job finished: kept as a
-                    // late return beside the final state, never thrown away.
-                    _ => self.late_return(&jid, id, state, ret),
+                    // After the slot ended (timed out, cancelled): kept as a late return beside
+                    // the final state, never thrown away, and announced.
+                    Some(_) => self.late_return(&jid, id, state, ret),
+                    // The job is not live here: finished, or never sent to this minion. The
+                    // store keeps it only where a slot of this minion exists (the write is an
+                    // update of that row); nothing is announced, so a minion cannot put returns
+                    // of jobs it never ran on anyone's bus.
+                    None => {
+                        info!(jid, minion = id, "return for a job not live here: acknowledged, not announced");
+                        self.record_state(&jid, id, state, Some(ret), true);
+                    }
                 }
                 // Acknowledged only once stored (at the end of this step): the minion keeps it
                 // in its outbox until then.

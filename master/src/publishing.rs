@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
-use crate::authz::TargetView;
+use crate::authz::{JobAccess, TargetView};
 use crate::jobs::{LiveJob, Slot};
 use crate::limits;
 use crate::net::Net;
@@ -225,8 +225,19 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// A client's cancel: only of a job it may see (`visible`); another principal's job is
     /// answered exactly like a job that does not exist, so its jid reveals nothing.
-    pub(crate) async fn cancel(&mut self, peer: PeerId, jid: &str, visible: bool) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get_mut(jid).filter(|_| visible) else {
+    pub(crate) async fn cancel(&mut self, peer: PeerId, jid: &str, access: JobAccess) -> Result<(), StoreError> {
+        let job = match access {
+            JobAccess::Control => self.jobs.get_mut(jid),
+            JobAccess::See => {
+                let why = format!(
+                    "not allowed to cancel job {jid}: only its publisher, an administrator or rules allowing its function on every target may"
+                );
+                self.send_error(peer, ErrorKind::Forbidden, why, Some(jid.to_owned()));
+                return Ok(());
+            }
+            JobAccess::None => None,
+        };
+        let Some(job) = job else {
             self.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
             return Ok(());
         };

@@ -59,8 +59,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Message::Cancel(cancel) => {
                 let who = Who { name: principal, acl: acl.as_deref() };
-                let visible = self.may_see_live_job(who, &cancel.jid);
-                self.cancel(peer, &cancel.jid, visible).await?
+                let access = self.job_access(who, &cancel.jid);
+                self.cancel(peer, &cancel.jid, access).await?
             }
             Message::Request(request) => {
                 // Requests read the store: they see every state change made before them.

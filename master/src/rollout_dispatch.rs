@@ -14,6 +14,7 @@ use halite_protocol::message::{MinionJobState, RolloutState, RolloutStatus};
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::authz::JobAccess;
 use crate::net::Net;
 use crate::request_error::RequestError;
 use crate::rollout::Decision;
@@ -176,8 +177,23 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// A client's pause or resume of a job it may see.
-    pub(crate) async fn pause_or_resume(&mut self, jid: &str, pause: bool, visible: bool) -> Result<(), RequestError> {
-        let Some(job) = self.jobs.get(jid).filter(|_| visible) else {
+    pub(crate) async fn pause_or_resume(
+        &mut self,
+        jid: &str,
+        pause: bool,
+        access: JobAccess,
+    ) -> Result<(), RequestError> {
+        let job = match access {
+            JobAccess::None => None,
+            JobAccess::See => {
+                let verb = if pause { "pause" } else { "resume" };
+                return Err(RequestError::forbidden(format!(
+                    "not allowed to {verb} job {jid}: only its publisher, an administrator or rules allowing its function on every target may"
+                )));
+            }
+            JobAccess::Control => self.jobs.get(jid),
+        };
+        let Some(job) = job else {
             return Err(RequestError::not_found(format!("no running job {jid}")));
         };
         let Some(run) = &job.rollout else {

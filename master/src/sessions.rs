@@ -19,8 +19,9 @@ pub(crate) enum Conn {
     AwaitIdentity { state: Box<AwaitingIdentity>, since: Instant },
     /// An accepted minion.
     Minion { id: String, session: Session },
-    /// An authenticated client; `acl` is `None` for root.
-    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session },
+    /// An authenticated client; `acl` is `None` for root. `greeted` once it sent its
+    /// `client_hello`, the only message served before.
+    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session, greeted: bool },
     /// Refused or told to wait: its verdict is on the way, and the connection stays open a
     /// moment ([`VERDICT_LINGER`]) so the peer reads it before the close (a libzmq peer drops a
     /// message that arrives together with the close). Nothing it sends is read.

@@ -7,7 +7,9 @@
 //!   its own target ACL (the union of its rules' `targets`); a `deploy.apply` job (which carries
 //!   a deployment's input values) only where a rule allows `deploy.apply` on its server, the
 //!   same check as for the deployment itself;
-//! - it may cancel and watch exactly the jobs it sees;
+//! - it may watch exactly the jobs it sees, but seeing is not controlling: cancelling, pausing
+//!   or resuming a job needs its publisher, an administrator, or rules that allow the job's
+//!   *function* on *every* targeted minion ([`Master::may_control_job`]);
 //! - it receives a job's bus events only if it sees the job (a job no longer live, only root
 //!   and administrators), a deployment's only if it may deploy to its server, and any event
 //!   only within its `events` globs;
@@ -53,32 +55,56 @@ impl Who<'_> {
     }
 }
 
-/// The minions a principal or peer can see: what its rules' targets cover (`None`: all).
-/// Targets are resolved within it, so neither a match nor an error ever reveals another minion.
-pub(crate) struct TargetView(Option<Vec<Expr>>);
+/// What a principal may do to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobAccess {
+    /// Nothing: the job is answered as one that does not exist.
+    None,
+    /// Read and watch it.
+    See,
+    /// Also cancel, pause and resume it.
+    Control,
+}
+
+/// The minions a principal or peer can see: what its rules' targets cover (`None`: all),
+/// within its tenant if it has one. Targets are resolved within it, so neither a match nor an
+/// error ever reveals another minion.
+pub(crate) struct TargetView {
+    exprs: Option<Vec<Expr>>,
+    tenant: Option<PrincipalAcl>,
+}
 
 impl TargetView {
     /// Every minion.
     pub(crate) fn all() -> Self {
-        TargetView(None)
+        TargetView { exprs: None, tenant: None }
     }
 
     /// The union of these target expressions (unparsable ones cover nothing).
     pub(crate) fn of<'a>(targets: impl Iterator<Item = &'a str>, nodegroups: &BTreeMap<String, String>) -> Self {
-        TargetView(Some(targets.filter_map(|t| Expr::parse(TargetKind::Compound, t, nodegroups).ok()).collect()))
+        let exprs = targets.filter_map(|t| Expr::parse(TargetKind::Compound, t, nodegroups).ok()).collect();
+        TargetView { exprs: Some(exprs), tenant: None }
     }
 
-    /// A principal's view: all for root and administrators, else its rules' targets.
+    /// A principal's view: all for root and administrators, else its rules' targets within its
+    /// tenant.
     pub(crate) fn of_principal(acl: Option<&PrincipalAcl>, nodegroups: &BTreeMap<String, String>) -> Self {
         match acl {
-            Some(acl) if !acl.admin => TargetView::of(acl.rules.iter().map(|r| r.targets.as_str()), nodegroups),
+            Some(acl) if !acl.admin => {
+                let mut view = TargetView::of(acl.rules.iter().map(|r| r.targets.as_str()), nodegroups);
+                if acl.tenant.is_some() {
+                    view.tenant = Some(PrincipalAcl { tenant: acl.tenant.clone(), ..PrincipalAcl::default() });
+                }
+                view
+            }
             _ => TargetView::all(),
         }
     }
 
     /// Whether a minion is in view.
     pub(crate) fn contains(&self, id: &str, grains: &BTreeMap<String, Value>) -> bool {
-        self.0.as_ref().is_none_or(|exprs| exprs.iter().any(|e| e.matches(id, grains)))
+        self.tenant.as_ref().is_none_or(|t| t.in_tenant(id))
+            && self.exprs.as_ref().is_none_or(|exprs| exprs.iter().any(|e| e.matches(id, grains)))
     }
 }
 
@@ -126,6 +152,38 @@ impl<S: Store, N: Net> Master<S, N> {
         self.may_see_job(who, &job.record.caller, &job.record.function, &minions)
     }
 
+    /// What `who` may do to a live job: nothing (it does not exist for `who`), see it, or
+    /// control it (cancel, pause, resume). Control needs the publisher, root, an
+    /// administrator, or rules allowing the job's function on every targeted minion: a
+    /// principal whose rules only cover the targets for `test.ping` may watch a `cmd.run` job
+    /// there, never stop or resume it.
+    pub(crate) fn job_access(&self, who: Who<'_>, jid: &str) -> JobAccess {
+        let Some(job) = self.jobs.get(jid) else { return JobAccess::None };
+        let minions: Vec<&str> = job.slots().keys().map(String::as_str).collect();
+        if !self.may_see_job(who, &job.record.caller, &job.record.function, &minions) {
+            return JobAccess::None;
+        }
+        let acl = match who.acl {
+            Some(acl) if !acl.admin && job.record.caller != who.name => acl,
+            _ => return JobAccess::Control,
+        };
+        let function = job.record.function.as_str();
+        let covered = !minions.is_empty()
+            && minions.iter().all(|&minion| {
+                let grains = self.registry.grains(minion);
+                acl.rules.iter().any(|rule| {
+                    crate::acl::any_glob(&rule.functions, function)
+                        && crate::acl::all_within(&rule.targets, &self.config.nodegroups, &[(minion, grains)])
+                            .unwrap_or(false)
+                })
+            });
+        if covered {
+            JobAccess::Control
+        } else {
+            JobAccess::See
+        }
+    }
+
     /// Whether the client on `peer` may receive an event (its subscription patterns aside).
     /// Events of a job that is no longer live (a late return) go only to those who see
     /// everything. A job's answer is remembered per connection while the job lives: its events
@@ -138,6 +196,11 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         if acl.admin {
             return true;
+        }
+        if let Some(tenant) = acl.tenant.as_deref() {
+            if !tenant_may_receive(&acl, tenant, &name, tag) {
+                return false;
+            }
         }
         let mut parts = tag.split('/');
         match (parts.next(), parts.next(), parts.next()) {
@@ -159,15 +222,32 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Whether an ACL allows `deploy.apply` on `server`.
+    /// Whether an ACL allows `deploy.apply` on `server` (in its tenant, if it has one).
     pub(crate) fn may_deploy_to(&self, acl: &PrincipalAcl, server: &str) -> bool {
         let grains = self.registry.grains(server);
         acl.admin
-            || acl.rules.iter().any(|rule| {
+            || acl.in_tenant(server)
+                && acl.rules.iter().any(|rule| {
                 crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)
                     && crate::acl::all_within(&rule.targets, &self.config.nodegroups, &[(server, grains)])
                         .unwrap_or(false)
             })
+    }
+}
+
+/// Which bus events a tenant's principal may receive at all (its subscription and the job and
+/// deployment checks aside): those about its own minions, its own engine events, and the
+/// bus's own notices. Key events and other principals' engine events are never a tenant's.
+fn tenant_may_receive(acl: &PrincipalAcl, tenant: &str, name: &str, tag: &str) -> bool {
+    let mut parts = tag.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("minion"), Some(id), _) | (Some("halite"), Some("minion"), Some(id)) => acl.in_tenant(id),
+        (Some("halite"), Some("job" | "deployment" | "bus"), _) => true,
+        (Some("engine"), Some(principal), _) => principal == name,
+        _ => {
+            tracing::debug!(tenant, tag, "event outside a tenant's namespace withheld");
+            false
+        }
     }
 }
 

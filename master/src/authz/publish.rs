@@ -61,6 +61,8 @@ pub(crate) fn authorize(
     let within = |expr: &str| acl::all_within(expr, rules.nodegroups, publish.targets).unwrap_or(false);
     let covering: Vec<Covering> = match publisher {
         Publisher::Root => return Ok(None),
+        // A tenant's principal reaches nothing outside its tenant, whatever its rules say.
+        Publisher::Principal(acl) if !publish.targets.iter().all(|(id, _)| acl.in_tenant(id)) => Vec::new(),
         Publisher::Principal(acl) => acl
             .rules
             .iter()

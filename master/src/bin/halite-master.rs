@@ -17,6 +17,10 @@ struct Cli {
     /// unclean stop, or damaged, going on with what SQLite can read.
     #[arg(long)]
     accept_wal_loss: bool,
+    /// Begin with an empty SQLite store although this master ran before and its database is
+    /// missing or empty (without it, such a start is refused).
+    #[arg(long)]
+    init: bool,
     /// Log level or filter, instead of the config's `log` (Salt's level names work too).
     #[arg(long, global = true)]
     log_level: Option<String>,
@@ -100,6 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let mut config = MasterConfig::load(&cli.config)?;
     config.accept_wal_loss = cli.accept_wal_loss;
+    config.init = cli.init;
     let level = cli.log_level.as_deref().unwrap_or(&config.log);
     halite_transport::logging::init(level, config.log_format).map_err(anyhow::Error::msg).context("log")?;
     // Every minion is a connection: use all the descriptors the hard limit allows.

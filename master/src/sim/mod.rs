@@ -7,6 +7,7 @@ mod cluster_tests;
 mod net;
 mod rollout_tests;
 mod tests;
+mod trust_tests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -151,13 +152,21 @@ impl Sim {
     pub(crate) async fn root(&mut self) -> SimPeer {
         let key = IdentityKey::from_seed(self.root.seed());
         let (peer, session) = self.handshake(&key, Role::Client, Claim::new("root", None).expect("claim")).await;
-        SimPeer { peer, session: session.expect("root is accepted") }
+        self.greeted(SimPeer { peer, session: session.expect("root is accepted") }).await
+    }
+
+    /// A client that sent its `client_hello` (the first message the protocol asks of it) and
+    /// read the welcome.
+    async fn greeted(&mut self, mut client: SimPeer) -> SimPeer {
+        let hello = message::ClientHello { principal: String::new(), version: "sim".into() };
+        client.send(self, &Message::ClientHello(hello)).await;
+        client.recv(self);
+        client
     }
 
     /// Registers a principal limited to `targets` × `functions` (events: job events and the
     /// minions' namespace) and connects it.
     pub(crate) async fn principal(&mut self, name: &str, targets: &str, functions: &[&str]) -> SimPeer {
-        let key = IdentityKey::from_seed(&seed_of(name));
         let acl = PrincipalAcl {
             rules: vec![PrincipalRule {
                 targets: targets.into(),
@@ -166,12 +175,19 @@ impl Sim {
             }],
             events: vec!["halite/job/*".into(), "minion/*".into()],
             admin: false,
+            tenant: None,
         };
+        self.principal_with(name, acl).await
+    }
+
+    /// Registers a principal with this ACL and connects it.
+    pub(crate) async fn principal_with(&mut self, name: &str, acl: PrincipalAcl) -> SimPeer {
+        let key = IdentityKey::from_seed(&seed_of(name));
         let record = PrincipalRecord { name: name.into(), public_key: *key.public().as_bytes(), acl };
         self.master.store.put_principal(&record, 0).await.expect("principal");
         self.master.reload_principals().await.expect("reload");
         let (peer, session) = self.handshake(&key, Role::Client, Claim::new(name, None).expect("claim")).await;
-        SimPeer { peer, session: session.expect("principal is accepted") }
+        self.greeted(SimPeer { peer, session: session.expect("principal is accepted") }).await
     }
 
     /// Publishes `function` on a glob target as `client`; the jid, or the error message.

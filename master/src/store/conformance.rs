@@ -278,6 +278,7 @@ pub(crate) async fn principals<S: Store>(store: S) {
             }],
             events: vec!["halite/job/*".into()],
             admin: false,
+            tenant: None,
         },
     };
     store.put_principal(&principal(&["test.*"]), 1).await.unwrap();

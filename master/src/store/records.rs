@@ -154,6 +154,9 @@ struct StoredAcl {
     rules: Vec<StoredRule>,
     events: Vec<String>,
     admin: bool,
+    /// Absent for principals without a tenant (rows written before tenants keep their shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenant: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -173,6 +176,7 @@ pub(super) fn acl_json(acl: &PrincipalAcl) -> String {
             .collect(),
         events: acl.events.clone(),
         admin: acl.admin,
+        tenant: acl.tenant.clone(),
     };
     to_json(&stored)
 }
@@ -187,6 +191,7 @@ pub(super) fn acl_from_json(text: &str) -> Result<PrincipalAcl, StoreError> {
             .collect(),
         events: stored.events,
         admin: stored.admin,
+        tenant: stored.tenant,
     })
 }
 
@@ -232,6 +237,7 @@ mod tests {
             }],
             events: vec!["halite/job/*".into()],
             admin: false,
+            tenant: None,
         };
         let text = acl_json(&acl);
         assert_eq!(
@@ -239,6 +245,10 @@ mod tests {
             r#"{"rules":[{"targets":"web*","functions":["test.*"],"args":{}}],"events":["halite/job/*"],"admin":false}"#
         );
         assert_eq!(acl_from_json(&text).unwrap(), acl);
+        let tenant = PrincipalAcl { tenant: Some("proja".into()), ..acl };
+        let text = acl_json(&tenant);
+        assert!(text.ends_with(r#""admin":false,"tenant":"proja"}"#), "{text}");
+        assert_eq!(acl_from_json(&text).unwrap(), tenant);
     }
 
     #[test]

@@ -45,6 +45,7 @@ impl StoreConfig {
         let Some(url) = &self.url else { return Ok(Backend::Sqlite) };
         let mut options = postgres_options(url).map_err(StoreError::Unavailable)?;
         if let Some(path) = &self.password_file {
+            refuse_shared_secret(path)?;
             let text = std::fs::read_to_string(path)
                 .map_err(|error| StoreError::Unavailable(format!("password_file {}: {error}", path.display())))?;
             options = options.password(text.lines().next().unwrap_or("").trim_end());
@@ -60,6 +61,24 @@ impl StoreConfig {
             Some(Err(_)) => "postgres (invalid url)".into(),
         }
     }
+}
+
+/// A password file that group or others may read has leaked the database password to every
+/// local account: refused (as ssh refuses such a key), with the fix.
+fn refuse_shared_secret(path: &std::path::Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|error| StoreError::Unavailable(format!("password_file {}: {error}", path.display())))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(StoreError::Unavailable(format!(
+            "password_file {} may be read by group or others (mode {:o}): chmod 600 it",
+            path.display(),
+            mode & 0o777
+        )));
+    }
+    Ok(())
 }
 
 /// `postgres://user@host:port/db`, without the password.
@@ -123,6 +142,13 @@ mod tests {
         let path = std::env::temp_dir().join(format!("halite-pw-{}", std::process::id()));
         std::fs::write(&path, "from-file\nignored\n").unwrap();
         let config = StoreConfig { url: Some("postgres://halite@db/fleet".into()), password_file: Some(path.clone()) };
+        use std::os::unix::fs::PermissionsExt;
+        for shared in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(shared)).unwrap();
+            let error = config.backend().unwrap_err().to_string();
+            assert!(error.contains("chmod 600") && error.contains(&format!("{shared:o}")), "{error}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let Backend::Postgres(options) = config.backend().unwrap() else { panic!("postgres") };
         assert!(format!("{options:?}").contains("from-file"));
         std::fs::remove_file(&path).unwrap();

@@ -545,4 +545,17 @@ pub struct PrincipalAcl {
     /// Whether it may manage keys, tokens and principals.
     #[serde(default)]
     pub admin: bool,
+    /// The tenant it is confined to: only minions whose ids start with `<tenant>-`, and the
+    /// jobs, events and deployments about them (`None`: no confinement beyond its rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+impl PrincipalAcl {
+    /// Whether a minion id lies in this principal's tenant (always, without one).
+    pub fn in_tenant(&self, minion: &str) -> bool {
+        self.tenant.as_deref().is_none_or(|tenant| {
+            minion.strip_prefix(tenant).is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
+        })
+    }
 }

@@ -1,6 +1,15 @@
 //! Target expressions, resolved on the master against its registry (glob, list, regex, grain,
 //! compound, nodegroup). A real parser with errors that say what is wrong and where; nothing is
 //! ever evaluated as code.
+//!
+//! Every target comes from a peer (a client, a gateway token, a minion's `peer.publish`), so the
+//! parser holds against hostile input: an expression is at most [`MAX_EXPR_LEN`] bytes, nests at
+//! most [`MAX_NESTING`] parentheses and `not`s deep (a parse error past that, never a deep
+//! recursion), and chains of `and`/`or` are flat lists, so neither matching nor dropping a
+//! parsed expression recurses deeper than its nesting.
+//!
+//! This crate does not resolve targets against a registry or decide who may target what: the
+//! master does both.
 
 pub use halite_protocol::glob;
 
@@ -15,6 +24,10 @@ pub const MAX_EXPR_LEN: usize = 4096;
 const REGEX_SIZE_LIMIT: usize = 256 * 1024;
 /// Nodegroups may refer to nodegroups, this deep.
 const MAX_NODEGROUP_DEPTH: usize = 8;
+/// Parentheses and `not`s nest at most this deep in one compound expression. Salt's own
+/// compound targets rarely nest past three; the bound keeps the parser's recursion (and the
+/// matcher's) a few kilobytes of stack whatever a peer sends.
+pub const MAX_NESTING: usize = 32;
 
 /// Why a target could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +59,12 @@ pub enum TargetError {
     /// Nodegroups nested too deep (or in a cycle).
     #[error("nodegroup {0:?} nests more than {MAX_NODEGROUP_DEPTH} levels deep (a cycle?)")]
     NodegroupDepth(String),
+    /// Parentheses or `not`s nested deeper than [`MAX_NESTING`].
+    #[error("compound expression nests parentheses and 'not' more than {MAX_NESTING} deep (at word {position})")]
+    TooDeep {
+        /// 1-based index of the word where the limit was passed.
+        position: usize,
+    },
     /// A compound expression is malformed.
     #[error("bad compound expression at word {position} ({word:?}): {reason}")]
     Syntax {
@@ -74,10 +93,10 @@ pub enum Expr {
         /// Glob on the value.
         pattern: String,
     },
-    /// Both.
-    And(Box<Expr>, Box<Expr>),
-    /// Either.
-    Or(Box<Expr>, Box<Expr>),
+    /// Every one of these (a chain of `and`, kept flat).
+    All(Vec<Expr>),
+    /// Any one of these (a chain of `or`, kept flat).
+    Any(Vec<Expr>),
     /// Not.
     Not(Box<Expr>),
 }
@@ -95,8 +114,8 @@ impl Expr {
             Expr::List(ids) => ids.iter().any(|i| i == id),
             Expr::Regex(re) => re.is_match(id),
             Expr::Grain { path, pattern } => grain_matches(grains, path, pattern),
-            Expr::And(a, b) => a.matches(id, grains) && b.matches(id, grains),
-            Expr::Or(a, b) => a.matches(id, grains) || b.matches(id, grains),
+            Expr::All(all) => all.iter().all(|e| e.matches(id, grains)),
+            Expr::Any(any) => any.iter().any(|e| e.matches(id, grains)),
             Expr::Not(a) => !a.matches(id, grains),
         }
     }
@@ -181,115 +200,8 @@ fn value_matches(value: &Value, pattern: &str) -> bool {
     }
 }
 
-/// Recursive-descent parser over whitespace-separated words. `and` binds tighter than `or`,
-/// `not` tighter than both, as in Salt.
-struct Compound<'a> {
-    words: Vec<String>,
-    pos: usize,
-    nodegroups: &'a BTreeMap<String, String>,
-    depth: usize,
-}
-
-impl<'a> Compound<'a> {
-    fn new(expr: &str, nodegroups: &'a BTreeMap<String, String>, depth: usize) -> Self {
-        let mut words = Vec::new();
-        for word in expr.split_whitespace() {
-            // Parentheses may touch a word, except inside a regex, where they belong to it.
-            if word.starts_with("E@") {
-                words.push(word.to_owned());
-                continue;
-            }
-            let inner = word.trim_start_matches('(');
-            words.extend(std::iter::repeat_n("(".to_owned(), word.len() - inner.len()));
-            let core = inner.trim_end_matches(')');
-            if !core.is_empty() {
-                words.push(core.to_owned());
-            }
-            words.extend(std::iter::repeat_n(")".to_owned(), inner.len() - core.len()));
-        }
-        Compound { words, pos: 0, nodegroups, depth }
-    }
-
-    fn parse(mut self) -> Result<Expr, TargetError> {
-        let expr = self.or()?;
-        if self.pos < self.words.len() {
-            return Err(self.error("expected 'and', 'or' or the end"));
-        }
-        Ok(expr)
-    }
-
-    fn error(&self, reason: &'static str) -> TargetError {
-        TargetError::Syntax {
-            position: self.pos + 1,
-            word: self.words.get(self.pos).cloned().unwrap_or_default(),
-            reason,
-        }
-    }
-
-    fn peek(&self) -> Option<&str> {
-        self.words.get(self.pos).map(String::as_str)
-    }
-
-    fn or(&mut self) -> Result<Expr, TargetError> {
-        let mut left = self.and()?;
-        while self.peek() == Some("or") {
-            self.pos += 1;
-            left = Expr::Or(Box::new(left), Box::new(self.and()?));
-        }
-        Ok(left)
-    }
-
-    fn and(&mut self) -> Result<Expr, TargetError> {
-        let mut left = self.not()?;
-        while self.peek() == Some("and") {
-            self.pos += 1;
-            left = Expr::And(Box::new(left), Box::new(self.not()?));
-        }
-        Ok(left)
-    }
-
-    fn not(&mut self) -> Result<Expr, TargetError> {
-        if self.peek() == Some("not") {
-            self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.not()?)));
-        }
-        self.primary()
-    }
-
-    fn primary(&mut self) -> Result<Expr, TargetError> {
-        match self.peek() {
-            None => Err(self.error("expected a target")),
-            Some("(") => {
-                self.pos += 1;
-                let inner = self.or()?;
-                if self.peek() != Some(")") {
-                    return Err(self.error("expected ')'"));
-                }
-                self.pos += 1;
-                Ok(inner)
-            }
-            Some(")" | "and" | "or") => Err(self.error("expected a target")),
-            Some(word) => {
-                let word = word.to_owned();
-                self.pos += 1;
-                self.term(&word)
-            }
-        }
-    }
-
-    fn term(&self, word: &str) -> Result<Expr, TargetError> {
-        let Some((prefix, rest)) = word.split_once('@').filter(|(p, _)| p.len() == 1) else {
-            return Ok(Expr::Glob(word.to_owned()));
-        };
-        match prefix {
-            "G" => grain(rest),
-            "L" => list(rest),
-            "E" => regex(rest),
-            "N" => nodegroup(rest, self.nodegroups, self.depth),
-            _ => Err(TargetError::UnknownPrefix(format!("{prefix}@"))),
-        }
-    }
-}
+mod compound;
+use compound::Compound;
 
 #[cfg(test)]
 mod tests {
@@ -368,5 +280,33 @@ mod tests {
         assert!(matches!(select(TargetKind::Nodegroup, "loop"), Err(TargetError::NodegroupDepth(_))));
         assert_eq!(select(TargetKind::Glob, "  ").unwrap_err(), TargetError::Empty);
         assert_eq!(select(TargetKind::Glob, &"x".repeat(5000)).unwrap_err(), TargetError::TooLong);
+    }
+
+    #[test]
+    fn deep_nesting_is_a_parse_error_not_a_stack_overflow() {
+        // About 2,500 nested parentheses overflowed the master's stack before nesting was bounded.
+        for expr in ["(".repeat(3000) + "web1", "( ".repeat(1000) + "web1" + &" )".repeat(1000)] {
+            assert!(matches!(select(TargetKind::Compound, &expr), Err(TargetError::TooDeep { .. })), "{}", &expr[..20]);
+        }
+        let mixed = "not ( ".repeat(600) + "web1";
+        assert!(matches!(select(TargetKind::Compound, &mixed), Err(TargetError::TooDeep { .. })));
+        let at_limit = "(".repeat(MAX_NESTING) + "web1" + &")".repeat(MAX_NESTING);
+        assert_eq!(select(TargetKind::Compound, &at_limit).unwrap(), ["web1"]);
+        let past = "(".repeat(MAX_NESTING + 1) + "web1" + &")".repeat(MAX_NESTING + 1);
+        let error = select(TargetKind::Compound, &past).unwrap_err();
+        assert_eq!(error, TargetError::TooDeep { position: MAX_NESTING + 1 });
+        assert!(error.to_string().contains("more than 32 deep"), "{error}");
+    }
+
+    #[test]
+    fn long_chains_and_runs_of_not_stay_flat() {
+        let chain = vec!["web1"; 500].join(" or ");
+        assert_eq!(select(TargetKind::Compound, &chain).unwrap(), ["web1"]);
+        let chain = vec!["web*"; 450].join(" and ");
+        assert_eq!(select(TargetKind::Compound, &chain).unwrap(), ["web1", "web2"]);
+        let nots = "not ".repeat(1000) + "db1";
+        assert_eq!(select(TargetKind::Compound, &nots).unwrap(), ["db1"]);
+        let nots = "not ".repeat(1001) + "db1";
+        assert_eq!(select(TargetKind::Compound, &nots).unwrap().len(), 4);
     }
 }
