@@ -8,7 +8,7 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::info;
 
-use crate::authz::Who;
+use crate::authz::{Action, Asker, RequestKind, Who};
 use crate::keys::token_hash;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
@@ -103,17 +103,15 @@ impl<S: Store, N: Net> Master<S, N> {
         if crate::deploy::is_deploy_request(&body) {
             return self.handle_deploy_request(body, principal, acl).await;
         }
-        let admin_only = !matches!(
-            body,
-            RequestBody::JobList { .. }
-                | RequestBody::JobShow { .. }
-                | RequestBody::JobPause { .. }
-                | RequestBody::JobResume { .. }
-                | RequestBody::MinionList { .. }
-                | RequestBody::EventFire { .. }
-        );
-        if admin_only && acl.is_some_and(|a| !a.admin) {
-            return Err(RequestError::forbidden("this principal may not administer the master"));
+        let asker = Asker::client(principal, acl);
+        match RequestKind::of(&body) {
+            RequestKind::Administer => drop(self.policy().decide(&asker, &Action::Administer)?),
+            RequestKind::List => drop(self.policy().decide(&asker, &Action::List)?),
+            RequestKind::FireEvent => drop(self.policy().decide(&asker, &Action::FireEvent)?),
+            // Decided once the job is loaded.
+            RequestKind::SeeJob | RequestKind::ControlJob => {}
+            // Handled above.
+            RequestKind::Configs | RequestKind::Deployment => {}
         }
         if let RequestBody::KeyList { pattern }
         | RequestBody::KeyAccept { pattern }

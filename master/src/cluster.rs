@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::authz::{Action, Asker};
 use crate::net::Net;
 use crate::server::Master;
 use crate::sessions::Conn;
@@ -30,6 +31,12 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Applies a change the master `from` made.
     pub(crate) async fn on_cluster_change(&mut self, from: &str, change: ClusterChange) -> Result<(), StoreError> {
+        // Another master's announcement: authenticated by the store layer before it got here,
+        // decided like every other request.
+        if let Err(denied) = self.policy().decide(&Asker::ClusterPeer, &Action::Announce) {
+            warn!(master = from, %denied, "announcement refused");
+            return Ok(());
+        }
         if change != ClusterChange::Resync {
             self.cluster.heard_from(from, self.clock.now());
         }

@@ -51,6 +51,7 @@ mod sessions;
 #[cfg(test)]
 mod sim;
 mod slots;
+pub mod memory;
 pub mod store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;

@@ -2,11 +2,10 @@
 //! the reach its job carries), stored, then sent; and cancelled.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::message::{
-    self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob, Value,
+    self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob,
 };
 use halite_transport::PeerId;
 use serde_json::json;
@@ -14,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
-use crate::authz::{JobAccess, TargetView};
+use crate::authz::{Action, Asker, Denied, Granted, JobAccess, TargetView};
 use crate::jobs::{LiveJob, Slot};
 use crate::limits;
 use crate::net::Net;
@@ -32,6 +31,17 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<(), StoreError> {
         let request_id = Some(request.request_id.to_string());
         let received = self.clock.now();
+        // A minion no peer rule names may publish nothing: refused before its target is read.
+        if let Publisher::Peer(source) = &publisher {
+            let nothing = Action::Publish { function: &request.function, kwargs: &request.kwargs, targets: &[] };
+            if let Err(denied @ Denied::Forbidden(_)) =
+                self.policy().decide(&Asker::MinionPeer { id: source }, &nothing)
+            {
+                self.metrics.get().denied("publish");
+                self.send_error(peer, denied.kind(), denied.message(), request_id);
+                return Ok(());
+            }
+        }
         if let Some(why) = request.rollout.as_ref().and_then(crate::rollout::invalid) {
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return Ok(());
@@ -89,7 +99,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // A minion that publishes gets its answer, not a stream of updates.
         let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
-        let reach = match self.authorize(&publisher, &request, &targets) {
+        let reach = match self.authorize(caller, &publisher, &request, &targets) {
             Ok(reach) => reach,
             Err(why) => {
                 warn!(%caller, function = %request.function, %why, "publish refused");
@@ -284,30 +294,34 @@ impl<S: Store, N: Net> Master<S, N> {
     /// of its job's caller needs that caller's permission too.
     pub(crate) fn authorize(
         &self,
+        caller: &str,
         publisher: &Publisher,
         request: &PublishRequest,
         targets: &[String],
     ) -> Result<Option<Vec<String>>, String> {
-        let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
-            targets.iter().map(|id| (id.as_str(), self.registry.grains(id))).collect();
-        let rules = publish::Rules { nodegroups: &self.config.nodegroups, peers: &self.config.peers };
-        let check = publish::Publish { function: &request.function, kwargs: &request.kwargs, targets: &resolved };
-        let reach = publish::authorize(publisher, &rules, &check)?;
+        let ids: Vec<&str> = targets.iter().map(String::as_str).collect();
+        let action = Action::Publish { function: &request.function, kwargs: &request.kwargs, targets: &ids };
+        let policy = self.policy();
+        let decide = |asker: &Asker<'_>| match policy.decide(asker, &action) {
+            Ok(Granted::Reach(reach)) => Ok(reach),
+            Ok(Granted::Yes) => Ok(None),
+            Err(denied) => Err(denied.message()),
+        };
+        let reach = decide(&publisher.asker(caller))?;
         let (Publisher::Peer(_), Some(caller)) = (publisher, &request.on_behalf_of) else { return Ok(reach) };
         let on_behalf = match caller.as_str() {
-            "root" => Publisher::Root,
+            "root" => Asker::Root,
             // A local call on the minion (`halite-minion call`): its own administrator.
             "local" => return Ok(reach),
             name => match name.strip_prefix("minion:") {
-                Some(minion) => Publisher::Peer(minion.to_owned()),
+                Some(minion) => Asker::MinionPeer { id: minion },
                 None => match self.registry.principals.get(name) {
-                    Some(principal) => Publisher::Principal(Arc::new(principal.acl.clone())),
+                    Some(principal) => Asker::Principal { name, acl: &principal.acl },
                     None => return Err(format!("{caller}, on whose behalf this is published, is not a principal")),
                 },
             },
         };
-        let theirs =
-            publish::authorize(&on_behalf, &rules, &check).map_err(|why| format!("on behalf of {caller}: {why}"))?;
+        let theirs = decide(&on_behalf).map_err(|why| format!("on behalf of {caller}: {why}"))?;
         Ok(publish::both(reach, theirs))
     }
 }

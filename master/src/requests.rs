@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::authz::publish::Publisher;
-use crate::authz::Who;
+use crate::authz::{Action, Asker, Who};
 use crate::gateway::local::LocalCommand;
 use crate::limits;
 use crate::net::Net;
@@ -27,17 +27,18 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<(), StoreError> {
         match msg {
             Message::Subscribe(subscribe) => {
-                match crate::authz::check_subscription(acl.as_deref(), &subscribe.patterns) {
-                    Ok(()) => {
+                let asker = Asker::client(principal, acl.as_deref());
+                match self.policy().decide(&asker, &Action::Subscribe(&subscribe.patterns)) {
+                    Ok(_) => {
                         let patterns = subscribe.patterns.clone();
                         self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
                         if let Some(after) = subscribe.after {
                             self.replay_events(peer, &patterns, &after);
                         }
                     }
-                    Err(why) => {
-                        warn!(%principal, %why, "subscription refused");
-                        self.send_error(peer, ErrorKind::Forbidden, why, Some(SUBSCRIBE_REQUEST.into()));
+                    Err(denied) => {
+                        warn!(%principal, why = %denied, "subscription refused");
+                        self.send_error(peer, denied.kind(), denied.message(), Some(SUBSCRIBE_REQUEST.into()));
                     }
                 }
             }

@@ -1,20 +1,21 @@
-//! Every "may principal X do Y" the master answers, in one place: read a job, watch it,
-//! cancel it, receive an event, subscribe to a pattern, deploy to a server.
+//! Who may do what: [`decide`] is the one decision point (every request of every asker is
+//! one of its closed set of actions); this module adds what it needs to answer: the target view
+//! a principal resolves targets in, tenants, and which bus events reach a client.
 //!
 //! The rules:
-//! - root and administrators see and may cancel everything;
+//! - root and administrators see and control everything;
 //! - another principal sees a job it published, or a job whose targeted minions all lie within
-//!   its own target ACL (the union of its rules' `targets`); a `deploy.apply` job (which carries
-//!   a deployment's input values) only where a rule allows `deploy.apply` on its server, the
-//!   same check as for the deployment itself;
-//! - it may watch exactly the jobs it sees, but seeing is not controlling: cancelling, pausing
-//!   or resuming a job needs its publisher, an administrator, or rules that allow the job's
-//!   *function* on *every* targeted minion ([`Master::may_control_job`]);
+//!   its view (the union of its rules' `targets`, within its tenant); a `deploy.apply` job
+//!   (which carries a deployment's input values) only where a rule allows `deploy.apply` on
+//!   its server, the same check as for the deployment itself;
+//! - seeing is not controlling: cancelling, pausing or resuming a job needs its publisher, an
+//!   administrator, or rules that allow the job's *function* on *every* targeted minion;
 //! - it receives a job's bus events only if it sees the job (a job no longer live, only root
 //!   and administrators), a deployment's only if it may deploy to its server, and any event
-//!   only within its `events` globs;
+//!   only within its `events` globs (a tenant's: only about its own minions);
 //! - it may subscribe only to patterns its `events` globs cover (refused otherwise, so a
-//!   client never waits on events it will never get).
+//!   client never waits on events it will never get);
+//! - a tenant's principal never reaches a minion outside its tenant, whatever its rules say.
 //!
 //! Publishing, and what a job may reach through functions that call functions, is in
 //! [`publish`].
@@ -31,15 +32,10 @@ use crate::server::Master;
 use crate::store::Store;
 use crate::target::Expr;
 
+pub(crate) mod decide;
 pub(crate) mod publish;
 
-/// The function that carries deployments (its arguments hold their input values).
-const DEPLOY_FUNCTION: &str = "deploy.apply";
-
-/// Most patterns one subscription may hold.
-pub(crate) const MAX_PATTERNS: usize = 64;
-/// Longest pattern, in bytes (tags are at most 255 bytes).
-pub(crate) const MAX_PATTERN_LEN: usize = 255;
+pub(crate) use decide::{Action, Asker, Denied, Granted, JobFacts, Policy, RequestKind, MAX_PATTERN_LEN};
 
 /// Who is asking: root (`None` ACL) or a principal with its ACL.
 #[derive(Clone, Copy)]
@@ -108,79 +104,36 @@ impl TargetView {
     }
 }
 
-/// Why a subscription is refused, if it is.
-pub(crate) fn check_subscription(acl: Option<&PrincipalAcl>, patterns: &[String]) -> Result<(), String> {
-    if patterns.len() > MAX_PATTERNS {
-        return Err(format!("at most {MAX_PATTERNS} patterns per subscription ({} given)", patterns.len()));
-    }
-    if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN_LEN) {
-        let start: String = long.chars().take(32).collect();
-        return Err(format!("pattern {start:?}… is longer than {MAX_PATTERN_LEN} bytes"));
-    }
-    let Some(acl) = acl else { return Ok(()) };
-    match patterns.iter().find(|p| !acl.events.iter().any(|allowed| glob::covers(allowed, p))) {
-        Some(pattern) => Err(format!(
-            "not allowed to subscribe to {pattern:?}: this principal may read only events matching {:?}",
-            acl.events
-        )),
-        None => Ok(()),
-    }
-}
-
 impl<S: Store, N: Net> Master<S, N> {
-    /// Whether `who` may see (read, watch, cancel) a job published by `caller` with `function`
-    /// on `minions`.
+    /// The rules and registry decisions read.
+    pub(crate) fn policy(&self) -> Policy<'_> {
+        Policy { nodegroups: &self.config.nodegroups, peers: &self.config.peers, registry: &self.registry }
+    }
+
+    /// Whether `who` may see (read, watch) a job published by `caller` with `function` on
+    /// `minions`.
     pub(crate) fn may_see_job(&self, who: Who<'_>, caller: &str, function: &str, minions: &[&str]) -> bool {
-        let acl = match who.acl {
-            Some(acl) if !acl.admin && caller != who.name => acl,
-            _ => return true,
-        };
-        if minions.is_empty() {
-            return false;
-        }
-        if function == DEPLOY_FUNCTION {
-            return minions.iter().all(|server| self.may_deploy_to(acl, server));
-        }
-        let view = TargetView::of_principal(Some(acl), &self.config.nodegroups);
-        minions.iter().all(|id| view.contains(id, self.registry.grains(id)))
+        let job = JobFacts { caller, function, minions };
+        self.policy().decide(&Asker::client(who.name, who.acl), &Action::SeeJob(job)).is_ok()
     }
 
     /// Whether `who` may see a live job.
     pub(crate) fn may_see_live_job(&self, who: Who<'_>, jid: &str) -> bool {
-        let Some(job) = self.jobs.get(jid) else { return false };
-        let minions: Vec<&str> = job.slots().keys().map(String::as_str).collect();
-        self.may_see_job(who, &job.record.caller, &job.record.function, &minions)
+        self.job_access(who, jid) != JobAccess::None
     }
 
     /// What `who` may do to a live job: nothing (it does not exist for `who`), see it, or
-    /// control it (cancel, pause, resume). Control needs the publisher, root, an
-    /// administrator, or rules allowing the job's function on every targeted minion: a
-    /// principal whose rules only cover the targets for `test.ping` may watch a `cmd.run` job
-    /// there, never stop or resume it.
+    /// control it (cancel, pause, resume).
     pub(crate) fn job_access(&self, who: Who<'_>, jid: &str) -> JobAccess {
         let Some(job) = self.jobs.get(jid) else { return JobAccess::None };
         let minions: Vec<&str> = job.slots().keys().map(String::as_str).collect();
-        if !self.may_see_job(who, &job.record.caller, &job.record.function, &minions) {
-            return JobAccess::None;
-        }
-        let acl = match who.acl {
-            Some(acl) if !acl.admin && job.record.caller != who.name => acl,
-            _ => return JobAccess::Control,
-        };
-        let function = job.record.function.as_str();
-        let covered = !minions.is_empty()
-            && minions.iter().all(|&minion| {
-                let grains = self.registry.grains(minion);
-                acl.rules.iter().any(|rule| {
-                    crate::acl::any_glob(&rule.functions, function)
-                        && crate::acl::all_within(&rule.targets, &self.config.nodegroups, &[(minion, grains)])
-                            .unwrap_or(false)
-                })
-            });
-        if covered {
-            JobAccess::Control
-        } else {
-            JobAccess::See
+        let facts = JobFacts { caller: &job.record.caller, function: &job.record.function, minions: &minions };
+        let asker = Asker::client(who.name, who.acl);
+        let policy = self.policy();
+        match policy.decide(&asker, &Action::ControlJob(facts)) {
+            Ok(_) => JobAccess::Control,
+            Err(Denied::Forbidden(_)) => JobAccess::See,
+            Err(_) => JobAccess::None,
         }
     }
 
@@ -224,14 +177,8 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Whether an ACL allows `deploy.apply` on `server` (in its tenant, if it has one).
     pub(crate) fn may_deploy_to(&self, acl: &PrincipalAcl, server: &str) -> bool {
-        let grains = self.registry.grains(server);
-        acl.admin
-            || acl.in_tenant(server)
-                && acl.rules.iter().any(|rule| {
-                crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)
-                    && crate::acl::all_within(&rule.targets, &self.config.nodegroups, &[(server, grains)])
-                        .unwrap_or(false)
-            })
+        let asker = Asker::Principal { name: "", acl };
+        self.policy().decide(&asker, &Action::Deploy { server }).is_ok()
     }
 }
 
@@ -253,19 +200,31 @@ fn tenant_may_receive(acl: &PrincipalAcl, tenant: &str, name: &str, tag: &str) -
 
 #[cfg(test)]
 mod tests {
+    use super::decide::MAX_PATTERNS;
     use super::*;
 
     #[test]
     fn subscriptions_are_limited_and_checked_against_the_events_acl() {
         let acl = PrincipalAcl { events: vec!["halite/job/*".into(), "minion/db*/*".into()], ..Default::default() };
-        assert!(check_subscription(Some(&acl), &["halite/job/*/ret/*".into()]).is_ok());
-        assert!(check_subscription(Some(&acl), &["minion/db1/app/*".into()]).is_ok());
-        let refused = check_subscription(Some(&acl), &["*".into()]).unwrap_err();
-        assert!(refused.contains("not allowed to subscribe to \"*\""), "{refused}");
-        assert!(check_subscription(Some(&acl), &["minion/*/app".into()]).is_err());
-        assert!(check_subscription(None, &["*".into()]).is_ok());
-        let many = vec!["halite/job/*".to_owned(); MAX_PATTERNS + 1];
-        assert!(check_subscription(None, &many).unwrap_err().contains("at most"));
-        assert!(check_subscription(None, &["x".repeat(300)]).unwrap_err().contains("longer than"));
+        let registry = crate::registry::Registry::default();
+        let nodegroups = BTreeMap::new();
+        let policy = Policy { nodegroups: &nodegroups, peers: &[], registry: &registry };
+        let ops = Asker::Principal { name: "ops", acl: &acl };
+        let subscribe = |asker: &Asker<'_>, patterns: &[&str]| {
+            let patterns: Vec<String> = patterns.iter().map(|p| (*p).to_owned()).collect();
+            policy.decide(asker, &Action::Subscribe(&patterns))
+        };
+        assert!(subscribe(&ops, &["halite/job/*/ret/*"]).is_ok());
+        assert!(subscribe(&ops, &["minion/db1/app/*"]).is_ok());
+        let refused = subscribe(&ops, &["*"]).unwrap_err();
+        assert_eq!(refused.kind(), halite_protocol::message::ErrorKind::Forbidden);
+        assert!(refused.message().contains("not allowed to subscribe to \"*\""), "{refused}");
+        assert!(subscribe(&ops, &["minion/*/app"]).is_err());
+        assert!(subscribe(&Asker::Root, &["*"]).is_ok());
+        let many = vec!["halite/job/*"; MAX_PATTERNS + 1];
+        assert!(subscribe(&Asker::Root, &many).unwrap_err().message().contains("at most"));
+        let long = "x".repeat(300);
+        assert!(subscribe(&Asker::Root, &[long.as_str()]).unwrap_err().message().contains("longer than"));
+        assert!(subscribe(&Asker::MinionPeer { id: "web1" }, &["minion/web1/*"]).is_err());
     }
 }

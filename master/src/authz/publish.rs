@@ -27,6 +27,17 @@ pub(crate) enum Publisher {
     Peer(String),
 }
 
+impl Publisher {
+    /// The asker it is, for [`super::Policy::decide`]; `caller` is the principal's name.
+    pub(crate) fn asker<'a>(&'a self, caller: &'a str) -> super::Asker<'a> {
+        match self {
+            Publisher::Root => super::Asker::Root,
+            Publisher::Principal(acl) => super::Asker::Principal { name: caller, acl },
+            Publisher::Peer(id) => super::Asker::MinionPeer { id },
+        }
+    }
+}
+
 /// The master's rules a publish is checked against.
 pub(crate) struct Rules<'a> {
     pub(crate) nodegroups: &'a BTreeMap<String, String>,

@@ -112,6 +112,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),
         Err(error) => tracing::warn!(%error, "open-file limit unchanged"),
     }
+    // Before the runtime's threads exist: large blocks go back to the system when freed.
+    halite_master::memory::return_freed_memory();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         None => runtime.block_on(halite_master::run(config, halite_transport::shutdown_signal()))?,

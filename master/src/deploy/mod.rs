@@ -139,18 +139,13 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Root and admins may do anything; other principals need a publish rule for
     /// `deploy.apply` (covering the server, when there is one).
     pub(crate) fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
-        let Some(acl) = acl else { return Ok(()) };
-        let allowed = match server {
-            Some(server) => self.may_deploy_to(acl, server),
+        let asker = crate::authz::Asker::client("", acl);
+        let action = match server {
+            Some(server) => crate::authz::Action::Deploy { server },
             // Configs belong to no server: any rule for deploy.apply is enough.
-            None => acl.admin || acl.rules.iter().any(|rule| crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)),
+            None => crate::authz::Action::UseConfigs,
         };
-        if allowed {
-            Ok(())
-        } else {
-            let on = server.map(|s| format!(" on {s}")).unwrap_or_default();
-            Err(RequestError::forbidden(format!("not allowed to deploy{on} (needs a rule for deploy.apply)")))
-        }
+        self.policy().decide(&asker, &action).map(drop).map_err(RequestError::from)
     }
 
     async fn create_config(&mut self, new: NewSoftwareConfig) -> Reply {

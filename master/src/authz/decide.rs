@@ -1,0 +1,521 @@
+//! The one decision point: "may this asker do this action?" over a closed set of actions,
+//! answered with what is granted or a typed refusal. Every entry reaches it: a networked client,
+//! the gateway's in-process sessions, a minion's `peer.publish`, another master.
+//!
+//! Requests are first classified ([`RequestKind::of`], an exhaustive match over every request
+//! variant, so a new request cannot be added without deciding what it is); the handler then
+//! loads the facts the decision needs (a job's caller, function and targets; a deployment's
+//! server) and asks [`Policy::decide`]. Nothing else in the master compares principals, ACLs or
+//! tenants.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use halite_protocol::message::{ErrorKind, PrincipalAcl, RequestBody, Value};
+
+use super::publish::{self, Publisher};
+use crate::acl::PeerRule;
+use crate::registry::Registry;
+use crate::request_error::RequestError;
+
+/// Who asks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Asker<'a> {
+    /// The root principal (`root.key`).
+    Root,
+    /// A registered principal: an administrator, a narrow one, or a tenant's.
+    Principal {
+        /// Its name.
+        name: &'a str,
+        /// Its ACL.
+        acl: &'a PrincipalAcl,
+    },
+    /// An accepted minion, through `peer.publish` (the `[[peers]]` rules).
+    MinionPeer {
+        /// Its authenticated id.
+        id: &'a str,
+    },
+    /// Another master of the cluster, whose announcement was authenticated by the cluster key.
+    ClusterPeer,
+}
+
+impl<'a> Asker<'a> {
+    /// A client session's asker: root has no ACL.
+    pub(crate) fn client(name: &'a str, acl: Option<&'a PrincipalAcl>) -> Self {
+        match acl {
+            None => Asker::Root,
+            Some(acl) => Asker::Principal { name, acl },
+        }
+    }
+
+    /// Root or an administrator.
+    fn sees_all(&self) -> bool {
+        match self {
+            Asker::Root => true,
+            Asker::Principal { acl, .. } => acl.admin,
+            Asker::MinionPeer { .. } | Asker::ClusterPeer => false,
+        }
+    }
+}
+
+/// A job as decisions need it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JobFacts<'a> {
+    /// Who published it (`root`, a principal's name, `minion:<id>`).
+    pub(crate) caller: &'a str,
+    /// Its function.
+    pub(crate) function: &'a str,
+    /// Every targeted minion.
+    pub(crate) minions: &'a [&'a str],
+}
+
+/// Everything that can be asked. Closed: a new kind of request needs a new variant here, and
+/// a decision for every kind of asker in [`Policy::decide`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Action<'a> {
+    /// Keys, enrollment tokens, principals, gateway tokens.
+    Administer,
+    /// Minion and job listings: anyone in session may ask; each answer holds only what the asker
+    /// may see.
+    List,
+    /// An event in the asker's own `engine/<name>/` namespace.
+    FireEvent,
+    /// Read or watch a job.
+    SeeJob(JobFacts<'a>),
+    /// Cancel, pause or resume a job.
+    ControlJob(JobFacts<'a>),
+    /// Subscribe to bus events matching these patterns.
+    Subscribe(&'a [String]),
+    /// Run a function on resolved targets (never empty).
+    Publish {
+        /// The function.
+        function: &'a str,
+        /// Its keyword arguments (rules may constrain them).
+        kwargs: &'a BTreeMap<String, Value>,
+        /// The resolved targets.
+        targets: &'a [&'a str],
+    },
+    /// Software configs in general (create, list): any rule for `deploy.apply`.
+    UseConfigs,
+    /// A deployment on this server (create, show, update, delete, its metadata).
+    Deploy {
+        /// The minion.
+        server: &'a str,
+    },
+    /// Apply another master's announcement.
+    Announce,
+}
+
+/// What a decision grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Granted {
+    /// The action, as asked.
+    Yes,
+    /// A publish, and the function globs its job may reach (`None`: no limit).
+    Reach(Option<Vec<String>>),
+}
+
+/// Why not. `NotFound` where saying more would reveal what the asker may not see.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Denied {
+    /// The object is not the asker's to know of: answered as missing.
+    #[error("{0}")]
+    NotFound(String),
+    /// Known to the asker, but not its to do.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Malformed (a subscription too large).
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl Denied {
+    /// The protocol's error kind for this refusal.
+    pub(crate) fn kind(&self) -> ErrorKind {
+        match self {
+            Denied::NotFound(_) => ErrorKind::NotFound,
+            Denied::Forbidden(_) => ErrorKind::Forbidden,
+            Denied::BadRequest(_) => ErrorKind::BadRequest,
+        }
+    }
+
+    /// The message.
+    pub(crate) fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl From<Denied> for RequestError {
+    fn from(denied: Denied) -> Self {
+        RequestError::new(denied.kind(), denied.message())
+    }
+}
+
+/// What kind of action a request is, before its facts are loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestKind {
+    /// [`Action::Administer`].
+    Administer,
+    /// [`Action::List`].
+    List,
+    /// [`Action::FireEvent`].
+    FireEvent,
+    /// [`Action::SeeJob`], once the job is known.
+    SeeJob,
+    /// [`Action::ControlJob`], once the job is known.
+    ControlJob,
+    /// [`Action::UseConfigs`] (configs are also owned by their creator).
+    Configs,
+    /// [`Action::Deploy`], once the server is known (groups: every member's server).
+    Deployment,
+}
+
+impl RequestKind {
+    /// Classifies a request. Exhaustive on purpose: no request is decided by default.
+    pub(crate) fn of(body: &RequestBody) -> RequestKind {
+        match body {
+            RequestBody::KeyList { .. }
+            | RequestBody::KeyAccept { .. }
+            | RequestBody::KeyReject { .. }
+            | RequestBody::KeyDelete { .. }
+            | RequestBody::KeyPreseed { .. }
+            | RequestBody::TokenCreate { .. }
+            | RequestBody::TokenList
+            | RequestBody::TokenRevoke { .. }
+            | RequestBody::PrincipalAdd { .. }
+            | RequestBody::PrincipalList
+            | RequestBody::PrincipalRemove { .. }
+            | RequestBody::ApiTokenCreate { .. }
+            | RequestBody::ApiTokenList
+            | RequestBody::ApiTokenRevoke { .. } => RequestKind::Administer,
+            RequestBody::MinionList { .. } | RequestBody::JobList { .. } => RequestKind::List,
+            RequestBody::EventFire { .. } => RequestKind::FireEvent,
+            RequestBody::JobShow { .. } | RequestBody::JobWatch { .. } => RequestKind::SeeJob,
+            RequestBody::JobPause { .. } | RequestBody::JobResume { .. } => RequestKind::ControlJob,
+            RequestBody::ConfigCreate(_)
+            | RequestBody::ConfigShow { .. }
+            | RequestBody::ConfigList { .. }
+            | RequestBody::ConfigDelete { .. } => RequestKind::Configs,
+            RequestBody::DeploymentCreate(_)
+            | RequestBody::DeploymentGroupCreate(_)
+            | RequestBody::DeploymentGroupShow { .. }
+            | RequestBody::DeploymentUpdate { .. }
+            | RequestBody::DeploymentShow { .. }
+            | RequestBody::DeploymentList { .. }
+            | RequestBody::DeploymentDelete { .. }
+            | RequestBody::ServerConfigs { .. } => RequestKind::Deployment,
+        }
+    }
+}
+
+/// The function that carries deployments (its arguments hold their input values).
+pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
+/// Most patterns one subscription may hold.
+pub(crate) const MAX_PATTERNS: usize = 64;
+/// Longest pattern, in bytes (tags are at most 255 bytes).
+pub(crate) const MAX_PATTERN_LEN: usize = 255;
+
+/// The master's rules and what it knows of minions: everything a decision reads.
+pub(crate) struct Policy<'a> {
+    pub(crate) nodegroups: &'a BTreeMap<String, String>,
+    pub(crate) peers: &'a [PeerRule],
+    pub(crate) registry: &'a Registry,
+}
+
+impl Policy<'_> {
+    /// May `asker` do `action`?
+    pub(crate) fn decide(&self, asker: &Asker<'_>, action: &Action<'_>) -> Result<Granted, Denied> {
+        match (asker, action) {
+            // Another master acts only through announcements, and announcements come only from
+            // masters: the cluster key authenticated it before it got here.
+            (Asker::ClusterPeer, Action::Announce) => Ok(Granted::Yes),
+            (_, Action::Announce) => Err(Denied::Forbidden("only a master of the cluster announces changes".into())),
+            (Asker::ClusterPeer, _) => Err(Denied::Forbidden("another master may only announce changes".into())),
+            // A minion may only publish on its peers, within the `[[peers]]` rules naming it.
+            (Asker::MinionPeer { id }, Action::Publish { .. }) if !self.has_peer_rule(id) => {
+                Err(Denied::Forbidden(format!("no peer rule lets {id} publish jobs")))
+            }
+            (Asker::MinionPeer { .. }, Action::Publish { .. }) => self.publish(asker, action),
+            (Asker::MinionPeer { id }, _) => Err(Denied::Forbidden(format!("minion {id} may only publish on its peers"))),
+            (_, Action::Publish { .. }) => self.publish(asker, action),
+            (_, Action::Subscribe(patterns)) => check_subscription(asker, patterns),
+            (asker, _) if asker.sees_all() => Ok(Granted::Yes),
+            // What remains: a principal that is not an administrator.
+            (_, Action::Administer) => Err(Denied::Forbidden("this principal may not administer the master".into())),
+            (_, Action::List | Action::FireEvent) => Ok(Granted::Yes),
+            (Asker::Principal { name, acl }, Action::SeeJob(job)) => {
+                if self.sees_job(name, acl, job) {
+                    Ok(Granted::Yes)
+                } else {
+                    Err(Denied::NotFound("no such job".into()))
+                }
+            }
+            (Asker::Principal { name, acl }, Action::ControlJob(job)) => {
+                if !self.sees_job(name, acl, job) {
+                    Err(Denied::NotFound("no such job".into()))
+                } else if job.caller == *name || self.rules_cover(acl, job.function, job.minions) {
+                    Ok(Granted::Yes)
+                } else {
+                    Err(Denied::Forbidden(
+                        "only its publisher, an administrator or rules allowing its function on every target may change a job"
+                            .into(),
+                    ))
+                }
+            }
+            (Asker::Principal { acl, .. }, Action::UseConfigs) => {
+                if acl.rules.iter().any(|rule| crate::acl::any_glob(&rule.functions, DEPLOY_FUNCTION)) {
+                    Ok(Granted::Yes)
+                } else {
+                    Err(Denied::Forbidden("not allowed to deploy (needs a rule for deploy.apply)".into()))
+                }
+            }
+            (Asker::Principal { acl, .. }, Action::Deploy { server }) => {
+                if self.rules_cover(acl, DEPLOY_FUNCTION, &[server]) {
+                    Ok(Granted::Yes)
+                } else {
+                    Err(Denied::Forbidden(format!("not allowed to deploy on {server} (needs a rule for deploy.apply)")))
+                }
+            }
+            (Asker::Root, _) => Ok(Granted::Yes),
+        }
+    }
+
+    /// A principal sees a job it published, or one whose every target lies in its view (a
+    /// `deploy.apply` job, which carries a deployment's input values: only where it may deploy).
+    fn sees_job(&self, name: &str, acl: &PrincipalAcl, job: &JobFacts<'_>) -> bool {
+        if job.caller == name {
+            return true;
+        }
+        if job.minions.is_empty() {
+            return false;
+        }
+        if job.function == DEPLOY_FUNCTION {
+            return self.rules_cover(acl, DEPLOY_FUNCTION, job.minions);
+        }
+        let view = super::TargetView::of_principal(Some(acl), self.nodegroups);
+        job.minions.iter().all(|id| view.contains(id, self.registry.grains(id)))
+    }
+
+    /// Whether, for every one of `minions`, a rule of `acl` allows `function` there (within the
+    /// principal's tenant).
+    pub(crate) fn rules_cover(&self, acl: &PrincipalAcl, function: &str, minions: &[&str]) -> bool {
+        !minions.is_empty()
+            && minions.iter().all(|&minion| {
+                let grains = self.registry.grains(minion);
+                acl.in_tenant(minion)
+                    && acl.rules.iter().any(|rule| {
+                        crate::acl::any_glob(&rule.functions, function)
+                            && crate::acl::all_within(&rule.targets, self.nodegroups, &[(minion, grains)])
+                                .unwrap_or(false)
+                    })
+            })
+    }
+
+    fn has_peer_rule(&self, id: &str) -> bool {
+        self.peers.iter().any(|rule| crate::acl::any_glob(&rule.minions, id))
+    }
+
+    fn publish(&self, asker: &Asker<'_>, action: &Action<'_>) -> Result<Granted, Denied> {
+        let Action::Publish { function, kwargs, targets } = action else {
+            return Err(Denied::BadRequest("not a publish".into()));
+        };
+        let publisher = match asker {
+            Asker::Root => Publisher::Root,
+            Asker::Principal { acl, .. } => Publisher::Principal(Arc::new((*acl).clone())),
+            Asker::MinionPeer { id } => Publisher::Peer((*id).to_owned()),
+            Asker::ClusterPeer => return Err(Denied::Forbidden("another master may only announce changes".into())),
+        };
+        let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
+            targets.iter().map(|id| (*id, self.registry.grains(id))).collect();
+        let rules = publish::Rules { nodegroups: self.nodegroups, peers: self.peers };
+        let check = publish::Publish { function, kwargs, targets: &resolved };
+        publish::authorize(&publisher, &rules, &check).map(Granted::Reach).map_err(Denied::Forbidden)
+    }
+}
+
+/// Whether a subscription is allowed: bounded, and (for a principal) within its `events` globs,
+/// so a client never waits on events it will never get.
+fn check_subscription(asker: &Asker<'_>, patterns: &[String]) -> Result<Granted, Denied> {
+    if patterns.len() > MAX_PATTERNS {
+        return Err(Denied::BadRequest(format!(
+            "at most {MAX_PATTERNS} patterns per subscription ({} given)",
+            patterns.len()
+        )));
+    }
+    if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN_LEN) {
+        let start: String = long.chars().take(32).collect();
+        return Err(Denied::BadRequest(format!("pattern {start:?}… is longer than {MAX_PATTERN_LEN} bytes")));
+    }
+    let acl = match asker {
+        Asker::Root => return Ok(Granted::Yes),
+        Asker::Principal { acl, .. } => acl,
+        Asker::MinionPeer { .. } | Asker::ClusterPeer => {
+            return Err(Denied::Forbidden("only clients subscribe to events".into()));
+        }
+    };
+    match patterns.iter().find(|p| !acl.events.iter().any(|allowed| halite_protocol::glob::covers(allowed, p))) {
+        Some(pattern) => Err(Denied::Forbidden(format!(
+            "not allowed to subscribe to {pattern:?}: this principal may read only events matching {:?}",
+            acl.events
+        ))),
+        None => Ok(Granted::Yes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use halite_protocol::message::{DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PrincipalRule};
+
+    use super::*;
+
+    /// Every request there is, one of each.
+    fn every_request() -> Vec<RequestBody> {
+        let config = NewSoftwareConfig {
+            name: "c".into(),
+            group: "script".into(),
+            config: Value::from("true"),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            options: None,
+        };
+        vec![
+            RequestBody::KeyList { pattern: "*".into() },
+            RequestBody::KeyAccept { pattern: "*".into() },
+            RequestBody::KeyReject { pattern: "*".into() },
+            RequestBody::KeyDelete { pattern: "*".into() },
+            RequestBody::KeyPreseed { id: "web1".into(), public_key: vec![1; 32] },
+            RequestBody::TokenCreate { minion: "web1".into(), ttl_ms: 1 },
+            RequestBody::MinionList { pattern: "*".into() },
+            RequestBody::JobList { limit: 1 },
+            RequestBody::JobShow { jid: "1".into() },
+            RequestBody::JobWatch { jid: "1".into() },
+            RequestBody::EventFire { tag: "x".into(), data: Value::Null },
+            RequestBody::JobPause { jid: "1".into() },
+            RequestBody::JobResume { jid: "1".into() },
+            RequestBody::PrincipalAdd { name: "p".into(), public_key: vec![1; 32], acl: PrincipalAcl::default() },
+            RequestBody::PrincipalList,
+            RequestBody::PrincipalRemove { name: "p".into() },
+            RequestBody::ApiTokenCreate { principal: "p".into(), ttl_ms: None },
+            RequestBody::ApiTokenList,
+            RequestBody::ApiTokenRevoke { id: "t".into() },
+            RequestBody::TokenList,
+            RequestBody::TokenRevoke { id: "t".into() },
+            RequestBody::ConfigCreate(config),
+            RequestBody::ConfigShow { id: "c".into() },
+            RequestBody::ConfigList { limit: 1 },
+            RequestBody::ConfigDelete { id: "c".into() },
+            RequestBody::DeploymentCreate(NewDeployment { server_id: "web1".into(), ..NewDeployment::default() }),
+            RequestBody::DeploymentGroupCreate(NewDeploymentGroup::default()),
+            RequestBody::DeploymentGroupShow { id: "g".into() },
+            RequestBody::DeploymentUpdate { id: "d".into(), update: DeploymentUpdate::default() },
+            RequestBody::DeploymentShow { id: "d".into() },
+            RequestBody::DeploymentList { server_id: None },
+            RequestBody::DeploymentDelete { id: "d".into() },
+            RequestBody::ServerConfigs { server_id: "web1".into() },
+        ]
+    }
+
+    fn rule(targets: &str, functions: &[&str]) -> PrincipalRule {
+        PrincipalRule {
+            targets: targets.into(),
+            functions: functions.iter().map(|f| (*f).to_owned()).collect(),
+            args: BTreeMap::new(),
+        }
+    }
+
+    /// What each kind of asker gets, in the order root, admin, narrow, tenant, minion peer,
+    /// cluster peer: `Y` granted, `F` forbidden, `N` answered as not found, `B` bad request.
+    fn verdicts(policy: &Policy<'_>, askers: &[Asker<'_>], action: &Action<'_>) -> String {
+        askers
+            .iter()
+            .map(|asker| match policy.decide(asker, action) {
+                Ok(_) => 'Y',
+                Err(Denied::Forbidden(_)) => 'F',
+                Err(Denied::NotFound(_)) => 'N',
+                Err(Denied::BadRequest(_)) => 'B',
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_request_of_every_kind_of_asker_is_decided_here() {
+        let admin = PrincipalAcl { admin: true, ..PrincipalAcl::default() };
+        // Sees web*, may ping there and deploy there, may run nothing else.
+        let narrow = PrincipalAcl {
+            rules: vec![rule("web*", &["test.ping", "deploy.apply"])],
+            events: vec!["halite/job/*".into()],
+            ..PrincipalAcl::default()
+        };
+        // Rules as wide as can be, confined to proja-*.
+        let tenant = PrincipalAcl {
+            rules: vec![rule("*", &["*"])],
+            events: vec!["*".into()],
+            tenant: Some("proja".into()),
+            ..PrincipalAcl::default()
+        };
+        let askers = [
+            Asker::Root,
+            Asker::Principal { name: "admin", acl: &admin },
+            Asker::Principal { name: "narrow", acl: &narrow },
+            Asker::Principal { name: "proja", acl: &tenant },
+            Asker::MinionPeer { id: "web2" },
+            Asker::ClusterPeer,
+        ];
+        let registry = Registry::default();
+        let nodegroups = BTreeMap::new();
+        let peers = [PeerRule { minions: vec!["web2".into()], target: "web*".into(), functions: vec!["test.ping".into()] }];
+        let policy = Policy { nodegroups: &nodegroups, peers: &peers, registry: &registry };
+
+        // Root's cmd.run on web1: the narrow principal sees it (web1 is in its view), may not
+        // steer it (cmd.run is not its function); the tenant does not even see it.
+        let roots_job = JobFacts { caller: "root", function: "cmd.run", minions: &["web1"] };
+        let tenants_job = JobFacts { caller: "proja", function: "test.ping", minions: &["proja-web1"] };
+        let expected = |kind: RequestKind| match kind {
+            RequestKind::Administer => "YYFFFF",
+            RequestKind::List | RequestKind::FireEvent => "YYYYFF",
+            RequestKind::SeeJob => "YYYNFF",
+            RequestKind::ControlJob => "YYFNFF",
+            RequestKind::Configs => "YYYYFF",
+            RequestKind::Deployment => "YYYFFF",
+        };
+        for body in every_request() {
+            let kind = RequestKind::of(&body);
+            let action = match kind {
+                RequestKind::Administer => Action::Administer,
+                RequestKind::List => Action::List,
+                RequestKind::FireEvent => Action::FireEvent,
+                RequestKind::SeeJob => Action::SeeJob(roots_job),
+                RequestKind::ControlJob => Action::ControlJob(roots_job),
+                RequestKind::Configs => Action::UseConfigs,
+                RequestKind::Deployment => Action::Deploy { server: "web1" },
+            };
+            assert_eq!(verdicts(&policy, &askers, &action), expected(kind), "{body:?} as {kind:?}");
+        }
+
+        // A tenant controls its own job; the narrow principal does not see it.
+        assert_eq!(verdicts(&policy, &askers, &Action::ControlJob(tenants_job)), "YYNYFF");
+        // Deploying into the tenant: only the tenant (and root and admins).
+        assert_eq!(verdicts(&policy, &askers, &Action::Deploy { server: "proja-web1" }), "YYFYFF");
+
+        // Publishing test.ping on web1: the minion peer by its [[peers]] rule, the tenant never
+        // outside its namespace; an administrator runs only what its rules allow (it has none:
+        // administering is not running code); cmd.run only by root.
+        let kwargs = BTreeMap::new();
+        let ping = Action::Publish { function: "test.ping", kwargs: &kwargs, targets: &["web1"] };
+        assert_eq!(verdicts(&policy, &askers, &ping), "YFYFYF");
+        let run = Action::Publish { function: "cmd.run", kwargs: &kwargs, targets: &["web1"] };
+        assert_eq!(verdicts(&policy, &askers, &run), "YFFFFF");
+        let inside = Action::Publish { function: "cmd.run", kwargs: &kwargs, targets: &["proja-web1"] };
+        assert_eq!(verdicts(&policy, &askers, &inside), "YFFYFF");
+        let unruled = Asker::MinionPeer { id: "db1" };
+        let refused = policy.decide(&unruled, &ping).unwrap_err();
+        assert!(refused.message().contains("no peer rule"), "{refused}");
+
+        // Subscriptions within each one's events ACL; announcements only from the cluster.
+        let job_events = ["halite/job/*".to_owned()];
+        assert_eq!(verdicts(&policy, &askers, &Action::Subscribe(&job_events)), "YYYYFF");
+        let everything = ["*".to_owned()];
+        assert_eq!(verdicts(&policy, &askers, &Action::Subscribe(&everything)), "YYFYFF");
+        assert_eq!(verdicts(&policy, &askers, &Action::Announce), "FFFFFY");
+    }
+}
