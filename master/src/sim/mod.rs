@@ -7,6 +7,7 @@ mod cluster_tests;
 mod net;
 mod rollout_tests;
 mod tests;
+mod trust_tests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
