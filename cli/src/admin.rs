@@ -82,6 +82,10 @@ pub(crate) enum TokenCommand {
         /// repeat it for a cluster's masters.
         #[arg(long)]
         master_address: Vec<String>,
+        /// Let the token replace the minion's accepted key (a reinstalled server); without it,
+        /// a token for an id whose key is accepted is refused.
+        #[arg(long)]
+        replace: bool,
     },
     /// List enrollment tokens: id, minion, expiry, whether used (never the tokens themselves).
     List,
@@ -215,9 +219,9 @@ pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) ->
             }
             Ok(ExitCode::SUCCESS)
         }
-        KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address }) => {
+        KeyCommand::Token(TokenCommand::Create { minion, ttl, user_data, master_address, replace }) => {
             let given = !master_address.is_empty();
-            let enrollment = client.create_enrollment(&minion, ttl, &master_address).await?;
+            let enrollment = client.create_enrollment(&minion, ttl, &master_address, replace).await?;
             if user_data && !given && enrollment.masters.iter().any(|m| enrollment::only_this_host(m)) {
                 eprintln!(
                     "warning: this user_data points guests at {}, which only this host can reach; \

@@ -122,7 +122,7 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
     let client = Client::connect(config).await?;
 
     for (id, role) in MINIONS {
-        let body = RequestBody::TokenCreate { minion: id.into(), ttl_ms: 600_000 };
+        let body = RequestBody::TokenCreate { minion: id.into(), ttl_ms: 600_000, replace: false };
         let ResponseBody::Token(token) = client.request(body).await? else { bail!("unexpected answer") };
         let minion_dir = dir.join(id);
         std::fs::create_dir_all(&minion_dir)?;

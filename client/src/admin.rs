@@ -76,9 +76,16 @@ impl Client {
         changed(self.request(body).await?).map(drop)
     }
 
-    /// A one-time enrollment token bound to `minion`, valid for `ttl`.
-    pub async fn create_enrollment_token(&self, minion: &str, ttl: Duration) -> Result<TokenInfo, ClientError> {
-        match self.request(RequestBody::TokenCreate { minion: minion.into(), ttl_ms: millis(ttl) }).await? {
+    /// A one-time enrollment token bound to `minion`, valid for `ttl`. For an id whose key
+    /// is already accepted the master refuses it (`conflict`) unless `replace`: then using the
+    /// token replaces that key (administrators only).
+    pub async fn create_enrollment_token(
+        &self,
+        minion: &str,
+        ttl: Duration,
+        replace: bool,
+    ) -> Result<TokenInfo, ClientError> {
+        match self.request(RequestBody::TokenCreate { minion: minion.into(), ttl_ms: millis(ttl), replace }).await? {
             ResponseBody::Token(token) => Ok(token),
             other => Err(unexpected("a token", &other)),
         }
@@ -87,14 +94,16 @@ impl Client {
     /// A one-time enrollment token for a new server whose minion will be `minion`, with the
     /// enrollment file it reads and the cloud-init user_data that writes it (what `halite key
     /// token create --user-data` prints). The file names `masters`, or, when empty, the master
-    /// this client is connected to; it pins the key this client pins.
+    /// this client is connected to; it pins the key this client pins. `replace`: as for
+    /// [`Client::create_enrollment_token`].
     pub async fn create_enrollment(
         &self,
         minion: &str,
         ttl: Duration,
         masters: &[String],
+        replace: bool,
     ) -> Result<Enrollment, ClientError> {
-        let token = self.create_enrollment_token(minion, ttl).await?;
+        let token = self.create_enrollment_token(minion, ttl, replace).await?;
         let masters = if masters.is_empty() { vec![self.master_addr()] } else { masters.to_vec() };
         let master_key = halite_protocol::hex::encode(self.master_key().as_bytes());
         let enrollment = enrollment::enrollment_toml(&masters, &master_key, &token.minion, &token.token);

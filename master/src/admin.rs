@@ -6,7 +6,7 @@ use halite_protocol::message::{
     ErrorKind, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
 };
 use rand_core::RngCore;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::authz::{Action, Asker, RequestKind, Who};
 use crate::keys::token_hash;
@@ -220,18 +220,31 @@ impl<S: Store, N: Net> Master<S, N> {
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }
-            RequestBody::TokenCreate { minion, ttl_ms } => {
+            RequestBody::TokenCreate { minion, ttl_ms, replace } => {
                 halite_protocol::id::validate(&minion).map_err(|e| RequestError::bad_request(e.to_string()))?;
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
+                // A token enrolls whoever holds it: for an id that already has an accepted key,
+                // it would take that identity over, so only when asked for by name.
+                let keys = self.store.keys_for(&minion).await.map_err(RequestError::from)?;
+                if !replace && keys.iter().any(|k| k.state == KeyState::Accepted) {
+                    return Err(RequestError::conflict(format!(
+                        "{minion} already has an accepted key: a token would replace it; to replace the \
+                         key, create the token with --replace (replace: true)"
+                    )));
+                }
                 let token = new_secret();
                 let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
                 self.store
-                    .create_token(&token_hash(&token), &minion, expires_at_ms)
+                    .create_token(&token_hash(&token), &minion, expires_at_ms, replace)
                     .await
                     .map_err(RequestError::from)?;
-                info!(%minion, "enrollment token created");
+                if replace {
+                    warn!(%minion, "enrollment token created that replaces the accepted key when used");
+                } else {
+                    info!(%minion, "enrollment token created");
+                }
                 Ok(ResponseBody::Token(TokenInfo { token, minion, expires_at_ms }))
             }
             RequestBody::MinionList { pattern } => {

@@ -127,16 +127,28 @@ impl<S: Store, N: Net> Master<S, N> {
                     decide(&self.store, &id, who.identity.as_bytes(), token, at, &mut self.pending_limits).await?
                 };
                 match decision {
-                    Decision::Accept => {
+                    Decision::Accept | Decision::Replaced => {
                         if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
-                            info!(minion = %id, "minion enrolled with a token");
+                            let fingerprint = who.identity.fingerprint();
+                            if decision == Decision::Replaced {
+                                // Only a token an administrator made with --replace does this.
+                                // The old key's session here ends now, as on the other masters.
+                                self.cut_minion(&id);
+                                warn!(minion = %id, %fingerprint, "an enrollment token replaced the minion's accepted key");
+                                self.emit_shared(
+                                    format!("halite/key/{id}/replaced"),
+                                    json!({ "fingerprint": fingerprint, "by": "token" }),
+                                );
+                            } else {
+                                info!(minion = %id, "minion enrolled with a token");
+                            }
                             self.registry.accept(&id, *who.identity.as_bytes());
                             // Enrolling denied any other key of the id: a session with it on
                             // another master ends there.
                             self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
                             self.emit_shared(
                                 format!("halite/key/{id}/accepted"),
-                                json!({ "fingerprint": who.identity.fingerprint(), "by": "token" }),
+                                json!({ "fingerprint": fingerprint, "by": "token" }),
                             );
                         }
                         let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };

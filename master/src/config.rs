@@ -21,6 +21,17 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
+/// `[deploy]`: software deployments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeployConfig {
+    /// The hosts the master may relay deployment signals to (`signal_id` URLs): host names or
+    /// `host:port`, IP addresses, CIDR ranges. Loopback, link-local, private and other special
+    /// addresses are reached only when an IP entry or range lists them. Empty (the default):
+    /// no signal is relayed, and a deployment with a `signal_id` is refused.
+    pub signal_hosts: Vec<String>,
+}
+
 /// Master settings. Every field has a default except where noted.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -76,6 +87,8 @@ pub struct MasterConfig {
     pub deployment_ttl_secs: u64,
     /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
     pub deployment_timeout_secs: u64,
+    /// Software deployments (`[deploy]`): where signals may be relayed.
+    pub deploy: DeployConfig,
     /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
     pub gateway: crate::gateway::GatewayConfig,
     /// Prometheus metrics and health checks (`[metrics]`); off unless `listen` is set.
@@ -130,6 +143,7 @@ impl Default for MasterConfig {
             max_peer_queue_bytes: 32 * 1024 * 1024,
             deployment_ttl_secs: 24 * 3600,
             deployment_timeout_secs: 3600,
+            deploy: DeployConfig::default(),
             gateway: crate::gateway::GatewayConfig::default(),
             metrics: MetricsConfig::default(),
             files: crate::files::FilesConfig::default(),
@@ -157,6 +171,8 @@ impl MasterConfig {
         let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
         halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
         config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
+        crate::deploy::signal_hosts::SignalHosts::parse(&config.deploy.signal_hosts)
+            .map_err(|e| format!("deploy: {e}"))?;
         if let Some(listen) = &config.metrics.listen {
             listen
                 .parse::<std::net::SocketAddr>()
@@ -238,6 +254,18 @@ mod tests {
         assert_eq!(config.events[0].burst, 20.0);
         assert_eq!(config.peers[0].functions, ["service.restart"]);
         assert!(MasterConfig::parse("[[events]]\nminions = [\"x\"]\nalow = []\n").unwrap_err().contains("alow"));
+    }
+
+    #[test]
+    fn signal_hosts_parse_and_bad_entries_are_named() {
+        let config =
+            MasterConfig::parse("[deploy]\nsignal_hosts = [\"heat.example.com:8004\", \"10.0.0.0/8\"]\n").unwrap();
+        assert_eq!(config.deploy.signal_hosts.len(), 2);
+        assert!(MasterConfig::default().deploy.signal_hosts.is_empty(), "no relay unless configured");
+        let err = MasterConfig::parse("[deploy]\nsignal_hosts = [\"10.0.0.0/40\"]\n").unwrap_err();
+        assert!(err.starts_with("deploy: signal_hosts[0]: \"10.0.0.0/40\""), "{err}");
+        let err = MasterConfig::parse("[deploy]\nsignal_host = []\n").unwrap_err();
+        assert!(err.contains("signal_host"), "{err}");
     }
 
     #[test]

@@ -6,13 +6,15 @@ use halite_protocol::message::KeyState;
 use sha2::{Digest, Sha256};
 
 use crate::acl::RateLimiter;
-use crate::store::{KeyRecord, Store, StoreError};
+use crate::store::{KeyRecord, Store, StoreError, TokenUse};
 
 /// The master's decision about an authenticated minion key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// The key is accepted: start a session.
     Accept,
+    /// A token made with `--replace` enrolled this key in place of the id's accepted one.
+    Replaced,
     /// The key is recorded as pending: tell the minion to retry later.
     Pending,
     /// Refused, with the reason the minion is told.
@@ -53,7 +55,9 @@ impl PendingLimits {
 /// Applies the registry rules to minion `id` presenting `public_key` and maybe a token:
 ///
 /// - a token that is valid for the id enrolls this key (one transaction: the token burns, the
-///   key is accepted, any other key for the id is denied): the token holder always enrolls;
+///   key is accepted, any other key for the id is denied), unless the id already has an
+///   accepted key: then only a token an administrator made with `--replace` enrolls (and
+///   replaces it); any other is used up and this key is denied, the accepted key stays;
 /// - a token that is not valid (unknown, expired, used, bound to another id) counts as none;
 /// - the id's accepted key → accept; its rejected key → reject; its denied key → denied;
 /// - an id with an unused token outstanding refuses keys without a token, and records nothing,
@@ -72,8 +76,11 @@ pub(crate) async fn decide<S: Store>(
     let keys = store.keys_for(id).await?;
     let same = keys.iter().find(|k| &k.public_key == public_key).map(|k| k.state);
     if let Some(token) = token.filter(|_| same != Some(KeyState::Accepted)) {
-        if store.enroll_with_token(&token_hash(token), id, public_key, now_ms).await? {
-            return Ok(Decision::Accept);
+        match store.enroll_with_token(&token_hash(token), id, public_key, now_ms).await? {
+            TokenUse::Enrolled { replaced: false } => return Ok(Decision::Accept),
+            TokenUse::Enrolled { replaced: true } => return Ok(Decision::Replaced),
+            TokenUse::Refused => return Ok(Decision::Denied),
+            TokenUse::Invalid => {}
         }
         // A used, expired or foreign token counts as none (a minion keeps its token in its
         // enrollment file after enrolling): the rules below apply.
@@ -145,7 +152,7 @@ mod tests {
     fn a_token_that_did_not_enroll_says_why() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            store.create_token(&token_hash("t-web2"), "web2", 100).await.unwrap();
+            store.create_token(&token_hash("t-web2"), "web2", 100, false).await.unwrap();
             let problem = |token: &'static str, id: &'static str, now| {
                 let store = &store;
                 async move { token_problem(store, token, id, now).await.unwrap().unwrap_or_default() }
@@ -154,7 +161,8 @@ mod tests {
             assert!(problem("t-web2", "web3", 1).await.contains("bound to another minion id (web2)"));
             assert!(problem("t-web2", "web2", 100).await.contains("expired at 1970-01-01T00:00:00Z"));
             assert_eq!(problem("t-web2", "web2", 50).await, "", "valid: not the reason");
-            assert!(store.enroll_with_token(&token_hash("t-web2"), "web2", &[1; 32], 50).await.unwrap());
+            let used = store.enroll_with_token(&token_hash("t-web2"), "web2", &[1; 32], 50).await.unwrap();
+            assert_eq!(used, TokenUse::Enrolled { replaced: false });
             assert!(problem("t-web2", "web2", 50).await.contains("already used"));
         });
     }
@@ -173,7 +181,7 @@ mod tests {
             assert_eq!(decide(&store, "web1", &[1; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Accept);
             assert_eq!(decide(&store, "web1", &[2; 32], None, at(6), &mut limits()).await.unwrap(), Decision::Denied);
 
-            store.create_token(&token_hash("secret"), "web2", 100).await.unwrap();
+            store.create_token(&token_hash("secret"), "web2", 100, false).await.unwrap();
             // A token for another id counts as none: web3 is held pending.
             assert_eq!(
                 decide(&store, "web3", &[3; 32], Some("secret"), at(7), &mut limits()).await.unwrap(),
@@ -201,7 +209,7 @@ mod tests {
     fn a_token_bound_id_cannot_be_taken_by_connecting_first() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            store.create_token(&token_hash("secret"), "db1", 1000).await.unwrap();
+            store.create_token(&token_hash("secret"), "db1", 1000, false).await.unwrap();
             // The squatter, without a token: refused, and nothing is recorded.
             assert!(matches!(
                 decide(&store, "db1", &[6; 32], None, at(1), &mut limits()).await.unwrap(),
@@ -220,13 +228,47 @@ mod tests {
                 .put_key(&KeyRecord { id: "db2".into(), public_key: [8; 32], state: KeyState::Pending }, 4)
                 .await
                 .unwrap();
-            store.create_token(&token_hash("t2"), "db2", 1000).await.unwrap();
+            store.create_token(&token_hash("t2"), "db2", 1000, false).await.unwrap();
             assert_eq!(
                 decide(&store, "db2", &[9; 32], Some("t2"), at(5), &mut limits()).await.unwrap(),
                 Decision::Accept
             );
             let keys = store.keys_for("db2").await.unwrap();
             assert!(keys.iter().any(|k| k.public_key == [8; 32] && k.state == KeyState::Denied), "{keys:?}");
+        });
+    }
+
+    #[test]
+    fn a_token_does_not_take_an_accepted_identity_over_unless_made_to_replace() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            let store = SqliteStore::in_memory().await.unwrap();
+            let accepted = |id: &str, key| KeyRecord { id: id.into(), public_key: key, state: KeyState::Accepted };
+            // A token made before the real key was accepted: used afterwards, it is refused.
+            store.create_token(&token_hash("stale"), "web1", 1000, false).await.unwrap();
+            store.put_key(&accepted("web1", [1; 32]), 1).await.unwrap();
+            assert_eq!(
+                decide(&store, "web1", &[2; 32], Some("stale"), at(2), &mut limits()).await.unwrap(),
+                Decision::Denied
+            );
+            let keys = store.keys_for("web1").await.unwrap();
+            assert!(keys.iter().any(|k| k.public_key == [1; 32] && k.state == KeyState::Accepted), "{keys:?}");
+            assert!(keys.iter().any(|k| k.public_key == [2; 32] && k.state == KeyState::Denied), "{keys:?}");
+            assert!(store.token(&token_hash("stale")).await.unwrap().unwrap().used, "used up");
+            assert_eq!(decide(&store, "web1", &[1; 32], None, at(3), &mut limits()).await.unwrap(), Decision::Accept);
+            // A token made to replace: the new key is accepted, the old one denied.
+            store.create_token(&token_hash("swap"), "web1", 1000, true).await.unwrap();
+            assert_eq!(
+                decide(&store, "web1", &[3; 32], Some("swap"), at(4), &mut limits()).await.unwrap(),
+                Decision::Replaced
+            );
+            assert_eq!(decide(&store, "web1", &[1; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Denied);
+            assert_eq!(decide(&store, "web1", &[3; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Accept);
+            // A replacing token for an id with no accepted key simply enrolls.
+            store.create_token(&token_hash("fresh"), "web9", 1000, true).await.unwrap();
+            assert_eq!(
+                decide(&store, "web9", &[4; 32], Some("fresh"), at(6), &mut limits()).await.unwrap(),
+                Decision::Accept
+            );
         });
     }
 

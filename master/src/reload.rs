@@ -1,5 +1,5 @@
 //! SIGHUP: the master rereads the rules in its config file that it can change while running
-//! (`[[events]]`, `[[peers]]`, `[nodegroups]`, `revoked_masters`); everything else (addresses,
+//! (`[[events]]`, `[[peers]]`, `[nodegroups]`, `revoked_masters`, `[deploy] signal_hosts`); everything else (addresses,
 //! store, limits) needs a restart. A file that no longer reads is reported and the running
 //! rules are kept.
 
@@ -20,7 +20,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.config.peers = new.peers;
                 self.config.nodegroups = new.nodegroups;
                 self.config.revoked_masters = new.revoked_masters;
-                info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups and revocations");
+                self.config.deploy = new.deploy;
+                info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups, revocations and signal hosts");
             }
             Err(error) => error!(%error, "SIGHUP: the config does not read; keeping the running rules"),
         }

@@ -28,6 +28,10 @@ impl RequestError {
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
         RequestError::new(ErrorKind::NotFound, message)
     }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        RequestError::new(ErrorKind::Conflict, message)
+    }
 }
 
 impl From<StoreError> for RequestError {

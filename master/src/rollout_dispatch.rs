@@ -220,8 +220,11 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// An event on the bus: the rollouts it aborts stop at the end of the step. A job's own
-    /// events never abort it.
-    pub(crate) fn rollouts_hear(&mut self, tag: &str) {
+    /// events never abort it, and an event aborts only the rollouts whose publisher may
+    /// receive it: abort_on must not listen to what its publisher could not subscribe to, nor
+    /// tell it (in the reason) a tag it may not see.
+    pub(crate) fn rollouts_hear(&mut self, tag: &str, data: &halite_protocol::message::Value) {
+        let mut aborts = Vec::new();
         for job in self.jobs.rollout_jobs() {
             let Some(run) = &job.rollout else { continue };
             let jid = job.record.jid.as_str();
@@ -231,10 +234,23 @@ impl<S: Store, N: Net> Master<S, N> {
             {
                 continue;
             }
-            if let Some(pattern) = run.status.spec.abort_on.iter().find(|p| halite_protocol::glob::matches(p, tag)) {
-                let reason = format!("event {tag} matched abort_on {pattern}");
-                self.pending.rollout_aborts.push((jid.to_owned(), reason));
+            let Some(pattern) = run.status.spec.abort_on.iter().find(|p| halite_protocol::glob::matches(p, tag)) else {
+                continue;
+            };
+            let caller = job.record.caller.as_str();
+            let hears = self
+                .caller_acl(caller)
+                .is_some_and(|acl| self.may_receive(crate::authz::Who { name: caller, acl }, tag, data));
+            if hears {
+                aborts.push((jid.to_owned(), abort_reason(pattern, tag)));
             }
         }
+        self.pending.rollout_aborts.extend(aborts);
     }
+}
+
+/// Why an event stopped a rollout (or a deployment group); only ever for an event the
+/// publisher may receive, so the tag may be shown.
+pub(crate) fn abort_reason(pattern: &str, tag: &str) -> String {
+    format!("an event matching abort_on {pattern}: {tag}")
 }

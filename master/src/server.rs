@@ -28,7 +28,7 @@ use crate::acl::{NoticeThrottle, RateLimiter};
 use crate::bus::Bus;
 use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
-use crate::deploy::relay::{self, RelayDone};
+use crate::deploy::relay::RelayDone;
 use crate::gateway::local::LocalCommand;
 use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::PendingLimits;
@@ -113,7 +113,6 @@ pub struct Master<S: Store, N: Net = Router> {
     /// `deploy.apply` jobs in flight: jid → deployment id.
     pub(crate) deploy_jobs: HashMap<String, String>,
     /// Sends deployment signals to engines.
-    pub(crate) relay_client: reqwest::Client,
     pub(crate) relay_tx: mpsc::UnboundedSender<RelayDone>,
     pub(crate) relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
     /// Files served to minions (`[files]`), and where finished reads come back.
@@ -207,7 +206,6 @@ impl<S: Store, N: Net> Master<S, N> {
             deploy_jobs: HashMap::new(),
             groups: Default::default(),
             metrics: crate::metrics::Metrics::new(),
-            relay_client: relay::client(),
             relay_tx,
             relay_rx: Some(relay_rx),
             files: Default::default(),
@@ -273,8 +271,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Publishes an event on the bus. Each subscriber's queue is bounded: what does not fit is
     /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
-        self.rollouts_hear(&tag);
-        self.groups_hear(&tag);
+        self.rollouts_hear(&tag, &data);
+        self.groups_hear(&tag, &data);
         let seq = self.event_log.record(&tag, &data);
         if self.bus.is_empty() {
             return;

@@ -71,6 +71,7 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         ErrorKind::Timeout,
         ErrorKind::UnsupportedVersion,
         ErrorKind::Internal,
+        ErrorKind::Conflict,
         ErrorKind::Other,
     ])
 }
@@ -102,7 +103,11 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
         ".{0,10}".prop_map(|pattern| RequestBody::KeyDelete { pattern }),
         (".{0,10}", prop::collection::vec(any::<u8>(), 32))
             .prop_map(|(id, public_key)| RequestBody::KeyPreseed { id, public_key }),
-        (".{0,10}", any::<u64>()).prop_map(|(minion, ttl_ms)| RequestBody::TokenCreate { minion, ttl_ms }),
+        (".{0,10}", any::<u64>(), any::<bool>()).prop_map(|(minion, ttl_ms, replace)| RequestBody::TokenCreate {
+            minion,
+            ttl_ms,
+            replace
+        }),
         ".{0,10}".prop_map(|pattern| RequestBody::MinionList { pattern }),
         any::<u32>().prop_map(|limit| RequestBody::JobList { limit }),
         ".{0,10}".prop_map(|jid| RequestBody::JobShow { jid }),

@@ -21,6 +21,7 @@ from .aio import AsyncClient, AsyncEventStream, AsyncJob
 from .client import Client, EventStream, Job
 from .errors import (
     ConfigError,
+    Conflict,
     ConnectError,
     DisconnectedError,
     Forbidden,
@@ -38,6 +39,7 @@ __all__ = [
     "AsyncJob",
     "Client",
     "ConfigError",
+    "Conflict",
     "ConnectError",
     "DisconnectedError",
     "EventStream",

@@ -86,14 +86,17 @@ class Operations:
         return self._call(request, c.nothing)
 
     def create_enrollment(
-        self, minion: str, ttl: float = 3600, masters: Optional[Sequence[str]] = None
+        self, minion: str, ttl: float = 3600, masters: Optional[Sequence[str]] = None,
+        replace: bool = False,
     ) -> t.Enrollment:
         """A one-time enrollment token bound to ``minion``, valid ``ttl`` seconds, with
         the enrollment file and the cloud-init user_data a new server boots with.
         The file names ``masters`` (the addresses guests reach), or the master this
-        client is connected to."""
+        client is connected to. For a minion whose key is already accepted the master
+        raises :class:`~halite.errors.Conflict` unless ``replace`` is true: then
+        using the token replaces that key (administrators only)."""
         request = {"op": "create_enrollment", "minion": minion, "ttl_ms": c.millis("ttl", ttl),
-                   "masters": list(masters or [])}
+                   "masters": list(masters or []), "replace": bool(replace)}
         return self._call(request, c.one(t.Enrollment))
 
     def enrollment_tokens(self) -> List[t.TokenSummary]:

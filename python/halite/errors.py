@@ -113,6 +113,13 @@ class InternalError(MasterError):
     kind = "internal"
 
 
+class Conflict(MasterError):
+    """The request conflicts with what is already there (an enrollment token for
+    a minion id whose key is accepted, without ``replace=True``)."""
+
+    kind = "conflict"
+
+
 _BY_KIND = {
     cls.kind: cls
     for cls in (
@@ -125,6 +132,7 @@ _BY_KIND = {
         MasterTimeout,
         UnsupportedVersion,
         InternalError,
+        Conflict,
     )
 }
 

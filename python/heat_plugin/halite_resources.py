@@ -476,8 +476,10 @@ class HaliteEnrollmentUserData(resource.Resource):
 
     def handle_create(self):
         masters = self.properties[self.MASTERS] or cfg.CONF.halite.enrollment_masters
+        # Never replace=True: a stack must not take over a minion that is already enrolled
+        # under this name (the master refuses with halite.Conflict, failing the resource).
         enrollment = _call('create_enrollment', self.properties[self.SERVER_NAME],
-                           ttl=self.properties[self.TTL], masters=masters)
+                           ttl=self.properties[self.TTL], masters=masters, replace=False)
         self.data_set('user_data', enrollment.user_data, redact=True)
         self.data_set('enrollment', enrollment.enrollment, redact=True)
         self.data_set('expires_at_ms', str(enrollment.expires_at_ms))

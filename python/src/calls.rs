@@ -75,6 +75,8 @@ pub(crate) enum Call {
         ttl_ms: u64,
         #[serde(default)]
         masters: Vec<String>,
+        #[serde(default)]
+        replace: bool,
     },
     EnrollmentTokens,
     RevokeEnrollmentToken {
@@ -196,8 +198,8 @@ pub(crate) async fn execute(client: &Client, call: Call) -> Result<String, Clien
             client.preseed_key(&id, public_key_bytes(&public_key)?).await?;
             Value::Null
         }
-        Call::CreateEnrollment { minion, ttl_ms, masters } => {
-            to_json(&client.create_enrollment(&minion, Duration::from_millis(ttl_ms), &masters).await?)?
+        Call::CreateEnrollment { minion, ttl_ms, masters, replace } => {
+            to_json(&client.create_enrollment(&minion, Duration::from_millis(ttl_ms), &masters, replace).await?)?
         }
         Call::EnrollmentTokens => to_json(&client.enrollment_tokens().await?)?,
         Call::RevokeEnrollmentToken { id } => {

@@ -26,6 +26,17 @@ def test_enrollment_user_data_enrolls_a_new_minion(master, root: halite.Client) 
     assert grains["role"] == "app" and grains["kernel"] == "Linux"
 
 
+def test_a_token_for_an_enrolled_minion_is_refused_unless_it_replaces(master, root: halite.Client) -> None:
+    # web1 is enrolled (its key accepted): a token would take its identity over.
+    with pytest.raises(halite.Conflict, match="--replace") as refused:
+        root.create_enrollment("web1", ttl=60)
+    assert refused.value.kind == "conflict"
+    replacing = root.create_enrollment("web1", ttl=60, replace=True)
+    assert replacing.minion == "web1"
+    ids = [t.id for t in root.enrollment_tokens() if t.minion == "web1" and not t.used]
+    root.revoke_enrollment_token(ids[0])
+
+
 def test_keys_are_listed_rejected_and_accepted(master, root: halite.Client) -> None:
     assert {k.id for k in root.keys("*")} >= {"web1", "web2", "db1"}
     assert root.reject_keys("db1") == ["db1"]

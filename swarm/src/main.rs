@@ -124,7 +124,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 tokens.push(None);
             }
             Enroll::Token => {
-                let answer = admin.request(RequestBody::TokenCreate { minion: id.clone(), ttl_ms: 3_600_000 }).await?;
+                let answer = admin
+                    .request(RequestBody::TokenCreate { minion: id.clone(), ttl_ms: 3_600_000, replace: false })
+                    .await?;
                 let ResponseBody::Token(token) = answer else { anyhow::bail!("unexpected answer to token_create") };
                 tokens.push(Some(token.token));
             }

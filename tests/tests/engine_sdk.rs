@@ -17,8 +17,10 @@ async fn an_engine_boots_a_minion_with_a_token_and_waits_for_its_first_event() {
     let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
 
     // 1. The engine creates a token bound to the server's future minion id.
-    let ResponseBody::Token(token) =
-        client.request(RequestBody::TokenCreate { minion: "vm-1".into(), ttl_ms: 600_000 }).await.unwrap()
+    let ResponseBody::Token(token) = client
+        .request(RequestBody::TokenCreate { minion: "vm-1".into(), ttl_ms: 600_000, replace: false })
+        .await
+        .unwrap()
     else {
         panic!("expected a token")
     };

@@ -88,7 +88,7 @@ async fn one_handle_serves_many_tasks_and_streams_at_once() {
     // Typed helpers answer typed values.
     let keys = client.keys("*").await.unwrap();
     assert!(keys.iter().all(|k| k.state == KeyState::Accepted) && keys.len() == 2, "{keys:?}");
-    let token = client.create_enrollment_token("w3", Duration::from_secs(600)).await.unwrap();
+    let token = client.create_enrollment_token("w3", Duration::from_secs(600), false).await.unwrap();
     assert_eq!(token.minion, "w3");
     let listed = client.enrollment_tokens().await.unwrap();
     let id = listed.iter().find(|t| t.minion == "w3").map(|t| t.id.clone()).expect("the token is listed");

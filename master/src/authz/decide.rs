@@ -384,7 +384,7 @@ mod tests {
             RequestBody::KeyReject { pattern: "*".into() },
             RequestBody::KeyDelete { pattern: "*".into() },
             RequestBody::KeyPreseed { id: "web1".into(), public_key: vec![1; 32] },
-            RequestBody::TokenCreate { minion: "web1".into(), ttl_ms: 1 },
+            RequestBody::TokenCreate { minion: "web1".into(), ttl_ms: 1, replace: true },
             RequestBody::MinionList { pattern: "*".into() },
             RequestBody::JobList { limit: 1 },
             RequestBody::JobShow { jid: "1".into() },

@@ -138,12 +138,39 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Whether the client on `peer` may receive an event (its subscription patterns aside).
-    /// Events of a job that is no longer live (a late return) go only to those who see
-    /// everything. A job's answer is remembered per connection while the job lives: its events
-    /// come once per minion, and deciding costs a match per targeted minion.
+    /// A job's answer is remembered per connection while the job lives: its events come once
+    /// per minion, and deciding costs a match per targeted minion.
     pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
         let Some((name, acl)) = self.principal_on(peer) else { return false };
-        let Some(acl) = acl else { return true };
+        let who = Who { name: &name, acl: acl.as_deref() };
+        let mut decided = None;
+        let allowed = self.receives(who, tag, data, |master, jid| {
+            if let Some(&known) = master.jobs.get(jid).and_then(|job| job.visible_to.get(&peer)) {
+                return known;
+            }
+            let visible = master.may_see_live_job(who, jid);
+            decided = Some((jid.to_owned(), visible));
+            visible
+        });
+        if let Some((jid, visible)) = decided {
+            if let Some(job) = self.jobs.get_mut(&jid) {
+                job.visible_to.insert(peer, visible);
+            }
+        }
+        allowed
+    }
+
+    /// Whether `who` may receive an event (its subscription patterns aside): what a
+    /// subscriber gets, and what a rollout's `abort_on` of a job `who` published hears.
+    pub(crate) fn may_receive(&self, who: Who<'_>, tag: &str, data: &Value) -> bool {
+        self.receives(who, tag, data, |master, jid| master.may_see_live_job(who, jid))
+    }
+
+    /// The rules of [`Self::may_receive`], with how to decide whether `who` sees a live job.
+    /// Events of a job that is no longer live (a late return) go only to those who see
+    /// everything.
+    fn receives(&self, who: Who<'_>, tag: &str, data: &Value, sees_job: impl FnOnce(&Self, &str) -> bool) -> bool {
+        let Some(acl) = who.acl else { return true };
         if !acl.events.iter().any(|p| glob::matches(p, tag)) {
             return false;
         }
@@ -151,27 +178,27 @@ impl<S: Store, N: Net> Master<S, N> {
             return true;
         }
         if let Some(tenant) = acl.tenant.as_deref() {
-            if !tenant_may_receive(&acl, tenant, &name, tag) {
+            if !tenant_may_receive(acl, tenant, who.name, tag) {
                 return false;
             }
         }
         let mut parts = tag.split('/');
         match (parts.next(), parts.next(), parts.next()) {
-            (Some("halite"), Some("job"), Some(jid)) => {
-                let Some(job) = self.jobs.get(jid) else { return false };
-                if let Some(&known) = job.visible_to.get(&peer) {
-                    return known;
-                }
-                let visible = self.may_see_live_job(Who { name: &name, acl: Some(&acl) }, jid);
-                if let Some(job) = self.jobs.get_mut(jid) {
-                    job.visible_to.insert(peer, visible);
-                }
-                visible
-            }
+            (Some("halite"), Some("job"), Some(jid)) => self.jobs.get(jid).is_some() && sees_job(self, jid),
             (Some("halite"), Some("deployment"), Some(_)) => {
-                data.get("server_id").and_then(Value::as_str).is_some_and(|server| self.may_deploy_to(&acl, server))
+                data.get("server_id").and_then(Value::as_str).is_some_and(|server| self.may_deploy_to(acl, server))
             }
             _ => true,
+        }
+    }
+
+    /// Who a job's caller is, to decide what it may receive: root, a registered principal
+    /// (as its ACL is now), or `None` for a caller that receives no events (a minion's
+    /// `peer.publish`, a principal since removed).
+    pub(crate) fn caller_acl(&self, caller: &str) -> Option<Option<&PrincipalAcl>> {
+        match caller {
+            "root" => Some(None),
+            name => self.registry.principals.get(name).map(|p| Some(&p.acl)),
         }
     }
 

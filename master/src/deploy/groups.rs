@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::message::{
     status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, PrincipalAcl,
-    ResponseBody, RolloutState,
+    ResponseBody, RolloutState, Value,
 };
 use tracing::{info, warn};
 
@@ -37,8 +37,8 @@ pub(crate) struct GroupRuns {
     pub(crate) of_deployment: BTreeMap<String, String>,
     /// Groups to advance at the end of the step.
     pub(crate) due: std::collections::BTreeSet<String>,
-    /// Open groups' `abort_on` patterns.
-    pub(crate) abort_on: BTreeMap<String, Vec<String>>,
+    /// Open groups' creators and `abort_on` patterns.
+    pub(crate) abort_on: BTreeMap<String, (String, Vec<String>)>,
     /// Groups an event aborted (group, why), stopped at the end of the step.
     pub(crate) aborts: Vec<(String, String)>,
 }
@@ -94,6 +94,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // What each member's deployment will be is checked once, before anything starts.
         super::validate::deployment(&member_spec(&spec, &servers[0])).map_err(RequestError::bad_request)?;
+        self.check_signal_url(&member_spec(&spec, &servers[0]))?;
         if self.store.config(&spec.config_id).await.map_err(RequestError::from)?.is_none() {
             return Err(super::no_config(&spec.config_id));
         }
@@ -133,16 +134,23 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// A deployment changed status (`halite/deployment/<id>/<status>`, from this master or
     /// another): its group, if this master drives one, moves on.
-    pub(crate) fn groups_hear(&mut self, tag: &str) {
-        for (group, patterns) in &self.groups.abort_on {
+    /// An event aborts only groups whose creator may receive it (as for a job's rollout).
+    pub(crate) fn groups_hear(&mut self, tag: &str, data: &Value) {
+        let mut aborts = Vec::new();
+        for (group, (principal, patterns)) in &self.groups.abort_on {
             // A group's own events never abort it.
             if tag.starts_with("halite/deployment_group/") && tag.contains(group.as_str()) {
                 continue;
             }
-            if let Some(pattern) = patterns.iter().find(|p| halite_protocol::glob::matches(p, tag)) {
-                self.groups.aborts.push((group.clone(), format!("event {tag} matched abort_on {pattern}")));
+            let Some(pattern) = patterns.iter().find(|p| halite_protocol::glob::matches(p, tag)) else { continue };
+            let hears = self
+                .caller_acl(principal)
+                .is_some_and(|acl| self.may_receive(crate::authz::Who { name: principal, acl }, tag, data));
+            if hears {
+                aborts.push((group.clone(), crate::rollout_dispatch::abort_reason(pattern, tag)));
             }
         }
+        self.groups.aborts.extend(aborts);
         let Some(rest) = tag.strip_prefix("halite/deployment/") else { return };
         let Some((deployment, state)) = rest.split_once('/') else { return };
         if state == status::IN_PROGRESS {
@@ -200,7 +208,8 @@ impl<S: Store, N: Net> Master<S, N> {
     async fn advance_group(&mut self, id: &str) -> Result<(), StoreError> {
         let Some(mut record) = self.store.group(id).await? else { return Ok(()) };
         if !record.group.rollout.spec.abort_on.is_empty() {
-            self.groups.abort_on.insert(id.to_owned(), record.group.rollout.spec.abort_on.clone());
+            let abort_on = (record.principal.clone(), record.group.rollout.spec.abort_on.clone());
+            self.groups.abort_on.insert(id.to_owned(), abort_on);
         }
         if record.group.status != status::IN_PROGRESS {
             self.forget_group(id);

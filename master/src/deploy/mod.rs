@@ -10,6 +10,7 @@
 pub(crate) mod derive;
 pub(crate) mod groups;
 pub(crate) mod relay;
+pub(crate) mod signal_hosts;
 mod validate;
 
 use halite_protocol::message::{
@@ -25,6 +26,7 @@ use crate::request_error::{Reply, RequestError};
 use crate::server::{Master, NewJob};
 use crate::store::{DeploymentRecord, Store, StoreError};
 use relay::RelayRequest;
+use signal_hosts::SignalHosts;
 
 /// Most configs one listing returns.
 const MAX_CONFIG_LIST: u32 = 1000;
@@ -176,6 +178,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     pub(crate) async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
         validate::deployment(&spec).map_err(RequestError::bad_request)?;
+        self.check_signal_url(&spec)?;
         let config = self
             .store
             .config(&spec.config_id)
@@ -388,6 +391,22 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// The `[deploy] signal_hosts` allowlist (checked when the config was read; an entry that
+    /// somehow does not parse allows nothing).
+    pub(crate) fn signal_hosts(&self) -> SignalHosts {
+        SignalHosts::parse(&self.config.deploy.signal_hosts).unwrap_or_default()
+    }
+
+    /// A `signal_id` the relay would refuse is refused when the deployment is made, so the
+    /// engine learns at once (the relay checks again, resolved addresses included).
+    pub(crate) fn check_signal_url(&self, spec: &NewDeployment) -> Result<(), RequestError> {
+        let Some(url) = &spec.signal_id else { return Ok(()) };
+        self.signal_hosts()
+            .admit_url(url)
+            .map_err(|refused| RequestError::bad_request(format!("signal_id: {refused}")))?;
+        Ok(())
+    }
+
     /// Starts relaying a deployment's last signal to its `signal_id`.
     pub(crate) fn start_relay(&mut self, record: &DeploymentRecord) {
         let (Some(url), Some(Value::Object(signal))) = (&record.spec.signal_id, &record.last_signal) else { return };
@@ -398,10 +417,12 @@ impl<S: Store, N: Net> Master<S, N> {
             verb: derive::signal_verb(&record.spec),
             body: derive::trimmed_body(signal, relay::MAX_BODY),
         };
-        relay::spawn(self.relay_client.clone(), request, self.relay_tx.clone());
+        relay::spawn(self.signal_hosts(), request, self.relay_tx.clone());
     }
 
-    /// A relay ended: recorded, announced.
+    /// A relay ended: recorded, announced. The announcement says only `relayed` (the engine's
+    /// URL answered 2xx) or `refused` (anything else): a status code or connection error would
+    /// tell whoever chose the URL what answers where the master stands. Those go to the log.
     pub(crate) async fn relay_finished(&mut self, done: relay::RelayDone) -> Result<(), StoreError> {
         let id = &done.request.deployment_id;
         let Some(mut record) = self.store.deployment(id).await? else { return Ok(()) };
@@ -410,15 +431,22 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         record.relay_pending = false;
         self.store.put_deployment(&record, self.clock.wall_ms()).await?;
-        match &done.result {
-            Ok(code) => info!(deployment = %id, status = code, "signal relayed"),
-            Err(error) => warn!(deployment = %id, %error, "signal relay failed"),
-        }
-        let server_id = record.deployment.server_id.clone();
-        let data = match done.result {
-            Ok(code) => json!({ "ok": (200..300).contains(&code), "http_status": code, "server_id": server_id }),
-            Err(error) => json!({ "ok": false, "error": error, "server_id": server_id }),
+        let relayed = match &done.result {
+            Ok(code @ 200..=299) => {
+                info!(deployment = %id, status = code, "signal relayed");
+                true
+            }
+            Ok(code) => {
+                warn!(deployment = %id, status = code, "signal relay answered without success");
+                false
+            }
+            Err(error) => {
+                warn!(deployment = %id, %error, "signal relay failed");
+                false
+            }
         };
+        let outcome = if relayed { "relayed" } else { "refused" };
+        let data = json!({ "ok": relayed, "outcome": outcome, "server_id": record.deployment.server_id });
         self.emit_shared(format!("halite/deployment/{id}/relayed"), data);
         Ok(())
     }

@@ -114,6 +114,10 @@ pub(crate) struct TokenRequest {
     /// address, refused when only this host could reach it.
     #[serde(default)]
     master_addresses: Vec<String>,
+    /// Replace the minion's accepted key when the token is used (refused otherwise, with 409,
+    /// when the id already has an accepted key).
+    #[serde(default)]
+    replace: bool,
 }
 
 async fn create_token(
@@ -129,7 +133,8 @@ async fn create_token(
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_request", why));
     }
     let ttl_ms = request.ttl_secs.unwrap_or(3600).saturating_mul(1000);
-    let ResponseBody::Token(token) = ask(&c, &h, RequestBody::TokenCreate { minion: request.minion, ttl_ms }).await?
+    let ResponseBody::Token(token) =
+        ask(&c, &h, RequestBody::TokenCreate { minion: request.minion, ttl_ms, replace: request.replace }).await?
     else {
         return Err(unexpected());
     };

@@ -85,6 +85,7 @@ impl From<CallError> for ApiError {
                     ErrorKind::Forbidden => StatusCode::FORBIDDEN,
                     ErrorKind::NotFound => StatusCode::NOT_FOUND,
                     ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorKind::Conflict => StatusCode::CONFLICT,
                     _ => StatusCode::BAD_REQUEST,
                 };
                 let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned));

@@ -6,6 +6,7 @@
 mod cluster_tests;
 mod net;
 mod rollout_tests;
+mod relay_trust_tests;
 mod tests;
 mod trust_tests;
 

@@ -197,7 +197,10 @@ fn a_matching_event_aborts_the_rollout_and_its_own_events_do_not() {
         use MinionJobState::*;
         assert_eq!(states(&sim, &jid).await, [Returned, Returned, Skipped]);
         let status = rollout_of(&mut sim, &mut root, &jid).await;
-        assert_eq!(status.reason.as_deref(), Some("event minion/web2/alarm/cpu matched abort_on minion/*/alarm/*"));
+        assert_eq!(
+            status.reason.as_deref(),
+            Some("an event matching abort_on minion/*/alarm/*: minion/web2/alarm/cpu")
+        );
     });
 }
 

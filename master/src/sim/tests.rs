@@ -358,8 +358,9 @@ fn a_minion_id_bound_to_a_token_cannot_be_taken_by_connecting_first() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
         let mut root = sim.root().await;
-        let Ok(ResponseBody::Token(token)) =
-            sim.request(&mut root, RequestBody::TokenCreate { minion: "db9".into(), ttl_ms: 60_000 }).await
+        let Ok(ResponseBody::Token(token)) = sim
+            .request(&mut root, RequestBody::TokenCreate { minion: "db9".into(), ttl_ms: 60_000, replace: false })
+            .await
         else {
             panic!("a token");
         };

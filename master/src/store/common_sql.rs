@@ -199,12 +199,19 @@ macro_rules! common_store_methods {
         Ok(())
     }
 
-    async fn create_token(&self, hash: &[u8; 32], minion: &str, expires_at_ms: u64) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id) VALUES (?, ?, ?, ?)"))
+    async fn create_token(
+        &self,
+        hash: &[u8; 32],
+        minion: &str,
+        expires_at_ms: u64,
+        replaces_key: bool,
+    ) -> Result<(), $crate::store::StoreError> {
+        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key) VALUES (?, ?, ?, ?, ?)"))
             .bind(&hash[..])
             .bind(minion)
             .bind($crate::store::sqlite::db_int(expires_at_ms))
             .bind($crate::store::records::token_id(hash))
+            .bind(replaces_key)
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
@@ -216,39 +223,52 @@ macro_rules! common_store_methods {
         minion: &str,
         public_key: &[u8; 32],
         now_ms: u64,
-    ) -> Result<bool, $crate::store::StoreError> {
+    ) -> Result<$crate::store::TokenUse, $crate::store::StoreError> {
         let mut conn = self.conn().await?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"),
+        let replaces: Option<i64> = sqlx::query_scalar(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ? \
+             RETURNING CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT)"),
         )
         .bind($crate::store::sqlite::db_int(now_ms))
         .bind(&hash[..])
         .bind(minion)
         .bind($crate::store::sqlite::db_int(now_ms))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !burnt {
-            return Ok(false);
-        }
-        // The token holder is the minion: any other key recorded for the id is denied.
-        sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ? WHERE id = ? AND public_key != ?"))
-            .bind($crate::store::sqlite::db_int(now_ms))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(replaces) = replaces.map(|r| r != 0) else {
+            return Ok($crate::store::TokenUse::Invalid);
+        };
+        // Read in the same transaction that burns the token: a key accepted meanwhile counts.
+        let accepted: i64 = sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE id = ? AND state = 'accepted' AND public_key != ?"))
             .bind(minion)
             .bind(&public_key[..])
-            .execute(&mut *tx)
+            .fetch_one(&mut *tx)
             .await?;
-        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, 'accepted', ?) \
-             ON CONFLICT(id, public_key) DO UPDATE SET state = 'accepted', updated_at = excluded.updated_at"),
+        let (state, used) = match (accepted > 0, replaces) {
+            // A token never takes an accepted identity over unless made to.
+            (true, false) => ("denied", $crate::store::TokenUse::Refused),
+            (replaced, _) => ("accepted", $crate::store::TokenUse::Enrolled { replaced }),
+        };
+        if state == "accepted" {
+            // The token holder is the minion: any other key recorded for the id is denied.
+            sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ? WHERE id = ? AND public_key != ?"))
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind(minion)
+                .bind(&public_key[..])
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT(id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at"),
         )
         .bind(minion)
         .bind(&public_key[..])
+        .bind(state)
         .bind($crate::store::sqlite::db_int(now_ms))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(used)
     }
 
     async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, $crate::store::StoreError> {

@@ -13,7 +13,9 @@ use halite_protocol::message::{
 };
 use serde_json::json;
 
-use super::{DeploymentRecord, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, TokenRecord};
+use super::{
+    DeploymentRecord, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, TokenRecord, TokenUse,
+};
 
 /// Runs one case on a fresh store, on a runtime with worker threads (for the concurrency case).
 pub(crate) fn run<S, Open, Case, Done>(open: Open, case: Case)
@@ -96,16 +98,27 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
     assert_eq!(store.keys().await.unwrap().len(), 1);
     assert!(store.keys_for("nobody").await.unwrap().is_empty());
 
-    store.create_token(&[7; 32], "web2", 100).await.unwrap();
+    store.create_token(&[7; 32], "web2", 100, false).await.unwrap();
     assert!(store.token_outstanding("web2", 50).await.unwrap());
     assert!(!store.token_outstanding("web2", 100).await.unwrap(), "expired");
     assert!(!store.token_outstanding("web3", 50).await.unwrap());
     store.put_key(&KeyRecord { id: "web2".into(), public_key: [5; 32], state: KeyState::Pending }, 4).await.unwrap();
-    assert!(!store.enroll_with_token(&[7; 32], "web3", &[1; 32], 50).await.unwrap(), "bound to another minion");
-    assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 100).await.unwrap(), "expired");
-    assert!(!store.enroll_with_token(&[8; 32], "web2", &[1; 32], 50).await.unwrap(), "unknown token");
-    assert!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap());
-    assert!(!store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(), "burns once");
+    assert_eq!(
+        store.enroll_with_token(&[7; 32], "web3", &[1; 32], 50).await.unwrap(),
+        TokenUse::Invalid,
+        "bound to another minion"
+    );
+    assert_eq!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 100).await.unwrap(), TokenUse::Invalid, "expired");
+    assert_eq!(
+        store.enroll_with_token(&[8; 32], "web2", &[1; 32], 50).await.unwrap(),
+        TokenUse::Invalid,
+        "unknown token"
+    );
+    assert_eq!(
+        store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(),
+        TokenUse::Enrolled { replaced: false }
+    );
+    assert_eq!(store.enroll_with_token(&[7; 32], "web2", &[1; 32], 99).await.unwrap(), TokenUse::Invalid, "burns once");
     assert!(!store.token_outstanding("web2", 50).await.unwrap(), "used");
     let token = |minion: &str, expires_at_ms, used| TokenRecord { minion: minion.into(), expires_at_ms, used };
     assert_eq!(store.token(&[7; 32]).await.unwrap(), Some(token("web2", 100, true)));
@@ -117,7 +130,7 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
         "the other key is denied in the same transaction: {web2:?}"
     );
     // Listed by id, soonest to expire first; revoked by id (an unused one then enrolls nobody).
-    store.create_token(&[9; 32], "web4", 80).await.unwrap();
+    store.create_token(&[9; 32], "web4", 80, false).await.unwrap();
     let listed: Vec<(String, String, u64, bool)> =
         store.tokens().await.unwrap().into_iter().map(|t| (t.id, t.minion, t.expires_at_ms, t.used)).collect();
     assert_eq!(
@@ -126,7 +139,30 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
     );
     assert!(store.delete_token("090909090909").await.unwrap());
     assert!(!store.delete_token("090909090909").await.unwrap());
-    assert!(!store.enroll_with_token(&[9; 32], "web4", &[3; 32], 10).await.unwrap(), "revoked");
+    assert_eq!(store.enroll_with_token(&[9; 32], "web4", &[3; 32], 10).await.unwrap(), TokenUse::Invalid, "revoked");
+
+    // web2's key [1] is accepted now: a plain token is used up and its key denied, while one
+    // made to replace enrolls its key and denies the accepted one.
+    store.create_token(&[10; 32], "web2", 1000, false).await.unwrap();
+    assert_eq!(store.enroll_with_token(&[10; 32], "web2", &[6; 32], 200).await.unwrap(), TokenUse::Refused);
+    let web2 = store.keys_for("web2").await.unwrap();
+    assert!(
+        web2.contains(&KeyRecord { id: "web2".into(), public_key: [1; 32], state: KeyState::Accepted }),
+        "{web2:?}"
+    );
+    assert!(web2.contains(&KeyRecord { id: "web2".into(), public_key: [6; 32], state: KeyState::Denied }), "{web2:?}");
+    assert!(store.token(&[10; 32]).await.unwrap().is_some_and(|t| t.used), "a refused token is used up");
+    store.create_token(&[11; 32], "web2", 1000, true).await.unwrap();
+    assert_eq!(
+        store.enroll_with_token(&[11; 32], "web2", &[6; 32], 201).await.unwrap(),
+        TokenUse::Enrolled { replaced: true }
+    );
+    let web2 = store.keys_for("web2").await.unwrap();
+    assert!(
+        web2.contains(&KeyRecord { id: "web2".into(), public_key: [6; 32], state: KeyState::Accepted }),
+        "{web2:?}"
+    );
+    assert!(web2.contains(&KeyRecord { id: "web2".into(), public_key: [1; 32], state: KeyState::Denied }), "{web2:?}");
 }
 
 pub(crate) async fn minions<S: Store>(store: S) {

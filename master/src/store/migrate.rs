@@ -28,7 +28,17 @@ use Kind::{Blob, Bool, Int, OptInt, OptText, Text};
 /// Every table, parents before children (job_minions references jobs).
 const TABLES: &[(&str, &[(&str, Kind)])] = &[
     ("keys", &[("id", Text), ("public_key", Blob), ("state", Text), ("updated_at", Int)]),
-    ("tokens", &[("token_hash", Blob), ("minion", Text), ("expires_at", Int), ("used_at", OptInt), ("id", OptText)]),
+    (
+        "tokens",
+        &[
+            ("token_hash", Blob),
+            ("minion", Text),
+            ("expires_at", Int),
+            ("used_at", OptInt),
+            ("id", OptText),
+            ("replaces_key", Bool),
+        ],
+    ),
     ("minions", &[("id", Text), ("grains", Text), ("functions", Text), ("last_seen", Int)]),
     (
         "jobs",
@@ -173,7 +183,8 @@ mod tests {
             .put_key(&KeyRecord { id: "web2".into(), public_key: [2; 32], state: KeyState::Pending }, 2)
             .await
             .unwrap();
-        store.create_token(&[7; 32], "web3", 10_000).await.unwrap();
+        // Made to replace web1's accepted key: the flag must survive the copy.
+        store.create_token(&[7; 32], "web1", 10_000, true).await.unwrap();
         store
             .put_minions(&[MinionRecord {
                 id: "web1".into(),
@@ -280,7 +291,11 @@ mod tests {
             assert_eq!(to.api_token_principal(&[4; 32], 6).await.unwrap().as_deref(), Some("heat"));
             assert_eq!(to.api_tokens().await.unwrap(), from.api_tokens().await.unwrap());
             assert_eq!(to.tokens().await.unwrap(), from.tokens().await.unwrap());
-            assert!(to.enroll_with_token(&[7; 32], "web3", &[9; 32], 50).await.unwrap());
+            // The enrollment token too, with its permission to replace web1's key.
+            assert_eq!(
+                to.enroll_with_token(&[7; 32], "web1", &[9; 32], 50).await.unwrap(),
+                crate::store::TokenUse::Enrolled { replaced: true }
+            );
 
             // A second run into a database with data is refused, and changes nothing.
             let error = sqlite_to_postgres(&from, &to).await.unwrap_err().to_string();

@@ -107,6 +107,22 @@ pub struct TokenRecord {
     pub used: bool,
 }
 
+/// What presenting an enrollment token did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenUse {
+    /// The key is accepted; `replaced`: another accepted key of the id was denied (the
+    /// token was made with `--replace`).
+    Enrolled {
+        /// Whether an accepted key was replaced.
+        replaced: bool,
+    },
+    /// The token was valid but the id already has an accepted key, and the token was not made
+    /// to replace it: the token is used up, this key recorded as denied.
+    Refused,
+    /// Unknown, expired, used, or bound to another id: counts as no token.
+    Invalid,
+}
+
 /// A minion's registry entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MinionRecord {
@@ -204,17 +220,20 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         hash: &[u8; 32],
         minion: &str,
         expires_at_ms: u64,
+        replaces_key: bool,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Enrolls `public_key` as `minion` with a token, in one transaction: the token burns if
-    /// it exists, is bound to `minion`, is unused and unexpired; then this key is accepted and
-    /// any other key for the id is denied. Returns whether it enrolled (a token enrolls once).
+    /// it exists, is bound to `minion`, is unused and unexpired. Then, unless another key of
+    /// the id is accepted and the token was not made to replace it, this key is accepted and
+    /// any other key for the id is denied; if one is (and it was not), this key is recorded
+    /// as denied and the accepted key stays. A token is used once either way.
     fn enroll_with_token(
         &self,
         hash: &[u8; 32],
         minion: &str,
         public_key: &[u8; 32],
         now_ms: u64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<TokenUse, StoreError>> + Send;
     /// An enrollment token by its hash (to tell a minion why it did not enroll).
     fn token(&self, hash: &[u8; 32]) -> impl Future<Output = Result<Option<TokenRecord>, StoreError>> + Send;
     /// Whether `minion` has an unused, unexpired enrollment token.

@@ -58,6 +58,10 @@ pub enum RequestBody {
         minion: String,
         /// Validity, milliseconds.
         ttl_ms: u64,
+        /// Whether the token may replace the id's accepted key (administrators only). Without
+        /// it, a token for an id whose key is accepted is refused, at creation and at use.
+        #[serde(default)]
+        replace: bool,
     },
     /// List minions (accepted keys) whose id matches `pattern`, with presence and grains.
     MinionList {

@@ -455,6 +455,9 @@ pub enum ErrorKind {
     UnsupportedVersion,
     /// The peer failed internally.
     Internal,
+    /// The request conflicts with the current state (a token for an id whose key is accepted,
+    /// without asking to replace it).
+    Conflict,
     /// An error kind this node does not know.
     #[serde(other)]
     Other,

@@ -318,6 +318,21 @@ outputs:
         self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
         self.assertEqual([], self.root.enrollment_tokens())
 
+    def test_enrollment_user_data_never_takes_over_an_enrolled_minion(self):
+        self.master.start_minion("vm-taken")
+        stack = self._stack("taken", """
+heat_template_version: 2018-08-31
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: vm-taken, ttl: 600}
+""")
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
+        self.assertIn("already has an accepted key", stack.status_reason)
+        self.assertEqual([], [t for t in self.root.enrollment_tokens() if not t.used])
+        self.assertEqual(["accepted"], [k.state for k in self.root.keys("vm-taken")])
+
     def test_a_deployment_group_rolls_out_to_every_server(self):
         for minion in ("web1", "web2"):
             self.master.start_minion(minion, wait=False)
