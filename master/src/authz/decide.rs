@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn every_request_of_every_kind_of_asker_is_decided_here() {
-        let admin = PrincipalAcl { admin: true, ..PrincipalAcl::default() };
+        let admin = PrincipalAcl { admin: true, events: vec!["*".into()], ..PrincipalAcl::default() };
         // Sees web*, may ping there and deploy there, may run nothing else.
         let narrow = PrincipalAcl {
             rules: vec![rule("web*", &["test.ping", "deploy.apply"])],
