@@ -44,6 +44,7 @@ impl<S: Store, N: Net> Master<S, N> {
             ClusterChange::Principal { name } => {
                 self.reload_principals().await?;
                 self.drop_clients_if_changed(&name);
+                self.recheck_tokens(&name).await?;
             }
             ClusterChange::Resync => {
                 info!("rereading keys and principals (changes by other masters may have been missed)");
@@ -66,6 +67,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 principals.dedup();
                 for name in principals {
                     self.drop_clients_if_changed(&name);
+                    self.recheck_tokens(&name).await?;
                 }
                 // Who is where, and the jobs published meanwhile.
                 self.tell_other_masters(ClusterChange::RollCall).await;
@@ -118,7 +120,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Cuts the sessions of a principal that was removed, or whose key or ACL changed (they
     /// reconnect under the new ACL); root never changes.
-    fn drop_clients_if_changed(&mut self, name: &str) {
+    pub(crate) fn drop_clients_if_changed(&mut self, name: &str) {
         if name == "root" {
             return;
         }
@@ -137,7 +139,7 @@ impl<S: Store, N: Net> Master<S, N> {
             })
             .collect();
         for peer in stale {
-            info!(principal = name, "principal changed on another master; disconnecting its session");
+            info!(principal = name, "principal changed; disconnecting its session");
             self.forget(peer, Some("principal changed"));
         }
     }

@@ -53,6 +53,7 @@ mod sim;
 mod slots;
 pub mod store;
 pub mod target;
+mod token_sessions;
 mod watchers;
 mod writes;
 

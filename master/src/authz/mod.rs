@@ -82,20 +82,29 @@ impl TargetView {
     }
 }
 
-/// Why a subscription is refused, if it is.
-pub(crate) fn check_subscription(acl: Option<&PrincipalAcl>, patterns: &[String]) -> Result<(), String> {
+/// Why a subscription is refused, if it is: malformed (`BadRequest`: too many patterns, one
+/// too long) or not covered by the principal's `events` rules (`Forbidden`).
+pub(crate) fn check_subscription(
+    acl: Option<&PrincipalAcl>,
+    patterns: &[String],
+) -> Result<(), (halite_protocol::message::ErrorKind, String)> {
+    use halite_protocol::message::ErrorKind;
+    let malformed = |why: String| Err((ErrorKind::BadRequest, why));
     if patterns.len() > MAX_PATTERNS {
-        return Err(format!("at most {MAX_PATTERNS} patterns per subscription ({} given)", patterns.len()));
+        return malformed(format!("at most {MAX_PATTERNS} patterns per subscription ({} given)", patterns.len()));
     }
     if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN_LEN) {
         let start: String = long.chars().take(32).collect();
-        return Err(format!("pattern {start:?}… is longer than {MAX_PATTERN_LEN} bytes"));
+        return malformed(format!("pattern {start:?}… is longer than {MAX_PATTERN_LEN} bytes"));
     }
     let Some(acl) = acl else { return Ok(()) };
     match patterns.iter().find(|p| !acl.events.iter().any(|allowed| glob::covers(allowed, p))) {
-        Some(pattern) => Err(format!(
-            "not allowed to subscribe to {pattern:?}: this principal may read only events matching {:?}",
-            acl.events
+        Some(pattern) => Err((
+            ErrorKind::Forbidden,
+            format!(
+                "not allowed to subscribe to {pattern:?}: this principal may read only events matching {:?}",
+                acl.events
+            ),
         )),
         None => Ok(()),
     }
@@ -174,18 +183,23 @@ impl<S: Store, N: Net> Master<S, N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use halite_protocol::message::ErrorKind;
 
     #[test]
     fn subscriptions_are_limited_and_checked_against_the_events_acl() {
         let acl = PrincipalAcl { events: vec!["halite/job/*".into(), "minion/db*/*".into()], ..Default::default() };
         assert!(check_subscription(Some(&acl), &["halite/job/*/ret/*".into()]).is_ok());
         assert!(check_subscription(Some(&acl), &["minion/db1/app/*".into()]).is_ok());
-        let refused = check_subscription(Some(&acl), &["*".into()]).unwrap_err();
+        let (kind, refused) = check_subscription(Some(&acl), &["*".into()]).unwrap_err();
         assert!(refused.contains("not allowed to subscribe to \"*\""), "{refused}");
+        assert_eq!(kind, ErrorKind::Forbidden);
         assert!(check_subscription(Some(&acl), &["minion/*/app".into()]).is_err());
         assert!(check_subscription(None, &["*".into()]).is_ok());
+        // Malformed, whoever asks: a bad request, not a refusal.
         let many = vec!["halite/job/*".to_owned(); MAX_PATTERNS + 1];
-        assert!(check_subscription(None, &many).unwrap_err().contains("at most"));
-        assert!(check_subscription(None, &["x".repeat(300)]).unwrap_err().contains("longer than"));
+        assert_eq!(check_subscription(None, &many).unwrap_err().0, ErrorKind::BadRequest);
+        assert!(check_subscription(None, &many).unwrap_err().1.contains("at most"));
+        let (kind, why) = check_subscription(Some(&acl), &["x".repeat(300)]).unwrap_err();
+        assert!(why.contains("longer than") && kind == ErrorKind::BadRequest, "{why}");
     }
 }
