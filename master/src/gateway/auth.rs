@@ -66,3 +66,72 @@ impl<S: Send + Sync> FromRequestParts<S> for Authed {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use axum::body::Body;
+    use halite_protocol::message::{Message, Response as Answer, ResponseBody};
+    use halite_transport::PeerId;
+    use tokio::sync::mpsc;
+    use tower::ServiceExt;
+
+    use super::super::fleet::Enrollment;
+    use super::super::local::{LocalCommand, Opened};
+    use super::*;
+
+    /// A stand-in core: opens a session for every token (counting them) and answers every
+    /// request with an empty minion list.
+    fn fake_core(mut commands: mpsc::Receiver<LocalCommand>, opened: Arc<AtomicU64>) {
+        tokio::spawn(async move {
+            let mut sessions = HashMap::new();
+            while let Some(command) = commands.recv().await {
+                match command {
+                    LocalCommand::Connect { to_client, reply, .. } => {
+                        let peer = PeerId(opened.fetch_add(1, Ordering::SeqCst));
+                        sessions.insert(peer, to_client);
+                        let _ = reply.send(Ok(Opened { peer, principal: "ops".into() }));
+                    }
+                    LocalCommand::Message { peer, msg } => {
+                        if let (Message::Request(request), Some(to)) = (*msg, sessions.get(&peer)) {
+                            let body = ResponseBody::Minions(Vec::new());
+                            let answer = Answer { request_id: request.request_id, body, more: false };
+                            let _ = to.send(Message::Response(answer)).await;
+                        }
+                    }
+                    LocalCommand::Disconnect { peer } => {
+                        sessions.remove(&peer);
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_request_is_authenticated_once_and_its_handler_uses_that_session() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let (commands, to_core) = mpsc::channel(16);
+            let opened = Arc::new(AtomicU64::new(0));
+            fake_core(to_core, opened.clone());
+            let enrollment = Enrollment { master_key_hex: String::new(), listen: "10.0.0.1:4506".into() };
+            let app = super::super::routes::router(commands, crate::metrics::Metrics::new(), enrollment);
+            let request = Request::builder()
+                .uri("/v1/minions")
+                .header("authorization", "Bearer hal_test")
+                .body(Body::empty())
+                .expect("request");
+            let response = app.clone().oneshot(request).await.expect("response");
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(opened.load(Ordering::SeqCst), 1, "one session per request");
+
+            // No token: refused before any session is opened.
+            let request = Request::builder().uri("/v1/minions").body(Body::empty()).expect("request");
+            let response = app.oneshot(request).await.expect("response");
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(opened.load(Ordering::SeqCst), 1);
+        });
+    }
+}
