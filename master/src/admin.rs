@@ -299,8 +299,15 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::ApiTokens(self.store.api_tokens().await.map_err(RequestError::from)?))
             }
             RequestBody::ApiTokenRevoke { id } => {
+                // Whose it is, so the other masters recheck that principal's sessions.
+                let tokens = self.store.api_tokens().await.map_err(RequestError::from)?;
+                let owner = tokens.into_iter().find(|t| t.id == id).map(|t| t.principal);
                 if !self.store.delete_api_token(&id).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
+                }
+                self.cut_token_sessions(&id);
+                if let Some(name) = owner {
+                    self.tell_other_masters(ClusterChange::Principal { name }).await;
                 }
                 info!(token = %id, "gateway token revoked");
                 Ok(ResponseBody::Changed(vec![id]))

@@ -245,14 +245,19 @@ impl<S: Store, N: Net> Master<S, N> {
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.
     pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
-        if let Some(Conn::Minion { id, .. }) = self.sessions.conns.remove(&peer) {
-            if self.sessions.online.get(&id) == Some(&peer) {
+        match (self.sessions.conns.remove(&peer), close) {
+            (Some(Conn::Minion { id, .. }), _) if self.sessions.online.get(&id) == Some(&peer) => {
                 self.sessions.online.remove(&id);
                 self.touch(&id);
                 if self.cluster.shared {
                     self.pending.left.push(id);
                 }
             }
+            // An in-process session is told why it ends (its queue closes right after).
+            (Some(Conn::Local { tx, .. }), Some(reason)) => {
+                let _ = tx.try_send(crate::token_sessions::session_ended(reason));
+            }
+            _ => {}
         }
         self.bus.unsubscribe(peer);
         self.jobs.forget_watcher(peer);

@@ -51,6 +51,7 @@ impl<S: Store, N: Net> Master<S, N> {
             ClusterChange::Principal { name } => {
                 self.reload_principals().await?;
                 self.drop_clients_if_changed(&name);
+                self.recheck_tokens(&name).await?;
             }
             ClusterChange::Resync => {
                 info!("rereading keys and principals (changes by other masters may have been missed)");
@@ -73,6 +74,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 principals.dedup();
                 for name in principals {
                     self.drop_clients_if_changed(&name);
+                    self.recheck_tokens(&name).await?;
                 }
                 // Who is where, and the jobs published meanwhile.
                 self.tell_other_masters(ClusterChange::RollCall).await;

@@ -55,6 +55,7 @@ pub mod memory;
 pub mod store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;
+mod token_sessions;
 mod watchers;
 mod writes;
 

@@ -121,24 +121,8 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_local(&mut self, command: LocalCommand) -> Result<(), StoreError> {
         match command {
             LocalCommand::Connect { token_hash, to_client, reply } => {
-                let principal = self.store.api_token_principal(&token_hash, self.clock.wall_ms()).await?;
-                let acl = match principal.as_deref() {
-                    None => Err("unknown token".to_owned()),
-                    Some("root") => Ok(None),
-                    Some(name) => self
-                        .registry
-                        .principals
-                        .get(name)
-                        .map(|p| Some(Arc::new(p.acl.clone())))
-                        .ok_or_else(|| format!("the token's principal {name} no longer exists")),
-                };
-                let answer = acl.map(|acl| {
-                    let peer = self.sessions.next_local();
-                    let principal = principal.unwrap_or_default();
-                    self.sessions.conns.insert(peer, Conn::Local { principal, acl, tx: to_client });
-                    peer
-                });
-                let _ = reply.send(answer);
+                let grant = self.store.api_token_grant(&token_hash, self.clock.wall_ms()).await?;
+                let _ = reply.send(self.open_local(token_hash, grant, to_client));
             }
             LocalCommand::Message { peer, msg } => {
                 if let Some(Conn::Local { principal, acl, .. }) = self.sessions.conns.get(&peer) {

@@ -603,6 +603,7 @@ impl<S: Store, N: Net> Master<S, N> {
         for peer in self.sessions.lingered(now) {
             self.forget(peer, Some("not accepted"));
         }
+        self.expire_token_sessions();
         self.send_backlogs();
         if self.cluster.alive_due(now) {
             self.tell_other_masters(ClusterChange::Alive).await;

@@ -26,8 +26,20 @@ pub(crate) enum Conn {
     /// moment ([`VERDICT_LINGER`]) so the peer reads it before the close (a libzmq peer drops a
     /// message that arrives together with the close). Nothing it sends is read.
     Refused { since: Instant },
-    /// An in-process client (the HTTP gateway), authenticated by a gateway token.
-    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message> },
+    /// An in-process client (the HTTP gateway), authenticated by a gateway token and bound to
+    /// it (see `token_sessions.rs`).
+    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message>, token: LocalToken },
+}
+
+/// The gateway token an in-process session was opened with: revoking it, or its expiry, ends
+/// the session.
+pub(crate) struct LocalToken {
+    /// Its SHA-256, to look it up again in the store.
+    pub(crate) hash: [u8; 32],
+    /// Its id, as revoked.
+    pub(crate) id: String,
+    /// When it expires (wall clock, ms); `None`: never.
+    pub(crate) expires_at_ms: Option<u64>,
 }
 
 impl Conn {

@@ -147,6 +147,48 @@ impl EventStream {
     }
 }
 
+/// An event as a stream delivers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamEvent {
+    /// Its `event:` name (`message` when it has none).
+    pub name: String,
+    /// Its `data`, as JSON.
+    pub data: Value,
+}
+
+impl EventStream {
+    /// Reads until the response body ends (its last chunk, or the connection closing) and
+    /// returns the events on the way; panics if it has not ended within `limit`.
+    pub fn read_to_end(&mut self, limit: Duration) -> Vec<StreamEvent> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut events = Vec::new();
+        let mut name = None;
+        let mut line = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
+            self.reader.get_ref().set_read_timeout(Some(left)).unwrap_or_else(|e| panic!("{e}"));
+            line.clear();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return events,
+                Ok(_) => {}
+                Err(error) => panic!("the event stream did not end within {limit:?} ({error}); read {events:?}"),
+            }
+            let line = line.trim_end();
+            // The last chunk of the body (a chunk size line; an event's lines have a field name).
+            if line == "0" {
+                return events;
+            }
+            if let Some(value) = line.strip_prefix("event: ") {
+                name = Some(value.to_owned());
+            }
+            if let Some(data) = line.strip_prefix("data: ") {
+                let data = serde_json::from_str(data).unwrap_or_else(|e| panic!("event data {data:?}: {e}"));
+                events.push(StreamEvent { name: name.take().unwrap_or_else(|| "message".into()), data });
+            }
+        }
+    }
+}
+
 /// One request a [`Recorder`] received.
 #[derive(Debug, Clone)]
 pub struct Recorded {

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use halite_tests::postgres::fresh_database;
-use halite_tests::{wait_for, Cluster};
+use halite_tests::{http, wait_for, Cluster};
 
 /// The ids the master on `port` lists as connected to it.
 fn connected_at(cluster: &Cluster, port: u16) -> Vec<String> {
@@ -452,4 +452,36 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     let refused = cluster.bin("halite-master", &["--config", &config]);
     assert_eq!(refused.code, 1);
     assert!(refused.stderr.contains("is in revoked_masters"), "{}", refused.stderr);
+}
+
+#[test]
+fn a_gateway_token_revoked_through_one_master_ends_its_event_streams_on_another() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[gateway]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = {url:?}\n"));
+    let first = cluster.port;
+    cluster.start_peer_master();
+    let addr_file = cluster.dir.join("master-1/gateway.addr");
+    let addr = wait_for("the second gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim();
+    let acl = ["--target", "*", "--function", "test.ping", "--event", "engine/*"];
+    cluster.add_principal("ops", &cluster.dir.join("keys"), &acl);
+    let token = cluster.cli_at(first, &["principal", "token", "ops"]).stdout.trim().to_owned();
+    let id =
+        cluster.cli_at(first, &["--out", "json", "principal", "tokens"]).json()[0]["id"].as_str().unwrap().to_owned();
+
+    // A live stream on the second master (once it has heard of the principal).
+    let mut stream = wait_for("a stream on the second master", Duration::from_secs(10), || {
+        let stream = http::EventStream::open(addr, "/v1/events?tag=engine/*", &token);
+        (stream.status == 200).then_some(stream)
+    });
+    let fired = http::request("POST", addr, "/v1/events", Some(&token), Some(r#"{"tag":"ping"}"#));
+    assert_eq!(fired.status, 200, "{}", fired.body);
+    assert_eq!(stream.next_data()["tag"], "engine/ops/ping");
+
+    let revoked = cluster.cli_at(first, &["principal", "revoke-token", &id]);
+    assert_eq!(revoked.code, 0, "{}", revoked.stderr);
+    let events = stream.read_to_end(Duration::from_secs(3));
+    let last = events.last().expect("a last event saying why");
+    assert_eq!(last.name, "error", "{events:?}");
+    assert_eq!(last.data["error"]["message"], "token revoked", "{events:?}");
 }

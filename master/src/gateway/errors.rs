@@ -1,36 +1,15 @@
 //! Every answer the gateway gives is either its JSON document or the documented error body
-//! `{"error": {"kind", "message"}}`: requests are authenticated before their bodies are read,
-//! and what axum itself answers (a body that does not parse, an unknown route, a wrong method)
+//! `{"error": {"kind", "message"}}`: requests are authenticated before their bodies are read
+//! (`auth.rs`), and what axum itself answers (a body that does not parse, an unknown route, a wrong method)
 //! is rewritten into that shape.
 
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tokio::sync::mpsc;
 
-use super::local::LocalCommand;
-use super::routes::{session, ApiError};
+use super::routes::ApiError;
 
 /// The largest error text kept from a rewritten answer.
 const MAX_ERROR_TEXT: usize = 4096;
-
-/// Checks the bearer token before anything else of the request is looked at (a body that does
-/// not parse is never the answer to a request without a valid token). The OpenAPI document is
-/// public.
-pub(super) async fn authenticate(
-    State(commands): State<mpsc::Sender<LocalCommand>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    // The OpenAPI document and the health checks are public; `/metrics` needs a token.
-    if !matches!(request.uri().path(), "/v1/openapi.json" | "/healthz" | "/readyz") {
-        if let Err(error) = session(&commands, request.headers()).await {
-            return error.into_response();
-        }
-    }
-    next.run(request).await
-}
 
 /// Rewrites an error answer that is not JSON (axum's own rejections) into the documented body.
 pub(super) async fn as_json(response: Response) -> Response {

@@ -3,8 +3,8 @@
 //! under the token's principal, so the same authorisation applies (keys and tokens need an
 //! admin principal).
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use halite_protocol::enrollment;
@@ -13,7 +13,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::routes::{ask, ok, unexpected, ApiError, ApiResult, Commands};
+use super::auth::Authed;
+use super::local::LocalSession;
+use super::routes::{ok, unexpected, ApiError, ApiResult, Commands};
 
 /// What enrollment documents need from the master: the key minions pin, and where it listens.
 #[derive(Clone)]
@@ -33,10 +35,7 @@ pub(super) fn routes(enrollment: Enrollment) -> Router<Commands> {
         .route("/v1/keys/{id}", axum::routing::delete(delete_key))
         .route("/v1/keys/{id}/accept", post(accept_key))
         .route("/v1/keys/{id}/reject", post(reject_key))
-        .route(
-            "/v1/enrollment_tokens",
-            post(move |state, headers, body| create_token(state, headers, body, enrollment.clone())),
-        )
+        .route("/v1/enrollment_tokens", post(move |authed, body| create_token(authed, body, enrollment.clone())))
 }
 
 /// `?pattern=` (an id glob; default every one).
@@ -46,15 +45,15 @@ pub(super) struct Pattern {
     pattern: Option<String>,
 }
 
-async fn list_minions(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Pattern>) -> ApiResult {
-    match ask(&c, &h, RequestBody::MinionList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
+async fn list_minions(Authed(mut s): Authed, Query(q): Query<Pattern>) -> ApiResult {
+    match s.request(RequestBody::MinionList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
         ResponseBody::Minions(minions) => ok("minions", minions),
         _ => Err(unexpected()),
     }
 }
 
-async fn show_minion(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    match ask(&c, &h, RequestBody::MinionList { pattern: id.clone() }).await? {
+async fn show_minion(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    match s.request(RequestBody::MinionList { pattern: id.clone() }).await? {
         ResponseBody::Minions(minions) => match minions.into_iter().find(|m| m.id == id) {
             Some(minion) => ok("minion", minion),
             None => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no minion {id}"))),
@@ -63,30 +62,30 @@ async fn show_minion(State(c): State<Commands>, h: HeaderMap, Path(id): Path<Str
     }
 }
 
-async fn list_keys(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Pattern>) -> ApiResult {
-    match ask(&c, &h, RequestBody::KeyList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
+async fn list_keys(Authed(mut s): Authed, Query(q): Query<Pattern>) -> ApiResult {
+    match s.request(RequestBody::KeyList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
         ResponseBody::Keys(keys) => ok("keys", keys),
         _ => Err(unexpected()),
     }
 }
 
-async fn changed(c: &Commands, h: &HeaderMap, body: RequestBody) -> ApiResult {
-    match ask(c, h, body).await? {
+async fn changed(s: &mut LocalSession, body: RequestBody) -> ApiResult {
+    match s.request(body).await? {
         ResponseBody::Changed(ids) => ok("changed", ids),
         _ => Err(unexpected()),
     }
 }
 
-async fn accept_key(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    changed(&c, &h, RequestBody::KeyAccept { pattern: literal(&id)? }).await
+async fn accept_key(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    changed(&mut s, RequestBody::KeyAccept { pattern: literal(&id)? }).await
 }
 
-async fn reject_key(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    changed(&c, &h, RequestBody::KeyReject { pattern: literal(&id)? }).await
+async fn reject_key(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    changed(&mut s, RequestBody::KeyReject { pattern: literal(&id)? }).await
 }
 
-async fn delete_key(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    changed(&c, &h, RequestBody::KeyDelete { pattern: literal(&id)? }).await
+async fn delete_key(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    changed(&mut s, RequestBody::KeyDelete { pattern: literal(&id)? }).await
 }
 
 /// A path names one minion: a glob there is refused, not applied to every match.
@@ -121,8 +120,7 @@ pub(crate) struct TokenRequest {
 }
 
 async fn create_token(
-    State(c): State<Commands>,
-    h: HeaderMap,
+    Authed(mut s): Authed,
     axum::Json(request): axum::Json<TokenRequest>,
     enrollment: Enrollment,
 ) -> ApiResult {
@@ -133,8 +131,7 @@ async fn create_token(
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_request", why));
     }
     let ttl_ms = request.ttl_secs.unwrap_or(3600).saturating_mul(1000);
-    let ResponseBody::Token(token) =
-        ask(&c, &h, RequestBody::TokenCreate { minion: request.minion, ttl_ms, replace: request.replace }).await?
+    let ResponseBody::Token(token) = s.request(RequestBody::TokenCreate { minion: request.minion, ttl_ms, replace: request.replace }).await?
     else {
         return Err(unexpected());
     };

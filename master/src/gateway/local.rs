@@ -1,14 +1,21 @@
 //! In-process client sessions: the gateway talks to the master's core with the same messages
 //! a networked client sends, so every check (ACLs, targeting, job streaming, the bus) is the
-//! one code path. Each HTTP request opens one local session authenticated by its token.
+//! one code path. Each HTTP request opens one local session authenticated by its token, once,
+//! and the core keeps it bound to that token: revoked, expired or its principal changed, the
+//! session ends (told why by an error naming [`SESSION_ENDED`]).
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use halite_protocol::message::{
-    ErrorKind, ErrorMessage, Message, PublishRequest, Published, Request, RequestBody, ResponseBody, Subscribe,
+    ClientHello, ErrorKind, ErrorMessage, Event, Message, PublishRequest, Published, Request, RequestBody,
+    ResponseBody, Subscribe,
 };
 use halite_transport::PeerId;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::server::SUBSCRIBE_REQUEST;
+use crate::token_sessions::SESSION_ENDED;
 
 /// Messages one local session can have queued towards it before the core drops (bus events)
 /// or reports a full queue.
@@ -20,17 +27,27 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub(crate) enum LocalCommand {
     /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
-    Connect { token_hash: [u8; 32], to_client: mpsc::Sender<Message>, reply: oneshot::Sender<Result<PeerId, String>> },
+    Connect { token_hash: [u8; 32], to_client: mpsc::Sender<Message>, reply: oneshot::Sender<Result<Opened, String>> },
     /// A message from the session's client.
     Message { peer: PeerId, msg: Box<Message> },
     /// The session ended.
     Disconnect { peer: PeerId },
 }
 
+/// A session the core opened: its id, and the principal its token acts as.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// The session's id in the core.
+    pub(crate) peer: PeerId,
+    /// The principal.
+    pub(crate) principal: String,
+}
+
 /// Why a local call failed; maps to an HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CallError {
-    /// Missing or unknown token.
+    /// Missing or unknown token, or one revoked or expired (or its principal changed) while
+    /// the session was open.
     Unauthorized(String),
     /// The core answered with an error.
     Refused(ErrorKind, String),
@@ -42,7 +59,11 @@ pub(crate) enum CallError {
 pub(crate) struct LocalSession {
     commands: mpsc::Sender<LocalCommand>,
     peer: PeerId,
+    principal: String,
     inbox: mpsc::Receiver<Message>,
+    /// Messages read while waiting for a subscription's answer (events it replayed), given
+    /// out before the inbox's.
+    early: VecDeque<Message>,
     next_request: u64,
 }
 
@@ -62,11 +83,16 @@ impl LocalSession {
             .send(LocalCommand::Connect { token_hash, to_client, reply })
             .await
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?;
-        let peer = answer
+        let Opened { peer, principal } = answer
             .await
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?
             .map_err(CallError::Unauthorized)?;
-        Ok(LocalSession { commands: commands.clone(), peer, inbox, next_request: 1 })
+        Ok(LocalSession { commands: commands.clone(), peer, principal, inbox, early: VecDeque::new(), next_request: 1 })
+    }
+
+    /// The principal the session acts as.
+    pub(crate) fn principal(&self) -> &str {
+        &self.principal
     }
 
     async fn send(&self, msg: Message) -> Result<(), CallError> {
@@ -76,9 +102,24 @@ impl LocalSession {
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))
     }
 
-    /// The next message for this session.
-    pub(crate) async fn recv(&mut self) -> Option<Message> {
-        self.inbox.recv().await
+    /// The next bus event of a subscription; `Err` once, when the core ended the session (its
+    /// token revoked or expired, its principal changed), then `None`.
+    pub(crate) async fn next_event(&mut self) -> Option<Result<Event, CallError>> {
+        loop {
+            let msg = match self.early.pop_front() {
+                Some(msg) => msg,
+                None => self.inbox.recv().await?,
+            };
+            match msg {
+                Message::Event(event) => return Some(Ok(event)),
+                Message::Error(e) if e.request.as_deref() == Some(SESSION_ENDED) => {
+                    self.inbox.close();
+                    self.early.clear();
+                    return Some(Err(CallError::Unauthorized(e.message)));
+                }
+                _ => continue,
+            }
+        }
     }
 
     /// An administrative or deployment request and its answer.
@@ -116,8 +157,29 @@ impl LocalSession {
     }
 
     /// Subscribes to bus events whose tags match `patterns`, resuming after event `after`.
-    pub(crate) async fn subscribe(&self, patterns: Vec<String>, after: Option<String>) -> Result<(), CallError> {
-        self.send(Message::Subscribe(Subscribe { patterns, after })).await
+    /// Answers only once the core has taken or refused it: a hello sent right after is
+    /// answered in order, after the refusal if there is one (the core acknowledges no
+    /// subscription by itself). Events that arrive meanwhile are kept for [`Self::next_event`].
+    pub(crate) async fn subscribe(&mut self, patterns: Vec<String>, after: Option<String>) -> Result<(), CallError> {
+        self.send(Message::Subscribe(Subscribe { patterns, after })).await?;
+        let hello = ClientHello { principal: self.principal.clone(), version: env!("CARGO_PKG_VERSION").into() };
+        self.send(Message::ClientHello(hello)).await?;
+        let wait = async {
+            while let Some(msg) = self.inbox.recv().await {
+                match msg {
+                    Message::Welcome(_) => return Ok(()),
+                    Message::Error(e) if e.request.as_deref() == Some(SUBSCRIBE_REQUEST) => return Err(refused(e)),
+                    Message::Error(e) if e.request.as_deref() == Some(SESSION_ENDED) => {
+                        return Err(CallError::Unauthorized(e.message))
+                    }
+                    msg => self.early.push_back(msg),
+                }
+            }
+            Err(CallError::Unavailable("the master closed the session".into()))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, wait)
+            .await
+            .unwrap_or_else(|_| Err(CallError::Unavailable("the master did not answer in time".into())))
     }
 
     async fn answer<T>(
@@ -126,6 +188,11 @@ impl LocalSession {
     ) -> Result<T, CallError> {
         let wait = async {
             while let Some(msg) = self.inbox.recv().await {
+                if let Message::Error(e) = &msg {
+                    if e.request.as_deref() == Some(SESSION_ENDED) {
+                        return Err(CallError::Unauthorized(e.message.clone()));
+                    }
+                }
                 if let Some(result) = pick(msg) {
                     return result;
                 }

@@ -8,6 +8,7 @@
 //! through the master's core as an in-process client session, the same path as the CLI's.
 //! It does not hold state of its own.
 
+mod auth;
 mod connections;
 mod errors;
 pub(crate) mod fleet;

@@ -54,6 +54,26 @@ fn operation(id: &str, summary: &str, parameters: Vec<Value>, request: Option<Va
     op
 }
 
+/// `GET /v1/events`: refused before the stream starts when the principal may not subscribe, and
+/// ended by a last `error` event when its token's authorisation ends.
+fn events_stream() -> Value {
+    let mut op = operation(
+        "events",
+        "Server-sent events: one `halite` event per bus event, data {tag, data}",
+        vec![query_param("tag", "string", "Comma-separated tag globs (default: all the principal may see)")],
+        None,
+        json!({ "description": "An event stream. It ends when the token is revoked or expires, or its principal \
+                 is removed or changed, after a last `error` event whose data is the error body \
+                 ({\"error\": {\"kind\": \"unauthorized\", \"message\": \"token revoked\"}})",
+                 "content": { "text/event-stream": { "schema": { "type": "string" } } } }),
+    );
+    let refusal =
+        |why: &str| json!({ "description": why, "content": { "application/json": { "schema": schema_ref("Error") } } });
+    op["responses"]["403"] = refusal("A tag pattern the principal's `events` rules do not cover (no stream is opened)");
+    op["responses"]["400"] = refusal("No tag pattern, too many, or one too long (no stream is opened)");
+    op
+}
+
 fn schema_ref_response() -> Value {
     json!({ "$ref": "#/components/responses/Error" })
 }
@@ -263,10 +283,7 @@ pub(super) fn document() -> Value {
                     vec![path_param("jid")], None, wrapped("job", schema_ref("JobDetail"))),
             },
             "/v1/events": {
-                "get": operation("events", "Server-sent events: one `halite` event per bus event, data {tag, data}",
-                    vec![query_param("tag", "string", "Comma-separated tag globs (default: all the principal may see)")],
-                    None, json!({ "description": "An event stream", "content": { "text/event-stream": {
-                        "schema": { "type": "string" } } } })),
+                "get": events_stream(),
                 "post": operation("fireEvent", "Fire an event on the bus as engine/<principal>/<tag> (what rollouts abort on)",
                     vec![], Some(body("FiredEvent")), wrapped("event", json!({ "type": "object", "required": ["tag"],
                         "properties": { "tag": { "type": "string" } } }))),
@@ -318,6 +335,18 @@ mod tests {
         assert_eq!(deployment["additionalProperties"], json!(false), "deny_unknown_fields is described");
         let required: Vec<&str> = deployment["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert_eq!(required, ["config_id", "server_id"]);
+    }
+
+    #[test]
+    fn the_event_stream_documents_its_refusals_and_its_end() {
+        let doc = document();
+        let events = &doc["paths"]["/v1/events"]["get"];
+        let forbidden = events["responses"]["403"]["description"].as_str().unwrap();
+        assert!(forbidden.contains("`events` rules"), "{forbidden}");
+        assert_eq!(events["responses"]["403"]["content"]["application/json"]["schema"], schema_ref("Error"));
+        assert!(events["responses"]["400"]["description"].as_str().unwrap().contains("too long"));
+        let ok = events["responses"]["200"]["description"].as_str().unwrap();
+        assert!(ok.contains("revoked") && ok.contains("`error` event"), "{ok}");
     }
 
     #[test]

@@ -1,24 +1,26 @@
-//! The gateway's routes. Each handler opens a local session with the request's token, asks
-//! the core, and maps the answer to JSON and an HTTP status.
+//! The gateway's routes. Each handler is given the local session its request was
+//! authenticated with (`auth.rs`), asks the core, and maps the answer to JSON and an HTTP
+//! status.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use halite_protocol::message::{
-    DeploymentUpdate, ErrorKind, Message, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PublishRequest,
-    RequestBody, ResponseBody, Rollout, Target, TargetKind, Value,
+    DeploymentUpdate, ErrorKind, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PublishRequest, RequestBody,
+    ResponseBody, Rollout, Target, TargetKind, Value,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::auth::Authed;
 use super::local::{CallError, LocalCommand, LocalSession};
 
 pub(super) type Commands = mpsc::Sender<LocalCommand>;
@@ -49,7 +51,7 @@ pub(super) fn router(
         .route("/v1/jobs/{jid}/cancel", post(cancel_job))
         .route("/v1/events", get(events).post(fire_event))
         .fallback(super::errors::no_route)
-        .layer(axum::middleware::from_fn_with_state(commands.clone(), super::errors::authenticate))
+        .layer(axum::middleware::from_fn_with_state(commands.clone(), super::auth::authenticate))
         .layer(axum::middleware::map_response(super::errors::as_json))
         .with_state(commands)
 }
@@ -97,23 +99,6 @@ impl From<CallError> for ApiError {
 
 pub(super) type ApiResult = Result<Response, ApiError>;
 
-pub(super) async fn session(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, ApiError> {
-    let token = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into(), "missing Authorization: Bearer token".into())
-        })?;
-    Ok(LocalSession::open(commands, token).await?)
-}
-
-pub(super) async fn ask(commands: &Commands, headers: &HeaderMap, body: RequestBody) -> Result<ResponseBody, ApiError> {
-    Ok(session(commands, headers).await?.request(body).await?)
-}
-
 pub(super) fn unexpected() -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal".into(), "unexpected answer from the master".into())
 }
@@ -129,34 +114,34 @@ pub(super) struct Limit {
     limit: Option<u32>,
 }
 
-async fn create_config(State(c): State<Commands>, h: HeaderMap, Json(new): Json<NewSoftwareConfig>) -> ApiResult {
-    match ask(&c, &h, RequestBody::ConfigCreate(new)).await? {
+async fn create_config(Authed(mut s): Authed, Json(new): Json<NewSoftwareConfig>) -> ApiResult {
+    match s.request(RequestBody::ConfigCreate(new)).await? {
         ResponseBody::Config(config) => ok("software_config", config),
         _ => Err(unexpected()),
     }
 }
 
-async fn list_configs(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Limit>) -> ApiResult {
-    match ask(&c, &h, RequestBody::ConfigList { limit: q.limit.unwrap_or(100) }).await? {
+async fn list_configs(Authed(mut s): Authed, Query(q): Query<Limit>) -> ApiResult {
+    match s.request(RequestBody::ConfigList { limit: q.limit.unwrap_or(100) }).await? {
         ResponseBody::Configs(configs) => ok("software_configs", configs),
         _ => Err(unexpected()),
     }
 }
 
-async fn show_config(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    match ask(&c, &h, RequestBody::ConfigShow { id }).await? {
+async fn show_config(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    match s.request(RequestBody::ConfigShow { id }).await? {
         ResponseBody::Config(config) => ok("software_config", config),
         _ => Err(unexpected()),
     }
 }
 
-async fn delete_config(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    ask(&c, &h, RequestBody::ConfigDelete { id }).await?;
+async fn delete_config(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    s.request(RequestBody::ConfigDelete { id }).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn create_deployment(State(c): State<Commands>, h: HeaderMap, Json(new): Json<NewDeployment>) -> ApiResult {
-    match ask(&c, &h, RequestBody::DeploymentCreate(new)).await? {
+async fn create_deployment(Authed(mut s): Authed, Json(new): Json<NewDeployment>) -> ApiResult {
+    match s.request(RequestBody::DeploymentCreate(new)).await? {
         ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
         _ => Err(unexpected()),
     }
@@ -169,99 +154,97 @@ pub(super) struct ServerFilter {
     server_id: Option<String>,
 }
 
-async fn list_deployments(State(c): State<Commands>, h: HeaderMap, Query(q): Query<ServerFilter>) -> ApiResult {
-    match ask(&c, &h, RequestBody::DeploymentList { server_id: q.server_id }).await? {
+async fn list_deployments(Authed(mut s): Authed, Query(q): Query<ServerFilter>) -> ApiResult {
+    match s.request(RequestBody::DeploymentList { server_id: q.server_id }).await? {
         ResponseBody::Deployments(deployments) => ok("software_deployments", deployments),
         _ => Err(unexpected()),
     }
 }
 
-async fn create_group(State(c): State<Commands>, h: HeaderMap, Json(new): Json<NewDeploymentGroup>) -> ApiResult {
-    match ask(&c, &h, RequestBody::DeploymentGroupCreate(new)).await? {
+async fn create_group(Authed(mut s): Authed, Json(new): Json<NewDeploymentGroup>) -> ApiResult {
+    match s.request(RequestBody::DeploymentGroupCreate(new)).await? {
         ResponseBody::DeploymentGroup(group) => ok("software_deployment_group", group),
         _ => Err(unexpected()),
     }
 }
 
-async fn show_group(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    match ask(&c, &h, RequestBody::DeploymentGroupShow { id }).await? {
+async fn show_group(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    match s.request(RequestBody::DeploymentGroupShow { id }).await? {
         ResponseBody::DeploymentGroup(group) => ok("software_deployment_group", group),
         _ => Err(unexpected()),
     }
 }
 
-async fn show_deployment(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    match ask(&c, &h, RequestBody::DeploymentShow { id }).await? {
+async fn show_deployment(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    match s.request(RequestBody::DeploymentShow { id }).await? {
         ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
         _ => Err(unexpected()),
     }
 }
 
 async fn update_deployment(
-    State(c): State<Commands>,
-    h: HeaderMap,
+    Authed(mut s): Authed,
     Path(id): Path<String>,
     Json(update): Json<DeploymentUpdate>,
 ) -> ApiResult {
-    match ask(&c, &h, RequestBody::DeploymentUpdate { id, update }).await? {
+    match s.request(RequestBody::DeploymentUpdate { id, update }).await? {
         ResponseBody::Deployment(deployment) => ok("software_deployment", deployment),
         _ => Err(unexpected()),
     }
 }
 
-async fn delete_deployment(State(c): State<Commands>, h: HeaderMap, Path(id): Path<String>) -> ApiResult {
-    ask(&c, &h, RequestBody::DeploymentDelete { id }).await?;
+async fn delete_deployment(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
+    s.request(RequestBody::DeploymentDelete { id }).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn server_metadata(State(c): State<Commands>, h: HeaderMap, Path(server_id): Path<String>) -> ApiResult {
-    match ask(&c, &h, RequestBody::ServerConfigs { server_id }).await? {
+async fn server_metadata(Authed(mut s): Authed, Path(server_id): Path<String>) -> ApiResult {
+    match s.request(RequestBody::ServerConfigs { server_id }).await? {
         ResponseBody::Items(items) => ok("metadata", items),
         _ => Err(unexpected()),
     }
 }
 
-async fn list_jobs(State(c): State<Commands>, h: HeaderMap, Query(q): Query<Limit>) -> ApiResult {
-    match ask(&c, &h, RequestBody::JobList { limit: q.limit.unwrap_or(100) }).await? {
+async fn list_jobs(Authed(mut s): Authed, Query(q): Query<Limit>) -> ApiResult {
+    match s.request(RequestBody::JobList { limit: q.limit.unwrap_or(100) }).await? {
         ResponseBody::Jobs(jobs) => ok("jobs", jobs),
         _ => Err(unexpected()),
     }
 }
 
 /// A request answered with a job, as `{"job": ...}`.
-async fn job_answer(c: &Commands, h: &HeaderMap, body: RequestBody) -> ApiResult {
-    match ask(c, h, body).await? {
+async fn job_answer(s: &mut LocalSession, body: RequestBody) -> ApiResult {
+    match s.request(body).await? {
         ResponseBody::Job(job) => ok("job", job),
         _ => Err(unexpected()),
     }
 }
 
-async fn show_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
-    job_answer(&c, &h, RequestBody::JobShow { jid }).await
+async fn show_job(Authed(mut s): Authed, Path(jid): Path<String>) -> ApiResult {
+    job_answer(&mut s, RequestBody::JobShow { jid }).await
 }
 
-async fn pause_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
-    job_answer(&c, &h, RequestBody::JobPause { jid }).await
+async fn pause_job(Authed(mut s): Authed, Path(jid): Path<String>) -> ApiResult {
+    job_answer(&mut s, RequestBody::JobPause { jid }).await
 }
 
-async fn resume_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
-    job_answer(&c, &h, RequestBody::JobResume { jid }).await
+async fn resume_job(Authed(mut s): Authed, Path(jid): Path<String>) -> ApiResult {
+    job_answer(&mut s, RequestBody::JobResume { jid }).await
 }
 
 /// Cancels a job the principal may see (404 like any unknown job otherwise); answers with the
 /// job as it is right after (running minions report `cancelled` as they stop).
-async fn cancel_job(State(c): State<Commands>, h: HeaderMap, Path(jid): Path<String>) -> ApiResult {
-    let mut session = session(&c, &h).await?;
-    let ResponseBody::Job(job) = session.request(RequestBody::JobShow { jid: jid.clone() }).await? else {
+async fn cancel_job(Authed(mut s): Authed, Path(jid): Path<String>) -> ApiResult {
+    let ResponseBody::Job(job) = s.request(RequestBody::JobShow { jid: jid.clone() }).await? else {
         return Err(unexpected());
     };
     if job.minions.iter().all(|m| m.state.is_final()) {
         let why = format!("job {jid} has already finished");
         return Err(ApiError(StatusCode::CONFLICT, "conflict".into(), why));
     }
-    session.cancel(jid.clone()).await?;
+    s.cancel(jid.clone()).await?;
     // Answered in order: the job as the cancel left it.
-    match session.request(RequestBody::JobShow { jid }).await? {
+    match s.request(RequestBody::JobShow { jid }).await? {
         ResponseBody::Job(job) => ok("job", job),
         _ => Err(unexpected()),
     }
@@ -278,8 +261,8 @@ pub(crate) struct FiredEvent {
     data: serde_json::Value,
 }
 
-async fn fire_event(State(c): State<Commands>, h: HeaderMap, Json(event): Json<FiredEvent>) -> ApiResult {
-    match ask(&c, &h, RequestBody::EventFire { tag: event.tag, data: event.data }).await? {
+async fn fire_event(Authed(mut s): Authed, Json(event): Json<FiredEvent>) -> ApiResult {
+    match s.request(RequestBody::EventFire { tag: event.tag, data: event.data }).await? {
         ResponseBody::Changed(mut tags) => ok("event", json!({ "tag": tags.pop().unwrap_or_default() })),
         _ => Err(unexpected()),
     }
@@ -314,7 +297,7 @@ pub(crate) struct JobRequest {
     rollout: Option<Rollout>,
 }
 
-async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<JobRequest>) -> ApiResult {
+async fn publish_job(Authed(mut s): Authed, Json(job): Json<JobRequest>) -> ApiResult {
     let request = PublishRequest {
         request_id: 0,
         target: Target { kind: job.target_kind.unwrap_or(TargetKind::Glob), expr: job.target },
@@ -328,7 +311,7 @@ async fn publish_job(State(c): State<Commands>, h: HeaderMap, Json(job): Json<Jo
         rollout: job.rollout,
         on_behalf_of: None,
     };
-    let published = session(&c, &h).await?.publish(request).await?;
+    let published = s.publish(request).await?;
     ok("job", json!({ "jid": published.jid, "minions": published.minions }))
 }
 
@@ -339,32 +322,42 @@ pub(super) struct TagFilter {
     tag: Option<String>,
 }
 
-async fn events(State(c): State<Commands>, h: HeaderMap, Query(q): Query<TagFilter>) -> Result<Response, ApiError> {
-    let session = session(&c, &h).await?;
+/// The bus as server-sent events. A subscription the core refuses (not covered by the
+/// principal's `events` rules: 403; malformed: 400) is answered as an error before any `200`.
+/// The stream lasts as long as the session: when the core ends it (the token revoked or
+/// expired, the principal changed), a last `error` event says why and the body ends.
+async fn events(Authed(mut s): Authed, h: HeaderMap, Query(q): Query<TagFilter>) -> ApiResult {
     let patterns: Vec<String> = match q.tag {
         Some(tags) => tags.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect(),
         None => vec!["*".into()],
     };
+    if patterns.is_empty() {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "bad_request".into(), "tag: no tag pattern given".into()));
+    }
     // A reconnecting EventSource sends the last id it saw: it gets what it missed first.
     let after = h.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    session.subscribe(patterns, after).await?;
-    let stream = futures_util::stream::unfold(session, |mut session| async move {
-        loop {
-            match session.recv().await? {
-                Message::Event(event) => {
-                    let data =
-                        serde_json::to_string(&json!({ "tag": event.tag, "data": event.data })).unwrap_or_default();
-                    // The id first, so a reader has it when the data line ends the event.
-                    let mut sse = SseEvent::default();
-                    if let Some(id) = event.id {
-                        sse = sse.id(id);
-                    }
-                    let sse = sse.event("halite").data(data);
-                    return Some((Ok::<_, Infallible>(sse), session));
+    s.subscribe(patterns, after).await?;
+    let stream = futures_util::stream::unfold(Some(s), |session| async move {
+        let mut session = session?;
+        let sse = match session.next_event().await? {
+            Ok(event) => {
+                let data = serde_json::to_string(&json!({ "tag": event.tag, "data": event.data })).unwrap_or_default();
+                // The id first, so a reader has it when the data line ends the event.
+                let mut sse = SseEvent::default();
+                if let Some(id) = event.id {
+                    sse = sse.id(id);
                 }
-                _ => continue,
+                return Some((Ok::<_, Infallible>(sse.event("halite").data(data)), Some(session)));
             }
-        }
+            Err(ended) => {
+                let ApiError(_, kind, message) = ApiError::from(ended);
+                SseEvent::default()
+                    .event("error")
+                    .data(json!({ "error": { "kind": kind, "message": message } }).to_string())
+            }
+        };
+        // The last event: the stream ends after it.
+        Some((Ok(sse), None))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
 }

@@ -17,7 +17,8 @@ pub enum ClusterChange {
         /// The minions.
         ids: Option<Vec<String>>,
     },
-    /// This principal was added, changed or removed.
+    /// This principal was added, changed or removed, or one of its gateway tokens was revoked:
+    /// its sessions are checked again (and its tokens' sessions looked up in the store).
     Principal {
         /// Its name.
         name: String,

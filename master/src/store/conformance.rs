@@ -405,12 +405,17 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert!(!store.delete_deployment("d1").await.unwrap());
 
     store.create_api_token(&[4; 32], "heat", 1, None).await.unwrap();
-    assert_eq!(store.api_token_principal(&[4; 32], 2).await.unwrap().as_deref(), Some("heat"));
-    assert_eq!(store.api_token_principal(&[5; 32], 2).await.unwrap(), None);
+    let grant = |principal: &str, id: &str, expires_at_ms| crate::store::ApiTokenGrant {
+        id: id.into(),
+        principal: principal.into(),
+        expires_at_ms,
+    };
+    assert_eq!(store.api_token_grant(&[4; 32], 2).await.unwrap(), Some(grant("heat", "040404040404", None)));
+    assert_eq!(store.api_token_grant(&[5; 32], 2).await.unwrap(), None);
     // Expiry: valid before, not at or after.
     store.create_api_token(&[6; 32], "trove", 3, Some(100)).await.unwrap();
-    assert_eq!(store.api_token_principal(&[6; 32], 99).await.unwrap().as_deref(), Some("trove"));
-    assert_eq!(store.api_token_principal(&[6; 32], 100).await.unwrap(), None);
+    assert_eq!(store.api_token_grant(&[6; 32], 99).await.unwrap(), Some(grant("trove", "060606060606", Some(100))));
+    assert_eq!(store.api_token_grant(&[6; 32], 100).await.unwrap(), None);
     // Listed by id (never the token), newest first; revoked by id.
     let listed = store.api_tokens().await.unwrap();
     let ids: Vec<(&str, &str, Option<u64>)> =
@@ -418,7 +423,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert_eq!(ids, [("060606060606", "trove", Some(100)), ("040404040404", "heat", None)]);
     assert!(store.delete_api_token("060606060606").await.unwrap());
     assert!(!store.delete_api_token("060606060606").await.unwrap());
-    assert_eq!(store.api_token_principal(&[6; 32], 50).await.unwrap(), None);
+    assert_eq!(store.api_token_grant(&[6; 32], 50).await.unwrap(), None);
     // A principal's tokens go with it: one of the same name added later does not inherit them.
     let acl = halite_protocol::message::PrincipalAcl::default();
     store
@@ -426,7 +431,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
         .await
         .unwrap();
     assert!(store.delete_principal("heat").await.unwrap());
-    assert_eq!(store.api_token_principal(&[4; 32], 5).await.unwrap(), None);
+    assert_eq!(store.api_token_grant(&[4; 32], 5).await.unwrap(), None);
     assert!(store.api_tokens().await.unwrap().is_empty());
 }
 

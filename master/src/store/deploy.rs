@@ -10,6 +10,18 @@ use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 
+/// What a valid gateway token grants: the principal it acts as, until when. A session opened
+/// with it is bound to it (revoked or expired, the session ends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiTokenGrant {
+    /// The token's id (as listed and revoked).
+    pub id: String,
+    /// The principal it acts as.
+    pub principal: String,
+    /// When it expires (wall clock, ms); `None`: never.
+    pub expires_at_ms: Option<u64>,
+}
+
 /// A deployment with what the master needs to carry it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeploymentRecord {
@@ -89,12 +101,13 @@ pub trait DeployStore: Send + Sync + 'static {
         now_ms: u64,
         expires_at_ms: Option<u64>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The principal a gateway token acts as, if it exists and has not expired at `now_ms`.
-    fn api_token_principal(
+    /// What a gateway token grants (its principal, until when), if it exists and has not
+    /// expired at `now_ms`.
+    fn api_token_grant(
         &self,
         hash: &[u8; 32],
         now_ms: u64,
-    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<ApiTokenGrant>, StoreError>> + Send;
     /// Every gateway token, newest first (ids, never the tokens).
     fn api_tokens(
         &self,

@@ -193,20 +193,25 @@ macro_rules! deploy_store {
                 Ok(())
             }
 
-            async fn api_token_principal(
+            async fn api_token_grant(
                 &self,
                 hash: &[u8; 32],
                 now_ms: u64,
-            ) -> Result<Option<String>, $crate::store::StoreError> {
+            ) -> Result<Option<$crate::store::ApiTokenGrant>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql(
-                    "SELECT principal FROM api_tokens WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
+                    "SELECT principal, expires_at FROM api_tokens WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
                 ))
                 .bind(&hash[..])
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .fetch_optional(&mut *self.conn().await?)
                 .await?;
-                row.map(|r| sqlx::Row::try_get::<String, _>(&r, "principal").map_err($crate::store::StoreError::from))
-                    .transpose()
+                let Some(row) = row else { return Ok(None) };
+                Ok(Some($crate::store::ApiTokenGrant {
+                    id: $crate::store::records::token_id(hash),
+                    principal: sqlx::Row::try_get(&row, "principal")?,
+                    expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(&row, "expires_at")?
+                        .map(|v| u64::try_from(v).unwrap_or(0)),
+                }))
             }
 
             async fn api_tokens(&self) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::store::StoreError> {

@@ -288,7 +288,7 @@ mod tests {
             assert_eq!(to.deployment("d1").await.unwrap(), from.deployment("d1").await.unwrap());
             assert_eq!(to.open_deployments().await.unwrap().len(), 1);
             // Tokens survive as hashes: they still work, once.
-            assert_eq!(to.api_token_principal(&[4; 32], 6).await.unwrap().as_deref(), Some("heat"));
+            assert_eq!(to.api_token_grant(&[4; 32], 6).await.unwrap().map(|g| g.principal).as_deref(), Some("heat"));
             assert_eq!(to.api_tokens().await.unwrap(), from.api_tokens().await.unwrap());
             assert_eq!(to.tokens().await.unwrap(), from.tokens().await.unwrap());
             // The enrollment token too, with its permission to replace web1's key.

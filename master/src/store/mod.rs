@@ -30,7 +30,7 @@ pub(crate) use cluster::Announcement;
 pub use cluster::{ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
-pub use deploy::{DeployStore, DeploymentRecord, GroupRecord};
+pub use deploy::{ApiTokenGrant, DeployStore, DeploymentRecord, GroupRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
 pub use select::{describe_postgres, Backend, StoreConfig};
