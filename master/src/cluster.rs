@@ -8,9 +8,11 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::authz::{Action, Asker};
+use crate::metrics::Kind;
 use crate::net::Net;
 use crate::server::Master;
 use crate::sessions::Conn;
+use crate::store::trust::Trust;
 use crate::store::{ClusterChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -86,8 +88,8 @@ impl<S: Store, N: Net> Master<S, N> {
             // A job not live here has nothing to stop here (its announcement came first).
             ClusterChange::Cancel { jid } => self.cancel_here(&jid).await?,
             ClusterChange::Event { tag, data } => self.emit(tag, data),
-            ClusterChange::StoredEvent { id } => {
-                if let Some((tag, data)) = self.store.shared_event(id).await? {
+            ClusterChange::StoredEvent { id, digest } => {
+                if let Some((tag, data)) = self.store.shared_event(id, &digest).await? {
                     self.emit(tag, data);
                 }
             }
@@ -149,5 +151,30 @@ impl<S: Store, N: Net> Master<S, N> {
             info!(principal = name, "principal changed or removed; disconnecting its session");
             self.forget(peer, Some("principal changed"));
         }
+    }
+}
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Gives the store this master's keys: the rows it writes are signed with its key, and the
+    /// rows and announcements it reads are taken only from masters it trusts (`store/trust.rs`);
+    /// refusals are counted in `halite_denials_total` (`cluster_announcement`, `store_row`).
+    /// The revocations were checked against the cluster key when the master started.
+    pub(crate) async fn trust_store(&self) -> Result<(), StoreError> {
+        let revoked = self
+            .config
+            .revoked_masters
+            .iter()
+            .filter_map(|text| halite_protocol::noise::Revocation::from_hex(text).ok())
+            .map(|revocation| revocation.master)
+            .collect();
+        // One counter at a time: the family's guard must be gone before the next is made.
+        let denials = &self.metrics.get().denials;
+        let announcements = denials.get_or_create(&Kind { kind: "cluster_announcement" }).clone();
+        let rows = denials.get_or_create(&Kind { kind: "store_row" }).clone();
+        let key = halite_protocol::identity::IdentityKey::from_seed(self.identity.key().seed());
+        let certificate = self.identity.certificate().cloned();
+        let trust = Trust::new(key, certificate, &self.config.id, revoked).counting(announcements, rows);
+        self.store.set_trust(trust, self.clock.wall_ms()).await?;
+        Ok(())
     }
 }

@@ -153,8 +153,9 @@ impl<S: Store, N: Net> Master<S, N> {
             return self.tell_other_masters(change).await;
         }
         let ClusterChange::Event { tag, data } = change else { return };
+        let digest = crate::store::event_digest(&tag, &serde_json::to_string(&data).unwrap_or_else(|_| "null".into()));
         match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
-            Ok(id) => self.tell_other_masters(ClusterChange::StoredEvent { id }).await,
+            Ok(id) => self.tell_other_masters(ClusterChange::StoredEvent { id, digest }).await,
             Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
     }

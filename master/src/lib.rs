@@ -247,6 +247,15 @@ pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -
     let from = SqliteStore::open_with(&database, config.accept_wal_loss)
         .await
         .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
+    // Rows are copied with their signatures: rows from before signatures are signed first, by
+    // this master's key, as its own start would (the migration that added them ran just now).
+    let keys = init_serving(config)?;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let key = halite_protocol::identity::IdentityKey::from_seed(keys.identity.key().seed());
+    let trust = store::trust::Trust::new(key, keys.identity.certificate().cloned(), &config.id, Vec::new());
+    from.set_trust(trust, now_ms)
+        .await
+        .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
     let place = store::describe_postgres(&options);
     let copied = async {
         let to = store::PostgresStore::connect(*options).await?;

@@ -217,6 +217,7 @@ impl<S: Store, N: Net> Master<S, N> {
             last_purge: None,
             last_wall_mark: None,
         };
+        master.trust_store().await?;
         master.reload_principals().await?;
         master.reload_accepted().await?;
         for mut m in master.store.minions().await? {

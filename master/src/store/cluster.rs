@@ -3,6 +3,10 @@
 //! at once, whichever master made them. PostgreSQL carries them with NOTIFY; a SQLite store has
 //! one master and carries nothing. Every announcement is sent after what it describes is stored:
 //! it says "read this", never carries data the store does not have.
+//!
+//! Any role that may connect to the database may NOTIFY: every announcement is signed by its
+//! master's key and numbered (`cluster_seal.rs`), and one that is not from a trusted master, or
+//! is replayed, is dropped before anything acts on it.
 
 use halite_protocol::message::MinionJobState;
 use serde::{Deserialize, Serialize};
@@ -75,6 +79,9 @@ pub enum ClusterChange {
     StoredEvent {
         /// Its row.
         id: i64,
+        /// [`event_digest`] of the event: the row is taken only if it still matches (the
+        /// announcement is signed, the row is not).
+        digest: String,
     },
 }
 
@@ -89,12 +96,26 @@ pub(crate) const CHANNEL: &str = "halite_cluster";
 /// minions and slots, [`ClusterChange::split`]).
 pub(crate) const MAX_PAYLOAD: usize = 7_000;
 
-/// A change on the wire, with the master that made it (so it ignores its own).
+/// A change on the wire, with the master that made it (so it ignores its own), its number
+/// among that master's announcements and when it was sent (so a replay is told apart).
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Announcement {
     pub(crate) from: String,
+    pub(crate) seq: u64,
+    pub(crate) at: u64,
     #[serde(flatten)]
     pub(crate) change: ClusterChange,
+}
+
+/// What a stored event's announcement carries to check the row against: SHA-256 of its tag
+/// and its data as stored (JSON text), hex.
+pub fn event_digest(tag: &str, data_json: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update((tag.len() as u64).to_be_bytes());
+    hash.update(tag.as_bytes());
+    hash.update(data_json.as_bytes());
+    halite_protocol::hex::encode(&hash.finalize())
 }
 
 impl ClusterChange {
@@ -119,16 +140,18 @@ impl ClusterChange {
 }
 
 impl Announcement {
-    /// Whether `change` fits one announcement as it is.
-    pub(crate) fn fits(from: &str, change: &ClusterChange) -> bool {
-        serde_json::to_string(&Announcement { from: from.to_owned(), change: change.clone() })
-            .is_ok_and(|text| text.len() <= MAX_PAYLOAD)
+    fn text(from: &str, seq: u64, at: u64, change: ClusterChange) -> String {
+        serde_json::to_string(&Announcement { from: from.to_owned(), seq, at, change }).unwrap_or_default()
     }
 
-    /// The payload for NOTIFY, shortened to fit.
-    pub(crate) fn payload(from: &str, change: &ClusterChange) -> String {
-        let text =
-            serde_json::to_string(&Announcement { from: from.to_owned(), change: change.clone() }).unwrap_or_default();
+    /// Whether `change` fits one announcement as it is (whatever its number and time).
+    pub(crate) fn fits(from: &str, change: &ClusterChange) -> bool {
+        Self::text(from, u64::MAX, u64::MAX, change.clone()).len() <= MAX_PAYLOAD
+    }
+
+    /// The body for NOTIFY (signed and sent by `cluster_seal`), shortened to fit.
+    pub(crate) fn payload(from: &str, seq: u64, at: u64, change: &ClusterChange) -> String {
+        let text = Self::text(from, seq, at, change.clone());
         if text.len() <= MAX_PAYLOAD {
             return text;
         }
@@ -136,7 +159,7 @@ impl Announcement {
             ClusterChange::Keys { .. } => ClusterChange::Keys { ids: None },
             _ => ClusterChange::Resync,
         };
-        serde_json::to_string(&Announcement { from: from.to_owned(), change: all }).unwrap_or_default()
+        Self::text(from, seq, at, all)
     }
 }
 
@@ -147,11 +170,11 @@ mod tests {
     #[test]
     fn payloads_fit_a_notify_and_read_back() {
         let change = ClusterChange::Keys { ids: Some(vec!["web1".into()]) };
-        let text = Announcement::payload("m1", &change);
+        let text = Announcement::payload("m1", 7, 1_000, &change);
         let back: Announcement = serde_json::from_str(&text).unwrap();
-        assert_eq!((back.from.as_str(), back.change), ("m1", change));
+        assert_eq!((back.from.as_str(), back.seq, back.at, back.change), ("m1", 7, 1_000, change));
         let many = ClusterChange::Keys { ids: Some((0..2_000).map(|n| format!("web{n}")).collect()) };
-        let text = Announcement::payload("m1", &many);
+        let text = Announcement::payload("m1", u64::MAX, u64::MAX, &many);
         assert!(text.len() <= MAX_PAYLOAD);
         assert_eq!(serde_json::from_str::<Announcement>(&text).unwrap().change, ClusterChange::Keys { ids: None });
     }
@@ -168,7 +191,7 @@ mod tests {
         .split();
         assert_eq!(slots.len(), 3);
         for change in here.iter().chain(&slots) {
-            let text = Announcement::payload(&"f".repeat(16), change);
+            let text = Announcement::payload(&"f".repeat(16), u64::MAX, u64::MAX, change);
             assert!(text.len() <= MAX_PAYLOAD, "{}", text.len());
             assert_eq!(&serde_json::from_str::<Announcement>(&text).unwrap().change, change, "not shortened");
         }

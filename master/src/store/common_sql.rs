@@ -166,25 +166,33 @@ pub(super) use common_helpers;
 macro_rules! common_store_methods {
     ($sql:path) => {
     async fn keys(&self) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
-        let rows =
-            sqlx::query(&$sql("SELECT id, public_key, state FROM keys ORDER BY id, state")).fetch_all(&mut *self.conn().await?).await?;
-        rows.iter().map(key_from_row).collect()
+        let rows = sqlx::query(&$sql("SELECT id, public_key, state, signer, signature FROM keys ORDER BY id, state"))
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+        self.checked_keys(&rows).await
     }
 
     async fn keys_for(&self, id: &str) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
-        let rows =
-            sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE id = ?")).bind(id).fetch_all(&mut *self.conn().await?).await?;
-        rows.iter().map(key_from_row).collect()
+        let rows = sqlx::query(&$sql("SELECT id, public_key, state, signer, signature FROM keys WHERE id = ?"))
+            .bind(id)
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+        self.checked_keys(&rows).await
     }
 
     async fn put_key(&self, key: &$crate::store::KeyRecord, now_ms: u64) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at"),
+        let state = $crate::store::records::key_state_name(key.state);
+        let seal = self.trust.get().seal_key(&key.id, &key.public_key, state);
+        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at, signer, signature) VALUES (?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at, \
+             signer = excluded.signer, signature = excluded.signature"),
         )
         .bind(&key.id)
         .bind(&key.public_key[..])
-        .bind($crate::store::records::key_state_name(key.state))
+        .bind(state)
         .bind($crate::store::sqlite::db_int(now_ms))
+        .bind(seal.signer)
+        .bind(seal.signature)
         .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
@@ -250,21 +258,26 @@ macro_rules! common_store_methods {
             (replaced, _) => ("accepted", $crate::store::TokenUse::Enrolled { replaced }),
         };
         if state == "accepted" {
-            // The token holder is the minion: any other key recorded for the id is denied.
-            sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ? WHERE id = ? AND public_key != ?"))
+            // The token holder is the minion: any other key recorded for the id is denied (and
+            // loses its signature: one made for another state must not come back with it).
+            sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ?, signer = NULL, signature = NULL WHERE id = ? AND public_key != ?"))
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind(minion)
                 .bind(&public_key[..])
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT(id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at"),
+        let seal = self.trust.get().seal_key(minion, public_key, state);
+        sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at, signer, signature) VALUES (?, ?, ?, ?, ?, ?) \
+             ON CONFLICT(id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at, \
+             signer = excluded.signer, signature = excluded.signature"),
         )
         .bind(minion)
         .bind(&public_key[..])
         .bind(state)
         .bind($crate::store::sqlite::db_int(now_ms))
+        .bind(seal.signer)
+        .bind(seal.signature)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -489,33 +502,33 @@ macro_rules! common_store_methods {
     }
 
     async fn principals(&self) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
-        let rows =
-            sqlx::query(&$sql("SELECT name, public_key, acl FROM principals ORDER BY name")).fetch_all(&mut *self.conn().await?).await?;
-        rows.iter()
-            .map(|row| {
-                let key: Vec<u8> = row.try_get("public_key")?;
-                Ok($crate::store::PrincipalRecord {
-                    name: row.try_get("name")?,
-                    public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
-                    acl: $crate::store::records::acl_from_json(&row.try_get::<String, _>("acl")?)?,
-                })
-            })
-            .collect()
+        let rows = sqlx::query(&$sql("SELECT name, public_key, acl, signer, signature FROM principals ORDER BY name"))
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+        self.checked_principals(&rows).await
     }
 
     async fn put_principal(&self, principal: &$crate::store::PrincipalRecord, now_ms: u64) -> Result<(), $crate::store::StoreError> {
+        let acl = $crate::store::records::acl_json(&principal.acl);
+        let seal = self.trust.get().seal_principal(&principal.name, &principal.public_key, &acl);
         sqlx::query(&$sql(
-            "INSERT INTO principals (name, public_key, acl, updated_at) VALUES (?, ?, ?, ?) \
+            "INSERT INTO principals (name, public_key, acl, updated_at, signer, signature) VALUES (?, ?, ?, ?, ?, ?) \
              ON CONFLICT (name) DO UPDATE SET public_key = excluded.public_key, acl = excluded.acl, \
-             updated_at = excluded.updated_at",
+             updated_at = excluded.updated_at, signer = excluded.signer, signature = excluded.signature",
         ))
             .bind(&principal.name)
             .bind(&principal.public_key[..])
-            .bind($crate::store::records::acl_json(&principal.acl))
+            .bind(acl)
             .bind($crate::store::sqlite::db_int(now_ms))
+            .bind(seal.signer)
+            .bind(seal.signature)
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
+    }
+
+    async fn set_trust(&self, trust: $crate::store::trust::Trust, now_ms: u64) -> Result<u64, $crate::store::StoreError> {
+        self.put_trust(trust.sharing(Self::SHARED), now_ms).await
     }
 
     async fn delete_principal(&self, name: &str) -> Result<bool, $crate::store::StoreError> {

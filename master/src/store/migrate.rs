@@ -19,15 +19,27 @@ enum Kind {
     Blob,
     Int,
     OptInt,
+    OptBlob,
     /// An INTEGER 0/1 on SQLite, a BOOLEAN on PostgreSQL.
     Bool,
 }
 
-use Kind::{Blob, Bool, Int, OptInt, OptText, Text};
+use Kind::{Blob, Bool, Int, OptBlob, OptInt, OptText, Text};
 
 /// Every table, parents before children (job_minions references jobs).
 const TABLES: &[(&str, &[(&str, Kind)])] = &[
-    ("keys", &[("id", Text), ("public_key", Blob), ("state", Text), ("updated_at", Int)]),
+    // Signatures are copied as they are: the master whose key made them reads them on PostgreSQL.
+    (
+        "keys",
+        &[
+            ("id", Text),
+            ("public_key", Blob),
+            ("state", Text),
+            ("updated_at", Int),
+            ("signer", OptBlob),
+            ("signature", OptBlob),
+        ],
+    ),
     (
         "tokens",
         &[
@@ -62,7 +74,18 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
         "job_minions",
         &[("jid", Text), ("minion", Text), ("state", Text), ("ret", OptText), ("late", Bool), ("updated_at", Int)],
     ),
-    ("principals", &[("name", Text), ("public_key", Blob), ("acl", Text), ("updated_at", Int)]),
+    (
+        "principals",
+        &[
+            ("name", Text),
+            ("public_key", Blob),
+            ("acl", Text),
+            ("updated_at", Int),
+            ("signer", OptBlob),
+            ("signature", OptBlob),
+        ],
+    ),
+    ("masters", &[("public_key", Blob), ("id", Text), ("certificate", OptBlob), ("updated_at", Int)]),
     ("software_configs", &[("id", Text), ("body", Text), ("created_at", Int)]),
     (
         "deployments",
@@ -147,6 +170,7 @@ async fn insert_rows(
                 Blob => args.add(row.try_get::<Vec<u8>, _>(*name)?),
                 Int => args.add(row.try_get::<i64, _>(*name)?),
                 OptInt => args.add(row.try_get::<Option<i64>, _>(*name)?),
+                OptBlob => args.add(row.try_get::<Option<Vec<u8>>, _>(*name)?),
                 Bool => args.add(row.try_get::<i64, _>(*name)? != 0),
             };
             added.map_err(|error| StoreError::Corrupt(format!("{table}.{name}: {error}")))?;
@@ -173,8 +197,15 @@ mod tests {
     use crate::store::test_postgres::fresh_database;
     use crate::store::{DeployStore, DeploymentRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store};
 
+    /// The master's own keys, on SQLite and then on PostgreSQL.
+    fn master() -> crate::store::trust::Trust {
+        let key = halite_protocol::identity::IdentityKey::from_seed(&[3; 32]);
+        crate::store::trust::Trust::new(key, None, "m1", Vec::new())
+    }
+
     async fn filled_sqlite() -> SqliteStore {
         let store = SqliteStore::in_memory().await.unwrap();
+        store.set_trust(master(), 1).await.unwrap();
         store
             .put_key(&KeyRecord { id: "web1".into(), public_key: [1; 32], state: KeyState::Accepted }, 1)
             .await
@@ -272,6 +303,11 @@ mod tests {
             let copied = sqlite_to_postgres(&from, &to).await.unwrap();
             let count = |table: &str| copied.iter().find(|(t, _)| *t == table).unwrap().1;
             assert_eq!((count("jobs"), count("job_minions"), count("keys")), (1_200, 1_200, 2));
+            // The same master on PostgreSQL reads the rows it signed on SQLite as signed.
+            assert_eq!(to.set_trust(master(), 2).await.unwrap(), 0, "nothing left to sign");
+            assert_eq!(to.keys().await.unwrap()[0].state, KeyState::Accepted);
+            assert_eq!(to.principals().await.unwrap().len(), from.principals().await.unwrap().len());
+            assert!(!to.principals().await.unwrap().is_empty());
 
             assert_eq!(to.keys().await.unwrap(), from.keys().await.unwrap());
             assert_eq!(to.minions().await.unwrap(), from.minions().await.unwrap());

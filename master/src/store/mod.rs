@@ -4,6 +4,7 @@
 //! Both pass the same conformance suite (`conformance.rs`).
 
 mod cluster;
+mod cluster_seal;
 mod common_sql;
 mod conformance;
 mod deploy;
@@ -13,10 +14,13 @@ mod migrate;
 mod postgres;
 mod records;
 mod select;
+mod signed_rows;
+mod signed_rows_tests;
 mod sqlite;
 mod sqlite_checkpoint;
 mod sqlite_hot;
 mod test_postgres;
+pub mod trust;
 mod wal;
 
 use std::collections::BTreeMap;
@@ -27,7 +31,7 @@ use halite_protocol::message::{
 };
 
 pub(crate) use cluster::Announcement;
-pub use cluster::{ClusterChange, Heard};
+pub use cluster::{event_digest, ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
 pub use deploy::{ApiTokenGrant, DeployStore, DeploymentRecord, GroupRecord};
@@ -302,6 +306,12 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn tokens(&self) -> impl Future<Output = Result<Vec<halite_protocol::message::TokenSummary>, StoreError>> + Send;
     /// Deletes the enrollment token with this id; whether there was one.
     fn delete_token(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Puts this master's keys in use for the rows it writes and the rows and announcements it
+    /// trusts (`trust.rs`), registers its key (and certificate) for the other masters, and, the
+    /// first time after the upgrade that added signatures, signs the rows written before it.
+    /// Until it is called a store signs with a key of its own that nothing else trusts. Returns
+    /// how many rows it signed.
+    fn set_trust(&self, trust: trust::Trust, now_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Removes a principal, and the gateway tokens acting as it (a principal added later under
     /// the same name does not inherit them); returns whether it existed.
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
@@ -339,9 +349,14 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         let _ = (tag, data, now_ms);
         async { Err(StoreError::Unavailable("events are shared only through a PostgreSQL store".into())) }
     }
-    /// An event another master kept with [`Store::put_shared_event`].
-    fn shared_event(&self, id: i64) -> impl Future<Output = Result<Option<(String, Value)>, StoreError>> + Send {
-        let _ = id;
+    /// An event another master kept with [`Store::put_shared_event`], if it still matches the
+    /// digest its announcement carried ([`event_digest`]).
+    fn shared_event(
+        &self,
+        id: i64,
+        digest: &str,
+    ) -> impl Future<Output = Result<Option<(String, Value)>, StoreError>> + Send {
+        let _ = (id, digest);
         async { Ok(None) }
     }
     /// The changes other masters announce, with who announced them, as they come, once per

@@ -22,6 +22,9 @@ use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJ
 /// time. sqlx takes an advisory lock while migrating, so masters starting together take turns.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// The migration that added signatures to key and principal rows.
+const SIGNED_ROWS: i64 = 7;
+
 /// Connections per master: the core serialises most writes; reads for clients and the
 /// cluster's listeners use the rest.
 const POOL_SIZE: u32 = 8;
@@ -48,6 +51,11 @@ pub struct PostgresStore {
     /// A connection set aside for the core's hot writes (jobs, their states, presence), see
     /// [`PostgresStore::hot`].
     hot: Arc<Mutex<Option<PgConnection>>>,
+    /// Whose rows and announcements it signs and trusts.
+    trust: Arc<super::trust::TrustSlot>,
+    /// The number of this process's last announcement (see `cluster_seal.rs`); held while one
+    /// is queued, so they are queued in the order of their numbers.
+    announced: Arc<std::sync::Mutex<u64>>,
 }
 
 /// Announcements queued at most; past it one is dropped with a warning (the database is then
@@ -108,6 +116,9 @@ async fn notify(pool: PgPool, mut queue: tokio::sync::mpsc::Receiver<String>) {
 }
 
 impl PostgresStore {
+    /// Whether other masters share this store: it is made for that.
+    const SHARED: bool = true;
+
     /// Binds a job's thirteen columns, in the order of the `jobs` table.
     fn bind_job<'q>(
         query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -165,11 +176,22 @@ impl PostgresStore {
             reachable: Arc::new(AtomicBool::new(true)),
             announcements,
             hot: Arc::new(Mutex::new(None)),
+            trust: Arc::default(),
+            announced: Arc::default(),
         };
+        // No migrations table yet: a new database, nothing applied.
+        let signed: Option<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE version = $1")
+            .bind(SIGNED_ROWS)
+            .fetch_optional(&store.pool)
+            .await
+            .unwrap_or(None);
         MIGRATOR.run(&store.pool).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
         })?;
+        if signed.is_none() {
+            store.trust.found_legacy_rows();
+        }
         tokio::spawn(probe(store.pool.clone(), options_of(&store.pool), store.reachable.clone()));
         Ok(store)
     }
@@ -270,11 +292,16 @@ async fn probe(pool: PgPool, options: PgConnectOptions, reachable: Arc<AtomicBoo
     }
 }
 
-/// Forwards the other masters' announcements to `tx` until its receiver is gone. A lost
-/// connection is made again, followed by a `Resync` (what was announced meanwhile is lost).
-async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::Heard>) {
-    use super::cluster::{Announcement, CHANNEL};
+/// Forwards the other masters' announcements to `tx` until its receiver is gone, those signed
+/// by a master this one trusts and not replayed (`cluster_seal.rs`); the others are dropped,
+/// logged and counted. A lost connection is made again, followed by a `Resync` (what was
+/// announced meanwhile is lost).
+async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard>) {
+    use super::cluster::CHANNEL;
     const RETRY: Duration = Duration::from_secs(2);
+    let (pool, me) = (store.pool.clone(), store.instance.clone());
+    let mut guard = super::cluster_seal::ReplayGuard::default();
+    let mut refusals = Refusals::default();
     let mut first = true;
     while !tx.is_closed() {
         let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
@@ -295,14 +322,14 @@ async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::H
         }
         loop {
             match listener.try_recv().await {
-                Ok(Some(notification)) => match serde_json::from_str::<Announcement>(notification.payload()) {
-                    Ok(announcement) if announcement.from == me => {}
-                    Ok(announcement) => {
+                Ok(Some(notification)) => match store.open(notification.payload(), &me, &mut guard).await {
+                    Ok(None) => {}
+                    Ok(Some(announcement)) => {
                         if tx.send((announcement.from, announcement.change)).await.is_err() {
                             return;
                         }
                     }
-                    Err(error) => tracing::warn!(%error, "an unreadable announcement from another master; ignored"),
+                    Err(refused) => refusals.note(&store.trust.get(), refused),
                 },
                 Ok(None) => {
                     tracing::warn!("lost the connection carrying the other masters' changes; listening again");
@@ -317,7 +344,58 @@ async fn listen(pool: PgPool, me: String, tx: tokio::sync::mpsc::Sender<super::H
     }
 }
 
+/// Announcements dropped, logged at most once a second (anyone who may connect can send them).
+#[derive(Default)]
+struct Refusals {
+    last_logged: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl Refusals {
+    fn note(&mut self, trust: &super::trust::Trust, refused: super::cluster_seal::Refused) {
+        trust.announcements_refused.inc();
+        self.unlogged += 1;
+        if self.last_logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            tracing::warn!(why = %refused, dropped = self.unlogged, "dropped an announcement no trusted master sent (forged or replayed?)");
+            self.last_logged = Some(std::time::Instant::now());
+            self.unlogged = 0;
+        }
+    }
+}
+
+impl PostgresStore {
+    /// An announcement heard on the channel, if it is from a master this one trusts, fresh and
+    /// not heard before; `None` for this process's own.
+    async fn open(
+        &self,
+        payload: &str,
+        me: &str,
+        guard: &mut super::cluster_seal::ReplayGuard,
+    ) -> Result<Option<super::Announcement>, super::cluster_seal::Refused> {
+        use super::cluster_seal::{envelope, open, Refused};
+        let sealed = envelope(payload)?;
+        let trust = self.trust.get();
+        let signer = match self.trusted_signer(&trust, Some(sealed.signer.as_slice())).await {
+            Ok(signer) => signer?,
+            // The database did not answer: not the sender's fault, but nothing to act on.
+            Err(error) => {
+                tracing::warn!(%error, "could not read a master's registration; its announcement is dropped");
+                return Err(Refused::Unreadable);
+            }
+        };
+        let announcement = open(&signer, &sealed)?;
+        if announcement.from == me {
+            return Ok(None);
+        }
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        guard.take(&signer, &announcement, now)?;
+        Ok(Some(announcement))
+    }
+}
+
 super::common_sql::common_helpers!(PostgresStore, PgRow, super::common_sql::postgres_sql);
+super::signed_rows::signed_row_helpers!(PostgresStore, PgRow, super::common_sql::postgres_sql);
 
 impl Store for PostgresStore {
     super::common_sql::common_store_methods!(super::common_sql::postgres_sql);
@@ -470,12 +548,23 @@ impl Store for PostgresStore {
         Ok(id)
     }
 
-    async fn shared_event(&self, id: i64) -> Result<Option<(String, halite_protocol::message::Value)>, StoreError> {
+    async fn shared_event(
+        &self,
+        id: i64,
+        digest: &str,
+    ) -> Result<Option<(String, halite_protocol::message::Value)>, StoreError> {
         let row = sqlx::query("SELECT tag, data FROM cluster_events WHERE id = $1")
             .bind(id)
             .fetch_optional(self.pool()?)
             .await?;
-        row.map(|row| Ok((row.try_get("tag")?, super::records::json(&row.try_get::<String, _>("data")?)?))).transpose()
+        let Some(row) = row else { return Ok(None) };
+        let (tag, data): (String, String) = (row.try_get("tag")?, row.try_get("data")?);
+        if super::event_digest(&tag, &data) != digest {
+            self.trust.get().rows_refused.inc();
+            tracing::error!(id, %tag, "a stored event does not match its announcement: ignored (changed past the masters?)");
+            return Ok(None);
+        }
+        Ok(Some((tag, super::records::json(&data)?)))
     }
 
     fn instance(&self) -> &str {
@@ -483,15 +572,20 @@ impl Store for PostgresStore {
     }
 
     async fn announce(&self, change: &super::ClusterChange) -> Result<(), StoreError> {
-        let payload = super::cluster::Announcement::payload(&self.instance, change);
+        let trust = self.trust.get();
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let mut seq = self.announced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let body = super::cluster::Announcement::payload(&self.instance, *seq + 1, at, change);
         self.announcements
-            .try_send(payload)
-            .map_err(|_| StoreError::Unavailable("too many announcements waiting to be sent".into()))
+            .try_send(super::cluster_seal::seal(&trust, &body))
+            .map_err(|_| StoreError::Unavailable("too many announcements waiting to be sent".into()))?;
+        *seq += 1;
+        Ok(())
     }
 
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::Heard>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        tokio::spawn(listen(self.pool.clone(), self.instance.clone(), tx));
+        tokio::spawn(listen(self.clone(), tx));
         Some(rx)
     }
 }

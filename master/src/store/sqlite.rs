@@ -16,6 +16,9 @@ use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJ
 /// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
+/// The migration that added signatures to key and principal rows.
+const SIGNED_ROWS: i64 = 9;
+
 /// Minions written by one statement (4 bound values each, far below SQLite's variable limit).
 const ROWS_PER_STATEMENT: usize = 200;
 
@@ -32,6 +35,8 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Option<SqliteConnection>>>,
     /// `None` once closed. Held only for one synchronous write, never across an await.
     hot: Arc<std::sync::Mutex<Option<HotWrites>>>,
+    /// Whose rows it signs and trusts.
+    trust: Arc<super::trust::TrustSlot>,
 }
 
 /// Both connections, taken away by [`SqliteStore::take_away`].
@@ -93,7 +98,11 @@ impl SqliteStore {
     }
 
     fn from_connection(conn: SqliteConnection) -> Self {
-        SqliteStore { conn: Arc::new(Mutex::new(Some(conn))), hot: Arc::new(std::sync::Mutex::new(None)) }
+        SqliteStore {
+            conn: Arc::new(Mutex::new(Some(conn))),
+            hot: Arc::new(std::sync::Mutex::new(None)),
+            trust: Arc::default(),
+        }
     }
 
     /// The hot writes' connection slot. A write that panicked left no transaction open
@@ -139,11 +148,24 @@ impl SqliteStore {
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut conn = self.conn().await?;
         adopt_user_version(&mut conn).await?;
+        // No migrations table yet: a new database, nothing applied.
+        let signed: Option<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE version = ?")
+            .bind(SIGNED_ROWS)
+            .fetch_optional(&mut *conn)
+            .await
+            .unwrap_or(None);
         MIGRATOR.run(&mut *conn).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
-        })
+        })?;
+        if signed.is_none() {
+            self.trust.found_legacy_rows();
+        }
+        Ok(())
     }
+
+    /// Whether other masters share this store: no.
+    const SHARED: bool = false;
 }
 
 /// Databases made before migrations were files counted them in `PRAGMA user_version`: the
@@ -229,6 +251,7 @@ pub(super) fn db_int(value: u64) -> i64 {
 }
 
 super::common_sql::common_helpers!(SqliteStore, SqliteRow, super::common_sql::sqlite_sql);
+super::signed_rows::signed_row_helpers!(SqliteStore, SqliteRow, super::common_sql::sqlite_sql);
 
 impl Store for SqliteStore {
     super::common_sql::common_store_methods!(super::common_sql::sqlite_sql);

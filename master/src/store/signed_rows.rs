@@ -1,0 +1,202 @@
+//! Signed key and principal rows, in the SQL both backends share: who signed a row is checked
+//! against the masters this master trusts ([`Trust`](super::trust::Trust)), and a row that grants
+//! something without a valid signature is not honoured: an accepted key reads as pending (an
+//! admin may accept it, which signs it), a principal is left out. Both are logged as errors and
+//! counted (`halite_denials_total{kind="store_row"}`).
+
+/// Invoked at module level after `common_helpers!`, with `sqlx::Row` in scope.
+macro_rules! signed_row_helpers {
+    ($store:ty, $row:ty, $sql:path) => {
+        impl $store {
+            /// The registration of master key `key` in the `masters` table, if any.
+            pub(super) async fn registration(
+                &self,
+                key: &[u8],
+            ) -> Result<Option<$crate::store::trust::Registration>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql("SELECT id, certificate FROM masters WHERE public_key = ?"))
+                    .bind(key)
+                    .fetch_optional(&mut *self.conn().await?)
+                    .await?;
+                row.map(|row| {
+                    Ok($crate::store::trust::Registration {
+                        id: row.try_get("id")?,
+                        certificate: row.try_get("certificate")?,
+                    })
+                })
+                .transpose()
+            }
+
+            /// The master that signed something, if this master trusts it (reading its
+            /// registration when it is not known yet).
+            pub(super) async fn trusted_signer(
+                &self,
+                trust: &$crate::store::trust::Trust,
+                signer: Option<&[u8]>,
+            ) -> Result<
+                Result<halite_protocol::identity::PublicIdentity, $crate::store::trust::Untrusted>,
+                $crate::store::StoreError,
+            > {
+                let Some(signer) = signer else { return Ok(Err($crate::store::trust::Untrusted::Unsigned)) };
+                match trust.known(signer) {
+                    Ok(Some(key)) => return Ok(Ok(key)),
+                    Ok(None) => {}
+                    Err(untrusted) => return Ok(Err(untrusted)),
+                }
+                let registration = self.registration(signer).await?;
+                let key = halite_protocol::identity::PublicIdentity::from_bytes(signer)
+                    .map_err(|_| corrupt("a checked key no longer parses"))?;
+                Ok(trust.admit(&key, registration.as_ref()).map(|()| key))
+            }
+
+            /// Whether a key row as read is a master's word for its state; what is not is
+            /// logged and counted.
+            async fn key_row_trusted(
+                &self,
+                trust: &$crate::store::trust::Trust,
+                row: &$row,
+                key: &$crate::store::KeyRecord,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let signer: Option<Vec<u8>> = row.try_get("signer")?;
+                let signature: Option<Vec<u8>> = row.try_get("signature")?;
+                let state = $crate::store::records::key_state_name(key.state);
+                let checked = match self.trusted_signer(trust, signer.as_deref()).await? {
+                    Ok(signer) => $crate::store::trust::Trust::check_key(
+                        &signer,
+                        &key.id,
+                        &key.public_key,
+                        state,
+                        signature.as_deref().unwrap_or_default(),
+                    ),
+                    Err(untrusted) => Err(untrusted),
+                };
+                if let Err(why) = checked {
+                    trust.rows_refused.inc();
+                    tracing::error!(minion = %key.id, %why, "an accepted key row no master signed: taken as pending (written past the masters?)");
+                    return Ok(false);
+                }
+                Ok(true)
+            }
+
+            /// Key rows as read, an accepted one read as pending unless signed by a trusted master.
+            async fn checked_keys(&self, rows: &[$row]) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
+                let trust = self.trust.get();
+                let mut keys = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let mut key = key_from_row(row)?;
+                    if key.state == halite_protocol::message::KeyState::Accepted
+                        && !self.key_row_trusted(&trust, row, &key).await?
+                    {
+                        key.state = halite_protocol::message::KeyState::Pending;
+                    }
+                    keys.push(key);
+                }
+                Ok(keys)
+            }
+
+            /// Principal rows as read, those signed by a trusted master.
+            async fn checked_principals(
+                &self,
+                rows: &[$row],
+            ) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
+                let trust = self.trust.get();
+                let mut principals = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let name: String = row.try_get("name")?;
+                    let key: Vec<u8> = row.try_get("public_key")?;
+                    let acl: String = row.try_get("acl")?;
+                    let signer: Option<Vec<u8>> = row.try_get("signer")?;
+                    let signature: Option<Vec<u8>> = row.try_get("signature")?;
+                    let checked = match self.trusted_signer(&trust, signer.as_deref()).await? {
+                        Ok(signer) => $crate::store::trust::Trust::check_principal(
+                            &signer,
+                            &name,
+                            &key,
+                            &acl,
+                            signature.as_deref().unwrap_or_default(),
+                        ),
+                        Err(untrusted) => Err(untrusted),
+                    };
+                    if let Err(why) = checked {
+                        trust.rows_refused.inc();
+                        tracing::error!(principal = %name, %why, "a principal row no master signed: ignored (written past the masters?)");
+                        continue;
+                    }
+                    principals.push($crate::store::PrincipalRecord {
+                        name,
+                        public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
+                        acl: $crate::store::records::acl_from_json(&acl)?,
+                    });
+                }
+                Ok(principals)
+            }
+
+            /// Puts `trust` in use: registers this master in `masters` (its key, id and
+            /// certificate, for the others to check its signatures), and signs the rows that
+            /// predate signatures if this process applied the migration that added them (then
+            /// they are the operator's rows from before the upgrade: the migration runs once, and
+            /// nothing could write a row after it and before this, at the master's start).
+            /// Returns how many rows it signed.
+            async fn put_trust(
+                &self,
+                trust: $crate::store::trust::Trust,
+                now_ms: u64,
+            ) -> Result<u64, $crate::store::StoreError> {
+                self.trust.set(trust);
+                let trust = self.trust.get();
+                let registration = trust.registration();
+                sqlx::query(&$sql(
+                    "INSERT INTO masters (public_key, id, certificate, updated_at) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (public_key) DO UPDATE SET id = excluded.id, certificate = excluded.certificate, \
+                     updated_at = excluded.updated_at",
+                ))
+                .bind(&trust.public().as_bytes()[..])
+                .bind(&registration.id)
+                .bind(registration.certificate.as_deref())
+                .bind($crate::store::sqlite::db_int(now_ms))
+                .execute(&mut *self.conn().await?)
+                .await?;
+                if !self.trust.legacy_rows() {
+                    return Ok(0);
+                }
+                let mut conn = self.conn().await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let keys = sqlx::query(&$sql("SELECT id, public_key, state FROM keys WHERE signature IS NULL"))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                for row in &keys {
+                    let key = key_from_row(row)?;
+                    let seal = trust.seal_key(&key.id, &key.public_key, $crate::store::records::key_state_name(key.state));
+                    sqlx::query(&$sql("UPDATE keys SET signer = ?, signature = ? WHERE id = ? AND public_key = ?"))
+                        .bind(seal.signer)
+                        .bind(seal.signature)
+                        .bind(&key.id)
+                        .bind(&key.public_key[..])
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let principals =
+                    sqlx::query(&$sql("SELECT name, public_key, acl FROM principals WHERE signature IS NULL"))
+                        .fetch_all(&mut *tx)
+                        .await?;
+                for row in &principals {
+                    let name: String = row.try_get("name")?;
+                    let key: Vec<u8> = row.try_get("public_key")?;
+                    let seal = trust.seal_principal(&name, &key, &row.try_get::<String, _>("acl")?);
+                    sqlx::query(&$sql("UPDATE principals SET signer = ?, signature = ? WHERE name = ?"))
+                        .bind(seal.signer)
+                        .bind(seal.signature)
+                        .bind(&name)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                let signed = (keys.len() + principals.len()) as u64;
+                if signed > 0 {
+                    tracing::info!(keys = keys.len(), principals = principals.len(), "signed the key and principal rows from before the upgrade");
+                }
+                Ok(signed)
+            }
+        }
+    };
+}
+pub(super) use signed_row_helpers;
