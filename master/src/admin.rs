@@ -8,6 +8,7 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::info;
 
+use crate::authz::ownership::owned_by;
 use crate::authz::Who;
 use crate::keys::token_hash;
 use crate::net::Net;
@@ -111,6 +112,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 | RequestBody::JobResume { .. }
                 | RequestBody::MinionList { .. }
                 | RequestBody::EventFire { .. }
+                // Enrollment tokens: for the servers one may deploy to, then one's own only.
+                | RequestBody::TokenCreate { .. }
+                | RequestBody::TokenList
+                | RequestBody::TokenRevoke { .. }
         );
         if admin_only && acl.is_some_and(|a| !a.admin) {
             return Err(RequestError::forbidden("this principal may not administer the master"));
@@ -212,13 +217,14 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::TokenCreate { minion, ttl_ms } => {
                 halite_protocol::id::validate(&minion).map_err(|e| RequestError::bad_request(e.to_string()))?;
+                self.may_enroll(acl, &minion)?;
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
                 let token = new_secret();
                 let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
                 self.store
-                    .create_token(&token_hash(&token), &minion, expires_at_ms)
+                    .create_token(&token_hash(&token), &minion, expires_at_ms, principal)
                     .await
                     .map_err(RequestError::from)?;
                 info!(%minion, "enrollment token created");
@@ -256,9 +262,9 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::JobResume { jid } => self.pause_then_show(&jid, false, Who { name: principal, acl }).await,
             RequestBody::JobShow { jid } => self.show_job(&jid, Who { name: principal, acl }).await,
             RequestBody::EventFire { tag, data } => self.fire_event(principal, &tag, data),
-            RequestBody::ApiTokenCreate { principal, ttl_ms } => {
-                if principal != "root" && !self.registry.principals.contains_key(&principal) {
-                    return Err(RequestError::not_found(format!("no principal {principal}")));
+            RequestBody::ApiTokenCreate { principal: acting_as, ttl_ms } => {
+                if acting_as != "root" && !self.registry.principals.contains_key(&acting_as) {
+                    return Err(RequestError::not_found(format!("no principal {acting_as}")));
                 }
                 let token = format!("hal_{}", new_secret());
                 let now = self.clock.wall_ms();
@@ -266,25 +272,31 @@ impl<S: Store, N: Net> Master<S, N> {
                 let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
                 let expires = (ttl_ms > 0).then(|| now.saturating_add(ttl_ms));
                 self.store
-                    .create_api_token(&token_hash(&token), &principal, now, expires)
+                    .create_api_token(&token_hash(&token), &acting_as, principal, now, expires)
                     .await
                     .map_err(RequestError::from)?;
-                info!(%principal, expires_at_ms = ?expires, "gateway token created");
+                info!(principal = %acting_as, created_by = %principal, expires_at_ms = ?expires, "gateway token created");
                 Ok(ResponseBody::ApiToken(token))
             }
             RequestBody::ApiTokenList => {
-                Ok(ResponseBody::ApiTokens(self.store.api_tokens().await.map_err(RequestError::from)?))
+                let owner = owned_by(Who { name: principal, acl });
+                Ok(ResponseBody::ApiTokens(self.store.api_tokens(owner).await.map_err(RequestError::from)?))
             }
             RequestBody::ApiTokenRevoke { id } => {
-                if !self.store.delete_api_token(&id).await.map_err(RequestError::from)? {
+                let owner = owned_by(Who { name: principal, acl });
+                if !self.store.delete_api_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
                 info!(token = %id, "gateway token revoked");
                 Ok(ResponseBody::Changed(vec![id]))
             }
-            RequestBody::TokenList => Ok(ResponseBody::Tokens(self.store.tokens().await.map_err(RequestError::from)?)),
+            RequestBody::TokenList => {
+                let owner = owned_by(Who { name: principal, acl });
+                Ok(ResponseBody::Tokens(self.store.tokens(owner).await.map_err(RequestError::from)?))
+            }
             RequestBody::TokenRevoke { id } => {
-                if !self.store.delete_token(&id).await.map_err(RequestError::from)? {
+                let owner = owned_by(Who { name: principal, acl });
+                if !self.store.delete_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no enrollment token {id}")));
                 }
                 info!(token = %id, "enrollment token revoked");

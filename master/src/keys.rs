@@ -145,7 +145,7 @@ mod tests {
     fn a_token_that_did_not_enroll_says_why() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            store.create_token(&token_hash("t-web2"), "web2", 100).await.unwrap();
+            store.create_token(&token_hash("t-web2"), "web2", 100, "root").await.unwrap();
             let problem = |token: &'static str, id: &'static str, now| {
                 let store = &store;
                 async move { token_problem(store, token, id, now).await.unwrap().unwrap_or_default() }
@@ -173,7 +173,7 @@ mod tests {
             assert_eq!(decide(&store, "web1", &[1; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Accept);
             assert_eq!(decide(&store, "web1", &[2; 32], None, at(6), &mut limits()).await.unwrap(), Decision::Denied);
 
-            store.create_token(&token_hash("secret"), "web2", 100).await.unwrap();
+            store.create_token(&token_hash("secret"), "web2", 100, "root").await.unwrap();
             // A token for another id counts as none: web3 is held pending.
             assert_eq!(
                 decide(&store, "web3", &[3; 32], Some("secret"), at(7), &mut limits()).await.unwrap(),
@@ -201,7 +201,7 @@ mod tests {
     fn a_token_bound_id_cannot_be_taken_by_connecting_first() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            store.create_token(&token_hash("secret"), "db1", 1000).await.unwrap();
+            store.create_token(&token_hash("secret"), "db1", 1000, "root").await.unwrap();
             // The squatter, without a token: refused, and nothing is recorded.
             assert!(matches!(
                 decide(&store, "db1", &[6; 32], None, at(1), &mut limits()).await.unwrap(),
@@ -220,7 +220,7 @@ mod tests {
                 .put_key(&KeyRecord { id: "db2".into(), public_key: [8; 32], state: KeyState::Pending }, 4)
                 .await
                 .unwrap();
-            store.create_token(&token_hash("t2"), "db2", 1000).await.unwrap();
+            store.create_token(&token_hash("t2"), "db2", 1000, "root").await.unwrap();
             assert_eq!(
                 decide(&store, "db2", &[9; 32], Some("t2"), at(5), &mut limits()).await.unwrap(),
                 Decision::Accept

@@ -15,7 +15,8 @@
 //!   client never waits on events it will never get).
 //!
 //! Publishing, and what a job may reach through functions that call functions, is in
-//! [`publish`].
+//! [`publish`]; who sees and acts on the configs, deployments, groups and tokens engines
+//! create (their creator, root and administrators), in [`ownership`].
 
 use std::collections::BTreeMap;
 
@@ -25,10 +26,12 @@ use halite_protocol::message::{PrincipalAcl, TargetKind, Value};
 use halite_transport::PeerId;
 
 use crate::net::Net;
+use crate::request_error::RequestError;
 use crate::server::Master;
 use crate::store::Store;
 use crate::target::Expr;
 
+pub(crate) mod ownership;
 pub(crate) mod publish;
 
 /// The function that carries deployments (its arguments hold their input values).
@@ -157,6 +160,25 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             _ => true,
         }
+    }
+
+    /// Whether a principal may create an enrollment token for `minion`: root and administrators
+    /// for any id; another principal (an engine enrolling the servers it boots) for an id it may
+    /// deploy to that has no accepted key, since a token for such an id would replace the key
+    /// and only an administrator decides that.
+    pub(crate) fn may_enroll(&self, acl: Option<&PrincipalAcl>, minion: &str) -> Result<(), RequestError> {
+        let Some(acl) = acl.filter(|a| !a.admin) else { return Ok(()) };
+        if !self.may_deploy_to(acl, minion) {
+            return Err(RequestError::forbidden(format!(
+                "not allowed to enroll {minion} (needs admin, or a rule for deploy.apply on it)"
+            )));
+        }
+        if self.registry.accepted.contains(minion) {
+            return Err(RequestError::forbidden(format!(
+                "{minion} already has an accepted key: only an administrator may enroll it again"
+            )));
+        }
+        Ok(())
     }
 
     /// Whether an ACL allows `deploy.apply` on `server`.

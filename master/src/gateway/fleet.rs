@@ -1,7 +1,7 @@
 //! Gateway routes for the fleet: minions (with grains and presence), keys, and enrollment
 //! tokens with the cloud-init user_data a new server boots with. Each is the CLI's request,
-//! under the token's principal, so the same authorisation applies (keys and tokens need an
-//! admin principal).
+//! under the token's principal, so the same authorisation applies (keys need an admin
+//! principal; an enrollment token, an admin or `deploy.apply` on its minion id).
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};

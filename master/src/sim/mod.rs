@@ -5,6 +5,7 @@
 
 mod cluster_tests;
 mod net;
+mod ownership_tests;
 mod rollout_tests;
 mod tests;
 

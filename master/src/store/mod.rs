@@ -30,7 +30,7 @@ pub(crate) use cluster::Announcement;
 pub use cluster::{ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
-pub use deploy::{DeployStore, DeploymentRecord, GroupRecord};
+pub use deploy::{ConfigRecord, DeployStore, DeploymentRecord, GroupRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
 pub use select::{describe_postgres, Backend, StoreConfig};
@@ -198,12 +198,13 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn put_key(&self, key: &KeyRecord, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Deletes one key.
     fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Records an enrollment token by its hash.
+    /// Records an enrollment token by its hash, created by the principal `owner`.
     fn create_token(
         &self,
         hash: &[u8; 32],
         minion: &str,
         expires_at_ms: u64,
+        owner: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Enrolls `public_key` as `minion` with a token, in one transaction: the token burns if
     /// it exists, is bound to `minion`, is unused and unexpired; then this key is accepted and
@@ -279,12 +280,18 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         principal: &PrincipalRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Every enrollment token, soonest to expire first (ids, never the tokens).
-    fn tokens(&self) -> impl Future<Output = Result<Vec<halite_protocol::message::TokenSummary>, StoreError>> + Send;
-    /// Deletes the enrollment token with this id; whether there was one.
-    fn delete_token(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Enrollment tokens (of `owner` when given, else everyone's), soonest to expire first
+    /// (ids, never the tokens).
+    fn tokens(
+        &self,
+        owner: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<halite_protocol::message::TokenSummary>, StoreError>> + Send;
+    /// Deletes the enrollment token with this id (only if `owner` created it, when given);
+    /// whether there was one.
+    fn delete_token(&self, id: &str, owner: Option<&str>) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Removes a principal, and the gateway tokens acting as it (a principal added later under
-    /// the same name does not inherit them); returns whether it existed.
+    /// the same name does not inherit them); what it created passes to root, for the same
+    /// reason. Returns whether it existed.
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The newest jid ever stored, so jids keep increasing across restarts and clock steps.
     fn last_jid(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
