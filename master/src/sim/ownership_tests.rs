@@ -88,8 +88,8 @@ fn another_principals_config_is_neither_listed_shown_deleted_nor_deployed() {
         let id = secret.id.clone();
         let never = "00000000-0000-0000-0000-000000000000";
 
-        assert_eq!(config_ids(&mut sim, &mut a).await, [id.clone()]);
-        assert_eq!(config_ids(&mut sim, &mut b).await, [theirs.id.clone()], "listing filters");
+        assert_eq!(config_ids(&mut sim, &mut a).await, std::slice::from_ref(&id));
+        assert_eq!(config_ids(&mut sim, &mut b).await, std::slice::from_ref(&theirs.id), "listing filters");
         for everyone in [&mut ops, &mut root] {
             let seen = config_ids(&mut sim, everyone).await;
             assert!(seen.contains(&id) && seen.contains(&theirs.id), "{seen:?}");
