@@ -8,6 +8,7 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::{info, warn};
 
+use crate::authz::ownership::owned_by;
 use crate::authz::{Action, Asker, RequestKind, Who};
 use crate::keys::token_hash;
 use crate::net::Net;
@@ -108,6 +109,8 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestKind::Administer => drop(self.policy().decide(&asker, &Action::Administer)?),
             RequestKind::List => drop(self.policy().decide(&asker, &Action::List)?),
             RequestKind::FireEvent => drop(self.policy().decide(&asker, &Action::FireEvent)?),
+            // Decided with the token's id (its minion, whether it replaces a key).
+            RequestKind::Enroll => {}
             // Decided once the job is loaded.
             RequestKind::SeeJob | RequestKind::ControlJob => {}
             // Handled above.
@@ -222,6 +225,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::TokenCreate { minion, ttl_ms, replace } => {
                 halite_protocol::id::validate(&minion).map_err(|e| RequestError::bad_request(e.to_string()))?;
+                let enroll = Action::Enroll { minion: Some(&minion), replace };
+                self.policy().decide(&Asker::client(principal, acl), &enroll)?;
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
@@ -237,7 +242,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let token = new_secret();
                 let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
                 self.store
-                    .create_token(&token_hash(&token), &minion, expires_at_ms, replace)
+                    .create_token(&token_hash(&token), &minion, expires_at_ms, replace, principal)
                     .await
                     .map_err(RequestError::from)?;
                 if replace {
@@ -279,9 +284,9 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::JobResume { jid } => self.pause_then_show(&jid, false, Who { name: principal, acl }).await,
             RequestBody::JobShow { jid } => self.show_job(&jid, Who { name: principal, acl }).await,
             RequestBody::EventFire { tag, data } => self.fire_event(principal, &tag, data),
-            RequestBody::ApiTokenCreate { principal, ttl_ms } => {
-                if principal != "root" && !self.registry.principals.contains_key(&principal) {
-                    return Err(RequestError::not_found(format!("no principal {principal}")));
+            RequestBody::ApiTokenCreate { principal: acting_as, ttl_ms } => {
+                if acting_as != "root" && !self.registry.principals.contains_key(&acting_as) {
+                    return Err(RequestError::not_found(format!("no principal {acting_as}")));
                 }
                 let token = format!("hal_{}", new_secret());
                 let now = self.clock.wall_ms();
@@ -289,32 +294,38 @@ impl<S: Store, N: Net> Master<S, N> {
                 let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
                 let expires = (ttl_ms > 0).then(|| now.saturating_add(ttl_ms));
                 self.store
-                    .create_api_token(&token_hash(&token), &principal, now, expires)
+                    .create_api_token(&token_hash(&token), &acting_as, principal, now, expires)
                     .await
                     .map_err(RequestError::from)?;
-                info!(%principal, expires_at_ms = ?expires, "gateway token created");
+                info!(principal = %acting_as, created_by = %principal, expires_at_ms = ?expires, "gateway token created");
                 Ok(ResponseBody::ApiToken(token))
             }
             RequestBody::ApiTokenList => {
-                Ok(ResponseBody::ApiTokens(self.store.api_tokens().await.map_err(RequestError::from)?))
+                let owner = owned_by(Who { name: principal, acl });
+                Ok(ResponseBody::ApiTokens(self.store.api_tokens(owner).await.map_err(RequestError::from)?))
             }
             RequestBody::ApiTokenRevoke { id } => {
                 // Whose it is, so the other masters recheck that principal's sessions.
-                let tokens = self.store.api_tokens().await.map_err(RequestError::from)?;
-                let owner = tokens.into_iter().find(|t| t.id == id).map(|t| t.principal);
-                if !self.store.delete_api_token(&id).await.map_err(RequestError::from)? {
+                let tokens = self.store.api_tokens(None).await.map_err(RequestError::from)?;
+                let acting_as = tokens.into_iter().find(|t| t.id == id).map(|t| t.principal);
+                let owner = owned_by(Who { name: principal, acl });
+                if !self.store.delete_api_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
                 self.cut_token_sessions(&id);
-                if let Some(name) = owner {
+                if let Some(name) = acting_as {
                     self.tell_other_masters(ClusterChange::Principal { name }).await;
                 }
                 info!(token = %id, "gateway token revoked");
                 Ok(ResponseBody::Changed(vec![id]))
             }
-            RequestBody::TokenList => Ok(ResponseBody::Tokens(self.store.tokens().await.map_err(RequestError::from)?)),
+            RequestBody::TokenList => {
+                let owner = owned_by(Who { name: principal, acl });
+                Ok(ResponseBody::Tokens(self.store.tokens(owner).await.map_err(RequestError::from)?))
+            }
             RequestBody::TokenRevoke { id } => {
-                if !self.store.delete_token(&id).await.map_err(RequestError::from)? {
+                let owner = owned_by(Who { name: principal, acl });
+                if !self.store.delete_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no enrollment token {id}")));
                 }
                 info!(token = %id, "enrollment token revoked");

@@ -71,7 +71,12 @@ impl<S: Store, N: Net> Master<S, N> {
                 let greets = matches!(decoded, Ok(Message::ClientHello(_)));
                 self.sessions.conns.insert(
                     peer,
-                    Conn::Client { principal: principal.clone(), acl: acl.clone(), session, greeted: greeted || greets },
+                    Conn::Client {
+                        principal: principal.clone(),
+                        acl: acl.clone(),
+                        session,
+                        greeted: greeted || greets,
+                    },
                 );
                 match decoded {
                     Ok(msg) if greeted || greets => self.on_client_message(peer, &principal, acl, msg).await?,
@@ -104,7 +109,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         let _ = self.net.send(peer, verdict);
                         self.net.mark_authenticated(peer);
-                        self.sessions.conns.insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
+                        self.sessions
+                            .conns
+                            .insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
                 } else {

@@ -152,7 +152,7 @@ mod tests {
     fn a_token_that_did_not_enroll_says_why() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            store.create_token(&token_hash("t-web2"), "web2", 100, false).await.unwrap();
+            store.create_token(&token_hash("t-web2"), "web2", 100, false, "root").await.unwrap();
             let problem = |token: &'static str, id: &'static str, now| {
                 let store = &store;
                 async move { token_problem(store, token, id, now).await.unwrap().unwrap_or_default() }
@@ -181,7 +181,7 @@ mod tests {
             assert_eq!(decide(&store, "web1", &[1; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Accept);
             assert_eq!(decide(&store, "web1", &[2; 32], None, at(6), &mut limits()).await.unwrap(), Decision::Denied);
 
-            store.create_token(&token_hash("secret"), "web2", 100, false).await.unwrap();
+            store.create_token(&token_hash("secret"), "web2", 100, false, "root").await.unwrap();
             // A token for another id counts as none: web3 is held pending.
             assert_eq!(
                 decide(&store, "web3", &[3; 32], Some("secret"), at(7), &mut limits()).await.unwrap(),
@@ -209,7 +209,7 @@ mod tests {
     fn a_token_bound_id_cannot_be_taken_by_connecting_first() {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
             let store = SqliteStore::in_memory().await.unwrap();
-            store.create_token(&token_hash("secret"), "db1", 1000, false).await.unwrap();
+            store.create_token(&token_hash("secret"), "db1", 1000, false, "root").await.unwrap();
             // The squatter, without a token: refused, and nothing is recorded.
             assert!(matches!(
                 decide(&store, "db1", &[6; 32], None, at(1), &mut limits()).await.unwrap(),
@@ -228,7 +228,7 @@ mod tests {
                 .put_key(&KeyRecord { id: "db2".into(), public_key: [8; 32], state: KeyState::Pending }, 4)
                 .await
                 .unwrap();
-            store.create_token(&token_hash("t2"), "db2", 1000, false).await.unwrap();
+            store.create_token(&token_hash("t2"), "db2", 1000, false, "root").await.unwrap();
             assert_eq!(
                 decide(&store, "db2", &[9; 32], Some("t2"), at(5), &mut limits()).await.unwrap(),
                 Decision::Accept
@@ -244,7 +244,7 @@ mod tests {
             let store = SqliteStore::in_memory().await.unwrap();
             let accepted = |id: &str, key| KeyRecord { id: id.into(), public_key: key, state: KeyState::Accepted };
             // A token made before the real key was accepted: used afterwards, it is refused.
-            store.create_token(&token_hash("stale"), "web1", 1000, false).await.unwrap();
+            store.create_token(&token_hash("stale"), "web1", 1000, false, "root").await.unwrap();
             store.put_key(&accepted("web1", [1; 32]), 1).await.unwrap();
             assert_eq!(
                 decide(&store, "web1", &[2; 32], Some("stale"), at(2), &mut limits()).await.unwrap(),
@@ -256,7 +256,7 @@ mod tests {
             assert!(store.token(&token_hash("stale")).await.unwrap().unwrap().used, "used up");
             assert_eq!(decide(&store, "web1", &[1; 32], None, at(3), &mut limits()).await.unwrap(), Decision::Accept);
             // A token made to replace: the new key is accepted, the old one denied.
-            store.create_token(&token_hash("swap"), "web1", 1000, true).await.unwrap();
+            store.create_token(&token_hash("swap"), "web1", 1000, true, "root").await.unwrap();
             assert_eq!(
                 decide(&store, "web1", &[3; 32], Some("swap"), at(4), &mut limits()).await.unwrap(),
                 Decision::Replaced
@@ -264,7 +264,7 @@ mod tests {
             assert_eq!(decide(&store, "web1", &[1; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Denied);
             assert_eq!(decide(&store, "web1", &[3; 32], None, at(5), &mut limits()).await.unwrap(), Decision::Accept);
             // A replacing token for an id with no accepted key simply enrolls.
-            store.create_token(&token_hash("fresh"), "web9", 1000, true).await.unwrap();
+            store.create_token(&token_hash("fresh"), "web9", 1000, true, "root").await.unwrap();
             assert_eq!(
                 decide(&store, "web9", &[4; 32], Some("fresh"), at(6), &mut limits()).await.unwrap(),
                 Decision::Accept

@@ -35,6 +35,7 @@ pub mod gateway;
 mod jobs;
 mod keys;
 mod limits;
+pub mod memory;
 pub mod metrics;
 mod metrics_http;
 mod minion_messages;
@@ -51,7 +52,6 @@ mod sessions;
 #[cfg(test)]
 mod sim;
 mod slots;
-pub mod memory;
 pub mod store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;

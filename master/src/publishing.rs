@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use halite_protocol::message::{
-    self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob,
-};
+use halite_protocol::message::{self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob};
 use halite_transport::PeerId;
 use serde_json::json;
 use tracing::{info, warn};

@@ -80,6 +80,14 @@ pub(crate) enum Action<'a> {
     List,
     /// An event in the asker's own `engine/<name>/` namespace.
     FireEvent,
+    /// Enrollment tokens: create one for `minion` (`replace`: one that replaces its accepted
+    /// key), or list and revoke one's own (`minion` is `None`).
+    Enroll {
+        /// The id the token would enroll.
+        minion: Option<&'a str>,
+        /// Whether it would replace the id's accepted key.
+        replace: bool,
+    },
     /// Read or watch a job.
     SeeJob(JobFacts<'a>),
     /// Cancel, pause or resume a job.
@@ -160,6 +168,8 @@ pub(crate) enum RequestKind {
     List,
     /// [`Action::FireEvent`].
     FireEvent,
+    /// [`Action::Enroll`]: enrollment tokens (each principal lists and revokes its own).
+    Enroll,
     /// [`Action::SeeJob`], once the job is known.
     SeeJob,
     /// [`Action::ControlJob`], once the job is known.
@@ -179,15 +189,15 @@ impl RequestKind {
             | RequestBody::KeyReject { .. }
             | RequestBody::KeyDelete { .. }
             | RequestBody::KeyPreseed { .. }
-            | RequestBody::TokenCreate { .. }
-            | RequestBody::TokenList
-            | RequestBody::TokenRevoke { .. }
             | RequestBody::PrincipalAdd { .. }
             | RequestBody::PrincipalList
             | RequestBody::PrincipalRemove { .. }
             | RequestBody::ApiTokenCreate { .. }
             | RequestBody::ApiTokenList
             | RequestBody::ApiTokenRevoke { .. } => RequestKind::Administer,
+            RequestBody::TokenCreate { .. } | RequestBody::TokenList | RequestBody::TokenRevoke { .. } => {
+                RequestKind::Enroll
+            }
             RequestBody::MinionList { .. } | RequestBody::JobList { .. } => RequestKind::List,
             RequestBody::EventFire { .. } => RequestKind::FireEvent,
             RequestBody::JobShow { .. } | RequestBody::JobWatch { .. } => RequestKind::SeeJob,
@@ -236,13 +246,34 @@ impl Policy<'_> {
                 Err(Denied::Forbidden(format!("no peer rule lets {id} publish jobs")))
             }
             (Asker::MinionPeer { .. }, Action::Publish { .. }) => self.publish(asker, action),
-            (Asker::MinionPeer { id }, _) => Err(Denied::Forbidden(format!("minion {id} may only publish on its peers"))),
+            (Asker::MinionPeer { id }, _) => {
+                Err(Denied::Forbidden(format!("minion {id} may only publish on its peers")))
+            }
             (_, Action::Publish { .. }) => self.publish(asker, action),
             (_, Action::Subscribe(patterns)) => check_subscription(asker, patterns),
             (asker, _) if asker.sees_all() => Ok(Granted::Yes),
             // What remains: a principal that is not an administrator.
             (_, Action::Administer) => Err(Denied::Forbidden("this principal may not administer the master".into())),
             (_, Action::List | Action::FireEvent) => Ok(Granted::Yes),
+            (_, Action::Enroll { replace: true, .. }) => {
+                Err(Denied::Forbidden("only an administrator may replace a minion's accepted key".into()))
+            }
+            (_, Action::Enroll { minion: None, .. }) => Ok(Granted::Yes),
+            // An engine enrolls the servers it boots: ids it may deploy to, that have no accepted
+            // key (a token for such an id would take the identity over).
+            (Asker::Principal { acl, .. }, Action::Enroll { minion: Some(minion), .. }) => {
+                if !self.rules_cover(acl, DEPLOY_FUNCTION, &[minion]) {
+                    Err(Denied::Forbidden(format!(
+                        "not allowed to enroll {minion} (needs admin, or a rule for deploy.apply on it)"
+                    )))
+                } else if self.registry.accepted.contains(*minion) {
+                    Err(Denied::Forbidden(format!(
+                        "{minion} already has an accepted key: only an administrator may enroll it again"
+                    )))
+                } else {
+                    Ok(Granted::Yes)
+                }
+            }
             (Asker::Principal { name, acl }, Action::SeeJob(job)) => {
                 if self.sees_job(name, acl, job) {
                     Ok(Granted::Yes)
@@ -364,7 +395,9 @@ fn check_subscription(asker: &Asker<'_>, patterns: &[String]) -> Result<Granted,
 
 #[cfg(test)]
 mod tests {
-    use halite_protocol::message::{DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PrincipalRule};
+    use halite_protocol::message::{
+        DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PrincipalRule,
+    };
 
     use super::*;
 
@@ -463,7 +496,8 @@ mod tests {
         ];
         let registry = Registry::default();
         let nodegroups = BTreeMap::new();
-        let peers = [PeerRule { minions: vec!["web2".into()], target: "web*".into(), functions: vec!["test.ping".into()] }];
+        let peers =
+            [PeerRule { minions: vec!["web2".into()], target: "web*".into(), functions: vec!["test.ping".into()] }];
         let policy = Policy { nodegroups: &nodegroups, peers: &peers, registry: &registry };
 
         // Root's cmd.run on web1: the narrow principal sees it (web1 is in its view), may not
@@ -473,6 +507,7 @@ mod tests {
         let expected = |kind: RequestKind| match kind {
             RequestKind::Administer => "YYFFFF",
             RequestKind::List | RequestKind::FireEvent => "YYYYFF",
+            RequestKind::Enroll => "YYYFFF",
             RequestKind::SeeJob => "YYYNFF",
             RequestKind::ControlJob => "YYFNFF",
             RequestKind::Configs => "YYYYFF",
@@ -484,6 +519,7 @@ mod tests {
                 RequestKind::Administer => Action::Administer,
                 RequestKind::List => Action::List,
                 RequestKind::FireEvent => Action::FireEvent,
+                RequestKind::Enroll => Action::Enroll { minion: Some("web1"), replace: false },
                 RequestKind::SeeJob => Action::SeeJob(roots_job),
                 RequestKind::ControlJob => Action::ControlJob(roots_job),
                 RequestKind::Configs => Action::UseConfigs,
@@ -492,6 +528,9 @@ mod tests {
             assert_eq!(verdicts(&policy, &askers, &action), expected(kind), "{body:?} as {kind:?}");
         }
 
+        // Only an administrator makes a token that replaces a key.
+        let replacing = Action::Enroll { minion: Some("web1"), replace: true };
+        assert_eq!(verdicts(&policy, &askers, &replacing), "YYFFFF");
         // A tenant controls its own job; the narrow principal does not see it.
         assert_eq!(verdicts(&policy, &askers, &Action::ControlJob(tenants_job)), "YYNYFF");
         // Deploying into the tenant: only the tenant (and root and admins).

@@ -18,7 +18,8 @@
 //! - a tenant's principal never reaches a minion outside its tenant, whatever its rules say.
 //!
 //! Publishing, and what a job may reach through functions that call functions, is in
-//! [`publish`].
+//! [`publish`]; who sees and acts on the configs, deployments, groups and tokens engines
+//! create (their creator, root and administrators), in [`ownership`].
 
 use std::collections::BTreeMap;
 
@@ -33,6 +34,7 @@ use crate::store::Store;
 use crate::target::Expr;
 
 pub(crate) mod decide;
+pub(crate) mod ownership;
 pub(crate) mod publish;
 
 pub(crate) use decide::{Action, Asker, Denied, Granted, JobFacts, Policy, RequestKind, MAX_PATTERN_LEN};

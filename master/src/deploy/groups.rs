@@ -12,11 +12,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use halite_protocol::message::{
-    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, PrincipalAcl,
-    ResponseBody, RolloutState, Value,
+    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, ResponseBody,
+    RolloutState, Value,
 };
 use tracing::{info, warn};
 
+use crate::authz::ownership::may_own;
+use crate::authz::Who;
 use crate::clock::new_uuid;
 use crate::jobs::Slot;
 use crate::net::Net;
@@ -69,12 +71,7 @@ fn is_final(member_status: &str) -> bool {
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Creates a group and starts its first members; answered with the group.
-    pub(crate) async fn create_group(
-        &mut self,
-        spec: NewDeploymentGroup,
-        principal: &str,
-        acl: Option<&PrincipalAcl>,
-    ) -> Reply {
+    pub(crate) async fn create_group(&mut self, spec: NewDeploymentGroup, who: Who<'_>) -> Reply {
         let mut servers = spec.servers.clone();
         servers.sort();
         servers.dedup();
@@ -87,7 +84,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(RequestError::bad_request("a server is listed twice in the group"));
         }
         for server in &servers {
-            self.may_deploy(acl, Some(server))?;
+            self.may_deploy(who.acl, Some(server))?;
         }
         if let Some(why) = spec.rollout.as_ref().and_then(crate::rollout::invalid) {
             return Err(RequestError::bad_request(why));
@@ -95,9 +92,8 @@ impl<S: Store, N: Net> Master<S, N> {
         // What each member's deployment will be is checked once, before anything starts.
         super::validate::deployment(&member_spec(&spec, &servers[0])).map_err(RequestError::bad_request)?;
         self.check_signal_url(&member_spec(&spec, &servers[0]))?;
-        if self.store.config(&spec.config_id).await.map_err(RequestError::from)?.is_none() {
-            return Err(super::no_config(&spec.config_id));
-        }
+        // Its members may reference only a config the group's creator may read.
+        self.readable_config(&spec.config_id, who).await?;
         let now = self.clock.wall_ms();
         let group = DeploymentGroup {
             id: new_uuid(),
@@ -113,7 +109,7 @@ impl<S: Store, N: Net> Master<S, N> {
             creation_time: halite_protocol::time::iso8601_utc(now),
         };
         let id = group.id.clone();
-        let record = GroupRecord { group, spec, principal: principal.to_owned(), owner: self.config.id.clone() };
+        let record = GroupRecord { group, spec, principal: who.name.to_owned(), owner: self.config.id.clone() };
         self.store.put_group(&record, now).await.map_err(RequestError::from)?;
         info!(group = %id, servers = servers.len(), "deployment group created");
         self.groups.open.insert(id.clone(), None);
@@ -122,10 +118,13 @@ impl<S: Store, N: Net> Master<S, N> {
         record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(&id))
     }
 
-    /// One group, for a principal that may deploy to every one of its servers.
-    pub(crate) async fn show_group(&mut self, id: &str, acl: Option<&PrincipalAcl>) -> Reply {
+    /// One group, for its creator (or root, or an administrator) while it may deploy to every
+    /// one of its servers.
+    pub(crate) async fn show_group(&mut self, id: &str, who: Who<'_>) -> Reply {
         let record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
-        if record.group.members.iter().any(|m| self.may_deploy(acl, Some(&m.server_id)).is_err()) {
+        if !may_own(who, &record.principal)
+            || record.group.members.iter().any(|m| self.may_deploy(who.acl, Some(&m.server_id)).is_err())
+        {
             // Answered like a group that does not exist: its id reveals nothing.
             return Err(no_group(id));
         }

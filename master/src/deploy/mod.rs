@@ -20,6 +20,8 @@ use halite_protocol::message::{
 use serde_json::{json, Map};
 use tracing::{info, warn};
 
+use crate::authz::ownership::{may_own, owned_by};
+use crate::authz::Who;
 use crate::clock::new_uuid;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
@@ -62,47 +64,47 @@ impl<S: Store, N: Net> Master<S, N> {
         principal: &str,
         acl: Option<&PrincipalAcl>,
     ) -> Reply {
+        // What the principal created is its own; another's is answered as if it did not exist.
+        let who = Who { name: principal, acl };
         match body {
             RequestBody::ConfigCreate(new) => {
                 self.may_deploy(acl, None)?;
-                self.create_config(new).await
+                self.create_config(new, principal).await
             }
             RequestBody::ConfigShow { id } => {
                 self.may_deploy(acl, None)?;
-                self.store
-                    .config(&id)
-                    .await
-                    .map_err(RequestError::from)?
-                    .map(ResponseBody::Config)
-                    .ok_or_else(|| no_config(&id))
+                Ok(ResponseBody::Config(self.readable_config(&id, who).await?))
             }
             RequestBody::ConfigList { limit } => {
                 self.may_deploy(acl, None)?;
-                Ok(ResponseBody::Configs(
-                    self.store.configs(limit.min(MAX_CONFIG_LIST)).await.map_err(RequestError::from)?,
-                ))
+                let limit = limit.min(MAX_CONFIG_LIST);
+                Ok(ResponseBody::Configs(self.store.configs(owned_by(who), limit).await.map_err(RequestError::from)?))
             }
             RequestBody::ConfigDelete { id } => {
                 self.may_deploy(acl, None)?;
-                if !self.store.delete_config(&id).await.map_err(RequestError::from)? {
+                if !self.store.delete_config(&id, owned_by(who)).await.map_err(RequestError::from)? {
                     return Err(no_config(&id));
                 }
                 info!(config = %id, "software config deleted");
                 Ok(ResponseBody::Deleted(id))
             }
-            RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, principal, acl).await,
-            RequestBody::DeploymentGroupShow { id } => self.show_group(&id, acl).await,
+            RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, who).await,
+            RequestBody::DeploymentGroupShow { id } => self.show_group(&id, who).await,
             RequestBody::DeploymentCreate(spec) => {
                 self.may_deploy(acl, Some(&spec.server_id))?;
+                self.readable_config(&spec.config_id, who).await?;
                 self.create_deployment(spec, principal).await
             }
             RequestBody::DeploymentUpdate { id, update } => {
-                let record = self.load_deployment(&id).await?;
+                let record = self.load_deployment(&id, who).await?;
                 self.may_deploy(acl, Some(&record.deployment.server_id))?;
+                if let Some(config_id) = &update.config_id {
+                    self.readable_config(config_id, who).await?;
+                }
                 self.update_deployment(record, update, principal).await
             }
             RequestBody::DeploymentShow { id } => {
-                let record = self.load_deployment(&id).await?;
+                let record = self.load_deployment(&id, who).await?;
                 self.may_deploy(acl, Some(&record.deployment.server_id))?;
                 Ok(ResponseBody::Deployment(record.deployment))
             }
@@ -110,13 +112,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 let records = self.store.deployments(server_id.as_deref()).await.map_err(RequestError::from)?;
                 let visible = records
                     .into_iter()
-                    .filter(|r| self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok())
+                    .filter(|r| may_own(who, &r.owner) && self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok())
                     .map(|r| r.deployment)
                     .collect();
                 Ok(ResponseBody::Deployments(visible))
             }
             RequestBody::DeploymentDelete { id } => {
-                let record = self.load_deployment(&id).await?;
+                let record = self.load_deployment(&id, who).await?;
                 self.may_deploy(acl, Some(&record.deployment.server_id))?;
                 self.deploy_jobs.remove(&record.jid);
                 self.cancel_live(&record.jid).await.map_err(RequestError::from)?;
@@ -131,6 +133,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::ServerConfigs { server_id } => {
                 self.may_deploy(acl, Some(&server_id))?;
                 let mut records = self.store.deployments(Some(&server_id)).await.map_err(RequestError::from)?;
+                records.retain(|r| may_own(who, &r.owner));
                 records.reverse();
                 Ok(ResponseBody::Items(records.into_iter().map(|r| r.item).collect()))
             }
@@ -150,7 +153,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.policy().decide(&asker, &action).map(drop).map_err(RequestError::from)
     }
 
-    async fn create_config(&mut self, new: NewSoftwareConfig) -> Reply {
+    async fn create_config(&mut self, new: NewSoftwareConfig, principal: &str) -> Reply {
         validate::config(&new).map_err(RequestError::bad_request)?;
         let now = self.clock.wall_ms();
         let config = SoftwareConfig {
@@ -163,16 +166,26 @@ impl<S: Store, N: Net> Master<S, N> {
             options: new.options,
             creation_time: halite_protocol::time::iso8601_utc(now),
         };
-        self.store.put_config(&config, now).await.map_err(RequestError::from)?;
+        self.store.put_config(&config, principal, now).await.map_err(RequestError::from)?;
         info!(config = %config.id, name = %config.name, group = %config.group, "software config created");
         Ok(ResponseBody::Config(config))
     }
 
-    async fn load_deployment(&self, id: &str) -> Result<DeploymentRecord, RequestError> {
+    /// A config `who` may read (and reference from a deployment): its own, or any for root
+    /// and administrators. Another's is answered like a config that does not exist.
+    pub(crate) async fn readable_config(&self, id: &str, who: Who<'_>) -> Result<SoftwareConfig, RequestError> {
+        let record = self.store.config(id).await.map_err(RequestError::from)?;
+        record.filter(|r| may_own(who, &r.owner)).map(|r| r.config).ok_or_else(|| no_config(id))
+    }
+
+    /// A deployment `who` owns (any, for root and administrators); another's is answered like
+    /// a deployment that does not exist.
+    async fn load_deployment(&self, id: &str, who: Who<'_>) -> Result<DeploymentRecord, RequestError> {
         self.store
             .deployment(id)
             .await
             .map_err(RequestError::from)?
+            .filter(|r| may_own(who, &r.owner))
             .ok_or_else(|| RequestError::not_found(format!("no deployment {id}")))
     }
 
@@ -184,6 +197,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .config(&spec.config_id)
             .await
             .map_err(RequestError::from)?
+            .map(|r| r.config)
             .ok_or_else(|| no_config(&spec.config_id))?;
         let action = spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase();
         let now = self.clock.wall_ms();
@@ -201,6 +215,7 @@ impl<S: Store, N: Net> Master<S, N> {
             updated_time: None,
         };
         let record = DeploymentRecord {
+            owner: principal.to_owned(),
             deployment,
             spec,
             jid: String::new(),
@@ -232,6 +247,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .config(&record.spec.config_id)
             .await
             .map_err(RequestError::from)?
+            .map(|r| r.config)
             .ok_or_else(|| no_config(&record.spec.config_id))?;
         // The previous derived config is superseded: its job is cancelled if still pending.
         self.deploy_jobs.remove(&record.jid);
@@ -335,7 +351,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let outcome = match &signal {
             Some(signal) => {
                 let config = self.store.config(&record.deployment.config_id).await?;
-                let outputs = config.map(|c| c.outputs).unwrap_or_default();
+                let outputs = config.map(|c| c.config.outputs).unwrap_or_default();
                 derive::apply_signal(&outputs, signal, &record.deployment.output_values)
             }
             None => {

@@ -1,7 +1,7 @@
 //! Gateway routes for the fleet: minions (with grains and presence), keys, and enrollment
 //! tokens with the cloud-init user_data a new server boots with. Each is the CLI's request,
-//! under the token's principal, so the same authorisation applies (keys and tokens need an
-//! admin principal).
+//! under the token's principal, so the same authorisation applies (keys need an admin
+//! principal; an enrollment token, an admin or `deploy.apply` on its minion id).
 
 use axum::extract::{Path, Query};
 use axum::http::StatusCode;
@@ -131,7 +131,8 @@ async fn create_token(
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_request", why));
     }
     let ttl_ms = request.ttl_secs.unwrap_or(3600).saturating_mul(1000);
-    let ResponseBody::Token(token) = s.request(RequestBody::TokenCreate { minion: request.minion, ttl_ms, replace: request.replace }).await?
+    let ResponseBody::Token(token) =
+        s.request(RequestBody::TokenCreate { minion: request.minion, ttl_ms, replace: request.replace }).await?
     else {
         return Err(unexpected());
     };

@@ -251,7 +251,7 @@ pub(super) fn document() -> Value {
             },
             "/v1/enrollment_tokens": {
                 "post": operation("createEnrollmentToken",
-                    "A one-time enrollment token for a minion id, with its enrollment file and cloud-init user_data (admin)",
+                    "A one-time enrollment token for a minion id, with its enrollment file and cloud-init user_data (admin, or deploy.apply on that id while it has no accepted key)",
                     vec![], Some(body("TokenRequest")), wrapped("enrollment_token", json!({ "type": "object",
                         "required": ["token", "minion", "expires_at_ms", "enrollment", "user_data"],
                         "properties": { "token": { "type": "string" }, "minion": { "type": "string" },

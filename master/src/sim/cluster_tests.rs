@@ -37,7 +37,7 @@ fn a_key_replaced_by_an_enrollment_elsewhere_cuts_the_old_session_after_a_resync
         let mut sim = Sim::new().await;
         let web1 = sim.minion("web1").await;
         // Elsewhere, web1 enrolled with a token under a new key: the old one is denied.
-        sim.store().create_token(&[7; 32], "web1", u64::MAX, true).await.unwrap();
+        sim.store().create_token(&[7; 32], "web1", u64::MAX, true, "root").await.unwrap();
         let used = sim.store().enroll_with_token(&[7; 32], "web1", &[9; 32], 1).await.unwrap();
         assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: true });
         // The announcement was lost with the listening connection: the resync still finds it.

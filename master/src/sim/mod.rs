@@ -5,8 +5,9 @@
 
 mod cluster_tests;
 mod net;
-mod rollout_tests;
+mod ownership_tests;
 mod relay_trust_tests;
+mod rollout_tests;
 mod tests;
 mod trust_tests;
 

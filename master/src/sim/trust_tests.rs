@@ -112,7 +112,11 @@ fn readding_a_principal_with_a_new_key_or_acl_cuts_its_sessions_on_this_master()
         let mut ops = sim.principal("ops", "*", &["test.*"]).await;
         assert!(sim.publish(&mut ops, "web1", "test.echo", 5_000, 0).await.is_ok());
         let narrower = PrincipalAcl {
-            rules: vec![PrincipalRule { targets: "db*".into(), functions: vec!["test.ping".into()], args: BTreeMap::new() }],
+            rules: vec![PrincipalRule {
+                targets: "db*".into(),
+                functions: vec!["test.ping".into()],
+                args: BTreeMap::new(),
+            }],
             events: vec![],
             admin: false,
             tenant: None,
@@ -121,7 +125,11 @@ fn readding_a_principal_with_a_new_key_or_acl_cuts_its_sessions_on_this_master()
         let added = sim
             .request(
                 &mut root,
-                RequestBody::PrincipalAdd { name: "ops".into(), public_key: new_key.public().as_bytes().to_vec(), acl: narrower },
+                RequestBody::PrincipalAdd {
+                    name: "ops".into(),
+                    public_key: new_key.public().as_bytes().to_vec(),
+                    acl: narrower,
+                },
             )
             .await;
         assert!(added.is_ok(), "{added:?}");
@@ -242,11 +250,13 @@ fn a_tenant_principal_cannot_be_an_administrator() {
         let mut root = sim.root().await;
         let acl = PrincipalAcl { admin: true, tenant: Some("proja".into()), ..PrincipalAcl::default() };
         let key = IdentityKey::from_seed(&seed_of("proja"));
-        let body = RequestBody::PrincipalAdd { name: "proja".into(), public_key: key.public().as_bytes().to_vec(), acl };
+        let body =
+            RequestBody::PrincipalAdd { name: "proja".into(), public_key: key.public().as_bytes().to_vec(), acl };
         let refused = sim.request(&mut root, body).await.expect_err("refused");
         assert!(refused.contains("cannot be an administrator"), "{refused}");
         let acl = PrincipalAcl { tenant: Some("bad tenant!".into()), ..PrincipalAcl::default() };
-        let body = RequestBody::PrincipalAdd { name: "proja".into(), public_key: key.public().as_bytes().to_vec(), acl };
+        let body =
+            RequestBody::PrincipalAdd { name: "proja".into(), public_key: key.public().as_bytes().to_vec(), acl };
         assert!(sim.request(&mut root, body).await.expect_err("refused").contains("tenant"));
     });
 }

@@ -213,13 +213,15 @@ macro_rules! common_store_methods {
         minion: &str,
         expires_at_ms: u64,
         replaces_key: bool,
+        owner: &str,
     ) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key) VALUES (?, ?, ?, ?, ?)"))
+        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key, owner) VALUES (?, ?, ?, ?, ?, ?)"))
             .bind(&hash[..])
             .bind(minion)
             .bind($crate::store::sqlite::db_int(expires_at_ms))
             .bind($crate::store::records::token_id(hash))
             .bind(replaces_key)
+            .bind(owner)
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
@@ -536,12 +538,19 @@ macro_rules! common_store_methods {
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let done = sqlx::query(&$sql("DELETE FROM principals WHERE name = ?")).bind(name).execute(&mut *tx).await?;
         sqlx::query(&$sql("DELETE FROM api_tokens WHERE principal = ?")).bind(name).execute(&mut *tx).await?;
+        for owned in ["software_configs", "deployments", "tokens", "api_tokens"] {
+            sqlx::query(&$sql(&format!("UPDATE {owned} SET owner = 'root' WHERE owner = ?"))).bind(name).execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn tokens(&self) -> Result<Vec<halite_protocol::message::TokenSummary>, $crate::store::StoreError> {
-        let rows = sqlx::query(&$sql("SELECT id, minion, expires_at, used_at FROM tokens ORDER BY expires_at, minion"))
+    async fn tokens(&self, owner: Option<&str>) -> Result<Vec<halite_protocol::message::TokenSummary>, $crate::store::StoreError> {
+        let rows = sqlx::query(&$sql(
+            "SELECT id, minion, expires_at, used_at FROM tokens WHERE (? IS NULL OR owner = ?) ORDER BY expires_at, minion",
+        ))
+            .bind(owner)
+            .bind(owner)
             .fetch_all(&mut *self.conn().await?)
             .await?;
         rows.iter()
@@ -556,8 +565,13 @@ macro_rules! common_store_methods {
             .collect()
     }
 
-    async fn delete_token(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
-        let done = sqlx::query(&$sql("DELETE FROM tokens WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
+    async fn delete_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
+        let done = sqlx::query(&$sql("DELETE FROM tokens WHERE id = ? AND (? IS NULL OR owner = ?)"))
+            .bind(id)
+            .bind(owner)
+            .bind(owner)
+            .execute(&mut *self.conn().await?)
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 

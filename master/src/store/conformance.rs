@@ -98,7 +98,7 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
     assert_eq!(store.keys().await.unwrap().len(), 1);
     assert!(store.keys_for("nobody").await.unwrap().is_empty());
 
-    store.create_token(&[7; 32], "web2", 100, false).await.unwrap();
+    store.create_token(&[7; 32], "web2", 100, false, "heat").await.unwrap();
     assert!(store.token_outstanding("web2", 50).await.unwrap());
     assert!(!store.token_outstanding("web2", 100).await.unwrap(), "expired");
     assert!(!store.token_outstanding("web3", 50).await.unwrap());
@@ -130,20 +130,26 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
         "the other key is denied in the same transaction: {web2:?}"
     );
     // Listed by id, soonest to expire first; revoked by id (an unused one then enrolls nobody).
-    store.create_token(&[9; 32], "web4", 80, false).await.unwrap();
+    store.create_token(&[9; 32], "web4", 80, false, "trove").await.unwrap();
     let listed: Vec<(String, String, u64, bool)> =
-        store.tokens().await.unwrap().into_iter().map(|t| (t.id, t.minion, t.expires_at_ms, t.used)).collect();
+        store.tokens(None).await.unwrap().into_iter().map(|t| (t.id, t.minion, t.expires_at_ms, t.used)).collect();
     assert_eq!(
         listed,
         [("090909090909".into(), "web4".into(), 80, false), ("070707070707".into(), "web2".into(), 100, true)]
     );
-    assert!(store.delete_token("090909090909").await.unwrap());
-    assert!(!store.delete_token("090909090909").await.unwrap());
+    // Each creator's own only, when asked for one; another's token is not deleted.
+    let of = |tokens: Vec<halite_protocol::message::TokenSummary>| tokens.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(of(store.tokens(Some("heat")).await.unwrap()), ["070707070707"]);
+    assert_eq!(of(store.tokens(Some("trove")).await.unwrap()), ["090909090909"]);
+    assert!(store.tokens(Some("nobody")).await.unwrap().is_empty());
+    assert!(!store.delete_token("090909090909", Some("heat")).await.unwrap(), "trove's");
+    assert!(store.delete_token("090909090909", Some("trove")).await.unwrap());
+    assert!(!store.delete_token("090909090909", None).await.unwrap());
     assert_eq!(store.enroll_with_token(&[9; 32], "web4", &[3; 32], 10).await.unwrap(), TokenUse::Invalid, "revoked");
 
     // web2's key [1] is accepted now: a plain token is used up and its key denied, while one
     // made to replace enrolls its key and denies the accepted one.
-    store.create_token(&[10; 32], "web2", 1000, false).await.unwrap();
+    store.create_token(&[10; 32], "web2", 1000, false, "heat").await.unwrap();
     assert_eq!(store.enroll_with_token(&[10; 32], "web2", &[6; 32], 200).await.unwrap(), TokenUse::Refused);
     let web2 = store.keys_for("web2").await.unwrap();
     assert!(
@@ -152,7 +158,7 @@ pub(crate) async fn keys_and_tokens<S: Store>(store: S) {
     );
     assert!(web2.contains(&KeyRecord { id: "web2".into(), public_key: [6; 32], state: KeyState::Denied }), "{web2:?}");
     assert!(store.token(&[10; 32]).await.unwrap().is_some_and(|t| t.used), "a refused token is used up");
-    store.create_token(&[11; 32], "web2", 1000, true).await.unwrap();
+    store.create_token(&[11; 32], "web2", 1000, true, "root").await.unwrap();
     assert_eq!(
         store.enroll_with_token(&[11; 32], "web2", &[6; 32], 201).await.unwrap(),
         TokenUse::Enrolled { replaced: true }
@@ -352,19 +358,29 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
         options: None,
         creation_time: "2026-11-22T00:00:00Z".into(),
     };
-    store.put_config(&config("c1"), 1).await.unwrap();
-    store.put_config(&config("c2"), 2).await.unwrap();
-    assert_eq!(store.config("c1").await.unwrap(), Some(config("c1")));
-    assert_eq!(store.configs(10).await.unwrap(), vec![config("c2"), config("c1")], "newest first");
-    assert_eq!(store.configs(1).await.unwrap().len(), 1);
-    assert!(store.delete_config("c2").await.unwrap());
-    assert!(!store.delete_config("c2").await.unwrap());
+    store.put_config(&config("c1"), "heat", 1).await.unwrap();
+    store.put_config(&config("c2"), "trove", 2).await.unwrap();
+    store.put_config(&config("c3"), "heat", 3).await.unwrap();
+    let c1 = crate::store::ConfigRecord { config: config("c1"), owner: "heat".into() };
+    assert_eq!(store.config("c1").await.unwrap(), Some(c1));
+    assert_eq!(store.configs(None, 10).await.unwrap(), vec![config("c3"), config("c2"), config("c1")], "newest first");
+    assert_eq!(store.configs(None, 1).await.unwrap().len(), 1);
+    // One creator's only, newest first, the limit counting only theirs.
+    assert_eq!(store.configs(Some("heat"), 10).await.unwrap(), vec![config("c3"), config("c1")]);
+    assert_eq!(store.configs(Some("heat"), 1).await.unwrap(), vec![config("c3")]);
+    assert_eq!(store.configs(Some("trove"), 10).await.unwrap(), vec![config("c2")]);
+    assert!(!store.delete_config("c2", Some("heat")).await.unwrap(), "trove's: not deleted for heat");
+    assert_eq!(store.config("c2").await.unwrap().map(|c| c.owner).as_deref(), Some("trove"));
+    assert!(store.delete_config("c2", Some("trove")).await.unwrap());
+    assert!(!store.delete_config("c2", None).await.unwrap());
     assert_eq!(store.config("c2").await.unwrap(), None);
+    assert!(store.delete_config("c3", None).await.unwrap(), "anyone's, with no owner given");
 
     let record = |id: &str, server: &str, status: &str, relay_pending| {
         let spec: NewDeployment =
             serde_json::from_value(json!({"config_id": "c1", "server_id": server})).expect("spec");
         DeploymentRecord {
+            owner: format!("owner-of-{id}"),
             deployment: SoftwareDeployment {
                 id: id.into(),
                 config_id: "c1".into(),
@@ -389,6 +405,9 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     store.put_deployment(&record("d2", "web2", status::COMPLETE, true), 2).await.unwrap();
     store.put_deployment(&record("d3", "web1", status::COMPLETE, false), 3).await.unwrap();
     assert_eq!(store.deployment("d2").await.unwrap(), Some(record("d2", "web2", status::COMPLETE, true)));
+    let owners: Vec<String> = store.deployments(None).await.unwrap().into_iter().map(|r| r.owner).collect();
+    assert_eq!(owners, ["owner-of-d3", "owner-of-d2", "owner-of-d1"], "each read with its owner, newest first");
+    assert!(store.open_deployments().await.unwrap().iter().all(|r| r.owner == format!("owner-of-{}", r.deployment.id)));
     assert_eq!(store.deployments(None).await.unwrap().len(), 3);
     let web1: Vec<String> =
         store.deployments(Some("web1")).await.unwrap().into_iter().map(|r| r.deployment.id).collect();
@@ -404,7 +423,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert!(store.delete_deployment("d1").await.unwrap());
     assert!(!store.delete_deployment("d1").await.unwrap());
 
-    store.create_api_token(&[4; 32], "heat", 1, None).await.unwrap();
+    store.create_api_token(&[4; 32], "heat", "root", 1, None).await.unwrap();
     let grant = |principal: &str, id: &str, expires_at_ms| crate::store::ApiTokenGrant {
         id: id.into(),
         principal: principal.into(),
@@ -413,16 +432,22 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert_eq!(store.api_token_grant(&[4; 32], 2).await.unwrap(), Some(grant("heat", "040404040404", None)));
     assert_eq!(store.api_token_grant(&[5; 32], 2).await.unwrap(), None);
     // Expiry: valid before, not at or after.
-    store.create_api_token(&[6; 32], "trove", 3, Some(100)).await.unwrap();
+    store.create_api_token(&[6; 32], "trove", "ops", 3, Some(100)).await.unwrap();
     assert_eq!(store.api_token_grant(&[6; 32], 99).await.unwrap(), Some(grant("trove", "060606060606", Some(100))));
     assert_eq!(store.api_token_grant(&[6; 32], 100).await.unwrap(), None);
     // Listed by id (never the token), newest first; revoked by id.
-    let listed = store.api_tokens().await.unwrap();
+    let listed = store.api_tokens(None).await.unwrap();
     let ids: Vec<(&str, &str, Option<u64>)> =
         listed.iter().map(|t| (t.id.as_str(), t.principal.as_str(), t.expires_at_ms)).collect();
     assert_eq!(ids, [("060606060606", "trove", Some(100)), ("040404040404", "heat", None)]);
-    assert!(store.delete_api_token("060606060606").await.unwrap());
-    assert!(!store.delete_api_token("060606060606").await.unwrap());
+    // By creator (not by the principal a token acts as).
+    let ids =
+        |tokens: Vec<halite_protocol::message::ApiTokenInfo>| tokens.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.api_tokens(Some("ops")).await.unwrap()), ["060606060606"]);
+    assert!(store.api_tokens(Some("trove")).await.unwrap().is_empty());
+    assert!(!store.delete_api_token("060606060606", Some("root")).await.unwrap(), "ops's");
+    assert!(store.delete_api_token("060606060606", Some("ops")).await.unwrap());
+    assert!(!store.delete_api_token("060606060606", None).await.unwrap());
     assert_eq!(store.api_token_grant(&[6; 32], 50).await.unwrap(), None);
     // A principal's tokens go with it: one of the same name added later does not inherit them.
     let acl = halite_protocol::message::PrincipalAcl::default();
@@ -430,9 +455,16 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
         .put_principal(&crate::store::PrincipalRecord { name: "heat".into(), public_key: [1; 32], acl }, 4)
         .await
         .unwrap();
+    store.put_config(&config("c4"), "heat", 4).await.unwrap();
+    store.create_api_token(&[8; 32], "trove", "heat", 4, None).await.unwrap();
     assert!(store.delete_principal("heat").await.unwrap());
     assert_eq!(store.api_token_grant(&[4; 32], 5).await.unwrap(), None);
-    assert!(store.api_tokens().await.unwrap().is_empty());
+    // What it created passes to root: a later principal named heat does not own it.
+    assert_eq!(store.config("c4").await.unwrap().map(|c| c.owner).as_deref(), Some("root"));
+    assert!(store.configs(Some("heat"), 10).await.unwrap().is_empty());
+    assert_eq!(ids(store.api_tokens(None).await.unwrap()), ["080808080808"]);
+    assert!(store.api_tokens(Some("heat")).await.unwrap().is_empty());
+    assert_eq!(ids(store.api_tokens(Some("root")).await.unwrap()), ["080808080808"]);
 }
 
 /// Writers in parallel tasks: every job and every change lands, none is half-applied.

@@ -22,9 +22,22 @@ pub struct ApiTokenGrant {
     pub expires_at_ms: Option<u64>,
 }
 
+/// A config with the principal that created it (`root` for configs stored before configs
+/// had owners).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigRecord {
+    /// What engines see.
+    pub config: SoftwareConfig,
+    /// Who created it.
+    pub owner: String,
+}
+
 /// A deployment with what the master needs to carry it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeploymentRecord {
+    /// The principal that created it (`root` for deployments stored before deployments had
+    /// owners); kept in its own column, not in the document.
+    pub owner: String,
     /// What engines see.
     pub deployment: SoftwareDeployment,
     /// How it was asked for (signal URL, stack, timeout): re-derivation starts from it.
@@ -46,13 +59,17 @@ pub struct GroupRecord {
     pub group: DeploymentGroup,
     /// How it was asked for: each server's deployment is made from it.
     pub spec: NewDeploymentGroup,
-    /// Who asked: the deployments are made as them.
+    /// Who asked: the deployments are made as them, and the group is theirs (its owner in the
+    /// sense of `authz::ownership`; recorded since groups exist).
     pub principal: String,
     /// The master that drives its rollout (its `id`).
     pub owner: String,
 }
 
 /// Configs, deployments and gateway tokens. Every method is one transaction.
+///
+/// An `owner: Option<&str>` argument narrows a listing or deletion to what that principal
+/// created (`None`: everyone's); who gets which is decided in `authz::ownership`.
 pub trait DeployStore: Send + Sync + 'static {
     /// Inserts or replaces a deployment group.
     fn put_group(&self, record: &GroupRecord, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -60,14 +77,23 @@ pub trait DeployStore: Send + Sync + 'static {
     fn group(&self, id: &str) -> impl Future<Output = Result<Option<GroupRecord>, StoreError>> + Send;
     /// Groups still in progress: what a restarted master resumes.
     fn open_groups(&self) -> impl Future<Output = Result<Vec<GroupRecord>, StoreError>> + Send;
-    /// Stores a new config.
-    fn put_config(&self, config: &SoftwareConfig, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// One config.
-    fn config(&self, id: &str) -> impl Future<Output = Result<Option<SoftwareConfig>, StoreError>> + Send;
-    /// The newest configs.
-    fn configs(&self, limit: u32) -> impl Future<Output = Result<Vec<SoftwareConfig>, StoreError>> + Send;
-    /// Deletes a config; returns whether it existed.
-    fn delete_config(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Stores a new config, created by `owner`.
+    fn put_config(
+        &self,
+        config: &SoftwareConfig,
+        owner: &str,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// One config, with its owner.
+    fn config(&self, id: &str) -> impl Future<Output = Result<Option<ConfigRecord>, StoreError>> + Send;
+    /// The newest configs (of `owner` when given).
+    fn configs(
+        &self,
+        owner: Option<&str>,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<SoftwareConfig>, StoreError>> + Send;
+    /// Deletes a config (only if `owner` created it, when given); returns whether it did.
+    fn delete_config(&self, id: &str, owner: Option<&str>) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Inserts or replaces a deployment.
     fn put_deployment(
         &self,
@@ -92,12 +118,13 @@ pub trait DeployStore: Send + Sync + 'static {
     fn open_deployments(&self) -> impl Future<Output = Result<Vec<DeploymentRecord>, StoreError>> + Send;
     /// Deletes a deployment; returns whether it existed.
     fn delete_deployment(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Records a gateway token (by its hash) acting as `principal`, valid until `expires_at_ms`
-    /// (`None`: never).
+    /// Records a gateway token (by its hash) acting as `principal`, created by `owner`, valid
+    /// until `expires_at_ms` (`None`: never).
     fn create_api_token(
         &self,
         hash: &[u8; 32],
         principal: &str,
+        owner: &str,
         now_ms: u64,
         expires_at_ms: Option<u64>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -108,10 +135,12 @@ pub trait DeployStore: Send + Sync + 'static {
         hash: &[u8; 32],
         now_ms: u64,
     ) -> impl Future<Output = Result<Option<ApiTokenGrant>, StoreError>> + Send;
-    /// Every gateway token, newest first (ids, never the tokens).
+    /// Gateway tokens (created by `owner` when given), newest first (ids, never the tokens).
     fn api_tokens(
         &self,
+        owner: Option<&str>,
     ) -> impl Future<Output = Result<Vec<halite_protocol::message::ApiTokenInfo>, StoreError>> + Send;
-    /// Deletes the gateway token with this id; whether there was one.
-    fn delete_api_token(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Deletes the gateway token with this id (only if `owner` created it, when given); whether
+    /// there was one.
+    fn delete_api_token(&self, id: &str, owner: Option<&str>) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }

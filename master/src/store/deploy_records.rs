@@ -107,6 +107,9 @@ struct StoredDeployment {
 #[derive(Default, Serialize, Deserialize)]
 #[serde(default)]
 struct StoredRecord {
+    /// Kept in the row's `owner` column, not the document.
+    #[serde(skip)]
+    owner: String,
     deployment: StoredDeployment,
     spec: StoredSpec,
     jid: String,
@@ -127,7 +130,7 @@ mirror!(SoftwareDeployment <=> StoredDeployment {
     creation_time, updated_time
 });
 
-mirror!(DeploymentRecord <=> StoredRecord { jid, item, relay_pending, last_signal } nested { deployment, spec });
+mirror!(DeploymentRecord <=> StoredRecord { owner, jid, item, relay_pending, last_signal } nested { deployment, spec });
 
 pub(super) fn config_json(config: &SoftwareConfig) -> String {
     to_json(&StoredConfig::from(config.clone()))
@@ -143,6 +146,17 @@ pub(super) fn record_json(record: &DeploymentRecord) -> String {
 
 pub(super) fn record_from_json(text: &str) -> Result<DeploymentRecord, StoreError> {
     json::<StoredRecord>(text).map(Into::into)
+}
+
+/// A deployment row: its document, and its owner from its own column.
+pub(super) fn record_from_row<R: sqlx::Row>(row: &R) -> Result<DeploymentRecord, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut record = record_from_json(&row.try_get::<String, _>("body")?)?;
+    record.owner = row.try_get("owner")?;
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -196,6 +210,7 @@ mod tests {
             updated_time: None,
         };
         let record = DeploymentRecord {
+            owner: String::new(),
             deployment,
             spec,
             jid: "1".into(),

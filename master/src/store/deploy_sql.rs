@@ -9,12 +9,14 @@ macro_rules! deploy_store {
             async fn put_config(
                 &self,
                 config: &halite_protocol::message::SoftwareConfig,
+                owner: &str,
                 now_ms: u64,
             ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at) VALUES (?, ?, ?)"))
+                sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at, owner) VALUES (?, ?, ?, ?)"))
                     .bind(&config.id)
                     .bind($crate::store::deploy_records::config_json(config))
                     .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind(owner)
                     .execute(&mut *self.conn().await?)
                     .await?;
                 Ok(())
@@ -23,20 +25,30 @@ macro_rules! deploy_store {
             async fn config(
                 &self,
                 id: &str,
-            ) -> Result<Option<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql("SELECT body FROM software_configs WHERE id = ?"))
+            ) -> Result<Option<$crate::store::ConfigRecord>, $crate::store::StoreError> {
+                let row = sqlx::query(&$sql("SELECT body, owner FROM software_configs WHERE id = ?"))
                     .bind(id)
                     .fetch_optional(&mut *self.conn().await?)
                     .await?;
-                row.map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
-                    .transpose()
+                row.map(|r| {
+                    Ok($crate::store::ConfigRecord {
+                        config: $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?)?,
+                        owner: sqlx::Row::try_get(&r, "owner")?,
+                    })
+                })
+                .transpose()
             }
 
             async fn configs(
                 &self,
+                owner: Option<&str>,
                 limit: u32,
             ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql("SELECT body FROM software_configs ORDER BY created_at DESC, id LIMIT ?"))
+                let rows = sqlx::query(&$sql(
+                    "SELECT body FROM software_configs WHERE (? IS NULL OR owner = ?) ORDER BY created_at DESC, id LIMIT ?",
+                ))
+                    .bind(owner)
+                    .bind(owner)
                     .bind(i64::from(limit))
                     .fetch_all(&mut *self.conn().await?)
                     .await?;
@@ -45,9 +57,13 @@ macro_rules! deploy_store {
                     .collect()
             }
 
-            async fn delete_config(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
-                let done =
-                    sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
+            async fn delete_config(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
+                let done = sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ? AND (? IS NULL OR owner = ?)"))
+                    .bind(id)
+                    .bind(owner)
+                    .bind(owner)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
                 Ok(done.rows_affected() == 1)
             }
 
@@ -57,8 +73,8 @@ macro_rules! deploy_store {
                 now_ms: u64,
             ) -> Result<(), $crate::store::StoreError> {
                 sqlx::query(&$sql(
-                    "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at)
-                     VALUES (?, ?, ?, ?, ?, ?, ?)
+                    "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                      ON CONFLICT(id) DO UPDATE SET server_id = excluded.server_id, status = excluded.status,
                        relay_pending = excluded.relay_pending, body = excluded.body, updated_at = excluded.updated_at",
                 ))
@@ -69,6 +85,7 @@ macro_rules! deploy_store {
                 .bind($crate::store::deploy_records::record_json(record))
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind($crate::store::sqlite::db_int(now_ms))
+                .bind(&record.owner)
                 .execute(&mut *self.conn().await?)
                 .await?;
                 Ok(())
@@ -98,12 +115,11 @@ macro_rules! deploy_store {
                 &self,
                 id: &str,
             ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql("SELECT body FROM deployments WHERE id = ?"))
+                let row = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE id = ?"))
                     .bind(id)
                     .fetch_optional(&mut *self.conn().await?)
                     .await?;
-                row.map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?))
-                    .transpose()
+                row.map(|r| $crate::store::deploy_records::record_from_row(&r)).transpose()
             }
 
             async fn deployments(
@@ -111,25 +127,21 @@ macro_rules! deploy_store {
                 server_id: Option<&str>,
             ) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
                 let rows = sqlx::query(&$sql(
-                    "SELECT body FROM deployments WHERE (? IS NULL OR server_id = ?) ORDER BY created_at DESC, id",
+                    "SELECT body, owner FROM deployments WHERE (? IS NULL OR server_id = ?) ORDER BY created_at DESC, id",
                 ))
                 .bind(server_id)
                 .bind(server_id)
                 .fetch_all(&mut *self.conn().await?)
                 .await?;
-                rows.iter()
-                    .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
-                    .collect()
+                rows.iter().map($crate::store::deploy_records::record_from_row).collect()
             }
 
             async fn open_deployments(&self) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql("SELECT body FROM deployments WHERE status = ? OR relay_pending"))
+                let rows = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE status = ? OR relay_pending"))
                     .bind(halite_protocol::message::status::IN_PROGRESS)
                     .fetch_all(&mut *self.conn().await?)
                     .await?;
-                rows.iter()
-                    .map(|r| $crate::store::deploy_records::record_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
-                    .collect()
+                rows.iter().map($crate::store::deploy_records::record_from_row).collect()
             }
 
             async fn put_group(
@@ -177,14 +189,16 @@ macro_rules! deploy_store {
                 &self,
                 hash: &[u8; 32],
                 principal: &str,
+                owner: &str,
                 now_ms: u64,
                 expires_at_ms: Option<u64>,
             ) -> Result<(), $crate::store::StoreError> {
                 sqlx::query(&$sql(
-                    "INSERT INTO api_tokens (token_hash, principal, created_at, id, expires_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO api_tokens (token_hash, principal, owner, created_at, id, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
                 ))
                 .bind(&hash[..])
                 .bind(principal)
+                .bind(owner)
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind($crate::store::records::token_id(hash))
                 .bind(expires_at_ms.map($crate::store::sqlite::db_int))
@@ -214,10 +228,16 @@ macro_rules! deploy_store {
                 }))
             }
 
-            async fn api_tokens(&self) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::store::StoreError> {
+            async fn api_tokens(
+                &self,
+                owner: Option<&str>,
+            ) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::store::StoreError> {
                 let rows = sqlx::query(&$sql(
-                    "SELECT id, principal, created_at, expires_at FROM api_tokens ORDER BY created_at DESC, id",
+                    "SELECT id, principal, created_at, expires_at FROM api_tokens WHERE (? IS NULL OR owner = ?)
+                     ORDER BY created_at DESC, id",
                 ))
+                .bind(owner)
+                .bind(owner)
                 .fetch_all(&mut *self.conn().await?)
                 .await?;
                 rows.iter()
@@ -233,8 +253,13 @@ macro_rules! deploy_store {
                     .collect()
             }
 
-            async fn delete_api_token(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
-                let done = sqlx::query(&$sql("DELETE FROM api_tokens WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
+            async fn delete_api_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
+                let done = sqlx::query(&$sql("DELETE FROM api_tokens WHERE id = ? AND (? IS NULL OR owner = ?)"))
+                    .bind(id)
+                    .bind(owner)
+                    .bind(owner)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
                 Ok(done.rows_affected() > 0)
             }
         }

@@ -49,6 +49,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("used_at", OptInt),
             ("id", OptText),
             ("replaces_key", Bool),
+            ("owner", Text),
         ],
     ),
     ("minions", &[("id", Text), ("grains", Text), ("functions", Text), ("last_seen", Int)]),
@@ -86,7 +87,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
         ],
     ),
     ("masters", &[("public_key", Blob), ("id", Text), ("certificate", OptBlob), ("updated_at", Int)]),
-    ("software_configs", &[("id", Text), ("body", Text), ("created_at", Int)]),
+    ("software_configs", &[("id", Text), ("body", Text), ("created_at", Int), ("owner", Text)]),
     (
         "deployments",
         &[
@@ -97,11 +98,19 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("body", Text),
             ("created_at", Int),
             ("updated_at", Int),
+            ("owner", Text),
         ],
     ),
     (
         "api_tokens",
-        &[("token_hash", Blob), ("principal", Text), ("created_at", Int), ("id", OptText), ("expires_at", OptInt)],
+        &[
+            ("token_hash", Blob),
+            ("principal", Text),
+            ("created_at", Int),
+            ("id", OptText),
+            ("expires_at", OptInt),
+            ("owner", Text),
+        ],
     ),
     ("deployment_groups", &[("id", Text), ("open", Int), ("body", Text), ("created_at", Int), ("updated_at", Int)]),
     // `open` is SQLite's own clean-shutdown mark.
@@ -215,7 +224,8 @@ mod tests {
             .await
             .unwrap();
         // Made to replace web1's accepted key: the flag must survive the copy.
-        store.create_token(&[7; 32], "web1", 10_000, true).await.unwrap();
+        store.create_token(&[7; 32], "web1", 10_000, true, "root").await.unwrap();
+        store.create_token(&[8; 32], "web3", 10_000, false, "heat").await.unwrap();
         store
             .put_minions(&[MinionRecord {
                 id: "web1".into(),
@@ -266,7 +276,7 @@ mod tests {
         store.set_wall_mark(77).await.unwrap();
         let config: SoftwareConfig =
             serde_json::from_value(json!({"id": "c1", "name": "c1", "group": "script", "config": "echo hi", "inputs": [], "outputs": [], "creation_time": "2026-11-22T00:00:00Z"})).unwrap();
-        store.put_config(&config, 3).await.unwrap();
+        store.put_config(&config, "heat", 3).await.unwrap();
         let spec: NewDeployment = serde_json::from_value(json!({"config_id": "c1", "server_id": "web1"})).unwrap();
         let deployment = SoftwareDeployment {
             id: "d1".into(),
@@ -282,6 +292,7 @@ mod tests {
             updated_time: None,
         };
         let record = DeploymentRecord {
+            owner: "heat".into(),
             deployment,
             spec,
             jid: "20261122000000001199".into(),
@@ -290,7 +301,7 @@ mod tests {
             last_signal: None,
         };
         store.put_deployment(&record, 4).await.unwrap();
-        store.create_api_token(&[4; 32], "heat", 5, None).await.unwrap();
+        store.create_api_token(&[4; 32], "heat", "ops", 5, None).await.unwrap();
         store
     }
 
@@ -320,17 +331,29 @@ mod tests {
             assert!(to.job("20261122000000000002").await.unwrap().unwrap().minions[0].late);
             assert_eq!(to.jobs(None, 2_000, true).await.unwrap(), from.jobs(None, 2_000, true).await.unwrap());
             assert_eq!(to.unfinished_jobs().await.unwrap(), from.unfinished_jobs().await.unwrap());
-            assert_eq!(to.configs(10).await.unwrap(), from.configs(10).await.unwrap());
+            assert_eq!(to.configs(None, 10).await.unwrap(), from.configs(None, 10).await.unwrap());
             assert_eq!(to.deployment("d1").await.unwrap(), from.deployment("d1").await.unwrap());
+            // Owners are carried: what heat made stays heat's (and ops's token ops's).
+            assert_eq!(to.config("c1").await.unwrap().unwrap().owner, "heat");
+            assert_eq!(to.configs(Some("heat"), 10).await.unwrap().len(), 1);
+            assert_eq!(to.deployment("d1").await.unwrap().unwrap().owner, "heat");
+            assert_eq!(to.tokens(Some("heat")).await.unwrap().len(), 1);
+            assert_eq!(to.api_tokens(Some("ops")).await.unwrap().len(), 1);
+            assert!(to.api_tokens(Some("heat")).await.unwrap().is_empty());
             assert_eq!(to.open_deployments().await.unwrap().len(), 1);
             // Tokens survive as hashes: they still work, once.
             assert_eq!(to.api_token_grant(&[4; 32], 6).await.unwrap().map(|g| g.principal).as_deref(), Some("heat"));
-            assert_eq!(to.api_tokens().await.unwrap(), from.api_tokens().await.unwrap());
-            assert_eq!(to.tokens().await.unwrap(), from.tokens().await.unwrap());
+            assert_eq!(to.api_tokens(None).await.unwrap(), from.api_tokens(None).await.unwrap());
+            assert_eq!(to.tokens(None).await.unwrap(), from.tokens(None).await.unwrap());
             // The enrollment token too, with its permission to replace web1's key.
             assert_eq!(
                 to.enroll_with_token(&[7; 32], "web1", &[9; 32], 50).await.unwrap(),
                 crate::store::TokenUse::Enrolled { replaced: true }
+            );
+            assert_eq!(to.tokens(Some("heat")).await.unwrap().len(), 1, "the owner is carried over");
+            assert_eq!(
+                to.enroll_with_token(&[8; 32], "web3", &[10; 32], 50).await.unwrap(),
+                crate::store::TokenUse::Enrolled { replaced: false }
             );
 
             // A second run into a database with data is refused, and changes nothing.

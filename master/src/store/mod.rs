@@ -34,7 +34,7 @@ pub(crate) use cluster::Announcement;
 pub use cluster::{event_digest, ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
-pub use deploy::{ApiTokenGrant, DeployStore, DeploymentRecord, GroupRecord};
+pub use deploy::{ApiTokenGrant, ConfigRecord, DeployStore, DeploymentRecord, GroupRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
 pub use select::{describe_postgres, Backend, StoreConfig};
@@ -218,13 +218,14 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn put_key(&self, key: &KeyRecord, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Deletes one key.
     fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Records an enrollment token by its hash.
+    /// Records an enrollment token by its hash, created by the principal `owner`.
     fn create_token(
         &self,
         hash: &[u8; 32],
         minion: &str,
         expires_at_ms: u64,
         replaces_key: bool,
+        owner: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Enrolls `public_key` as `minion` with a token, in one transaction: the token burns if
     /// it exists, is bound to `minion`, is unused and unexpired. Then, unless another key of
@@ -302,10 +303,15 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         principal: &PrincipalRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Every enrollment token, soonest to expire first (ids, never the tokens).
-    fn tokens(&self) -> impl Future<Output = Result<Vec<halite_protocol::message::TokenSummary>, StoreError>> + Send;
-    /// Deletes the enrollment token with this id; whether there was one.
-    fn delete_token(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Enrollment tokens (of `owner` when given, else everyone's), soonest to expire first
+    /// (ids, never the tokens).
+    fn tokens(
+        &self,
+        owner: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<halite_protocol::message::TokenSummary>, StoreError>> + Send;
+    /// Deletes the enrollment token with this id (only if `owner` created it, when given);
+    /// whether there was one.
+    fn delete_token(&self, id: &str, owner: Option<&str>) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Puts this master's keys in use for the rows it writes and the rows and announcements it
     /// trusts (`trust.rs`), registers its key (and certificate) for the other masters, and, the
     /// first time after the upgrade that added signatures, signs the rows written before it.
@@ -313,7 +319,8 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// how many rows it signed.
     fn set_trust(&self, trust: trust::Trust, now_ms: u64) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Removes a principal, and the gateway tokens acting as it (a principal added later under
-    /// the same name does not inherit them); returns whether it existed.
+    /// the same name does not inherit them); what it created passes to root, for the same
+    /// reason. Returns whether it existed.
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The newest jid ever stored, so jids keep increasing across restarts and clock steps.
     fn last_jid(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;

@@ -92,7 +92,7 @@ async fn a_store_one_master_uses_alone_trusts_no_other_key_even_registered() {
 async fn a_denied_key_loses_its_signature() {
     let (_dir, _, store) = sqlite().await;
     store.put_key(&key("web1", KeyState::Accepted), 1).await.unwrap();
-    store.create_token(&[1; 32], "web1", u64::MAX / 2, true).await.unwrap();
+    store.create_token(&[1; 32], "web1", u64::MAX / 2, true, "root").await.unwrap();
     let used = store.enroll_with_token(&[1; 32], "web1", &[8; 32], 2).await.unwrap();
     assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: true });
     // The old key's row, put back to accepted in the table, has no signature to show.

@@ -523,4 +523,38 @@ mod tests {
             assert_eq!(kept, 1, "nothing was re-run over the existing tables");
         });
     }
+
+    /// Configs, deployments and tokens stored before they had owners belong to root.
+    #[test]
+    fn rows_from_before_owners_belong_to_root() {
+        use crate::store::DeployStore;
+        rt().block_on(async {
+            let dir = scratch("owners");
+            let path = dir.join("master.db");
+            {
+                let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+                let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
+                for migration in MIGRATOR.iter().take_while(|m| m.version <= 7) {
+                    sqlx::raw_sql(&migration.sql).execute(&mut conn).await.unwrap();
+                }
+                sqlx::raw_sql("PRAGMA user_version = 7").execute(&mut conn).await.unwrap();
+                sqlx::raw_sql(
+                    "INSERT INTO software_configs VALUES ('c0', '{\"id\": \"c0\"}', 1);
+                     INSERT INTO deployments VALUES ('d0', 'web1', 'COMPLETE', 0, '{\"deployment\": {\"id\": \"d0\"}}', 1, 1);
+                     INSERT INTO tokens (token_hash, minion, expires_at, id) VALUES (x'07', 'web2', 100, '07');
+                     INSERT INTO api_tokens (token_hash, principal, created_at, id) VALUES (x'04', 'heat', 1, '04');",
+                )
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+            let store = SqliteStore::open(&path).await.unwrap();
+            assert_eq!(store.config("c0").await.unwrap().unwrap().owner, "root");
+            assert_eq!(store.deployment("d0").await.unwrap().unwrap().owner, "root");
+            assert_eq!(store.configs(Some("root"), 10).await.unwrap().len(), 1);
+            assert_eq!(store.tokens(Some("root")).await.unwrap().len(), 1);
+            assert!(store.tokens(Some("heat")).await.unwrap().is_empty());
+            assert_eq!(store.api_tokens(Some("root")).await.unwrap().len(), 1);
+        });
+    }
 }
