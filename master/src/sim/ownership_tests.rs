@@ -4,15 +4,13 @@
 
 #![cfg(test)]
 
-use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{
     PrincipalAcl, RequestBody, ResponseBody, SoftwareConfig, SoftwareDeployment, TokenInfo,
 };
-use halite_protocol::noise::{Claim, Role};
 use serde_json::json;
 
-use super::{seed_of, Sim, SimPeer};
-use crate::store::{DeployStore, PrincipalRecord, Store};
+use super::{Sim, SimPeer};
+use crate::store::{DeployStore, Store};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -20,13 +18,8 @@ fn rt() -> tokio::runtime::Runtime {
 
 /// Connects an administrator with no rules of its own.
 async fn admin(sim: &mut Sim, name: &str) -> SimPeer {
-    let key = IdentityKey::from_seed(&seed_of(name));
     let acl = PrincipalAcl { admin: true, ..PrincipalAcl::default() };
-    let record = PrincipalRecord { name: name.into(), public_key: *key.public().as_bytes(), acl };
-    sim.master.store.put_principal(&record, 0).await.expect("principal");
-    sim.master.reload_principals().await.expect("reload");
-    let (peer, session) = sim.handshake(&key, Role::Client, Claim::new(name, None).expect("claim")).await;
-    SimPeer { peer, session: session.expect("admin is accepted") }
+    sim.principal_with(name, acl).await
 }
 
 /// A tenant allowed `deploy.apply` on `targets`.
