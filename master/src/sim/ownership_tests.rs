@@ -10,7 +10,7 @@ use halite_protocol::message::{
 use serde_json::json;
 
 use super::{Sim, SimPeer};
-use crate::store::{DeployStore, Store};
+use crate::store::DeployStore;
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
