@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::{Message, PrincipalAcl};
+use halite_protocol::message::PrincipalAcl;
 use halite_protocol::noise::{AwaitingIdentity, Session};
 use halite_transport::PeerId;
-use tokio::sync::mpsc;
+
+use crate::gateway::local_queue::LocalSender;
 
 /// One connection's stage.
 pub(crate) enum Conn {
@@ -28,7 +29,7 @@ pub(crate) enum Conn {
     Refused { since: Instant },
     /// An in-process client (the HTTP gateway), authenticated by a gateway token and bound to
     /// it (see `token_sessions.rs`).
-    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: mpsc::Sender<Message>, token: LocalToken },
+    Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: LocalSender, token: LocalToken },
 }
 
 /// The gateway token an in-process session was opened with: revoking it, or its expiry, ends

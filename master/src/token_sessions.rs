@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use halite_protocol::message::{ErrorKind, ErrorMessage, Message};
 use halite_transport::PeerId;
-use tokio::sync::mpsc;
 use tracing::info;
 
 use crate::gateway::local::Opened;
@@ -35,7 +34,7 @@ impl<S: Store, N: Net> Master<S, N> {
         &mut self,
         hash: [u8; 32],
         grant: Option<ApiTokenGrant>,
-        tx: mpsc::Sender<Message>,
+        tx: crate::gateway::local_queue::LocalSender,
     ) -> Result<Opened, String> {
         let Some(grant) = grant else { return Err("unknown token".into()) };
         let acl = match grant.principal.as_str() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use halite_client::{Client, ClientConfig};
 use halite_protocol::message::RequestBody;
-use halite_tests::{http, wait_for, Cluster};
+use halite_tests::{bin_dir, freeze, http, wait_for, Cluster};
 use serde_json::json;
 
 fn gateway_addr(cluster: &Cluster) -> String {
@@ -123,4 +123,50 @@ fn memory_taken_to_refuse_requests_is_given_back() {
     });
     let kept_mib = after.saturating_sub(before) / 1024;
     assert!(given_back, "the master kept {kept_mib} MiB after refusing the requests ({before} → {after} KiB)");
+}
+
+/// A subscriber that stops reading (SIGSTOP) while 1 MiB returns stream past costs the master
+/// at most its bounded queue; once it is gone, what the returns took is given back.
+#[test]
+fn a_stalled_subscriber_costs_at_most_its_queue_and_the_memory_goes_back() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("web1", "");
+    cluster.wait_connected(&["web1"]);
+    let before = master_rss_kib(&cluster);
+    let mut subscriber = std::process::Command::new(bin_dir().join("halite"))
+        .arg("--config")
+        .arg(&cluster.config)
+        .args(["events", "--out", "ndjson", "halite/job/*"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    freeze(subscriber.id());
+    let mut peak = 0;
+    for _ in 0..120 {
+        let run = cluster.cli(&[
+            "run",
+            "--out",
+            "json",
+            "web1",
+            "cmd.run",
+            "head -c 1048576 /dev/zero | tr '\\0' x",
+            "shell=true",
+        ]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        peak = peak.max(master_rss_kib(&cluster));
+    }
+    // Its queue (32 MiB), the event log (8 MiB), one return in flight: never the 120 MiB that
+    // went past it.
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    assert!(grown_mib < 96, "a stalled subscriber cost the master {grown_mib} MiB ({before} → {peak} KiB)");
+    let _ = subscriber.kill();
+    let _ = subscriber.wait();
+    let mut after = 0;
+    let given_back = wait_for_within(Duration::from_secs(20), || {
+        after = master_rss_kib(&cluster);
+        after.saturating_sub(before) / 1024 < 40
+    });
+    let kept_mib = after.saturating_sub(before) / 1024;
+    assert!(given_back, "the master kept {kept_mib} MiB after the subscriber left ({before} → {after} KiB)");
 }

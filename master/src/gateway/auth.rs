@@ -98,7 +98,7 @@ mod tests {
                         if let (Message::Request(request), Some(to)) = (*msg, sessions.get(&peer)) {
                             let body = ResponseBody::Minions(Vec::new());
                             let answer = Answer { request_id: request.request_id, body, more: false };
-                            let _ = to.send(Message::Response(answer)).await;
+                            let _ = to.try_send(Message::Response(answer));
                         }
                     }
                     LocalCommand::Disconnect { peer } => {

@@ -14,12 +14,10 @@ use halite_protocol::message::{
 use halite_transport::PeerId;
 use tokio::sync::{mpsc, oneshot};
 
+use super::local_queue::{local_queue, LocalInbox, LocalSender};
 use crate::server::SUBSCRIBE_REQUEST;
 use crate::token_sessions::SESSION_ENDED;
 
-/// Messages one local session can have queued towards it before the core drops (bus events)
-/// or reports a full queue.
-const QUEUE: usize = 1024;
 /// How long a request may take in the core.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -27,7 +25,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub(crate) enum LocalCommand {
     /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
-    Connect { token_hash: [u8; 32], to_client: mpsc::Sender<Message>, reply: oneshot::Sender<Result<Opened, String>> },
+    Connect { token_hash: [u8; 32], to_client: LocalSender, reply: oneshot::Sender<Result<Opened, String>> },
     /// A message from the session's client.
     Message { peer: PeerId, msg: Box<Message> },
     /// The session ended.
@@ -60,7 +58,7 @@ pub(crate) struct LocalSession {
     commands: mpsc::Sender<LocalCommand>,
     peer: PeerId,
     principal: String,
-    inbox: mpsc::Receiver<Message>,
+    inbox: LocalInbox,
     /// Messages read while waiting for a subscription's answer (events it replayed), given
     /// out before the inbox's.
     early: VecDeque<Message>,
@@ -76,7 +74,7 @@ impl Drop for LocalSession {
 impl LocalSession {
     /// Authenticates a token and opens a session.
     pub(crate) async fn open(commands: &mpsc::Sender<LocalCommand>, token: &str) -> Result<Self, CallError> {
-        let (to_client, inbox) = mpsc::channel(QUEUE);
+        let (to_client, inbox) = local_queue();
         let (reply, answer) = oneshot::channel();
         let token_hash = crate::keys::token_hash(token);
         commands

@@ -13,6 +13,7 @@ mod connections;
 mod errors;
 pub(crate) mod fleet;
 pub(crate) mod local;
+pub(crate) mod local_queue;
 mod openapi;
 mod routes;
 mod tls;
