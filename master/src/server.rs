@@ -516,10 +516,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
     pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
         if let Some(Conn::Local { tx, .. }) = self.sessions.conns.get(&peer) {
-            return tx.try_send(msg.clone()).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => SendError::Full,
-                mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
-            });
+            return tx.try_send(msg.clone());
         }
         let Some(conn) = self.sessions.conns.get_mut(&peer) else { return Err(SendError::NotConnected) };
         // A client's messages of one step leave together at its end, in one write that wakes

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use halite_protocol::message::{encoded_len, Message};
+use halite_transport::SendError;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 /// Messages one local session can have queued towards it before the core drops (bus events)
@@ -30,19 +31,20 @@ pub(crate) struct LocalSender {
 }
 
 impl LocalSender {
-    /// Queues a message unless the queue is full (in messages or bytes) or closed.
-    pub(crate) fn try_send(&self, msg: Message) -> Result<(), TrySendError<Message>> {
+    /// Queues a message unless the queue is full (in messages or bytes: `Full`) or the session
+    /// is gone (`NotConnected`).
+    pub(crate) fn try_send(&self, msg: Message) -> Result<(), SendError> {
         let size = encoded_len(&msg);
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && queued.saturating_add(size) > QUEUE_BYTES {
-            return Err(TrySendError::Full(msg));
+            return Err(SendError::Full);
         }
         self.queued.fetch_add(size, Ordering::AcqRel);
         self.tx.try_send((msg, size)).map_err(|error| {
             self.queued.fetch_sub(size, Ordering::AcqRel);
             match error {
-                TrySendError::Full((msg, _)) => TrySendError::Full(msg),
-                TrySendError::Closed((msg, _)) => TrySendError::Closed(msg),
+                TrySendError::Full(_) => SendError::Full,
+                TrySendError::Closed(_) => SendError::NotConnected,
             }
         })
     }
