@@ -70,7 +70,8 @@ fn a_deeply_nested_target_is_refused_from_every_entry_and_the_master_goes_on() {
 /// pause or resume it; root's job runs to its end.
 #[test]
 fn a_watcher_sees_roots_job_but_cannot_stop_it() {
-    let mut cluster = Cluster::start("");
+    let mut cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    let addr = gateway_addr(&cluster);
     cluster.enroll_minion("web1", "");
     cluster.wait_connected(&["web1"]);
     let keys = cluster.dir.join("principals");
@@ -89,6 +90,11 @@ fn a_watcher_sees_roots_job_but_cannot_stop_it() {
     let cancel = watcher(&["jobs", "cancel", &jid]);
     assert_ne!(cancel.code, 0, "{}", cancel.stdout);
     assert!(cancel.stderr.contains("not allowed to cancel"), "{}", cancel.stderr);
+    // Through the gateway too: refused with 403, never answered as cancelled.
+    let token = cluster.cli(&["principal", "token", "watcher"]).stdout.trim().to_owned();
+    let refused = http::request("POST", &addr, &format!("/v1/jobs/{jid}/cancel"), Some(&token), None);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(refused.body.contains("not allowed to cancel"), "{}", refused.body);
     wait_for("root's job to return", Duration::from_secs(20), || {
         (cluster.job_states(&jid) == [("web1".to_owned(), "returned".to_owned())]).then_some(())
     });

@@ -150,8 +150,11 @@ impl LocalSession {
     }
 
     /// Cancels a job (the master answers only if it is not one this session may see).
-    pub(crate) async fn cancel(&self, jid: String) -> Result<(), CallError> {
-        self.send(Message::Cancel(halite_protocol::message::Cancel { jid })).await
+    pub(crate) async fn cancel(&mut self, jid: String) -> Result<(), CallError> {
+        self.send(Message::Cancel(halite_protocol::message::Cancel { jid: jid.clone() })).await?;
+        // A refused cancel (not found, or seen but not the caller's to stop) is answered with
+        // an error naming the jid: waited for, so the caller is never told it cancelled.
+        self.taken_or_refused(&jid).await
     }
 
     /// Subscribes to bus events whose tags match `patterns`, resuming after event `after`.
@@ -160,13 +163,19 @@ impl LocalSession {
     /// subscription by itself). Events that arrive meanwhile are kept for [`Self::next_event`].
     pub(crate) async fn subscribe(&mut self, patterns: Vec<String>, after: Option<String>) -> Result<(), CallError> {
         self.send(Message::Subscribe(Subscribe { patterns, after })).await?;
+        self.taken_or_refused(SUBSCRIBE_REQUEST).await
+    }
+
+    /// Waits until the core has taken or refused what was just sent (`request`: what its
+    /// refusal names): a hello sent now is answered in order, after the refusal if there is one.
+    async fn taken_or_refused(&mut self, request: &str) -> Result<(), CallError> {
         let hello = ClientHello { principal: self.principal.clone(), version: env!("CARGO_PKG_VERSION").into() };
         self.send(Message::ClientHello(hello)).await?;
         let wait = async {
             while let Some(msg) = self.inbox.recv().await {
                 match msg {
                     Message::Welcome(_) => return Ok(()),
-                    Message::Error(e) if e.request.as_deref() == Some(SUBSCRIBE_REQUEST) => return Err(refused(e)),
+                    Message::Error(e) if e.request.as_deref() == Some(request) => return Err(refused(e)),
                     Message::Error(e) if e.request.as_deref() == Some(SESSION_ENDED) => {
                         return Err(CallError::Unauthorized(e.message))
                     }
