@@ -311,8 +311,9 @@ impl Policy<'_> {
         }
     }
 
-    /// A principal sees a job it published, or one whose every target lies in its view (a
-    /// `deploy.apply` job, which carries a deployment's input values: only where it may deploy).
+    /// A principal sees a job it published, or one whose every target lies in its view. A
+    /// `deploy.apply` job of another principal never: it carries that principal's config and
+    /// input values, which belong to their creator.
     fn sees_job(&self, name: &str, acl: &PrincipalAcl, job: &JobFacts<'_>) -> bool {
         if job.caller == name {
             return true;
@@ -321,7 +322,7 @@ impl Policy<'_> {
             return false;
         }
         if job.function == DEPLOY_FUNCTION {
-            return self.rules_cover(acl, DEPLOY_FUNCTION, job.minions);
+            return false;
         }
         let view = super::TargetView::of_principal(Some(acl), self.nodegroups);
         job.minions.iter().all(|id| view.contains(id, self.registry.grains(id)))
@@ -531,6 +532,10 @@ mod tests {
         // Only an administrator makes a token that replaces a key.
         let replacing = Action::Enroll { minion: Some("web1"), replace: true };
         assert_eq!(verdicts(&policy, &askers, &replacing), "YYFFFF");
+        // Another's deploy.apply job carries its config and inputs: only root and administrators
+        // see it, even where the asker may deploy.
+        let roots_deployment = JobFacts { caller: "root", function: DEPLOY_FUNCTION, minions: &["web1"] };
+        assert_eq!(verdicts(&policy, &askers, &Action::SeeJob(roots_deployment)), "YYNNFF");
         // A tenant controls its own job; the narrow principal does not see it.
         assert_eq!(verdicts(&policy, &askers, &Action::ControlJob(tenants_job)), "YYNYFF");
         // Deploying into the tenant: only the tenant (and root and admins).
