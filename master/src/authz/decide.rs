@@ -9,11 +9,10 @@
 //! tenants.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use halite_protocol::message::{ErrorKind, PrincipalAcl, RequestBody, Value};
 
-use super::publish::{self, Publisher};
+use super::publish;
 use crate::acl::PeerRule;
 use crate::registry::Registry;
 use crate::request_error::RequestError;
@@ -351,17 +350,11 @@ impl Policy<'_> {
         let Action::Publish { function, kwargs, targets } = action else {
             return Err(Denied::BadRequest("not a publish".into()));
         };
-        let publisher = match asker {
-            Asker::Root => Publisher::Root,
-            Asker::Principal { acl, .. } => Publisher::Principal(Arc::new((*acl).clone())),
-            Asker::MinionPeer { id } => Publisher::Peer((*id).to_owned()),
-            Asker::ClusterPeer => return Err(Denied::Forbidden("another master may only announce changes".into())),
-        };
         let resolved: Vec<(&str, &BTreeMap<String, Value>)> =
             targets.iter().map(|id| (*id, self.registry.grains(id))).collect();
         let rules = publish::Rules { nodegroups: self.nodegroups, peers: self.peers };
         let check = publish::Publish { function, kwargs, targets: &resolved };
-        publish::authorize(&publisher, &rules, &check).map(Granted::Reach).map_err(Denied::Forbidden)
+        publish::authorize(asker, &rules, &check).map(Granted::Reach).map_err(Denied::Forbidden)
     }
 }
 

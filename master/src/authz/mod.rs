@@ -69,7 +69,7 @@ pub(crate) enum JobAccess {
 /// error ever reveals another minion.
 pub(crate) struct TargetView {
     exprs: Option<Vec<Expr>>,
-    tenant: Option<PrincipalAcl>,
+    tenant: Option<String>,
 }
 
 impl TargetView {
@@ -89,11 +89,8 @@ impl TargetView {
     pub(crate) fn of_principal(acl: Option<&PrincipalAcl>, nodegroups: &BTreeMap<String, String>) -> Self {
         match acl {
             Some(acl) if !acl.admin => {
-                let mut view = TargetView::of(acl.rules.iter().map(|r| r.targets.as_str()), nodegroups);
-                if acl.tenant.is_some() {
-                    view.tenant = Some(PrincipalAcl { tenant: acl.tenant.clone(), ..PrincipalAcl::default() });
-                }
-                view
+                let view = TargetView::of(acl.rules.iter().map(|r| r.targets.as_str()), nodegroups);
+                TargetView { tenant: acl.tenant.clone(), ..view }
             }
             _ => TargetView::all(),
         }
@@ -101,7 +98,7 @@ impl TargetView {
 
     /// Whether a minion is in view.
     pub(crate) fn contains(&self, id: &str, grains: &BTreeMap<String, Value>) -> bool {
-        self.tenant.as_ref().is_none_or(|t| t.in_tenant(id))
+        self.tenant.as_deref().is_none_or(|tenant| halite_protocol::message::tenant_holds(tenant, id))
             && self.exprs.as_ref().is_none_or(|exprs| exprs.iter().any(|e| e.matches(id, grains)))
     }
 }
@@ -121,7 +118,9 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Whether `who` may see a live job.
     pub(crate) fn may_see_live_job(&self, who: Who<'_>, jid: &str) -> bool {
-        self.job_access(who, jid) != JobAccess::None
+        let Some(job) = self.jobs.get(jid) else { return false };
+        let minions: Vec<&str> = job.slots().keys().map(String::as_str).collect();
+        self.may_see_job(who, &job.record.caller, &job.record.function, &minions)
     }
 
     /// What `who` may do to a live job: nothing (it does not exist for `who`), see it, or

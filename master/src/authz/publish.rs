@@ -64,23 +64,25 @@ pub(crate) fn valid_function(name: &str) -> bool {
 type Covering<'a> = (&'a [String], Option<&'a BTreeMap<String, String>>);
 
 /// `Ok(reach)` when `publisher` may run the publish (`None`: no limit), `Err(why)` otherwise.
+/// The asker is borrowed: a publish's hot path copies no ACL.
 pub(crate) fn authorize(
-    publisher: &Publisher,
+    publisher: &super::Asker<'_>,
     rules: &Rules,
     publish: &Publish,
 ) -> Result<Option<Vec<String>>, String> {
     let within = |expr: &str| acl::all_within(expr, rules.nodegroups, publish.targets).unwrap_or(false);
     let covering: Vec<Covering> = match publisher {
-        Publisher::Root => return Ok(None),
+        super::Asker::Root => return Ok(None),
+        super::Asker::ClusterPeer => return Err("another master may only announce changes".into()),
         // A tenant's principal reaches nothing outside its tenant, whatever its rules say.
-        Publisher::Principal(acl) if !publish.targets.iter().all(|(id, _)| acl.in_tenant(id)) => Vec::new(),
-        Publisher::Principal(acl) => acl
+        super::Asker::Principal { acl, .. } if !publish.targets.iter().all(|(id, _)| acl.in_tenant(id)) => Vec::new(),
+        super::Asker::Principal { acl, .. } => acl
             .rules
             .iter()
             .filter(|rule| within(&rule.targets))
             .map(|rule| (rule.functions.as_slice(), Some(&rule.args).filter(|a| !a.is_empty())))
             .collect(),
-        Publisher::Peer(source) => rules
+        super::Asker::MinionPeer { id: source } => rules
             .peers
             .iter()
             .filter(|rule| acl::any_glob(&rule.minions, source) && within(&rule.target))
@@ -93,7 +95,7 @@ pub(crate) fn authorize(
     if !allowed {
         let ids: Vec<String> = publish.targets.iter().map(|(id, _)| (*id).to_owned()).collect();
         return Err(match publisher {
-            Publisher::Peer(source) => {
+            super::Asker::MinionPeer { id: source } => {
                 format!("no peer rule lets {source} run {} on {}", publish.function, list_some(&ids))
             }
             _ => format!("not allowed to run {} on {}", publish.function, list_some(&ids)),
@@ -159,7 +161,7 @@ mod tests {
         let (groups, grains) = (BTreeMap::new(), BTreeMap::new());
         let targets: Vec<(&str, &BTreeMap<String, Value>)> = ids.iter().map(|id| (*id, &grains)).collect();
         let rules = Rules { nodegroups: &groups, peers: &[] };
-        authorize(publisher, &rules, &Publish { function, kwargs: &BTreeMap::new(), targets: &targets })
+        authorize(&publisher.asker("ops"), &rules, &Publish { function, kwargs: &BTreeMap::new(), targets: &targets })
     }
 
     #[test]

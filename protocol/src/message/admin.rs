@@ -558,8 +558,11 @@ pub struct PrincipalAcl {
 impl PrincipalAcl {
     /// Whether a minion id lies in this principal's tenant (always, without one).
     pub fn in_tenant(&self, minion: &str) -> bool {
-        self.tenant.as_deref().is_none_or(|tenant| {
-            minion.strip_prefix(tenant).is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
-        })
+        self.tenant.as_deref().is_none_or(|tenant| tenant_holds(tenant, minion))
     }
+}
+
+/// Whether a minion id lies in a tenant's namespace: `<tenant>-` and at least one more byte.
+pub fn tenant_holds(tenant: &str, minion: &str) -> bool {
+    minion.strip_prefix(tenant).is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
 }
