@@ -52,6 +52,15 @@ pub(crate) enum PrincipalCommand {
         /// Name.
         name: String,
     },
+    /// Hand everything FROM created (software configs, deployments, enrollment and gateway
+    /// tokens) to TO (`root` or a registered principal). After an upgrade, what existed before
+    /// owners belongs to root: `halite principal transfer root heat` gives it to Heat's principal.
+    Transfer {
+        /// The current owner.
+        from: String,
+        /// The new owner.
+        to: String,
+    },
     /// Create a bearer token for the HTTP gateway acting as this principal (`root` or a
     /// registered one). Printed once; the master keeps only its hash.
     Token {
@@ -152,6 +161,16 @@ pub(crate) async fn run(client: &Client, command: PrincipalCommand, format: Form
                 })
                 .collect();
             output::print_table(&["NAME", "MAY RUN", "EVENTS", "ADMIN"], &rows);
+            Ok(ExitCode::SUCCESS)
+        }
+        PrincipalCommand::Transfer { from, to } => {
+            let body = RequestBody::OwnerTransfer { from: from.clone(), to: to.clone() };
+            let ResponseBody::Changed(moved) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
+            let moved = moved.first().map_or("0", String::as_str);
+            match format {
+                Format::Table => println!("{moved} objects of {from} now belong to {to}"),
+                _ => output::print_document(format, &serde_json::json!({ "from": from, "to": to, "moved": moved })),
+            }
             Ok(ExitCode::SUCCESS)
         }
         PrincipalCommand::Remove { name } => {

@@ -168,6 +168,14 @@ impl Client {
         changed(self.request(RequestBody::PrincipalRemove { name: name.into() }).await?).map(drop)
     }
 
+    /// Hands everything `from` created (configs, deployments, enrollment and gateway tokens) to
+    /// `to`; how many objects moved.
+    pub async fn transfer_ownership(&self, from: &str, to: &str) -> Result<u64, ClientError> {
+        let body = RequestBody::OwnerTransfer { from: from.into(), to: to.into() };
+        let moved = changed(self.request(body).await?)?;
+        Ok(moved.first().and_then(|n| n.parse().ok()).unwrap_or(0))
+    }
+
     /// A bearer token for the HTTP gateway acting as `principal`, valid for `ttl` (`None`: the
     /// master's default). Shown once; the master keeps only its hash.
     pub async fn create_api_token(&self, principal: &str, ttl: Option<Duration>) -> Result<String, ClientError> {

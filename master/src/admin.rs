@@ -8,7 +8,6 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::{info, warn};
 
-use crate::authz::ownership::owned_by;
 use crate::authz::{Action, Asker, RequestKind, Who};
 use crate::keys::token_hash;
 use crate::net::Net;
@@ -188,6 +187,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.tell_other_masters(ClusterChange::Principal { name: name.clone() }).await;
                 Ok(ResponseBody::Changed(vec![name]))
             }
+            RequestBody::OwnerTransfer { from, to } => {
+                if to != "root" && !self.registry.principals.contains_key(&to) {
+                    return Err(RequestError::not_found(format!("no principal {to} to hand {from}'s objects to")));
+                }
+                let moved = self.store.transfer_owner(&from, &to).await.map_err(RequestError::from)?;
+                warn!(%from, %to, rows = moved, by = %principal, "ownership transferred");
+                Ok(ResponseBody::Changed(vec![moved.to_string()]))
+            }
             RequestBody::KeyList { pattern } => {
                 let keys = self.store.keys().await.map_err(RequestError::from)?;
                 Ok(ResponseBody::Keys(
@@ -301,14 +308,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::ApiToken(token))
             }
             RequestBody::ApiTokenList => {
-                let owner = owned_by(Who { name: principal, acl });
+                let owner = self.owned_by(Who { name: principal, acl });
                 Ok(ResponseBody::ApiTokens(self.store.api_tokens(owner).await.map_err(RequestError::from)?))
             }
             RequestBody::ApiTokenRevoke { id } => {
                 // Whose it is, so the other masters recheck that principal's sessions.
                 let tokens = self.store.api_tokens(None).await.map_err(RequestError::from)?;
                 let acting_as = tokens.into_iter().find(|t| t.id == id).map(|t| t.principal);
-                let owner = owned_by(Who { name: principal, acl });
+                let owner = self.owned_by(Who { name: principal, acl });
                 if !self.store.delete_api_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
@@ -320,11 +327,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::Changed(vec![id]))
             }
             RequestBody::TokenList => {
-                let owner = owned_by(Who { name: principal, acl });
+                let owner = self.owned_by(Who { name: principal, acl });
                 Ok(ResponseBody::Tokens(self.store.tokens(owner).await.map_err(RequestError::from)?))
             }
             RequestBody::TokenRevoke { id } => {
-                let owner = owned_by(Who { name: principal, acl });
+                let owner = self.owned_by(Who { name: principal, acl });
                 if !self.store.delete_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no enrollment token {id}")));
                 }

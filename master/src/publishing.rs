@@ -303,6 +303,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let decide = |asker: &Asker<'_>| match policy.decide(asker, &action) {
             Ok(Granted::Reach(reach)) => Ok(reach),
             Ok(Granted::Yes) => Ok(None),
+            Ok(Granted::OwnedBy(_)) => Err("a publish is never granted by ownership".to_owned()),
             Err(denied) => Err(denied.message()),
         };
         let reach = decide(&publisher.asker(caller))?;

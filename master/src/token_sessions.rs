@@ -44,11 +44,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 None => return Err(format!("the token's principal {name} no longer exists")),
             },
         };
+        let asker = crate::authz::Asker::client(&grant.principal, acl.as_deref());
+        let reads_metrics = self.policy().decide(&asker, &crate::authz::Action::ReadMetrics).is_ok();
         let peer = self.sessions.next_local();
         let token = LocalToken { hash, id: grant.id, expires_at_ms: grant.expires_at_ms };
         let principal = grant.principal;
         self.sessions.conns.insert(peer, Conn::Local { principal: principal.clone(), acl, tx, token });
-        Ok(Opened { peer, principal })
+        Ok(Opened { peer, principal, reads_metrics })
     }
 
     /// Ends the in-process sessions opened with the token `id` (revoked through this master).

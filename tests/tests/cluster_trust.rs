@@ -192,3 +192,56 @@ fn principal_and_key_rows_written_past_the_masters_are_not_honoured() {
     let run = cluster.cli(&["key", "list", "evil1", "--out", "json"]);
     assert_eq!(run.json()[0]["state"], "pending", "{}", run.stdout);
 }
+
+#[test]
+fn token_rows_written_past_the_masters_open_no_session_and_enroll_nobody() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[gateway]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = {url:?}\n"));
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim().to_owned();
+    let keys = cluster.dir.join("keys");
+    cluster.add_principal("ops", &keys, &["--target", "nobody", "--function", "test.ping"]);
+    let narrow = cluster.cli(&["principal", "token", "ops"]).stdout.trim().to_owned();
+    let status = |token: &str| halite_tests::http::request("GET", &addr, "/v1/keys", Some(token), None).status;
+    assert_eq!(status(&narrow), 403, "a narrow token may not list keys");
+    // A role that may write the token tables (not the masters').
+    let role = intruder(&url);
+    psql_as(&url, "halite", &format!("GRANT SELECT, INSERT, UPDATE ON tokens, api_tokens TO {role}")).unwrap();
+
+    // A gateway token of root's, written into the table with a hash of the role's choosing.
+    psql_as(
+        &url,
+        &role,
+        "INSERT INTO api_tokens (token_hash, principal, created_at, id, owner) \
+         VALUES (sha256('hal_forged'::bytea), 'root', 1, 'f0f0f0f0f0f0', 'root')",
+    )
+    .unwrap();
+    assert_eq!(status("hal_forged"), 401, "a gateway token no master signed opened a session");
+    // The narrow token made root's in the table: refused altogether, never root's.
+    psql_as(&url, &role, "UPDATE api_tokens SET principal = 'root' WHERE principal = 'ops'").unwrap();
+    assert_eq!(status(&narrow), 401, "a gateway token widened in the table was honoured");
+
+    // An enrollment token for a new id, written into the table: the minion presenting it waits.
+    psql_as(
+        &url,
+        &role,
+        "INSERT INTO tokens (token_hash, minion, expires_at, id, owner) \
+         VALUES (sha256('enroll-me'::bytea), 'evil2', 99999999999999, 'e0e0e0e0e0e0', 'root')",
+    )
+    .unwrap();
+    cluster.prepare_minion("evil2", false, "");
+    let enrollment = cluster.minion_dir("evil2").join("enrollment.toml");
+    let text = std::fs::read_to_string(&enrollment).unwrap();
+    std::fs::write(&enrollment, format!("{text}token = \"enroll-me\"\n")).unwrap();
+    cluster.start_minion("evil2");
+    wait_for("evil2 pending", Duration::from_secs(20), || {
+        let run = cluster.cli(&["key", "list", "evil2", "--out", "json"]);
+        (run.code == 0 && run.json()[0]["state"] == "pending").then_some(())
+    });
+    assert!(!connected_at(&cluster, cluster.port, "evil2"), "a token no master signed enrolled a minion");
+
+    // A master's own tokens still work.
+    let made = cluster.cli(&["principal", "token", "ops"]).stdout.trim().to_owned();
+    assert_eq!(status(&made), 403, "a token a master made opens a session as its principal");
+}

@@ -74,6 +74,13 @@ fn the_master_exports_metrics_promtool_accepts_and_answers_health_checks() {
     let through_gateway = http::request("GET", &gateway_addr, "/metrics", Some(&token), None);
     assert_eq!(through_gateway.status, 200);
     assert!(through_gateway.body.contains("# TYPE halite_jobs_published_total counter"), "{}", through_gateway.body);
+    // Fleet-wide figures are not for a narrow principal's token.
+    let keys = cluster.dir.join("keys");
+    cluster.add_principal("watcher", &keys, &["--target", "nobody", "--function", "test.ping"]);
+    let narrow = cluster.cli(&["principal", "token", "watcher"]).stdout.trim().to_owned();
+    let refused = http::request("GET", &gateway_addr, "/metrics", Some(&narrow), None);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(refused.body.contains("administrators"), "{}", refused.body);
 }
 
 #[test]

@@ -45,6 +45,6 @@ async fn a_listed_name_that_resolves_to_loopback_is_refused_and_the_engine_hears
     let created = client.create_deployment(deployment(&config.id, "vm-never", &url)).await.unwrap();
     let relayed = timeout(Duration::from_secs(30), events.next_event()).await.unwrap().unwrap();
     assert_eq!(relayed.tag, format!("halite/deployment/{}/relayed", created.id));
-    assert_eq!(relayed.data, json!({"ok": false, "outcome": "refused", "server_id": "vm-never"}));
+    assert_eq!(relayed.data, json!({"ok": false, "outcome": "refused", "server_id": "vm-never", "owner": "root"}));
     assert!(admin_api.received().is_empty(), "nothing reached the loopback server");
 }

@@ -68,6 +68,49 @@ pub(crate) struct JobFacts<'a> {
     pub(crate) minions: &'a [&'a str],
 }
 
+/// What a bus event is about, as the decision to deliver it needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum About<'a> {
+    /// A job's event (`halite/job/<jid>/…`): whether the asker sees that job, as
+    /// [`Action::SeeJob`] decided it (a job no longer live is seen by no one but root and
+    /// administrators).
+    Job {
+        /// Whether the asker sees the job.
+        seen: bool,
+    },
+    /// A deployment's event (`halite/deployment/<id>/…`): its server and owner, as it carries them.
+    Deployment {
+        /// The server it configures.
+        server: Option<&'a str>,
+        /// The principal that created it.
+        owner: Option<&'a str>,
+    },
+    /// A deployment group's event (`halite/deployment_group/<id>/…`): its owner.
+    Group {
+        /// The principal that created it.
+        owner: Option<&'a str>,
+    },
+    /// Anything else: a minion's event, a key's, an engine's, the bus's own.
+    Other,
+}
+
+impl<'a> About<'a> {
+    /// What an event is about, from its tag and data; `sees_job` tells, for a job's event,
+    /// whether the asker sees the job of that jid (asked only for a job's event).
+    pub(crate) fn of(tag: &'a str, data: &'a Value, sees_job: impl FnOnce(&str) -> bool) -> Self {
+        let field = |name: &str| data.get(name).and_then(Value::as_str);
+        let mut parts = tag.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("halite"), Some("job"), Some(jid)) => About::Job { seen: sees_job(jid) },
+            (Some("halite"), Some("deployment"), Some(_)) => {
+                About::Deployment { server: field("server_id"), owner: field("owner") }
+            }
+            (Some("halite"), Some("deployment_group"), Some(_)) => About::Group { owner: field("owner") },
+            _ => About::Other,
+        }
+    }
+}
+
 /// Everything that can be asked. Closed: a new kind of request needs a new variant here, and
 /// a decision for every kind of asker in [`Policy::decide`].
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +152,23 @@ pub(crate) enum Action<'a> {
         /// The minion.
         server: &'a str,
     },
+    /// See and act on something an engine created (a config, deployment, group, enrollment or
+    /// gateway token) whose creator is `owner`.
+    Own {
+        /// Its creator.
+        owner: &'a str,
+    },
+    /// List or delete such things in bulk: granted [`Granted::OwnedBy`] the asker alone, or all.
+    ListOwned,
+    /// Receive a bus event (the asker's subscription patterns aside).
+    Receive {
+        /// Its tag.
+        tag: &'a str,
+        /// What it is about.
+        about: About<'a>,
+    },
+    /// Read the master's metrics (fleet-wide figures).
+    ReadMetrics,
     /// Apply another master's announcement.
     Announce,
 }
@@ -120,6 +180,8 @@ pub(crate) enum Granted {
     Yes,
     /// A publish, and the function globs its job may reach (`None`: no limit).
     Reach(Option<Vec<String>>),
+    /// A listing or bulk change of owned things, narrowed to those this principal created.
+    OwnedBy(String),
 }
 
 /// Why not. `NotFound` where saying more would reveal what the asker may not see.
@@ -191,6 +253,7 @@ impl RequestKind {
             | RequestBody::PrincipalAdd { .. }
             | RequestBody::PrincipalList
             | RequestBody::PrincipalRemove { .. }
+            | RequestBody::OwnerTransfer { .. }
             | RequestBody::ApiTokenCreate { .. }
             | RequestBody::ApiTokenList
             | RequestBody::ApiTokenRevoke { .. } => RequestKind::Administer,
@@ -250,7 +313,19 @@ impl Policy<'_> {
             }
             (_, Action::Publish { .. }) => self.publish(asker, action),
             (_, Action::Subscribe(patterns)) => check_subscription(asker, patterns),
+            (_, Action::Receive { tag, about }) => self.receive(asker, tag, about),
             (asker, _) if asker.sees_all() => Ok(Granted::Yes),
+            (Asker::Principal { name, .. }, Action::Own { owner }) => {
+                if owner == name {
+                    Ok(Granted::Yes)
+                } else {
+                    Err(Denied::NotFound("no such object".into()))
+                }
+            }
+            (Asker::Principal { name, .. }, Action::ListOwned) => Ok(Granted::OwnedBy((*name).to_owned())),
+            (_, Action::ReadMetrics) => {
+                Err(Denied::Forbidden("the master's metrics are for administrators (fleet-wide figures)".into()))
+            }
             // What remains: a principal that is not an administrator.
             (_, Action::Administer) => Err(Denied::Forbidden("this principal may not administer the master".into())),
             (_, Action::List | Action::FireEvent) => Ok(Granted::Yes),
@@ -310,6 +385,45 @@ impl Policy<'_> {
         }
     }
 
+    /// Whether a client receives an event: root everything; a principal what its `events` globs
+    /// cover, an administrator all of that; any other principal within its tenant, a job's
+    /// events if it sees the job, a deployment's or a group's only if it created it (and, for a
+    /// deployment, may still deploy to its server).
+    fn receive(&self, asker: &Asker<'_>, tag: &str, about: &About<'_>) -> Result<Granted, Denied> {
+        let (name, acl) = match asker {
+            Asker::Root => return Ok(Granted::Yes),
+            Asker::Principal { name, acl } => (*name, *acl),
+            Asker::MinionPeer { .. } | Asker::ClusterPeer => {
+                return Err(Denied::Forbidden("only clients receive events".into()));
+            }
+        };
+        let withheld = || Err(Denied::Forbidden("event withheld".into()));
+        if !acl.events.iter().any(|p| halite_protocol::glob::matches(p, tag)) {
+            return withheld();
+        }
+        if acl.admin {
+            return Ok(Granted::Yes);
+        }
+        if let Some(tenant) = acl.tenant.as_deref() {
+            if !tenant_may_receive(acl, tenant, name, tag) {
+                return withheld();
+            }
+        }
+        let receives = match *about {
+            About::Job { seen } => seen,
+            About::Deployment { server, owner } => {
+                owner == Some(name) && server.is_some_and(|server| self.rules_cover(acl, DEPLOY_FUNCTION, &[server]))
+            }
+            About::Group { owner } => owner == Some(name),
+            About::Other => true,
+        };
+        if receives {
+            Ok(Granted::Yes)
+        } else {
+            withheld()
+        }
+    }
+
     /// A principal sees a job it published, or one whose every target lies in its view. A
     /// `deploy.apply` job of another principal never: it carries that principal's config and
     /// input values, which belong to their creator.
@@ -355,6 +469,22 @@ impl Policy<'_> {
         let rules = publish::Rules { nodegroups: self.nodegroups, peers: self.peers };
         let check = publish::Publish { function, kwargs, targets: &resolved };
         publish::authorize(asker, &rules, &check).map(Granted::Reach).map_err(Denied::Forbidden)
+    }
+}
+
+/// Which bus events a tenant's principal may receive at all (its subscription and the job and
+/// deployment checks aside): those about its own minions, its own engine events, and the
+/// bus's own notices. Key events and other principals' engine events are never a tenant's.
+fn tenant_may_receive(acl: &PrincipalAcl, tenant: &str, name: &str, tag: &str) -> bool {
+    let mut parts = tag.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("minion"), Some(id), _) | (Some("halite"), Some("minion"), Some(id)) => acl.in_tenant(id),
+        (Some("halite"), Some("job" | "deployment" | "deployment_group" | "bus"), _) => true,
+        (Some("engine"), Some(principal), _) => principal == name,
+        _ => {
+            tracing::debug!(tenant, tag, "event outside a tenant's namespace withheld");
+            false
+        }
     }
 }
 
@@ -422,6 +552,7 @@ mod tests {
             RequestBody::PrincipalAdd { name: "p".into(), public_key: vec![1; 32], acl: PrincipalAcl::default() },
             RequestBody::PrincipalList,
             RequestBody::PrincipalRemove { name: "p".into() },
+            RequestBody::OwnerTransfer { from: "root".into(), to: "p".into() },
             RequestBody::ApiTokenCreate { principal: "p".into(), ttl_ms: None },
             RequestBody::ApiTokenList,
             RequestBody::ApiTokenRevoke { id: "t".into() },
@@ -450,6 +581,33 @@ mod tests {
         }
     }
 
+    fn admin_acl() -> PrincipalAcl {
+        PrincipalAcl { admin: true, events: vec!["*".into()], ..PrincipalAcl::default() }
+    }
+
+    /// Rules as wide as can be, confined to proja-*.
+    fn tenant_acl() -> PrincipalAcl {
+        PrincipalAcl {
+            rules: vec![rule("*", &["*"])],
+            events: vec!["*".into()],
+            tenant: Some("proja".into()),
+            ..PrincipalAcl::default()
+        }
+    }
+
+    /// Every kind of asker, in the order of [`verdicts`]: root, `admin`, `narrow`, the tenant
+    /// `proja`, the minion peer web2, another master.
+    fn every_asker<'a>(admin: &'a PrincipalAcl, narrow: &'a PrincipalAcl, tenant: &'a PrincipalAcl) -> [Asker<'a>; 6] {
+        [
+            Asker::Root,
+            Asker::Principal { name: "admin", acl: admin },
+            Asker::Principal { name: "narrow", acl: narrow },
+            Asker::Principal { name: "proja", acl: tenant },
+            Asker::MinionPeer { id: "web2" },
+            Asker::ClusterPeer,
+        ]
+    }
+
     /// What each kind of asker gets, in the order root, admin, narrow, tenant, minion peer,
     /// cluster peer: `Y` granted, `F` forbidden, `N` answered as not found, `B` bad request.
     fn verdicts(policy: &Policy<'_>, askers: &[Asker<'_>], action: &Action<'_>) -> String {
@@ -466,28 +624,15 @@ mod tests {
 
     #[test]
     fn every_request_of_every_kind_of_asker_is_decided_here() {
-        let admin = PrincipalAcl { admin: true, events: vec!["*".into()], ..PrincipalAcl::default() };
+        let admin = admin_acl();
         // Sees web*, may ping there and deploy there, may run nothing else.
         let narrow = PrincipalAcl {
             rules: vec![rule("web*", &["test.ping", "deploy.apply"])],
-            events: vec!["halite/job/*".into()],
+            events: vec!["halite/job/*".into(), "halite/deployment/*".into(), "halite/deployment_group/*".into()],
             ..PrincipalAcl::default()
         };
-        // Rules as wide as can be, confined to proja-*.
-        let tenant = PrincipalAcl {
-            rules: vec![rule("*", &["*"])],
-            events: vec!["*".into()],
-            tenant: Some("proja".into()),
-            ..PrincipalAcl::default()
-        };
-        let askers = [
-            Asker::Root,
-            Asker::Principal { name: "admin", acl: &admin },
-            Asker::Principal { name: "narrow", acl: &narrow },
-            Asker::Principal { name: "proja", acl: &tenant },
-            Asker::MinionPeer { id: "web2" },
-            Asker::ClusterPeer,
-        ];
+        let tenant = tenant_acl();
+        let askers = every_asker(&admin, &narrow, &tenant);
         let registry = Registry::default();
         let nodegroups = BTreeMap::new();
         let peers =
@@ -554,5 +699,58 @@ mod tests {
         let everything = ["*".to_owned()];
         assert_eq!(verdicts(&policy, &askers, &Action::Subscribe(&everything)), "YYFYFF");
         assert_eq!(verdicts(&policy, &askers, &Action::Announce), "FFFFFY");
+
+        // What an engine created is its creator's (and root's and administrators'); to anyone
+        // else it does not exist. Listings are narrowed to one's own.
+        assert_eq!(verdicts(&policy, &askers, &Action::Own { owner: "narrow" }), "YYYNFF");
+        assert_eq!(verdicts(&policy, &askers, &Action::Own { owner: "root" }), "YYNNFF");
+        assert_eq!(verdicts(&policy, &askers, &Action::ListOwned), "YYYYFF");
+        let listed = |asker: &Asker<'_>| policy.decide(asker, &Action::ListOwned).unwrap();
+        assert_eq!(listed(&askers[1]), Granted::Yes, "an administrator lists everyone's");
+        assert_eq!(listed(&askers[2]), Granted::OwnedBy("narrow".into()));
+        assert_eq!(listed(&askers[3]), Granted::OwnedBy("proja".into()));
+        // Fleet-wide figures are for root and administrators.
+        assert_eq!(verdicts(&policy, &askers, &Action::ReadMetrics), "YYFFFF");
+    }
+
+    #[test]
+    fn events_reach_only_those_who_may_see_what_they_are_about() {
+        let admin = admin_acl();
+        let narrow = PrincipalAcl {
+            rules: vec![rule("web*", &["deploy.apply"])],
+            events: vec!["halite/**".into()],
+            ..PrincipalAcl::default()
+        };
+        let tenant = tenant_acl();
+        let askers = every_asker(&admin, &narrow, &tenant);
+        let registry = Registry::default();
+        let nodegroups = BTreeMap::new();
+        let policy = Policy { nodegroups: &nodegroups, peers: &[], registry: &registry };
+        let receive = |tag: &'static str, data: Value, sees: bool| {
+            let about = About::of(tag, &data, |_| sees);
+            verdicts(&policy, &askers, &Action::Receive { tag, about })
+        };
+        let deployment = |server: &str, owner: &str| serde_json::json!({ "server_id": server, "owner": owner });
+        // A deployment's events (its inputs and outputs) go to its creator alone, while it may
+        // still deploy there.
+        assert_eq!(receive("halite/deployment/d1/COMPLETE", deployment("web1", "narrow"), false), "YYYFFF");
+        assert_eq!(receive("halite/deployment/d1/COMPLETE", deployment("web1", "root"), false), "YYFFFF");
+        assert_eq!(receive("halite/deployment/d1/COMPLETE", deployment("db1", "narrow"), false), "YYFFFF");
+        assert_eq!(receive("halite/deployment/d2/DELETED", deployment("proja-web1", "proja"), false), "YYFYFF");
+        assert_eq!(
+            receive("halite/deployment/d3/relayed", serde_json::json!({}), false),
+            "YYFFFF",
+            "no owner: no one's"
+        );
+        let group = |owner: &str| serde_json::json!({ "id": "g1", "owner": owner });
+        assert_eq!(receive("halite/deployment_group/g1/COMPLETE", group("narrow"), false), "YYYFFF");
+        assert_eq!(receive("halite/deployment_group/g1/COMPLETE", group("proja"), false), "YYFYFF");
+        // A job's events go to those who see the job.
+        assert_eq!(receive("halite/job/1/ret/web1", Value::Null, true), "YYYYFF");
+        assert_eq!(receive("halite/job/1/ret/web1", Value::Null, false), "YYFFFF");
+        // A minion's events: within the events globs, and a tenant's own minions only.
+        assert_eq!(receive("minion/web1/app/ok", Value::Null, false), "YYFFFF");
+        assert_eq!(receive("minion/proja-web1/app/ok", Value::Null, false), "YYFYFF");
+        assert_eq!(receive("halite/key/web1/accepted", Value::Null, false), "YYYFFF");
     }
 }

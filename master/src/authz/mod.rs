@@ -5,25 +5,27 @@
 //! The rules:
 //! - root and administrators see and control everything;
 //! - another principal sees a job it published, or a job whose targeted minions all lie within
-//!   its view (the union of its rules' `targets`, within its tenant); a `deploy.apply` job
-//!   (which carries a deployment's input values) only where a rule allows `deploy.apply` on
-//!   its server, the same check as for the deployment itself;
+//!   its view (the union of its rules' `targets`, within its tenant); another principal's
+//!   `deploy.apply` job (which carries that principal's config and input values) never;
 //! - seeing is not controlling: cancelling, pausing or resuming a job needs its publisher, an
 //!   administrator, or rules that allow the job's *function* on *every* targeted minion;
 //! - it receives a job's bus events only if it sees the job (a job no longer live, only root
-//!   and administrators), a deployment's only if it may deploy to its server, and any event
-//!   only within its `events` globs (a tenant's: only about its own minions);
+//!   and administrators), a deployment's only if it created it and may deploy to its server,
+//!   and any event only within its `events` globs (a tenant's: only about its own minions);
 //! - it may subscribe only to patterns its `events` globs cover (refused otherwise, so a
 //!   client never waits on events it will never get);
-//! - a tenant's principal never reaches a minion outside its tenant, whatever its rules say.
+//! - a tenant's principal never reaches a minion outside its tenant, whatever its rules say;
+//! - what an engine creates (configs, deployments, groups, enrollment and gateway tokens) is
+//!   seen and acted on by its creator, root and administrators; to anyone else it does not
+//!   exist, and is answered exactly like an id never used, so ids cannot be probed; the events
+//!   of a deployment or group reach only its creator (and those who see everything);
+//! - the master's metrics (fleet-wide figures) are for root and administrators.
 //!
 //! Publishing, and what a job may reach through functions that call functions, is in
-//! [`publish`]; who sees and acts on the configs, deployments, groups and tokens engines
-//! create (their creator, root and administrators), in [`ownership`].
+//! [`publish`].
 
 use std::collections::BTreeMap;
 
-use halite_protocol::glob;
 use halite_protocol::message::{PrincipalAcl, TargetKind, Value};
 
 use halite_transport::PeerId;
@@ -34,7 +36,6 @@ use crate::store::Store;
 use crate::target::Expr;
 
 pub(crate) mod decide;
-pub(crate) mod ownership;
 pub(crate) mod publish;
 
 pub(crate) use decide::{Action, Asker, Denied, Granted, JobFacts, Policy, RequestKind, MAX_PATTERN_LEN};
@@ -139,20 +140,22 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Whether the client on `peer` may receive an event (its subscription patterns aside).
-    /// A job's answer is remembered per connection while the job lives: its events come once
-    /// per minion, and deciding costs a match per targeted minion.
+    /// Whether it sees a job is remembered per connection while the job lives: its events come
+    /// once per minion, and deciding costs a match per targeted minion.
     pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
         let Some((name, acl)) = self.principal_on(peer) else { return false };
         let who = Who { name: &name, acl: acl.as_deref() };
         let mut decided = None;
-        let allowed = self.receives(who, tag, data, |master, jid| {
-            if let Some(&known) = master.jobs.get(jid).and_then(|job| job.visible_to.get(&peer)) {
+        let about = decide::About::of(tag, data, |jid| {
+            let Some(job) = self.jobs.get(jid) else { return false };
+            if let Some(&known) = job.visible_to.get(&peer) {
                 return known;
             }
-            let visible = master.may_see_live_job(who, jid);
+            let visible = self.may_see_live_job(who, jid);
             decided = Some((jid.to_owned(), visible));
             visible
         });
+        let allowed = self.receives(who, tag, about);
         if let Some((jid, visible)) = decided {
             if let Some(job) = self.jobs.get_mut(&jid) {
                 job.visible_to.insert(peer, visible);
@@ -164,32 +167,27 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Whether `who` may receive an event (its subscription patterns aside): what a
     /// subscriber gets, and what a rollout's `abort_on` of a job `who` published hears.
     pub(crate) fn may_receive(&self, who: Who<'_>, tag: &str, data: &Value) -> bool {
-        self.receives(who, tag, data, |master, jid| master.may_see_live_job(who, jid))
+        let about = decide::About::of(tag, data, |jid| self.may_see_live_job(who, jid));
+        self.receives(who, tag, about)
     }
 
-    /// The rules of [`Self::may_receive`], with how to decide whether `who` sees a live job.
-    /// Events of a job that is no longer live (a late return) go only to those who see
-    /// everything.
-    fn receives(&self, who: Who<'_>, tag: &str, data: &Value, sees_job: impl FnOnce(&Self, &str) -> bool) -> bool {
-        let Some(acl) = who.acl else { return true };
-        if !acl.events.iter().any(|p| glob::matches(p, tag)) {
-            return false;
-        }
-        if acl.admin {
-            return true;
-        }
-        if let Some(tenant) = acl.tenant.as_deref() {
-            if !tenant_may_receive(acl, tenant, who.name, tag) {
-                return false;
-            }
-        }
-        let mut parts = tag.split('/');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some("halite"), Some("job"), Some(jid)) => self.jobs.get(jid).is_some() && sees_job(self, jid),
-            (Some("halite"), Some("deployment"), Some(_)) => {
-                data.get("server_id").and_then(Value::as_str).is_some_and(|server| self.may_deploy_to(acl, server))
-            }
-            _ => true,
+    /// [`Action::Receive`] for `who`.
+    fn receives(&self, who: Who<'_>, tag: &str, about: decide::About<'_>) -> bool {
+        self.policy().decide(&Asker::client(who.name, who.acl), &Action::Receive { tag, about }).is_ok()
+    }
+
+    /// Whether `who` may see and act on something created by `owner` (a config, deployment,
+    /// group or token); to anyone else it does not exist.
+    pub(crate) fn may_own(&self, who: Who<'_>, owner: &str) -> bool {
+        self.policy().decide(&Asker::client(who.name, who.acl), &Action::Own { owner }).is_ok()
+    }
+
+    /// The owner a listing or bulk deletion in the store is narrowed to for `who`: `None`
+    /// (everyone's) for root and administrators, else `who`'s own.
+    pub(crate) fn owned_by<'a>(&self, who: Who<'a>) -> Option<&'a str> {
+        match self.policy().decide(&Asker::client(who.name, who.acl), &Action::ListOwned) {
+            Ok(Granted::Yes) => None,
+            _ => Some(who.name),
         }
     }
 
@@ -200,28 +198,6 @@ impl<S: Store, N: Net> Master<S, N> {
         match caller {
             "root" => Some(None),
             name => self.registry.principals.get(name).map(|p| Some(&p.acl)),
-        }
-    }
-
-    /// Whether an ACL allows `deploy.apply` on `server` (in its tenant, if it has one).
-    pub(crate) fn may_deploy_to(&self, acl: &PrincipalAcl, server: &str) -> bool {
-        let asker = Asker::Principal { name: "", acl };
-        self.policy().decide(&asker, &Action::Deploy { server }).is_ok()
-    }
-}
-
-/// Which bus events a tenant's principal may receive at all (its subscription and the job and
-/// deployment checks aside): those about its own minions, its own engine events, and the
-/// bus's own notices. Key events and other principals' engine events are never a tenant's.
-fn tenant_may_receive(acl: &PrincipalAcl, tenant: &str, name: &str, tag: &str) -> bool {
-    let mut parts = tag.split('/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some("minion"), Some(id), _) | (Some("halite"), Some("minion"), Some(id)) => acl.in_tenant(id),
-        (Some("halite"), Some("job" | "deployment" | "bus"), _) => true,
-        (Some("engine"), Some(principal), _) => principal == name,
-        _ => {
-            tracing::debug!(tenant, tag, "event outside a tenant's namespace withheld");
-            false
         }
     }
 }

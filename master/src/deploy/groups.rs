@@ -17,7 +17,6 @@ use halite_protocol::message::{
 };
 use tracing::{info, warn};
 
-use crate::authz::ownership::may_own;
 use crate::authz::Who;
 use crate::clock::new_uuid;
 use crate::jobs::Slot;
@@ -122,7 +121,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// one of its servers.
     pub(crate) async fn show_group(&mut self, id: &str, who: Who<'_>) -> Reply {
         let record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
-        if !may_own(who, &record.principal)
+        if !self.may_own(who, &record.principal)
             || record.group.members.iter().any(|m| self.may_deploy(who.acl, Some(&m.server_id)).is_err())
         {
             // Answered like a group that does not exist: its id reveals nothing.
@@ -197,7 +196,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.store.put_group(&record, self.clock.wall_ms()).await?;
         self.emit_shared(
             format!("halite/deployment_group/{id}/{}", record.group.status),
-            serde_json::to_value(&record.group).unwrap_or_default(),
+            super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
         );
         self.advance_group(id).await
     }
@@ -288,7 +287,7 @@ impl<S: Store, N: Net> Master<S, N> {
             if record.group.status != before.status || record.group.rollout != before.rollout {
                 self.emit_shared(
                     format!("halite/deployment_group/{id}/{}", record.group.status),
-                    serde_json::to_value(&record.group).unwrap_or_default(),
+                    super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
                 );
             }
         }

@@ -20,7 +20,6 @@ use halite_protocol::message::{
 use serde_json::{json, Map};
 use tracing::{info, warn};
 
-use crate::authz::ownership::{may_own, owned_by};
 use crate::authz::Who;
 use crate::clock::new_uuid;
 use crate::net::Net;
@@ -78,11 +77,13 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::ConfigList { limit } => {
                 self.may_deploy(acl, None)?;
                 let limit = limit.min(MAX_CONFIG_LIST);
-                Ok(ResponseBody::Configs(self.store.configs(owned_by(who), limit).await.map_err(RequestError::from)?))
+                Ok(ResponseBody::Configs(
+                    self.store.configs(self.owned_by(who), limit).await.map_err(RequestError::from)?,
+                ))
             }
             RequestBody::ConfigDelete { id } => {
                 self.may_deploy(acl, None)?;
-                if !self.store.delete_config(&id, owned_by(who)).await.map_err(RequestError::from)? {
+                if !self.store.delete_config(&id, self.owned_by(who)).await.map_err(RequestError::from)? {
                     return Err(no_config(&id));
                 }
                 info!(config = %id, "software config deleted");
@@ -112,7 +113,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 let records = self.store.deployments(server_id.as_deref()).await.map_err(RequestError::from)?;
                 let visible = records
                     .into_iter()
-                    .filter(|r| may_own(who, &r.owner) && self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok())
+                    .filter(|r| {
+                        self.may_own(who, &r.owner) && self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok()
+                    })
                     .map(|r| r.deployment)
                     .collect();
                 Ok(ResponseBody::Deployments(visible))
@@ -126,14 +129,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 info!(deployment = %id, "deployment deleted");
                 self.emit_shared(
                     format!("halite/deployment/{id}/DELETED"),
-                    json!({ "server_id": record.deployment.server_id }),
+                    json!({ "server_id": record.deployment.server_id, "owner": record.owner }),
                 );
                 Ok(ResponseBody::Deleted(id))
             }
             RequestBody::ServerConfigs { server_id } => {
                 self.may_deploy(acl, Some(&server_id))?;
                 let mut records = self.store.deployments(Some(&server_id)).await.map_err(RequestError::from)?;
-                records.retain(|r| may_own(who, &r.owner));
+                records.retain(|r| self.may_own(who, &r.owner));
                 records.reverse();
                 Ok(ResponseBody::Items(records.into_iter().map(|r| r.item).collect()))
             }
@@ -175,7 +178,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// and administrators. Another's is answered like a config that does not exist.
     pub(crate) async fn readable_config(&self, id: &str, who: Who<'_>) -> Result<SoftwareConfig, RequestError> {
         let record = self.store.config(id).await.map_err(RequestError::from)?;
-        record.filter(|r| may_own(who, &r.owner)).map(|r| r.config).ok_or_else(|| no_config(id))
+        record.filter(|r| self.may_own(who, &r.owner)).map(|r| r.config).ok_or_else(|| no_config(id))
     }
 
     /// A deployment `who` owns (any, for root and administrators); another's is answered like
@@ -185,7 +188,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .deployment(id)
             .await
             .map_err(RequestError::from)?
-            .filter(|r| may_own(who, &r.owner))
+            .filter(|r| self.may_own(who, &r.owner))
             .ok_or_else(|| RequestError::not_found(format!("no deployment {id}")))
     }
 
@@ -305,17 +308,18 @@ impl<S: Store, N: Net> Master<S, N> {
         self.store.put_deployment(&record, now).await.map_err(RequestError::from)?;
         self.deploy_jobs.insert(jid.clone(), record.deployment.id.clone());
         info!(deployment = %record.deployment.id, server = %server, %jid, action = %record.deployment.action, "deployment pushed");
-        self.announce(&record.deployment);
+        self.announce(&record.deployment, &record.owner);
         // A server that is not a known minion cannot receive it until it enrolls: the job waits.
         Ok(record)
     }
 
-    fn announce(&mut self, deployment: &SoftwareDeployment) {
+    /// A deployment's new status, on the bus for its creator (`owner`).
+    fn announce(&mut self, deployment: &SoftwareDeployment, owner: &str) {
         let status = crate::metrics::Status { status: deployment.status.clone() };
         self.metrics.get().deployments.get_or_create(&status).inc();
         self.emit_shared(
             format!("halite/deployment/{}/{}", deployment.id, deployment.status),
-            serde_json::to_value(deployment).unwrap_or_default(),
+            owned_event(serde_json::to_value(deployment).unwrap_or_default(), owner),
         );
     }
 
@@ -384,7 +388,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         info!(deployment = %id, status = %record.deployment.status, reason = %record.deployment.status_reason, "deployment signalled");
-        self.announce(&record.deployment);
+        self.announce(&record.deployment, &record.owner);
         if record.relay_pending {
             self.start_relay(&record);
         }
@@ -462,7 +466,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         };
         let outcome = if relayed { "relayed" } else { "refused" };
-        let data = json!({ "ok": relayed, "outcome": outcome, "server_id": record.deployment.server_id });
+        let data = json!({ "ok": relayed, "outcome": outcome, "server_id": record.deployment.server_id, "owner": record.owner });
         self.emit_shared(format!("halite/deployment/{id}/relayed"), data);
         Ok(())
     }
@@ -484,4 +488,14 @@ impl<S: Store, N: Net> Master<S, N> {
 
 pub(crate) fn no_config(id: &str) -> RequestError {
     RequestError::not_found(format!("no software config {id}"))
+}
+
+/// A deployment's or group's event data with its creator (`owner`): only the creator, root and
+/// administrators receive it (`authz::decide`, `Action::Receive`), since a deployment's
+/// events carry its input and output values.
+pub(crate) fn owned_event(mut data: Value, owner: &str) -> Value {
+    if let Value::Object(map) = &mut data {
+        map.insert("owner".into(), Value::from(owner));
+    }
+    data
 }

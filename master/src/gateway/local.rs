@@ -39,6 +39,8 @@ pub(crate) struct Opened {
     pub(crate) peer: PeerId,
     /// The principal.
     pub(crate) principal: String,
+    /// Whether it may read the master's metrics (decided when the session opened).
+    pub(crate) reads_metrics: bool,
 }
 
 /// Why a local call failed; maps to an HTTP status.
@@ -58,6 +60,7 @@ pub(crate) struct LocalSession {
     commands: mpsc::Sender<LocalCommand>,
     peer: PeerId,
     principal: String,
+    reads_metrics: bool,
     inbox: LocalInbox,
     /// Messages read while waiting for a subscription's answer (events it replayed), given
     /// out before the inbox's.
@@ -81,16 +84,29 @@ impl LocalSession {
             .send(LocalCommand::Connect { token_hash, to_client, reply })
             .await
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?;
-        let Opened { peer, principal } = answer
+        let Opened { peer, principal, reads_metrics } = answer
             .await
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?
             .map_err(CallError::Unauthorized)?;
-        Ok(LocalSession { commands: commands.clone(), peer, principal, inbox, early: VecDeque::new(), next_request: 1 })
+        Ok(LocalSession {
+            commands: commands.clone(),
+            peer,
+            principal,
+            reads_metrics,
+            inbox,
+            early: VecDeque::new(),
+            next_request: 1,
+        })
     }
 
     /// The principal the session acts as.
     pub(crate) fn principal(&self) -> &str {
         &self.principal
+    }
+
+    /// Whether the session may read the master's metrics.
+    pub(crate) fn reads_metrics(&self) -> bool {
+        self.reads_metrics
     }
 
     async fn send(&self, msg: Message) -> Result<(), CallError> {

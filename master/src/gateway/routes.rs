@@ -34,7 +34,10 @@ pub(super) fn router(
     let figures = metrics.clone();
     Router::new()
         .merge(super::fleet::routes(enrollment))
-        .route("/metrics", get(move |headers: HeaderMap| async move { crate::metrics_http::text(&figures, &headers) }))
+        .route(
+            "/metrics",
+            get(move |session: Authed, headers: HeaderMap| async move { metrics_for(&session, &figures, &headers) }),
+        )
         .merge(crate::metrics_http::health(metrics))
         .route("/v1/openapi.json", get(|| async { Json(super::openapi::document()) }))
         .route("/v1/software_configs", get(list_configs).post(create_config))
@@ -54,6 +57,15 @@ pub(super) fn router(
         .layer(axum::middleware::from_fn_with_state(commands.clone(), super::auth::authenticate))
         .layer(axum::middleware::map_response(super::errors::as_json))
         .with_state(commands)
+}
+
+/// `GET /metrics`: fleet-wide figures, for root's and administrators' tokens only.
+fn metrics_for(session: &Authed, figures: &crate::metrics::Metrics, headers: &HeaderMap) -> Response {
+    if !session.0.reads_metrics() {
+        let why = "the master's metrics are for administrators (fleet-wide figures)";
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why.into()).into_response();
+    }
+    crate::metrics_http::text(figures, headers)
 }
 
 /// An error as JSON: `{"error": {"kind": ..., "message": ...}}`; a 401 also carries the

@@ -9,6 +9,7 @@ use halite_protocol::message::{
 };
 use serde_json::json;
 
+use super::relay_trust_tests::{events, subscribe};
 use super::{Sim, SimPeer};
 use crate::store::DeployStore;
 
@@ -44,6 +45,15 @@ async fn deploy(sim: &mut Sim, client: &mut SimPeer, config: &str, server: &str)
     match sim.request(client, RequestBody::DeploymentCreate(spec)).await? {
         ResponseBody::Deployment(deployment) => Ok(deployment),
         other => panic!("a deployment, not {other:?}"),
+    }
+}
+
+/// A deployment group of `config` on shared-1.
+async fn shared_group(sim: &mut Sim, client: &mut SimPeer, config: &str) -> halite_protocol::message::DeploymentGroup {
+    let group = serde_json::from_value(json!({"config_id": config, "servers": ["shared-1"]})).expect("group");
+    match sim.request(client, RequestBody::DeploymentGroupCreate(group)).await {
+        Ok(ResponseBody::DeploymentGroup(group)) => group,
+        other => panic!("a group, not {other:?}"),
     }
 }
 
@@ -125,12 +135,7 @@ fn a_deployment_on_a_shared_server_is_its_creators_alone() {
         let mut ops = admin(&mut sim, "ops").await;
         let config = create_config(&mut sim, &mut a).await;
         let mine = deploy(&mut sim, &mut a, &config.id, "shared-1").await.expect("deployed");
-        let group = serde_json::from_value(json!({"config_id": config.id, "servers": ["shared-1"]})).expect("group");
-        let Ok(ResponseBody::DeploymentGroup(group)) =
-            sim.request(&mut a, RequestBody::DeploymentGroupCreate(group)).await
-        else {
-            panic!("a group");
-        };
+        let group = shared_group(&mut sim, &mut a, &config.id).await;
         let id = mine.id.clone();
 
         let hidden = format!("no deployment {id}");
@@ -190,5 +195,56 @@ fn enrollment_tokens_are_made_for_ones_own_servers_and_seen_by_their_creator() {
         let revoked = sim.request(&mut a, RequestBody::TokenRevoke { id: id.clone() }).await;
         assert_eq!(revoked, Ok(ResponseBody::Changed(vec![id])));
         assert_eq!(token_ids(&mut sim, &mut root).await.len(), 1, "root's own is left");
+    });
+}
+
+#[test]
+fn a_deployments_events_reach_its_creator_alone() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        // Both may deploy to shared-1 and read every deployment event their globs cover.
+        let events_acl = || PrincipalAcl {
+            rules: vec![halite_protocol::message::PrincipalRule {
+                targets: "shared-1".into(),
+                functions: vec!["deploy.apply".into()],
+                args: std::collections::BTreeMap::new(),
+            }],
+            events: vec!["halite/deployment/*".into(), "halite/deployment_group/*".into()],
+            admin: false,
+            tenant: None,
+        };
+        let mut a = sim.principal_with("tenanta", events_acl()).await;
+        let mut b = sim.principal_with("tenantb", events_acl()).await;
+        let mut ops = sim
+            .principal_with("ops", PrincipalAcl { admin: true, events: vec!["*".into()], ..PrincipalAcl::default() })
+            .await;
+        // A second session of the creator's listens (the first one's requests read its own).
+        let mut a_watch = sim.principal_with("tenanta", events_acl()).await;
+        for client in [&mut a_watch, &mut b] {
+            subscribe(&mut sim, client, "halite/deployment/*").await;
+        }
+        subscribe(&mut sim, &mut ops, "halite/**").await;
+        let config = create_config(&mut sim, &mut a).await;
+        let mine = deploy(&mut sim, &mut a, &config.id, "shared-1").await.expect("deployed");
+        let group = shared_group(&mut sim, &mut a, &config.id).await;
+        let deleted = sim.request(&mut a, RequestBody::DeploymentDelete { id: mine.id.clone() }).await;
+        assert_eq!(deleted, Ok(ResponseBody::Deleted(mine.id.clone())));
+        sim.advance(std::time::Duration::from_millis(200)).await;
+
+        let tags = |events: Vec<halite_protocol::message::Event>| -> Vec<String> {
+            events.into_iter().map(|e| e.tag).collect()
+        };
+        let theirs = tags(events(&mut a_watch, &sim));
+        let created = format!("halite/deployment/{}/IN_PROGRESS", mine.id);
+        let gone = format!("halite/deployment/{}/DELETED", mine.id);
+        assert!(theirs.contains(&created) && theirs.contains(&gone), "the creator hears its own: {theirs:?}");
+        let others = tags(events(&mut b, &sim));
+        assert!(others.is_empty(), "another principal that may deploy there heard {others:?}");
+        let all = tags(events(&mut ops, &sim));
+        assert!(all.contains(&created) && all.contains(&gone), "an administrator hears all: {all:?}");
+        assert!(
+            all.iter().any(|t| group.members[0].deployment_id.as_ref().is_some_and(|id| t.contains(id.as_str()))),
+            "{all:?}"
+        );
     });
 }

@@ -31,7 +31,7 @@ fn rule(targets: &str, functions: &[&str]) -> PrincipalRule {
     }
 }
 
-fn events(client: &mut SimPeer, sim: &Sim) -> Vec<Event> {
+pub(super) fn events(client: &mut SimPeer, sim: &Sim) -> Vec<Event> {
     client
         .recv(sim)
         .into_iter()
@@ -42,7 +42,7 @@ fn events(client: &mut SimPeer, sim: &Sim) -> Vec<Event> {
         .collect()
 }
 
-async fn subscribe(sim: &mut Sim, client: &mut SimPeer, pattern: &str) {
+pub(super) async fn subscribe(sim: &mut Sim, client: &mut SimPeer, pattern: &str) {
     client.send(sim, &Message::Subscribe(Subscribe { patterns: vec![pattern.into()], after: None })).await;
     client.recv(sim);
 }
@@ -141,7 +141,8 @@ fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
             let seen = events(&mut heat, &sim);
             let [event] = seen.as_slice() else { panic!("one relayed event: {seen:?}") };
             assert_eq!(event.tag, format!("halite/deployment/{}/relayed", deployment.id));
-            let expected = json!({ "ok": outcome == "relayed", "outcome": outcome, "server_id": "vm-1" });
+            let expected =
+                json!({ "ok": outcome == "relayed", "outcome": outcome, "server_id": "vm-1", "owner": "heat" });
             assert_eq!(event.data, expected, "no status code or error text reaches the engine");
         }
     });

@@ -215,13 +215,20 @@ macro_rules! common_store_methods {
         replaces_key: bool,
         owner: &str,
     ) -> Result<(), $crate::store::StoreError> {
-        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key, owner) VALUES (?, ?, ?, ?, ?, ?)"))
+        // Signed as stored (and read back): the column holds at most i64::MAX.
+        let stored_expiry = ms($crate::store::sqlite::db_int(expires_at_ms));
+        let row = $crate::store::trust::EnrollmentTokenRow { hash: &hash[..], minion, expires_at_ms: stored_expiry, replaces_key };
+        let seal = self.trust.get().seal_enrollment_token(&row);
+        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key, owner, signer, signature) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)"))
             .bind(&hash[..])
             .bind(minion)
             .bind($crate::store::sqlite::db_int(expires_at_ms))
             .bind($crate::store::records::token_id(hash))
             .bind(replaces_key)
             .bind(owner)
+            .bind(seal.signer)
+            .bind(seal.signature)
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
@@ -234,20 +241,45 @@ macro_rules! common_store_methods {
         public_key: &[u8; 32],
         now_ms: u64,
     ) -> Result<$crate::store::TokenUse, $crate::store::StoreError> {
-        let mut conn = self.conn().await?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let replaces: Option<i64> = sqlx::query_scalar(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ? \
-             RETURNING CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT)"),
-        )
-        .bind($crate::store::sqlite::db_int(now_ms))
+        // The token is honoured only as a master signed it: checked first (the check may read
+        // the signer's registration), then burnt in the transaction only if its row is still
+        // the one checked.
+        let row = sqlx::query(&$sql("SELECT expires_at, CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT) AS replaces, \
+             signer, signature FROM tokens WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"))
         .bind(&hash[..])
         .bind(minion)
         .bind($crate::store::sqlite::db_int(now_ms))
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
-        let Some(replaces) = replaces.map(|r| r != 0) else {
-            return Ok($crate::store::TokenUse::Invalid);
+        let Some(row) = row else { return Ok($crate::store::TokenUse::Invalid) };
+        let signature: Option<Vec<u8>> = row.try_get("signature")?;
+        let signed = $crate::store::trust::EnrollmentTokenRow {
+            hash: &hash[..],
+            minion,
+            expires_at_ms: ms(row.try_get("expires_at")?),
+            replaces_key: row.try_get::<i64, _>("replaces")? != 0,
         };
+        let signer: Option<Vec<u8>> = row.try_get("signer")?;
+        let trusted = self
+            .token_row_trusted(&$crate::store::records::token_id(hash), signer.as_deref(), |signer| {
+                $crate::store::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
+            })
+            .await?;
+        if !trusted {
+            return Ok($crate::store::TokenUse::Invalid);
+        }
+        let replaces = signed.replaces_key;
+        let mut conn = self.conn().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND signature = ?"))
+            .bind($crate::store::sqlite::db_int(now_ms))
+            .bind(&hash[..])
+            .bind(signature.as_deref())
+            .execute(&mut *tx)
+            .await?;
+        if burnt.rows_affected() != 1 {
+            return Ok($crate::store::TokenUse::Invalid);
+        }
         // Read in the same transaction that burns the token: a key accepted meanwhile counts.
         let accepted: i64 = sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE id = ? AND state = 'accepted' AND public_key != ?"))
             .bind(minion)
@@ -287,13 +319,36 @@ macro_rules! common_store_methods {
     }
 
     async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, $crate::store::StoreError> {
-        let found: Option<i64> =
-            sqlx::query_scalar(&$sql("SELECT CAST(1 AS BIGINT) FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? LIMIT 1"))
-                .bind(minion)
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .fetch_optional(&mut *self.conn().await?)
+        // Only a token a master made binds the id: a row written past the masters does not
+        // lock its minion out.
+        let rows = sqlx::query(&$sql("SELECT token_hash, expires_at, CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT) AS replaces, \
+             signer, signature FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? \
+             ORDER BY signature IS NULL LIMIT 16"))
+            .bind(minion)
+            .bind($crate::store::sqlite::db_int(now_ms))
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+        for row in &rows {
+            let hash: Vec<u8> = row.try_get("token_hash")?;
+            let signature: Option<Vec<u8>> = row.try_get("signature")?;
+            let signer: Option<Vec<u8>> = row.try_get("signer")?;
+            let signed = $crate::store::trust::EnrollmentTokenRow {
+                hash: &hash,
+                minion,
+                expires_at_ms: ms(row.try_get("expires_at")?),
+                replaces_key: row.try_get::<i64, _>("replaces")? != 0,
+            };
+            let id = halite_protocol::hex::encode(&hash[..hash.len().min(6)]);
+            let trusted = self
+                .token_row_trusted(&id, signer.as_deref(), |signer| {
+                    $crate::store::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
+                })
                 .await?;
-        Ok(found.is_some())
+            if trusted {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     async fn pending_key_count(&self) -> Result<u64, $crate::store::StoreError> {
@@ -543,6 +598,22 @@ macro_rules! common_store_methods {
         }
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn transfer_owner(&self, from: &str, to: &str) -> Result<u64, $crate::store::StoreError> {
+        let mut conn = self.conn().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let mut moved = 0;
+        for owned in ["software_configs", "deployments", "tokens", "api_tokens"] {
+            let done = sqlx::query(&$sql(&format!("UPDATE {owned} SET owner = ? WHERE owner = ?")))
+                .bind(to)
+                .bind(from)
+                .execute(&mut *tx)
+                .await?;
+            moved += done.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(moved)
     }
 
     async fn tokens(&self, owner: Option<&str>) -> Result<Vec<halite_protocol::message::TokenSummary>, $crate::store::StoreError> {

@@ -193,8 +193,13 @@ macro_rules! deploy_store {
                 now_ms: u64,
                 expires_at_ms: Option<u64>,
             ) -> Result<(), $crate::store::StoreError> {
+                // Signed as stored (and read back): the column holds at most i64::MAX.
+                let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::store::sqlite::db_int(at)).unwrap_or(0));
+                let row = $crate::store::trust::ApiTokenRow { hash: &hash[..], principal, expires_at_ms: stored_expiry };
+                let seal = self.trust.get().seal_api_token(&row);
                 sqlx::query(&$sql(
-                    "INSERT INTO api_tokens (token_hash, principal, owner, created_at, id, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO api_tokens (token_hash, principal, owner, created_at, id, expires_at, signer, signature) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 ))
                 .bind(&hash[..])
                 .bind(principal)
@@ -202,6 +207,8 @@ macro_rules! deploy_store {
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .bind($crate::store::records::token_id(hash))
                 .bind(expires_at_ms.map($crate::store::sqlite::db_int))
+                .bind(seal.signer)
+                .bind(seal.signature)
                 .execute(&mut *self.conn().await?)
                 .await?;
                 Ok(())
@@ -213,19 +220,34 @@ macro_rules! deploy_store {
                 now_ms: u64,
             ) -> Result<Option<$crate::store::ApiTokenGrant>, $crate::store::StoreError> {
                 let row = sqlx::query(&$sql(
-                    "SELECT principal, expires_at FROM api_tokens WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
+                    "SELECT principal, expires_at, signer, signature FROM api_tokens \
+                     WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
                 ))
                 .bind(&hash[..])
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .fetch_optional(&mut *self.conn().await?)
                 .await?;
                 let Some(row) = row else { return Ok(None) };
-                Ok(Some($crate::store::ApiTokenGrant {
+                let grant = $crate::store::ApiTokenGrant {
                     id: $crate::store::records::token_id(hash),
                     principal: sqlx::Row::try_get(&row, "principal")?,
                     expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(&row, "expires_at")?
                         .map(|v| u64::try_from(v).unwrap_or(0)),
-                }))
+                };
+                // A token opens a session only as a master signed it.
+                let signer: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signer")?;
+                let signature: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signature")?;
+                let signed = $crate::store::trust::ApiTokenRow {
+                    hash: &hash[..],
+                    principal: &grant.principal,
+                    expires_at_ms: grant.expires_at_ms,
+                };
+                let trusted = self
+                    .token_row_trusted(&grant.id, signer.as_deref(), |signer| {
+                        $crate::store::trust::Trust::check_api_token(signer, &signed, signature.as_deref().unwrap_or_default())
+                    })
+                    .await?;
+                Ok(trusted.then_some(grant))
             }
 
             async fn api_tokens(

@@ -322,6 +322,9 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// the same name does not inherit them); what it created passes to root, for the same
     /// reason. Returns whether it existed.
     fn delete_principal(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Hands everything `from` created (configs, deployments, enrollment and gateway tokens)
+    /// to `to`; how many rows moved.
+    fn transfer_owner(&self, from: &str, to: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// The newest jid ever stored, so jids keep increasing across restarts and clock steps.
     fn last_jid(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// The latest wall time the master recorded as reached (`None` before the first).

@@ -24,6 +24,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 
 /// The migration that added signatures to key and principal rows.
 const SIGNED_ROWS: i64 = 7;
+/// The migration that added signatures to enrollment and gateway token rows.
+const SIGNED_TOKENS: i64 = 10;
 
 /// Connections per master: the core serialises most writes; reads for clients and the
 /// cluster's listeners use the rest.
@@ -180,17 +182,20 @@ impl PostgresStore {
             announced: Arc::default(),
         };
         // No migrations table yet: a new database, nothing applied.
-        let signed: Option<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE version = $1")
-            .bind(SIGNED_ROWS)
-            .fetch_optional(&store.pool)
-            .await
-            .unwrap_or(None);
+        let applied = |version: i64| {
+            sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE version = $1").bind(version)
+        };
+        let signed = applied(SIGNED_ROWS).fetch_optional(&store.pool).await.unwrap_or(None);
+        let signed_tokens = applied(SIGNED_TOKENS).fetch_optional(&store.pool).await.unwrap_or(None);
         MIGRATOR.run(&store.pool).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
         })?;
         if signed.is_none() {
             store.trust.found_legacy_rows();
+        }
+        if signed_tokens.is_none() {
+            store.trust.found_legacy_tokens();
         }
         tokio::spawn(probe(store.pool.clone(), options_of(&store.pool), store.reachable.clone()));
         Ok(store)

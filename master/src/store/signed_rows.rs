@@ -130,6 +130,83 @@ macro_rules! signed_row_helpers {
                 Ok(principals)
             }
 
+            /// Whether a token row's seal (`signer`, `signature`) is a trusted master's over
+            /// `check`'s row; what is not is logged and counted.
+            pub(super) async fn token_row_trusted(
+                &self,
+                what: &str,
+                signer: Option<&[u8]>,
+                check: impl FnOnce(&halite_protocol::identity::PublicIdentity) -> Result<(), $crate::store::trust::Untrusted>,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let trust = self.trust.get();
+                let checked = match self.trusted_signer(&trust, signer).await? {
+                    Ok(signer) => check(&signer),
+                    Err(untrusted) => Err(untrusted),
+                };
+                if let Err(why) = checked {
+                    trust.rows_refused.inc();
+                    tracing::error!(token = what, %why, "a token row no master signed: not honoured (written past the masters?)");
+                    return Ok(false);
+                }
+                Ok(true)
+            }
+
+            /// Signs the enrollment and gateway token rows from before their signatures (see
+            /// [`Self::put_trust`]); how many.
+            async fn sign_legacy_tokens(
+                &self,
+                trust: &$crate::store::trust::Trust,
+            ) -> Result<u64, $crate::store::StoreError> {
+                let mut conn = self.conn().await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let tokens = sqlx::query(&$sql(
+                    "SELECT token_hash, minion, expires_at, CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT) AS replaces \
+                     FROM tokens WHERE signature IS NULL",
+                ))
+                .fetch_all(&mut *tx)
+                .await?;
+                for row in &tokens {
+                    let hash: Vec<u8> = row.try_get("token_hash")?;
+                    let seal = trust.seal_enrollment_token(&$crate::store::trust::EnrollmentTokenRow {
+                        hash: &hash,
+                        minion: &row.try_get::<String, _>("minion")?,
+                        expires_at_ms: ms(row.try_get("expires_at")?),
+                        replaces_key: row.try_get::<i64, _>("replaces")? != 0,
+                    });
+                    sqlx::query(&$sql("UPDATE tokens SET signer = ?, signature = ? WHERE token_hash = ?"))
+                        .bind(seal.signer)
+                        .bind(seal.signature)
+                        .bind(&hash)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let api_tokens = sqlx::query(&$sql(
+                    "SELECT token_hash, principal, expires_at FROM api_tokens WHERE signature IS NULL",
+                ))
+                .fetch_all(&mut *tx)
+                .await?;
+                for row in &api_tokens {
+                    let hash: Vec<u8> = row.try_get("token_hash")?;
+                    let seal = trust.seal_api_token(&$crate::store::trust::ApiTokenRow {
+                        hash: &hash,
+                        principal: &row.try_get::<String, _>("principal")?,
+                        expires_at_ms: row.try_get::<Option<i64>, _>("expires_at")?.map(ms),
+                    });
+                    sqlx::query(&$sql("UPDATE api_tokens SET signer = ?, signature = ? WHERE token_hash = ?"))
+                        .bind(seal.signer)
+                        .bind(seal.signature)
+                        .bind(&hash)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                let signed = (tokens.len() + api_tokens.len()) as u64;
+                if signed > 0 {
+                    tracing::info!(enrollment = tokens.len(), gateway = api_tokens.len(), "signed the token rows from before the upgrade");
+                }
+                Ok(signed)
+            }
+
             /// Puts `trust` in use: registers this master in `masters` (its key, id and
             /// certificate, for the others to check its signatures), and signs the rows that
             /// predate signatures if this process applied the migration that added them (then
@@ -155,8 +232,12 @@ macro_rules! signed_row_helpers {
                 .bind($crate::store::sqlite::db_int(now_ms))
                 .execute(&mut *self.conn().await?)
                 .await?;
+                let mut signed = 0;
+                if self.trust.legacy_tokens() {
+                    signed += self.sign_legacy_tokens(&trust).await?;
+                }
                 if !self.trust.legacy_rows() {
-                    return Ok(0);
+                    return Ok(signed);
                 }
                 let mut conn = self.conn().await?;
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -190,8 +271,8 @@ macro_rules! signed_row_helpers {
                         .await?;
                 }
                 tx.commit().await?;
-                let signed = (keys.len() + principals.len()) as u64;
-                if signed > 0 {
+                signed += (keys.len() + principals.len()) as u64;
+                if keys.len() + principals.len() > 0 {
                     tracing::info!(keys = keys.len(), principals = principals.len(), "signed the key and principal rows from before the upgrade");
                 }
                 Ok(signed)

@@ -151,3 +151,65 @@ async fn on_a_shared_store_a_registered_master_is_trusted_and_an_unregistered_on
         store.close().await;
     }
 }
+
+#[tokio::test]
+async fn token_rows_a_master_wrote_work_and_rows_written_or_changed_past_it_do_not() {
+    use super::DeployStore;
+    let (_dir, _, store) = sqlite().await;
+    let far = u64::MAX / 2;
+    store.create_api_token(&[1; 32], "heat", "root", 1, None).await.unwrap();
+    store.create_api_token(&[2; 32], "ops", "root", 1, Some(far)).await.unwrap();
+    assert_eq!(store.api_token_grant(&[1; 32], 2).await.unwrap().map(|g| g.principal).as_deref(), Some("heat"));
+    // A narrow token turned into root's, one given a longer life, one written in the table.
+    sql(&store, "UPDATE api_tokens SET principal = 'root' WHERE token_hash = x'0101010101010101010101010101010101010101010101010101010101010101'").await;
+    sql(&store, "UPDATE api_tokens SET expires_at = NULL WHERE principal = 'ops'").await;
+    sql(&store, "INSERT INTO api_tokens (token_hash, principal, created_at, id, owner) VALUES (x'0303030303030303030303030303030303030303030303030303030303030303', 'root', 1, '030303030303', 'root')").await;
+    for hash in [[1; 32], [2; 32], [3; 32]] {
+        assert_eq!(store.api_token_grant(&hash, 2).await.unwrap(), None, "{hash:?}");
+    }
+
+    // Enrollment: a token written in the table, and a signed one widened to replace a key.
+    store.put_key(&key("web1", KeyState::Accepted), 1).await.unwrap();
+    sql(&store, "INSERT INTO tokens (token_hash, minion, expires_at, id, owner) VALUES (x'0404040404040404040404040404040404040404040404040404040404040404', 'web9', 9999999999999, '040404040404', 'root')").await;
+    let forged = store.enroll_with_token(&[4; 32], "web9", &[9; 32], 2).await.unwrap();
+    assert_eq!(forged, crate::store::TokenUse::Invalid);
+    assert!(store.keys_for("web9").await.unwrap().is_empty(), "no key recorded for a forged token");
+    store.create_token(&[5; 32], "web1", far, false, "root").await.unwrap();
+    sql(&store, "UPDATE tokens SET replaces_key = 1 WHERE minion = 'web1'").await;
+    let widened = store.enroll_with_token(&[5; 32], "web1", &[9; 32], 2).await.unwrap();
+    assert_eq!(widened, crate::store::TokenUse::Invalid);
+    assert_eq!(store.keys_for("web1").await.unwrap(), vec![key("web1", KeyState::Accepted)], "the key stays");
+    // A token a master made enrolls, once.
+    store.create_token(&[6; 32], "web2", far, false, "heat").await.unwrap();
+    let used = store.enroll_with_token(&[6; 32], "web2", &[9; 32], 2).await.unwrap();
+    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: false });
+    let again = store.enroll_with_token(&[6; 32], "web2", &[8; 32], 3).await.unwrap();
+    assert_eq!(again, crate::store::TokenUse::Invalid);
+}
+
+#[tokio::test]
+async fn token_rows_from_before_their_signatures_are_signed_once_at_the_upgrade() {
+    use super::DeployStore;
+    let (_dir, path, store) = sqlite().await;
+    sql(
+        &store,
+        "ALTER TABLE tokens DROP COLUMN signer; ALTER TABLE tokens DROP COLUMN signature; \
+         ALTER TABLE api_tokens DROP COLUMN signer; ALTER TABLE api_tokens DROP COLUMN signature; \
+         DELETE FROM _sqlx_migrations WHERE version = 12; \
+         INSERT INTO api_tokens (token_hash, principal, created_at, id, owner) VALUES (x'0101010101010101010101010101010101010101010101010101010101010101', 'heat', 1, '010101010101', 'root'); \
+         INSERT INTO tokens (token_hash, minion, expires_at, id, owner) VALUES (x'0202020202020202020202020202020202020202020202020202020202020202', 'web2', 9999999999999, '020202020202', 'root')",
+    )
+    .await;
+    store.close().await;
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.set_trust(trust(1), 2).await.unwrap(), 2, "both token rows signed");
+    assert_eq!(store.api_token_grant(&[1; 32], 2).await.unwrap().map(|g| g.principal).as_deref(), Some("heat"));
+    // Once: a row written unsigned later is not signed by the next start.
+    sql(&store, "INSERT INTO api_tokens (token_hash, principal, created_at, id, owner) VALUES (x'0303030303030303030303030303030303030303030303030303030303030303', 'root', 1, '030303030303', 'root')").await;
+    store.close().await;
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.set_trust(trust(1), 3).await.unwrap(), 0);
+    assert_eq!(store.api_token_grant(&[3; 32], 3).await.unwrap(), None);
+    let used = store.enroll_with_token(&[2; 32], "web2", &[9; 32], 3).await.unwrap();
+    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: false });
+}

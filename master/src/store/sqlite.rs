@@ -18,6 +18,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 
 /// The migration that added signatures to key and principal rows.
 const SIGNED_ROWS: i64 = 9;
+/// The migration that added signatures to enrollment and gateway token rows.
+const SIGNED_TOKENS: i64 = 12;
 
 /// Minions written by one statement (4 bound values each, far below SQLite's variable limit).
 const ROWS_PER_STATEMENT: usize = 200;
@@ -149,17 +151,20 @@ impl SqliteStore {
         let mut conn = self.conn().await?;
         adopt_user_version(&mut conn).await?;
         // No migrations table yet: a new database, nothing applied.
-        let signed: Option<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE version = ?")
-            .bind(SIGNED_ROWS)
-            .fetch_optional(&mut *conn)
-            .await
-            .unwrap_or(None);
+        let applied = |version: i64| {
+            sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE version = ?").bind(version)
+        };
+        let signed = applied(SIGNED_ROWS).fetch_optional(&mut *conn).await.unwrap_or(None);
+        let signed_tokens = applied(SIGNED_TOKENS).fetch_optional(&mut *conn).await.unwrap_or(None);
         MIGRATOR.run(&mut *conn).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
         })?;
         if signed.is_none() {
             self.trust.found_legacy_rows();
+        }
+        if signed_tokens.is_none() {
+            self.trust.found_legacy_tokens();
         }
         Ok(())
     }

@@ -31,6 +31,12 @@ const KEY_ROW: &[u8] = b"halite key row v1";
 const PRINCIPAL_ROW: &[u8] = b"halite principal row v1";
 /// What an announcement's signature covers: its body, as sent.
 const ANNOUNCEMENT: &[u8] = b"halite cluster announcement v1";
+/// What an enrollment token row's signature covers: the token's hash, the id it enrolls, its
+/// expiry and whether it may replace an accepted key.
+const ENROLLMENT_TOKEN_ROW: &[u8] = b"halite enrollment token row v1";
+/// What a gateway token row's signature covers: the token's hash, the principal it acts as and
+/// its expiry.
+const API_TOKEN_ROW: &[u8] = b"halite gateway token row v1";
 
 /// Why something in the store or on the cluster channel was not taken as a master's word.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +123,55 @@ fn principal_row(name: &str, public_key: &[u8], acl: &str) -> Vec<u8> {
     out
 }
 
+/// An enrollment token row as signed. Its owner (who may list and revoke it) and whether it
+/// was used are not covered: neither grants anything.
+#[derive(Debug, Clone, Copy)]
+pub struct EnrollmentTokenRow<'a> {
+    /// The token's SHA-256.
+    pub hash: &'a [u8],
+    /// The minion id it enrolls.
+    pub minion: &'a str,
+    /// When it expires (Unix ms).
+    pub expires_at_ms: u64,
+    /// Whether it may replace the id's accepted key.
+    pub replaces_key: bool,
+}
+
+impl EnrollmentTokenRow<'_> {
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.minion.len());
+        field(&mut out, self.hash);
+        field(&mut out, self.minion.as_bytes());
+        field(&mut out, &self.expires_at_ms.to_be_bytes());
+        field(&mut out, &[u8::from(self.replaces_key)]);
+        out
+    }
+}
+
+/// A gateway token row as signed. Its owner (who may list and revoke it) is not covered.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiTokenRow<'a> {
+    /// The token's SHA-256.
+    pub hash: &'a [u8],
+    /// The principal it acts as.
+    pub principal: &'a str,
+    /// When it expires (Unix ms), if it does.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl ApiTokenRow<'_> {
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.principal.len());
+        field(&mut out, self.hash);
+        field(&mut out, self.principal.as_bytes());
+        match self.expires_at_ms {
+            Some(at) => field(&mut out, &at.to_be_bytes()),
+            None => field(&mut out, &[]),
+        }
+        out
+    }
+}
+
 impl Trust {
     /// The trust of a master with identity key `key` and its certificate from a cluster key
     /// (checked when the master started), its config `id` and the revoked master keys of its
@@ -182,6 +237,16 @@ impl Trust {
         self.seal(PRINCIPAL_ROW, &principal_row(name, public_key, acl))
     }
 
+    /// Signs an enrollment token row.
+    pub fn seal_enrollment_token(&self, row: &EnrollmentTokenRow<'_>) -> RowSeal {
+        self.seal(ENROLLMENT_TOKEN_ROW, &row.bytes())
+    }
+
+    /// Signs a gateway token row.
+    pub fn seal_api_token(&self, row: &ApiTokenRow<'_>) -> RowSeal {
+        self.seal(API_TOKEN_ROW, &row.bytes())
+    }
+
     /// Signs an announcement's body.
     pub fn sign_announcement(&self, body: &str) -> [u8; 64] {
         self.key.sign(ANNOUNCEMENT, body.as_bytes())
@@ -209,6 +274,20 @@ impl Trust {
         signer
             .verify(PRINCIPAL_ROW, &principal_row(name, public_key, acl), signature)
             .map_err(|_| Untrusted::BadSignature)
+    }
+
+    /// Checks an enrollment token row's signature by `signer` (already found trusted).
+    pub fn check_enrollment_token(
+        signer: &PublicIdentity,
+        row: &EnrollmentTokenRow<'_>,
+        signature: &[u8],
+    ) -> Result<(), Untrusted> {
+        signer.verify(ENROLLMENT_TOKEN_ROW, &row.bytes(), signature).map_err(|_| Untrusted::BadSignature)
+    }
+
+    /// Checks a gateway token row's signature by `signer` (already found trusted).
+    pub fn check_api_token(signer: &PublicIdentity, row: &ApiTokenRow<'_>, signature: &[u8]) -> Result<(), Untrusted> {
+        signer.verify(API_TOKEN_ROW, &row.bytes(), signature).map_err(|_| Untrusted::BadSignature)
     }
 
     /// Checks an announcement's signature by `signer` (already found trusted).
@@ -260,11 +339,16 @@ impl Trust {
 pub struct TrustSlot {
     current: RwLock<Arc<Trust>>,
     legacy: AtomicBool,
+    legacy_tokens: AtomicBool,
 }
 
 impl Default for TrustSlot {
     fn default() -> Self {
-        TrustSlot { current: RwLock::new(Arc::new(Trust::ephemeral())), legacy: AtomicBool::new(false) }
+        TrustSlot {
+            current: RwLock::new(Arc::new(Trust::ephemeral())),
+            legacy: AtomicBool::new(false),
+            legacy_tokens: AtomicBool::new(false),
+        }
     }
 }
 
@@ -288,6 +372,16 @@ impl TrustSlot {
     /// Whether rows from before signatures are to be signed now; once.
     pub fn legacy_rows(&self) -> bool {
         self.legacy.swap(false, Ordering::AcqRel)
+    }
+
+    /// The same for the migration that added signatures to enrollment and gateway tokens.
+    pub fn found_legacy_tokens(&self) {
+        self.legacy_tokens.store(true, Ordering::Release);
+    }
+
+    /// Whether token rows from before their signatures are to be signed now; once.
+    pub fn legacy_tokens(&self) -> bool {
+        self.legacy_tokens.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -320,6 +414,37 @@ mod tests {
         assert_eq!(Trust::check_principal(&signer, "ops", &[1; 32], r#"{"admin":false}"#, &seal.signature), Ok(()));
         let widened = Trust::check_principal(&signer, "ops", &[1; 32], r#"{"admin":true}"#, &seal.signature);
         assert_eq!(widened, Err(Untrusted::BadSignature));
+    }
+
+    #[test]
+    fn a_token_row_verifies_only_as_signed() {
+        let trust = trust(1);
+        let signer = trust.public();
+        let row = EnrollmentTokenRow { hash: &[3; 32], minion: "web1", expires_at_ms: 100, replaces_key: false };
+        let seal = trust.seal_enrollment_token(&row);
+        assert_eq!(Trust::check_enrollment_token(&signer, &row, &seal.signature), Ok(()));
+        for changed in [
+            EnrollmentTokenRow { minion: "web2", ..row },
+            EnrollmentTokenRow { expires_at_ms: 101, ..row },
+            EnrollmentTokenRow { replaces_key: true, ..row },
+            EnrollmentTokenRow { hash: &[4; 32], ..row },
+        ] {
+            assert_eq!(Trust::check_enrollment_token(&signer, &changed, &seal.signature), Err(Untrusted::BadSignature));
+        }
+        let row = ApiTokenRow { hash: &[3; 32], principal: "heat", expires_at_ms: None };
+        let seal = trust.seal_api_token(&row);
+        assert_eq!(Trust::check_api_token(&signer, &row, &seal.signature), Ok(()));
+        for changed in [
+            ApiTokenRow { principal: "root", ..row },
+            ApiTokenRow { expires_at_ms: Some(u64::MAX), ..row },
+            ApiTokenRow { hash: &[4; 32], ..row },
+        ] {
+            assert_eq!(Trust::check_api_token(&signer, &changed, &seal.signature), Err(Untrusted::BadSignature));
+        }
+        // A gateway token's signature is no enrollment token's.
+        let as_enrollment =
+            EnrollmentTokenRow { hash: &[3; 32], minion: "heat", expires_at_ms: 0, replaces_key: false };
+        assert!(Trust::check_enrollment_token(&signer, &as_enrollment, &seal.signature).is_err());
     }
 
     #[test]

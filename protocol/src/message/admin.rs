@@ -122,6 +122,16 @@ pub enum RequestBody {
         /// Name.
         name: String,
     },
+    /// Hands everything `from` created (software configs, deployments, enrollment and gateway
+    /// tokens) to `to` (`root` or a registered principal): after an upgrade, the rows from
+    /// before owners existed are root's until the operator gives them to the engine that made
+    /// them. Answered with `changed [count of rows moved]`.
+    OwnerTransfer {
+        /// The current owner.
+        from: String,
+        /// The new owner.
+        to: String,
+    },
     /// Creates a bearer token for the HTTP gateway that acts as `principal` (`root` or a
     /// registered one). Shown once; stored hashed.
     ApiTokenCreate {

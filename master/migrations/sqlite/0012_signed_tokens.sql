@@ -1,0 +1,8 @@
+-- Enrollment and gateway token rows carry the signature of the master that wrote them, like key
+-- and principal rows: a row written past the masters enrolls nothing and opens no session.
+-- Rows from before are signed once by the master whose start applies this migration
+-- (store/signed_rows.rs).
+ALTER TABLE tokens ADD COLUMN signer BLOB;
+ALTER TABLE tokens ADD COLUMN signature BLOB;
+ALTER TABLE api_tokens ADD COLUMN signer BLOB;
+ALTER TABLE api_tokens ADD COLUMN signature BLOB;
