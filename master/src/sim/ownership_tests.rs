@@ -248,3 +248,27 @@ fn a_deployments_events_reach_its_creator_alone() {
         );
     });
 }
+
+#[test]
+fn an_administrator_hands_what_root_owns_to_an_engine() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut root = sim.root().await;
+        let mut heat = tenant(&mut sim, "heat", "vm-*").await;
+        let mut ops = admin(&mut sim, "ops").await;
+        // Rows from before owners existed are root's: heat cannot see its own old config.
+        let old = create_config(&mut sim, &mut root).await;
+        assert!(config_ids(&mut sim, &mut heat).await.is_empty());
+
+        let transfer = |from: &str, to: &str| RequestBody::OwnerTransfer { from: from.into(), to: to.into() };
+        let refused = sim.request(&mut heat, transfer("root", "heat")).await.expect_err("not an administrator");
+        assert!(refused.contains("may not administer"), "{refused}");
+        let unknown = sim.request(&mut ops, transfer("root", "nobody")).await.expect_err("no such principal");
+        assert!(unknown.contains("no principal nobody"), "{unknown}");
+        assert_eq!(sim.request(&mut ops, transfer("root", "heat")).await, Ok(ResponseBody::Changed(vec!["1".into()])));
+        assert_eq!(config_ids(&mut sim, &mut heat).await, vec![old.id.clone()], "heat's now");
+        let shown = sim.request(&mut heat, RequestBody::ConfigShow { id: old.id.clone() }).await;
+        assert_eq!(shown, Ok(ResponseBody::Config(old)));
+        assert_eq!(sim.request(&mut ops, transfer("root", "heat")).await, Ok(ResponseBody::Changed(vec!["0".into()])));
+    });
+}
