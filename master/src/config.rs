@@ -162,6 +162,8 @@ impl MasterConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let mut config = halite_transport::config_file::load(path, Self::parse)?;
+        crate::files::check_root(&config)
+            .map_err(|e| ConfigError::Invalid { path: path.to_owned(), message: e.to_string() })?;
         config.path = Some(path.to_owned());
         Ok(config)
     }

@@ -6,12 +6,23 @@
 //! Reading and hashing happen on tokio's blocking pool, never on the core's thread; the core
 //! only forwards the request and sends the answer ([`Master::serve_file`], `Input::File`).
 //! Every accepted minion may read every file under the root (Salt's rule for its file
-//! roots); nothing outside it is reachable: paths are relative, without `..`, and resolved
-//! (symbolic links included) to a place inside the root.
+//! roots); nothing outside it is reachable: paths are relative, without `..`, and opened
+//! beneath a descriptor of the root, links followed only while they stay inside it
+//! (`files_beneath`). What is read and hashed is the opened descriptor, never the path again,
+//! so a directory swapped for a link between two steps leads nowhere; and a file that is one
+//! of the master's own secrets (its keys, its database) is refused even if a hard link or a
+//! bind mount puts it under the root. A root that holds the state directory is refused at
+//! start ([`check_root`]).
+//!
+//! Reads in flight are bounded in total and per minion, so one minion cannot keep the others
+//! waiting: past its own cap it is told `limit_exceeded` (and tries again) while the others
+//! are still served.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +30,8 @@ use halite_protocol::message::{ErrorKind, FileChunk, FileGet, Message, FILE_CHUN
 use halite_transport::PeerId;
 use sha2::{Digest, Sha256};
 
+use crate::config::MasterConfig;
+use crate::files_beneath::open_beneath;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::Store;
@@ -27,21 +40,27 @@ use crate::store::Store;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FilesConfig {
-    /// The file root, e.g. `/srv/halite`.
+    /// The file root, e.g. `/srv/halite`. It may not hold the master's state directory or
+    /// key files, nor be inside the state directory.
     pub root: Option<PathBuf>,
 }
 
 /// File reads in flight at once; more are refused (the minion tries again).
 const MAX_IN_FLIGHT: usize = 64;
 
-/// Digests remembered (by path, size, modification time and inode) before the memory is
-/// cleared: a large file is hashed once, not once per part.
+/// File reads in flight for one minion at once: one minion's many fetches leave room for the
+/// others'.
+const MAX_IN_FLIGHT_PER_MINION: usize = 8;
+
+/// Digests remembered (by device, inode, size, modification and change time) before the
+/// memory is cleared: a large file is hashed once, not once per part.
 const MAX_DIGESTS: usize = 1024;
 
 /// A finished read, for the core to send.
 #[derive(Debug)]
 pub(crate) struct FileServed {
     peer: PeerId,
+    minion: String,
     request_id: u64,
     answer: Result<FileChunk, (ErrorKind, String)>,
 }
@@ -50,15 +69,71 @@ pub(crate) struct FileServed {
 #[derive(Debug, Default)]
 pub(crate) struct FileServer {
     in_flight: usize,
+    /// Reads in flight by minion id (only minions with some).
+    per_minion: HashMap<String, usize>,
     digests: Arc<Mutex<HashMap<DigestKey, String>>>,
 }
 
+impl FileServer {
+    /// Takes a place for one more read of `minion`'s, or says why there is none.
+    fn admit(&mut self, minion: &str) -> Result<(), String> {
+        let mine = self.per_minion.get(minion).copied().unwrap_or(0);
+        if mine >= MAX_IN_FLIGHT_PER_MINION {
+            return Err(format!(
+                "{mine} of this minion's file reads are already in flight (at most {MAX_IN_FLIGHT_PER_MINION}); try again"
+            ));
+        }
+        if self.in_flight >= MAX_IN_FLIGHT {
+            return Err("the master is busy reading files; try again".into());
+        }
+        self.in_flight += 1;
+        *self.per_minion.entry(minion.to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Gives back the place of a finished read of `minion`'s.
+    fn release(&mut self, minion: &str) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(mine) = self.per_minion.get_mut(minion) {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                self.per_minion.remove(minion);
+            }
+        }
+    }
+}
+
+/// What identifies one content of one file, from the opened descriptor's `fstat`: a
+/// rewritten file changes its change time (which, unlike the modification time, nobody
+/// sets), a replaced one its inode.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct DigestKey {
-    path: PathBuf,
+    dev: u64,
+    inode: u64,
     size: u64,
     modified_ns: i128,
-    inode: u64,
+    changed_ns: i128,
+}
+
+impl DigestKey {
+    fn of(meta: &std::fs::Metadata) -> DigestKey {
+        let ns = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
+        DigestKey {
+            dev: meta.dev(),
+            inode: meta.ino(),
+            size: meta.len(),
+            modified_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            changed_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The master's own secret files, never served whatever path leads to them.
+fn secret_files(config: &MasterConfig) -> Vec<PathBuf> {
+    let mut files = vec![config.key_path(), config.root_key_path(), config.database_path()];
+    files.extend(config.gateway.tls_key.iter().cloned());
+    files.extend(config.store.password_file.iter().cloned());
+    files
 }
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -70,26 +145,27 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(root) = self.config.files.root.clone() else {
             return refuse(self, ErrorKind::NotFound, "this master serves no files ([files] root is not set)".into());
         };
-        if self.files.in_flight >= MAX_IN_FLIGHT {
-            return refuse(self, ErrorKind::LimitExceeded, "the master is busy reading files; try again".into());
+        if let Err(why) = self.files.admit(minion) {
+            return refuse(self, ErrorKind::LimitExceeded, why);
         }
-        self.files.in_flight += 1;
         tracing::debug!(%minion, path = %request.path, offset = request.offset, "file requested");
         let digests = self.files.digests.clone();
+        let secrets = secret_files(&self.config);
         let done = self.file_tx.clone();
+        let minion = minion.to_owned();
         tokio::spawn(async move {
             let FileGet { request_id, path, offset } = request;
-            let read = tokio::task::spawn_blocking(move || read_part(&root, &path, offset, &digests)).await;
+            let read = tokio::task::spawn_blocking(move || read_part(&root, &path, offset, &digests, &secrets)).await;
             let answer = read
                 .unwrap_or_else(|e| Err((ErrorKind::Internal, format!("reading the file failed: {e}"))))
                 .map(|chunk| FileChunk { request_id, ..chunk });
-            let _ = done.send(FileServed { peer, request_id, answer });
+            let _ = done.send(FileServed { peer, minion, request_id, answer });
         });
     }
 
     /// A read finished: its answer goes to the minion if it is still connected.
     pub(crate) fn file_served(&mut self, served: FileServed) {
-        self.files.in_flight = self.files.in_flight.saturating_sub(1);
+        self.files.release(&served.minion);
         if !self.sessions.conns.contains_key(&served.peer) {
             return;
         }
@@ -100,53 +176,65 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 }
 
-/// Where `path` (a `halite://` URL's path) is under `root`, if it is a regular file inside it.
-pub(crate) fn resolve(root: &Path, path: &str) -> Result<PathBuf, (ErrorKind, String)> {
+/// `halite://path` opened beneath `root`, with its `fstat`: a regular file inside the root.
+/// Nothing is looked up by path after this; the descriptor is what is read.
+pub(crate) fn open(root: &Path, path: &str) -> Result<(File, std::fs::Metadata), (ErrorKind, String)> {
     let bad = |why: &str| (ErrorKind::BadRequest, format!("halite://{path}: {why}"));
     let relative = Path::new(path.trim_start_matches('/'));
-    if path.is_empty() || path.len() > 4096 || path.contains('\0') {
+    if path.is_empty() || path.len() > 4096 || path.contains('\0') || relative.as_os_str().is_empty() {
         return Err(bad("not a file path"));
     }
     if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
         return Err(bad("the path may not contain '..' or '.'"));
     }
-    let root = root.canonicalize().map_err(|e| (ErrorKind::Internal, format!("the file root: {e}")))?;
-    let full = root
-        .join(relative)
-        .canonicalize()
-        .map_err(|_| (ErrorKind::NotFound, format!("halite://{path}: no such file on the master")))?;
-    if !full.starts_with(&root) {
-        return Err(bad("it leads outside the master's file root"));
+    let root_dir = File::open(root).map_err(|e| (ErrorKind::Internal, format!("the file root: {e}")))?;
+    let not_found = || (ErrorKind::NotFound, format!("halite://{path}: no such file on the master"));
+    let not_regular = || (ErrorKind::NotFound, format!("halite://{path}: not a regular file on the master"));
+    let file = open_beneath(root_dir.as_fd(), relative).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => not_found(),
+        Some(libc::EXDEV) => bad("it leads outside the master's file root"),
+        Some(libc::ELOOP) => bad("too many links on the way"),
+        Some(libc::ENXIO | libc::ENODEV | libc::EISDIR) => not_regular(),
+        Some(libc::EACCES) => (ErrorKind::Forbidden, format!("halite://{path}: the master may not read it")),
+        _ => (ErrorKind::Internal, format!("halite://{path}: {e}")),
+    })?;
+    let meta = file.metadata().map_err(|e| (ErrorKind::Internal, format!("halite://{path}: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular());
     }
-    if !full.is_file() {
-        return Err((ErrorKind::NotFound, format!("halite://{path}: not a regular file on the master")));
-    }
-    Ok(full)
+    Ok((file, meta))
 }
 
-/// The part of the file from `offset` on, with the whole file's size and digest.
+/// The part of the file from `offset` on, with the whole file's size and digest; refused if
+/// the file is one of `secrets` (by device and inode: a hard link or bind mount is no way
+/// around it).
 fn read_part(
     root: &Path,
     path: &str,
     offset: u64,
     digests: &Mutex<HashMap<DigestKey, String>>,
+    secrets: &[PathBuf],
 ) -> Result<FileChunk, (ErrorKind, String)> {
-    let full = resolve(root, path)?;
+    let (file, meta) = open(root, path)?;
+    let secret = secrets
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .any(|s| (s.dev(), s.ino()) == (meta.dev(), meta.ino()));
+    if secret {
+        tracing::warn!(path, "a file request reached one of the master's own secret files; refused");
+        return Err((
+            ErrorKind::Forbidden,
+            format!("halite://{path}: one of the master's own secret files, never served"),
+        ));
+    }
     let failed = |e: std::io::Error| (ErrorKind::Internal, format!("halite://{path}: {e}"));
-    let mut file = std::fs::File::open(&full).map_err(failed)?;
-    let meta = file.metadata().map_err(failed)?;
-    let key = DigestKey {
-        path: full,
-        size: meta.len(),
-        modified_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        inode: meta.ino(),
-    };
+    let key = DigestKey::of(&meta);
     let known = digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
     let sha256 = match known {
         Some(sha256) => sha256,
         None => {
             let mut hasher = Sha256::new();
-            std::io::copy(&mut file, &mut hasher).map_err(failed)?;
+            std::io::copy(&mut (&file).take(key.size), &mut hasher).map_err(failed)?;
             let sha256 = halite_protocol::hex::encode(&hasher.finalize());
             let mut digests = digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if digests.len() >= MAX_DIGESTS {
@@ -162,10 +250,119 @@ fn read_part(
             format!("halite://{path}: offset {offset} is past its end ({})", key.size),
         ));
     }
-    file.seek(SeekFrom::Start(offset)).map_err(failed)?;
-    let mut data = Vec::with_capacity(FILE_CHUNK_BYTES.min((key.size - offset) as usize));
-    file.take(FILE_CHUNK_BYTES as u64).read_to_end(&mut data).map_err(failed)?;
+    let want = FILE_CHUNK_BYTES.min(usize::try_from(key.size - offset).unwrap_or(usize::MAX));
+    let mut data = vec![0u8; want];
+    let mut filled = 0;
+    while filled < want {
+        match file.read_at(&mut data[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    data.truncate(filled);
     Ok(FileChunk { request_id: 0, size: key.size, sha256, offset, data })
+}
+
+/// Why `[files] root` may not be served, found at start ([`check_root`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileRootError {
+    /// The root is the state directory or holds it.
+    #[error(
+        "files: root {root} is or contains the master's state directory {state_dir}: every minion could read \
+         the master's keys (whoever holds root.key is root) and its database. Set [files] root to a directory \
+         that holds only the files to serve, outside {state_dir}, or move state_dir out of the root"
+    )]
+    HoldsStateDir {
+        /// The file root (resolved).
+        root: PathBuf,
+        /// The state directory (resolved).
+        state_dir: PathBuf,
+    },
+    /// The root is inside the state directory.
+    #[error(
+        "files: root {root} is inside the master's state directory {state_dir}, which only the master may \
+         read. Set [files] root to a directory of its own outside {state_dir}"
+    )]
+    InStateDir {
+        /// The file root (resolved).
+        root: PathBuf,
+        /// The state directory (resolved).
+        state_dir: PathBuf,
+    },
+    /// The root holds one of the master's secret files named in the config.
+    #[error(
+        "files: root {root} contains {file}, a secret of the master's: every minion could read it. Move it \
+         out of the root (and change its path in the config), or set [files] root to another directory"
+    )]
+    HoldsSecret {
+        /// The file root (resolved).
+        root: PathBuf,
+        /// The secret file (resolved).
+        file: PathBuf,
+    },
+}
+
+/// Refuses a `[files] root` that would serve the master's own secrets: one that is, holds or
+/// lies inside the state directory, or holds a key file the config names. Paths are compared
+/// resolved (links followed); a part not yet created (a first start) is taken as written.
+pub fn check_root(config: &MasterConfig) -> Result<(), FileRootError> {
+    let Some(root) = &config.files.root else { return Ok(()) };
+    let root = resolved(root);
+    let state_dir = resolved(&config.state_dir);
+    if state_dir.starts_with(&root) {
+        return Err(FileRootError::HoldsStateDir { root, state_dir });
+    }
+    if root.starts_with(&state_dir) {
+        return Err(FileRootError::InStateDir { root, state_dir });
+    }
+    let mut secrets = secret_files(config);
+    secrets.push(config.certificate_path());
+    for file in secrets.iter().map(|file| resolved(file)) {
+        if file.starts_with(&root) {
+            return Err(FileRootError::HoldsSecret { root, file });
+        }
+    }
+    Ok(())
+}
+
+/// `path` absolute with every link resolved, as far as it exists; the rest as written, with
+/// `.` and `..` applied.
+fn resolved(path: &Path) -> PathBuf {
+    let absolute = std::env::current_dir().map(|dir| dir.join(path)).unwrap_or_else(|_| path.to_owned());
+    let mut rest = Vec::new();
+    let mut existing = absolute.as_path();
+    let mut out = loop {
+        if let Ok(real) = existing.canonicalize() {
+            break real;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            // `..` at the end, or the root itself unreadable: as written.
+            _ => {
+                rest.clear();
+                break PathBuf::new();
+            }
+        }
+    };
+    if out.as_os_str().is_empty() {
+        for component in absolute.components() {
+            match component {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::CurDir => {}
+                other => out.push(other),
+            }
+        }
+        return out;
+    }
+    out.extend(rest.iter().rev());
+    out
 }
 
 #[cfg(test)]
@@ -195,29 +392,117 @@ mod tests {
         std::fs::write(dir.path().join("secret"), b"outside").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret"), dir.path().join("root/escape")).unwrap();
         std::os::unix::fs::symlink("app/conf", dir.path().join("root/inside")).unwrap();
+        std::os::unix::fs::symlink("../secret", dir.path().join("root/relative-escape")).unwrap();
         dir
+    }
+
+    fn read(root: &Path, path: &str) -> Result<FileChunk, (ErrorKind, String)> {
+        read_part(root, path, 0, &Mutex::default(), &[])
     }
 
     #[test]
     fn only_regular_files_inside_the_root_are_served() {
         let dir = root("resolve");
         let root = dir.path().join("root");
-        assert!(resolve(&root, "app/conf").is_ok());
-        assert!(resolve(&root, "/app/conf").is_ok(), "a leading slash is the root's");
-        assert!(resolve(&root, "inside").is_ok(), "a link that stays inside is followed");
+        assert_eq!(read(&root, "app/conf").unwrap().data, b"hello");
+        assert_eq!(read(&root, "/app/conf").unwrap().data, b"hello", "a leading slash is the root's");
+        assert_eq!(read(&root, "inside").unwrap().data, b"hello", "a link that stays inside is followed");
         for (path, kind) in [
             ("../secret", ErrorKind::BadRequest),
             ("app/../../secret", ErrorKind::BadRequest),
             ("./app/conf", ErrorKind::BadRequest),
             ("escape", ErrorKind::BadRequest),
+            ("relative-escape", ErrorKind::BadRequest),
             ("app", ErrorKind::NotFound),
             ("missing", ErrorKind::NotFound),
+            ("app/conf/below", ErrorKind::NotFound),
             ("", ErrorKind::BadRequest),
+            ("/", ErrorKind::BadRequest),
         ] {
-            let Err((got, why)) = resolve(&root, path) else { panic!("{path:?} was served") };
+            let Err((got, why)) = read(&root, path) else { panic!("{path:?} was served") };
             assert_eq!(got, kind, "{path:?}: {why}");
             assert!(why.contains("halite://"), "the error names the URL: {why}");
         }
+        let (_, why) = read(&root, "escape").unwrap_err();
+        assert!(why.contains("outside the master's file root"), "{why}");
+        let (_, why) = read(&root, "app").unwrap_err();
+        assert!(why.contains("not a regular file"), "{why}");
+    }
+
+    #[test]
+    fn a_directory_is_refused_even_through_a_link() {
+        let dir = root("directory");
+        let root = dir.path().join("root");
+        std::os::unix::fs::symlink("app", root.join("dir-link")).unwrap();
+        for path in ["app", "dir-link", "/app/"] {
+            let (kind, why) = read(&root, path).unwrap_err();
+            assert_eq!(kind, ErrorKind::NotFound, "{path}: {why}");
+            assert!(why.contains("not a regular file"), "{path}: {why}");
+        }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = root("fifo");
+        let root = dir.path().join("root");
+        let fifo = std::ffi::CString::new(root.join("pipe").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) only reads the live NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "{}", std::io::Error::last_os_error());
+        std::os::unix::fs::symlink("pipe", root.join("pipe-link")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send([read(&root, "pipe"), read(&root, "pipe-link")]);
+        });
+        // Nobody ever writes the FIFO: a blocking open would never return.
+        let answers = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("opening a FIFO blocked");
+        for answer in answers {
+            let (kind, why) = answer.unwrap_err();
+            assert_eq!(kind, ErrorKind::NotFound, "{why}");
+            assert!(why.contains("not a regular file"), "{why}");
+        }
+    }
+
+    /// The issue's race: a directory under the root swapped for a link out of it and back,
+    /// as fast as possible, while its file is fetched. The path checked and the file opened
+    /// must be the same; nothing from outside is ever served.
+    #[test]
+    fn a_directory_swapped_for_a_link_out_never_serves_what_is_outside() {
+        let dir = root("race");
+        let root = dir.path().join("root");
+        let (inside, parked, outside) = (root.join("d"), root.join("d.parked"), dir.path().join("state"));
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(inside.join("root.key"), b"decoy").unwrap();
+        std::fs::write(outside.join("root.key"), b"THE MASTER'S KEY").unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::fs::rename(&inside, &parked).unwrap();
+                    std::os::unix::fs::symlink(&outside, &inside).unwrap();
+                    std::thread::yield_now();
+                    std::fs::remove_file(&inside).unwrap();
+                    std::fs::rename(&parked, &inside).unwrap();
+                }
+            })
+        };
+        let digests = Mutex::default();
+        let (mut served, mut refused) = (0, 0);
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(2) || served == 0 || refused == 0 {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "{served} served, {refused} refused");
+            match read_part(&root, "d/root.key", 0, &digests, &[]) {
+                Ok(chunk) => {
+                    assert_eq!(chunk.data, b"decoy", "served from outside the root");
+                    served += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
     }
 
     #[test]
@@ -227,15 +512,155 @@ mod tests {
         let big: Vec<u8> = (0..FILE_CHUNK_BYTES + 10).map(|i| (i % 251) as u8).collect();
         std::fs::write(root.join("big"), &big).unwrap();
         let digests = Mutex::default();
-        let first = read_part(&root, "big", 0, &digests).unwrap();
-        let second = read_part(&root, "big", first.data.len() as u64, &digests).unwrap();
+        let first = read_part(&root, "big", 0, &digests, &[]).unwrap();
+        let second = read_part(&root, "big", first.data.len() as u64, &digests, &[]).unwrap();
         assert_eq!((first.data.len(), second.data.len()), (FILE_CHUNK_BYTES, 10));
         assert_eq!(first.sha256, second.sha256);
         assert_eq!(first.sha256, halite_protocol::hex::encode(&Sha256::digest(&big)));
-        let end = read_part(&root, "big", big.len() as u64, &digests).unwrap();
+        let end = read_part(&root, "big", big.len() as u64, &digests, &[]).unwrap();
         assert!(end.data.is_empty());
-        assert!(read_part(&root, "big", big.len() as u64 + 1, &digests).is_err());
+        assert!(read_part(&root, "big", big.len() as u64 + 1, &digests, &[]).is_err());
         std::fs::write(root.join("big"), b"changed").unwrap();
-        assert_ne!(read_part(&root, "big", 0, &digests).unwrap().sha256, first.sha256);
+        assert_ne!(read_part(&root, "big", 0, &digests, &[]).unwrap().sha256, first.sha256);
+    }
+
+    /// The digest remembered belongs to what the descriptor's fstat describes: a file rewritten
+    /// in place with the same size and its old modification time put back is hashed again.
+    #[test]
+    fn a_file_rewritten_with_its_old_size_and_time_is_hashed_again() {
+        let dir = root("rewrite");
+        let root = dir.path().join("root");
+        let digests = Mutex::default();
+        let first = read_part(&root, "app/conf", 0, &digests, &[]).unwrap();
+        let modified = std::fs::metadata(root.join("app/conf")).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let file = std::fs::OpenOptions::new().write(true).open(root.join("app/conf")).unwrap();
+        file.write_all_at(b"HELLO", 0).unwrap();
+        file.set_modified(modified).unwrap();
+        drop(file);
+        let second = read_part(&root, "app/conf", 0, &digests, &[]).unwrap();
+        assert_eq!(second.data, b"HELLO");
+        assert_ne!(second.sha256, first.sha256, "the digest of what is served now");
+        assert_eq!(second.sha256, halite_protocol::hex::encode(&Sha256::digest(b"HELLO")));
+    }
+
+    #[test]
+    fn the_masters_secret_files_are_refused_even_by_a_hard_link() {
+        let dir = root("secret");
+        let root = dir.path().join("root");
+        std::fs::hard_link(root.join("app/conf"), root.join("alias")).unwrap();
+        let secrets = [dir.path().join("missing.key"), root.join("app/conf")];
+        for path in ["app/conf", "alias", "inside"] {
+            let (kind, why) = read_part(&root, path, 0, &Mutex::default(), &secrets).unwrap_err();
+            assert_eq!(kind, ErrorKind::Forbidden, "{path}: {why}");
+        }
+    }
+
+    #[test]
+    fn one_minion_at_its_cap_leaves_room_for_the_others() {
+        let mut server = FileServer::default();
+        for _ in 0..MAX_IN_FLIGHT_PER_MINION {
+            server.admit("greedy").unwrap();
+        }
+        let why = server.admit("greedy").unwrap_err();
+        assert!(why.contains("this minion's file reads"), "{why}");
+        server.admit("other").unwrap();
+        server.release("greedy");
+        server.admit("greedy").unwrap();
+        // The overall cap still holds when many minions each stay under theirs.
+        let mut admitted = 2 + MAX_IN_FLIGHT_PER_MINION - 1;
+        for i in 0.. {
+            match server.admit(&format!("m{}", i / MAX_IN_FLIGHT_PER_MINION)) {
+                Ok(()) => admitted += 1,
+                Err(why) => {
+                    assert!(why.contains("busy"), "{why}");
+                    break;
+                }
+            }
+        }
+        assert_eq!(admitted, MAX_IN_FLIGHT);
+        for _ in 0..MAX_IN_FLIGHT_PER_MINION {
+            server.release("greedy");
+        }
+        assert!(!server.per_minion.contains_key("greedy"), "a minion with nothing in flight is forgotten");
+    }
+
+    /// The same on the core: a minion sending more requests than its cap is told
+    /// `limit_exceeded` for the extra one while another minion's request is served.
+    #[test]
+    fn a_minion_past_its_cap_is_refused_while_another_is_served() {
+        use crate::server::Input;
+        use crate::sim::Sim;
+        use halite_protocol::message::ErrorMessage;
+
+        let dir = root("sim");
+        let root = dir.path().join("root");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let mut sim = Sim::with_config(|config| config.files.root = Some(root.clone())).await;
+            let mut greedy = sim.minion("greedy").await;
+            let mut other = sim.minion("other").await;
+            greedy.recv(&sim);
+            other.recv(&sim);
+            let get = |request_id| Message::FileGet(FileGet { request_id, path: "app/conf".into(), offset: 0 });
+            for id in 0..=MAX_IN_FLIGHT_PER_MINION as u64 {
+                greedy.send(&mut sim, &get(id)).await;
+            }
+            let refused = greedy.recv(&sim);
+            let extra = MAX_IN_FLIGHT_PER_MINION.to_string();
+            assert!(
+                matches!(refused.as_slice(), [Message::Error(ErrorMessage { kind: ErrorKind::LimitExceeded, request: Some(r), .. })] if *r == extra),
+                "{refused:?}"
+            );
+            other.send(&mut sim, &get(100)).await;
+            assert!(other.recv(&sim).is_empty(), "the other minion's request is not refused");
+            let rx = sim.master.file_rx.as_mut().unwrap();
+            let mut finished = Vec::new();
+            for _ in 0..=MAX_IN_FLIGHT_PER_MINION {
+                finished.push(rx.recv().await.unwrap());
+            }
+            for served in finished {
+                sim.step(Input::File(served)).await;
+            }
+            let answers = other.recv(&sim);
+            assert!(
+                matches!(answers.as_slice(), [Message::FileChunk(c)] if c.request_id == 100 && c.data == b"hello"),
+                "{answers:?}"
+            );
+            assert_eq!(greedy.recv(&sim).len(), MAX_IN_FLIGHT_PER_MINION);
+            assert_eq!(sim.master.files.in_flight, 0);
+        });
+    }
+
+    fn config(state_dir: &Path, root: &Path) -> MasterConfig {
+        let mut config = MasterConfig { state_dir: state_dir.to_owned(), ..MasterConfig::default() };
+        config.files.root = Some(root.to_owned());
+        config
+    }
+
+    #[test]
+    fn a_root_holding_the_masters_secrets_is_refused() {
+        let dir = root("check");
+        let base = dir.path();
+        let state = base.join("srv/state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::os::unix::fs::symlink(base.join("srv"), base.join("srv-link")).unwrap();
+        let holds = |e: Result<(), FileRootError>| matches!(e, Err(FileRootError::HoldsStateDir { .. }));
+        assert!(holds(check_root(&config(&state, &state))), "the state directory itself");
+        assert!(holds(check_root(&config(&state, &base.join("srv")))), "its parent");
+        assert!(holds(check_root(&config(&state, &base.join("srv-link")))), "its parent through a link");
+        assert!(holds(check_root(&config(&base.join("srv/not-yet/state"), &base.join("srv")))), "one not created yet");
+        assert!(holds(check_root(&config(&state, Path::new("/")))), "the whole disk");
+        let inside = check_root(&config(&state, &base.join("srv-link/state/files")));
+        assert!(matches!(inside, Err(FileRootError::InStateDir { .. })), "{inside:?}");
+        let mut tls = config(&state, &base.join("root"));
+        tls.gateway.tls_key = Some(base.join("root/app/tls.key"));
+        let err = check_root(&tls).unwrap_err();
+        assert!(matches!(err, FileRootError::HoldsSecret { .. }), "{err:?}");
+        assert!(check_root(&config(&state, &base.join("root"))).is_ok());
+        assert!(check_root(&MasterConfig::default()).is_ok(), "no root, nothing to check");
+        let message = check_root(&config(&state, &base.join("srv"))).unwrap_err().to_string();
+        assert!(message.contains("[files] root") && message.contains(state.to_str().unwrap()), "{message}");
+        assert!(message.contains("outside"), "the message says what to do: {message}");
     }
 }

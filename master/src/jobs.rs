@@ -229,7 +229,7 @@ mod tests {
             created_at_ms: 0,
             timeout_ms: 1000,
             ttl_ms: 0,
-            signed: SignedJob { body: Vec::new(), signature: Vec::new() },
+            signed: SignedJob { body: Vec::new(), signature: Vec::new(), start_by_ms: None },
             rollout: None,
         };
         let slot = |state, after: u64| Slot { state, deadline: Some(now + Duration::from_secs(after)) };

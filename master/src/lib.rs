@@ -31,6 +31,7 @@ pub mod config;
 mod deploy;
 mod event_log;
 pub mod files;
+mod files_beneath;
 pub mod gateway;
 mod jobs;
 mod keys;

@@ -3,9 +3,9 @@
 //! (checked against the `[[events]]` ACL, size and rate) and peer publishes.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use halite_protocol::message::{ErrorKind, Event, JobReturn, Message, MinionJobState, Outcome, Welcome};
+use halite_protocol::message::{ErrorKind, Event, JobReturn, Message, MinionJobState, Outcome, SignedJob, Welcome};
 use halite_transport::{PeerId, SendError};
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -139,11 +139,24 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         self.jobs.set_deadline(jid, minion, deadline);
-        self.send_job(peer, minion, jid, &Message::Job(signed));
+        let message = self.job_message(&signed, Some(deadline));
+        self.send_job(peer, minion, jid, &message);
         if was == Some(MinionJobState::Waiting) {
             self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
         }
         Ok(())
+    }
+
+    /// A job as sent to a minion: signed as published, with the master's time by which the
+    /// minion must start it (the slot's deadline less the grace the master waits for a late
+    /// report), so a minion that gets it after the master may have given it up never runs it.
+    pub(crate) fn job_message(&self, signed: &SignedJob, deadline: Option<Instant>) -> Message {
+        let grace = Duration::from_secs(self.config.timeout_grace_secs);
+        let start_by_ms = deadline.map(|deadline| {
+            let left = deadline.saturating_duration_since(self.clock.now()).saturating_sub(grace);
+            self.clock.wall_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+        });
+        Message::Job(SignedJob { start_by_ms, ..signed.clone() })
     }
 
     /// Sends a job to a minion's connection; if its queue is full, the job waits in the
@@ -169,7 +182,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.undelivered.get(&minion).map(|b| b.iter().cloned().collect()).unwrap_or_default();
             for jid in jids {
                 let live = self.jobs.state(&jid, &minion).is_some_and(|s| !s.is_final());
-                let message = self.jobs.get(&jid).filter(|_| live).map(|j| Message::Job(j.record.signed.clone()));
+                let message = self.jobs.get(&jid).filter(|_| live).map(|job| {
+                    let deadline = job.slots().get(&minion).and_then(|slot| slot.deadline);
+                    self.job_message(&job.record.signed, deadline)
+                });
                 if let Some(message) = message {
                     if matches!(self.try_send(peer, &message), Err(SendError::Full)) {
                         break;

@@ -202,7 +202,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.metrics.get().jobs_published.inc();
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
-        let job_message = Message::Job(record.signed.clone());
+        let job_message = self.job_message(&record.signed, Some(run_deadline));
         let (watchers, published) = match publisher {
             Some((peer, request_id, watchers)) => {
                 (watchers, Some((peer, Published { request_id, jid: jid.clone(), minions: targets.clone() })))

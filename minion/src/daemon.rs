@@ -86,7 +86,9 @@ struct Minion {
     running: HashMap<String, oneshot::Sender<()>>,
     /// Jobs accepted and waiting for a free slot, in jid order (the order the master issued
     /// them), with when each arrived. Nothing is recorded on disk for them until they start.
-    queued: BTreeMap<String, (Job, Instant)>,
+    /// Accepted jobs waiting for a slot: when each arrived, and by when (on this minion's clock)
+    /// it must start, as the master said.
+    queued: BTreeMap<String, (Job, Instant, Option<Instant>)>,
     /// Returns the outbox could not store (a full disk): kept here, sent at every session
     /// start until acknowledged, and stored as soon as the disk takes them again.
     unsent: BTreeMap<String, JobReturn>,
@@ -542,8 +544,16 @@ impl Minion {
             warn!(jid = %job.jid, "{why}");
             return self.on_done(not_started(&job.jid, Outcome::TimedOut, why)).await;
         }
+        let start_by_ms = signed.start_by_ms.filter(|_| job.timeout_ms > 0);
+        let start_by = match crate::freshness::start_deadline(start_by_ms, self.master_time, Instant::now()) {
+            Ok(start_by) => start_by,
+            Err(why) => {
+                warn!(jid = %job.jid, "{why}");
+                return self.on_done(not_started(&job.jid, Outcome::TimedOut, why)).await;
+            }
+        };
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() })).await;
-        self.queued.insert(job.jid.clone(), (job, Instant::now()));
+        self.queued.insert(job.jid.clone(), (job, Instant::now(), start_by));
         self.start_queued().await;
     }
 
@@ -552,7 +562,17 @@ impl Minion {
     /// gets only the time it has left, and its run-once marker is written (and synced) first.
     async fn start_queued(&mut self) {
         while self.free_slots > 0 {
-            let Some((jid, (mut job, arrived))) = self.queued.pop_first() else { return };
+            let Some((jid, (mut job, arrived, start_by))) = self.queued.pop_first() else { return };
+            if let Some(late) = start_by.and_then(|by| Instant::now().checked_duration_since(by)) {
+                let why = format!(
+                    "not started: it waited for a free slot until {} ms past the time the master gave to start it \
+                     (the master may already have recorded it timed out)",
+                    late.as_millis()
+                );
+                warn!(%jid, "{why}");
+                self.on_done(not_started(&jid, Outcome::TimedOut, why)).await;
+                continue;
+            }
             let waited = arrived.elapsed();
             let timeout = Duration::from_millis(job.timeout_ms);
             if job.timeout_ms > 0 && waited >= timeout {

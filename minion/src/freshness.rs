@@ -2,7 +2,10 @@
 //! in `welcome`, and the minion carries it forward on its own monotonic clock. A job is valid
 //! until its issue time plus its TTL plus its timeout (the longest the master itself would still
 //! wait for it), with a little slack for latency; a replayed or long-delayed job past that is
-//! refused as timed out. The minion's wall clock plays no part.
+//! refused as timed out. Each delivery also says by when the minion must start the job (the
+//! master's time it was sent plus its timeout): past it the master may already have recorded the
+//! job timed out, so the job is reported timed out instead of run. The minion's wall clock plays
+//! no part.
 
 use std::time::{Duration, Instant};
 
@@ -47,6 +50,26 @@ pub(crate) fn expired(job: &Job, master: Option<MasterTime>, now: Instant) -> Op
     })
 }
 
+/// By when, on this minion's clock, a job delivered with `start_by_ms` (the master's time by
+/// which it must start) has to start: `Err(why)` when that is already past, so it is reported
+/// timed out and never run; `Ok(None)` when the master or its time is unknown.
+pub(crate) fn start_deadline(
+    start_by_ms: Option<u64>,
+    master: Option<MasterTime>,
+    now: Instant,
+) -> Result<Option<Instant>, String> {
+    let (Some(start_by), Some(master)) = (start_by_ms, master) else { return Ok(None) };
+    let master_now = master.now_ms(now);
+    match start_by.checked_sub(master_now) {
+        Some(left) => Ok(Some(now + Duration::from_millis(left))),
+        None => Err(format!(
+            "not started: the master gave it until {start_by} ms (its time) to start, and its time is now \
+             {master_now} ms, {} ms later; the master may already have recorded it timed out",
+            master_now - start_by
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +103,20 @@ mod tests {
         // Without the master's time (an older master), nothing is refused.
         assert_eq!(expired(&job(1, 0, 30_000), None, start), None);
         assert_eq!(MasterTime::learned(0, start).map(|m| m.now_ms(start)), None);
+    }
+
+    #[test]
+    fn a_job_delivered_past_its_start_by_time_is_never_started() {
+        let start = Instant::now();
+        let master = MasterTime::learned(1_000_000, start);
+        // Delivered with 3 s to start, on time.
+        let by = start_deadline(Some(1_003_000), master, start).unwrap().unwrap();
+        assert_eq!(by.duration_since(start), Duration::from_secs(3));
+        // The minion was frozen 15 s: the master's time is past the start-by time.
+        let late = start_deadline(Some(1_003_000), master, start + Duration::from_secs(15)).unwrap_err();
+        assert!(late.contains("12000 ms later"), "{late}");
+        // Nothing said, or the master's time unknown: only the TTL check applies.
+        assert_eq!(start_deadline(None, master, start), Ok(None));
+        assert_eq!(start_deadline(Some(1), None, start), Ok(None));
     }
 }

@@ -199,7 +199,16 @@ fn dispatcher(config: &MinionConfig) -> Arc<Dispatcher> {
         policy: config.policy.clone(),
         plans_dir: config.plans_dir.clone(),
         deploy: config.deploy.clone(),
+        paths: path_guard(config),
     })
+}
+
+/// The minion's own secrets, which no function reaches: its state directory (key, pinned
+/// master key, journal, lock), its enrollment file and its config file.
+fn path_guard(config: &MinionConfig) -> halite_modules::PathGuard {
+    let config_file = config.path.clone().unwrap_or_else(|| config::DEFAULT_PATH.into());
+    let protected = [config.state_dir.clone(), config.enrollment_file.clone(), config_file];
+    halite_modules::PathGuard::new(&protected, config.policy.read_paths.as_deref())
 }
 
 fn context(config: &MinionConfig, events: Option<tokio::sync::mpsc::Sender<OutgoingEvent>>) -> Context {

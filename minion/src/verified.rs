@@ -77,7 +77,7 @@ mod tests {
         let mut tampered = signed.clone();
         tampered.body[0] ^= 1;
         assert!(cache.verify(&tampered, &master.public()).is_err(), "other bytes");
-        let forged = SignedJob { body: SignedJob::sign(&job("2"), &master).body, signature: signed.signature.clone() };
+        let forged = SignedJob { body: SignedJob::sign(&job("2"), &master).body, ..signed.clone() };
         assert!(cache.verify(&forged, &master.public()).is_err(), "a signature moved to other bytes");
     }
 }

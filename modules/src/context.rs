@@ -67,6 +67,18 @@ pub struct Context {
     pub files: Option<mpsc::Sender<FileRequest>>,
 }
 
+impl Context {
+    /// The paths functions may not touch, from the dispatcher (none without one: a bare call
+    /// in a test has no minion secrets to keep).
+    pub fn paths(&self) -> &crate::PathGuard {
+        static NONE: std::sync::OnceLock<crate::PathGuard> = std::sync::OnceLock::new();
+        match &self.dispatcher {
+            Some(dispatcher) => &dispatcher.paths,
+            None => NONE.get_or_init(crate::PathGuard::default),
+        }
+    }
+}
+
 impl Default for Context {
     fn default() -> Self {
         let (_, cancelled) = watch::channel(false);

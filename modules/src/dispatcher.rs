@@ -17,6 +17,8 @@ pub struct Dispatcher {
     pub plans_dir: std::path::PathBuf,
     /// Where `deploy.apply` keeps markers and finds hooks.
     pub deploy: crate::DeploySettings,
+    /// The paths no function touches (the minion's secrets) and where reads may go.
+    pub paths: crate::PathGuard,
 }
 
 impl Dispatcher {

@@ -31,17 +31,22 @@ pub mod docs;
 mod function;
 mod functions;
 pub mod grains;
-#[cfg(feature = "files")]
+mod hostile_tests;
+#[cfg(any(feature = "files", feature = "cmd"))]
 mod master_files;
+mod paths;
 mod policy;
 mod registry;
 mod runner;
+#[cfg(any(feature = "cmd", feature = "deploy"))]
+mod shebang;
 
 pub use args::Args;
 pub use context::{Context, FileRequest, OutgoingEvent, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
 pub use functions::deploy_settings::DeploySettings;
+pub use paths::{Access, PathGuard, ReadFile};
 pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};
 pub use registry::{valid_name, Registry};
 pub use runner::{Command, Finished, Runner, OUTPUT_CAP};

@@ -57,6 +57,26 @@ pub(crate) async fn part(cx: &Context, path: &str, offset: u64) -> Result<FileCh
     Err(ModuleError::Failed(format!("{SCHEME}{path}: the master stayed too busy to serve it")))
 }
 
+/// The first part of `url` (a `halite://` URL), checked against `source_hash` when one is given;
+/// `unused` says what was left undone when it does not match ("nothing was written").
+pub(crate) async fn first_part_checked(
+    cx: &Context,
+    url: &str,
+    source_hash: Option<&str>,
+    unused: &str,
+) -> Result<FileChunk, ModuleError> {
+    let path = source_path(url)?;
+    let expected = source_hash.map(expected_digest).transpose()?;
+    let first = part(cx, path, 0).await?;
+    match expected {
+        Some(expected) if expected != first.sha256 => Err(ModuleError::Failed(format!(
+            "{url} on the master has sha256 {}, not the source_hash {expected}; {unused}",
+            first.sha256
+        ))),
+        _ => Ok(first),
+    }
+}
+
 /// Writes the whole of `halite://path` to `out`, starting from its `first` part (offset 0),
 /// and checks that what was written has the digest every part announced.
 pub(crate) async fn copy_to(

@@ -46,6 +46,13 @@ pub struct Policy {
     /// Per-caller restrictions: when any rule matches the caller, the function must also be
     /// allowed by one of the matching rules.
     pub callers: Vec<CallerRule>,
+    /// Directories `file.read` and `file.stat` are confined to (resolved, links followed);
+    /// unset: anywhere but the minion's own secrets, which no function ever reaches.
+    pub read_paths: Option<Vec<std::path::PathBuf>>,
+    /// The virtualenvs or Python interpreters a caller may name as `pkg.*`'s `bin_env` (the
+    /// interpreter runs as the minion's user, so the caller never chooses it); empty: `bin_env`
+    /// is refused and pip runs `python3`.
+    pub pip_bin_envs: Vec<std::path::PathBuf>,
     /// Where the policy was read, for refusals to say where to change it.
     #[serde(skip)]
     pub source: Option<String>,
@@ -59,6 +66,8 @@ impl Default for Policy {
             deny: Vec::new(),
             allow_actions: true,
             callers: Vec::new(),
+            read_paths: None,
+            pip_bin_envs: Vec::new(),
             source: None,
         }
     }

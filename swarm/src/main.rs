@@ -149,6 +149,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         policy: Policy::default(),
         plans_dir: state_root.join("plans"),
         deploy: Default::default(),
+        paths: halite_modules::PathGuard::new(std::slice::from_ref(&state_root), None),
     });
     let grains = Arc::new(halite_modules::grains::collect(&BTreeMap::new()));
     let verified = Arc::new(halite_minion::VerifiedJobs::new());

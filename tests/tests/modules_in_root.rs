@@ -199,7 +199,9 @@ fn pip_installs_into_a_virtualenv_idempotently() {
     assert!(status.success());
     let bin = halite_tests::bin_dir().join("halite-minion");
     let config = dir.join("minion.toml");
-    std::fs::write(&config, format!("state_dir = {:?}\n[policy]\nallow = [\"*\"]\n", dir.join("state"))).unwrap();
+    // The minion's config names the virtualenv a caller may pick (a caller never chooses what runs).
+    let policy = format!("[policy]\nallow = [\"*\"]\npip_bin_envs = [{venv:?}]\n");
+    std::fs::write(&config, format!("state_dir = {:?}\n{policy}", dir.join("state"))).unwrap();
     let call = |args: &[&str]| {
         let out =
             std::process::Command::new(&bin).arg("--config").arg(&config).arg("call").args(args).output().unwrap();
@@ -218,6 +220,10 @@ fn pip_installs_into_a_virtualenv_idempotently() {
     assert_eq!(again["changed"], false, "{again}");
     let removed = call(&["pkg.remove", "halite-pipdemo", "provider=pip", &env]);
     assert_eq!(removed["changed"], true, "{removed}");
+    // One the config does not list is refused.
+    let other = format!("bin_env={}", dir.join("src").display());
+    let refused = call(&["pkg.list", "provider=pip", &other]);
+    assert!(refused.to_string().contains("pip_bin_envs"), "{refused}");
 }
 
 #[test]

@@ -104,6 +104,7 @@ macro_rules! common_helpers {
                 signed: halite_protocol::message::SignedJob {
                     body: row.try_get("body")?,
                     signature: row.try_get("signature")?,
+                    start_by_ms: None,
                 },
                 rollout: row
                     .try_get::<Option<String>, _>("rollout")?

@@ -62,7 +62,7 @@ pub(crate) fn job(jid: &str, created_at_ms: u64) -> JobRecord {
         created_at_ms,
         timeout_ms: 1000,
         ttl_ms: 0,
-        signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64] },
+        signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64], start_by_ms: None },
         rollout: None,
     }
 }

@@ -45,18 +45,29 @@ impl Typed for Extract {
     const POSITIONAL: &'static [&'static str] = &["name", "dest"];
     type Args = ExtractArgs;
     async fn run(&self, args: ExtractArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let archive = PathBuf::from(&args.name);
-        let dest = PathBuf::from(&args.dest);
+        let (archive, dest) = (PathBuf::from(&args.name), PathBuf::from(&args.dest));
         if !archive.is_absolute() || !dest.is_absolute() {
             return Err(ModuleError::BadArguments("name and dest must be absolute paths".into()));
         }
+        // Never the minion's own secrets, read or written; the archive is a regular file (a
+        // FIFO would stall the read).
+        let archive = cx.paths().check(&archive, crate::Access::Read)?;
+        let dest = cx.paths().check(&dest, crate::Access::Write)?;
+        if !fs::metadata(&archive).map_err(failed(&archive))?.is_file() {
+            return Err(ModuleError::Failed(format!("{}: not a regular file", archive.display())));
+        }
         if let Some(marker) = &args.if_missing {
-            if Path::new(marker).exists() {
+            if cx.paths().check(Path::new(marker), crate::Access::Read)?.exists() {
                 return Ok(Output::change(false, format!("{marker} exists; nothing extracted"), json!({})));
             }
         }
-        match (&args.source_hash, args.skip_verify) {
-            (Some(expected), _) => verify(&archive, expected)?,
+        match (args.source_hash.clone(), args.skip_verify) {
+            (Some(expected), _) => {
+                let archive = archive.clone();
+                tokio::task::spawn_blocking(move || verify(&archive, &expected))
+                    .await
+                    .map_err(|e| ModuleError::Failed(e.to_string()))??;
+            }
             (None, true) => {}
             (None, false) => {
                 return Err(ModuleError::BadArguments("source_hash is required (or skip_verify=true)".into()));

@@ -159,8 +159,14 @@ pub(crate) struct Script;
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ScriptArgs {
-    /// The script's text; start it with a #! line to choose the interpreter (default /bin/sh).
+    /// The script's text, or `halite://path`: a script the master serves from its file root
+    /// (fetched, its SHA-256 checked). Start it with a #! line to choose the interpreter
+    /// (default /bin/sh).
     source: String,
+    /// For a `halite://` source: the SHA-256 it must have (`sha256:<hex>` or hex); without it,
+    /// the digest the master announces is checked.
+    #[serde(default)]
+    source_hash: Option<String>,
     /// Arguments passed to the script.
     #[serde(default)]
     args: Vec<String>,
@@ -171,11 +177,13 @@ pub(crate) struct ScriptArgs {
 impl Typed for Script {
     const NAME: &'static str = "cmd.script";
     const DOC: &'static str =
-        "Writes a script from the job to a private temporary file (mode 0700 in a 0700 directory), \
-         runs it with arguments, deletes it, and returns {retcode, stdout, stderr, pid} like cmd.run.";
+        "Writes a script from the job (or fetched from the master: source=halite://path, its SHA-256 checked) \
+         to a private temporary file (mode 0700 in a 0700 directory), runs it through its #! interpreter \
+         (default /bin/sh) with arguments, deletes it, and returns {retcode, stdout, stderr, pid} like cmd.run.";
     const POSITIONAL: &'static [&'static str] = &["source"];
     type Args = ScriptArgs;
     async fn run(&self, args: ScriptArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let text = script_text(&args, cx).await?;
         let dir = std::env::temp_dir().join(format!("halite-script-{}-{}", std::process::id(), unique()));
         let fail = |e: std::io::Error| ModuleError::Failed(format!("cannot write the script: {e}"));
         std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(fail)?;
@@ -185,7 +193,7 @@ impl Typed for Script {
             use std::io::Write;
             let mut file =
                 std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(&path).map_err(fail)?;
-            file.write_all(args.source.as_bytes()).map_err(fail)?;
+            file.write_all(text.as_bytes()).map_err(fail)?;
         }
         if let Some(user) = &args.options.runas {
             // The user must be able to enter the directory and run the file it owns.
@@ -197,16 +205,40 @@ impl Typed for Script {
                 }
             }
         }
-        let mut argv = if args.source.starts_with("#!") {
-            vec![path.display().to_string()]
-        } else {
-            vec!["/bin/sh".to_owned(), path.display().to_string()]
-        };
+        // Through its interpreter, never executed itself (no ETXTBSY: see `shebang`).
+        let mut argv = crate::shebang::interpreted(&path, &text)
+            .unwrap_or_else(|| vec!["/bin/sh".to_owned(), path.display().to_string()]);
         argv.extend(args.args);
         let result = execute(args.options.command(argv)?, cx).await;
         drop(cleanup);
         result
     }
+}
+
+/// Most bytes of a script fetched from the master.
+const MAX_SCRIPT: u64 = 16 << 20;
+
+/// The script's text: given, or fetched whole from the master and checked against its digest.
+async fn script_text(args: &ScriptArgs, cx: &Context) -> Result<String, ModuleError> {
+    if !args.source.starts_with("halite://") {
+        if args.source_hash.is_some() {
+            return Err(ModuleError::BadArguments("source_hash goes with a halite:// source".into()));
+        }
+        return Ok(args.source.clone());
+    }
+    let url = &args.source;
+    let path = crate::master_files::source_path(url)?;
+    let first =
+        crate::master_files::first_part_checked(cx, url, args.source_hash.as_deref(), "nothing was run").await?;
+    if first.size > MAX_SCRIPT {
+        return Err(ModuleError::Failed(format!(
+            "{url} is {} bytes: more than a script may be ({MAX_SCRIPT})",
+            first.size
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(first.size).unwrap_or(0));
+    crate::master_files::copy_to(cx, path, first, &mut bytes).await?;
+    String::from_utf8(bytes).map_err(|_| ModuleError::Failed(format!("{url} is not text (UTF-8)")))
 }
 
 /// Deletes a directory tree when dropped (also when the call is dropped mid-run).

@@ -6,7 +6,9 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 #[cfg(feature = "files")]
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+#[cfg(feature = "files")]
+use std::path::Path;
+use std::path::PathBuf;
 
 use nix::unistd::{Gid, Group, Uid, User};
 use schemars::JsonSchema;
@@ -18,6 +20,7 @@ use crate::{Context, ModuleError, Output, Typed};
 /// Largest file `file.managed` diffs and `file.read` returns by default.
 const READ_CAP: u64 = 1024 * 1024;
 
+#[cfg(feature = "files")]
 fn io(path: &Path) -> impl Fn(std::io::Error) -> ModuleError + '_ {
     move |e| ModuleError::Failed(format!("{}: {e}", path.display()))
 }
@@ -28,6 +31,12 @@ fn absolute(name: &str) -> Result<PathBuf, ModuleError> {
         return Err(ModuleError::BadArguments(format!("{name:?} is not an absolute path")));
     }
     Ok(path)
+}
+
+/// An absolute path the minion lets this call touch for `access` (never its own secrets),
+/// resolved: what the function then works on.
+fn guarded(cx: &Context, name: &str, access: crate::Access) -> Result<PathBuf, ModuleError> {
+    cx.paths().check(&absolute(name)?, access)
 }
 
 #[cfg(feature = "files")]
@@ -169,7 +178,7 @@ impl Typed for Managed {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = ManagedArgs;
     async fn run(&self, args: ManagedArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = absolute(&args.name)?;
+        let path = guarded(cx, &args.name, crate::Access::Write)?;
         let (mode, uid, gid) = (parse_mode(&args.mode)?, uid_of(&args.user)?, gid_of(&args.group)?);
         let meta = fs::symlink_metadata(&path).ok();
         if meta.as_ref().is_some_and(|m| !m.is_file()) {
@@ -297,17 +306,9 @@ impl Content {
                 Ok(Content::Given(contents.clone()))
             }
             (None, Some(url)) => {
-                let path = crate::master_files::source_path(url)?;
-                let expected = args.source_hash.as_deref().map(crate::master_files::expected_digest).transpose()?;
-                let first = crate::master_files::part(cx, path, 0).await?;
-                if let Some(expected) = expected {
-                    if expected != first.sha256 {
-                        return Err(ModuleError::Failed(format!(
-                            "{url} on the master has sha256 {}, not the source_hash {expected}; nothing was written",
-                            first.sha256
-                        )));
-                    }
-                }
+                let unused = "nothing was written";
+                let first =
+                    crate::master_files::first_part_checked(cx, url, args.source_hash.as_deref(), unused).await?;
                 Ok(Content::Served { url: url.clone(), first })
             }
             (Some(_), Some(_)) => Err(ModuleError::BadArguments("give contents or source, not both".into())),
@@ -336,7 +337,7 @@ impl Typed for Absent {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = AbsentArgs;
     async fn run(&self, args: AbsentArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = absolute(&args.name)?;
+        let path = guarded(cx, &args.name, crate::Access::Remove)?;
         if path == Path::new("/") {
             return Err(ModuleError::BadArguments("refusing to remove /".into()));
         }
@@ -381,7 +382,7 @@ impl Typed for Directory {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = DirectoryArgs;
     async fn run(&self, args: DirectoryArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = absolute(&args.name)?;
+        let path = guarded(cx, &args.name, crate::Access::Write)?;
         let (mode, uid, gid) = (parse_mode(&args.mode)?, uid_of(&args.user)?, gid_of(&args.group)?);
         let meta = fs::symlink_metadata(&path).ok();
         if meta.as_ref().is_some_and(|m| !m.is_dir()) {
@@ -426,19 +427,16 @@ pub(crate) struct ReadArgs {
 
 impl Typed for Read {
     const NAME: &'static str = "file.read";
-    const DOC: &'static str = "Returns a file's content as text (invalid UTF-8 is replaced), capped in size.";
+    const DOC: &'static str = "Returns a regular file's content as text (invalid UTF-8 is replaced), capped in size. \
+         Never the minion's own secrets (its state directory, enrollment file, config), and only beneath \
+         [policy] read_paths when the minion sets them; a FIFO or device is refused, never waited on.";
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = ReadArgs;
-    async fn run(&self, args: ReadArgs, _: &Context) -> Result<Output, ModuleError> {
-        use std::io::Read as _;
+    async fn run(&self, args: ReadArgs, cx: &Context) -> Result<Output, ModuleError> {
         let path = absolute(&args.name)?;
         let cap = args.max_bytes.unwrap_or(READ_CAP).min(16 * READ_CAP);
-        let file = fs::File::open(&path).map_err(io(&path))?;
-        let mut content = Vec::new();
-        file.take(cap + 1).read_to_end(&mut content).map_err(io(&path))?;
-        let truncated = content.len() as u64 > cap;
-        content.truncate(cap as usize);
-        Ok(Output { value: json!(String::from_utf8_lossy(&content)), retcode: 0, truncated })
+        let read = cx.paths().read(&path, cap).await?;
+        Ok(Output { value: json!(String::from_utf8_lossy(&read.content)), retcode: 0, truncated: read.truncated })
     }
 }
 
@@ -457,8 +455,8 @@ impl Typed for Stat {
         "Returns {exists, type, size, mode, uid, gid, user, group, mtime} of a path (links are not followed).";
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = StatArgs;
-    async fn run(&self, args: StatArgs, _: &Context) -> Result<Output, ModuleError> {
-        let path = absolute(&args.name)?;
+    async fn run(&self, args: StatArgs, cx: &Context) -> Result<Output, ModuleError> {
+        let path = guarded(cx, &args.name, crate::Access::Read)?;
         let Ok(meta) = fs::symlink_metadata(&path) else { return Ok(Output::ok(json!({ "exists": false }))) };
         let kind = if meta.is_dir() {
             "directory"

@@ -28,7 +28,8 @@ pub(crate) struct Select {
     /// Package manager: apt, dnf, yum, apk or pip (default: from the os_family grain).
     #[serde(default)]
     provider: Option<String>,
-    /// For pip: a virtualenv directory or a Python interpreter (default python3).
+    /// For pip: a virtualenv directory or a Python interpreter (default python3), one of those
+    /// the minion's `[policy] pip_bin_envs` lists: the caller never picks what runs.
     #[serde(default)]
     bin_env: Option<PathBuf>,
 }
@@ -50,8 +51,20 @@ impl Select {
             "dnf" | "yum" => Backend::Dnf(if provider == "dnf" && cx.runner.exists("dnf") { "dnf" } else { "yum" }),
             "apk" => Backend::Apk,
             "pip" => Backend::Pip(match &self.bin_env {
-                Some(env) if env.is_dir() => env.join("bin/python"),
-                Some(python) => python.clone(),
+                Some(env) => {
+                    let listed = cx.dispatcher.as_ref().is_some_and(|d| d.policy.pip_bin_envs.contains(env));
+                    if !listed {
+                        return Err(ModuleError::Denied(format!(
+                            "bin_env {} is not one of the minion's [policy] pip_bin_envs",
+                            env.display()
+                        )));
+                    }
+                    if env.is_dir() {
+                        env.join("bin/python")
+                    } else {
+                        env.clone()
+                    }
+                }
                 None => PathBuf::from("python3"),
             }),
             "" => {

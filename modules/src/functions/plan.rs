@@ -222,6 +222,7 @@ mod tests {
             policy,
             plans_dir,
             deploy: Default::default(),
+            paths: Default::default(),
         });
         let reach = reach.map(|r| r.iter().map(|g| (*g).to_owned()).collect());
         let cx = Context { test, dispatcher: Some(dispatcher), caller: "ops".into(), reach, ..Context::default() };
@@ -377,6 +378,7 @@ mod locked_tests {
             policy: Policy { allow: vec!["*".into()], ..Policy::default() },
             plans_dir: std::env::temp_dir(),
             deploy: Default::default(),
+            paths: Default::default(),
         });
         let cx = Context { dispatcher: Some(dispatcher), ..Context::default() };
         let steps = serde_json::json!([

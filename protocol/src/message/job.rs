@@ -63,6 +63,13 @@ pub struct SignedJob {
     /// ed25519 signature over `JOB_SIGNATURE_DOMAIN || body`.
     #[serde(with = "serde_bytes")]
     pub signature: Vec<u8>,
+    /// The master's time (Unix ms) by which the minion must have started the job: when this
+    /// delivery was sent plus the job's timeout. Past it the master may already have recorded
+    /// the job timed out, so a minion that gets it late (it was frozen, its link stalled) reports
+    /// it `timed_out` and never runs it. Set at each delivery, so not signed; the session it
+    /// comes over is the master's. `None` from a master that does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_by_ms: Option<u64>,
 }
 
 /// Why a signed job was refused.
@@ -85,7 +92,7 @@ impl SignedJob {
     pub fn sign(job: &Job, key: &IdentityKey) -> Self {
         let body = to_vec(job);
         let signature = key.sign(JOB_SIGNATURE_DOMAIN, &body).to_vec();
-        SignedJob { body, signature }
+        SignedJob { body, signature, start_by_ms: None }
     }
 
     /// Encodes and signs a job as a master of a cluster, naming itself (`name`, its id) and

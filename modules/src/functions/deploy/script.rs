@@ -64,13 +64,10 @@ pub(crate) async fn run(
     if let Some(problem) = exec_problem(&path, &script) {
         return Ok(failed(problem));
     }
-    let command = Command {
-        argv: vec![path.display().to_string()],
-        cwd: Some(working.clone()),
-        env,
-        output_cap: CAPTURE_CAP,
-        ..Command::default()
-    };
+    // Run through its interpreter, never executed itself: no ETXTBSY from a descriptor another
+    // job's fork still holds (see `shebang`).
+    let argv = crate::shebang::interpreted(&path, &script).unwrap_or_else(|| vec![path.display().to_string()]);
+    let command = Command { argv, cwd: Some(working.clone()), env, output_cap: CAPTURE_CAP, ..Command::default() };
     let finished = match super::run_within(&command, timeout, cx).await {
         Some(Ok(done)) => done,
         Some(Err(error)) => return Ok(failed(format!("halite: {error}"))),

@@ -1,0 +1,258 @@
+//! Which paths functions may touch for a caller: never the minion's own secrets (its key and
+//! state directory, journal included, its enrollment file, its config), whatever the policy
+//! allows; and, when the minion's `[policy] read_paths` lists directories, reads only beneath
+//! them.
+//!
+//! Paths are judged where they really lead: a read opens the file first (without blocking, so a
+//! FIFO or a device never stalls the runtime) and judges the path the kernel opened (from
+//! `/proc/self/fd`), so neither a symbolic link nor one swapped in after a check reaches a
+//! secret. Stat, write and removal judge the path with its directories resolved.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Component, Path, PathBuf};
+
+use crate::ModuleError;
+
+/// What a function does with a path, for [`PathGuard`] to judge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read its content or metadata.
+    Read,
+    /// Create or replace it.
+    Write,
+    /// Remove it (a directory with its contents).
+    Remove,
+}
+
+/// The paths functions may not touch, and where they may read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathGuard {
+    /// The minion's secrets, resolved: nothing beneath them is read, written, listed or
+    /// stat'ed, and nothing above them is removed.
+    protected: Vec<PathBuf>,
+    /// `[policy] read_paths`, resolved: when set, reads happen only beneath one of them.
+    read_paths: Option<Vec<PathBuf>>,
+}
+
+/// A file read for a caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadFile {
+    /// At most the cap's bytes.
+    pub content: Vec<u8>,
+    /// Whether the file held more.
+    pub truncated: bool,
+}
+
+impl PathGuard {
+    /// A guard over `protected` (files or directories; those that do not exist yet are kept
+    /// as given) and, if given, reads confined to `read_paths`.
+    pub fn new(protected: &[PathBuf], read_paths: Option<&[PathBuf]>) -> Self {
+        // Fully resolved where they exist (a state directory may itself be a link).
+        let full = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| resolve(path));
+        PathGuard {
+            protected: protected.iter().map(full).collect(),
+            read_paths: read_paths.map(|paths| paths.iter().map(full).collect()),
+        }
+    }
+
+    /// Whether `path` (resolved) may be touched for `access`; the refusal names why.
+    pub fn check(&self, path: &Path, access: Access) -> Result<PathBuf, ModuleError> {
+        let resolved = resolve(path);
+        self.judge(&resolved, access)?;
+        // What a read, a chmod or a diff would follow the last link to is judged too (a
+        // removal removes the link itself).
+        if access != Access::Remove {
+            if let Ok(target) = resolved.canonicalize() {
+                self.judge(&target, access)?;
+            }
+        }
+        Ok(resolved)
+    }
+
+    fn judge(&self, resolved: &Path, access: Access) -> Result<(), ModuleError> {
+        if let Some(secret) = self.protected.iter().find(|p| resolved.starts_with(p)) {
+            return Err(ModuleError::Denied(format!(
+                "{} is the minion's own ({}): no function reads or changes it",
+                resolved.display(),
+                secret.display()
+            )));
+        }
+        if access == Access::Remove {
+            if let Some(secret) = self.protected.iter().find(|p| p.starts_with(resolved)) {
+                return Err(ModuleError::Denied(format!(
+                    "{} holds the minion's own {}: it is not removed",
+                    resolved.display(),
+                    secret.display()
+                )));
+            }
+        }
+        if access == Access::Read {
+            if let Some(allowed) = &self.read_paths {
+                if !allowed.iter().any(|dir| resolved.starts_with(dir)) {
+                    return Err(ModuleError::Denied(format!(
+                        "{} is outside the minion's [policy] read_paths",
+                        resolved.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads at most `cap` bytes of the regular file at `path`, off the runtime's threads:
+    /// opened without blocking, checked to be a regular file and judged by where it was
+    /// really opened.
+    pub async fn read(&self, path: &Path, cap: u64) -> Result<ReadFile, ModuleError> {
+        self.check(path, Access::Read)?;
+        let guard = self.clone();
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || guard.read_blocking(&path, cap))
+            .await
+            .map_err(|e| ModuleError::Failed(format!("reading the file failed: {e}")))?
+    }
+
+    fn read_blocking(&self, path: &Path, cap: u64) -> Result<ReadFile, ModuleError> {
+        let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", path.display()));
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_flags::NONBLOCK | libc_flags::NOCTTY)
+            .open(path)
+            .map_err(failed)?;
+        let meta = file.metadata().map_err(failed)?;
+        if !meta.file_type().is_file() {
+            let kind = match meta.file_type() {
+                t if t.is_dir() => "a directory",
+                t if t.is_fifo() => "a FIFO",
+                t if t.is_char_device() || t.is_block_device() => "a device",
+                t if t.is_socket() => "a socket",
+                _ => "not a regular file",
+            };
+            return Err(ModuleError::Failed(format!("{}: {kind}, not a regular file", path.display())));
+        }
+        // Where the kernel really opened it, links and all.
+        let opened = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(failed)?;
+        self.judge(&opened, Access::Read)?;
+        let mut content = Vec::new();
+        file.take(cap.saturating_add(1)).read_to_end(&mut content).map_err(failed)?;
+        let truncated = content.len() as u64 > cap;
+        content.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
+        Ok(ReadFile { content, truncated })
+    }
+}
+
+/// The open(2) flags std does not name.
+mod libc_flags {
+    pub(super) const NONBLOCK: i32 = nix::fcntl::OFlag::O_NONBLOCK.bits();
+    pub(super) const NOCTTY: i32 = nix::fcntl::OFlag::O_NOCTTY.bits();
+}
+
+/// `path` as the kernel resolves it, all but its last component: the directories it names are
+/// resolved (links followed, `..` taken after them, as `realpath` does) as far as they exist,
+/// and the last component is kept as written, so a link there is judged where it stands (and
+/// what it points to, when opened or followed). A part below a missing directory is kept as
+/// written, `..` and all cut.
+fn resolve(path: &Path) -> PathBuf {
+    let Some(name) = path.file_name().map(ToOwned::to_owned) else {
+        // Ends in `..`: a directory, resolved whole.
+        return path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    };
+    let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    // The deepest ancestor that exists is resolved, the rest kept as written.
+    let mut existing = parent.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            out.push(&name);
+            return out;
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(part), Some(up)) => {
+                rest.push(part.to_owned());
+                existing = up;
+            }
+            _ => return path.components().filter(|c| matches!(c, Component::RootDir | Component::Normal(_))).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("halite-paths-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("state")).unwrap();
+        fs::create_dir_all(dir.join("open")).unwrap();
+        fs::write(dir.join("state/minion.key"), b"secret").unwrap();
+        fs::write(dir.join("open/note"), b"hello").unwrap();
+        dir
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn secrets_are_refused_however_they_are_named() {
+        let dir = scratch("names");
+        let guard = PathGuard::new(&[dir.join("state")], None);
+        std::os::unix::fs::symlink(dir.join("state/minion.key"), dir.join("open/link")).unwrap();
+        std::os::unix::fs::symlink(dir.join("state"), dir.join("open/dirlink")).unwrap();
+        rt().block_on(async {
+            assert_eq!(guard.read(&dir.join("open/note"), 100).await.unwrap().content, b"hello");
+            for path in [
+                dir.join("state/minion.key"),
+                dir.join("open/../state/minion.key"),
+                dir.join("open/link"),
+                dir.join("open/dirlink/minion.key"),
+                dir.join("open/dirlink/../state/minion.key"),
+                dir.join("state/./minion.key"),
+            ] {
+                let refused = guard.read(&path, 100).await.unwrap_err();
+                assert!(matches!(refused, ModuleError::Denied(_)), "{}: {refused}", path.display());
+            }
+        });
+        assert!(guard.check(&dir.join("state/new"), Access::Write).is_err());
+        assert!(guard.check(&dir.join("open/dirlink/x"), Access::Write).is_err());
+        assert!(guard.check(&dir.join("open/link"), Access::Write).is_err(), "a chmod would follow the link");
+        assert!(guard.check(&dir.join("open/link"), Access::Remove).is_ok(), "removing the link itself");
+        assert!(guard.check(&dir, Access::Remove).is_err(), "removing what holds a secret");
+        assert!(guard.check(&dir, Access::Read).is_ok());
+        assert!(guard.check(&dir.join("open/note"), Access::Remove).is_ok());
+    }
+
+    #[test]
+    fn reads_stay_within_read_paths_when_set() {
+        let dir = scratch("allow");
+        let guard = PathGuard::new(&[dir.join("state")], Some(&[dir.join("open")]));
+        assert!(guard.check(&dir.join("open/note"), Access::Read).is_ok());
+        let refused = guard.check(Path::new("/etc/hostname"), Access::Read).unwrap_err();
+        assert!(refused.to_string().contains("read_paths"), "{refused}");
+        assert!(guard.check(Path::new("/etc/hostname"), Access::Write).is_ok(), "writes are the policy's");
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_without_blocking() {
+        let dir = scratch("fifo");
+        let fifo = dir.join("open/fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let guard = PathGuard::default();
+        rt().block_on(async {
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), guard.read(&fifo, 100)).await;
+            let refused = read.expect("the read returned at once").unwrap_err();
+            assert!(refused.to_string().contains("FIFO"), "{refused}");
+            let refused = guard.read(Path::new("/dev/null"), 100).await.unwrap_err();
+            assert!(refused.to_string().contains("device"), "{refused}");
+            let refused = guard.read(&dir, 100).await.unwrap_err();
+            assert!(refused.to_string().contains("directory"), "{refused}");
+        });
+    }
+}
