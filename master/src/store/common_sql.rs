@@ -216,12 +216,26 @@ macro_rules! common_store_methods {
         replaces_key: bool,
         owner: &str,
     ) -> Result<(), $crate::store::StoreError> {
+        // A replacing token names the key it replaces: the one accepted now.
+        let replaced: Option<Vec<u8>> = if replaces_key {
+            sqlx::query_scalar(&$sql("SELECT public_key FROM keys WHERE id = ? AND state = 'accepted' ORDER BY updated_at DESC LIMIT 1"))
+                .bind(minion)
+                .fetch_optional(&mut *self.conn().await?)
+                .await?
+        } else {
+            None
+        };
         // Signed as stored (and read back): the column holds at most i64::MAX.
         let stored_expiry = ms($crate::store::sqlite::db_int(expires_at_ms));
-        let row = $crate::store::trust::EnrollmentTokenRow { hash: &hash[..], minion, expires_at_ms: stored_expiry, replaces_key };
+        let row = $crate::store::trust::EnrollmentTokenRow {
+            hash: &hash[..],
+            minion,
+            expires_at_ms: stored_expiry,
+            replaces: replaced.as_deref(),
+        };
         let seal = self.trust.get().seal_enrollment_token(&row);
-        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key, owner, signer, signature) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)"))
+        sqlx::query(&$sql("INSERT INTO tokens (token_hash, minion, expires_at, id, replaces_key, owner, signer, signature, replaced_key) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))
             .bind(&hash[..])
             .bind(minion)
             .bind($crate::store::sqlite::db_int(expires_at_ms))
@@ -230,6 +244,7 @@ macro_rules! common_store_methods {
             .bind(owner)
             .bind(seal.signer)
             .bind(seal.signature)
+            .bind(replaced.as_deref())
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
@@ -245,7 +260,7 @@ macro_rules! common_store_methods {
         // The token is honoured only as a master signed it: checked first (the check may read
         // the signer's registration), then burnt in the transaction only if its row is still
         // the one checked.
-        let row = sqlx::query(&$sql("SELECT expires_at, CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT) AS replaces, \
+        let row = sqlx::query(&$sql("SELECT expires_at, replaced_key, \
              signer, signature FROM tokens WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"))
         .bind(&hash[..])
         .bind(minion)
@@ -254,11 +269,12 @@ macro_rules! common_store_methods {
         .await?;
         let Some(row) = row else { return Ok($crate::store::TokenUse::Invalid) };
         let signature: Option<Vec<u8>> = row.try_get("signature")?;
+        let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
         let signed = $crate::store::trust::EnrollmentTokenRow {
             hash: &hash[..],
             minion,
             expires_at_ms: ms(row.try_get("expires_at")?),
-            replaces_key: row.try_get::<i64, _>("replaces")? != 0,
+            replaces: replaced.as_deref(),
         };
         let signer: Option<Vec<u8>> = row.try_get("signer")?;
         let trusted = self
@@ -269,7 +285,6 @@ macro_rules! common_store_methods {
         if !trusted {
             return Ok($crate::store::TokenUse::Invalid);
         }
-        let replaces = signed.replaces_key;
         let mut conn = self.conn().await?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND signature = ?"))
@@ -282,15 +297,18 @@ macro_rules! common_store_methods {
             return Ok($crate::store::TokenUse::Invalid);
         }
         // Read in the same transaction that burns the token: a key accepted meanwhile counts.
-        let accepted: i64 = sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE id = ? AND state = 'accepted' AND public_key != ?"))
+        let accepted: Vec<Vec<u8>> = sqlx::query_scalar(&$sql("SELECT public_key FROM keys WHERE id = ? AND state = 'accepted' AND public_key != ?"))
             .bind(minion)
             .bind(&public_key[..])
-            .fetch_one(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-        let (state, used) = match (accepted > 0, replaces) {
-            // A token never takes an accepted identity over unless made to.
-            (true, false) => ("denied", $crate::store::TokenUse::Refused),
-            (replaced, _) => ("accepted", $crate::store::TokenUse::Enrolled { replaced }),
+        // A token never takes an accepted identity over unless made to, and then only the key
+        // accepted when it was made (a token put back unused after replacing it replaces nothing).
+        let replaces_accepted = replaced.as_deref().is_some_and(|key| accepted.iter().all(|a| a.as_slice() == key));
+        let (state, used) = match (accepted.is_empty(), replaces_accepted) {
+            (true, _) => ("accepted", $crate::store::TokenUse::Enrolled { replaced: false }),
+            (false, true) => ("accepted", $crate::store::TokenUse::Enrolled { replaced: true }),
+            (false, false) => ("denied", $crate::store::TokenUse::Refused),
         };
         if state == "accepted" {
             // The token holder is the minion: any other key recorded for the id is denied (and
@@ -322,7 +340,7 @@ macro_rules! common_store_methods {
     async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, $crate::store::StoreError> {
         // Only a token a master made binds the id: a row written past the masters does not
         // lock its minion out.
-        let rows = sqlx::query(&$sql("SELECT token_hash, expires_at, CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT) AS replaces, \
+        let rows = sqlx::query(&$sql("SELECT token_hash, expires_at, replaced_key, \
              signer, signature FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? \
              ORDER BY signature IS NULL LIMIT 16"))
             .bind(minion)
@@ -333,11 +351,12 @@ macro_rules! common_store_methods {
             let hash: Vec<u8> = row.try_get("token_hash")?;
             let signature: Option<Vec<u8>> = row.try_get("signature")?;
             let signer: Option<Vec<u8>> = row.try_get("signer")?;
+            let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
             let signed = $crate::store::trust::EnrollmentTokenRow {
                 hash: &hash,
                 minion,
                 expires_at_ms: ms(row.try_get("expires_at")?),
-                replaces_key: row.try_get::<i64, _>("replaces")? != 0,
+                replaces: replaced.as_deref(),
             };
             let id = halite_protocol::hex::encode(&hash[..hash.len().min(6)]);
             let trusted = self

@@ -52,6 +52,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("owner", Text),
             ("signer", OptBlob),
             ("signature", OptBlob),
+            ("replaced_key", OptBlob),
         ],
     ),
     ("minions", &[("id", Text), ("grains", Text), ("functions", Text), ("last_seen", Int)]),

@@ -159,23 +159,28 @@ macro_rules! signed_row_helpers {
             ) -> Result<u64, $crate::store::StoreError> {
                 let mut conn = self.conn().await?;
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                // A replacing token from before names the key accepted at the upgrade.
                 let tokens = sqlx::query(&$sql(
-                    "SELECT token_hash, minion, expires_at, CAST(CASE WHEN replaces_key THEN 1 ELSE 0 END AS BIGINT) AS replaces \
+                    "SELECT token_hash, minion, expires_at, CASE WHEN replaces_key THEN \
+                     (SELECT public_key FROM keys WHERE keys.id = tokens.minion AND keys.state = 'accepted' \
+                      ORDER BY keys.updated_at DESC LIMIT 1) END AS replaced \
                      FROM tokens WHERE signature IS NULL",
                 ))
                 .fetch_all(&mut *tx)
                 .await?;
                 for row in &tokens {
                     let hash: Vec<u8> = row.try_get("token_hash")?;
+                    let replaced: Option<Vec<u8>> = row.try_get("replaced")?;
                     let seal = trust.seal_enrollment_token(&$crate::store::trust::EnrollmentTokenRow {
                         hash: &hash,
                         minion: &row.try_get::<String, _>("minion")?,
                         expires_at_ms: ms(row.try_get("expires_at")?),
-                        replaces_key: row.try_get::<i64, _>("replaces")? != 0,
+                        replaces: replaced.as_deref(),
                     });
-                    sqlx::query(&$sql("UPDATE tokens SET signer = ?, signature = ? WHERE token_hash = ?"))
+                    sqlx::query(&$sql("UPDATE tokens SET signer = ?, signature = ?, replaced_key = ? WHERE token_hash = ?"))
                         .bind(seal.signer)
                         .bind(seal.signature)
+                        .bind(replaced.as_deref())
                         .bind(&hash)
                         .execute(&mut *tx)
                         .await?;

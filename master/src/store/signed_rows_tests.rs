@@ -175,7 +175,7 @@ async fn token_rows_a_master_wrote_work_and_rows_written_or_changed_past_it_do_n
     assert_eq!(forged, crate::store::TokenUse::Invalid);
     assert!(store.keys_for("web9").await.unwrap().is_empty(), "no key recorded for a forged token");
     store.create_token(&[5; 32], "web1", far, false, "root").await.unwrap();
-    sql(&store, "UPDATE tokens SET replaces_key = 1 WHERE minion = 'web1'").await;
+    sql(&store, "UPDATE tokens SET replaces_key = 1, replaced_key = x'0707070707070707070707070707070707070707070707070707070707070707' WHERE minion = 'web1'").await;
     let widened = store.enroll_with_token(&[5; 32], "web1", &[9; 32], 2).await.unwrap();
     assert_eq!(widened, crate::store::TokenUse::Invalid);
     assert_eq!(store.keys_for("web1").await.unwrap(), vec![key("web1", KeyState::Accepted)], "the key stays");
@@ -194,6 +194,7 @@ async fn token_rows_from_before_their_signatures_are_signed_once_at_the_upgrade(
     sql(
         &store,
         "ALTER TABLE tokens DROP COLUMN signer; ALTER TABLE tokens DROP COLUMN signature; \
+         ALTER TABLE tokens DROP COLUMN replaced_key; \
          ALTER TABLE api_tokens DROP COLUMN signer; ALTER TABLE api_tokens DROP COLUMN signature; \
          DELETE FROM _sqlx_migrations WHERE version = 12; \
          INSERT INTO api_tokens (token_hash, principal, created_at, id, owner) VALUES (x'0101010101010101010101010101010101010101010101010101010101010101', 'heat', 1, '010101010101', 'root'); \
@@ -212,4 +213,26 @@ async fn token_rows_from_before_their_signatures_are_signed_once_at_the_upgrade(
     assert_eq!(store.api_token_grant(&[3; 32], 3).await.unwrap(), None);
     let used = store.enroll_with_token(&[2; 32], "web2", &[9; 32], 3).await.unwrap();
     assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: false });
+}
+
+#[tokio::test]
+async fn a_replacing_token_put_back_unused_replaces_nothing() {
+    let (_dir, _, store) = sqlite().await;
+    store.put_key(&key("web1", KeyState::Accepted), 1).await.unwrap();
+    store.create_token(&[1; 32], "web1", u64::MAX / 2, true, "root").await.unwrap();
+    let used = store.enroll_with_token(&[1; 32], "web1", &[8; 32], 2).await.unwrap();
+    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: true });
+    // A role that may write the table re-arms it, for a key of its own.
+    sql(&store, "UPDATE tokens SET used_at = NULL").await;
+    let again = store.enroll_with_token(&[1; 32], "web1", &[9; 32], 3).await.unwrap();
+    assert_eq!(again, crate::store::TokenUse::Refused, "the key it was made to replace is gone");
+    let accepted: Vec<[u8; 32]> = store
+        .keys_for("web1")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.state == KeyState::Accepted)
+        .map(|k| k.public_key)
+        .collect();
+    assert_eq!(accepted, vec![[8; 32]], "the replacement stays the minion");
 }

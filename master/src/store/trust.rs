@@ -32,7 +32,7 @@ const PRINCIPAL_ROW: &[u8] = b"halite principal row v1";
 /// What an announcement's signature covers: its body, as sent.
 const ANNOUNCEMENT: &[u8] = b"halite cluster announcement v1";
 /// What an enrollment token row's signature covers: the token's hash, the id it enrolls, its
-/// expiry and whether it may replace an accepted key.
+/// expiry and the accepted key it may replace, if any.
 const ENROLLMENT_TOKEN_ROW: &[u8] = b"halite enrollment token row v1";
 /// What a gateway token row's signature covers: the token's hash, the principal it acts as and
 /// its expiry.
@@ -133,8 +133,9 @@ pub struct EnrollmentTokenRow<'a> {
     pub minion: &'a str,
     /// When it expires (Unix ms).
     pub expires_at_ms: u64,
-    /// Whether it may replace the id's accepted key.
-    pub replaces_key: bool,
+    /// The accepted key it may replace (the one accepted when it was made), if it may replace
+    /// one: once another key is accepted, it replaces nothing.
+    pub replaces: Option<&'a [u8]>,
 }
 
 impl EnrollmentTokenRow<'_> {
@@ -143,7 +144,13 @@ impl EnrollmentTokenRow<'_> {
         field(&mut out, self.hash);
         field(&mut out, self.minion.as_bytes());
         field(&mut out, &self.expires_at_ms.to_be_bytes());
-        field(&mut out, &[u8::from(self.replaces_key)]);
+        match self.replaces {
+            Some(key) => {
+                field(&mut out, &[1]);
+                field(&mut out, key);
+            }
+            None => field(&mut out, &[0]),
+        }
         out
     }
 }
@@ -420,13 +427,13 @@ mod tests {
     fn a_token_row_verifies_only_as_signed() {
         let trust = trust(1);
         let signer = trust.public();
-        let row = EnrollmentTokenRow { hash: &[3; 32], minion: "web1", expires_at_ms: 100, replaces_key: false };
+        let row = EnrollmentTokenRow { hash: &[3; 32], minion: "web1", expires_at_ms: 100, replaces: None };
         let seal = trust.seal_enrollment_token(&row);
         assert_eq!(Trust::check_enrollment_token(&signer, &row, &seal.signature), Ok(()));
         for changed in [
             EnrollmentTokenRow { minion: "web2", ..row },
             EnrollmentTokenRow { expires_at_ms: 101, ..row },
-            EnrollmentTokenRow { replaces_key: true, ..row },
+            EnrollmentTokenRow { replaces: Some(&[7; 32]), ..row },
             EnrollmentTokenRow { hash: &[4; 32], ..row },
         ] {
             assert_eq!(Trust::check_enrollment_token(&signer, &changed, &seal.signature), Err(Untrusted::BadSignature));
@@ -442,8 +449,7 @@ mod tests {
             assert_eq!(Trust::check_api_token(&signer, &changed, &seal.signature), Err(Untrusted::BadSignature));
         }
         // A gateway token's signature is no enrollment token's.
-        let as_enrollment =
-            EnrollmentTokenRow { hash: &[3; 32], minion: "heat", expires_at_ms: 0, replaces_key: false };
+        let as_enrollment = EnrollmentTokenRow { hash: &[3; 32], minion: "heat", expires_at_ms: 0, replaces: None };
         assert!(Trust::check_enrollment_token(&signer, &as_enrollment, &seal.signature).is_err());
     }
 
