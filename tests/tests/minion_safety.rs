@@ -171,3 +171,56 @@ fn cmd_script_runs_a_script_the_master_serves() {
     assert!(refused.to_string().contains("not the source_hash"), "{refused}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// 250 deployments and 250 scripts at once on one minion: none fails to start with
+/// `Text file busy` (about one in a hundred did, executing a script just written while other
+/// jobs forked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_concurrent_scripts_on_one_minion_all_run() {
+    use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
+    use halite_protocol::message::{Target, TargetKind};
+
+    let mut cluster = Cluster::start("");
+    let extra = format!("max_concurrent_jobs = 128\n{}", cluster.deploy_section("m1"));
+    cluster.prepare_minion_with("m1", true, "", &extra);
+    cluster.start_minion("m1");
+    cluster.wait_connected(&["m1"]);
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let tasks: Vec<_> = (0..500)
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let target = Target { kind: TargetKind::Glob, expr: "m1".into() };
+                let script = format!("#!/bin/sh\necho run-{n}\n");
+                let mut spec = if n % 2 == 0 {
+                    let mut spec = PublishSpec::new(target, "deploy.apply");
+                    let item = serde_json::json!({ "id": format!("00000000-0000-0000-0000-{n:012}"), "name": "s",
+                        "group": "script", "config": script, "inputs": [], "outputs": [], "options": {},
+                        "creation_time": "2026-11-26T00:00:00Z" });
+                    spec.kwargs.insert("item".into(), item);
+                    spec
+                } else {
+                    let mut spec = PublishSpec::new(target, "cmd.script");
+                    spec.kwargs.insert("source".into(), Value::from(script));
+                    spec
+                };
+                spec.timeout_ms = 120_000;
+                let published = client.publish(spec).await.unwrap();
+                loop {
+                    let event = tokio::time::timeout(Duration::from_secs(180), client.next_job_event(&published.jid));
+                    if matches!(event.await.expect("the job's end").unwrap(), JobEvent::Done) {
+                        break;
+                    }
+                }
+                let detail = client.job(&published.jid).await.unwrap();
+                let text = serde_json::to_string(&detail.minions).unwrap();
+                (!text.contains(&format!("run-{n}"))).then_some(text)
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for task in tasks {
+        failed.extend(task.await.unwrap());
+    }
+    assert!(failed.is_empty(), "{} of 500 did not run: {:?}", failed.len(), &failed[..failed.len().min(3)]);
+}
