@@ -9,6 +9,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(Message::Job(job)) = message::decode(data) {
         let _ = job.verify(&IdentityKey::from_seed(&[1; 32]).public());
     }
-    let job = SignedJob { body: data.to_vec(), signature: vec![0; 64] };
+    let job = SignedJob { body: data.to_vec(), signature: vec![0; 64], start_by_ms: None };
     let _ = job.verify(&IdentityKey::from_seed(&[1; 32]).public());
 });
