@@ -130,7 +130,15 @@ impl DigestKey {
 
 /// The master's own secret files, never served whatever path leads to them.
 fn secret_files(config: &MasterConfig) -> Vec<PathBuf> {
-    let mut files = vec![config.key_path(), config.root_key_path(), config.database_path()];
+    let database = config.database_path();
+    // SQLite's write-ahead log, shared memory and rollback journal hold the database's pages.
+    let companions = ["-wal", "-shm", "-journal"].map(|suffix| {
+        let mut name = database.clone().into_os_string();
+        name.push(suffix);
+        PathBuf::from(name)
+    });
+    let mut files = vec![config.key_path(), config.root_key_path(), database];
+    files.extend(companions);
     files.extend(config.gateway.tls_key.iter().cloned());
     files.extend(config.store.password_file.iter().cloned());
     files
@@ -553,6 +561,15 @@ mod tests {
         for path in ["app/conf", "alias", "inside"] {
             let (kind, why) = read_part(&root, path, 0, &Mutex::default(), &secrets).unwrap_err();
             assert_eq!(kind, ErrorKind::Forbidden, "{path}: {why}");
+        }
+    }
+
+    #[test]
+    fn the_databases_log_and_shared_memory_are_secrets_too() {
+        let config = MasterConfig { state_dir: "/var/lib/halite/master".into(), ..MasterConfig::default() };
+        let secrets = secret_files(&config);
+        for name in ["master.db", "master.db-wal", "master.db-shm", "master.db-journal", "master.key", "root.key"] {
+            assert!(secrets.contains(&config.state_dir.join(name)), "{name}: {secrets:?}");
         }
     }
 

@@ -184,16 +184,28 @@ fn a_systemd_unit_is_enabled_and_disabled_offline() {
 
 #[test]
 fn pip_installs_into_a_virtualenv_idempotently() {
-    // pip runs on the host, into a throwaway virtualenv, from a local source tree (no network).
+    // pip runs on the host, into a throwaway virtualenv, from a local package index (a
+    // find-links directory holding a wheel: no network). A caller names packages, never files.
     let dir = std::env::temp_dir().join(format!("halite-pip-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("src/halite_pipdemo")).unwrap();
-    std::fs::write(
-        dir.join("src/setup.py"),
-        "from setuptools import setup\nsetup(name='halite-pipdemo', version='1.2', packages=['halite_pipdemo'])\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("src/halite_pipdemo/__init__.py"), "").unwrap();
+    let links = dir.join("links");
+    std::fs::create_dir_all(&links).unwrap();
+    let wheel = r#"
+import sys, zipfile
+out = sys.argv[1] + "/halite_pipdemo-1.2-py3-none-any.whl"
+info = "halite_pipdemo-1.2.dist-info/"
+files = {
+    "halite_pipdemo/__init__.py": "",
+    info + "METADATA": "Metadata-Version: 2.1\nName: halite-pipdemo\nVersion: 1.2\n",
+    info + "WHEEL": "Wheel-Version: 1.0\nGenerator: halite-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+with zipfile.ZipFile(out, "w") as whl:
+    for name, text in files.items():
+        whl.writestr(name, text)
+    whl.writestr(info + "RECORD", "".join(f"{name},,\n" for name in files) + info + "RECORD,,\n")
+"#;
+    let made = std::process::Command::new("python3").args(["-c", wheel]).arg(&links).status().unwrap();
+    assert!(made.success());
     let venv = dir.join("venv");
     let status = std::process::Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
     assert!(status.success());
@@ -203,16 +215,21 @@ fn pip_installs_into_a_virtualenv_idempotently() {
     let policy = format!("[policy]\nallow = [\"*\"]\npip_bin_envs = [{venv:?}]\n");
     std::fs::write(&config, format!("state_dir = {:?}\n{policy}", dir.join("state"))).unwrap();
     let call = |args: &[&str]| {
-        let out =
-            std::process::Command::new(&bin).arg("--config").arg(&config).arg("call").args(args).output().unwrap();
+        let out = std::process::Command::new(&bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("call")
+            .args(args)
+            .env("PIP_FIND_LINKS", &links)
+            .env("PIP_NO_INDEX", "1")
+            .output()
+            .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         v["local"].clone()
     };
     let env = format!("bin_env={}", venv.display());
-    let source = dir.join("src").display().to_string();
-    // pip takes a path as the requirement; the installed name is what pip list reports.
-    let installed = call(&["pkg.install", &source, "provider=pip", &env]);
+    let installed = call(&["pkg.install", "halite-pipdemo", "provider=pip", &env]);
     assert_eq!(installed["changed"], true, "{installed}");
     let version = call(&["pkg.version", "halite-pipdemo", "provider=pip", &env]);
     assert_eq!(version, json!({"halite-pipdemo": "1.2"}));
@@ -220,8 +237,11 @@ fn pip_installs_into_a_virtualenv_idempotently() {
     assert_eq!(again["changed"], false, "{again}");
     let removed = call(&["pkg.remove", "halite-pipdemo", "provider=pip", &env]);
     assert_eq!(removed["changed"], true, "{removed}");
-    // One the config does not list is refused.
-    let other = format!("bin_env={}", dir.join("src").display());
+    // A local project or file is no package name: installing it would run the caller's code.
+    let local = call(&["pkg.install", links.to_str().unwrap(), "provider=pip", &env]);
+    assert!(local.to_string().contains("is not a package name"), "{local}");
+    // A virtualenv the config does not list is refused.
+    let other = format!("bin_env={}", links.display());
     let refused = call(&["pkg.list", "provider=pip", &other]);
     assert!(refused.to_string().contains("pip_bin_envs"), "{refused}");
 }

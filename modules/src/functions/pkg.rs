@@ -212,10 +212,26 @@ fn names(name: Option<String>, pkgs: Vec<String>) -> Result<Vec<String>, ModuleE
     if all.is_empty() {
         return Err(ModuleError::BadArguments("give name or pkgs".into()));
     }
-    if let Some(bad) = all.iter().find(|n| n.is_empty() || n.starts_with('-') || n.contains(char::is_whitespace)) {
-        return Err(ModuleError::BadArguments(format!("{bad:?} is not a package name")));
+    if let Some(bad) = all.iter().find(|n| !is_repository_name(n)) {
+        return Err(ModuleError::BadArguments(format!(
+            "{bad:?} is not a package name (a package from the configured repositories; never a file, a directory \
+             or a URL: installing one runs code the caller chose)"
+        )));
     }
     Ok(all)
+}
+
+/// Whether `name` names a package of the manager's repositories (with a version or extras as
+/// the manager writes them), never something the manager would take as a local file, a
+/// directory or a URL (apt and dnf install a local `.deb`/`.rpm` given its path, pip a local
+/// project or a URL, each running the package's scripts as root).
+fn is_repository_name(name: &str) -> bool {
+    const ARCHIVES: [&str; 9] = [".deb", ".rpm", ".apk", ".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".egg"];
+    !name.is_empty()
+        && !name.starts_with(['-', '.', '/', '~'])
+        && !name.contains(|c: char| c.is_whitespace() || c == '/' || c == '\\')
+        && !name.contains(":/")
+        && !ARCHIVES.iter().any(|suffix| name.to_ascii_lowercase().ends_with(suffix))
 }
 
 #[cfg(feature = "packages")]
@@ -438,6 +454,13 @@ mod tests {
         assert_eq!(Backend::Pip("python3".into()).key("My_Pkg"), "my-pkg");
         assert!(names(None, vec![]).is_err());
         assert!(names(Some("-o".into()), vec![]).is_err());
+        for local in ["/tmp/evil.deb", "./pkg", "evil.rpm", "dir/pkg", "pkg @ https://x/y.whl", "git+https://x", "~/p"]
+        {
+            assert!(names(Some(local.into()), vec![]).is_err(), "{local}");
+        }
+        for package in ["nginx", "nginx=1.22-1", "requests==2.31.0", "requests[socks]>=2", "libc6:amd64", "py3-yaml"] {
+            assert!(names(Some(package.into()), vec![]).is_ok(), "{package}");
+        }
         let cx = Context::default();
         assert!(Select { provider: Some("brew".into()), bin_env: None }
             .backend(&cx)
