@@ -46,7 +46,7 @@ pub use context::{Context, FileRequest, OutgoingEvent, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
 pub use functions::deploy_settings::DeploySettings;
-pub use paths::{Access, PathGuard, ReadFile};
+pub use paths::{Access, PathGuard, Pinned, ReadFile};
 pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};
 pub use registry::{valid_name, Registry};
 pub use runner::{Command, Finished, Runner, OUTPUT_CAP};

@@ -112,13 +112,6 @@ pub(crate) async fn copy_to(
     Ok(())
 }
 
-/// The SHA-256 of a local file, lowercase hex.
-pub(crate) fn digest_of(path: &std::path::Path) -> std::io::Result<String> {
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
-    Ok(halite_protocol::hex::encode(&hasher.finalize()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

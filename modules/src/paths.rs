@@ -8,9 +8,10 @@
 //! `/proc/self/fd`), so neither a symbolic link nor one swapped in after a check reaches a
 //! secret. Stat, write and removal judge the path with its directories resolved.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 
@@ -102,19 +103,85 @@ impl PathGuard {
         Ok(())
     }
 
-    /// Reads at most `cap` bytes of the regular file at `path`, off the runtime's threads:
-    /// opened without blocking, checked to be a regular file and judged by where it was
-    /// really opened.
-    pub async fn read(&self, path: &Path, cap: u64) -> Result<ReadFile, ModuleError> {
-        self.check(path, Access::Read)?;
-        let guard = self.clone();
-        let path = path.to_path_buf();
-        tokio::task::spawn_blocking(move || guard.read_blocking(&path, cap))
-            .await
-            .map_err(|e| ModuleError::Failed(format!("reading the file failed: {e}")))?
+    /// The device and inode of every protected file and directory (two levels down), so a
+    /// hard link or a bind mount that names one elsewhere is known for what it is.
+    fn protected_inodes(&self) -> HashSet<(u64, u64)> {
+        fn add(path: &Path, depth: u32, inodes: &mut HashSet<(u64, u64)>) {
+            let Ok(meta) = fs::symlink_metadata(path) else { return };
+            inodes.insert((meta.dev(), meta.ino()));
+            if meta.is_dir() && depth > 0 {
+                for entry in fs::read_dir(path).into_iter().flatten().flatten() {
+                    add(&entry.path(), depth - 1, inodes);
+                }
+            }
+        }
+        let mut inodes = HashSet::new();
+        for path in &self.protected {
+            add(path, 2, &mut inodes);
+        }
+        inodes
     }
 
-    fn read_blocking(&self, path: &Path, cap: u64) -> Result<ReadFile, ModuleError> {
+    /// Refuses what the metadata shows is one of the minion's own files (by device and inode,
+    /// however it is named).
+    fn judge_inode(&self, meta: &fs::Metadata, shown: &Path) -> Result<(), ModuleError> {
+        if self.protected_inodes().contains(&(meta.dev(), meta.ino())) {
+            return Err(ModuleError::Denied(format!(
+                "{} is the minion's own (the same file as one of its secrets): no function reads or changes it",
+                shown.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The metadata of `path` itself (a link is not followed), for a caller that may read it:
+    /// `None` when nothing is there.
+    pub fn lstat(&self, path: &Path) -> Result<Option<(PathBuf, fs::Metadata)>, ModuleError> {
+        let resolved = self.check(path, Access::Read)?;
+        let Ok(meta) = fs::symlink_metadata(&resolved) else { return Ok(None) };
+        self.judge_inode(&meta, &resolved)?;
+        Ok(Some((resolved, meta)))
+    }
+
+    /// Pins the directory `path` is in, for a function that then works on `path` through it:
+    /// the directory is opened once and judged where it really is, and the path returned
+    /// names the entry through that open directory (`/proc/self/fd/N/name`), so swapping a
+    /// directory along the path for a link afterwards redirects nothing.
+    pub fn pin(&self, path: &Path, access: Access) -> Result<Pinned, ModuleError> {
+        let resolved = self.check(path, access)?;
+        let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", resolved.display()));
+        let (Some(parent), Some(name)) = (resolved.parent(), resolved.file_name()) else {
+            return Err(ModuleError::BadArguments(format!("{} names no entry of a directory", resolved.display())));
+        };
+        let dir = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_flags::PATH | libc_flags::DIRECTORY)
+            .open(parent)
+            .map_err(failed)?;
+        let fd_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let (real_parent, entry) = match fs::read_link(&fd_path) {
+            Ok(real) => (real, fd_path.join(name)),
+            // No /proc (a bare chroot): the resolved path, as checked.
+            Err(_) => (parent.to_path_buf(), resolved.clone()),
+        };
+        let real = real_parent.join(name);
+        self.judge(&real, access)?;
+        if let Ok(meta) = fs::symlink_metadata(&entry) {
+            self.judge_inode(&meta, &real)?;
+            if access != Access::Remove {
+                if let Ok(target) = fs::metadata(&entry) {
+                    self.judge_inode(&target, &real)?;
+                }
+            }
+        }
+        Ok(Pinned { _dir: dir, path: entry, shown: resolved })
+    }
+
+    /// Opens the regular file at `path` for reading without blocking (a FIFO or a device is
+    /// refused, never waited on), judged by where the kernel really opened it and by what it
+    /// is. Blocking: call it off the runtime's threads.
+    pub fn open_blocking(&self, path: &Path) -> Result<fs::File, ModuleError> {
+        self.check(path, Access::Read)?;
         let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", path.display()));
         let file = fs::OpenOptions::new()
             .read(true)
@@ -132,21 +199,92 @@ impl PathGuard {
             };
             return Err(ModuleError::Failed(format!("{}: {kind}, not a regular file", path.display())));
         }
-        // Where the kernel really opened it, links and all.
-        let opened = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(failed)?;
-        self.judge(&opened, Access::Read)?;
-        let mut content = Vec::new();
-        file.take(cap.saturating_add(1)).read_to_end(&mut content).map_err(failed)?;
-        let truncated = content.len() as u64 > cap;
-        content.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
-        Ok(ReadFile { content, truncated })
+        // Where the kernel really opened it, links and all (without /proc, what was checked).
+        if let Ok(opened) = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            self.judge(&opened, Access::Read)?;
+        }
+        self.judge_inode(&meta, path)?;
+        Ok(file)
     }
+
+    /// Reads at most `cap` bytes of the regular file at `path`, off the runtime's threads
+    /// ([`Self::open_blocking`]).
+    pub async fn read(&self, path: &Path, cap: u64) -> Result<ReadFile, ModuleError> {
+        let (guard, path) = (self.clone(), path.to_path_buf());
+        blocking(move || {
+            let file = guard.open_blocking(&path)?;
+            let mut content = Vec::new();
+            file.take(cap.saturating_add(1))
+                .read_to_end(&mut content)
+                .map_err(|e| ModuleError::Failed(format!("{}: {e}", path.display())))?;
+            let truncated = content.len() as u64 > cap;
+            content.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
+            Ok(ReadFile { content, truncated })
+        })
+        .await
+    }
+
+    /// The SHA-256 (lowercase hex) of the regular file at `path`, read off the runtime's
+    /// threads ([`Self::open_blocking`]).
+    pub async fn digest(&self, path: &Path) -> Result<String, ModuleError> {
+        use sha2::Digest;
+        let (guard, path) = (self.clone(), path.to_path_buf());
+        blocking(move || {
+            let mut file = guard.open_blocking(&path)?;
+            let mut hasher = sha2::Sha256::new();
+            std::io::copy(&mut file, &mut hasher)
+                .map_err(|e| ModuleError::Failed(format!("{}: {e}", path.display())))?;
+            Ok(halite_protocol::hex::encode(&hasher.finalize()))
+        })
+        .await
+    }
+
+    /// Copies the regular file at `from` to a new file `to`, off the runtime's threads.
+    pub async fn copy(&self, from: &Path, to: &Path) -> Result<(), ModuleError> {
+        let (guard, from, to) = (self.clone(), from.to_path_buf(), to.to_path_buf());
+        blocking(move || {
+            let mut source = guard.open_blocking(&from)?;
+            let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", to.display()));
+            let _ = fs::remove_file(&to);
+            let mut copy = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc_flags::NOFOLLOW)
+                .open(&to)
+                .map_err(failed)?;
+            std::io::copy(&mut source, &mut copy).map_err(failed)?;
+            let mode = source.metadata().map_err(failed)?.permissions();
+            copy.set_permissions(mode).map_err(failed)
+        })
+        .await
+    }
+}
+
+/// A path pinned by [`PathGuard::pin`]: work on `path`, show `shown`.
+#[derive(Debug)]
+pub struct Pinned {
+    _dir: fs::File,
+    /// The entry, through its open directory.
+    pub path: PathBuf,
+    /// The entry as resolved, for messages.
+    pub shown: PathBuf,
+}
+
+/// Runs blocking file work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ModuleError> + Send + 'static,
+) -> Result<T, ModuleError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| ModuleError::Failed(format!("file work failed: {e}")))?
 }
 
 /// The open(2) flags std does not name.
 mod libc_flags {
     pub(super) const NONBLOCK: i32 = nix::fcntl::OFlag::O_NONBLOCK.bits();
     pub(super) const NOCTTY: i32 = nix::fcntl::OFlag::O_NOCTTY.bits();
+    pub(super) const NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+    pub(super) const PATH: i32 = nix::fcntl::OFlag::O_PATH.bits();
+    pub(super) const DIRECTORY: i32 = nix::fcntl::OFlag::O_DIRECTORY.bits();
 }
 
 /// `path` as the kernel resolves it, all but its last component: the directories it names are
@@ -227,6 +365,32 @@ mod tests {
         assert!(guard.check(&dir, Access::Remove).is_err(), "removing what holds a secret");
         assert!(guard.check(&dir, Access::Read).is_ok());
         assert!(guard.check(&dir.join("open/note"), Access::Remove).is_ok());
+    }
+
+    #[test]
+    fn a_hard_link_to_a_secret_is_refused() {
+        let dir = scratch("hard");
+        let guard = PathGuard::new(&[dir.join("state")], None);
+        fs::hard_link(dir.join("state/minion.key"), dir.join("open/alias")).unwrap();
+        rt().block_on(async {
+            let refused = guard.read(&dir.join("open/alias"), 100).await.unwrap_err();
+            assert!(refused.to_string().contains("the same file as one of its secrets"), "{refused}");
+        });
+        assert!(guard.pin(&dir.join("open/alias"), Access::Write).is_err());
+    }
+
+    #[test]
+    fn a_pinned_path_stays_where_it_was_judged() {
+        let dir = scratch("pin");
+        fs::create_dir_all(dir.join("open/d")).unwrap();
+        let guard = PathGuard::new(&[dir.join("state")], None);
+        let pinned = guard.pin(&dir.join("open/d/minion.key"), Access::Write).unwrap();
+        // The directory is swapped for a link to the secrets after the check.
+        fs::rename(dir.join("open/d"), dir.join("open/gone")).unwrap();
+        std::os::unix::fs::symlink(dir.join("state"), dir.join("open/d")).unwrap();
+        fs::write(&pinned.path, b"written").unwrap();
+        assert_eq!(fs::read(dir.join("state/minion.key")).unwrap(), b"secret", "the secret is untouched");
+        assert_eq!(fs::read(dir.join("open/gone/minion.key")).unwrap(), b"written", "written where it was judged");
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn no_function_reads_the_minions_own_secrets_or_runs_a_chosen_binary() {
     assert!(key.exists());
     std::os::unix::fs::symlink(&key, open.join("key-link")).unwrap();
     std::os::unix::fs::symlink(&state, open.join("state-link")).unwrap();
+    std::fs::hard_link(&key, open.join("hard-link")).unwrap();
     let secret = std::fs::read(&key).unwrap();
 
     let note = result_of(&cluster, "m1", &["m1", "file.read", open.join("note").to_str().unwrap()]);
@@ -45,6 +46,7 @@ fn no_function_reads_the_minions_own_secrets_or_runs_a_chosen_binary() {
         open.join("key-link"),
         open.join("state-link/minion.key"),
         open.join("../open/state-link/../state/minion.key"),
+        open.join("hard-link"),
     ];
     for target in &targets {
         let name = format!("name={}", target.display());

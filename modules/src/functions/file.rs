@@ -99,14 +99,21 @@ fn attribute_changes(
     changes
 }
 
+/// Sets a file's or directory's mode and owners through a descriptor opened without following
+/// a link there (a link swapped in after the checks changes nothing it points to).
 #[cfg(feature = "files")]
 fn apply_attributes(path: &Path, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Result<(), ModuleError> {
+    if mode.is_none() && uid.is_none() && gid.is_none() {
+        return Ok(());
+    }
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
+    let entry = fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(path).map_err(io(path))?;
     if uid.is_some() || gid.is_some() {
-        nix::unistd::chown(path, uid, gid)
+        nix::unistd::fchown(std::os::unix::io::AsRawFd::as_raw_fd(&entry), uid, gid)
             .map_err(|e| ModuleError::Failed(format!("{}: chown: {e}", path.display())))?;
     }
     if let Some(mode) = mode {
-        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io(path))?;
+        entry.set_permissions(fs::Permissions::from_mode(mode)).map_err(io(path))?;
     }
     Ok(())
 }
@@ -178,7 +185,13 @@ impl Typed for Managed {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = ManagedArgs;
     async fn run(&self, args: ManagedArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = guarded(cx, &args.name, crate::Access::Write)?;
+        let resolved = guarded(cx, &args.name, crate::Access::Write)?;
+        // Worked on through its pinned directory (a missing one is made, then pinned, below).
+        let mut pinned = match resolved.parent().filter(|p| p.is_dir()) {
+            Some(_) => Some(cx.paths().pin(&resolved, crate::Access::Write)?),
+            None => None,
+        };
+        let mut path = pinned.as_ref().map_or_else(|| resolved.clone(), |p| p.path.clone());
         let (mode, uid, gid) = (parse_mode(&args.mode)?, uid_of(&args.user)?, gid_of(&args.group)?);
         let meta = fs::symlink_metadata(&path).ok();
         if meta.as_ref().is_some_and(|m| !m.is_file()) {
@@ -188,7 +201,7 @@ impl Typed for Managed {
         let (content_changes, diff) = match &content {
             Content::Given(contents) => {
                 let old = match &meta {
-                    Some(m) if m.len() <= READ_CAP => Some(fs::read(&path).map_err(io(&path))?),
+                    Some(m) if m.len() <= READ_CAP => Some(cx.paths().read(&path, READ_CAP).await?.content),
                     Some(_) => None,
                     None => None,
                 };
@@ -208,7 +221,7 @@ impl Typed for Managed {
             }
             Content::Served { url, first } => {
                 let old = match &meta {
-                    Some(_) => Some(crate::master_files::digest_of(&path).map_err(io(&path))?),
+                    Some(_) => Some(cx.paths().digest(&path).await?),
                     None => None,
                 };
                 let changes = old.as_deref() != Some(first.sha256.as_str());
@@ -243,14 +256,20 @@ impl Typed for Managed {
                 details,
             ));
         }
-        let parent = path.parent().ok_or_else(|| ModuleError::BadArguments("no parent directory".into()))?;
-        if args.makedirs {
-            fs::create_dir_all(parent).map_err(io(parent))?;
+        if pinned.is_none() {
+            let parent = resolved.parent().ok_or_else(|| ModuleError::BadArguments("no parent directory".into()))?;
+            if args.makedirs {
+                fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            let made = cx.paths().pin(&resolved, crate::Access::Write)?;
+            path = made.path.clone();
+            pinned = Some(made);
         }
+        let parent = path.parent().ok_or_else(|| ModuleError::BadArguments("no parent directory".into()))?;
         if content_changes {
             if args.backup && meta.is_some() {
                 let backup = PathBuf::from(format!("{}.halite-bak", path.display()));
-                fs::copy(&path, &backup).map_err(io(&backup))?;
+                cx.paths().copy(&path, &backup).await?;
             }
             let tmp =
                 parent.join(format!(".{}.halite-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
@@ -282,6 +301,8 @@ impl Typed for Managed {
             apply_attributes(&path, wanted_mode, uid, gid)?;
         }
         apply_selinux(cx, &path, &args.selinux_context).await?;
+        // The directory stays open until here: `path` names the entry through it.
+        drop(pinned);
         Ok(Output::change(true, format!("{} updated: {}", args.name, changes.join(", ")), details))
     }
 }
@@ -337,10 +358,17 @@ impl Typed for Absent {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = AbsentArgs;
     async fn run(&self, args: AbsentArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = guarded(cx, &args.name, crate::Access::Remove)?;
-        if path == Path::new("/") {
+        let resolved = guarded(cx, &args.name, crate::Access::Remove)?;
+        if resolved == Path::new("/") {
             return Err(ModuleError::BadArguments("refusing to remove /".into()));
         }
+        if !resolved.parent().is_some_and(Path::is_dir) {
+            return Ok(Output::change(false, format!("{} is already absent", args.name), json!({})));
+        }
+        // Removed through its pinned directory: a directory swapped for a link meanwhile
+        // leads nowhere else.
+        let pinned = cx.paths().pin(&resolved, crate::Access::Remove)?;
+        let path = pinned.path.clone();
         let Ok(meta) = fs::symlink_metadata(&path) else {
             return Ok(Output::change(false, format!("{} is already absent", args.name), json!({})));
         };
@@ -382,7 +410,17 @@ impl Typed for Directory {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = DirectoryArgs;
     async fn run(&self, args: DirectoryArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = guarded(cx, &args.name, crate::Access::Write)?;
+        let resolved = guarded(cx, &args.name, crate::Access::Write)?;
+        if args.makedirs && !cx.test {
+            if let Some(parent) = resolved.parent() {
+                fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+        }
+        let pinned = match resolved.parent().filter(|p| p.is_dir()) {
+            Some(_) => Some(cx.paths().pin(&resolved, crate::Access::Write)?),
+            None => None,
+        };
+        let path = pinned.as_ref().map_or_else(|| resolved.clone(), |p| p.path.clone());
         let (mode, uid, gid) = (parse_mode(&args.mode)?, uid_of(&args.user)?, gid_of(&args.group)?);
         let meta = fs::symlink_metadata(&path).ok();
         if meta.as_ref().is_some_and(|m| !m.is_dir()) {
@@ -456,8 +494,9 @@ impl Typed for Stat {
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = StatArgs;
     async fn run(&self, args: StatArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let path = guarded(cx, &args.name, crate::Access::Read)?;
-        let Ok(meta) = fs::symlink_metadata(&path) else { return Ok(Output::ok(json!({ "exists": false }))) };
+        let Some((path, meta)) = cx.paths().lstat(&absolute(&args.name)?)? else {
+            return Ok(Output::ok(json!({ "exists": false })));
+        };
         let kind = if meta.is_dir() {
             "directory"
         } else if meta.file_type().is_symlink() {
