@@ -35,6 +35,7 @@ fn absolute(name: &str) -> Result<PathBuf, ModuleError> {
 
 /// An absolute path the minion lets this call touch for `access` (never its own secrets),
 /// resolved: what the function then works on.
+#[cfg(feature = "files")]
 fn guarded(cx: &Context, name: &str, access: crate::Access) -> Result<PathBuf, ModuleError> {
     cx.paths().check(&absolute(name)?, access)
 }
