@@ -39,6 +39,32 @@ pub(crate) struct Step {
     tags: Vec<String>,
 }
 
+/// Most bytes of a stored plan.
+const MAX_PLAN: u64 = 1 << 20;
+
+/// A stored plan's text, read off the runtime's threads without blocking on what is not a
+/// regular file, and never one of the minion's secrets (a link planted in the plans directory
+/// would otherwise have its target echoed back in a parse error).
+async fn read_plan(guard: &crate::PathGuard, path: std::path::PathBuf) -> Result<String, ModuleError> {
+    use std::io::Read as _;
+    let guard = guard.clone();
+    tokio::task::spawn_blocking(move || {
+        let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", path.display()));
+        let file = guard.open_own_blocking(&path)?;
+        let mut text = String::new();
+        file.take(MAX_PLAN + 1).read_to_string(&mut text).map_err(failed)?;
+        if text.len() as u64 > MAX_PLAN {
+            return Err(ModuleError::Failed(format!(
+                "{}: larger than a plan may be ({MAX_PLAN} bytes)",
+                path.display()
+            )));
+        }
+        Ok(text)
+    })
+    .await
+    .map_err(|e| ModuleError::Failed(format!("reading the plan failed: {e}")))?
+}
+
 /// A plan file (`<plans_dir>/<name>.toml`): `[[steps]]` tables.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,8 +107,7 @@ impl Typed for Run {
                     return Err(ModuleError::BadArguments(format!("{name:?} is not a plan name")));
                 }
                 let path = dispatcher.plans_dir.join(format!("{name}.toml"));
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| ModuleError::Failed(format!("{}: {e}", path.display())))?;
+                let text = read_plan(&dispatcher.paths, path.clone()).await?;
                 toml::from_str::<PlanFile>(&text)
                     .map_err(|e| ModuleError::Failed(format!("{}: {}", path.display(), e.to_string().trim_end())))?
                     .steps
@@ -220,9 +245,10 @@ mod tests {
         let dispatcher = Arc::new(Dispatcher {
             registry: Arc::new(Registry::standard()),
             policy,
-            plans_dir,
             deploy: Default::default(),
-            paths: Default::default(),
+            // The minion's secrets, as a real minion keeps them, beside the plans.
+            paths: crate::PathGuard::new(&[plans_dir.with_extension("state")], None),
+            plans_dir,
         });
         let reach = reach.map(|r| r.iter().map(|g| (*g).to_owned()).collect());
         let cx = Context { test, dispatcher: Some(dispatcher), caller: "ops".into(), reach, ..Context::default() };
@@ -317,6 +343,14 @@ mod tests {
         assert_eq!(out.value["steps"][0]["return"], "hi");
         let err = run_in(json!({"name": "bad"}), Policy::default(), false, dir.clone()).unwrap_err().to_string();
         assert!(err.contains("funtion"), "{err}");
+        // A link planted among the plans to one of the minion's secrets is refused, and its
+        // content never echoed in a parse error.
+        let state = dir.with_extension("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(state.join("minion.key"), "[[steps]]\nSECRET-KEY\n").unwrap();
+        std::os::unix::fs::symlink(state.join("minion.key"), dir.join("leak.toml")).unwrap();
+        let err = run_in(json!({"name": "leak"}), Policy::default(), false, dir.clone()).unwrap_err().to_string();
+        assert!(err.contains("the minion's own") && !err.contains("SECRET"), "{err}");
         let err = run_in(json!({"name": "../etc/passwd"}), Policy::default(), false, dir).unwrap_err().to_string();
         assert!(err.contains("not a plan name"), "{err}");
     }
