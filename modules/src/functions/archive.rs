@@ -160,8 +160,9 @@ enum Kind {
     Hardlink(PathBuf),
 }
 
-/// Checks one entry; returns its path relative to the destination.
-fn check_entry(dest: &Path, name: &Path, kind: &Kind) -> Result<PathBuf, ModuleError> {
+/// Checks one entry; returns its path relative to the destination. `links`: the symlinks
+/// earlier entries of the archive make (nothing is written or reached through them either).
+fn check_entry(dest: &Path, name: &Path, kind: &Kind, links: &mut Links) -> Result<PathBuf, ModuleError> {
     let refuse = |why: &str| Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display())));
     if name.is_absolute() {
         return refuse("absolute path");
@@ -175,6 +176,11 @@ fn check_entry(dest: &Path, name: &Path, kind: &Kind) -> Result<PathBuf, ModuleE
             if target.is_absolute() {
                 return refuse("symlink to an absolute path");
             }
+            // A `..` is judged by the kernel after the links before it, which a chain of links
+            // in the archive can point anywhere: links may only point down.
+            if target.components().any(|c| c == Component::ParentDir) {
+                return refuse("symlink target contains ..");
+            }
             let parent = relative.parent().unwrap_or(Path::new(""));
             if inside(&parent.join(target)).is_none() {
                 return refuse("symlink points outside the destination");
@@ -184,19 +190,55 @@ fn check_entry(dest: &Path, name: &Path, kind: &Kind) -> Result<PathBuf, ModuleE
             if target.is_absolute() || inside(target).is_none() {
                 return refuse("hard link points outside the destination");
             }
+            // The file it links to is reached without following any link, on disk or made by
+            // the archive.
+            if through_a_link(dest, target, true) || links.along(target) {
+                return refuse("hard link target is reached through a symlink");
+            }
         }
         Kind::File | Kind::Dir => {}
     }
-    // Never write through a symlink that already exists under the destination.
+    // Never write through a symlink that already exists under the destination, nor replace one.
+    // A symlink entry replaces a link already there (extracting again); anything else would
+    // write or chmod through it.
+    let last = !matches!(kind, Kind::Symlink(_));
+    let along = match relative.parent() {
+        Some(parent) if !last => links.along(parent),
+        _ => links.along(&relative),
+    };
+    if through_a_link(dest, &relative, last) || along {
+        return refuse("would be written through an existing symlink");
+    }
+    if matches!(kind, Kind::Symlink(_)) {
+        links.0.insert(relative.clone());
+    }
+    Ok(relative)
+}
+
+/// The symlinks an archive's earlier entries make, by their path under the destination.
+#[derive(Default)]
+struct Links(std::collections::HashSet<PathBuf>);
+
+impl Links {
+    /// Whether `relative`, or a directory along it, is one of them.
+    fn along(&self, relative: &Path) -> bool {
+        relative.ancestors().any(|a| !a.as_os_str().is_empty() && self.0.contains(a))
+    }
+}
+
+/// Whether any directory along `relative` under `dest` (and its last part, when `last`) is a
+/// symbolic link on disk.
+fn through_a_link(dest: &Path, relative: &Path, last: bool) -> bool {
     let mut walk = dest.to_path_buf();
     let mut parts = relative.components().peekable();
     while let Some(part) = parts.next() {
         walk.push(part);
-        if parts.peek().is_some() && fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_symlink()) {
-            return refuse("would be written through an existing symlink");
+        let judged = last || parts.peek().is_some();
+        if judged && fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_symlink()) {
+            return true;
         }
     }
-    Ok(relative)
+    false
 }
 
 fn tar_reader(archive: &Path, format: Format) -> Result<tar::Archive<Box<dyn Read>>, ModuleError> {
@@ -238,6 +280,7 @@ fn zip_kind<R: Read>(file: &mut zip::read::ZipFile<'_, R>) -> Result<Kind, Modul
 /// First pass: every entry checked, nothing written. Returns the entry names.
 fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>, ModuleError> {
     let mut names = Vec::new();
+    let mut links = Links::default();
     if format == Format::Zip {
         let mut zip = zip::ZipArchive::new(File::open(archive).map_err(failed(archive))?)
             .map_err(|e| ModuleError::Failed(format!("{}: {e}", archive.display())))?;
@@ -245,7 +288,7 @@ fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>,
             let mut file = zip.by_index(i).map_err(|e| ModuleError::Failed(e.to_string()))?;
             let name = PathBuf::from(file.name());
             let kind = zip_kind(&mut file)?;
-            check_entry(dest, &name, &kind)?;
+            check_entry(dest, &name, &kind, &mut links)?;
             names.push(name.display().to_string());
         }
         return Ok(names);
@@ -259,7 +302,7 @@ fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>,
             Err(skip) if skip == "skip" => continue,
             Err(why) => return Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display()))),
         };
-        check_entry(dest, &name, &kind)?;
+        check_entry(dest, &name, &kind, &mut links)?;
         names.push(name.display().to_string());
     }
     Ok(names)
@@ -268,6 +311,7 @@ fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>,
 /// Second pass: extraction, re-checking each entry (the archive file could have changed).
 fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), ModuleError> {
     fs::create_dir_all(dest).map_err(failed(dest))?;
+    let mut links = Links::default();
     if format == Format::Zip {
         let mut zip = zip::ZipArchive::new(File::open(archive).map_err(failed(archive))?)
             .map_err(|e| ModuleError::Failed(e.to_string()))?;
@@ -275,7 +319,7 @@ fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), Module
             let mut file = zip.by_index(i).map_err(|e| ModuleError::Failed(e.to_string()))?;
             let name = PathBuf::from(file.name());
             let kind = zip_kind(&mut file)?;
-            let target = dest.join(check_entry(dest, &name, &kind)?);
+            let target = dest.join(check_entry(dest, &name, &kind, &mut links)?);
             if let Some(parent) = target.parent() {
                 fs::create_dir_all(parent).map_err(failed(parent))?;
             }
@@ -303,7 +347,7 @@ fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), Module
             Ok(kind) => kind,
             Err(_) => continue,
         };
-        let target = dest.join(check_entry(dest, &name, &kind)?);
+        let target = dest.join(check_entry(dest, &name, &kind, &mut links)?);
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(failed(parent))?;
         }
@@ -392,11 +436,22 @@ mod tests {
         sh(&d, "mkdir -p l && ln -s /etc l/etc && tar -cf abslink.tar -C l etc");
         sh(&d, "mkdir -p r && ln -s ../../outside r/up && tar -cf rellink.tar -C r up");
         sh(&d, "mkdir -p z && ln -s /etc z/evil && (cd z && zip -qry ../evil.zip evil)");
+        // A chain of links whose text stays inside but which the kernel resolves out.
+        sh(&d, "mkdir -p c/h && ln -s ../.. c/h/y && ln -s y/../.. c/h/x && tar -cf chain.tar -C c h");
+        // A hard link whose target is reached through a link of the archive.
+        sh(
+            &d,
+            "mkdir -p k/real && echo s > k/real/f && ln -s real k/via && ln k/real/f k/hl && \
+                tar -cf hardlink.tar -C k via real/f && tar -rf hardlink.tar -C k --hard-dereference real/f && true",
+        );
+        sh(&d, "python3 -c \"import tarfile;t=tarfile.open('hardlink.tar','w');i=tarfile.TarInfo('via');i.type=tarfile.SYMTYPE;i.linkname='real';t.addfile(i);i=tarfile.TarInfo('real');i.type=tarfile.DIRTYPE;t.addfile(i);i=tarfile.TarInfo('hl');i.type=tarfile.LNKTYPE;i.linkname='via/f';t.addfile(i);t.close()\"");
         for (archive, why) in [
             ("dotdot.tar", "contains .."),
             ("absolute.tar", "absolute path"),
             ("abslink.tar", "symlink to an absolute path"),
-            ("rellink.tar", "points outside"),
+            ("rellink.tar", "symlink target contains .."),
+            ("chain.tar", "symlink target contains .."),
+            ("hardlink.tar", "hard link target is reached through a symlink"),
             ("evil.zip", "symlink to an absolute path"),
         ] {
             let path = d.join(archive);
@@ -417,5 +472,14 @@ mod tests {
         let err = call(json!({"name": d.join("plain.tar").display().to_string(), "dest": dest.display().to_string(), "skip_verify": true}))
             .unwrap_err();
         assert!(err.to_string().contains("through an existing symlink"), "{err}");
+        // Nor is one already there replaced by a file written through it.
+        let dest = d.join("pre-file");
+        fs::create_dir_all(&dest).unwrap();
+        std::os::unix::fs::symlink(d.join("victim-file"), dest.join("w")).unwrap();
+        sh(&d, "mkdir -p wf && echo attacker > wf/w && tar -C wf -cf w.tar w");
+        let err = call(json!({"name": d.join("w.tar").display().to_string(), "dest": dest.display().to_string(), "skip_verify": true}))
+            .unwrap_err();
+        assert!(err.to_string().contains("through an existing symlink"), "{err}");
+        assert!(!d.join("victim-file").exists());
     }
 }
