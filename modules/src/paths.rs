@@ -14,6 +14,8 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::ModuleError;
 
@@ -242,14 +244,29 @@ impl PathGuard {
     pub async fn digest(&self, path: &Path) -> Result<String, ModuleError> {
         use sha2::Digest;
         let (guard, path) = (self.clone(), path.to_path_buf());
-        blocking(move || {
+        // The work stops soon after the call is dropped (its timeout, a cancel): it checks
+        // between reads.
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+        let stopped = stop.0.clone();
+        let digest = blocking(move || {
+            let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", path.display()));
             let mut file = guard.open_blocking(&path)?;
             let mut hasher = sha2::Sha256::new();
-            std::io::copy(&mut file, &mut hasher)
-                .map_err(|e| ModuleError::Failed(format!("{}: {e}", path.display())))?;
+            let mut buffer = vec![0; 1 << 20];
+            loop {
+                if stopped.load(Ordering::Relaxed) {
+                    return Err(ModuleError::Failed(format!("{}: hashing stopped", path.display())));
+                }
+                match file.read(&mut buffer).map_err(failed)? {
+                    0 => break,
+                    n => hasher.update(&buffer[..n]),
+                }
+            }
             Ok(halite_protocol::hex::encode(&hasher.finalize()))
         })
-        .await
+        .await;
+        drop(stop);
+        digest
     }
 
     /// Copies the regular file at `from` to a new file `to`, off the runtime's threads.
@@ -282,6 +299,15 @@ pub struct Pinned {
     pub path: PathBuf,
     /// The entry as resolved, for messages.
     pub shown: PathBuf,
+}
+
+/// Sets its flag when dropped: tells blocking work its caller is gone.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Runs blocking file work on tokio's blocking pool.

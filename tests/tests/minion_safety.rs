@@ -168,6 +168,16 @@ fn cmd_script_runs_a_script_the_master_serves() {
     let ran = result_of(&cluster, "m1", &["m1", "cmd.script", "source=halite://web/s.sh", "args=[\"ok\"]"]);
     assert_eq!(ran["state"], "returned", "{ran}");
     assert!(ran.to_string().contains("served ok"), "{ran}");
+    // Hashing a huge file the caller names happens off the runtime's threads: two at once do
+    // not keep the minion from answering.
+    let huge = cluster.dir.join("huge");
+    std::fs::File::create(&huge).unwrap().set_len(200 << 30).unwrap();
+    let name = format!("name={}", huge.display());
+    for _ in 0..2 {
+        cluster.cli(&["run", "--async", "-t", "5s", "m1", "file.managed", &name, "source=halite://web/s.sh"]);
+    }
+    let ping = result_of(&cluster, "m1", &["-t", "3s", "m1", "test.ping"]);
+    assert_eq!(ping["state"], "returned", "{ping}");
     let wrong = format!("source_hash=sha256:{}", "0".repeat(64));
     let refused = result_of(&cluster, "m1", &["m1", "cmd.script", "source=halite://web/s.sh", &wrong]);
     assert!(refused.to_string().contains("not the source_hash"), "{refused}");
