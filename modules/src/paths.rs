@@ -125,13 +125,52 @@ impl PathGuard {
     }
 
     /// Refuses what the metadata shows is one of the minion's own files (by device and inode,
-    /// however it is named).
-    fn judge_inode(&self, meta: &fs::Metadata, shown: &Path) -> Result<(), ModuleError> {
+    /// however it is named: a hard link, a bind mount).
+    pub fn judge_inode(&self, meta: &fs::Metadata, shown: &Path) -> Result<(), ModuleError> {
         if self.protected_inodes().contains(&(meta.dev(), meta.ino())) {
             return Err(ModuleError::Denied(format!(
                 "{} is the minion's own (the same file as one of its secrets): no function reads or changes it",
                 shown.display()
             )));
+        }
+        Ok(())
+    }
+
+    /// Whether `path` may be written or removed, judged by name and, when something is there
+    /// already, by what it is; for a directory tree to remove, by everything in it: a tree
+    /// holding one of the secrets, or a mount point (a bind mount of them), is refused.
+    pub fn judge_tree(&self, path: &Path, access: Access) -> Result<(), ModuleError> {
+        self.check(path, access)?;
+        let Ok(top) = fs::symlink_metadata(path) else { return Ok(()) };
+        self.judge_inode(&top, path)?;
+        if access != Access::Remove || !top.is_dir() {
+            return Ok(());
+        }
+        let inodes = self.protected_inodes();
+        let mut pending = vec![path.to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            for entry in fs::read_dir(&dir).map_err(|e| ModuleError::Failed(format!("{}: {e}", dir.display())))? {
+                let entry = entry.map_err(|e| ModuleError::Failed(format!("{}: {e}", dir.display())))?;
+                let meta =
+                    entry.metadata().map_err(|e| ModuleError::Failed(format!("{}: {e}", entry.path().display())))?;
+                if inodes.contains(&(meta.dev(), meta.ino())) {
+                    return Err(ModuleError::Denied(format!(
+                        "{} holds {}, one of the minion's own files: it is not removed",
+                        path.display(),
+                        entry.path().display()
+                    )));
+                }
+                if meta.is_dir() {
+                    if meta.dev() != top.dev() {
+                        return Err(ModuleError::Denied(format!(
+                            "{} holds a mount point ({}): it is not removed",
+                            path.display(),
+                            entry.path().display()
+                        )));
+                    }
+                    pending.push(entry.path());
+                }
+            }
         }
         Ok(())
     }
@@ -269,12 +308,22 @@ impl PathGuard {
         digest
     }
 
-    /// Copies the regular file at `from` to a new file `to`, off the runtime's threads.
-    pub async fn copy(&self, from: &Path, to: &Path) -> Result<(), ModuleError> {
+    /// Copies the regular file at `from` (at most `cap` bytes long) to a new file `to`, off the
+    /// runtime's threads, stopping when the call is dropped.
+    pub async fn copy(&self, from: &Path, to: &Path, cap: u64) -> Result<(), ModuleError> {
         let (guard, from, to) = (self.clone(), from.to_path_buf(), to.to_path_buf());
-        blocking(move || {
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+        let stopped = stop.0.clone();
+        let copied = blocking(move || {
             let mut source = guard.open_blocking(&from)?;
             let failed = |e: std::io::Error| ModuleError::Failed(format!("{}: {e}", to.display()));
+            let size = source.metadata().map_err(failed)?.len();
+            if size > cap {
+                return Err(ModuleError::Failed(format!(
+                    "{} is {size} bytes, more than a backup copies ({cap}); nothing was changed",
+                    from.display()
+                )));
+            }
             let _ = fs::remove_file(&to);
             let mut copy = fs::OpenOptions::new()
                 .write(true)
@@ -283,11 +332,24 @@ impl PathGuard {
                 .custom_flags(libc_flags::NOFOLLOW)
                 .open(&to)
                 .map_err(failed)?;
-            std::io::copy(&mut source, &mut copy).map_err(failed)?;
+            let mut buffer = vec![0; 1 << 20];
+            loop {
+                if stopped.load(Ordering::Relaxed) {
+                    drop(copy);
+                    let _ = fs::remove_file(&to);
+                    return Err(ModuleError::Failed(format!("{}: copy stopped", to.display())));
+                }
+                match source.read(&mut buffer).map_err(failed)? {
+                    0 => break,
+                    n => std::io::Write::write_all(&mut copy, &buffer[..n]).map_err(failed)?,
+                }
+            }
             let mode = source.metadata().map_err(failed)?.permissions();
             copy.set_permissions(mode).map_err(failed)
         })
-        .await
+        .await;
+        drop(stop);
+        copied
     }
 }
 
@@ -416,6 +478,18 @@ mod tests {
             assert!(refused.to_string().contains("the same file as one of its secrets"), "{refused}");
         });
         assert!(guard.pin(&dir.join("open/alias"), Access::Write).is_err());
+    }
+
+    #[test]
+    fn a_tree_holding_a_secret_is_not_removed() {
+        let dir = scratch("tree");
+        fs::create_dir_all(dir.join("open/t/deep")).unwrap();
+        fs::hard_link(dir.join("state/minion.key"), dir.join("open/t/deep/k")).unwrap();
+        let guard = PathGuard::new(&[dir.join("state")], None);
+        let refused = guard.judge_tree(&dir.join("open/t"), Access::Remove).unwrap_err();
+        assert!(refused.to_string().contains("one of the minion's own files"), "{refused}");
+        fs::remove_file(dir.join("open/t/deep/k")).unwrap();
+        assert!(guard.judge_tree(&dir.join("open/t"), Access::Remove).is_ok());
     }
 
     #[test]

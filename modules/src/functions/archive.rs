@@ -75,8 +75,8 @@ impl Typed for Extract {
         }
         let format = detect(&archive)?;
         let entries = tokio::task::spawn_blocking({
-            let (archive, dest) = (archive.clone(), dest.clone());
-            move || check_all(&archive, &dest, format)
+            let (archive, dest, guard) = (archive.clone(), dest.clone(), cx.paths().clone());
+            move || check_all(&archive, &dest, format, &guard)
         })
         .await
         .map_err(|e| ModuleError::Failed(e.to_string()))??;
@@ -88,7 +88,8 @@ impl Typed for Extract {
             ));
         }
         let count = entries.len();
-        tokio::task::spawn_blocking(move || extract_all(&archive, &dest, format))
+        let guard = cx.paths().clone();
+        tokio::task::spawn_blocking(move || extract_all(&archive, &dest, format, &guard))
             .await
             .map_err(|e| ModuleError::Failed(e.to_string()))??;
         Ok(Output::change(true, format!("extracted {count} entries into {}", args.dest), json!({ "entries": entries })))
@@ -162,7 +163,13 @@ enum Kind {
 
 /// Checks one entry; returns its path relative to the destination. `links`: the symlinks
 /// earlier entries of the archive make (nothing is written or reached through them either).
-fn check_entry(dest: &Path, name: &Path, kind: &Kind, links: &mut Links) -> Result<PathBuf, ModuleError> {
+fn check_entry(
+    dest: &Path,
+    name: &Path,
+    kind: &Kind,
+    links: &mut Links,
+    guard: &crate::PathGuard,
+) -> Result<PathBuf, ModuleError> {
     let refuse = |why: &str| Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display())));
     if name.is_absolute() {
         return refuse("absolute path");
@@ -208,6 +215,11 @@ fn check_entry(dest: &Path, name: &Path, kind: &Kind, links: &mut Links) -> Resu
     };
     if through_a_link(dest, &relative, last) || along {
         return refuse("would be written through an existing symlink");
+    }
+    // Never one of the minion's secrets, written or linked to, whatever the destination.
+    guard.judge_tree(&dest.join(&relative), crate::Access::Write)?;
+    if let Kind::Hardlink(target) = kind {
+        guard.judge_tree(&dest.join(target), crate::Access::Write)?;
     }
     if matches!(kind, Kind::Symlink(_)) {
         links.0.insert(relative.clone());
@@ -278,7 +290,12 @@ fn zip_kind<R: Read>(file: &mut zip::read::ZipFile<'_, R>) -> Result<Kind, Modul
 }
 
 /// First pass: every entry checked, nothing written. Returns the entry names.
-fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>, ModuleError> {
+fn check_all(
+    archive: &Path,
+    dest: &Path,
+    format: Format,
+    guard: &crate::PathGuard,
+) -> Result<Vec<String>, ModuleError> {
     let mut names = Vec::new();
     let mut links = Links::default();
     if format == Format::Zip {
@@ -288,7 +305,7 @@ fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>,
             let mut file = zip.by_index(i).map_err(|e| ModuleError::Failed(e.to_string()))?;
             let name = PathBuf::from(file.name());
             let kind = zip_kind(&mut file)?;
-            check_entry(dest, &name, &kind, &mut links)?;
+            check_entry(dest, &name, &kind, &mut links, guard)?;
             names.push(name.display().to_string());
         }
         return Ok(names);
@@ -302,14 +319,14 @@ fn check_all(archive: &Path, dest: &Path, format: Format) -> Result<Vec<String>,
             Err(skip) if skip == "skip" => continue,
             Err(why) => return Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display()))),
         };
-        check_entry(dest, &name, &kind, &mut links)?;
+        check_entry(dest, &name, &kind, &mut links, guard)?;
         names.push(name.display().to_string());
     }
     Ok(names)
 }
 
 /// Second pass: extraction, re-checking each entry (the archive file could have changed).
-fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), ModuleError> {
+fn extract_all(archive: &Path, dest: &Path, format: Format, guard: &crate::PathGuard) -> Result<(), ModuleError> {
     fs::create_dir_all(dest).map_err(failed(dest))?;
     let mut links = Links::default();
     if format == Format::Zip {
@@ -319,15 +336,22 @@ fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), Module
             let mut file = zip.by_index(i).map_err(|e| ModuleError::Failed(e.to_string()))?;
             let name = PathBuf::from(file.name());
             let kind = zip_kind(&mut file)?;
-            let target = dest.join(check_entry(dest, &name, &kind, &mut links)?);
+            let target = dest.join(check_entry(dest, &name, &kind, &mut links, guard)?);
             if let Some(parent) = target.parent() {
                 fs::create_dir_all(parent).map_err(failed(parent))?;
             }
             match kind {
                 Kind::Dir => fs::create_dir_all(&target).map_err(failed(&target))?,
-                Kind::Symlink(link) => std::os::unix::fs::symlink(link, &target).map_err(failed(&target))?,
+                Kind::Symlink(link) => {
+                    // Replaces a link already there (extracting again).
+                    let _ = fs::remove_file(&target);
+                    std::os::unix::fs::symlink(link, &target).map_err(failed(&target))?;
+                }
                 Kind::File | Kind::Hardlink(_) => {
-                    let mut out = File::create(&target).map_err(failed(&target))?;
+                    // A new file, never written through whatever was there (a hard link).
+                    let _ = fs::remove_file(&target);
+                    let mut out =
+                        fs::OpenOptions::new().write(true).create_new(true).open(&target).map_err(failed(&target))?;
                     io::copy(&mut file, &mut out).map_err(failed(&target))?;
                     if let Some(mode) = file.unix_mode() {
                         use std::os::unix::fs::PermissionsExt;
@@ -347,7 +371,7 @@ fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), Module
             Ok(kind) => kind,
             Err(_) => continue,
         };
-        let target = dest.join(check_entry(dest, &name, &kind, &mut links)?);
+        let target = dest.join(check_entry(dest, &name, &kind, &mut links, guard)?);
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(failed(parent))?;
         }
@@ -357,7 +381,12 @@ fn extract_all(archive: &Path, dest: &Path, format: Format) -> Result<(), Module
                 let _ = fs::remove_file(&target);
                 fs::hard_link(&source, &target).map_err(failed(&target))?;
             }
-            _ => {
+            Kind::File | Kind::Symlink(_) => {
+                // A new file or link, never written through whatever was there (a hard link).
+                let _ = fs::remove_file(&target);
+                entry.unpack(&target).map_err(failed(&target))?;
+            }
+            Kind::Dir => {
                 entry.unpack(&target).map_err(failed(&target))?;
             }
         }
@@ -481,5 +510,32 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("through an existing symlink"), "{err}");
         assert!(!d.join("victim-file").exists());
+    }
+
+    #[test]
+    fn no_entry_reaches_the_minions_secrets_whatever_the_destination() {
+        let d = workdir("secrets");
+        fs::create_dir_all(d.join("m/state")).unwrap();
+        fs::write(d.join("m/state/minion.key"), "KEY").unwrap();
+        sh(&d, "mkdir -p a/state && echo PWNED > a/state/minion.key && tar -C a -cf over.tar state/minion.key");
+        sh(&d, "python3 -c \"import tarfile;t=tarfile.open('hl.tar','w');i=tarfile.TarInfo('hl');i.type=tarfile.LNKTYPE;i.linkname='state/minion.key';t.addfile(i);t.close()\"");
+        let dispatcher = std::sync::Arc::new(crate::Dispatcher {
+            registry: std::sync::Arc::new(crate::Registry::standard()),
+            policy: crate::Policy::allow_all(),
+            plans_dir: d.clone(),
+            deploy: Default::default(),
+            paths: crate::PathGuard::new(&[d.join("m/state")], None),
+        });
+        let cx = Context { dispatcher: Some(dispatcher), ..Context::default() };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for archive in ["over.tar", "hl.tar"] {
+            let args = json!({"name": d.join(archive).display().to_string(), "dest": d.join("m").display().to_string(), "skip_verify": true});
+            let serde_json::Value::Object(map) = args else { panic!() };
+            let refused =
+                runtime.block_on(Extract.call(Args::new(vec![], map.into_iter().collect()), &cx)).unwrap_err();
+            assert!(refused.to_string().contains("the minion's own"), "{archive}: {refused}");
+        }
+        assert_eq!(fs::read_to_string(d.join("m/state/minion.key")).unwrap(), "KEY");
+        assert!(!d.join("m/hl").exists());
     }
 }

@@ -20,6 +20,10 @@ use crate::{Context, ModuleError, Output, Typed};
 /// Largest file `file.managed` diffs and `file.read` returns by default.
 const READ_CAP: u64 = 1024 * 1024;
 
+/// Largest file `file.managed backup=true` copies.
+#[cfg(feature = "files")]
+const BACKUP_CAP: u64 = 1 << 30;
+
 #[cfg(feature = "files")]
 fn io(path: &Path) -> impl Fn(std::io::Error) -> ModuleError + '_ {
     move |e| ModuleError::Failed(format!("{}: {e}", path.display()))
@@ -103,12 +107,20 @@ fn attribute_changes(
 /// Sets a file's or directory's mode and owners through a descriptor opened without following
 /// a link there (a link swapped in after the checks changes nothing it points to).
 #[cfg(feature = "files")]
-fn apply_attributes(path: &Path, mode: Option<u32>, uid: Option<Uid>, gid: Option<Gid>) -> Result<(), ModuleError> {
+fn apply_attributes(
+    cx: &Context,
+    path: &Path,
+    mode: Option<u32>,
+    uid: Option<Uid>,
+    gid: Option<Gid>,
+) -> Result<(), ModuleError> {
     if mode.is_none() && uid.is_none() && gid.is_none() {
         return Ok(());
     }
     let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
     let entry = fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(path).map_err(io(path))?;
+    // What was opened is judged too: a hard link to a secret swapped in is the secret.
+    cx.paths().judge_inode(&entry.metadata().map_err(io(path))?, path)?;
     if uid.is_some() || gid.is_some() {
         nix::unistd::fchown(std::os::unix::io::AsRawFd::as_raw_fd(&entry), uid, gid)
             .map_err(|e| ModuleError::Failed(format!("{}: chown: {e}", path.display())))?;
@@ -270,7 +282,7 @@ impl Typed for Managed {
         if content_changes {
             if args.backup && meta.is_some() {
                 let backup = PathBuf::from(format!("{}.halite-bak", path.display()));
-                cx.paths().copy(&path, &backup).await?;
+                cx.paths().copy(&path, &backup, BACKUP_CAP).await?;
             }
             let tmp =
                 parent.join(format!(".{}.halite-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
@@ -295,11 +307,11 @@ impl Typed for Managed {
             }
             let (keep_uid, keep_gid) =
                 (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
-            apply_attributes(&tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))?;
+            apply_attributes(cx, &tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))?;
             fs::rename(&tmp, &path).map_err(io(&path))?;
             fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io(parent))?;
         } else {
-            apply_attributes(&path, wanted_mode, uid, gid)?;
+            apply_attributes(cx, &path, wanted_mode, uid, gid)?;
         }
         apply_selinux(cx, &path, &args.selinux_context).await?;
         // The directory stays open until here: `path` names the entry through it.
@@ -376,6 +388,9 @@ impl Typed for Absent {
         if cx.test {
             return Ok(Output::change(true, format!("{} would be removed", args.name), json!({})));
         }
+        // Nothing in the tree is one of the secrets, and no mount point (a bind mount of them)
+        // is crossed.
+        cx.paths().judge_tree(&path, crate::Access::Remove)?;
         if meta.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) }.map_err(io(&path))?;
         Ok(Output::change(true, format!("{} removed", args.name), json!({ "removed": args.name })))
     }
@@ -443,7 +458,7 @@ impl Typed for Directory {
         if meta.is_none() {
             if args.makedirs { fs::create_dir_all(&path) } else { fs::create_dir(&path) }.map_err(io(&path))?;
         }
-        apply_attributes(&path, wanted_mode, uid, gid)?;
+        apply_attributes(cx, &path, wanted_mode, uid, gid)?;
         Ok(Output::change(
             true,
             format!("{} updated: {}", args.name, changes.join(", ")),

@@ -226,12 +226,36 @@ fn names(name: Option<String>, pkgs: Vec<String>) -> Result<Vec<String>, ModuleE
 /// directory or a URL (apt and dnf install a local `.deb`/`.rpm` given its path, pip a local
 /// project or a URL, each running the package's scripts as root).
 fn is_repository_name(name: &str) -> bool {
-    const ARCHIVES: [&str; 9] = [".deb", ".rpm", ".apk", ".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".egg"];
+    const ARCHIVES: [&str; 20] = [
+        ".deb",
+        ".udeb",
+        ".ddeb",
+        ".rpm",
+        ".apk",
+        ".whl",
+        ".zip",
+        ".egg",
+        ".tar",
+        ".tar.gz",
+        ".tgz",
+        ".tar.bz2",
+        ".tbz",
+        ".tbz2",
+        ".tar.xz",
+        ".txz",
+        ".tar.lz",
+        ".tlz",
+        ".tar.lzma",
+        ".pybundle",
+    ];
+    let lower = name.to_ascii_lowercase();
     !name.is_empty()
+        // A file or directory by that name (managers look in the working directory too).
+        && std::fs::symlink_metadata(name).is_err()
         && !name.starts_with(['-', '.', '/', '~'])
         && !name.contains(|c: char| c.is_whitespace() || c == '/' || c == '\\')
         && !name.contains(":/")
-        && !ARCHIVES.iter().any(|suffix| name.to_ascii_lowercase().ends_with(suffix))
+        && !ARCHIVES.iter().any(|suffix| lower.ends_with(suffix))
 }
 
 #[cfg(feature = "packages")]
