@@ -127,13 +127,7 @@ impl PathGuard {
     /// Refuses what the metadata shows is one of the minion's own files (by device and inode,
     /// however it is named: a hard link, a bind mount).
     pub fn judge_inode(&self, meta: &fs::Metadata, shown: &Path) -> Result<(), ModuleError> {
-        if self.protected_inodes().contains(&(meta.dev(), meta.ino())) {
-            return Err(ModuleError::Denied(format!(
-                "{} is the minion's own (the same file as one of its secrets): no function reads or changes it",
-                shown.display()
-            )));
-        }
-        Ok(())
+        judge_inode_in(&self.protected_inodes(), meta, shown)
     }
 
     /// Whether `path` may be written or removed, judged by name and, when something is there
@@ -142,11 +136,11 @@ impl PathGuard {
     pub fn judge_tree(&self, path: &Path, access: Access) -> Result<(), ModuleError> {
         self.check(path, access)?;
         let Ok(top) = fs::symlink_metadata(path) else { return Ok(()) };
-        self.judge_inode(&top, path)?;
+        let inodes = self.protected_inodes();
+        judge_inode_in(&inodes, &top, path)?;
         if access != Access::Remove || !top.is_dir() {
             return Ok(());
         }
-        let inodes = self.protected_inodes();
         let mut pending = vec![path.to_path_buf()];
         while let Some(dir) = pending.pop() {
             for entry in fs::read_dir(&dir).map_err(|e| ModuleError::Failed(format!("{}: {e}", dir.display())))? {
@@ -208,10 +202,11 @@ impl PathGuard {
         let real = real_parent.join(name);
         self.judge(&real, access)?;
         if let Ok(meta) = fs::symlink_metadata(&entry) {
-            self.judge_inode(&meta, &real)?;
+            let inodes = self.protected_inodes();
+            judge_inode_in(&inodes, &meta, &real)?;
             if access != Access::Remove {
                 if let Ok(target) = fs::metadata(&entry) {
-                    self.judge_inode(&target, &real)?;
+                    judge_inode_in(&inodes, &target, &real)?;
                 }
             }
         }
@@ -351,6 +346,17 @@ impl PathGuard {
         drop(stop);
         copied
     }
+}
+
+/// Refuses metadata whose device and inode are among `inodes` (the protected ones).
+fn judge_inode_in(inodes: &HashSet<(u64, u64)>, meta: &fs::Metadata, shown: &Path) -> Result<(), ModuleError> {
+    if inodes.contains(&(meta.dev(), meta.ino())) {
+        return Err(ModuleError::Denied(format!(
+            "{} is the minion's own (the same file as one of its secrets): no function reads or changes it",
+            shown.display()
+        )));
+    }
+    Ok(())
 }
 
 /// A path pinned by [`PathGuard::pin`]: work on `path`, show `shown`.
