@@ -270,19 +270,7 @@ macro_rules! common_store_methods {
         let Some(row) = row else { return Ok($crate::store::TokenUse::Invalid) };
         let signature: Option<Vec<u8>> = row.try_get("signature")?;
         let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
-        let signed = $crate::store::trust::EnrollmentTokenRow {
-            hash: &hash[..],
-            minion,
-            expires_at_ms: ms(row.try_get("expires_at")?),
-            replaces: replaced.as_deref(),
-        };
-        let signer: Option<Vec<u8>> = row.try_get("signer")?;
-        let trusted = self
-            .token_row_trusted(&$crate::store::records::token_id(hash), signer.as_deref(), |signer| {
-                $crate::store::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
-            })
-            .await?;
-        if !trusted {
+        if !self.enrollment_row_trusted(&row, &hash[..], minion).await? {
             return Ok($crate::store::TokenUse::Invalid);
         }
         let mut conn = self.conn().await?;
@@ -349,22 +337,7 @@ macro_rules! common_store_methods {
             .await?;
         for row in &rows {
             let hash: Vec<u8> = row.try_get("token_hash")?;
-            let signature: Option<Vec<u8>> = row.try_get("signature")?;
-            let signer: Option<Vec<u8>> = row.try_get("signer")?;
-            let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
-            let signed = $crate::store::trust::EnrollmentTokenRow {
-                hash: &hash,
-                minion,
-                expires_at_ms: ms(row.try_get("expires_at")?),
-                replaces: replaced.as_deref(),
-            };
-            let id = halite_protocol::hex::encode(&hash[..hash.len().min(6)]);
-            let trusted = self
-                .token_row_trusted(&id, signer.as_deref(), |signer| {
-                    $crate::store::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
-                })
-                .await?;
-            if trusted {
+            if self.enrollment_row_trusted(row, &hash, minion).await? {
                 return Ok(true);
             }
         }

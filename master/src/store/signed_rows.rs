@@ -151,6 +151,30 @@ macro_rules! signed_row_helpers {
                 Ok(true)
             }
 
+            /// Whether an enrollment token row as read (`expires_at`, `replaced_key`, `signer`,
+            /// `signature`) for `hash` and `minion` is a trusted master's.
+            pub(super) async fn enrollment_row_trusted(
+                &self,
+                row: &$row,
+                hash: &[u8],
+                minion: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let signature: Option<Vec<u8>> = row.try_get("signature")?;
+                let signer: Option<Vec<u8>> = row.try_get("signer")?;
+                let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
+                let signed = $crate::store::trust::EnrollmentTokenRow {
+                    hash,
+                    minion,
+                    expires_at_ms: ms(row.try_get("expires_at")?),
+                    replaces: replaced.as_deref(),
+                };
+                let id = halite_protocol::hex::encode(&hash[..hash.len().min(6)]);
+                self.token_row_trusted(&id, signer.as_deref(), |signer| {
+                    $crate::store::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
+                })
+                .await
+            }
+
             /// Signs the enrollment and gateway token rows from before their signatures (see
             /// [`Self::put_trust`]); how many.
             async fn sign_legacy_tokens(
