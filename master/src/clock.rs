@@ -18,6 +18,11 @@ pub trait Clock: Send + Sync + 'static {
     }
     /// Wall-clock now, in Unix microseconds.
     fn wall_micros(&self) -> u64;
+    /// How far the wall clock is set from this host's own (a shared store's time, see
+    /// [`ClusterClock`]), in milliseconds.
+    fn offset_ms(&self) -> i64 {
+        0
+    }
 }
 
 /// The operating system's clocks.
@@ -31,6 +36,42 @@ impl Clock for SystemClock {
 
     fn wall_micros(&self) -> u64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    }
+}
+
+/// The operating system's clocks, with the wall clock corrected to a shared store's: masters
+/// sharing a database stamp jobs, announcements and the times they tell minions in its time,
+/// so a master whose own clock is off still issues jobs the others' minions take, and judges
+/// theirs as they do. The offset is measured and kept up to date by the store.
+#[derive(Debug, Clone)]
+pub struct ClusterClock {
+    offset_ms: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl ClusterClock {
+    /// The system clock, corrected by `offset_ms` (the store's clock minus this host's).
+    pub fn new(offset_ms: Arc<std::sync::atomic::AtomicI64>) -> Self {
+        ClusterClock { offset_ms }
+    }
+
+    /// The correction now, in milliseconds.
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Clock for ClusterClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wall_micros(&self) -> u64 {
+        let offset = self.offset_ms().saturating_mul(1000);
+        SystemClock.wall_micros().saturating_add_signed(offset)
+    }
+
+    fn offset_ms(&self) -> i64 {
+        ClusterClock::offset_ms(self)
     }
 }
 

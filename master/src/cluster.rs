@@ -55,36 +55,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.drop_clients_if_changed(&name);
                 self.recheck_tokens(&name).await?;
             }
-            ClusterChange::Resync => {
-                info!("rereading keys and principals (changes by other masters may have been missed)");
-                self.reload_accepted().await?;
-                self.reload_principals().await?;
-                let online: Vec<String> = self.sessions.online.keys().cloned().collect();
-                for id in online {
-                    self.drop_if_unaccepted(&id);
-                }
-                let mut principals: Vec<String> = self
-                    .sessions
-                    .conns
-                    .values()
-                    .filter_map(|conn| match conn {
-                        Conn::Client { principal, .. } | Conn::Local { principal, .. } => Some(principal.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                principals.sort();
-                principals.dedup();
-                for name in principals {
-                    self.drop_clients_if_changed(&name);
-                    self.recheck_tokens(&name).await?;
-                }
-                // Who is where, and the jobs published meanwhile.
-                self.tell_other_masters(ClusterChange::RollCall).await;
-                for (record, _) in self.store.unfinished_jobs().await? {
-                    self.adopt_job(&record.jid, false).await?;
-                }
-            }
-            ClusterChange::Job { jid } => self.adopt_job(&jid, true).await?,
+            ClusterChange::Resync => self.resync().await?,
+            ClusterChange::Job { jid } => self.adopt_job(&jid).await?,
             // A job not live here has nothing to stop here (its announcement came first).
             ClusterChange::Cancel { jid } => self.cancel_here(&jid).await?,
             ClusterChange::Event { tag, data } => self.emit(tag, data),
@@ -107,6 +79,49 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.tell_other_masters(ClusterChange::Here { ids }).await;
             }
         }
+        Ok(())
+    }
+
+    /// Rereads everything another master may have changed without this one hearing of it
+    /// (its listening connection was lost, the store did not answer, an announcement could not
+    /// be applied): keys, principals, who is where, the live jobs it does not hold, and the
+    /// states of every job it holds, so each view (watchers, bus, deadlines) follows the store.
+    pub(crate) async fn resync(&mut self) -> Result<(), StoreError> {
+        info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
+        self.reload_accepted().await?;
+        self.reload_principals().await?;
+        let online: Vec<String> = self.sessions.online.keys().cloned().collect();
+        for id in online {
+            self.drop_if_unaccepted(&id);
+        }
+        let mut principals: Vec<String> = self
+            .sessions
+            .conns
+            .values()
+            .filter_map(|conn| match conn {
+                Conn::Client { principal, .. } | Conn::Local { principal, .. } => Some(principal.clone()),
+                _ => None,
+            })
+            .collect();
+        principals.sort();
+        principals.dedup();
+        for name in principals {
+            self.drop_clients_if_changed(&name);
+            self.recheck_tokens(&name).await?;
+        }
+        // Slots this master decided are written first: its own view is then what the store says.
+        self.flush().await;
+        if !self.pending.states.is_empty() {
+            return Err(StoreError::Unavailable("job states could not be written".into()));
+        }
+        let held = self.jobs.jids();
+        self.reread_jobs(&held).await?;
+        // Who is where, and the jobs published meanwhile.
+        self.tell_other_masters(ClusterChange::RollCall).await;
+        for jid in self.store.unfinished_jids().await? {
+            self.adopt_job(&jid).await?;
+        }
+        self.cluster.needs_resync = false;
         Ok(())
     }
 

@@ -24,41 +24,51 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
-    /// the targeted minions connected here.
-    pub(crate) async fn adopt_job(&mut self, jid: &str, announced: bool) -> Result<(), StoreError> {
-        if self.jobs.get(jid).is_some() {
+    /// the targeted minions connected here. Its subscribers here hear of it as they would of a
+    /// job published here, once, whenever this master adopts it: its `new`, then a `ret` for
+    /// every slot already final in the store (announced before this master held the job, those
+    /// are not announced again), and its `done` if it already ended.
+    pub(crate) async fn adopt_job(&mut self, jid: &str) -> Result<(), StoreError> {
+        if self.jobs.get(jid).is_some() || self.jobs.finished_lately(jid) {
             return Ok(());
         }
         let Some((record, states)) = self.store.live_job(jid).await? else { return Ok(()) };
-        if states.iter().all(|(_, state)| state.is_final()) {
-            if announced {
-                // It ended before this master heard of it (its announcements come together):
-                // the subscribers here still hear its whole story, once.
-                self.replay_finished_job(&record).await?;
-            }
-            return Ok(());
-        }
+        let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
+        let mut returns: HashMap<String, JobReturn> = if ended.is_empty() {
+            HashMap::new()
+        } else {
+            self.store.returns_of(jid, &ended).await?.into_iter().collect()
+        };
+        let minions: Vec<&String> = states.iter().map(|(minion, _)| minion).collect();
+        let new = serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
+                                      "minions": minions });
+        let finals: Vec<(String, MinionJobState)> = states.iter().filter(|(_, s)| s.is_final()).cloned().collect();
         let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
         let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
-        let here: Vec<String> = slots.keys().filter(|id| self.sessions.online.contains_key(*id)).cloned().collect();
+        let here: Vec<String> = slots
+            .iter()
+            .filter(|(id, slot)| !slot.state.is_final() && self.sessions.online.contains_key(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
         // A deployment that rides on it is found by its jid when it ends (`deploy_job_finished`):
         // whichever master sees its end may finish it.
-        debug!(jid, minions_here = here.len(), "job published on another master");
-        let new_event = announced.then(|| {
-            let minions: Vec<&String> = slots.keys().collect();
-            serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
-                                "minions": minions })
-        });
+        debug!(jid, minions_here = here.len(), ended = finals.len(), "job published on another master");
         let job = LiveJob::new(record, slots, Vec::new());
-        if job.rollout.is_some() {
+        if job.rollout.is_some() && !job.is_done() {
             // This master starts the targets it serves by the same rule.
             self.pending.rollouts_due.insert(job.record.jid.clone());
         }
         self.jobs.insert(job);
-        // Its subscribers here hear of it as they would of a job published here.
-        if let Some(data) = new_event {
-            self.emit(format!("halite/job/{jid}/new"), data);
+        self.emit(format!("halite/job/{jid}/new"), new);
+        for (minion, state) in finals {
+            let ret = returns.remove(&minion);
+            self.emit(
+                format!("halite/job/{jid}/ret/{minion}"),
+                serde_json::json!({ "state": state.as_str(), "ret": ret }),
+            );
         }
+        // It ended before this master heard of it: `done`, and it is forgotten at once.
+        self.finish_if_done(jid);
         for minion in here {
             if let Some(peer) = self.sessions.peer_of(&minion) {
                 self.deliver(jid, &minion, peer).await?;
@@ -67,20 +77,52 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
-    /// Loads the live jobs in the store this master does not hold: a master that died between
-    /// storing a job and announcing it leaves it to the others, who find it here.
-    pub(crate) async fn adopt_unknown_jobs(&mut self) {
-        let jids = match self.store.unfinished_jids().await {
-            Ok(jids) => jids,
-            Err(error) => return debug!(%error, "looking for live jobs failed"),
-        };
-        let unknown: Vec<String> = jids.into_iter().filter(|jid| self.jobs.get(jid).is_none()).collect();
+    /// Compares the jobs this master holds with the store's live ones: a job live in the store
+    /// that it does not hold is loaded (a master that died between storing a job and
+    /// announcing it leaves it to the others, who find it here), and one it holds that the
+    /// store has ended is reread (an announcement lost on the way).
+    pub(crate) async fn sweep_jobs(&mut self) -> Result<(), StoreError> {
+        let live: std::collections::HashSet<String> = self.store.unfinished_jids().await?.into_iter().collect();
+        let ended_elsewhere: Vec<String> = self.jobs.jids().into_iter().filter(|jid| !live.contains(jid)).collect();
+        if !ended_elsewhere.is_empty() {
+            debug!(jobs = ended_elsewhere.len(), "jobs ended in the store but live here; reread");
+            self.reread_jobs(&ended_elsewhere).await?;
+        }
+        let mut unknown: Vec<String> = live.into_iter().filter(|jid| self.jobs.get(jid).is_none()).collect();
+        unknown.sort();
         for jid in unknown {
             debug!(%jid, "a live job nobody announced; loaded");
-            if let Err(error) = self.adopt_job(&jid, false).await {
-                warn!(%error, %jid, "loading a live job failed");
+            self.adopt_job(&jid).await?;
+        }
+        Ok(())
+    }
+
+    /// Brings this master's copy of each job in `jids` to the states the store holds (the
+    /// changes it missed are applied as if announced).
+    pub(crate) async fn reread_jobs(&mut self, jids: &[String]) -> Result<(), StoreError> {
+        for jid in jids {
+            if self.jobs.get(jid).is_none() {
+                continue;
+            }
+            match self.store.live_job(jid).await? {
+                Some((_, states)) => {
+                    let changed: Vec<(String, MinionJobState)> = states
+                        .into_iter()
+                        .filter(|(minion, state)| self.jobs.state(jid, minion) != Some(*state))
+                        .collect();
+                    if !changed.is_empty() {
+                        self.apply_remote_slots(jid, changed).await?;
+                    }
+                }
+                // Purged from the store meanwhile: nothing can still come of it.
+                None => {
+                    if let Some(job) = self.jobs.remove(jid) {
+                        self.watchers.done(job.watchers, jid);
+                    }
+                }
             }
         }
+        Ok(())
     }
 
     /// Slots another master decided (and stored): this master's copy of the job follows, with
@@ -92,7 +134,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<(), StoreError> {
         if self.jobs.get(jid).is_none() {
             // Not known here yet (the announcements crossed): loaded as stored, these included.
-            return self.adopt_job(jid, false).await;
+            return self.adopt_job(jid).await;
         }
         // The returns of the slots that ended, in one read: of those minions only, not the whole
         // job (a fan-out's returns come in many announcements). None ended: no query.
@@ -112,22 +154,6 @@ impl<S: Store, N: Net> Master<S, N> {
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
             self.slot_moved(jid, &minion, state, ret);
         }
-        Ok(())
-    }
-
-    /// The events of a job that ended on another master before this one heard of it.
-    async fn replay_finished_job(&mut self, record: &crate::store::JobRecord) -> Result<(), StoreError> {
-        let Some(detail) = self.store.job(&record.jid).await? else { return Ok(()) };
-        let jid = &record.jid;
-        let minions: Vec<&String> = detail.minions.iter().map(|m| &m.minion).collect();
-        let new = serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
-                                      "minions": minions });
-        self.emit(format!("halite/job/{jid}/new"), new);
-        for minion in &detail.minions {
-            let data = serde_json::json!({ "state": minion.state.as_str(), "ret": minion.ret });
-            self.emit(format!("halite/job/{jid}/ret/{}", minion.minion), data);
-        }
-        self.emit(format!("halite/job/{jid}/done"), serde_json::json!({}));
         Ok(())
     }
 

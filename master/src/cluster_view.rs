@@ -28,6 +28,11 @@ pub(crate) struct ClusterView {
     pub(crate) last_alive: Option<Instant>,
     /// When this master last looked for live jobs it does not hold.
     last_sweep: Option<Instant>,
+    /// Whether this master may have missed changes (its listener was cut, the store did not
+    /// answer, an announcement could not be applied): it rereads the store until it succeeds.
+    pub(crate) needs_resync: bool,
+    /// The store's count of interruptions last seen (see `Store::interruptions`).
+    pub(crate) interruptions_seen: u64,
 }
 
 impl ClusterView {

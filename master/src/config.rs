@@ -49,6 +49,9 @@ pub struct MasterConfig {
     /// Extra seconds the master waits past a job's timeout for the minion's own timeout report
     /// before marking it timed out itself.
     pub timeout_grace_secs: u64,
+    /// How far this host's clock may be from a shared store's before the master warns (it
+    /// uses the store's time either way).
+    pub max_clock_offset_secs: u64,
     /// Named compound targets, used with `-N`.
     pub nodegroups: BTreeMap<String, String>,
     /// Which events which minions may send (`[[events]]`); none by default.
@@ -129,6 +132,7 @@ impl Default for MasterConfig {
             keep_jobs_hours: 24 * 7,
             handshake_timeout_secs: 10,
             timeout_grace_secs: 5,
+            max_clock_offset_secs: 5,
             nodegroups: BTreeMap::new(),
             events: Vec::new(),
             peers: Vec::new(),

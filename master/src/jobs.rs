@@ -4,7 +4,7 @@
 //! ([`transition_allowed`]); deadlines live in one ordered index, so a tick costs the number of
 //! deadlines that passed, not the number of slots.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use halite_protocol::message::MinionJobState;
@@ -86,7 +86,15 @@ pub(crate) struct JobTable {
     /// The live jobs with a rollout (every bus event is checked against their abort patterns).
     rollouts: BTreeSet<String>,
     deadlines: BTreeSet<(Instant, String, String)>,
+    /// The jids of the jobs that ended here lately, oldest first: a late announcement of one
+    /// (a job adopted from the store before its own announcement arrived) must not bring it
+    /// back or tell its story twice.
+    finished: HashSet<String>,
+    finished_order: VecDeque<String>,
 }
+
+/// How many finished jids [`JobTable`] remembers.
+const FINISHED_REMEMBERED: usize = 65_536;
 
 impl JobTable {
     /// Adds a job.
@@ -115,6 +123,14 @@ impl JobTable {
     /// Removes a finished job.
     pub(crate) fn remove(&mut self, jid: &str) -> Option<LiveJob> {
         let job = self.jobs.remove(jid)?;
+        if self.finished.insert(jid.to_owned()) {
+            self.finished_order.push_back(jid.to_owned());
+            if self.finished_order.len() > FINISHED_REMEMBERED {
+                if let Some(oldest) = self.finished_order.pop_front() {
+                    self.finished.remove(&oldest);
+                }
+            }
+        }
         self.rollouts.remove(jid);
         for (minion, slot) in &job.minions {
             if let Some(at) = slot.deadline {
@@ -194,6 +210,16 @@ impl JobTable {
         }
     }
 
+    /// Whether the job `jid` ended here lately (see [`JobTable::remove`]).
+    pub(crate) fn finished_lately(&self, jid: &str) -> bool {
+        self.finished.contains(jid)
+    }
+
+    /// The jids of the live jobs.
+    pub(crate) fn jids(&self) -> Vec<String> {
+        self.jobs.keys().cloned().collect()
+    }
+
     /// How many jobs are live.
     pub(crate) fn len(&self) -> usize {
         self.jobs.len()
@@ -268,5 +294,6 @@ mod tests {
         assert_eq!(names, ["a"], "a final slot has no deadline");
         jobs.remove("1");
         assert!(jobs.expired(late + Duration::from_secs(60)).is_empty());
+        assert!(jobs.finished_lately("1") && !jobs.finished_lately("2"));
     }
 }

@@ -327,7 +327,11 @@ async fn serve<S: Store + Clone>(
     let metrics_config = config.metrics.clone();
     let metrics_addr_path = config.state_dir.join("metrics.addr");
     let gateway_addr_path = config.state_dir.join("gateway.addr");
-    let clock = std::sync::Arc::new(clock::SystemClock);
+    // With other masters on the store, the store's time is the time (see `ClusterClock`).
+    let clock: std::sync::Arc<dyn clock::Clock> = match store.clock_offset() {
+        Some(offset) => std::sync::Arc::new(clock::ClusterClock::new(offset)),
+        None => std::sync::Arc::new(clock::SystemClock),
+    };
     let master = Master::new(config, keys.identity, keys.root, router, store, clock).await?;
     let metrics_listener = match &metrics_config.listen {
         Some(listen) => {

@@ -394,7 +394,9 @@ impl<S: Store, N: Net> Master<S, N> {
             Input::File(served) => self.file_served(served),
             Input::Cluster((from, change)) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
-                    warn!(%error, "store failure while applying another master's change");
+                    // Not lost: everything is reread once the store answers (`on_tick`).
+                    warn!(%error, "store failure while applying another master's change; rereading the store");
+                    self.cluster.needs_resync = true;
                 }
             }
             Input::Tick => {
@@ -439,7 +441,11 @@ impl<S: Store, N: Net> Master<S, N> {
             match stored {
                 Err(error) => {
                     if self.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
-                        warn!(%error, minions = records.len(), "recording presence failed");
+                        warn!(%error, minions = records.len(), "recording presence failed; will retry every tick");
+                    }
+                    // Kept for the next flush, unless a newer entry of the same minion came meanwhile.
+                    for record in records {
+                        self.pending.minions.entry(record.id.clone()).or_insert(record);
                     }
                 }
                 Ok(()) if self.cluster.shared => {
@@ -568,14 +574,27 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Sessions by role and live jobs, for `/metrics` (counted at each tick).
-    fn count_sessions(&self) {
+    /// Sessions by role, live jobs and the clock's offset, for `/metrics` (counted at each
+    /// tick); an offset past `max_clock_offset_secs` is logged.
+    fn count_sessions(&mut self) {
         let clients = self.sessions.conns.values().filter(|c| matches!(c, Conn::Client { .. })).count();
         let metrics = self.metrics.get();
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         metrics.sessions.get_or_create(&crate::metrics::Role { role: "minion" }).set(gauge(self.sessions.online.len()));
         metrics.sessions.get_or_create(&crate::metrics::Role { role: "client" }).set(gauge(clients));
         metrics.jobs_live.set(gauge(self.jobs.len()));
+        let offset = self.clock.offset_ms();
+        metrics.clock_offset_ms.set(offset);
+        let bound = self.config.max_clock_offset_secs.saturating_mul(1000);
+        if offset.unsigned_abs() > bound
+            && self.notices.ready("clock:offset", Duration::from_secs(60), self.clock.now())
+        {
+            warn!(
+                offset_ms = offset,
+                max_clock_offset_secs = self.config.max_clock_offset_secs,
+                "this host's clock differs from the database's; the master uses the database's time (fix NTP here)"
+            );
+        }
     }
 
     pub(crate) async fn on_tick(&mut self) {
@@ -606,11 +625,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.alive_due(now) {
             self.tell_other_masters(ClusterChange::Alive).await;
         }
-        if self.cluster.sweep_due(now) {
-            // Slots this master ended are written first: a job it finished must not look live.
-            self.flush().await;
-            self.adopt_unknown_jobs().await;
-        }
+        self.follow_the_store(now).await;
         for (jid, minion, state) in self.jobs.expired(now) {
             if self.served_elsewhere(&minion) {
                 // Its master decides the slot; looked at again once it may have gone.
@@ -631,6 +646,37 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.last_purge.is_none_or(|t| now.saturating_duration_since(t) >= PURGE_EVERY) {
             self.last_purge = Some(now);
             self.purge().await;
+        }
+    }
+
+    /// With other masters on the store: after any gap in what this master heard, it rereads the
+    /// store at every tick until that succeeds (so its views converge within a tick of the
+    /// store answering again); and every few seconds it compares the jobs it holds with the
+    /// store's live ones.
+    async fn follow_the_store(&mut self, now: Instant) {
+        if !self.cluster.shared {
+            return;
+        }
+        let interruptions = self.store.interruptions();
+        if interruptions != self.cluster.interruptions_seen {
+            self.cluster.interruptions_seen = interruptions;
+            self.cluster.needs_resync = true;
+        }
+        if self.cluster.needs_resync {
+            if let Err(error) = self.resync().await {
+                if self.notices.ready("store:resync", Duration::from_secs(10), now) {
+                    warn!(%error, "rereading the store failed; trying again at every tick");
+                }
+            }
+            return;
+        }
+        if self.cluster.sweep_due(now) {
+            // Slots this master ended are written first: a job it finished must not look live.
+            self.flush().await;
+            if let Err(error) = self.sweep_jobs().await {
+                debug!(%error, "comparing live jobs with the store failed");
+                self.cluster.needs_resync = true;
+            }
         }
     }
 

@@ -234,6 +234,128 @@ fn a_job_that_ended_elsewhere_before_it_was_announced_here_is_still_heard_whole(
     });
 }
 
+/// A subscriber to every job event, as root.
+async fn job_watcher(sim: &mut Sim) -> super::SimPeer {
+    let mut root = sim.root().await;
+    let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
+    root.send(sim, &Message::Subscribe(subscribe)).await;
+    root
+}
+
+/// The tags of the events `peer` received since last asked.
+fn tags_received(sim: &Sim, peer: &mut super::SimPeer) -> Vec<String> {
+    peer.recv(sim)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::Event(e) => Some(e.tag),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Master b stores `minion`'s return of `jid` (and announces nothing yet).
+async fn b_stores_return(sim: &Sim, jid: &str, minion: &str) {
+    let ret = halite_protocol::message::JobReturn { minion: minion.into(), ..super::ret(jid) };
+    let change = StateChange {
+        jid: jid.into(),
+        minion: minion.into(),
+        state: MinionJobState::Returned,
+        ret: Some(ret),
+        at_ms: 1,
+        late: false,
+    };
+    sim.store().set_states(&[change]).await.unwrap();
+}
+
+#[test]
+fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut root = job_watcher(&mut sim).await;
+        let job = job_of_b(&sim, "20261122000000000061");
+        let jid = job.jid.clone();
+        let states = [("web8".to_owned(), MinionJobState::Sent), ("web9".to_owned(), MinionJobState::Sent)];
+        sim.store().insert_job(&job, &states).await.unwrap();
+        // web9's return is stored (and announced) before this master adopts the job.
+        b_stores_return(&sim, &jid, "web9").await;
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        let web9 = vec![("web9".to_owned(), MinionJobState::Returned)];
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9.clone() }))).await;
+        assert_eq!(
+            tags_received(&sim, &mut root),
+            [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9")]
+        );
+        b_stores_return(&sim, &jid, "web8").await;
+        let web8 = vec![("web8".to_owned(), MinionJobState::Returned)];
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web8.clone() }))).await;
+        // Announcements that come again (or late) tell nothing twice, and bring nothing back.
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9 }))).await;
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        assert_eq!(
+            tags_received(&sim, &mut root),
+            [format!("halite/job/{jid}/ret/web8"), format!("halite/job/{jid}/done")]
+        );
+        assert!(sim.master.jobs.get(&jid).is_none());
+    });
+}
+
+#[test]
+fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut root = job_watcher(&mut sim).await;
+        let job = job_of_b(&sim, "20261122000000000062");
+        let jid = job.jid.clone();
+        let states = [("web8".to_owned(), MinionJobState::Sent), ("web9".to_owned(), MinionJobState::Sent)];
+        sim.store().insert_job(&job, &states).await.unwrap();
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        assert_eq!(tags_received(&sim, &mut root), [format!("halite/job/{jid}/new")]);
+        // Both returns are stored by b; their announcement arrives while the store does not answer.
+        b_stores_return(&sim, &jid, "web8").await;
+        b_stores_return(&sim, &jid, "web9").await;
+        let away = sim.store().take_away().await.expect("open");
+        let both = vec![("web8".to_owned(), MinionJobState::Returned), ("web9".to_owned(), MinionJobState::Returned)];
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: both }))).await;
+        sim.advance(Duration::from_millis(500)).await;
+        assert!(tags_received(&sim, &mut root).is_empty(), "nothing known yet");
+        assert_eq!(sim.master.jobs.state(&jid, "web8"), Some(MinionJobState::Sent));
+        // The store answers again: within a tick, this master's view is the store's.
+        sim.store().give_back(away).await;
+        sim.advance(crate::server::TICK).await;
+        assert_eq!(
+            tags_received(&sim, &mut root),
+            [
+                format!("halite/job/{jid}/ret/web8"),
+                format!("halite/job/{jid}/ret/web9"),
+                format!("halite/job/{jid}/done")
+            ]
+        );
+        assert!(sim.master.jobs.get(&jid).is_none(), "ended here too");
+    });
+}
+
+#[test]
+fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut root = job_watcher(&mut sim).await;
+        let job = job_of_b(&sim, "20261122000000000063");
+        let jid = job.jid.clone();
+        sim.store().insert_job(&job, &[("web9".to_owned(), MinionJobState::Sent)]).await.unwrap();
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        // b stores the return; its announcement is lost on the way (no error here to notice).
+        b_stores_return(&sim, &jid, "web9").await;
+        sim.advance(crate::cluster_view::SWEEP_EVERY + crate::server::TICK).await;
+        assert_eq!(
+            tags_received(&sim, &mut root),
+            [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9"), format!("halite/job/{jid}/done")]
+        );
+    });
+}
+
 /// A job to `test.ping` as master "b" stores it (signed with the cluster's shared key).
 fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
     let wall = crate::clock::Clock::wall_ms(&sim.clock);

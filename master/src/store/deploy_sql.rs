@@ -12,31 +12,37 @@ macro_rules! deploy_store {
                 owner: &str,
                 now_ms: u64,
             ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at, owner) VALUES (?, ?, ?, ?)"))
-                    .bind(&config.id)
-                    .bind($crate::store::deploy_records::config_json(config))
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .bind(owner)
-                    .execute(&mut *self.conn().await?)
-                    .await?;
-                Ok(())
+                self.bounded(async move {
+                    sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at, owner) VALUES (?, ?, ?, ?)"))
+                        .bind(&config.id)
+                        .bind($crate::store::deploy_records::config_json(config))
+                        .bind($crate::store::sqlite::db_int(now_ms))
+                        .bind(owner)
+                        .execute(&mut *self.conn().await?)
+                        .await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn config(
                 &self,
                 id: &str,
             ) -> Result<Option<$crate::store::ConfigRecord>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql("SELECT body, owner FROM software_configs WHERE id = ?"))
-                    .bind(id)
-                    .fetch_optional(&mut *self.conn().await?)
-                    .await?;
-                row.map(|r| {
-                    Ok($crate::store::ConfigRecord {
-                        config: $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?)?,
-                        owner: sqlx::Row::try_get(&r, "owner")?,
+                self.bounded(async move {
+                    let row = sqlx::query(&$sql("SELECT body, owner FROM software_configs WHERE id = ?"))
+                        .bind(id)
+                        .fetch_optional(&mut *self.conn().await?)
+                        .await?;
+                    row.map(|r| {
+                        Ok($crate::store::ConfigRecord {
+                            config: $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?)?,
+                            owner: sqlx::Row::try_get(&r, "owner")?,
+                        })
                     })
+                    .transpose()
                 })
-                .transpose()
+                .await
             }
 
             async fn configs(
@@ -44,27 +50,33 @@ macro_rules! deploy_store {
                 owner: Option<&str>,
                 limit: u32,
             ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql(
-                    "SELECT body FROM software_configs WHERE (? IS NULL OR owner = ?) ORDER BY created_at DESC, id LIMIT ?",
-                ))
-                    .bind(owner)
-                    .bind(owner)
-                    .bind(i64::from(limit))
-                    .fetch_all(&mut *self.conn().await?)
-                    .await?;
-                rows.iter()
-                    .map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
-                    .collect()
+                self.bounded(async move {
+                    let rows = sqlx::query(&$sql(
+                        "SELECT body FROM software_configs WHERE (? IS NULL OR owner = ?) ORDER BY created_at DESC, id LIMIT ?",
+                    ))
+                        .bind(owner)
+                        .bind(owner)
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *self.conn().await?)
+                        .await?;
+                    rows.iter()
+                        .map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
+                        .collect()
+                })
+                .await
             }
 
             async fn delete_config(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
-                let done = sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ? AND (? IS NULL OR owner = ?)"))
-                    .bind(id)
-                    .bind(owner)
-                    .bind(owner)
-                    .execute(&mut *self.conn().await?)
-                    .await?;
-                Ok(done.rows_affected() == 1)
+                self.bounded(async move {
+                    let done = sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ? AND (? IS NULL OR owner = ?)"))
+                        .bind(id)
+                        .bind(owner)
+                        .bind(owner)
+                        .execute(&mut *self.conn().await?)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+                .await
             }
 
             async fn put_deployment(
@@ -72,23 +84,26 @@ macro_rules! deploy_store {
                 record: &$crate::store::DeploymentRecord,
                 now_ms: u64,
             ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query(&$sql(
-                    "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner)
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                     ON CONFLICT(id) DO UPDATE SET server_id = excluded.server_id, status = excluded.status,
-                       relay_pending = excluded.relay_pending, body = excluded.body, updated_at = excluded.updated_at",
-                ))
-                .bind(&record.deployment.id)
-                .bind(&record.deployment.server_id)
-                .bind(&record.deployment.status)
-                .bind(record.relay_pending)
-                .bind($crate::store::deploy_records::record_json(record))
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .bind(&record.owner)
-                .execute(&mut *self.conn().await?)
-                .await?;
-                Ok(())
+                self.bounded(async move {
+                    sqlx::query(&$sql(
+                        "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                         ON CONFLICT(id) DO UPDATE SET server_id = excluded.server_id, status = excluded.status,
+                           relay_pending = excluded.relay_pending, body = excluded.body, updated_at = excluded.updated_at",
+                    ))
+                    .bind(&record.deployment.id)
+                    .bind(&record.deployment.server_id)
+                    .bind(&record.deployment.status)
+                    .bind(record.relay_pending)
+                    .bind($crate::store::deploy_records::record_json(record))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind(&record.owner)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn finish_deployment(
@@ -96,52 +111,64 @@ macro_rules! deploy_store {
                 record: &$crate::store::DeploymentRecord,
                 now_ms: u64,
             ) -> Result<bool, $crate::store::StoreError> {
-                let done = sqlx::query(&$sql(
-                    "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
-                     WHERE id = ? AND status = ?",
-                ))
-                .bind(&record.deployment.status)
-                .bind(record.relay_pending)
-                .bind($crate::store::deploy_records::record_json(record))
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .bind(&record.deployment.id)
-                .bind(halite_protocol::message::status::IN_PROGRESS)
-                .execute(&mut *self.conn().await?)
-                .await?;
-                Ok(done.rows_affected() == 1)
+                self.bounded(async move {
+                    let done = sqlx::query(&$sql(
+                        "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
+                         WHERE id = ? AND status = ?",
+                    ))
+                    .bind(&record.deployment.status)
+                    .bind(record.relay_pending)
+                    .bind($crate::store::deploy_records::record_json(record))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind(&record.deployment.id)
+                    .bind(halite_protocol::message::status::IN_PROGRESS)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+                .await
             }
 
             async fn deployment(
                 &self,
                 id: &str,
             ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE id = ?"))
-                    .bind(id)
-                    .fetch_optional(&mut *self.conn().await?)
-                    .await?;
-                row.map(|r| $crate::store::deploy_records::record_from_row(&r)).transpose()
+                self.bounded(async move {
+                    let row = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE id = ?"))
+                        .bind(id)
+                        .fetch_optional(&mut *self.conn().await?)
+                        .await?;
+                    row.map(|r| $crate::store::deploy_records::record_from_row(&r)).transpose()
+                })
+                .await
             }
 
             async fn deployments(
                 &self,
                 server_id: Option<&str>,
             ) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql(
-                    "SELECT body, owner FROM deployments WHERE (? IS NULL OR server_id = ?) ORDER BY created_at DESC, id",
-                ))
-                .bind(server_id)
-                .bind(server_id)
-                .fetch_all(&mut *self.conn().await?)
-                .await?;
-                rows.iter().map($crate::store::deploy_records::record_from_row).collect()
+                self.bounded(async move {
+                    let rows = sqlx::query(&$sql(
+                        "SELECT body, owner FROM deployments WHERE (? IS NULL OR server_id = ?) ORDER BY created_at DESC, id",
+                    ))
+                    .bind(server_id)
+                    .bind(server_id)
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
+                    rows.iter().map($crate::store::deploy_records::record_from_row).collect()
+                })
+                .await
             }
 
             async fn open_deployments(&self) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE status = ? OR relay_pending"))
-                    .bind(halite_protocol::message::status::IN_PROGRESS)
-                    .fetch_all(&mut *self.conn().await?)
-                    .await?;
-                rows.iter().map($crate::store::deploy_records::record_from_row).collect()
+                self.bounded(async move {
+                    let rows = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE status = ? OR relay_pending"))
+                        .bind(halite_protocol::message::status::IN_PROGRESS)
+                        .fetch_all(&mut *self.conn().await?)
+                        .await?;
+                    rows.iter().map($crate::store::deploy_records::record_from_row).collect()
+                })
+                .await
             }
 
             async fn put_group(
@@ -149,40 +176,52 @@ macro_rules! deploy_store {
                 record: &$crate::store::GroupRecord,
                 now_ms: u64,
             ) -> Result<(), $crate::store::StoreError> {
-                let open = record.group.status == halite_protocol::message::status::IN_PROGRESS;
-                sqlx::query(&$sql(
-                    "INSERT INTO deployment_groups (id, open, body, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
-                     ON CONFLICT (id) DO UPDATE SET open = excluded.open, body = excluded.body, updated_at = excluded.updated_at",
-                ))
-                .bind(&record.group.id)
-                .bind(i64::from(open))
-                .bind($crate::store::records::to_json(record))
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .execute(&mut *self.conn().await?)
-                .await?;
-                Ok(())
+                self.bounded(async move {
+                    let open = record.group.status == halite_protocol::message::status::IN_PROGRESS;
+                    sqlx::query(&$sql(
+                        "INSERT INTO deployment_groups (id, open, body, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+                         ON CONFLICT (id) DO UPDATE SET open = excluded.open, body = excluded.body, updated_at = excluded.updated_at",
+                    ))
+                    .bind(&record.group.id)
+                    .bind(i64::from(open))
+                    .bind($crate::store::records::to_json(record))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn group(&self, id: &str) -> Result<Option<$crate::store::GroupRecord>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE id = ?"))
-                    .bind(id)
-                    .fetch_optional(&mut *self.conn().await?)
-                    .await?;
-                row.map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(&r, "body")?)).transpose()
+                self.bounded(async move {
+                    let row = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE id = ?"))
+                        .bind(id)
+                        .fetch_optional(&mut *self.conn().await?)
+                        .await?;
+                    row.map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(&r, "body")?)).transpose()
+                })
+                .await
             }
 
             async fn open_groups(&self) -> Result<Vec<$crate::store::GroupRecord>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE open = 1 ORDER BY created_at"))
-                    .fetch_all(&mut *self.conn().await?)
-                    .await?;
-                rows.iter().map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(r, "body")?)).collect()
+                self.bounded(async move {
+                    let rows = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE open = 1 ORDER BY created_at"))
+                        .fetch_all(&mut *self.conn().await?)
+                        .await?;
+                    rows.iter().map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(r, "body")?)).collect()
+                })
+                .await
             }
 
             async fn delete_deployment(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
-                let done =
-                    sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
-                Ok(done.rows_affected() == 1)
+                self.bounded(async move {
+                    let done =
+                        sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
+                    Ok(done.rows_affected() == 1)
+                })
+                .await
             }
 
             async fn create_api_token(
@@ -193,25 +232,28 @@ macro_rules! deploy_store {
                 now_ms: u64,
                 expires_at_ms: Option<u64>,
             ) -> Result<(), $crate::store::StoreError> {
-                // Signed as stored (and read back): the column holds at most i64::MAX.
-                let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::store::sqlite::db_int(at)).unwrap_or(0));
-                let row = $crate::store::trust::ApiTokenRow { hash: &hash[..], principal, expires_at_ms: stored_expiry };
-                let seal = self.trust.get().seal_api_token(&row);
-                sqlx::query(&$sql(
-                    "INSERT INTO api_tokens (token_hash, principal, owner, created_at, id, expires_at, signer, signature) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                ))
-                .bind(&hash[..])
-                .bind(principal)
-                .bind(owner)
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .bind($crate::store::records::token_id(hash))
-                .bind(expires_at_ms.map($crate::store::sqlite::db_int))
-                .bind(seal.signer)
-                .bind(seal.signature)
-                .execute(&mut *self.conn().await?)
-                .await?;
-                Ok(())
+                self.bounded(async move {
+                    // Signed as stored (and read back): the column holds at most i64::MAX.
+                    let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::store::sqlite::db_int(at)).unwrap_or(0));
+                    let row = $crate::store::trust::ApiTokenRow { hash: &hash[..], principal, expires_at_ms: stored_expiry };
+                    let seal = self.trust.get().seal_api_token(&row);
+                    sqlx::query(&$sql(
+                        "INSERT INTO api_tokens (token_hash, principal, owner, created_at, id, expires_at, signer, signature) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    ))
+                    .bind(&hash[..])
+                    .bind(principal)
+                    .bind(owner)
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::store::records::token_id(hash))
+                    .bind(expires_at_ms.map($crate::store::sqlite::db_int))
+                    .bind(seal.signer)
+                    .bind(seal.signature)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn api_token_grant(
@@ -219,70 +261,79 @@ macro_rules! deploy_store {
                 hash: &[u8; 32],
                 now_ms: u64,
             ) -> Result<Option<$crate::store::ApiTokenGrant>, $crate::store::StoreError> {
-                let row = sqlx::query(&$sql(
-                    "SELECT principal, expires_at, signer, signature FROM api_tokens \
-                     WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
-                ))
-                .bind(&hash[..])
-                .bind($crate::store::sqlite::db_int(now_ms))
-                .fetch_optional(&mut *self.conn().await?)
-                .await?;
-                let Some(row) = row else { return Ok(None) };
-                let grant = $crate::store::ApiTokenGrant {
-                    id: $crate::store::records::token_id(hash),
-                    principal: sqlx::Row::try_get(&row, "principal")?,
-                    expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(&row, "expires_at")?
-                        .map(|v| u64::try_from(v).unwrap_or(0)),
-                };
-                // A token opens a session only as a master signed it.
-                let signer: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signer")?;
-                let signature: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signature")?;
-                let signed = $crate::store::trust::ApiTokenRow {
-                    hash: &hash[..],
-                    principal: &grant.principal,
-                    expires_at_ms: grant.expires_at_ms,
-                };
-                let trusted = self
-                    .token_row_trusted(&grant.id, signer.as_deref(), |signer| {
-                        $crate::store::trust::Trust::check_api_token(signer, &signed, signature.as_deref().unwrap_or_default())
-                    })
+                self.bounded(async move {
+                    let row = sqlx::query(&$sql(
+                        "SELECT principal, expires_at, signer, signature FROM api_tokens \
+                         WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
+                    ))
+                    .bind(&hash[..])
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .fetch_optional(&mut *self.conn().await?)
                     .await?;
-                Ok(trusted.then_some(grant))
+                    let Some(row) = row else { return Ok(None) };
+                    let grant = $crate::store::ApiTokenGrant {
+                        id: $crate::store::records::token_id(hash),
+                        principal: sqlx::Row::try_get(&row, "principal")?,
+                        expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(&row, "expires_at")?
+                            .map(|v| u64::try_from(v).unwrap_or(0)),
+                    };
+                    // A token opens a session only as a master signed it.
+                    let signer: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signer")?;
+                    let signature: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signature")?;
+                    let signed = $crate::store::trust::ApiTokenRow {
+                        hash: &hash[..],
+                        principal: &grant.principal,
+                        expires_at_ms: grant.expires_at_ms,
+                    };
+                    let trusted = self
+                        .token_row_trusted(&grant.id, signer.as_deref(), |signer| {
+                            $crate::store::trust::Trust::check_api_token(signer, &signed, signature.as_deref().unwrap_or_default())
+                        })
+                        .await?;
+                    Ok(trusted.then_some(grant))
+                })
+                .await
             }
 
             async fn api_tokens(
                 &self,
                 owner: Option<&str>,
             ) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::store::StoreError> {
-                let rows = sqlx::query(&$sql(
-                    "SELECT id, principal, created_at, expires_at FROM api_tokens WHERE (? IS NULL OR owner = ?)
-                     ORDER BY created_at DESC, id",
-                ))
-                .bind(owner)
-                .bind(owner)
-                .fetch_all(&mut *self.conn().await?)
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        let ms = |v: i64| u64::try_from(v).unwrap_or(0);
-                        Ok(halite_protocol::message::ApiTokenInfo {
-                            id: sqlx::Row::try_get::<Option<String>, _>(r, "id")?.unwrap_or_default(),
-                            principal: sqlx::Row::try_get(r, "principal")?,
-                            created_at_ms: ms(sqlx::Row::try_get(r, "created_at")?),
-                            expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(r, "expires_at")?.map(ms),
+                self.bounded(async move {
+                    let rows = sqlx::query(&$sql(
+                        "SELECT id, principal, created_at, expires_at FROM api_tokens WHERE (? IS NULL OR owner = ?)
+                         ORDER BY created_at DESC, id",
+                    ))
+                    .bind(owner)
+                    .bind(owner)
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
+                    rows.iter()
+                        .map(|r| {
+                            let ms = |v: i64| u64::try_from(v).unwrap_or(0);
+                            Ok(halite_protocol::message::ApiTokenInfo {
+                                id: sqlx::Row::try_get::<Option<String>, _>(r, "id")?.unwrap_or_default(),
+                                principal: sqlx::Row::try_get(r, "principal")?,
+                                created_at_ms: ms(sqlx::Row::try_get(r, "created_at")?),
+                                expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(r, "expires_at")?.map(ms),
+                            })
                         })
-                    })
-                    .collect()
+                        .collect()
+                })
+                .await
             }
 
             async fn delete_api_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
-                let done = sqlx::query(&$sql("DELETE FROM api_tokens WHERE id = ? AND (? IS NULL OR owner = ?)"))
-                    .bind(id)
-                    .bind(owner)
-                    .bind(owner)
-                    .execute(&mut *self.conn().await?)
-                    .await?;
-                Ok(done.rows_affected() > 0)
+                self.bounded(async move {
+                    let done = sqlx::query(&$sql("DELETE FROM api_tokens WHERE id = ? AND (? IS NULL OR owner = ?)"))
+                        .bind(id)
+                        .bind(owner)
+                        .bind(owner)
+                        .execute(&mut *self.conn().await?)
+                        .await?;
+                    Ok(done.rows_affected() > 0)
+                })
+                .await
             }
         }
     };

@@ -369,6 +369,17 @@ pub trait Store: DeployStore + Send + Sync + 'static {
         let _ = (id, digest);
         async { Ok(None) }
     }
+    /// How many times the store has been found not answering since it was opened: a master
+    /// sharing it may have missed announcements meanwhile, and rereads it when this changes.
+    fn interruptions(&self) -> u64 {
+        0
+    }
+    /// The store's clock minus this host's, in milliseconds, kept up to date: masters sharing a
+    /// store stamp everything with its time, so their own clocks may disagree (`None`: a store
+    /// one master uses alone, whose own clock is the time).
+    fn clock_offset(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicI64>> {
+        None
+    }
     /// The changes other masters announce, with who announced them, as they come, once per
     /// store (`None` on a store one master uses alone).
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Heard>> {

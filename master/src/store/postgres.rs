@@ -5,7 +5,8 @@
 //! go in as arrays (`UNNEST`), so a job to 10,000 minions is one round trip, not 10,000.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,9 +37,20 @@ const POOL_SIZE: u32 = 8;
 /// its calls one at a time, so it never waits behind itself for a connection).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// How often the probe asks the database whether it answers, and how long it waits.
-const PROBE_EVERY: Duration = Duration::from_millis(500);
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the probe asks the database whether it answers, and how long it waits: a
+/// database that stops answering (frozen, its link silent) is noticed within half a second,
+/// and every call waiting on it then fails as unavailable ([`PostgresStore::bounded`]).
+const PROBE_EVERY: Duration = Duration::from_millis(200);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// The longest one statement may run, on the server (`statement_timeout`) and in the master
+/// (a call still waiting after this long fails as unavailable, whatever the probe says).
+pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often the listening connection shows it still carries something (a silent link would
+/// otherwise keep a master deaf to the others until TCP gives up), and how long it may take.
+const LISTENER_PING_EVERY: Duration = Duration::from_secs(2);
+const LISTENER_PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A store on a PostgreSQL database.
 #[derive(Debug, Clone)]
@@ -46,8 +58,12 @@ pub struct PostgresStore {
     pool: PgPool,
     /// This process among the cluster's masters, to skip its own announcements.
     instance: String,
-    /// Whether the database answered the probe last time.
-    reachable: Arc<AtomicBool>,
+    /// Whether the database answered the probe last time (watched by the calls in flight).
+    reachable: Arc<tokio::sync::watch::Sender<bool>>,
+    /// How many times the database was found not answering (see `Store::interruptions`).
+    interruptions: Arc<AtomicU64>,
+    /// The database's clock minus this host's, in milliseconds, as the probe last measured it.
+    clock_offset_ms: Arc<AtomicI64>,
     /// Announcements on their way out, in order (see [`notify`]).
     announcements: tokio::sync::mpsc::Sender<String>,
     /// A connection set aside for the core's hot writes (jobs, their states, presence), see
@@ -162,6 +178,10 @@ impl PostgresStore {
 
     /// Connects with `options` and brings the schema up to date.
     pub async fn connect(options: PgConnectOptions) -> Result<Self, StoreError> {
+        // Every statement of every connection (the pool's, the core's own, the listener's) has
+        // a deadline on the server too.
+        let timeout = format!("{}", STATEMENT_TIMEOUT.as_millis());
+        let options = options.options([("statement_timeout", timeout.as_str())]);
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -175,7 +195,9 @@ impl PostgresStore {
         let store = PostgresStore {
             pool,
             instance,
-            reachable: Arc::new(AtomicBool::new(true)),
+            reachable: Arc::new(tokio::sync::watch::Sender::new(true)),
+            interruptions: Arc::default(),
+            clock_offset_ms: Arc::default(),
             announcements,
             hot: Arc::new(Mutex::new(None)),
             trust: Arc::default(),
@@ -197,7 +219,9 @@ impl PostgresStore {
         if signed_tokens.is_none() {
             store.trust.found_legacy_tokens();
         }
-        tokio::spawn(probe(store.pool.clone(), options_of(&store.pool), store.reachable.clone()));
+        let mut conn = store.pool.acquire().await?.detach();
+        store.clock_offset_ms.store(clock_offset(&mut conn).await?, Ordering::Relaxed);
+        tokio::spawn(probe(store.clone(), options_of(&store.pool), Some(conn)));
         Ok(store)
     }
 
@@ -233,11 +257,57 @@ impl PostgresStore {
     /// unavailable instead of waiting for a connection (the master's core must not stall),
     /// and a background probe notices when it is back.
     pub(super) fn pool(&self) -> Result<&PgPool, StoreError> {
-        if self.reachable.load(std::sync::atomic::Ordering::Acquire) {
+        if *self.reachable.borrow() {
             Ok(&self.pool)
         } else {
             Err(StoreError::Unavailable("the database does not answer; retrying in the background".into()))
         }
+    }
+
+    /// Runs one call of the store with a deadline: it fails as unavailable at once while the
+    /// database is known not to answer, as soon as the probe finds it not answering while the
+    /// call waits, and after [`STATEMENT_TIMEOUT`] whatever happens. The master's core awaits
+    /// its calls one at a time, so this is what keeps a frozen or silent database from
+    /// stalling it. The core's own connection is dropped after an abandoned call (it may still
+    /// carry the answer).
+    pub(super) async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        let mut reachable = self.reachable.subscribe();
+        if !*reachable.borrow_and_update() {
+            return Err(StoreError::Unavailable("the database does not answer; retrying in the background".into()));
+        }
+        let outcome = tokio::select! {
+            result = tokio::time::timeout(STATEMENT_TIMEOUT, call) => match result {
+                Ok(result) => return result,
+                Err(_) => {
+                    self.set_reachable(false);
+                    format!("the database did not answer within {} s", STATEMENT_TIMEOUT.as_secs())
+                }
+            },
+            () = until(&mut reachable, false) => "the database stopped answering during the call".to_owned(),
+        };
+        if let Ok(mut hot) = self.hot.try_lock() {
+            hot.take();
+        }
+        Err(StoreError::Unavailable(outcome))
+    }
+
+    /// Records whether the database answers; a change is logged, and a loss counted.
+    fn set_reachable(&self, answered: bool) {
+        let was = self.reachable.send_replace(answered);
+        match (was, answered) {
+            (true, false) => {
+                self.interruptions.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!("the database does not answer; store calls fail until it does")
+            }
+            (false, true) => tracing::info!("the database answers again"),
+            _ => {}
+        }
+    }
+
+    /// The database's time now, in Unix milliseconds (this host's clock corrected by the
+    /// offset last measured): the one time the masters sharing it agree on.
+    fn database_ms(&self) -> u64 {
+        u64::try_from(wall_ms().saturating_add(self.clock_offset_ms.load(Ordering::Relaxed))).unwrap_or(0)
     }
 
     /// Every merged change in one statement (arrays, so one round trip whatever the batch).
@@ -270,13 +340,19 @@ fn options_of(pool: &PgPool) -> PgConnectOptions {
 
 /// Asks the database every [`PROBE_EVERY`] whether it answers, on a connection of its own (so
 /// it never waits behind the pool), and keeps `reachable` up to date until the pool is closed.
-async fn probe(pool: PgPool, options: PgConnectOptions, reachable: Arc<AtomicBool>) {
-    use sqlx::{ConnectOptions, Connection};
-    let mut conn: Option<sqlx::PgConnection> = None;
-    while !pool.is_closed() {
+/// Each answer also measures the database's clock against this host's.
+async fn probe(store: PostgresStore, options: PgConnectOptions, mut conn: Option<PgConnection>) {
+    use sqlx::ConnectOptions;
+    while !store.pool.is_closed() {
         tokio::time::sleep(PROBE_EVERY).await;
         let answered = match conn.as_mut() {
-            Some(c) => tokio::time::timeout(PROBE_TIMEOUT, c.ping()).await.is_ok_and(|r| r.is_ok()),
+            Some(c) => match tokio::time::timeout(PROBE_TIMEOUT, clock_offset(c)).await {
+                Ok(Ok(offset)) => {
+                    store.clock_offset_ms.store(offset, Ordering::Relaxed);
+                    true
+                }
+                _ => false,
+            },
             None => match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
                 Ok(Ok(c)) => {
                     conn = Some(c);
@@ -288,13 +364,29 @@ async fn probe(pool: PgPool, options: PgConnectOptions, reachable: Arc<AtomicBoo
         if !answered {
             conn = None;
         }
-        let was = reachable.swap(answered, Ordering::AcqRel);
-        match (was, answered) {
-            (true, false) => tracing::warn!("the database does not answer; store calls fail until it does"),
-            (false, true) => tracing::info!("the database answers again"),
-            _ => {}
-        }
+        store.set_reachable(answered);
     }
+}
+
+/// Waits until the database is found answering (`up`) or not; forever once the store is gone.
+async fn until(reachable: &mut tokio::sync::watch::Receiver<bool>, up: bool) {
+    if reachable.wait_for(|answers| *answers == up).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The database's clock minus this host's, in milliseconds, measured at the middle of one
+/// round trip.
+async fn clock_offset(conn: &mut PgConnection) -> Result<i64, StoreError> {
+    let before = wall_ms();
+    let database: i64 =
+        sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::int8").fetch_one(&mut *conn).await?;
+    let after = wall_ms();
+    Ok(database - (before + after) / 2)
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Forwards the other masters' announcements to `tx` until its receiver is gone, those signed
@@ -309,6 +401,8 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
     let mut refusals = Refusals::default();
     let mut first = true;
     while !tx.is_closed() {
+        // Not while the database does not answer (the probe says when it does again).
+        until(&mut store.reachable.subscribe(), true).await;
         let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
             Err(error) => {
@@ -325,8 +419,27 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
         if !std::mem::take(&mut first) && tx.send((me.clone(), super::ClusterChange::Resync)).await.is_err() {
             return;
         }
+        let mut reachable = store.reachable.subscribe();
+        let mut ping = tokio::time::interval(LISTENER_PING_EVERY);
+        ping.tick().await;
         loop {
-            match listener.try_recv().await {
+            // `try_recv` is cancel-safe: a notification is never lost to the other branches.
+            let received = tokio::select! {
+                received = listener.try_recv() => received,
+                () = until(&mut reachable, false) => {
+                    tracing::warn!("the database does not answer; listening again once it does");
+                    break;
+                }
+                _ = ping.tick() => {
+                    let pinged = tokio::time::timeout(LISTENER_PING_TIMEOUT, sqlx::query("SELECT 1").execute(&mut listener)).await;
+                    if !matches!(pinged, Ok(Ok(_))) {
+                        tracing::warn!("the connection carrying the other masters' changes went silent; listening again");
+                        break;
+                    }
+                    continue;
+                }
+            };
+            match received {
                 Ok(Some(notification)) => match store.open(notification.payload(), &me, &mut guard).await {
                     Ok(None) => {}
                     Ok(Some(announcement)) => {
@@ -392,8 +505,8 @@ impl PostgresStore {
         if announcement.from == me {
             return Ok(None);
         }
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        // The database's time, as every master stamps its announcements with.
+        let now = self.database_ms();
         guard.take(&signer, &announcement, now)?;
         Ok(Some(announcement))
     }
@@ -406,121 +519,136 @@ impl Store for PostgresStore {
     super::common_sql::common_store_methods!(super::common_sql::postgres_sql);
 
     async fn put_minions(&self, minions: &[MinionRecord]) -> Result<(), StoreError> {
-        // One row per id (the last wins, as with separate writes): ON CONFLICT may not touch a
-        // row twice in one statement.
-        let mut last: HashMap<&str, &MinionRecord> = HashMap::with_capacity(minions.len());
-        for minion in minions {
-            last.insert(&minion.id, minion);
-        }
-        if last.is_empty() {
-            return Ok(());
-        }
-        let (mut ids, mut grains, mut functions, mut seen) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for minion in last.values() {
-            ids.push(minion.id.clone());
-            grains.push(to_json(&minion.grains));
-            functions.push(to_json(&minion.functions));
-            seen.push(db_int(minion.last_seen_ms));
-        }
-        let query = sqlx::query(
-            "INSERT INTO minions (id, grains, functions, last_seen) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[]) \
-             ON CONFLICT (id) DO UPDATE SET grains = excluded.grains, functions = excluded.functions, \
-             last_seen = excluded.last_seen",
-        )
-        .bind(ids)
-        .bind(grains)
-        .bind(functions)
-        .bind(seen);
-        let result = query.execute(&mut *self.hot().await?).await;
-        self.after_hot(result).await?;
-        Ok(())
+        self.bounded(async move {
+            // One row per id (the last wins, as with separate writes): ON CONFLICT may not touch a
+            // row twice in one statement.
+            let mut last: HashMap<&str, &MinionRecord> = HashMap::with_capacity(minions.len());
+            for minion in minions {
+                last.insert(&minion.id, minion);
+            }
+            if last.is_empty() {
+                return Ok(());
+            }
+            let (mut ids, mut grains, mut functions, mut seen) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for minion in last.values() {
+                ids.push(minion.id.clone());
+                grains.push(to_json(&minion.grains));
+                functions.push(to_json(&minion.functions));
+                seen.push(db_int(minion.last_seen_ms));
+            }
+            let query = sqlx::query(
+                "INSERT INTO minions (id, grains, functions, last_seen) \
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[]) \
+                 ON CONFLICT (id) DO UPDATE SET grains = excluded.grains, functions = excluded.functions, \
+                 last_seen = excluded.last_seen",
+            )
+            .bind(ids)
+            .bind(grains)
+            .bind(functions)
+            .bind(seen);
+            let result = query.execute(&mut *self.hot().await?).await;
+            self.after_hot(result).await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn insert_job(&self, job: &JobRecord, states: &[(String, MinionJobState)]) -> Result<(), StoreError> {
-        let minions: Vec<&str> = states.iter().map(|(m, _)| m.as_str()).collect();
-        let names: Vec<&str> = states.iter().map(|(_, s)| job_state_name(*s)).collect();
-        // One statement, so one round trip and atomic on its own: the job and every minion's
-        // first state.
-        let query = Self::bind_job(
-            sqlx::query(
-                "WITH job AS (INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
-               created_at, timeout_ms, ttl_ms, body, signature, rollout) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING jid) \
-             INSERT INTO job_minions (jid, minion, state, updated_at) \
-             SELECT job.jid, m.minion, m.state, $8 FROM job, UNNEST($14::text[], $15::text[]) AS m(minion, state)",
-            ),
-            job,
-        )
-        .bind(&minions)
-        .bind(&names);
-        let result = query.execute(&mut *self.hot().await?).await;
-        self.after_hot(result).await?;
-        Ok(())
+        self.bounded(async move {
+            let minions: Vec<&str> = states.iter().map(|(m, _)| m.as_str()).collect();
+            let names: Vec<&str> = states.iter().map(|(_, s)| job_state_name(*s)).collect();
+            // One statement, so one round trip and atomic on its own: the job and every minion's
+            // first state.
+            let query = Self::bind_job(
+                sqlx::query(
+                    "WITH job AS (INSERT INTO jobs (jid, function, target_kind, target_expr, args, kwargs, caller, \
+                   created_at, timeout_ms, ttl_ms, body, signature, rollout) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING jid) \
+                 INSERT INTO job_minions (jid, minion, state, updated_at) \
+                 SELECT job.jid, m.minion, m.state, $8 FROM job, UNNEST($14::text[], $15::text[]) AS m(minion, state)",
+                ),
+                job,
+            )
+            .bind(&minions)
+            .bind(&names);
+            let result = query.execute(&mut *self.hot().await?).await;
+            self.after_hot(result).await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn set_states(&self, changes: &[StateChange]) -> Result<(), StoreError> {
-        let merged = super::common_sql::merge_changes(changes.iter().filter(|c| !c.late));
-        let late: Vec<&StateChange> = changes.iter().filter(|c| c.late).collect();
-        let states = self.states_query(&merged);
-        if late.is_empty() {
-            if !merged.is_empty() {
-                let result = states.execute(&mut *self.hot().await?).await;
-                self.after_hot(result).await?;
+        self.bounded(async move {
+            let merged = super::common_sql::merge_changes(changes.iter().filter(|c| !c.late));
+            let late: Vec<&StateChange> = changes.iter().filter(|c| c.late).collect();
+            let states = self.states_query(&merged);
+            if late.is_empty() {
+                if !merged.is_empty() {
+                    let result = states.execute(&mut *self.hot().await?).await;
+                    self.after_hot(result).await?;
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let mut tx = self.pool()?.begin().await?;
-        if !merged.is_empty() {
-            states.execute(&mut *tx).await?;
-        }
-        Self::record_late_returns(&mut tx, &late).await?;
-        tx.commit().await?;
-        Ok(())
+            let mut tx = self.pool()?.begin().await?;
+            if !merged.is_empty() {
+                states.execute(&mut *tx).await?;
+            }
+            Self::record_late_returns(&mut tx, &late).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<UnfinishedJob>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running', 'queued')) \
-             ORDER BY created_at, jid",
-        )
-        .fetch_all(self.pool()?)
-        .await?;
-        let mut out: Vec<UnfinishedJob> = Vec::with_capacity(rows.len());
-        let mut index = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let job = job_from_row(row)?;
-            index.insert(job.jid.clone(), out.len());
-            out.push((job, Vec::new()));
-        }
-        // Every minion of every unfinished job in one query.
-        let jids: Vec<String> = index.keys().cloned().collect();
-        let states = sqlx::query("SELECT jid, minion, state FROM job_minions WHERE jid = ANY($1)")
-            .bind(&jids)
+        self.bounded(async move {
+            let rows = sqlx::query(
+                "SELECT * FROM jobs WHERE jid IN (SELECT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running', 'queued')) \
+                 ORDER BY created_at, jid",
+            )
             .fetch_all(self.pool()?)
             .await?;
-        for row in states {
-            let jid: String = row.try_get("jid")?;
-            if let Some(&i) = index.get(&jid) {
-                out[i].1.push((row.try_get("minion")?, job_state(&row.try_get::<String, _>("state")?)?));
+            let mut out: Vec<UnfinishedJob> = Vec::with_capacity(rows.len());
+            let mut index = HashMap::with_capacity(rows.len());
+            for row in &rows {
+                let job = job_from_row(row)?;
+                index.insert(job.jid.clone(), out.len());
+                out.push((job, Vec::new()));
             }
-        }
-        Ok(out)
+            // Every minion of every unfinished job in one query.
+            let jids: Vec<String> = index.keys().cloned().collect();
+            let states = sqlx::query("SELECT jid, minion, state FROM job_minions WHERE jid = ANY($1)")
+                .bind(&jids)
+                .fetch_all(self.pool()?)
+                .await?;
+            for row in states {
+                let jid: String = row.try_get("jid")?;
+                if let Some(&i) = index.get(&jid) {
+                    out[i].1.push((row.try_get("minion")?, job_state(&row.try_get::<String, _>("state")?)?));
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn check(&self) -> Result<(), StoreError> {
-        // The server keeps its own files consistent; what the master can check is that the
-        // schema is the one it knows (no migration newer than this build).
-        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
-            .fetch_one(self.pool()?)
-            .await?;
-        let known = MIGRATOR.iter().map(|m| m.version).max();
-        match (newest, known) {
-            (Some(newest), Some(known)) if newest > known => Err(corrupt(format!(
-                "the database's schema is version {newest}, newer than this master's {known}: upgrade the master"
-            ))),
-            _ => Ok(()),
-        }
+        self.bounded(async move {
+            // The server keeps its own files consistent; what the master can check is that the
+            // schema is the one it knows (no migration newer than this build).
+            let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+                .fetch_one(self.pool()?)
+                .await?;
+            let known = MIGRATOR.iter().map(|m| m.version).max();
+            match (newest, known) {
+                (Some(newest), Some(known)) if newest > known => Err(corrupt(format!(
+                    "the database's schema is version {newest}, newer than this master's {known}: upgrade the master"
+                ))),
+                _ => Ok(()),
+            }
+        })
+        .await
     }
 
     async fn close(&self) {
@@ -536,21 +664,25 @@ impl Store for PostgresStore {
         data: &halite_protocol::message::Value,
         now_ms: u64,
     ) -> Result<i64, StoreError> {
-        const KEEP_MS: u64 = 3_600_000;
-        let mut tx = self.pool()?.begin().await?;
-        sqlx::query("DELETE FROM cluster_events WHERE created_at < $1")
-            .bind(db_int(now_ms.saturating_sub(KEEP_MS)))
-            .execute(&mut *tx)
-            .await?;
-        let id: i64 =
-            sqlx::query_scalar("INSERT INTO cluster_events (tag, data, created_at) VALUES ($1, $2, $3) RETURNING id")
-                .bind(tag)
-                .bind(to_json(data))
-                .bind(db_int(now_ms))
-                .fetch_one(&mut *tx)
+        self.bounded(async move {
+            const KEEP_MS: u64 = 3_600_000;
+            let mut tx = self.pool()?.begin().await?;
+            sqlx::query("DELETE FROM cluster_events WHERE created_at < $1")
+                .bind(db_int(now_ms.saturating_sub(KEEP_MS)))
+                .execute(&mut *tx)
                 .await?;
-        tx.commit().await?;
-        Ok(id)
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO cluster_events (tag, data, created_at) VALUES ($1, $2, $3) RETURNING id",
+            )
+            .bind(tag)
+            .bind(to_json(data))
+            .bind(db_int(now_ms))
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(id)
+        })
+        .await
     }
 
     async fn shared_event(
@@ -558,18 +690,21 @@ impl Store for PostgresStore {
         id: i64,
         digest: &str,
     ) -> Result<Option<(String, halite_protocol::message::Value)>, StoreError> {
-        let row = sqlx::query("SELECT tag, data FROM cluster_events WHERE id = $1")
-            .bind(id)
-            .fetch_optional(self.pool()?)
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let (tag, data): (String, String) = (row.try_get("tag")?, row.try_get("data")?);
-        if super::event_digest(&tag, &data) != digest {
-            self.trust.get().rows_refused.inc();
-            tracing::error!(id, %tag, "a stored event does not match its announcement: ignored (changed past the masters?)");
-            return Ok(None);
-        }
-        Ok(Some((tag, super::records::json(&data)?)))
+        self.bounded(async move {
+            let row = sqlx::query("SELECT tag, data FROM cluster_events WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.pool()?)
+                .await?;
+            let Some(row) = row else { return Ok(None) };
+            let (tag, data): (String, String) = (row.try_get("tag")?, row.try_get("data")?);
+            if super::event_digest(&tag, &data) != digest {
+                self.trust.get().rows_refused.inc();
+                tracing::error!(id, %tag, "a stored event does not match its announcement: ignored (changed past the masters?)");
+                return Ok(None);
+            }
+            Ok(Some((tag, super::records::json(&data)?)))
+        })
+        .await
     }
 
     fn instance(&self) -> &str {
@@ -577,15 +712,26 @@ impl Store for PostgresStore {
     }
 
     async fn announce(&self, change: &super::ClusterChange) -> Result<(), StoreError> {
-        let trust = self.trust.get();
-        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        let mut seq = self.announced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let body = super::cluster::Announcement::payload(&self.instance, *seq + 1, at, change);
-        self.announcements
-            .try_send(super::cluster_seal::seal(&trust, &body))
-            .map_err(|_| StoreError::Unavailable("too many announcements waiting to be sent".into()))?;
-        *seq += 1;
-        Ok(())
+        self.bounded(async move {
+            let trust = self.trust.get();
+            let at = self.database_ms();
+            let mut seq = self.announced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let body = super::cluster::Announcement::payload(&self.instance, *seq + 1, at, change);
+            self.announcements
+                .try_send(super::cluster_seal::seal(&trust, &body))
+                .map_err(|_| StoreError::Unavailable("too many announcements waiting to be sent".into()))?;
+            *seq += 1;
+            Ok(())
+        })
+        .await
+    }
+
+    fn interruptions(&self) -> u64 {
+        self.interruptions.load(Ordering::Acquire)
+    }
+
+    fn clock_offset(&self) -> Option<Arc<AtomicI64>> {
+        Some(self.clock_offset_ms.clone())
     }
 
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::Heard>> {

@@ -141,6 +141,15 @@ impl SqliteStore {
         *self.hot_slot() = Some(hot);
     }
 
+    /// Runs one call of the store. SQLite lives in this process, on a local file that one master
+    /// uses: nothing for a call to wait on that a deadline would end sooner.
+    pub(super) async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        call.await
+    }
+
     /// The connection, for the SQL both backends share; an error once the store is closed.
     pub(super) async fn conn(&self) -> Result<MappedMutexGuard<'_, SqliteConnection>, StoreError> {
         MutexGuard::try_map(self.conn.lock().await, Option::as_mut)
