@@ -162,9 +162,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         _ => {}
     }
     let mut config = client_config(&cli)?;
-    // `halite events` streams for as long as it runs and goes on across a master's restart;
-    // other commands report a lost master at once, as Salt's CLI does.
-    config.reconnect = matches!(cli.command, Command::Events(_));
+    // `halite events` streams for as long as it runs and goes on across a master's restart; a
+    // `run` waiting for its job carries it to the next master that answers (the job is in the
+    // store every master shares) for up to a minute; other commands report a lost master at
+    // once, as Salt's CLI does.
+    config.reconnect = match &cli.command {
+        Command::Events(_) => true,
+        Command::Run(args) => !args.detach,
+        _ => false,
+    };
+    if matches!(cli.command, Command::Run(_)) {
+        config.reconnect_for = Some(std::time::Duration::from_secs(60));
+    }
     let client = Client::connect(config).await?;
     match cli.command {
         Command::Run(args) => run::run(&client, args, cli.out).await,

@@ -44,7 +44,7 @@ pub(crate) struct RunArgs {
     ttl: Option<std::time::Duration>,
     /// Print the jid and return at once.
     #[arg(long = "async")]
-    detach: bool,
+    pub(crate) detach: bool,
     /// How the job reaches its targets over time.
     #[command(flatten)]
     rollout: RolloutArgs,

@@ -30,6 +30,10 @@ pub struct ClientConfig {
     /// then the masters are tried again with backoff, the subscription resumes after the last
     /// event received and followed jobs are watched again. Off: the client ends instead.
     pub reconnect: bool,
+    /// With `reconnect`: give up after this long without reaching any master (followed jobs
+    /// and subscriptions then end with `ClientError::Disconnected`); `None`: keep trying for as
+    /// long as the client is used.
+    pub reconnect_for: Option<Duration>,
 }
 
 /// The two settings of a master config file a local client needs; everything else is ignored.
@@ -120,6 +124,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: crate::client::REQUEST_TIMEOUT,
             reconnect: true,
+            reconnect_for: None,
         }
     }
 
@@ -136,6 +141,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: crate::client::REQUEST_TIMEOUT,
             reconnect: true,
+            reconnect_for: None,
         })
     }
 

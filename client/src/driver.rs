@@ -8,8 +8,8 @@
 //! backoff (0.1 s doubling to 5 s), for as long as a handle lives. Once connected again the
 //! subscription (the union of the subscribers' patterns) is renewed after the last event received and every followed job that had not
 //! ended is watched again (`job_watch`), so its updates and end still arrive. Requests made
-//! meanwhile wait for the connection within their own timeout. With `reconnect` off, the
-//! client ends instead.
+//! meanwhile wait for the connection within their own timeout. With `reconnect` off, or once
+//! `reconnect_for` has passed without a master answering, the client ends instead.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -444,8 +444,13 @@ impl Driver {
             return false;
         }
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        let given_up_at = self.config.reconnect_for.map(|limit| tokio::time::Instant::now() + limit);
         loop {
             if commands.is_closed() {
+                return false;
+            }
+            if given_up_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                self.end_followers("no master answered again in time");
                 return false;
             }
             tokio::time::sleep(backoff.next_delay()).await;

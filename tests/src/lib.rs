@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod http;
+pub mod link;
 pub mod postgres;
 pub mod swarm;
 pub mod testroot;
@@ -242,6 +243,11 @@ impl Cluster {
 
     /// (Re)starts a peer master by port and waits until the CLI can talk to it.
     pub fn restart_peer_master(&mut self, port: u16) {
+        self.restart_peer_master_with_env(port, &[]);
+    }
+
+    /// [`Cluster::restart_peer_master`] with these environment variables (libfaketime's, say).
+    pub fn restart_peer_master_with_env(&mut self, port: u16, env: &[(&str, &str)]) {
         let bins = self.bins.clone();
         let dir = self.dir.clone();
         let peer = self.peers.iter_mut().find(|p| p.port == port).unwrap_or_else(|| panic!("no master on {port}"));
@@ -250,6 +256,7 @@ impl Cluster {
         let child = Command::new(bins.join("halite-master"))
             .arg("--config")
             .arg(&peer.config)
+            .envs(env.iter().copied())
             .stderr(log.map_or(Stdio::null(), Stdio::from))
             .spawn()
             .unwrap_or_else(|e| panic!("starting halite-master: {e}"));

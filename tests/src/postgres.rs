@@ -75,6 +75,28 @@ impl OwnServer {
         script("stop", &self.dir);
     }
 
+    /// Freezes it (SIGSTOP to the server and every process of it): connections stay open and
+    /// nothing answers, as with a hung host.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server run again (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid_file = std::fs::read_to_string(self.dir.join("data/postmaster.pid")).unwrap_or_default();
+        let postmaster = pid_file.lines().next().unwrap_or_default().trim().to_owned();
+        assert!(!postmaster.is_empty(), "no postmaster.pid in {}", self.dir.display());
+        let children = Command::new("pgrep").args(["-P", &postmaster]).output().map(|o| o.stdout).unwrap_or_default();
+        let mut pids = vec![postmaster];
+        pids.extend(String::from_utf8_lossy(&children).split_whitespace().map(str::to_owned));
+        let status = Command::new("kill").arg(signal).args(&pids).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pids:?}");
+    }
+
     /// Starts it again on the same port.
     pub fn resume(&self) {
         script("resume", &self.dir);

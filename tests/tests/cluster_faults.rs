@@ -1,0 +1,329 @@
+//! End-to-end: several masters on one PostgreSQL under partial failure. The database frozen,
+//! one master's link to it silent, a master whose clock is an hour off, a master killed under a
+//! CLI waiting for its job: every master keeps answering, every view follows the store, and
+//! every watcher sees each final state once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use halite_tests::link::Link;
+use halite_tests::postgres::{fresh_database, OwnServer};
+use halite_tests::{wait_for, Cluster};
+
+/// The ids the master on `port` lists as connected to it.
+fn connected_at(cluster: &Cluster, port: u16) -> Vec<String> {
+    let run = cluster.cli_at(port, &["minions", "list", "--out", "json"]);
+    if run.code != 0 {
+        return Vec::new();
+    }
+    run.json()
+        .as_array()
+        .map(|list| {
+            list.iter().filter(|m| m["connected"] == true).filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Starts `ids` on the masters at `ports` (each minion given those masters) and waits for them.
+fn start_minions_on(cluster: &mut Cluster, ids: &[&str], ports: &[u16]) {
+    for id in ids {
+        cluster.prepare_minion(id, true, "");
+        cluster.set_minion_masters(id, ports);
+        cluster.start_minion(id);
+    }
+    wait_for("the minions on their masters", Duration::from_secs(30), || {
+        let on: Vec<String> = ports.iter().flat_map(|&p| connected_at(cluster, p)).collect();
+        ids.iter().all(|id| on.iter().any(|o| o == id)).then_some(())
+    });
+}
+
+/// `halite events` on the master at `port`, in the background: the tags it prints, as they come.
+struct Watcher {
+    child: std::process::Child,
+    tags: Arc<Mutex<Vec<String>>>,
+}
+
+impl Watcher {
+    fn start(cluster: &Cluster, port: u16, patterns: &[&str]) -> Watcher {
+        let mut child = Command::new(cluster.bins().join("halite"))
+            .arg("--config")
+            .arg(cluster.config_of(port))
+            .args(["events", "--out", "ndjson"])
+            .args(patterns)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let tags = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stdout = child.stdout.take().unwrap();
+        let sink = tags.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(tag) = serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|e| e["tag"].as_str().map(str::to_owned))
+                {
+                    sink.lock().unwrap().push(tag);
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        Watcher { child, tags }
+    }
+
+    /// The tags seen about `jid`, sorted.
+    fn of(&self, jid: &str) -> Vec<String> {
+        let mut tags: Vec<String> = self.tags.lock().unwrap().iter().filter(|t| t.contains(jid)).cloned().collect();
+        tags.sort();
+        tags
+    }
+
+    /// Waits until `jid` is done here, then checks every minion's final state was told once.
+    fn saw_each_once(&self, jid: &str, ids: &[&str], within: Duration) {
+        let done = format!("halite/job/{jid}/done");
+        wait_for("the watcher to see the job done", within, || self.of(jid).contains(&done).then_some(()));
+        std::thread::sleep(Duration::from_millis(500));
+        let mut expected: Vec<String> = ids.iter().map(|id| format!("halite/job/{jid}/ret/{id}")).collect();
+        expected.push(done);
+        expected.sort();
+        assert_eq!(self.of(jid), expected, "every final state and the end, once each");
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Publishes a job that sleeps `secs` on `target` through the master at `port`; its jid.
+fn publish_sleep(cluster: &Cluster, port: u16, target: &str, secs: u32) -> String {
+    let script = format!("sleep {secs}; echo ran");
+    let run = cluster.cli_at(port, &["run", "--async", "-t", "60s", target, "cmd.run", &script, "shell=true"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout.trim().to_owned()
+}
+
+/// Waits until every slot of `jid` is stored `returned` (asking the first master, which may
+/// answer `store unavailable` for a moment yet).
+fn wait_all_returned(cluster: &Cluster, jid: &str, n: usize, within: Duration) {
+    wait_for("every slot stored as returned", within, || {
+        let run = cluster.cli(&["jobs", "show", jid, "--out", "json"]);
+        let doc = (run.code == 0).then(|| run.json())?;
+        let states = doc["minions"].as_object()?;
+        (states.len() == n && states.values().all(|m| m["state"] == "returned")).then_some(())
+    });
+}
+
+/// Runs the CLI against the master at `port` and says how long it took to answer.
+fn timed(cluster: &Cluster, port: u16, args: &[&str]) -> (halite_tests::Run, Duration) {
+    let started = Instant::now();
+    let run = cluster.cli_at(port, args);
+    (run, started.elapsed())
+}
+
+fn master_log(cluster: &Cluster, port: u16) -> String {
+    let name = if port == cluster.port { "master.log".to_owned() } else { format!("master-{port}.log") };
+    std::fs::read_to_string(cluster.dir.join(name)).unwrap_or_default()
+}
+
+fn own_server(name: &str) -> (OwnServer, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("halite-{name}-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    (OwnServer::start(&dir), dir)
+}
+
+#[test]
+fn a_frozen_database_gets_a_clear_refusal_at_once_and_every_master_catches_up() {
+    let (server, dir) = own_server("frozen");
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
+    let ports = [cluster.port, cluster.start_peer_master(), cluster.start_peer_master()];
+    let ids = ["fz1", "fz2", "fz3"];
+    for (id, port) in ids.iter().zip(ports) {
+        start_minions_on(&mut cluster, &[id], &[port]);
+    }
+    let watchers: Vec<Watcher> =
+        ports.iter().map(|&p| Watcher::start(&cluster, p, &["halite/job/*/ret/*", "halite/job/*/done"])).collect();
+    let jid = publish_sleep(&cluster, ports[0], "fz*", 2);
+    std::thread::sleep(Duration::from_millis(300));
+    server.freeze();
+
+    // Every master answers at once: what needs the store is refused as unavailable.
+    std::thread::sleep(Duration::from_millis(800));
+    for port in ports {
+        let (run, took) = timed(&cluster, port, &["run", "fz*", "test.ping"]);
+        assert_eq!(run.code, 1, "{}", run.stdout);
+        assert!(run.stderr.contains("store unavailable"), "{}", run.stderr);
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        let (run, took) = timed(&cluster, port, &["key", "list"]);
+        assert!(run.stderr.contains("store unavailable"), "{}", run.stderr);
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    server.thaw();
+
+    wait_all_returned(&cluster, &jid, ids.len(), Duration::from_secs(30));
+    for watcher in &watchers {
+        watcher.saw_each_once(&jid, &ids, Duration::from_secs(10));
+    }
+    // And new work goes through every master again.
+    for port in ports {
+        let run = cluster.cli_at(port, &["run", "--out", "json", "fz*", "test.ping"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    for port in ports {
+        let log = master_log(&cluster, port);
+        assert!(!log.contains("the master was not running"), "the core stalled: {log}");
+    }
+    drop(watchers);
+    drop(cluster);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_master_whose_database_link_goes_silent_keeps_answering_and_its_views_follow_the_store() {
+    let (server, dir) = own_server("silent");
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
+    let a = cluster.port;
+    // Master b reaches the database through a link the test controls.
+    let server_port = server.url.rsplit(':').next().and_then(|p| p.split('/').next()).unwrap().parse::<u16>().unwrap();
+    let link = Link::to(server_port);
+    let b = cluster.add_peer_master(true);
+    let config = cluster.config_of(b).to_owned();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace(&format!(":{server_port}/"), &format!(":{}/", link.port))).unwrap();
+    cluster.restart_peer_master(b);
+    start_minions_on(&mut cluster, &["sl1", "sl2"], &[a]);
+    start_minions_on(&mut cluster, &["sl3", "sl4"], &[b]);
+    let on_b = Watcher::start(&cluster, b, &["halite/job/*/ret/*", "halite/job/*/done"]);
+    let on_a = Watcher::start(&cluster, a, &["halite/job/*/ret/*", "halite/job/*/done"]);
+
+    let jid = publish_sleep(&cluster, a, "sl*", 2);
+    std::thread::sleep(Duration::from_millis(300));
+    link.silence();
+    std::thread::sleep(Duration::from_millis(800));
+    // b answers at once, and keeps its minions.
+    let (run, took) = timed(&cluster, b, &["run", "sl*", "test.ping"]);
+    assert!(run.stderr.contains("store unavailable"), "{}", run.stderr);
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    std::thread::sleep(Duration::from_secs(4));
+    let (run, took) = timed(&cluster, b, &["key", "list"]);
+    assert!(run.stderr.contains("store unavailable"), "{}", run.stderr);
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    link.restore();
+
+    let ids = ["sl1", "sl2", "sl3", "sl4"];
+    wait_all_returned(&cluster, &jid, ids.len(), Duration::from_secs(30));
+    on_a.saw_each_once(&jid, &ids, Duration::from_secs(10));
+    on_b.saw_each_once(&jid, &ids, Duration::from_secs(10));
+
+    // The same with every connection of b's reset instead: b reconnects and catches up.
+    let jid = publish_sleep(&cluster, a, "sl*", 1);
+    std::thread::sleep(Duration::from_millis(200));
+    link.reset();
+    wait_all_returned(&cluster, &jid, ids.len(), Duration::from_secs(30));
+    on_a.saw_each_once(&jid, &ids, Duration::from_secs(10));
+    on_b.saw_each_once(&jid, &ids, Duration::from_secs(10));
+    assert!(!master_log(&cluster, b).contains("the master was not running"), "{}", master_log(&cluster, b));
+    drop((on_a, on_b));
+    drop(cluster);
+    drop(link);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// libfaketime's library, where Debian puts it.
+fn libfaketime() -> String {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists());
+    found.expect("libfaketime (Debian package faketime)").display().to_string()
+}
+
+#[test]
+fn a_master_whose_clock_is_an_hour_ahead_serves_the_cluster_like_the_others() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let a = cluster.port;
+    let b = cluster.add_peer_master(true);
+    let preload = libfaketime();
+    let env = [("LD_PRELOAD", preload.as_str()), ("FAKETIME", "+1h"), ("DONT_FAKE_MONOTONIC", "1")];
+    cluster.restart_peer_master_with_env(b, &env);
+    start_minions_on(&mut cluster, &["ck1"], &[a]);
+    start_minions_on(&mut cluster, &["ck2"], &[b]);
+
+    // Jobs published through either master run on the minions of both.
+    for port in [a, b] {
+        let run = cluster.cli_at(port, &["run", "--out", "json", "ck*", "test.ping"]);
+        assert_eq!(run.code, 0, "through {port}: {}", run.stderr);
+        let doc = run.json();
+        for id in ["ck1", "ck2"] {
+            assert_eq!(doc["minions"][id]["state"], "returned", "through {port}: {doc}");
+        }
+    }
+    // A job with a TTL for a stopped minion waits its TTL, whichever master issued it.
+    start_minions_on(&mut cluster, &["ck3"], &[a]);
+    cluster.stop_minion("ck3", false);
+    wait_for("ck3 to be offline", Duration::from_secs(10), || {
+        (!connected_at(&cluster, a).contains(&"ck3".to_owned())).then_some(())
+    });
+    let waiting = cluster.cli_at(b, &["run", "--async", "--ttl", "120s", "ck3", "test.ping"]);
+    assert_eq!(waiting.code, 0, "{}", waiting.stderr);
+    let jid = waiting.stdout.trim().to_owned();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(cluster.job_states(&jid), [("ck3".to_owned(), "waiting".to_owned())]);
+    // A correctly set master restarted after it still counts the TTL from the store's time.
+    cluster.kill_master();
+    cluster.start_master();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(cluster.job_states(&jid), [("ck3".to_owned(), "waiting".to_owned())]);
+    cluster.start_minion("ck3");
+    wait_for("the waiting job to run once ck3 connects", Duration::from_secs(20), || {
+        (cluster.job_states(&jid) == [("ck3".to_owned(), "returned".to_owned())]).then_some(())
+    });
+    // The master an hour ahead says so.
+    let log = master_log(&cluster, b);
+    assert!(log.contains("differs from the database's"), "{log}");
+}
+
+#[test]
+fn a_cli_waiting_for_a_job_carries_it_to_another_master_when_its_own_dies() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let (a, b) = (cluster.port, cluster.start_peer_master());
+    start_minions_on(&mut cluster, &["fo1", "fo2"], &[b]);
+    let keys = cluster.dir.join("keys");
+    cluster.add_principal("ops", &keys, &["--target", "fo*", "--function", "cmd.run"]);
+    let masters = format!("127.0.0.1:{a},127.0.0.1:{b}");
+    let child = Command::new(cluster.bins().join("halite"))
+        .args(["--config", "/nonexistent/master.toml", "run", "--out", "json", "fo*", "cmd.run", "sleep 3; echo done"])
+        .arg("shell=true")
+        .env("HALITE_MASTER", &masters)
+        .env("HALITE_MASTER_KEY", cluster.dir.join("master/master.pub"))
+        .env("HALITE_PRINCIPAL", "ops")
+        .env("HALITE_KEY", keys.join("ops.key"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The CLI is on the first master; it dies while the job runs.
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.kill_master();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for id in ["fo1", "fo2"] {
+        assert_eq!(doc["minions"][id]["state"], "returned", "{doc}");
+        assert_eq!(doc["minions"][id]["retcode"], 0, "{doc}");
+    }
+}
