@@ -327,3 +327,29 @@ fn a_cli_waiting_for_a_job_carries_it_to_another_master_when_its_own_dies() {
         assert_eq!(doc["minions"][id]["retcode"], 0, "{doc}");
     }
 }
+
+#[test]
+fn a_minion_whose_link_to_its_master_goes_silent_moves_to_another_within_seconds() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let a = cluster.port;
+    let link = Link::to(a);
+    // The second master starts once the minion is on the first, through the link.
+    let b = cluster.add_peer_master(true);
+    cluster.prepare_minion("sm1", true, "");
+    cluster.set_minion_masters("sm1", &[link.port, b]);
+    cluster.start_minion("sm1");
+    wait_for("sm1 on the first master", Duration::from_secs(20), || {
+        connected_at(&cluster, a).contains(&"sm1".to_owned()).then_some(())
+    });
+    cluster.restart_peer_master(b);
+    link.silence();
+    let silenced = Instant::now();
+    wait_for("sm1 on the second master", Duration::from_secs(30), || {
+        connected_at(&cluster, b).contains(&"sm1".to_owned()).then_some(())
+    });
+    let took = silenced.elapsed();
+    assert!(took < Duration::from_secs(15), "the minion moved {took:?} after its link went silent");
+    let run = cluster.cli_at(b, &["run", "--out", "json", "sm1", "test.ping"]);
+    assert_eq!(run.json()["minions"]["sm1"]["state"], "returned", "{}", run.stdout);
+}

@@ -39,7 +39,9 @@ impl Default for DealerConfig {
         DealerConfig {
             identity: Vec::new(),
             limits: Limits::default(),
-            heartbeat: Some(Heartbeat::default()),
+            // A PING every 10 s, answered within 5 s: a master whose process stopped answering
+            // (its kernel still does, so keepalive sees nothing) is left within 15 s.
+            heartbeat: Some(Heartbeat { timeout: Duration::from_secs(5), ..Heartbeat::default() }),
             send_queue: 128,
             event_queue: 1024,
             reconnect_initial: Duration::from_millis(100),
@@ -170,6 +172,7 @@ async fn run(
         match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
+                crate::link_watch::watch_link(&stream);
                 let conn = Connection::new(
                     SocketType::Dealer,
                     config.identity.clone(),

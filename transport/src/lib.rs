@@ -20,6 +20,7 @@ pub mod config_file;
 mod connection;
 mod dealer;
 pub mod keyfile;
+mod link_watch;
 pub mod logging;
 pub mod metrics_text;
 mod notify;
@@ -27,6 +28,8 @@ mod open_files;
 mod outbound;
 mod router;
 mod signal;
+
+pub use link_watch::SILENT_LINK_NOTICED;
 
 pub use backoff::Backoff;
 pub use connection::CloseReason;
