@@ -226,6 +226,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.store.put_key(&record, self.clock.wall_ms()).await.map_err(RequestError::from)?;
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.registry.accept(&id, *key.as_bytes());
+                self.release_parked();
                 self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))

@@ -196,9 +196,13 @@ impl<S: Store, N: Net> Master<S, N> {
                             format!("halite/key/{id}/pending"),
                             json!({ "fingerprint": who.identity.fingerprint(), "reason": reason }),
                         );
-                        self.refuse(peer, identified.defer(&reason, now));
+                        let verdict = identified.defer(&reason, now);
+                        self.refuse_and_park(peer, &id, verdict);
                     }
-                    Decision::Reject(reason) => self.refuse(peer, identified.reject(&reason, now)),
+                    Decision::Reject(reason) => {
+                        let verdict = identified.reject(&reason, now);
+                        self.refuse_and_park(peer, &id, verdict);
+                    }
                     Decision::Busy(reason) => {
                         self.keys_refused += 1;
                         warn!(minion = %id, "{reason}");
@@ -232,14 +236,58 @@ impl<S: Store, N: Net> Master<S, N> {
         peer: PeerId,
         verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
     ) {
+        self.send_refusal(peer, verdict, false);
+    }
+
+    /// Sends minion `id` a pending or rejected verdict and parks its connection: closed once
+    /// its key is accepted ([`Master::release_parked`]), so the minion knocks again at once
+    /// instead of after its backoff. One parked connection per id.
+    fn refuse_and_park(
+        &mut self,
+        peer: PeerId,
+        id: &str,
+        verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
+    ) {
+        if verdict.is_ok() {
+            if let Some(older) = self.sessions.parked.insert(id.to_owned(), peer) {
+                if older != peer {
+                    self.forget(older, Some("not accepted"));
+                }
+            }
+        }
+        self.send_refusal(peer, verdict, true);
+    }
+
+    fn send_refusal(
+        &mut self,
+        peer: PeerId,
+        verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
+        parked: bool,
+    ) {
         self.metrics.get().handshakes.get_or_create(&REFUSED).inc();
         match verdict {
             Ok(parts) => {
                 let _ = self.net.send(peer, parts);
                 // Closed once the verdict has had time to arrive (see `Conn::Refused`).
-                self.sessions.conns.insert(peer, Conn::Refused { since: self.clock.now() });
+                self.sessions.conns.insert(peer, Conn::Refused { since: self.clock.now(), parked });
             }
             Err(_) => self.net.disconnect(peer, "not accepted"),
+        }
+    }
+
+    /// Closes the parked connections of minions whose key is now accepted: each knocks again
+    /// at once and is let in (on whichever master the acceptance reached).
+    pub(crate) fn release_parked(&mut self) {
+        let accepted: Vec<(String, PeerId)> = self
+            .sessions
+            .parked
+            .iter()
+            .filter(|(id, _)| self.registry.accepted.contains(*id))
+            .map(|(id, peer)| (id.clone(), *peer))
+            .collect();
+        for (id, peer) in accepted {
+            info!(minion = %id, "key accepted; the minion's waiting connection is closed so it connects again");
+            self.forget(peer, Some(halite_protocol::noise::KEY_ACCEPTED_REASON));
         }
     }
 
@@ -253,6 +301,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// reason, its connection is also closed. The one clean-up path for every peer.
     pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
         match (self.sessions.conns.remove(&peer), close) {
+            (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.parked.retain(|_, parked| *parked != peer),
             (Some(Conn::Minion { id, .. }), _) if self.sessions.online.get(&id) == Some(&peer) => {
                 self.sessions.online.remove(&id);
                 self.touch(&id);

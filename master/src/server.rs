@@ -313,6 +313,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 .filter(|k| k.state == halite_protocol::message::KeyState::Accepted)
                 .map(|k| (k.id, k.public_key)),
         );
+        self.release_parked();
         Ok(())
     }
 

@@ -25,8 +25,10 @@ pub(crate) enum Conn {
     Client { principal: String, acl: Option<Arc<PrincipalAcl>>, session: Session, greeted: bool },
     /// Refused or told to wait: its verdict is on the way, and the connection stays open a
     /// moment ([`VERDICT_LINGER`]) so the peer reads it before the close (a libzmq peer drops a
-    /// message that arrives together with the close). Nothing it sends is read.
-    Refused { since: Instant },
+    /// message that arrives together with the close). Nothing it sends is read. A minion whose
+    /// key is pending or rejected is `parked`: its connection stays open longer ([`PARK_FOR`])
+    /// and is closed as soon as its key is accepted, so it knocks again at once.
+    Refused { since: Instant, parked: bool },
     /// An in-process client (the HTTP gateway), authenticated by a gateway token and bound to
     /// it (see `token_sessions.rs`).
     Local { principal: String, acl: Option<Arc<PrincipalAcl>>, tx: LocalSender, token: LocalToken },
@@ -55,18 +57,25 @@ impl Conn {
 /// How long a refused connection stays open after its verdict.
 pub(crate) const VERDICT_LINGER: Duration = Duration::from_secs(2);
 
+/// How long a parked minion's connection stays open waiting for its key to be accepted (it
+/// then knocks again, as it does when the key is accepted meanwhile).
+pub(crate) const PARK_FOR: Duration = Duration::from_secs(30);
+
 /// Every connection, and the minions online.
 pub(crate) struct Sessions {
     pub(crate) conns: HashMap<PeerId, Conn>,
     /// Minions with a live session, and on which connection.
     pub(crate) online: HashMap<String, PeerId>,
+    /// Minions waiting for their key to be accepted, and the connection each is parked on
+    /// (one per id: a newer knock replaces the older).
+    pub(crate) parked: HashMap<String, PeerId>,
     /// Peer ids for local sessions count down from the top, far from the router's.
     pub(crate) next_local_peer: u64,
 }
 
 impl Default for Sessions {
     fn default() -> Self {
-        Sessions { conns: HashMap::new(), online: HashMap::new(), next_local_peer: u64::MAX }
+        Sessions { conns: HashMap::new(), online: HashMap::new(), parked: HashMap::new(), next_local_peer: u64::MAX }
     }
 }
 
@@ -112,7 +121,13 @@ impl Sessions {
     pub(crate) fn lingered(&self, now: Instant) -> Vec<PeerId> {
         self.conns
             .iter()
-            .filter(|(_, c)| matches!(c, Conn::Refused { since } if now.saturating_duration_since(*since) >= VERDICT_LINGER))
+            .filter(|(_, c)| match c {
+                Conn::Refused { since, parked } => {
+                    let linger = if *parked { PARK_FOR } else { VERDICT_LINGER };
+                    now.saturating_duration_since(*since) >= linger
+                }
+                _ => false,
+            })
             .map(|(peer, _)| *peer)
             .collect()
     }

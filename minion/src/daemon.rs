@@ -12,7 +12,7 @@ use halite_protocol::message::{
 };
 use halite_protocol::noise::{
     AwaitingVerdict, Claim as HandshakeClaim, HandshakeError, Initiator, LocalIdentity, MasterPin, Role, Session,
-    SessionConfig, REPLACED_REASON,
+    SessionConfig, KEY_ACCEPTED_REASON, REPLACED_REASON,
 };
 use halite_protocol::zmtp::ZmtpError;
 use halite_transport::{Backoff, CloseReason, Dealer, DealerConfig, DealerEvent, DealerSender};
@@ -72,6 +72,9 @@ enum Stage {
     AwaitVerdict(Box<AwaitingVerdict>),
     /// Authenticated.
     Up(Box<Session>),
+    /// Told pending or rejected; the connection is kept until the master closes it (see
+    /// [`Minion::park`]).
+    Parked,
 }
 
 /// Where the master's answer to a `halite://` part goes.
@@ -262,6 +265,14 @@ impl Minion {
         self.retry_at = Some(tokio::time::Instant::now() + self.refusals.next_delay());
     }
 
+    /// The master said pending or rejected: the connection stays open, and the master closes
+    /// it once the key is accepted (the dealer then connects again at once); the minion knocks
+    /// again after its backoff anyway.
+    fn park(&mut self) {
+        self.stage = Stage::Parked;
+        self.retry_at = Some(tokio::time::Instant::now() + self.refusals.next_delay());
+    }
+
     /// Syncs the returns written since the outbox's last sync; retried a second later if the
     /// disk fails (they stay in memory, and are re-sent from there, until acknowledged).
     fn sync_returns(&mut self) {
@@ -331,7 +342,20 @@ impl Minion {
                     warn!("another process with this minion's key and id connected to the master; backing off");
                     return self.back_off();
                 }
-                if matches!(self.stage, Stage::Up(_)) {
+                let accepted =
+                    matches!(&reason, CloseReason::Protocol(ZmtpError::PeerError(why)) if why == KEY_ACCEPTED_REASON);
+                if accepted {
+                    // Parked, and let in now: the dealer connects again at once.
+                    info!("the master accepted this minion's key; connecting again");
+                    self.retry_at = None;
+                    self.refusals.reset();
+                } else if matches!(self.stage, Stage::Parked) {
+                    // Closed without a word of acceptance (a master that does not park, or the
+                    // wait is over): knocked again after the backoff, not at once.
+                    self.dealer = None;
+                    self.stage = Stage::Down;
+                    return;
+                } else if matches!(self.stage, Stage::Up(_)) {
                     warn!(%reason, "disconnected from the master; reconnecting");
                 }
                 // Parts asked of that session will not come: their fetches fail now.
@@ -347,7 +371,7 @@ impl Minion {
 
     async fn on_message(&mut self, parts: Vec<Vec<u8>>) {
         match std::mem::replace(&mut self.stage, Stage::Down) {
-            Stage::Down => {}
+            Stage::Down | Stage::Parked => {}
             Stage::AwaitResponse(initiator) => {
                 let Some(msg2) = parts.first() else { return };
                 match initiator.read_response(msg2) {
@@ -370,6 +394,7 @@ impl Minion {
                         metrics.session(true);
                     }
                     self.refusals.reset();
+                    self.retry_at = None;
                     self.handshake_failures = 0;
                     self.stage = Stage::Up(Box::new(session));
                     if let Some(dealer) = &self.dealer {
@@ -379,7 +404,11 @@ impl Minion {
                 }
                 Err(HandshakeError::Pending(reason)) => {
                     info!(%reason, "waiting for the master to accept this minion's key");
-                    self.back_off();
+                    self.park();
+                }
+                Err(error @ HandshakeError::Rejected(_)) => {
+                    error!(%error, "the master refused this minion");
+                    self.park();
                 }
                 Err(error) => {
                     error!(%error, "the master refused this minion");

@@ -353,3 +353,31 @@ fn a_minion_whose_link_to_its_master_goes_silent_moves_to_another_within_seconds
     let run = cluster.cli_at(b, &["run", "--out", "json", "sm1", "test.ping"]);
     assert_eq!(run.json()["minions"]["sm1"]["state"], "returned", "{}", run.stdout);
 }
+
+#[test]
+fn a_rejected_key_accepted_through_another_master_is_let_in_within_a_second() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let (a, b) = (cluster.port, cluster.start_peer_master());
+    cluster.prepare_minion("rj1", false, "");
+    cluster.set_minion_masters("rj1", &[b]);
+    cluster.start_minion("rj1");
+    let state = |cluster: &Cluster| {
+        let run = cluster.cli_at(a, &["key", "list", "rj1", "--out", "json"]);
+        run.json()[0]["state"].as_str().map(str::to_owned)
+    };
+    wait_for("rj1's key pending", Duration::from_secs(20), || {
+        (state(&cluster).as_deref() == Some("pending")).then_some(())
+    });
+    assert_eq!(cluster.cli_at(a, &["key", "reject", "rj1"]).code, 0);
+    // It knocks again, is told rejected, and waits.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!connected_at(&cluster, b).contains(&"rj1".to_owned()));
+    let accepted = Instant::now();
+    assert_eq!(cluster.cli_at(a, &["key", "accept", "rj1"]).code, 0);
+    wait_for("rj1 on the second master", Duration::from_secs(10), || {
+        connected_at(&cluster, b).contains(&"rj1".to_owned()).then_some(())
+    });
+    let took = accepted.elapsed();
+    assert!(took < Duration::from_millis(1500), "let in {took:?} after its key was accepted");
+}

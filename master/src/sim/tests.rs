@@ -548,8 +548,55 @@ fn a_verdict_arrives_before_the_connection_closes() {
         assert!(pending.contains("pending"), "{pending}");
         let peer = halite_transport::PeerId(sim.last_peer());
         assert_eq!(sim.net.closed(peer), None, "not closed together with the verdict");
+        // A minion waiting for acceptance is parked: its connection stays open a while longer.
+        sim.advance(3 * SECOND).await;
+        assert_eq!(sim.net.closed(peer), None, "parked");
+        sim.advance(crate::sessions::PARK_FOR).await;
+        assert_eq!(sim.net.closed(peer).as_deref(), Some("not accepted"));
+        // Any other refusal (here: another key for a known id) closes once the verdict had time
+        // to arrive.
+        sim.minion("web1").await;
+        let impostor = halite_protocol::identity::IdentityKey::from_seed(&[78; 32]);
+        let denied = sim.connect_minion("web1", &impostor, None).await.err().expect("denied");
+        assert!(denied.contains("denied"), "{denied}");
+        let peer = halite_transport::PeerId(sim.last_peer());
         sim.advance(3 * SECOND).await;
         assert_eq!(sim.net.closed(peer).as_deref(), Some("not accepted"));
+    });
+}
+
+/// A minion waiting for its key (pending, or rejected before) is let in as soon as the key is
+/// accepted, here or on another master: its parked connection is closed with the reason that
+/// tells it to connect again at once.
+#[test]
+fn a_waiting_minion_is_told_to_connect_again_the_moment_its_key_is_accepted() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut root = sim.root().await;
+        let newcomer = halite_protocol::identity::IdentityKey::from_seed(&[79; 32]);
+        sim.connect_minion("newcomer", &newcomer, None).await.err().expect("pending");
+        let peer = halite_transport::PeerId(sim.last_peer());
+        let accept = RequestBody::KeyAccept { pattern: "newcomer".into() };
+        sim.request(&mut root, accept).await.expect("accepted");
+        assert_eq!(sim.net.closed(peer).as_deref(), Some(halite_protocol::noise::KEY_ACCEPTED_REASON));
+        assert!(sim.connect_minion("newcomer", &newcomer, None).await.is_ok(), "let in");
+
+        // Rejected, knocking, then accepted through another master (announced).
+        let other = halite_protocol::identity::IdentityKey::from_seed(&[80; 32]);
+        sim.connect_minion("other", &other, None).await.err().expect("pending");
+        sim.request(&mut root, RequestBody::KeyReject { pattern: "other".into() }).await.expect("rejected");
+        let refused = sim.connect_minion("other", &other, None).await.err().expect("rejected");
+        assert!(refused.contains("rejected"), "{refused}");
+        let peer = halite_transport::PeerId(sim.last_peer());
+        let record = crate::store::KeyRecord {
+            id: "other".into(),
+            public_key: *other.public().as_bytes(),
+            state: halite_protocol::message::KeyState::Accepted,
+        };
+        sim.store().put_key(&record, 1).await.expect("store");
+        let change = crate::store::ClusterChange::Keys { ids: Some(vec!["other".into()]) };
+        sim.step(Input::Cluster(("b".into(), change))).await;
+        assert_eq!(sim.net.closed(peer).as_deref(), Some(halite_protocol::noise::KEY_ACCEPTED_REASON));
     });
 }
 

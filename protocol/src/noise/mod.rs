@@ -128,6 +128,10 @@ pub enum MasterPin {
 /// same id replaces it: a minion that receives it backs off instead of taking the session back.
 pub const REPLACED_REASON: &str = "replaced by a newer connection";
 
+/// The reason (ZMTP ERROR) a master closes a waiting minion's connection with once its key is
+/// accepted: the minion connects again at once, and is let in.
+pub const KEY_ACCEPTED_REASON: &str = "key accepted; connect again";
+
 /// Default largest application message, in bytes ([`SessionConfig::max_message_size`]).
 pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
