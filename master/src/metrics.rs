@@ -72,8 +72,8 @@ pub(crate) struct Inner {
     pub(crate) jobs_published: Counter,
     /// Jobs with a slot not yet final.
     pub(crate) jobs_live: Gauge,
-    /// The store's clock minus this host's, in milliseconds (several masters on one store).
-    pub(crate) clock_offset_ms: Gauge,
+    /// The store's clock minus this host's, in seconds (several masters on one store).
+    pub(crate) clock_offset_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Slots that reached a final state, by state.
     pub(crate) slots_final: Family<State, Counter>,
     /// From a publish request to the job stored and sent.
@@ -112,7 +112,7 @@ impl Metrics {
             handshakes: Family::default(),
             jobs_published: Counter::default(),
             jobs_live: Gauge::default(),
-            clock_offset_ms: Gauge::default(),
+            clock_offset_seconds: Gauge::default(),
             slots_final: Family::default(),
             dispatch_seconds: latency_histogram(),
             round_trip_seconds: latency_histogram(),
@@ -130,9 +130,9 @@ impl Metrics {
         inner.registry.register("jobs_published", "Jobs published", inner.jobs_published.clone());
         inner.registry.register("jobs_live", "Jobs with a minion not yet in a final state", inner.jobs_live.clone());
         inner.registry.register(
-            "clock_offset_milliseconds",
+            "clock_offset_seconds",
             "The shared store's clock minus this host's (masters on one database use its time)",
-            inner.clock_offset_ms.clone(),
+            inner.clock_offset_seconds.clone(),
         );
         inner.registry.register(
             "slots_final",

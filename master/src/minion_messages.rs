@@ -80,6 +80,16 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             },
             Message::JobReturn(mut ret) => {
+                if !self.pending.may_hold_return(size) {
+                    // The store has not answered for a while: this return stays in the
+                    // minion's outbox, and the minion is asked for it again once it answers.
+                    if self.notices.ready("store:held_returns", std::time::Duration::from_secs(10), self.clock.now()) {
+                        warn!(minion = id, jid = %ret.jid, "returns waiting for the store reached their bound; left on the minions for now");
+                    }
+                    self.pending.owed.insert(id.to_owned());
+                    return Ok(());
+                }
+                self.pending.held_return_bytes += size;
                 ret.minion = id.to_owned();
                 if let Some(why) = limits::oversized_return(&ret, size, self.config.max_return_bytes) {
                     warn!(minion = id, jid = %ret.jid, "{why}");

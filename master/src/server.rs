@@ -492,6 +492,15 @@ impl<S: Store, N: Net> Master<S, N> {
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
+        self.pending.held_return_bytes = 0;
+        // Minions whose returns were turned away meanwhile send them again from their outbox
+        // when they reconnect.
+        for id in std::mem::take(&mut self.pending.owed) {
+            if let Some(peer) = self.sessions.peer_of(&id) {
+                info!(minion = %id, "the store answers again; asking the minion to send its returns again");
+                self.forget(peer, Some("returns could not be stored; send them again"));
+            }
+        }
         if self.cluster.shared {
             self.tell_slots(&changes).await;
         }
@@ -585,7 +594,7 @@ impl<S: Store, N: Net> Master<S, N> {
         metrics.sessions.get_or_create(&crate::metrics::Role { role: "client" }).set(gauge(clients));
         metrics.jobs_live.set(gauge(self.jobs.len()));
         let offset = self.clock.offset_ms();
-        metrics.clock_offset_ms.set(offset);
+        metrics.clock_offset_seconds.set(offset as f64 / 1000.0);
         let bound = self.config.max_clock_offset_secs.saturating_mul(1000);
         if offset.unsigned_abs() > bound
             && self.notices.ready("clock:offset", Duration::from_secs(60), self.clock.now())

@@ -18,6 +18,14 @@ pub(crate) struct PendingWrites {
     pub(crate) minions: HashMap<String, MinionRecord>,
     /// Returns to acknowledge once `states` is written.
     pub(crate) acks: Vec<(PeerId, String)>,
+    /// The size of the returns held in `states` (what the minions sent), bounded by
+    /// [`HELD_RETURNS_MAX`] while the store does not answer.
+    pub(crate) held_return_bytes: usize,
+    /// Minions whose returns were turned away because that bound was reached: told to send them
+    /// again (their session is closed, and they resend their outbox) once the store answers.
+    pub(crate) owed: std::collections::BTreeSet<String>,
+    /// A lower bound than [`HELD_RETURNS_MAX`], for tests.
+    pub(crate) held_returns_cap: Option<usize>,
     /// Final slots of deployment jobs, for the deployments to react to after the step.
     pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
     /// Minions that left this master, for the other masters sharing the store.
@@ -30,7 +38,15 @@ pub(crate) struct PendingWrites {
     pub(crate) rollout_aborts: Vec<(String, String)>,
 }
 
+/// The most returns, in bytes, the core holds waiting for the store; past it, returns are left
+/// on the minions (unacknowledged, in their outboxes) until the store answers again.
+pub(crate) const HELD_RETURNS_MAX: usize = 256 * 1024 * 1024;
+
 impl PendingWrites {
+    /// Whether a return of `size` bytes still fits beside those held.
+    pub(crate) fn may_hold_return(&self, size: usize) -> bool {
+        self.held_return_bytes.saturating_add(size) <= self.held_returns_cap.unwrap_or(HELD_RETURNS_MAX)
+    }
     /// Takes the state changes and their acknowledgements, to write.
     pub(crate) fn take_states(&mut self) -> (Vec<StateChange>, Vec<(PeerId, String)>) {
         (std::mem::take(&mut self.states), std::mem::take(&mut self.acks))

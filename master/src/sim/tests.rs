@@ -75,6 +75,33 @@ fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_
     });
 }
 
+/// Returns waiting for a store that does not answer are bounded: past the bound they stay on the
+/// minion (unacknowledged), which is asked for them again once the store answers.
+#[test]
+fn returns_past_the_bound_stay_on_the_minion_and_are_asked_for_again_once_the_store_answers() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut web2 = sim.minion("web2").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 10_000, 0).await.expect("published");
+        let conn = sim.store().take_away().await.expect("open");
+        web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
+        assert_eq!(sim.master.pending.states.len(), 1, "held for the store");
+        // The bound is reached: web2's return stays on web2.
+        sim.master.pending.held_returns_cap = Some(sim.master.pending.held_return_bytes);
+        web2.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web2".into(), ..ret(&jid) })).await;
+        assert_eq!(sim.master.pending.states.len(), 1, "not held: past the bound");
+        assert!(!acked(&web2.recv(&sim), &jid));
+        assert_eq!(sim.net.closed(web2.peer), None, "the session stays while the store is away");
+        sim.store().give_back(conn).await;
+        sim.step(Input::Tick).await;
+        assert!(acked(&web1.recv(&sim), &jid), "the held return is stored and acknowledged");
+        assert_eq!(sim.net.closed(web2.peer).as_deref(), Some("returns could not be stored; send them again"));
+        assert_eq!(sim.net.closed(web1.peer), None);
+    });
+}
+
 #[test]
 fn a_client_gets_each_steps_messages_in_one_write_and_a_minion_its_job_at_once() {
     rt().block_on(async {

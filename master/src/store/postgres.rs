@@ -51,6 +51,8 @@ pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// otherwise keep a master deaf to the others until TCP gives up), and how long it may take.
 const LISTENER_PING_EVERY: Duration = Duration::from_secs(2);
 const LISTENER_PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long connecting the listener and starting to listen may take.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A store on a PostgreSQL database.
 #[derive(Debug, Clone)]
@@ -395,7 +397,7 @@ fn wall_ms() -> i64 {
 /// announced meanwhile is lost).
 async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard>) {
     use super::cluster::CHANNEL;
-    const RETRY: Duration = Duration::from_secs(2);
+    const RETRY: Duration = Duration::from_millis(500);
     let (pool, me) = (store.pool.clone(), store.instance.clone());
     let mut guard = super::cluster_seal::ReplayGuard::default();
     let mut refusals = Refusals::default();
@@ -403,19 +405,26 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
     while !tx.is_closed() {
         // Not while the database does not answer (the probe says when it does again).
         until(&mut store.reachable.subscribe(), true).await;
-        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(listener) => listener,
-            Err(error) => {
+        // Each step has a deadline: a silent link must not keep this task waiting for good.
+        let opened = tokio::time::timeout(LISTEN_TIMEOUT, async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+            listener.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        })
+        .await;
+        let mut listener = match opened {
+            Ok(Ok(listener)) => listener,
+            Ok(Err(error)) => {
                 tracing::warn!(%error, retry_in = ?RETRY, "cannot listen for the other masters' changes");
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
+            Err(_) => {
+                tracing::warn!(retry_in = ?RETRY, "cannot listen for the other masters' changes: the database did not answer");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
         };
-        if let Err(error) = listener.listen(CHANNEL).await {
-            tracing::warn!(%error, retry_in = ?RETRY, "cannot listen for the other masters' changes");
-            tokio::time::sleep(RETRY).await;
-            continue;
-        }
         if !std::mem::take(&mut first) && tx.send((me.clone(), super::ClusterChange::Resync)).await.is_err() {
             return;
         }
