@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use halite_protocol::message::{
-    Cancel, ErrorKind, ErrorMessage, Event, JobDetail, Message, PublishRequest, Published, Request, RequestBody,
-    ResponseBody, Subscribe,
+    Cancel, ClientHello, ErrorKind, ErrorMessage, Event, JobDetail, Message, PublishRequest, Published, Request,
+    RequestBody, ResponseBody, Subscribe,
 };
 use halite_transport::Backoff;
 use tokio::sync::{mpsc, oneshot};
@@ -72,6 +72,10 @@ type Reply<T> = oneshot::Sender<Result<T, ClientError>>;
 
 /// One subscriber: its patterns and where its events go.
 struct Subscriber {
+    /// Which one it is, for the subscription sent on its behalf ([`Driver::in_flight`]).
+    key: u64,
+    /// The master took a subscription with its patterns.
+    taken: bool,
     patterns: Vec<String>,
     events: mpsc::Sender<Result<Event, ClientError>>,
     /// Events with this id or older are not for it (it subscribed after them, or had them).
@@ -109,6 +113,18 @@ pub(crate) struct Driver {
     subscribers: Vec<Subscriber>,
     /// The union the master was last sent.
     subscribed: Vec<String>,
+    /// A subscription sent and not yet answered, with the new subscriber it tries (if any).
+    /// The master refuses a subscription with an error and takes one silently; a
+    /// `client_hello` sent right after it is answered in order (`welcome`). One is in flight
+    /// at a time, each trying one new subscriber's patterns beside those taken, so a refusal
+    /// is told to the subscriber that asked, not to whichever came last.
+    in_flight: Option<Option<u64>>,
+    /// New subscribers not tried yet, with the event id each resumes after.
+    waiting: std::collections::VecDeque<(u64, Option<String>)>,
+    /// After a reconnect: the event id the taken subscribers resume after.
+    resume_after: Option<String>,
+    /// The key of the next subscriber.
+    next_subscriber: u64,
     /// The id of the last event received on any connection, to resume after.
     last_event: Option<String>,
     /// The address of the master connected to, for the handles.
@@ -130,6 +146,10 @@ impl Driver {
             follows,
             subscribers: Vec::new(),
             subscribed: Vec::new(),
+            in_flight: None,
+            waiting: std::collections::VecDeque::new(),
+            resume_after: None,
+            next_subscriber: 0,
             last_event: None,
             addr,
         }
@@ -156,7 +176,7 @@ impl Driver {
                         for message in messages {
                             self.route(message);
                         }
-                        if let Err(error) = self.resubscribe(None).await {
+                        if let Err(error) = self.resubscribe().await {
                             self.lost(&error);
                             if !self.reconnect(&commands).await {
                                 return;
@@ -208,9 +228,12 @@ impl Driver {
             Command::Subscribe { patterns, after, reply } => {
                 let (events, receiver) = mpsc::channel(EVENT_QUEUE);
                 let floor = after.as_deref().or(self.last_event.as_deref()).and_then(EventId::parse);
-                self.subscribers.push(Subscriber { patterns, events, floor, dropped: 0 });
+                let key = self.next_subscriber;
+                self.next_subscriber += 1;
+                self.subscribers.push(Subscriber { key, taken: false, patterns, events, floor, dropped: 0 });
+                self.waiting.push_back((key, after));
                 let _ = reply.send(Ok(receiver));
-                self.resubscribe(after).await
+                self.resubscribe().await
             }
         }
     }
@@ -253,6 +276,14 @@ impl Driver {
                 }
             }
             Message::Event(event) => self.deliver(event),
+            // The subscription sent before it was taken.
+            Message::Welcome(_) => {
+                if let Some(Some(key)) = self.in_flight.take() {
+                    if let Some(subscriber) = self.subscribers.iter_mut().find(|s| s.key == key) {
+                        subscriber.taken = true;
+                    }
+                }
+            }
             other => debug!(message = ?other, "ignored a message no client call waits for"),
         }
     }
@@ -396,28 +427,71 @@ impl Driver {
         }
     }
 
-    /// The master refused the subscription: the newest subscriber (whose patterns were the
-    /// last added) is told and removed, and the others stay subscribed.
+    /// The master refused a subscription: the subscriber it tried is told and removed (the
+    /// newest, for one that tried none), and the others stay subscribed.
     fn subscription_refused(&mut self, error: ClientError) {
-        if let Some(subscriber) = self.subscribers.pop() {
+        let at = match self.in_flight.take().flatten() {
+            Some(key) => self.subscribers.iter().position(|s| s.key == key),
+            None => self.subscribers.len().checked_sub(1),
+        };
+        if let Some(at) = at {
+            let subscriber = self.subscribers.remove(at);
             let _ = subscriber.events.try_send(Err(error));
         }
-        // The master kept no subscription: the union is sent again.
+        // The master kept the subscription it had before: the union is sent again next time.
         self.subscribed.clear();
     }
 
-    /// Sends the master the union of the subscribers' patterns if it changed (subscribers whose
-    /// stream was dropped are gone), or with `after` to resume.
-    async fn resubscribe(&mut self, after: Option<String>) -> Result<(), ClientError> {
-        self.subscribers.retain(|s| !s.events.is_closed());
-        let mut union: Vec<String> = self.subscribers.iter().flat_map(|s| s.patterns.iter().cloned()).collect();
-        union.sort();
-        union.dedup();
-        if union == self.subscribed && after.is_none() {
-            return Ok(());
+    /// Brings the master's subscription up to date, one subscription in flight at a time: the
+    /// patterns of the subscribers it took (those whose stream was dropped are gone), with the
+    /// next new subscriber's tried beside them, resuming after its event id (or, after a
+    /// reconnect, after the last event received).
+    async fn resubscribe(&mut self) -> Result<(), ClientError> {
+        loop {
+            if self.in_flight.is_some() {
+                return Ok(());
+            }
+            self.subscribers.retain(|s| !s.events.is_closed());
+            let after_reconnect = self.resume_after.take();
+            let next = match after_reconnect {
+                Some(_) => None,
+                None => loop {
+                    match self.waiting.pop_front() {
+                        Some((key, after)) if self.subscribers.iter().any(|s| s.key == key) => {
+                            break Some((key, after))
+                        }
+                        Some(_) => continue,
+                        None => break None,
+                    }
+                },
+            };
+            let trying = next.as_ref().map(|(key, _)| *key);
+            let mut union: Vec<String> = self
+                .subscribers
+                .iter()
+                .filter(|s| s.taken || Some(s.key) == trying)
+                .flat_map(|s| s.patterns.iter().cloned())
+                .collect();
+            union.sort();
+            union.dedup();
+            let after = next.and_then(|(_, after)| after).or(after_reconnect);
+            if union == self.subscribed && after.is_none() {
+                // Nothing new to ask: its patterns are among those taken.
+                match trying.and_then(|key| self.subscribers.iter_mut().find(|s| s.key == key)) {
+                    Some(subscriber) => {
+                        subscriber.taken = true;
+                        continue;
+                    }
+                    None => return Ok(()),
+                }
+            }
+            self.subscribed = union.clone();
+            self.connection.send(&Message::Subscribe(Subscribe { patterns: union, after })).await?;
+            self.in_flight = Some(trying);
+            let hello =
+                ClientHello { principal: self.config.principal.clone(), version: env!("CARGO_PKG_VERSION").into() };
+            return self.connection.send(&Message::ClientHello(hello)).await;
         }
-        self.subscribed = union.clone();
-        self.connection.send(&Message::Subscribe(Subscribe { patterns: union, after })).await
     }
 
     /// The connection is gone: everyone waiting for an answer is told.
@@ -480,9 +554,11 @@ impl Driver {
     /// jobs followed are watched again.
     async fn renew(&mut self) -> Result<(), ClientError> {
         self.subscribed.clear();
-        if !self.subscribers.is_empty() {
-            self.resubscribe(self.last_event.clone()).await?;
+        self.in_flight = None;
+        if self.subscribers.iter().any(|s| s.taken) {
+            self.resume_after = self.last_event.clone();
         }
+        self.resubscribe().await?;
         for jid in self.follows.unfinished() {
             self.watch(jid, None).await?;
         }

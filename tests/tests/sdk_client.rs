@@ -208,3 +208,25 @@ fn the_events_command_survives_a_master_restart() {
     let status = events.wait().unwrap();
     assert!(status.success(), "halite events ended with {status}");
 }
+
+/// A stream the principal may not open is refused, and only it: opened right before an allowed
+/// one, the refusal reaches the stream that asked, and the allowed one goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_stream_is_told_and_the_allowed_one_opened_after_it_goes_on() {
+    let cluster = Cluster::start("");
+    let keys = cluster.dir.join("keys");
+    cluster.add_principal("narrow", &keys, &["--target", "w*", "--function", "test.*", "--event", "engine/*"]);
+    let master = halite_transport::keyfile::read_public(&cluster.dir.join("master/master.pub")).unwrap();
+    let key = halite_transport::keyfile::read_secret(&keys.join("narrow.key")).unwrap();
+    let (addr, _, _) = ClientConfig::locate_master(&cluster.config).unwrap();
+    let client = Client::connect(ClientConfig::principal(vec![addr], master, key, "narrow")).await.unwrap();
+    // Both asked before either is answered.
+    let (forbidden, allowed) =
+        tokio::join!(client.subscribe(vec!["halite/key/*".into()]), client.subscribe(vec!["engine/*".into()]));
+    let (mut forbidden, mut allowed) = (forbidden.unwrap(), allowed.unwrap());
+    let refused = timeout(Duration::from_secs(10), forbidden.next_event()).await.expect("an answer");
+    assert!(matches!(refused, Err(ClientError::Master { .. })), "{refused:?}");
+    let tag = client.fire_event("after", json!({"n": 1})).await.unwrap();
+    let event = next(&mut allowed).await;
+    assert_eq!(event.tag, tag, "the allowed stream still receives");
+}
