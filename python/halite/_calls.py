@@ -8,6 +8,7 @@ import json
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import types as t
+from .errors import InvalidArgument
 
 #: What a call carries: the request for ``halite._native`` and the converter of its answer.
 Call = tuple  # (Dict[str, Any], Callable[[Any], Any])
@@ -31,11 +32,11 @@ def target(tgt: Union[str, Sequence[str]], tgt_type: str) -> Dict[str, str]:
     if not isinstance(tgt, str):
         ids = list(tgt)
         if not all(isinstance(i, str) for i in ids):
-            raise TypeError("a target is a string or a list of minion ids")
+            raise InvalidArgument("a target is a string or a list of minion ids")
         return {"kind": "list", "expr": ",".join(ids)}
     kind = TARGET_KINDS.get(tgt_type)
     if kind is None:
-        raise ValueError(f"tgt_type {tgt_type!r}: expected one of {', '.join(sorted(TARGET_KINDS))}")
+        raise InvalidArgument(f"tgt_type {tgt_type!r}: expected one of {', '.join(sorted(TARGET_KINDS))}")
     return {"kind": kind, "expr": tgt}
 
 
@@ -53,7 +54,7 @@ def amount(name: str, value: Amount) -> Dict[str, int]:
             raise ValueError
         return {"count": count}
     except ValueError:
-        raise ValueError(f"{name}: expected a count (2) or a percentage ('25%'), got {value!r}") from None
+        raise InvalidArgument(f"{name}: expected a count (2) or a percentage ('25%'), got {value!r}") from None
 
 
 def rollout(
@@ -79,7 +80,7 @@ def rollout(
 
 def millis(name: str, seconds: Optional[float]) -> int:
     if seconds is None or seconds < 0:
-        raise ValueError(f"{name}: expected seconds >= 0, got {seconds!r}")
+        raise InvalidArgument(f"{name}: expected seconds >= 0, got {seconds!r}")
     return int(round(seconds * 1000))
 
 
@@ -90,7 +91,7 @@ def optional_millis(name: str, seconds: Optional[float]) -> Optional[int]:
 def public_key(value: str) -> str:
     text = value.strip()
     if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
-        raise ValueError(f"public key: expected 64 hex digits, got {value!r}")
+        raise InvalidArgument(f"public key: expected 64 hex digits, got {value!r}")
     return text
 
 
@@ -114,7 +115,7 @@ def encode(request: Mapping[str, Any]) -> str:
     try:
         return json.dumps(request)
     except TypeError as error:
-        raise TypeError(f"{request['op']}: arguments must be JSON values: {error}") from None
+        raise InvalidArgument(f"{request['op']}: arguments must be JSON values: {error}") from None
 
 
 def job_event(answer: Mapping[str, Any]) -> Optional[t.JobUpdate]:

@@ -279,11 +279,14 @@ class Operations:
 class FollowedJob:
     """What a job iterator keeps: the job, and each minion's final state as it comes."""
 
-    def __init__(self, jid: str, minions: List[str]) -> None:
+    def __init__(self, jid: str, minions: List[str], unknown: Sequence[str] = ()) -> None:
         #: The job id.
         self.jid = jid
         #: Every minion expected to reach a final state.
         self.minions = minions
+        #: Ids a list target named that the master did not target: unknown to it, or
+        #: outside what this principal may target. They never reach a final state.
+        self.unknown: List[str] = list(unknown)
         self._finals: Dict[str, t.MinionResult] = {}
         self._done = False
 
@@ -296,7 +299,17 @@ class FollowedJob:
         return update
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(jid={self.jid!r}, minions={self.minions!r})"
+        unknown = f", unknown={self.unknown!r}" if self.unknown else ""
+        return f"{type(self).__name__}(jid={self.jid!r}, minions={self.minions!r}{unknown})"
+
+
+def untargeted(request: Mapping[str, Any], minions: Sequence[str]) -> List[str]:
+    """The ids a list target of ``request`` named that are not among ``minions``."""
+    target = request.get("target") or {}
+    if target.get("kind") != "list":
+        return []
+    named = {part.strip() for part in str(target.get("expr", "")).split(",") if part.strip()}
+    return sorted(named - set(minions))
 
 
 def publish_request(

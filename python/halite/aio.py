@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping,
 from . import _calls as c
 from . import _native
 from . import types as t
-from ._operations import FollowedJob, Operations, publish_request
+from ._operations import FollowedJob, Operations, publish_request, untargeted
 from .client import connect_options
 
 
@@ -84,7 +84,7 @@ class AsyncClient(Operations):
         request = publish_request(tgt, fun, args, kwargs, tgt_type, timeout, ttl, batch, batch_wait,
                                   max_errors, canary, abort_on)
         published = await self._call(request, c.same)
-        return AsyncJob(self, published["jid"], published["minions"])
+        return AsyncJob(self, published["jid"], published["minions"], untargeted(request, published["minions"]))
 
     async def run(
         self,
@@ -118,8 +118,8 @@ class AsyncClient(Operations):
 class AsyncJob(FollowedJob):
     """A published job: ``async for update in job``, or ``await job.wait()``."""
 
-    def __init__(self, client: AsyncClient, jid: str, minions: List[str]) -> None:
-        super().__init__(jid, minions)
+    def __init__(self, client: AsyncClient, jid: str, minions: List[str], unknown: Sequence[str] = ()) -> None:
+        super().__init__(jid, minions, unknown)
         self._client = client
 
     def __aiter__(self) -> AsyncIterator[t.JobUpdate]:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from . import _calls as c
 from . import _native
 from . import types as t
-from ._operations import FollowedJob, Operations, publish_request
+from ._operations import FollowedJob, Operations, publish_request, untargeted
 
 
 def connect_options(**options: Any) -> str:
@@ -113,7 +113,7 @@ class Client(Operations):
         request = publish_request(tgt, fun, args, kwargs, tgt_type, timeout, ttl, batch, batch_wait,
                                   max_errors, canary, abort_on)
         published = self._call(request, c.same)
-        return Job(self, published["jid"], published["minions"])
+        return Job(self, published["jid"], published["minions"], untargeted(request, published["minions"]))
 
     def run(
         self,
@@ -152,8 +152,8 @@ class Job(FollowedJob):
     """A published job: iterate it for :class:`~halite.types.JobUpdate` s until every
     minion reached a final state, or :meth:`wait`. One thread should read a job."""
 
-    def __init__(self, client: Client, jid: str, minions: List[str]) -> None:
-        super().__init__(jid, minions)
+    def __init__(self, client: Client, jid: str, minions: List[str], unknown: Sequence[str] = ()) -> None:
+        super().__init__(jid, minions, unknown)
         self._client = client
 
     def __iter__(self) -> Iterator[t.JobUpdate]:

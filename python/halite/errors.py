@@ -30,6 +30,13 @@ class ConfigError(HaliteError, ValueError):
     """Local configuration: a config file, a key file, a missing option."""
 
 
+class InvalidArgument(HaliteError, ValueError, TypeError):
+    """An argument of a call that cannot be right (a bad target type, a negative
+    timeout, a key that is not 64 hex digits, a value that is not JSON); nothing
+    was sent. Also a ``ValueError`` and a ``TypeError``, which such mistakes
+    raise elsewhere."""
+
+
 class ConnectError(HaliteError, ConnectionError):
     """No master could be reached, or the handshake failed (wrong master key,
     unknown principal)."""
@@ -137,6 +144,7 @@ _BY_KIND = {
 }
 
 _BY_VARIANT = {
+    "argument": InvalidArgument,
     "config": ConfigError,
     "connect": ConnectError,
     "disconnected": DisconnectedError,

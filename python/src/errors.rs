@@ -32,9 +32,20 @@ pub(crate) fn to_py(error: ClientError) -> PyErr {
     })
 }
 
-/// A Python `ValueError` naming what was wrong with what Python passed in.
+/// A `halite.errors.InvalidArgument` (a `HaliteError`, and a `ValueError`) naming what was
+/// wrong with what Python passed in.
 pub(crate) fn bad_argument(what: impl std::fmt::Display) -> PyErr {
-    pyo3::exceptions::PyValueError::new_err(what.to_string())
+    let message = what.to_string();
+    Python::attach(|py| {
+        let made = py
+            .import("halite.errors")
+            .and_then(|errors| errors.getattr("_from_native"))
+            .and_then(|factory| factory.call1(("argument", message.as_str(), None::<&str>, None::<&str>)));
+        match made {
+            Ok(exception) => PyErr::from_value(exception),
+            Err(_) => pyo3::exceptions::PyValueError::new_err(message),
+        }
+    })
 }
 
 /// The wire name of an error kind (`not_found`, ...).

@@ -119,10 +119,13 @@ def test_errors_are_typed_and_name_the_problem(master, tmp_path: Path) -> None:
         with pytest.raises(halite.NotFound) as missing:
             root.job("20990101000000000000")
         assert isinstance(missing.value, LookupError) and missing.value.kind == "not_found"
-        with pytest.raises(ValueError, match="public key"):
+        # Bad arguments are HaliteErrors too (and the built-in errors they are).
+        with pytest.raises(halite.InvalidArgument, match="public key") as bad_key:
             root.preseed_key("x", "zz")
-        with pytest.raises(TypeError, match="JSON"):
+        assert isinstance(bad_key.value, (halite.HaliteError, ValueError))
+        with pytest.raises(halite.InvalidArgument, match="JSON") as not_json:
             root.publish("web1", "test.echo", [object()])
+        assert isinstance(not_json.value, TypeError)
     closed = master.root()
     closed.close()
     with pytest.raises(halite.DisconnectedError):

@@ -42,8 +42,13 @@ def test_targets_take_salts_tgt_types(root: halite.Client) -> None:
     assert sorted(root.run("web[0-9]+", "test.ping", tgt_type="pcre")) == ["web1", "web2"]
     assert sorted(root.run("role:db", "test.ping", tgt_type="grain")) == ["db1"]
     assert sorted(root.run("G@role:web and not web2", "test.ping", tgt_type="compound")) == ["web1"]
-    with pytest.raises(ValueError, match="tgt_type"):
+    with pytest.raises(halite.InvalidArgument, match="tgt_type"):
         root.publish("web1", "test.ping", tgt_type="ipcidr")
+    # A list naming an id the master does not know says which.
+    job = root.publish(["web1", "nosuch"], "test.ping")
+    assert (job.minions, job.unknown) == (["web1"], ["nosuch"]), job
+    assert "nosuch" in repr(job)
+    job.wait()
 
 
 def test_failures_are_final_states_not_exceptions(root: halite.Client) -> None:
@@ -63,7 +68,7 @@ def test_a_rollout_stops_past_its_error_budget_and_skips_the_rest(root: halite.C
     assert detail.summary.rollout is not None
     assert detail.summary.rollout.state == "stopped"
     assert detail.summary.rollout.spec.batch == {"count": 1}
-    with pytest.raises(ValueError, match="batch"):
+    with pytest.raises(halite.InvalidArgument, match="batch"):
         root.publish("web*", "test.ping", batch="150%")
 
 
