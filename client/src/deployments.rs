@@ -24,6 +24,46 @@ async fn within<T>(
     })?
 }
 
+/// The events about one deployment or group, for a wait. Every wait of a client shares one
+/// subscription, to all of that kind's events (`halite/deployment/*`), however many waits there
+/// are (the master allows 64 patterns per subscription), and wakes only for events about its own
+/// object or a gap in the stream; a principal not allowed that pattern gets its object's alone.
+struct ObjectEvents {
+    events: crate::EventStream,
+    /// `halite/deployment/<id>/`: the tags about the object.
+    prefix: String,
+    /// Whether `events` is the shared subscription (or already the object's own).
+    shared: bool,
+}
+
+impl ObjectEvents {
+    async fn open(client: &Client, kind: &str, id: &str) -> Result<ObjectEvents, ClientError> {
+        let events = client.subscribe(vec![format!("{kind}/*")]).await?;
+        Ok(ObjectEvents { events, prefix: format!("{kind}/{id}/"), shared: true })
+    }
+
+    /// Waits for an event about the object (or a notice that events were missed).
+    async fn next_change(&mut self, client: &Client) -> Result<(), ClientError> {
+        loop {
+            match self.events.next_event().await {
+                Ok(event) if event.tag.starts_with(&self.prefix) || event.tag.starts_with("halite/bus/") => {
+                    return Ok(())
+                }
+                Ok(_) => {}
+                Err(ClientError::Master { kind: halite_protocol::message::ErrorKind::Forbidden, .. })
+                    if self.shared =>
+                {
+                    self.shared = false;
+                    self.events = client.subscribe(vec![format!("{}*", self.prefix)]).await?;
+                    // Subscribed anew: look again, in case it changed meanwhile.
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
 impl Client {
     /// Stores an immutable config.
     pub async fn create_config(&self, config: NewSoftwareConfig) -> Result<SoftwareConfig, ClientError> {
@@ -105,13 +145,15 @@ impl Client {
 
     /// Waits until a deployment is COMPLETE or FAILED, without polling: it subscribes to the
     /// deployment's events, then reads its state once, then waits for the event. `None` as
-    /// timeout waits for ever.
+    /// timeout waits for ever. Any number of waits share one client: they share one
+    /// subscription (`halite/deployment/*`, or each its deployment's own where the principal's
+    /// events ACL is narrower).
     pub async fn wait_for_deployment(
         &self,
         id: &str,
         timeout: Option<Duration>,
     ) -> Result<SoftwareDeployment, ClientError> {
-        let mut events = self.subscribe(vec![format!("halite/deployment/{id}/*")]).await?;
+        let mut events = ObjectEvents::open(self, "halite/deployment", id).await?;
         let wait = async {
             loop {
                 let deployment = self.show_deployment(id).await?;
@@ -119,7 +161,7 @@ impl Client {
                     return Ok(deployment);
                 }
                 // Any event for it (a new status, or a relay report) means: look again.
-                events.next_event().await?;
+                events.next_change(self).await?;
             }
         };
         within(timeout, wait, || format!("deployment {id}")).await
@@ -143,20 +185,20 @@ impl Client {
     }
 
     /// Waits until a group is COMPLETE or FAILED, without polling (as
-    /// [`Client::wait_for_deployment`], on `halite/deployment_group/<id>/*`).
+    /// [`Client::wait_for_deployment`], on `halite/deployment_group/*`).
     pub async fn wait_for_deployment_group(
         &self,
         id: &str,
         timeout: Option<Duration>,
     ) -> Result<DeploymentGroup, ClientError> {
-        let mut events = self.subscribe(vec![format!("halite/deployment_group/{id}/*")]).await?;
+        let mut events = ObjectEvents::open(self, "halite/deployment_group", id).await?;
         let wait = async {
             loop {
                 let group = self.show_deployment_group(id).await?;
                 if group.status != status::IN_PROGRESS {
                     return Ok(group);
                 }
-                events.next_event().await?;
+                events.next_change(self).await?;
             }
         };
         within(timeout, wait, || format!("deployment group {id}")).await

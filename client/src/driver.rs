@@ -69,6 +69,7 @@ enum Waiter {
 }
 
 type Reply<T> = oneshot::Sender<Result<T, ClientError>>;
+type SubscribeReply = oneshot::Sender<Result<mpsc::Receiver<Result<Event, ClientError>>, ClientError>>;
 
 /// One subscriber: its patterns and where its events go.
 struct Subscriber {
@@ -121,6 +122,10 @@ pub(crate) struct Driver {
     in_flight: Option<Option<u64>>,
     /// New subscribers not tried yet, with the event id each resumes after.
     waiting: std::collections::VecDeque<(u64, Option<String>)>,
+    /// The handles of new subscribers waiting for their stream: given it once their patterns
+    /// are on their way to the master (so what the handle asks next is answered after the
+    /// subscription is in place), or already taken.
+    opening: BTreeMap<u64, (SubscribeReply, mpsc::Receiver<Result<Event, ClientError>>)>,
     /// After a reconnect: the event id the taken subscribers resume after.
     resume_after: Option<String>,
     /// The key of the next subscriber.
@@ -148,6 +153,7 @@ impl Driver {
             subscribed: Vec::new(),
             in_flight: None,
             waiting: std::collections::VecDeque::new(),
+            opening: BTreeMap::new(),
             resume_after: None,
             next_subscriber: 0,
             last_event: None,
@@ -232,7 +238,7 @@ impl Driver {
                 self.next_subscriber += 1;
                 self.subscribers.push(Subscriber { key, taken: false, patterns, events, floor, dropped: 0 });
                 self.waiting.push_back((key, after));
-                let _ = reply.send(Ok(receiver));
+                self.opening.insert(key, (reply, receiver));
                 self.resubscribe().await
             }
         }
@@ -427,6 +433,13 @@ impl Driver {
         }
     }
 
+    /// Gives a new subscriber's handle its stream.
+    fn opened(&mut self, key: u64) {
+        if let Some((reply, receiver)) = self.opening.remove(&key) {
+            let _ = reply.send(Ok(receiver));
+        }
+    }
+
     /// The master refused a subscription: the subscriber it tried is told and removed (the
     /// newest, for one that tried none), and the others stay subscribed.
     fn subscription_refused(&mut self, error: ClientError) {
@@ -480,6 +493,8 @@ impl Driver {
                 match trying.and_then(|key| self.subscribers.iter_mut().find(|s| s.key == key)) {
                     Some(subscriber) => {
                         subscriber.taken = true;
+                        let key = subscriber.key;
+                        self.opened(key);
                         continue;
                     }
                     None => return Ok(()),
@@ -487,6 +502,9 @@ impl Driver {
             }
             self.subscribed = union.clone();
             self.connection.send(&Message::Subscribe(Subscribe { patterns: union, after })).await?;
+            if let Some(key) = trying {
+                self.opened(key);
+            }
             self.in_flight = Some(trying);
             let hello =
                 ClientHello { principal: self.config.principal.clone(), version: env!("CARGO_PKG_VERSION").into() };

@@ -477,3 +477,33 @@ async fn a_deployment_group_rolls_out_and_stops_past_its_error_budget() {
     let refused = client.create_deployment_group(twice).await.unwrap_err().to_string();
     assert!(refused.contains("listed twice"), "{refused}");
 }
+
+/// A busy engine shares one client among many waits: more waits at once than a subscription
+/// may hold patterns (64) all end, each with its own deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_waits_at_once_than_a_subscription_holds_patterns_all_end() {
+    let mut cluster = Cluster::start("");
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let config = client.create_config(greet_config()).await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..70 {
+        let created =
+            client.create_deployment(deployment(&config.id, "vm-busy", json!({"name": n}), None)).await.unwrap();
+        ids.push(created.id);
+    }
+    let waits: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (client, id) = (client.clone(), id.clone());
+            tokio::spawn(async move { until_final(&client, &id).await })
+        })
+        .collect();
+    // The waits are in place before the server boots.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    boot(&mut cluster, "vm-busy");
+    for (n, wait) in waits.into_iter().enumerate() {
+        let done = wait.await.unwrap();
+        assert_eq!(done.status, "COMPLETE", "{done:?}");
+        assert_eq!(done.output_values["result"], json!(format!("hello, {n}")));
+    }
+}
