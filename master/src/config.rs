@@ -88,6 +88,9 @@ pub struct MasterConfig {
     pub max_peer_queue_bytes: usize,
     /// How long a deployment waits for its server to connect before it fails.
     pub deployment_ttl_secs: u64,
+    /// How long a deployment's DELETE waits for a server that has a key but is not connected
+    /// before it fails (a server without an accepted key is skipped at once).
+    pub deployment_delete_wait_secs: u64,
     /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
     pub deployment_timeout_secs: u64,
     /// Software deployments (`[deploy]`): where signals may be relayed.
@@ -146,6 +149,7 @@ impl Default for MasterConfig {
             max_receive_buffer_bytes: 256 * 1024 * 1024,
             max_peer_queue_bytes: 32 * 1024 * 1024,
             deployment_ttl_secs: 24 * 3600,
+            deployment_delete_wait_secs: 300,
             deployment_timeout_secs: 3600,
             deploy: DeployConfig::default(),
             gateway: crate::gateway::GatewayConfig::default(),

@@ -263,7 +263,41 @@ impl<S: Store, N: Net> Master<S, N> {
         record.deployment.status_reason = "Deploy data available".into();
         record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
         record.relay_pending = false;
+        if record.deployment.action == "DELETE" && !self.registry.accepted.contains(&record.deployment.server_id) {
+            // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
+            let reason = format!(
+                "DELETE skipped: server {} has no accepted key (deleted, or never enrolled)",
+                record.deployment.server_id
+            );
+            return self.finish_without_job(record, &reason).await;
+        }
         let record = self.push(record, &config, principal).await?;
+        Ok(ResponseBody::Deployment(record.deployment))
+    }
+
+    /// Finishes a deployment COMPLETE without running anything on its server, with `reason`:
+    /// stored, announced, and signalled where the engine gave a URL.
+    async fn finish_without_job(&mut self, mut record: DeploymentRecord, reason: &str) -> Reply {
+        let now = self.clock.wall_ms();
+        record.deployment.status = status::COMPLETE.into();
+        record.deployment.status_reason = reason.to_owned();
+        record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
+        let signal: Map<String, Value> = [
+            ("deploy_stdout".to_owned(), json!("")),
+            ("deploy_stderr".to_owned(), json!(reason)),
+            ("deploy_status_code".to_owned(), json!(0)),
+        ]
+        .into_iter()
+        .collect();
+        record.deployment.output_values.extend(signal.clone());
+        record.last_signal = Some(Value::Object(signal));
+        record.relay_pending = record.spec.signal_id.is_some();
+        self.store.put_deployment(&record, now).await.map_err(RequestError::from)?;
+        info!(deployment = %record.deployment.id, server = %record.deployment.server_id, %reason, "deployment finished");
+        self.announce(&record.deployment, &record.owner);
+        if record.relay_pending {
+            self.start_relay(&record);
+        }
         Ok(ResponseBody::Deployment(record.deployment))
     }
 
@@ -296,7 +330,7 @@ impl<S: Store, N: Net> Master<S, N> {
             kwargs,
             target: Target { kind: TargetKind::List, expr: server.clone() },
             timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
-            ttl_ms: self.config.deployment_ttl_secs * 1000,
+            ttl_ms: self.deployment_wait_secs(&record.deployment.action) * 1000,
             // The hook runs the deployment's own config; it calls no other function.
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
             rollout: None,
@@ -398,6 +432,11 @@ impl<S: Store, N: Net> Master<S, N> {
     fn failure_reason(&self, record: &DeploymentRecord, state: MinionJobState, ret: Option<&JobReturn>) -> String {
         let error = ret.and_then(|r| r.outputs.get("error")).and_then(Value::as_str);
         match (state, error) {
+            (MinionJobState::Expired, _) if record.deployment.action == "DELETE" => format!(
+                "server {} did not connect within {} s of the DELETE (deployment_delete_wait_secs); nothing was run on it",
+                record.deployment.server_id,
+                self.deployment_wait_secs("DELETE")
+            ),
             (MinionJobState::Expired, _) => format!(
                 "server {} did not connect within {} s of the deployment",
                 record.deployment.server_id, self.config.deployment_ttl_secs
@@ -408,6 +447,15 @@ impl<S: Store, N: Net> Master<S, N> {
             (MinionJobState::Denied, Some(error)) => format!("the server's policy refused deploy.apply: {error}"),
             (_, Some(error)) => error.to_owned(),
             (state, None) => format!("deploy.apply ended {}", state.as_str()),
+        }
+    }
+
+    /// How long a deployment's job waits for its server to connect: a DELETE no longer than
+    /// `deployment_delete_wait_secs`.
+    fn deployment_wait_secs(&self, action: &str) -> u64 {
+        match action {
+            "DELETE" => self.config.deployment_delete_wait_secs.min(self.config.deployment_ttl_secs),
+            _ => self.config.deployment_ttl_secs,
         }
     }
 

@@ -4,6 +4,7 @@
 //! daemon's loop feeds it.
 
 mod cluster_tests;
+mod delete_tests;
 mod net;
 mod ownership_tests;
 mod relay_trust_tests;
