@@ -5,9 +5,10 @@ from typing import Any, List, Optional
 
 SDK_VERSION: str
 
-def generate_key(path: str) -> str:
+def generate_key(path: str, seed: Optional[str] = None) -> str:
     """Generates a principal key into ``path`` (0600, never overwriting); its public
-    key as 64 hex digits."""
+    key as 64 hex digits. With ``seed`` (64 hex digits, secret), the key that seed
+    makes, the same on every host."""
 
 def public_key(path: str) -> str:
     """The public key (64 hex digits) of the principal key file at ``path``."""

@@ -13,6 +13,17 @@ the master::
 
     [halite]
     client_config = /etc/heat/halite-client.toml   # or $HALITE_CLIENT_CONFIG
+    tenant_secret_file = /etc/heat/halite-tenants.secret
+
+With ``tenant_secret_file`` (the secure setup, and the one for a cloud), every Heat
+project acts through a halite tenant principal of its own, ``heat-<project>``,
+confined by the master to the minions named ``<project>-*``: a template of one
+project can neither reach, enroll as, nor read anything of another project's
+servers. The plugin registers each project's principal on first use, through the
+administrator principal of ``client_config``; its key is derived from the secret
+and the project id (HMAC-SHA256), so every Heat host derives the same key and no
+key file is copied between them. Without it, every stack acts as the
+``client_config`` principal itself (one project, or a trusted set of them).
 
 The resources:
 
@@ -23,16 +34,27 @@ The resources:
     ``input_values``, ``actions``, ``name``); halite pushes the config to the
     server's minion and pushes its outputs back, and the resource completes
     when halite says ``COMPLETE`` or fails with halite's reason. ``server`` is
-    a Nova server (its minion is named like it) or a minion id.
+    a Nova server of the stack's project: its minion is named like it (prefixed
+    with the project in tenant mode). A value that is not such a server is refused,
+    unless ``[halite] literal_servers`` allows naming that minion directly.
 ``OS::Halite::SoftwareDeploymentGroup``
     The same for a map of servers, rolled out with halite's options
     (``batch_size``, ``batch_wait``, ``max_errors``, ``canary``, ``abort_on``).
 ``OS::Halite::EnrollmentUserData``
-    A one-time enrollment token bound to a server's name, as the cloud-init
-    ``user_data`` to give ``OS::Nova::Server`` (with ``user_data_format: RAW``).
+    A one-time enrollment token bound to a server's name (in the stack's project's
+    namespace in tenant mode), as the cloud-init ``user_data`` to give
+    ``OS::Nova::Server`` (with ``user_data_format: RAW``).
+
+``signal_transport`` is accepted only as ``NO_SIGNAL`` (halite pushes outputs back
+itself); any other value is refused when the template is validated.
 """
 
+import fnmatch
+import hashlib
+import hmac
 import os
+import re
+import tomllib
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -66,6 +88,16 @@ HALITE_OPTS = [
                 help=_('Master addresses written into enrollment user_data '
                        '(the ones guests reach); default: the master Heat '
                        'is connected to.')),
+    cfg.StrOpt('tenant_secret_file',
+               help=_('A secret (at least 32 bytes, readable by Heat alone): '
+                      'each project then acts through a tenant principal of '
+                      'its own, whose key is derived from it.')),
+    cfg.StrOpt('tenant_key_dir', default='/var/lib/heat/halite-tenants',
+               help=_('Where the derived tenant keys are written (mode 0600).')),
+    cfg.ListOpt('literal_servers', default=[],
+                help=_('Globs of minion ids a template may name as its server '
+                       'without a Nova server of its project (in tenant mode, '
+                       'within the project\'s namespace still); default: none.')),
 ]
 cfg.CONF.register_opts(HALITE_OPTS, group='halite')
 
@@ -90,6 +122,72 @@ def halite_client():
     return client
 
 
+def _tenant_of(context):
+    """The halite tenant of a stack's project: its id, as a minion-id prefix."""
+    project = getattr(context, 'project_id', None) or getattr(context, 'tenant_id', None)
+    tenant = re.sub('[^a-z0-9]', '', str(project or '').lower())[:32]
+    if not tenant:
+        raise exception.Error(_('halite: the stack has no project to act for'))
+    return tenant
+
+
+def _tenant_principal(tenant):
+    return 'heat-' + tenant
+
+
+def client_for(res):
+    """The halite client a resource acts through: its project's tenant principal
+    with ``tenant_secret_file``, else the ``client_config`` principal."""
+    secret_file = cfg.CONF.halite.tenant_secret_file
+    if not secret_file:
+        return halite_client()
+    tenant = _tenant_of(res.context)
+    key = (os.getpid(), 'tenant', tenant)
+    client = _CLIENT.get(key)
+    if client is None:
+        client = _blocking(_connect_tenant, tenant, secret_file)
+        _CLIENT[key] = client
+    return client
+
+
+def _connect_tenant(tenant, secret_file):
+    """Connects as ``tenant``'s principal, registering it first if the master does
+    not know it (through the administrator principal of ``client_config``)."""
+    secret = open(secret_file, 'rb').read().strip()
+    if len(secret) < 32:
+        raise exception.Error(_('halite: %s holds fewer than 32 bytes') % secret_file)
+    principal = _tenant_principal(tenant)
+    seed = hmac.new(secret, b'halite heat tenant ' + tenant.encode(), hashlib.sha256).hexdigest()
+    key_dir = cfg.CONF.halite.tenant_key_dir
+    os.makedirs(key_dir, mode=0o700, exist_ok=True)
+    key_file = os.path.join(key_dir, principal + '.key')
+    try:
+        public = halite.generate_key(key_file, seed=seed)
+    except FileExistsError:
+        public = halite.public_key(key_file)
+    admin = halite_client()
+    if principal not in {p.name for p in admin.principals()}:
+        admin.add_principal(principal, public, {
+            'tenant': tenant,
+            'rules': [{'targets': '*', 'functions': ['deploy.apply']}],
+            'events': ['halite/deployment/*', 'halite/deployment_group/*'],
+        })
+        LOG.info('halite: registered tenant principal %s', principal)
+    path = cfg.CONF.halite.client_config or os.environ.get('HALITE_CLIENT_CONFIG')
+    with open(path, 'rb') as file:
+        settings = tomllib.load(file)
+    return halite.Client.connect(settings['masters'], principal=principal, key_file=key_file,
+                                 master_key=settings['master_key'])
+
+
+def _in_namespace(res, name):
+    """A minion id as the stack's project names it: prefixed with the project in
+    tenant mode."""
+    if not cfg.CONF.halite.tenant_secret_file:
+        return name
+    return '%s-%s' % (_tenant_of(res.context), name)
+
+
 def _blocking(function, *args, **kwargs):
     """Calls the SDK. Under eventlet (a real Heat engine) the call runs in a native
     thread, so one wait does not stop every other green thread; the SDK releases
@@ -104,11 +202,12 @@ def _blocking(function, *args, **kwargs):
     return function(*args, **kwargs)
 
 
-def _call(method, *args, **kwargs):
-    """A call on the halite client; halite's errors become Heat's, except
-    ``NotFound`` and ``MasterTimeout`` (a wait that ran out), which callers handle."""
+def _call(res, method, *args, **kwargs):
+    """A call on the client ``res`` acts through; halite's errors become Heat's,
+    except ``NotFound`` and ``MasterTimeout`` (a wait that ran out), which callers
+    handle."""
     try:
-        return _blocking(getattr(halite_client(), method), *args, **kwargs)
+        return _blocking(getattr(client_for(res), method), *args, **kwargs)
     except (halite.NotFound, halite.MasterTimeout):
         raise  # the callers handle these
     except halite.HaliteError as error:
@@ -116,16 +215,34 @@ def _call(method, *args, **kwargs):
 
 
 def _minion_of(res, server):
-    """The minion id of ``server``: a Nova server's name, or the value itself when
-    it is not a Nova server (a minion outside Nova)."""
+    """The minion id of ``server``: the name of a Nova server of the stack's project
+    (in its namespace), or, where ``[halite] literal_servers`` allows it, the value
+    itself as a minion id. Anything else is refused: never a guess."""
     try:
-        return res.client_plugin('nova').get_server(server).name
+        # Nova answers for the stack's own project only.
+        name = res.client_plugin('nova').get_server(server).name
+    except Exception as error:  # not a server of this project, or no Nova at all
+        allowed = cfg.CONF.halite.literal_servers
+        if not any(fnmatch.fnmatchcase(server, glob) for glob in allowed):
+            raise exception.Error(
+                _('halite: %(server)s is not a Nova server of this project (%(error)s), and '
+                  '[halite] literal_servers does not allow naming a minion directly')
+                % {'server': server, 'error': error})
+        name = server
+    return _in_namespace(res, name)
+
+
+def _server_gone(res, server):
+    """Whether ``server`` names a Nova server that no longer exists (deleted with
+    its stack, or by hand): its DELETE is then skipped, as Heat's own resource
+    does."""
+    try:
+        res.client_plugin('nova').get_server(server)
+        return False
     except exception.EntityNotFound:
-        return server
-    except Exception as error:  # no Nova endpoint in this cloud
-        LOG.debug('%s: %s is not a Nova server (%s); using it as the minion id',
-                  res.name, server, error)
-        return server
+        return True
+    except Exception:  # no Nova: a literal minion, judged by the master
+        return False
 
 
 def _inputs(values):
@@ -157,7 +274,7 @@ class HaliteSoftwareConfig(software_config.SoftwareConfig):
     entity = None
 
     def handle_create(self):
-        config = _call('create_config',
+        config = _call(self, 'create_config',
                        self.properties[self.CONFIG] or '',
                        group=self.properties[self.GROUP],
                        inputs=_inputs(self.properties[self.INPUTS]),
@@ -170,19 +287,19 @@ class HaliteSoftwareConfig(software_config.SoftwareConfig):
         if self.resource_id is None:
             return
         try:
-            _call('delete_config', self.resource_id)
+            _call(self, 'delete_config', self.resource_id)
         except halite.NotFound:
             pass
 
     def _resolve_attribute(self, name):
         if name == self.CONFIG_ATTR and self.resource_id:
             try:
-                return _call('show_config', self.resource_id).config
+                return _call(self, 'show_config', self.resource_id).config
             except halite.NotFound:
                 return ''
 
     def _show_resource(self):
-        return _call('show_config', self.resource_id).to_dict()
+        return _call(self, 'show_config', self.resource_id).to_dict()
 
 
 _DEPLOYMENT = software_deployment.SoftwareDeployment
@@ -198,9 +315,21 @@ class HaliteSoftwareDeployment(resource.Resource):
         _DEPLOYMENT.CONFIG, _DEPLOYMENT.SERVER, _DEPLOYMENT.INPUT_VALUES,
         _DEPLOYMENT.DEPLOY_ACTIONS, _DEPLOYMENT.NAME, _DEPLOYMENT.SIGNAL_TRANSPORT)
 
-    # The same properties as OS::Heat::SoftwareDeployment (signal_transport is
-    # accepted for templates written for it: halite always pushes).
+    # The same properties as OS::Heat::SoftwareDeployment; signal_transport only as
+    # NO_SIGNAL (halite pushes the outputs back itself), its default here.
     properties_schema = {name: _DEPLOYMENT.properties_schema[name] for name in PROPERTIES}
+    properties_schema[SIGNAL_TRANSPORT] = properties.Schema(
+        properties.Schema.STRING,
+        _('Only NO_SIGNAL: halite pushes the deployment\'s outputs back itself.'),
+        default='NO_SIGNAL')
+
+    def validate(self):
+        super().validate()
+        transport = self.properties[self.SIGNAL_TRANSPORT]
+        if transport not in (None, 'NO_SIGNAL'):
+            raise exception.StackValidationFailed(message=_(
+                'signal_transport %s: an OS::Halite::SoftwareDeployment\'s outputs come back '
+                'through halite itself; use NO_SIGNAL (or leave signal_transport out)') % transport)
 
     ATTRIBUTES = (STDOUT, STDERR, STATUS_CODE) = _DEPLOYMENT.ATTRIBUTES
 
@@ -219,11 +348,11 @@ class HaliteSoftwareDeployment(resource.Resource):
         if self.resource_id is None:
             config_id = self.properties[self.CONFIG]
             try:
-                _call('show_config', config_id)
+                _call(self, 'show_config', config_id)
             except halite.NotFound:
                 raise exception.Error(_('halite has no software config %s: make it an '
                                         'OS::Halite::SoftwareConfig') % config_id)
-            deployment = _call('create_deployment',
+            deployment = _call(self, 'create_deployment',
                                config_id,
                                self._minion(),
                                input_values=self.properties[self.INPUT_VALUES] or {},
@@ -232,7 +361,7 @@ class HaliteSoftwareDeployment(resource.Resource):
                                resource_name=self.name)
             self.resource_id_set(deployment.id)
         else:
-            deployment = _call('update_deployment', self.resource_id,
+            deployment = _call(self, 'update_deployment', self.resource_id,
                                config_id=self.properties[self.CONFIG],
                                input_values=self.properties[self.INPUT_VALUES] or {},
                                action=action)
@@ -242,7 +371,7 @@ class HaliteSoftwareDeployment(resource.Resource):
         if not deployment_id:
             return True
         try:
-            deployment = _call('wait_for_deployment', deployment_id,
+            deployment = _call(self, 'wait_for_deployment', deployment_id,
                                timeout=cfg.CONF.halite.check_wait)
         except halite.MasterTimeout:
             return False  # still in progress: Heat checks again
@@ -276,6 +405,9 @@ class HaliteSoftwareDeployment(resource.Resource):
     def handle_delete(self):
         if self.resource_id is None:
             return None
+        if self.DELETE in self.properties[self.DEPLOY_ACTIONS] and _server_gone(self, self.properties[self.SERVER]):
+            LOG.info('%s: server %s no longer exists; DELETE skipped', self.name, self.properties[self.SERVER])
+            return None
         try:
             return self._handle_action(self.DELETE)
         except halite.NotFound:
@@ -286,7 +418,7 @@ class HaliteSoftwareDeployment(resource.Resource):
             return False
         if self.resource_id is not None:
             try:
-                _call('delete_deployment', self.resource_id)
+                _call(self, 'delete_deployment', self.resource_id)
             except halite.NotFound:
                 pass
         return True
@@ -296,7 +428,7 @@ class HaliteSoftwareDeployment(resource.Resource):
         outputs, from the deployment's output values."""
         if self.resource_id is not None:
             try:
-                outputs = _call('show_deployment', self.resource_id).output_values
+                outputs = _call(self, 'show_deployment', self.resource_id).output_values
             except halite.NotFound:
                 outputs = {}
             if key in outputs:
@@ -304,7 +436,7 @@ class HaliteSoftwareDeployment(resource.Resource):
         declared = []
         if self.properties[self.CONFIG]:
             try:
-                config = _call('show_config', self.properties[self.CONFIG])
+                config = _call(self, 'show_config', self.properties[self.CONFIG])
                 declared = [o['name'] for o in config.outputs]
             except halite.NotFound:
                 pass
@@ -313,7 +445,7 @@ class HaliteSoftwareDeployment(resource.Resource):
         return None
 
     def _show_resource(self):
-        return _call('show_deployment', self.resource_id).to_dict()
+        return _call(self, 'show_deployment', self.resource_id).to_dict()
 
 
 class HaliteSoftwareDeploymentGroup(resource.Resource):
@@ -370,7 +502,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         self.data_set('minions', ','.join('%s=%s' % item for item in sorted(minions.items())))
         if self.CREATE not in self.properties[self.DEPLOY_ACTIONS]:
             return None
-        group = _call('create_deployment_group',
+        group = _call(self, 'create_deployment_group',
                       self.properties[self.CONFIG], sorted(minions.values()),
                       input_values=self.properties[self.INPUT_VALUES] or {},
                       stack_id=self.stack.identifier().stack_path(),
@@ -387,7 +519,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         if not group_id:
             return True
         try:
-            group = _call('wait_for_deployment_group', group_id, timeout=cfg.CONF.halite.check_wait)
+            group = _call(self, 'wait_for_deployment_group', group_id, timeout=cfg.CONF.halite.check_wait)
         except halite.MasterTimeout:
             return False
         return _settled(group)
@@ -400,7 +532,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         if self.resource_id is None:
             return []
         try:
-            return [m for m in _call('show_deployment_group', self.resource_id).members
+            return [m for m in _call(self, 'show_deployment_group', self.resource_id).members
                     if m.deployment_id]
         except halite.NotFound:
             return []
@@ -410,7 +542,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         if self.DELETE in self.properties[self.DEPLOY_ACTIONS]:
             for member in members:
                 try:
-                    _call('update_deployment', member.deployment_id, action=self.DELETE)
+                    _call(self, 'update_deployment', member.deployment_id, action=self.DELETE)
                 except halite.NotFound:
                     pass
         return [m.deployment_id for m in members]
@@ -419,7 +551,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         for deployment_id in deployment_ids or []:
             if self.DELETE in self.properties[self.DEPLOY_ACTIONS]:
                 try:
-                    deployment = _call('wait_for_deployment', deployment_id,
+                    deployment = _call(self, 'wait_for_deployment', deployment_id,
                                        timeout=cfg.CONF.halite.check_wait)
                 except halite.NotFound:
                     continue
@@ -428,7 +560,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
                 _settled(deployment)
         for deployment_id in deployment_ids or []:
             try:
-                _call('delete_deployment', deployment_id)
+                _call(self, 'delete_deployment', deployment_id)
             except halite.NotFound:
                 pass
         return True
@@ -439,7 +571,7 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         names = {minion: name for name, minion in self._minions().items()}
         values = {}
         for member in self._members():
-            deployment = _call('show_deployment', member.deployment_id)
+            deployment = _call(self, 'show_deployment', member.deployment_id)
             values[names.get(member.server_id, member.server_id)] = deployment.output_values.get(output)
         return attributes.select_from_attribute(values, path)
 
@@ -478,7 +610,7 @@ class HaliteEnrollmentUserData(resource.Resource):
         masters = self.properties[self.MASTERS] or cfg.CONF.halite.enrollment_masters
         # Never replace=True: a stack must not take over a minion that is already enrolled
         # under this name (the master refuses with halite.Conflict, failing the resource).
-        enrollment = _call('create_enrollment', self.properties[self.SERVER_NAME],
+        enrollment = _call(self, 'create_enrollment', _in_namespace(self, self.properties[self.SERVER_NAME]),
                            ttl=self.properties[self.TTL], masters=masters, replace=False)
         self.data_set('user_data', enrollment.user_data, redact=True)
         self.data_set('enrollment', enrollment.enrollment, redact=True)
@@ -489,10 +621,10 @@ class HaliteEnrollmentUserData(resource.Resource):
         if self.resource_id is None:
             return
         expires = self.data().get('expires_at_ms')
-        for token in _call('enrollment_tokens'):
+        for token in _call(self, 'enrollment_tokens'):
             if token.minion == self.resource_id and str(token.expires_at_ms) == expires and not token.used:
                 try:
-                    _call('revoke_enrollment_token', token.id)
+                    _call(self, 'revoke_enrollment_token', token.id)
                 except halite.NotFound:
                     pass
 

@@ -333,7 +333,111 @@ resources:
         self.assertEqual([], [t for t in self.root.enrollment_tokens() if not t.used])
         self.assertEqual(["accepted"], [k.state for k in self.root.keys("vm-taken")])
 
+    def _override(self, name, value):
+        cfg.CONF.set_override(name, value, group="halite")
+        self.addCleanup(cfg.CONF.clear_override, name, group="halite")
+
+    def _tenant_mode(self):
+        """Each project acts through a tenant principal of its own."""
+        secret = self.dir / "tenants.secret"
+        secret.write_text("a-secret-of-more-than-32-bytes-for-heat")
+        secret.chmod(0o600)
+        self._override("tenant_secret_file", str(secret))
+        self._override("tenant_key_dir", str(self.dir / "tenant-keys"))
+
+    def _project_stack(self, project, name, template, **params):
+        """A stack of Heat project ``project``."""
+        context = utils.dummy_context(tenant_id=project)
+        tmpl = templatem.Template(template_format.parse(template), env=environment.Environment(params))
+        tmpl.store(context)
+        stack = parser.Stack(context, name, tmpl)
+        stack.store()
+        return stack
+
+    def test_each_project_deploys_through_its_own_tenant_and_never_reaches_anothers(self):
+        self._tenant_mode()
+        a = self._project_stack("proja", "a", TEMPLATE, **self._params("vm-a"))
+        a.create()
+        self.assertEqual((a.CREATE, a.COMPLETE), a.state, a.status_reason)
+        # The server enrolled in project A's namespace, and its deployment ran there.
+        self.assertEqual(["accepted"], [k.state for k in self.root.keys("proja-vm-a")])
+        self.assertEqual("hello, proja-vm-a", output(a, "result"))
+        self.assertEqual("proja-vm-a", self.root.show_deployment(a["deployment"].resource_id).server_id)
+        principals = {p.name: p.acl for p in self.root.principals()}
+        self.assertEqual("proja", principals["heat-proja"].get("tenant"))
+
+        # Project B names A's minion directly: refused, nothing sent anywhere.
+        b = self._project_stack("projb", "b", """
+heat_template_version: 2018-08-31
+parameters:
+  script: {type: string}
+resources:
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties: {group: script, config: {get_param: script}}
+  steal:
+    type: OS::Halite::SoftwareDeployment
+    properties: {config: {get_resource: config}, server: proja-vm-a}
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: vm-a}
+""", script="#!/bin/sh\ntouch /tmp/stolen\n")
+        b.create()
+        self.assertEqual((b.CREATE, b.FAILED), b.state)
+        self.assertIn("is not a Nova server of this project", b.status_reason)
+        self.assertEqual(1, len(self.root.list_deployments("proja-vm-a")), "A's own deployment alone")
+        # Its enrollment of the same name is in B's namespace: A's minion keeps its key.
+        tokens = {t.minion for t in self.root.enrollment_tokens() if not t.used}
+        self.assertNotIn("proja-vm-a", tokens)
+        self.assertEqual(["accepted"], [k.state for k in self.root.keys("proja-vm-a")])
+
+        # Allowed to name minions directly, B still reaches only its own namespace.
+        self._override("literal_servers", ["*"])
+        c = self._project_stack("projb", "c", """
+heat_template_version: 2018-08-31
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: proja-vm-a}
+""")
+        c.create()
+        self.assertEqual((c.CREATE, c.COMPLETE), c.state, c.status_reason)
+        self.assertEqual("projb-proja-vm-a", c["enroll"].resource_id)
+        b_client = halite.Client.connect([self.master.addr], principal="heat-projb",
+                                         key_file=str(self.dir / "tenant-keys" / "heat-projb.key"),
+                                         master_key=self.master.master_key_hex)
+        self.addCleanup(b_client.close)
+        self.assertEqual([], b_client.minions("proja-*"))
+        self.assertRaises(halite.HaliteError, b_client.run, "proja-vm-a", "deploy.apply")
+
+    def test_a_template_for_heats_signals_is_refused_at_validation(self):
+        stack = self._stack("signals", """
+heat_template_version: 2018-08-31
+resources:
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties: {group: script, config: "#!/bin/sh"}
+  deployment:
+    type: OS::Halite::SoftwareDeployment
+    properties: {config: {get_resource: config}, server: web1, signal_transport: HEAT_SIGNAL}
+""")
+        error = self.assertRaises(Exception, stack.validate)
+        self.assertIn("signal_transport HEAT_SIGNAL", str(error))
+        self.assertIn("use NO_SIGNAL", str(error))
+
+    def test_deleting_a_stack_whose_server_is_gone_finishes_at_once(self):
+        stack = self._stack("gone", TEMPLATE, **self._params("vm-gone"))
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        # The server disappears behind Heat's back (deleted in Nova).
+        self.servers.clear()
+        stack = parser.Stack.load(stack.context, stack_id=stack.id)
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertFalse(self.marker.exists(), "no DELETE ran on a server that is gone")
+
     def test_a_deployment_group_rolls_out_to_every_server(self):
+        self._override("literal_servers", ["web*"])
         for minion in ("web1", "web2"):
             self.master.start_minion(minion, wait=False)
         self.master.wait_connected(["web1", "web2"])
