@@ -176,6 +176,21 @@ impl Client {
         }
     }
 
+    /// Changes a group in place, rolled out (Heat's group update): the servers it keeps run
+    /// the action (`UPDATE` by default) with the new config and inputs, new servers `CREATE`;
+    /// servers left out leave the group (delete their deployments yourself, after their
+    /// `DELETE`, as Heat does). The group as it is once the update started.
+    pub async fn update_deployment_group(
+        &self,
+        id: &str,
+        update: halite_protocol::message::DeploymentGroupUpdate,
+    ) -> Result<DeploymentGroup, ClientError> {
+        match self.request(RequestBody::DeploymentGroupUpdate { id: id.into(), update }).await? {
+            ResponseBody::DeploymentGroup(group) => Ok(group),
+            other => Err(unexpected("a deployment group", &other)),
+        }
+    }
+
     /// One deployment group.
     pub async fn show_deployment_group(&self, id: &str) -> Result<DeploymentGroup, ClientError> {
         match self.request(RequestBody::DeploymentGroupShow { id: id.into() }).await? {

@@ -265,6 +265,36 @@ class Operations:
         }
         return self._call({"op": "create_deployment_group", "spec": spec}, c.one(t.DeploymentGroup))
 
+    def update_deployment_group(
+        self,
+        group_id: str,
+        config_id: Optional[str] = None,
+        input_values: Optional[Mapping[str, Any]] = None,
+        servers: Optional[Sequence[str]] = None,
+        action: str = "UPDATE",
+        batch: Optional[c.Amount] = None,
+        batch_wait: float = 0,
+        max_errors: Optional[c.Amount] = None,
+        canary: int = 0,
+        abort_on: Sequence[str] = (),
+    ) -> t.DeploymentGroup:
+        """Changes a group in place, rolled out (Heat's group update): the servers it
+        keeps run ``action`` with the new config and inputs, new servers ``CREATE``;
+        servers left out leave the group (run their ``DELETE`` and delete their
+        deployments yourself). Without rollout options, as the group's last rollout."""
+        update: Dict[str, Any] = {"action": action}
+        if config_id is not None:
+            update["config_id"] = config_id
+        if input_values is not None:
+            update["input_values"] = dict(input_values)
+        if servers is not None:
+            update["servers"] = list(servers)
+        rollout = c.rollout(batch, batch_wait, max_errors, canary, abort_on)
+        if rollout is not None:
+            update["rollout"] = rollout
+        request = {"op": "update_deployment_group", "id": group_id, "update": update}
+        return self._call(request, c.one(t.DeploymentGroup))
+
     def show_deployment_group(self, group_id: str) -> t.DeploymentGroup:
         """One deployment group."""
         return self._call({"op": "show_deployment_group", "id": group_id}, c.one(t.DeploymentGroup))

@@ -449,9 +449,12 @@ class HaliteSoftwareDeployment(resource.Resource):
 
 
 class HaliteSoftwareDeploymentGroup(resource.Resource):
-    """A config deployed to a map of servers with a halite rollout. Any change of
-    its properties replaces it (a new group rolls out; the old one's deployments
-    are deleted, running DELETE where ``actions`` asks)."""
+    """A config deployed to a map of servers with a halite rollout. A change is made
+    in place, as Heat's own group does: the servers it keeps run ``UPDATE`` with the
+    new config and inputs, new servers ``CREATE``, servers taken out ``DELETE``
+    (where ``actions`` asks); Heat's ``update_policy: {rolling_update:
+    {max_batch_size, pause_time}}`` sets how many at once and the pause between,
+    with the group's error budget and abort events."""
 
     support_status = support.SupportStatus(version='27.0.0')
 
@@ -489,6 +492,25 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
             _('Event tag globs on the halite bus that stop the rollout.'), default=[]),
     }
 
+    UPDATE_POLICY = 'rolling_update'
+    ROLLING = (MAX_BATCH_SIZE, PAUSE_TIME) = ('max_batch_size', 'pause_time')
+
+    update_policy_schema = {
+        UPDATE_POLICY: properties.Schema(
+            properties.Schema.MAP,
+            schema={
+                MAX_BATCH_SIZE: properties.Schema(
+                    properties.Schema.INTEGER, _('Servers updated at once.'), default=1,
+                    constraints=[constraints.Range(min=1)]),
+                PAUSE_TIME: properties.Schema(
+                    properties.Schema.NUMBER, _('Seconds to wait between batches.'), default=0,
+                    constraints=[constraints.Range(min=0)]),
+            }),
+    }
+
+    update_allowed_properties = (SERVERS, CONFIG, INPUT_VALUES, DEPLOY_ACTIONS, BATCH_SIZE, BATCH_WAIT,
+                                 MAX_ERRORS, CANARY, ABORT_ON)
+
     attributes_schema = {
         STDOUTS: attributes.Schema(_('Each server\'s stdout, by name.'), type=attributes.Schema.MAP),
         STDERRS: attributes.Schema(_('Each server\'s stderr, by name.'), type=attributes.Schema.MAP),
@@ -523,6 +545,60 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         except halite.MasterTimeout:
             return False
         return _settled(group)
+
+    def handle_update(self, json_snippet, tmpl_diff, prop_diff):
+        new = json_snippet.properties(self.properties_schema, self.context)
+        minions = {name: _minion_of(self, server) for name, server in new[self.SERVERS].items()}
+        kept = set(minions.values())
+        by_server = {m.server_id: m.deployment_id for m in self._members()}
+        removed = sorted(d for server, d in by_server.items() if server not in kept)
+        if self.DELETE in new[self.DEPLOY_ACTIONS]:
+            for deployment_id in removed:
+                try:
+                    _call(self, 'update_deployment', deployment_id, action=self.DELETE)
+                except halite.NotFound:
+                    pass
+        self.properties = new
+        self.data_set('minions', ','.join('%s=%s' % item for item in sorted(minions.items())))
+        policy = (json_snippet.update_policy(self.update_policy_schema, self.context)
+                  .get(self.UPDATE_POLICY) or {})
+        batch = policy.get(self.MAX_BATCH_SIZE) or self.properties[self.BATCH_SIZE]
+        batch_wait = policy.get(self.PAUSE_TIME) or self.properties[self.BATCH_WAIT]
+        rollout = dict(batch=batch, batch_wait=batch_wait, max_errors=self.properties[self.MAX_ERRORS],
+                       canary=self.properties[self.CANARY], abort_on=self.properties[self.ABORT_ON])
+        if self.resource_id is None:
+            group = _call(self, 'create_deployment_group', self.properties[self.CONFIG], sorted(kept),
+                          input_values=self.properties[self.INPUT_VALUES] or {},
+                          stack_id=self.stack.identifier().stack_path(), resource_name=self.name,
+                          **rollout)
+            self.resource_id_set(group.id)
+        else:
+            group = _call(self, 'update_deployment_group', self.resource_id,
+                          config_id=self.properties[self.CONFIG],
+                          input_values=self.properties[self.INPUT_VALUES] or {},
+                          servers=sorted(kept), action=self.UPDATE, **rollout)
+        return {'group': group.id, 'removed': removed}
+
+    def check_update_complete(self, data):
+        # The servers taken out first: their DELETE, then their deployments.
+        while data['removed']:
+            deployment_id = data['removed'][0]
+            if self.DELETE in self.properties[self.DEPLOY_ACTIONS]:
+                try:
+                    deployment = _call(self, 'wait_for_deployment', deployment_id,
+                                       timeout=cfg.CONF.halite.check_wait)
+                except halite.MasterTimeout:
+                    return False
+                except halite.NotFound:
+                    deployment = None
+                if deployment is not None:
+                    _settled(deployment)
+            try:
+                _call(self, 'delete_deployment', deployment_id)
+            except halite.NotFound:
+                pass
+            data['removed'].pop(0)
+        return self.check_create_complete(data['group'])
 
     def _minions(self):
         text = self.data().get('minions') or ''

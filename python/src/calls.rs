@@ -148,6 +148,10 @@ pub(crate) enum Call {
     CreateDeploymentGroup {
         spec: NewDeploymentGroup,
     },
+    UpdateDeploymentGroup {
+        id: String,
+        update: halite_protocol::message::DeploymentGroupUpdate,
+    },
     ShowDeploymentGroup {
         id: String,
     },
@@ -246,6 +250,7 @@ pub(crate) async fn execute(client: &Client, call: Call) -> Result<String, Clien
         }
         Call::CreateDeploymentGroup { spec } => to_json(&client.create_deployment_group(spec).await?)?,
         Call::ShowDeploymentGroup { id } => to_json(&client.show_deployment_group(&id).await?)?,
+        Call::UpdateDeploymentGroup { id, update } => to_json(&client.update_deployment_group(&id, update).await?)?,
         Call::WaitForDeploymentGroup { id, timeout_ms } => {
             to_json(&client.wait_for_deployment_group(&id, timeout_ms.map(Duration::from_millis)).await?)?
         }

@@ -271,6 +271,7 @@ impl RequestKind {
             RequestBody::DeploymentCreate(_)
             | RequestBody::DeploymentGroupCreate(_)
             | RequestBody::DeploymentGroupShow { .. }
+            | RequestBody::DeploymentGroupUpdate { .. }
             | RequestBody::DeploymentUpdate { .. }
             | RequestBody::DeploymentShow { .. }
             | RequestBody::DeploymentList { .. }
@@ -565,6 +566,7 @@ mod tests {
             RequestBody::DeploymentCreate(NewDeployment { server_id: "web1".into(), ..NewDeployment::default() }),
             RequestBody::DeploymentGroupCreate(NewDeploymentGroup::default()),
             RequestBody::DeploymentGroupShow { id: "g".into() },
+            RequestBody::DeploymentGroupUpdate { id: "g".into(), update: Default::default() },
             RequestBody::DeploymentUpdate { id: "d".into(), update: DeploymentUpdate::default() },
             RequestBody::DeploymentShow { id: "d".into() },
             RequestBody::DeploymentList { server_id: None },

@@ -117,6 +117,84 @@ impl<S: Store, N: Net> Master<S, N> {
         record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(&id))
     }
 
+    /// Changes a group in place (Heat's group update): the servers it keeps run the action
+    /// (`UPDATE` by default) with the new config and inputs, the servers it gains `CREATE`, as
+    /// the rollout allows; the servers it loses leave it. Answered with the group.
+    pub(crate) async fn update_group(
+        &mut self,
+        id: &str,
+        update: halite_protocol::message::DeploymentGroupUpdate,
+        who: Who<'_>,
+    ) -> Reply {
+        // Only what its creator (or an administrator) may see: another's is not found.
+        self.show_group(id, who).await?;
+        let mut record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
+        let mut servers = update
+            .servers
+            .clone()
+            .unwrap_or_else(|| record.group.members.iter().map(|m| m.server_id.clone()).collect());
+        let listed = servers.len();
+        servers.sort();
+        servers.dedup();
+        if servers.is_empty() || servers.len() > MAX_GROUP_SERVERS {
+            return Err(RequestError::bad_request(format!(
+                "a deployment group needs from 1 to {MAX_GROUP_SERVERS} servers"
+            )));
+        }
+        if servers.len() != listed {
+            return Err(RequestError::bad_request("a server is listed twice in the group"));
+        }
+        for server in &servers {
+            self.may_deploy(who.acl, Some(server))?;
+        }
+        if let Some(why) = update.rollout.as_ref().and_then(crate::rollout::invalid) {
+            return Err(RequestError::bad_request(why));
+        }
+        let action = update.action.clone().unwrap_or_else(|| "UPDATE".into()).to_ascii_uppercase();
+        if !matches!(action.as_str(), "UPDATE" | "SUSPEND" | "RESUME") {
+            return Err(RequestError::bad_request(format!(
+                "a group update runs UPDATE, SUSPEND or RESUME, not {action} (delete members by leaving them out)"
+            )));
+        }
+        if let Some(config_id) = &update.config_id {
+            self.readable_config(config_id, who).await?;
+            record.spec.config_id = config_id.clone();
+        }
+        if let Some(values) = update.input_values {
+            record.spec.input_values = values;
+        }
+        if let Some(rollout) = update.rollout {
+            record.spec.rollout = Some(rollout);
+        }
+        super::validate::deployment(&member_spec(&record.spec, &servers[0])).map_err(RequestError::bad_request)?;
+        // Members in flight are left to finish on their own: the new action supersedes them.
+        let kept: BTreeMap<String, Option<String>> =
+            record.group.members.iter().map(|m| (m.server_id.clone(), m.deployment_id.clone())).collect();
+        record.group.members = servers
+            .iter()
+            .map(|server| GroupMember {
+                server_id: server.clone(),
+                deployment_id: kept.get(server).cloned().flatten(),
+                status: status::QUEUED.into(),
+            })
+            .collect();
+        record.group.config_id = record.spec.config_id.clone();
+        // The servers it keeps run the update's action; those it gains, the group's own (CREATE).
+        record.group.action = action;
+        record.group.status = status::IN_PROGRESS.into();
+        record.group.status_reason = "Deploy data available".into();
+        record.group.rollout = RolloutRun::status_of(record.spec.rollout.clone().unwrap_or_default());
+        record.owner = self.config.id.clone();
+        let now = self.clock.wall_ms();
+        self.store.put_group(&record, now).await.map_err(RequestError::from)?;
+        info!(group = %id, servers = servers.len(), action = %record.group.action, "deployment group updated in place");
+        self.forget_group(id);
+        self.groups.open.insert(id.to_owned(), None);
+        self.advance_group(id).await.map_err(RequestError::from)?;
+        let record = self.store.group(id).await.map_err(RequestError::from)?;
+        record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(id))
+    }
+
     /// One group, for its creator (or root, or an administrator) while it may deploy to every
     /// one of its servers.
     pub(crate) async fn show_group(&mut self, id: &str, who: Who<'_>) -> Reply {
@@ -218,7 +296,8 @@ impl<S: Store, N: Net> Master<S, N> {
         let mut finished_now = false;
         for member in &mut record.group.members {
             let Some(deployment) = &member.deployment_id else { continue };
-            if is_final(&member.status) {
+            // Queued with a deployment: kept by an update, not started again yet.
+            if is_final(&member.status) || member.status == status::QUEUED {
                 continue;
             }
             self.groups.of_deployment.insert(deployment.clone(), id.to_owned());
@@ -250,7 +329,16 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Decision::Start(servers) => {
                     for server in servers {
-                        let deployment = self.start_member(&record, &server).await;
+                        let existing = record
+                            .group
+                            .members
+                            .iter()
+                            .find(|m| m.server_id == server)
+                            .and_then(|m| m.deployment_id.clone());
+                        let deployment = match existing {
+                            Some(deployment) => self.restart_member(&record, &deployment).await,
+                            None => self.start_member(&record, &server).await,
+                        };
                         let Some(member) = record.group.members.iter_mut().find(|m| m.server_id == server) else {
                             continue;
                         };
@@ -310,6 +398,26 @@ impl<S: Store, N: Net> Master<S, N> {
         match self.create_deployment(member_spec(&record.spec, server), &record.principal).await? {
             ResponseBody::Deployment(deployment) => Ok(deployment),
             _ => Err(RequestError::bad_request("unexpected answer creating a deployment")),
+        }
+    }
+
+    /// Runs a kept member's deployment again with the group's config, inputs and action.
+    async fn restart_member(
+        &mut self,
+        record: &GroupRecord,
+        deployment: &str,
+    ) -> Result<halite_protocol::message::SoftwareDeployment, RequestError> {
+        let update = halite_protocol::message::DeploymentUpdate {
+            config_id: Some(record.spec.config_id.clone()),
+            input_values: Some(record.spec.input_values.clone()),
+            action: Some(record.group.action.clone()),
+        };
+        let Some(existing) = self.store.deployment(deployment).await.map_err(RequestError::from)? else {
+            return Err(RequestError::not_found(format!("no deployment {deployment}")));
+        };
+        match self.update_deployment(existing, update, &record.principal).await? {
+            ResponseBody::Deployment(deployment) => Ok(deployment),
+            _ => Err(RequestError::bad_request("unexpected answer updating a deployment")),
         }
     }
 

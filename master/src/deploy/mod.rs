@@ -50,6 +50,7 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
             | RequestBody::ServerConfigs { .. }
             | RequestBody::DeploymentGroupCreate(_)
             | RequestBody::DeploymentGroupShow { .. }
+            | RequestBody::DeploymentGroupUpdate { .. }
     )
 }
 
@@ -91,6 +92,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, who).await,
             RequestBody::DeploymentGroupShow { id } => self.show_group(&id, who).await,
+            RequestBody::DeploymentGroupUpdate { id, update } => self.update_group(&id, update, who).await,
             RequestBody::DeploymentCreate(spec) => {
                 self.may_deploy(acl, Some(&spec.server_id))?;
                 self.readable_config(&spec.config_id, who).await?;

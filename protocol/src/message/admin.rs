@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::deploy::{
-    DeploymentGroup, DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, SoftwareConfig,
-    SoftwareDeployment,
+    DeploymentGroup, DeploymentGroupUpdate, DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig,
+    SoftwareConfig, SoftwareDeployment,
 };
 use super::types::{JobReturn, Target, Value};
 
@@ -182,6 +182,13 @@ pub enum RequestBody {
     DeploymentGroupShow {
         /// Group id.
         id: String,
+    },
+    /// Changes a deployment group in place, rolled out; answered with the group.
+    DeploymentGroupUpdate {
+        /// Group id.
+        id: String,
+        /// What changes.
+        update: DeploymentGroupUpdate,
     },
     /// Re-derives and pushes a deployment with new inputs, config or action.
     DeploymentUpdate {

@@ -163,6 +163,31 @@ pub struct DeploymentUpdate {
     pub action: Option<String>,
 }
 
+/// A change to a deployment group, made in place (Heat's group update): the servers it keeps
+/// run the action (`UPDATE` by default) with the new config and inputs, the servers it gains
+/// run `CREATE`, as the rollout allows; the servers it loses leave it (their deployments are
+/// the caller's to delete).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentGroupUpdate {
+    /// Another config.
+    #[serde(default)]
+    pub config_id: Option<String>,
+    /// New input values (replace the old ones).
+    #[serde(default)]
+    pub input_values: Option<Map<String, Value>>,
+    /// The servers from now on (default: the same).
+    #[serde(default)]
+    pub servers: Option<Vec<String>>,
+    /// The action of the servers it keeps: `UPDATE` (default), `SUSPEND`, `RESUME`.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// How this change rolls out (default: as the group's last did).
+    #[serde(default)]
+    pub rollout: Option<super::types::Rollout>,
+}
+
 /// A deployment as the master records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -452,3 +452,46 @@ resources:
         self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
         self.assertEqual(["DELETE on web1", "DELETE on web2"], sorted(self.marker.read_text().splitlines()))
         self.assertEqual([], self.root.list_deployments())
+
+    def test_a_group_update_is_made_in_place_and_only_servers_taken_out_run_delete(self):
+        self._override("literal_servers", ["web*"])
+        for minion in ("web1", "web2", "web3"):
+            self.master.start_minion(minion, wait=False)
+        self.master.wait_connected(["web1", "web2", "web3"])
+        template = GROUP_TEMPLATE.replace(
+            "  marker: {type: string}",
+            "  marker: {type: string}\n  greeting: {type: string, default: hi}\n"
+            "  servers: {type: json, default: {first: web1, second: web2}}").replace(
+            "servers: {first: web1, second: web2}", "servers: {get_param: servers}").replace(
+            "input_values: {greeting: hi,", "input_values: {greeting: {get_param: greeting},").replace(
+            "actions: [CREATE, DELETE]", "actions: [CREATE, UPDATE, DELETE]")
+        template = template.replace("resources:\n  config:", "resources:\n  config:", 1)
+        template += "\n"
+        template = template.replace("  group:\n    type: OS::Halite::SoftwareDeploymentGroup",
+                                    "  group:\n    type: OS::Halite::SoftwareDeploymentGroup\n"
+                                    "    update_policy: {rolling_update: {max_batch_size: 1, pause_time: 0}}")
+        stack = self._stack("inplace", template, script=SCRIPT, marker=str(self.marker))
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        group_id = stack["group"].resource_id
+        before = {m.server_id: m.deployment_id for m in self.root.show_deployment_group(group_id).members}
+
+        params = {"script": SCRIPT, "marker": str(self.marker), "greeting": "bonjour",
+                  "servers": {"first": "web1", "third": "web3"}}
+        updated = parser.Stack(stack.context, "inplace", templatem.Template(
+            template_format.parse(template), env=environment.Environment(params)))
+        stack.update(updated)
+        self.assertEqual((stack.UPDATE, stack.COMPLETE), stack.state, stack.status_reason)
+        # The same group, changed in place: web1 ran UPDATE on its own deployment, web3 was
+        # added with CREATE, and web2 alone ran DELETE.
+        self.assertEqual(group_id, stack["group"].resource_id)
+        group = self.root.show_deployment_group(group_id)
+        after = {m.server_id: m.deployment_id for m in group.members}
+        self.assertEqual(["web1", "web3"], sorted(after))
+        self.assertEqual(before["web1"], after["web1"])
+        self.assertEqual("UPDATE", self.root.show_deployment(after["web1"]).action)
+        self.assertEqual("CREATE", self.root.show_deployment(after["web3"]).action)
+        self.assertEqual({"count": 1}, group.rollout.spec.batch)
+        self.assertEqual(["DELETE on web2"], self.marker.read_text().splitlines())
+        self.assertEqual({"first": "bonjour, web1", "third": "bonjour, web3"}, output(stack, "results"))
+        self.assertRaises(halite.NotFound, self.root.show_deployment, before["web2"])
