@@ -267,16 +267,54 @@ def _settled(deployment_or_group):
 
 
 class HaliteSoftwareConfig(software_config.SoftwareConfig):
-    """``OS::Heat::SoftwareConfig``, stored in halite."""
+    """``OS::Heat::SoftwareConfig``, stored in halite; also ``OS::Heat::StructuredConfig``
+    (a map ``config``, whose ``get_input`` calls each deployment fills in) and
+    ``OS::Heat::SoftwareComponent`` (``configs``: one config per action)."""
 
     support_status = support.SupportStatus(version='27.0.0')
     default_client_name = None
     entity = None
 
+    COMPONENT_CONFIGS = 'configs'
+    COMPONENT_KEYS = (COMPONENT_CONFIG, COMPONENT_ACTIONS, COMPONENT_TOOL) = ('config', 'actions', 'tool')
+
+    properties_schema = dict(software_config.SoftwareConfig.properties_schema)
+    properties_schema[software_config.SoftwareConfig.CONFIG] = properties.Schema(
+        properties.Schema.ANY,
+        _('The config: a script or document (a string), or a structured config (a map '
+          'whose get_input calls each deployment fills in).'))
+    properties_schema[COMPONENT_CONFIGS] = properties.Schema(
+        properties.Schema.LIST,
+        _('OS::Heat::SoftwareComponent\'s configs: one per set of actions, each with the '
+          'config and the tool (hook group) that applies it.'),
+        schema=properties.Schema(properties.Schema.MAP, schema={
+            COMPONENT_CONFIG: properties.Schema(properties.Schema.STRING, required=True),
+            COMPONENT_ACTIONS: properties.Schema(properties.Schema.LIST, default=['CREATE', 'UPDATE']),
+            COMPONENT_TOOL: properties.Schema(properties.Schema.STRING, required=True),
+        }))
+
+    def _config(self):
+        """What is stored: the config itself, or a component's configs as Heat's
+        SoftwareComponent stores them (group ``component``)."""
+        components = self.properties[self.COMPONENT_CONFIGS]
+        if components:
+            return {'configs': [dict(c) for c in components]}
+        config = self.properties[self.CONFIG]
+        return '' if config is None else config
+
+    def validate(self):
+        super().validate()
+        if self.properties[self.COMPONENT_CONFIGS] and self.properties[self.CONFIG]:
+            raise exception.StackValidationFailed(message=_(
+                'give either config or configs (a SoftwareComponent), not both'))
+
     def handle_create(self):
+        group = self.properties[self.GROUP]
+        if self.properties[self.COMPONENT_CONFIGS]:
+            group = 'component'
         config = _call(self, 'create_config',
-                       self.properties[self.CONFIG] or '',
-                       group=self.properties[self.GROUP],
+                       self._config(),
+                       group=group,
                        inputs=_inputs(self.properties[self.INPUTS]),
                        outputs=_outputs(self.properties[self.OUTPUTS]),
                        options=self.properties[self.OPTIONS],
@@ -311,13 +349,24 @@ class HaliteSoftwareDeployment(resource.Resource):
 
     support_status = support.SupportStatus(version='27.0.0')
 
-    PROPERTIES = (CONFIG, SERVER, INPUT_VALUES, DEPLOY_ACTIONS, NAME, SIGNAL_TRANSPORT) = (
+    PROPERTIES = (CONFIG, SERVER, INPUT_VALUES, DEPLOY_ACTIONS, NAME, SIGNAL_TRANSPORT,
+                  INPUT_KEY, INPUT_VALUES_VALIDATE) = (
         _DEPLOYMENT.CONFIG, _DEPLOYMENT.SERVER, _DEPLOYMENT.INPUT_VALUES,
-        _DEPLOYMENT.DEPLOY_ACTIONS, _DEPLOYMENT.NAME, _DEPLOYMENT.SIGNAL_TRANSPORT)
+        _DEPLOYMENT.DEPLOY_ACTIONS, _DEPLOYMENT.NAME, _DEPLOYMENT.SIGNAL_TRANSPORT,
+        'input_key', 'input_values_validate')
 
-    # The same properties as OS::Heat::SoftwareDeployment; signal_transport only as
-    # NO_SIGNAL (halite pushes the outputs back itself), its default here.
-    properties_schema = {name: _DEPLOYMENT.properties_schema[name] for name in PROPERTIES}
+    # The same properties as OS::Heat::SoftwareDeployment and StructuredDeployment;
+    # signal_transport only as NO_SIGNAL (halite pushes the outputs back itself), its
+    # default here.
+    properties_schema = {name: _DEPLOYMENT.properties_schema[name] for name in PROPERTIES[:6]}
+    properties_schema[INPUT_KEY] = properties.Schema(
+        properties.Schema.STRING,
+        _('For a structured config: the name of the function whose calls are replaced by '
+          'input values.'), default='get_input')
+    properties_schema[INPUT_VALUES_VALIDATE] = properties.Schema(
+        properties.Schema.STRING,
+        _('For a structured config: LAX (a missing input becomes null) or STRICT (refused).'),
+        default='LAX', constraints=[constraints.AllowedValues(['LAX', 'STRICT'])])
     properties_schema[SIGNAL_TRANSPORT] = properties.Schema(
         properties.Schema.STRING,
         _('Only NO_SIGNAL: halite pushes the deployment\'s outputs back itself.'),
@@ -342,21 +391,33 @@ class HaliteSoftwareDeployment(resource.Resource):
             self.data_set('minion', minion)
         return minion
 
+    def _runs(self, action, config):
+        """Whether ``action`` runs on the server: for a component (Heat's
+        SoftwareComponent), when one of its configs lists it; else when ``actions``
+        does."""
+        if config is not None and config.group == 'component' and isinstance(config.config, dict):
+            return any(action in (c.get('actions') or []) for c in config.config.get('configs', []))
+        return action in self.properties[self.DEPLOY_ACTIONS]
+
     def _handle_action(self, action):
-        if action not in self.properties[self.DEPLOY_ACTIONS]:
+        config_id = self.properties[self.CONFIG]
+        try:
+            config = _call(self, 'show_config', config_id) if config_id else None
+        except halite.NotFound:
+            if self.resource_id is not None and action == self.DELETE:
+                return None
+            raise exception.Error(_('halite has no software config %s: make it an '
+                                    'OS::Halite::SoftwareConfig') % config_id)
+        if not self._runs(action, config):
             return None
         if self.resource_id is None:
-            config_id = self.properties[self.CONFIG]
-            try:
-                _call(self, 'show_config', config_id)
-            except halite.NotFound:
-                raise exception.Error(_('halite has no software config %s: make it an '
-                                        'OS::Halite::SoftwareConfig') % config_id)
             deployment = _call(self, 'create_deployment',
                                config_id,
                                self._minion(),
                                input_values=self.properties[self.INPUT_VALUES] or {},
                                action=action,
+                               input_key=self.properties[self.INPUT_KEY],
+                               input_values_validation=self.properties[self.INPUT_VALUES_VALIDATE],
                                stack_id=self.stack.identifier().stack_path(),
                                resource_name=self.name)
             self.resource_id_set(deployment.id)

@@ -495,3 +495,69 @@ resources:
         self.assertEqual(["DELETE on web2"], self.marker.read_text().splitlines())
         self.assertEqual({"first": "bonjour, web1", "third": "bonjour, web3"}, output(stack, "results"))
         self.assertRaises(halite.NotFound, self.root.show_deployment, before["web2"])
+
+    def test_structured_configs_and_components_work_through_the_environments_mapping(self):
+        """Templates written for Heat's own StructuredConfig, StructuredDeployment and
+        SoftwareComponent, mapped to halite's types by the environment."""
+        self._override("literal_servers", ["web*"])
+        self.master.start_minion("web5")
+        # A hook of the image's (as heat-agents installs them): writes what it was given.
+        hooks = self.master.minion_dir("web5") / "heat" / "hooks"
+        hooks.mkdir(parents=True, exist_ok=True)
+        received = self.dir / "received.json"
+        hook = hooks / "json-file"
+        hook.write_text(f"#!/bin/sh\ncat > {received}\necho '{{}}'\n")
+        hook.chmod(0o755)
+        template = template_format.parse("""
+heat_template_version: 2018-08-31
+parameters:
+  marker: {type: string}
+resources:
+  structured:
+    type: OS::Heat::StructuredConfig
+    properties:
+      group: json-file
+      config:
+        settings: {port: {get_input: port}, action: {get_input: deploy_action}}
+  deploy_structured:
+    type: OS::Heat::StructuredDeployment
+    properties: {config: {get_resource: structured}, server: web5, input_values: {port: 8080}}
+  component:
+    type: OS::Heat::SoftwareComponent
+    properties:
+      configs:
+        - {actions: [CREATE], tool: script, config: "#!/bin/sh\\necho created > $marker"}
+        - {actions: [DELETE], tool: script, config: "#!/bin/sh\\necho deleted > $marker"}
+      inputs: [{name: marker}]
+  deploy_component:
+    type: OS::Heat::SoftwareDeployment
+    depends_on: deploy_structured
+    properties:
+      config: {get_resource: component}
+      server: web5
+      input_values: {marker: {get_param: marker}}
+""")
+        env = environment.Environment({
+            "parameters": {"marker": str(self.marker)},
+            "resource_registry": {
+                "OS::Heat::StructuredConfig": "OS::Halite::SoftwareConfig",
+                "OS::Heat::SoftwareComponent": "OS::Halite::SoftwareConfig",
+                "OS::Heat::StructuredDeployment": "OS::Halite::SoftwareDeployment",
+                "OS::Heat::SoftwareDeployment": "OS::Halite::SoftwareDeployment",
+            },
+        })
+        context = utils.dummy_context()
+        tmpl = templatem.Template(template, env=env)
+        tmpl.store(context)
+        stack = parser.Stack(context, "structured", tmpl)
+        stack.store()
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        import json
+        item = json.loads(received.read_text())
+        self.assertEqual({"settings": {"port": 8080, "action": "CREATE"}}, item["config"])
+        self.assertEqual("created\n", self.marker.read_text())
+        stack = parser.Stack.load(stack.context, stack_id=stack.id)
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertEqual("deleted\n", self.marker.read_text())
