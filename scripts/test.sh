@@ -10,13 +10,14 @@ cd "$(dirname "$0")/.."
 # clock-step tests), prometheus (its promtool checks the metrics the master exposes), postgresql (the
 # PostgreSQL store and multi-master tests run on a throwaway
 # server, scripts/postgres.sh), lintian and rpm (the packages of scripts/package.sh are checked
-# and read back).
+# and read back), rabbitmq-server (the real Heat's message bus, python/heat_plugin/tests).
 need=()
 for tool in debootstrap:debootstrap dpkg-scanpackages:dpkg-dev zip:zip unzip:unzip xz:xz-utils openssl:openssl curl:curl faketime:faketime promtool:prometheus lintian:lintian rpmbuild:rpm; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update
   apt-get install -y "${need[@]}"
@@ -84,11 +85,13 @@ HALITE_BIN_DIR="$PWD/target/debug" .venv/bin/python -m pytest -q python/tests
 # The Heat plugin (python/heat_plugin) inside a real Heat engine: openstack-heat 27.0.1 from
 # PyPI with the test requirements its own test framework (heat/tests) imports, in a venv of
 # its own (Heat pins much of the OpenStack stack), with the same halite wheel.
-if ! .venv-heat/bin/python -c 'import heat.tests.common, pytest' 2>/dev/null; then
+# The real heat-engine and heat-api processes (python/heat_plugin/tests/test_real_heat.py) keep
+# Heat's database on the PostgreSQL above, through psycopg2.
+if ! .venv-heat/bin/python -c 'import heat.tests.common, pytest, psycopg2' 2>/dev/null; then
   python3 -m venv .venv-heat
   .venv-heat/bin/pip install --quiet --disable-pip-version-check 'openstack-heat==27.0.1' \
     'fixtures==4.*' 'oslotest==6.*' 'testscenarios==0.7.*' 'testtools==2.*' 'testresources==2.*' \
-    'ddt==1.*' 'pytest==8.*'
+    'ddt==1.*' 'pytest==8.*' 'psycopg2-binary==2.9.*'
 fi
 .venv-heat/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/halite-*-cp39-abi3-*.whl
 HALITE_BIN_DIR="$PWD/target/debug" .venv-heat/bin/python -m pytest -q -p no:warnings python/heat_plugin/tests

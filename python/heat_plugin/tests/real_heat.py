@@ -1,0 +1,207 @@
+"""A real Heat as operators run it, for the tests: RabbitMQ (Debian's package, a node of
+its own on loopback), Heat's database on the test suite's PostgreSQL, and the real
+``heat-engine`` (two workers) and ``heat-wsgi-api`` processes of openstack-heat from PyPI,
+with the halite plugin loaded through ``plugin_dirs`` and ``noauth`` (the project is the
+``X-Auth-Project`` header). Everything is stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+VENV_BIN = Path(sys.executable).parent
+RABBITMQ_SERVER = shutil.which("rabbitmq-server") or "/usr/sbin/rabbitmq-server"
+RABBITMQCTL = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+PLUGIN_DIR = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(what: str, check, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class RealHeat:
+    """RabbitMQ, heat-engine and heat-api in ``directory``; ``halite`` is the text of
+    heat.conf's ``[halite]`` section."""
+
+    def __init__(self, directory: Path, postgres_url: str, halite: str) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.processes: List[subprocess.Popen] = []
+        # Apart from the test's own (private) directory: the server runs as its own user.
+        self.rabbit_dir = Path(tempfile.mkdtemp(prefix="halite-rabbitmq-"))
+        self.rabbit_node = f"halite-heat-{uuid.uuid4().hex[:8]}@localhost"
+        self.rabbit_port = free_port()
+        self._start_rabbit()
+        database = f"heat_{uuid.uuid4().hex[:12]}"
+        subprocess.run(["psql", postgres_url, "-qAt", "-c", f"CREATE DATABASE {database}"], check=True,
+                       capture_output=True)
+        base = postgres_url.rsplit("/", 1)[0].replace("postgres://", "postgresql+psycopg2://", 1)
+        self.api_port = free_port()
+        self.conf = self.dir / "heat.conf"
+        self.conf.write_text(f"""[DEFAULT]
+transport_url = rabbit://guest:guest@127.0.0.1:{self.rabbit_port}/
+plugin_dirs = {PLUGIN_DIR}
+num_engine_workers = 2
+deferred_auth_method = password
+log_file = {self.dir / "heat.log"}
+
+[database]
+connection = {base}/{database}
+
+[paste_deploy]
+flavor = noauth
+api_paste_config = {VENV_BIN.parent / "etc" / "heat" / "api-paste.ini"}
+
+[oslo_policy]
+enforce_new_defaults = False
+enforce_scope = False
+
+[halite]
+{halite}
+""")
+        subprocess.run([str(VENV_BIN / "heat-manage"), "--config-file", str(self.conf), "db_sync"], check=True,
+                       capture_output=True)
+        self._spawn("engine", [str(VENV_BIN / "heat-engine"), "--config-file", str(self.conf)])
+        self._spawn("api", [str(VENV_BIN / "heat-wsgi-api"), "--port", str(self.api_port), "--host", "127.0.0.1",
+                            "--", "--config-file", str(self.conf)])
+        self.url = f"http://127.0.0.1:{self.api_port}/v1"
+        wait_until("heat-api", lambda: self._answers())
+        # The engine listens once its workers are up: a stack list goes through it.
+        wait_until("heat-engine", lambda: self._engine_answers(), timeout=90)
+
+    def _rabbit_env(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "RABBITMQ_NODENAME": self.rabbit_node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.rabbit_port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_MNESIA_BASE": str(self.rabbit_dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.rabbit_dir / "log"),
+            "RABBITMQ_PID_FILE": str(self.rabbit_dir / "pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.rabbit_dir / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.rabbit_dir / "rabbitmq"),
+            "RABBITMQ_FEATURE_FLAGS_FILE": str(self.rabbit_dir / "feature_flags"),
+        })
+        return env
+
+    def _start_rabbit(self) -> None:
+        for sub in ("mnesia", "log"):
+            (self.rabbit_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.rabbit_dir / "enabled_plugins").write_text("[].\n")
+        (self.rabbit_dir / "rabbitmq.conf").write_text("loopback_users = none\n")
+        if os.geteuid() == 0:
+            # The server drops to the rabbitmq user: its directories must be that user's.
+            for path in [self.rabbit_dir, *self.rabbit_dir.rglob("*")]:
+                shutil.chown(path, "rabbitmq", "rabbitmq")
+        log = open(self.dir / "rabbitmq.out", "ab")
+        self.processes.append(subprocess.Popen([RABBITMQ_SERVER], env=self._rabbit_env(), stdout=log,
+                                               stderr=subprocess.STDOUT, start_new_session=True))
+        wait_until("rabbitmq", lambda: subprocess.run(
+            [RABBITMQCTL, "-n", self.rabbit_node, "-q", "await_startup"], env=self._rabbit_env(),
+            capture_output=True).returncode == 0, timeout=90)
+
+    def _spawn(self, name: str, argv: List[str]) -> None:
+        log = open(self.dir / f"{name}.out", "ab")
+        self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}/", timeout=2)
+            return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
+
+    def _engine_answers(self) -> bool:
+        try:
+            return self.call("probe", "GET", "/stacks") is not None
+        except (OSError, AssertionError):
+            return False
+
+    def stop(self) -> None:
+        subprocess.run([RABBITMQCTL, "-n", self.rabbit_node, "-q", "shutdown"], env=self._rabbit_env(),
+                       capture_output=True, timeout=60)
+        for process in reversed(self.processes):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait(timeout=30)
+        shutil.rmtree(self.rabbit_dir, ignore_errors=True)
+
+    # Heat's REST API -------------------------------------------------------------
+
+    def call(self, project: str, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        """One API call as ``project``; the JSON answer (``None`` for an empty one)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}/{project}{path}", data=data, method=method, headers={
+            "X-Auth-Project": project, "X-Auth-User": f"{project}-user", "Content-Type": "application/json",
+            "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                text = response.read()
+        except urllib.error.HTTPError as error:
+            raise AssertionError(f"{method} {path}: {error.code} {error.read()[:2000]!r}") from None
+        return json.loads(text) if text else None
+
+    def create(self, project: str, name: str, template: str, parameters: Optional[Dict[str, Any]] = None,
+               environment: Optional[Dict[str, Any]] = None) -> str:
+        body = {"stack_name": name, "template": template, "parameters": parameters or {}, "timeout_mins": 5}
+        if environment:
+            body["environment"] = environment
+        return self.call(project, "POST", "/stacks", body)["stack"]["id"]
+
+    def update(self, project: str, name: str, stack_id: str, template: str,
+               parameters: Optional[Dict[str, Any]] = None) -> None:
+        self.call(project, "PUT", f"/stacks/{name}/{stack_id}",
+                  {"template": template, "parameters": parameters or {}, "timeout_mins": 5})
+
+    def delete(self, project: str, name: str, stack_id: str) -> None:
+        self.call(project, "DELETE", f"/stacks/{name}/{stack_id}")
+
+    def stack(self, project: str, name: str, stack_id: str) -> Dict[str, Any]:
+        return self.call(project, "GET", f"/stacks/{name}/{stack_id}")["stack"]
+
+    def settle(self, project: str, name: str, stack_id: str, timeout: float = 120) -> Dict[str, Any]:
+        """The stack once it is no longer IN_PROGRESS (or gone, for a delete)."""
+        def settled():
+            try:
+                stack = self.stack(project, name, stack_id)
+            except AssertionError as error:
+                if " 404" in str(error):
+                    return {"stack_status": "DELETE_COMPLETE", "stack_status_reason": "gone"}
+                raise
+            return None if stack["stack_status"].endswith("IN_PROGRESS") else stack
+        return wait_until(f"stack {name}", settled, timeout=timeout)
+
+    def output(self, stack: Dict[str, Any], key: str) -> Any:
+        for item in stack.get("outputs") or []:
+            if item["output_key"] == key:
+                return item["output_value"]
+        raise KeyError(key)

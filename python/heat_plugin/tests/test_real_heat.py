@@ -1,0 +1,202 @@
+"""The halite plugin in a real Heat, driven through Heat's REST API as an operator
+would: the real heat-engine (two workers, RabbitMQ) and heat-api processes, Heat's
+database on PostgreSQL, ``noauth`` (each request names its project), no Nova:
+servers are minions the test starts from the user_data their stacks made.
+
+Two projects share the master in tenant mode: each deploys to its own servers and
+neither reaches the other's; a group changes in place with Heat's rolling_update; a
+stack whose server vanished is deleted at once.
+
+Needs HALITE_TEST_POSTGRES (scripts/test.sh starts one) and rabbitmq-server."""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+import halite
+
+HERE = Path(__file__).resolve().parent
+import sys  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent.parent / "tests"))
+from processes import Master, wait_for  # noqa: E402
+from real_heat import RealHeat  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.environ.get("HALITE_TEST_POSTGRES"),
+                                reason="needs HALITE_TEST_POSTGRES (scripts/test.sh starts a server)")
+
+SCRIPT = """#!/bin/sh
+echo "$deploy_action $greeting on $deploy_server_id" >> "$marker"
+printf '%s, %s' "$greeting" "$deploy_server_id" > "$heat_outputs_path.result"
+"""
+
+SERVER_TEMPLATE = """
+heat_template_version: 2018-08-31
+parameters:
+  marker: {type: string}
+  script: {type: string}
+  greeting: {type: string, default: hello}
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: vm1}
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties:
+      group: script
+      config: {get_param: script}
+      inputs: [{name: greeting}, {name: marker}]
+      outputs: [{name: result}]
+  deployment:
+    type: OS::Halite::SoftwareDeployment
+    properties:
+      config: {get_resource: config}
+      server: vm1
+      actions: [CREATE, UPDATE, DELETE]
+      input_values: {greeting: {get_param: greeting}, marker: {get_param: marker}}
+outputs:
+  result: {value: {get_attr: [deployment, result]}}
+"""
+
+GROUP_TEMPLATE = """
+heat_template_version: 2018-08-31
+parameters:
+  marker: {type: string}
+  script: {type: string}
+  greeting: {type: string, default: hi}
+  servers: {type: json}
+resources:
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties:
+      group: script
+      config: {get_param: script}
+      inputs: [{name: greeting}, {name: marker}]
+      outputs: [{name: result}]
+  group:
+    type: OS::Halite::SoftwareDeploymentGroup
+    update_policy: {rolling_update: {max_batch_size: 1, pause_time: 0}}
+    properties:
+      config: {get_resource: config}
+      servers: {get_param: servers}
+      actions: [CREATE, UPDATE, DELETE]
+      input_values: {greeting: {get_param: greeting}, marker: {get_param: marker}}
+outputs:
+  results: {value: {get_attr: [group, result]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def world():
+    directory = Path(tempfile.mkdtemp(prefix="halite-real-heat-"))
+    (directory / "halite").mkdir()
+    master = Master(directory / "halite")
+    heat = None
+    try:
+        root = master.root()
+        key = directory / "heat.key"
+        public = halite.generate_key(str(key))
+        root.add_principal("heat", public, {
+            "admin": True, "rules": [{"targets": "*", "functions": ["deploy.apply"]}],
+            "events": ["halite/deployment/*", "halite/deployment_group/*"]})
+        client_config = directory / "heat-client.toml"
+        client_config.write_text(f'masters = ["{master.addr}"]\nmaster_key = "{master.master_key_hex}"\n'
+                                 f'principal = "heat"\nkey_file = "{key}"\n')
+        secret = directory / "tenants.secret"
+        secret.write_text("a-secret-of-well-over-thirty-two-bytes")
+        secret.chmod(0o600)
+        heat = RealHeat(directory / "heat", os.environ["HALITE_TEST_POSTGRES"], "\n".join([
+            f"client_config = {client_config}",
+            f"tenant_secret_file = {secret}",
+            f"tenant_key_dir = {directory / 'tenant-keys'}",
+            "literal_servers = *",
+            "check_wait = 1",
+        ]))
+        yield master, heat, root, directory
+    finally:
+        if heat is not None:
+            heat.stop()
+        master.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def boot_from_user_data(master, heat, project, name, stack_id, minion_dir):
+    """The server a stack's enrollment made: its minion started from the user_data."""
+    def user_data():
+        resource = heat.call(project, "GET", f"/stacks/{name}/{stack_id}/resources/enroll?with_attr=user_data")
+        return resource["resource"]["attributes"].get("user_data")
+    document = yaml.safe_load(wait_for("the enrollment's user_data", user_data))
+    directory = master.minion_dir(minion_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "enrollment.toml").write_text(document["write_files"][0]["content"])
+    master.start_minion(minion_dir, wait=False)
+
+
+def test_two_projects_each_deploy_to_their_own_servers_and_never_reach_the_others(world):
+    master, heat, root, directory = world
+    marker = directory / "projects.log"
+    params = {"marker": str(marker), "script": SCRIPT}
+    stacks = {}
+    for project in ("proja", "projb"):
+        stacks[project] = heat.create(project, "app", SERVER_TEMPLATE, dict(params, greeting=project))
+        # Each project's "vm1" is a server of its own, booted from its own user_data.
+        boot_from_user_data(master, heat, project, "app", stacks[project], f"{project}-guest")
+    for project in ("proja", "projb"):
+        stack = heat.settle(project, "app", stacks[project])
+        assert stack["stack_status"] == "CREATE_COMPLETE", stack["stack_status_reason"]
+        assert heat.output(stack, "result") == f"{project}, {project}-vm1"
+    assert sorted(marker.read_text().splitlines()) == ["CREATE proja on proja-vm1", "CREATE projb on projb-vm1"]
+    principals = {p.name: p.acl for p in root.principals()}
+    assert principals["heat-proja"]["tenant"] == "proja" and principals["heat-projb"]["tenant"] == "projb"
+    # Through halite, a project's principal sees its own deployments and servers alone.
+    b = halite.Client.connect([master.addr], principal="heat-projb",
+                              key_file=str(directory / "tenant-keys" / "heat-projb.key"),
+                              master_key=master.master_key_hex)
+    assert [d.server_id for d in b.list_deployments()] == ["projb-vm1"]
+    assert b.minions("proja-*") == []
+    b.close()
+
+    # An update runs UPDATE on that project's server alone.
+    heat.update("proja", "app", stacks["proja"], SERVER_TEMPLATE, dict(params, greeting="bonjour"))
+    stack = heat.settle("proja", "app", stacks["proja"])
+    assert stack["stack_status"] == "UPDATE_COMPLETE", stack["stack_status_reason"]
+    assert heat.output(stack, "result") == "bonjour, proja-vm1"
+    assert marker.read_text().splitlines()[-1] == "UPDATE bonjour on proja-vm1"
+
+    # Project B's server vanishes (its key is deleted): its stack still deletes at once.
+    root.delete_keys("projb-vm1")
+    heat.delete("projb", "app", stacks["projb"])
+    stack = heat.settle("projb", "app", stacks["projb"], timeout=60)
+    assert stack["stack_status"] == "DELETE_COMPLETE", stack["stack_status_reason"]
+    assert "DELETE projb on projb-vm1" not in marker.read_text()
+    heat.delete("proja", "app", stacks["proja"])
+    assert heat.settle("proja", "app", stacks["proja"])["stack_status"] == "DELETE_COMPLETE"
+    assert marker.read_text().splitlines()[-1] == "DELETE bonjour on proja-vm1"
+
+
+def test_a_group_updates_in_place_and_only_a_server_taken_out_runs_delete(world):
+    master, heat, root, directory = world
+    marker = directory / "group.log"
+    # Servers outside Nova, in project projc's namespace (literal_servers allows naming them).
+    for server in ("web1", "web2", "web3"):
+        token = root.create_enrollment(f"projc-{server}", ttl=600, masters=[master.addr])
+        guest = master.minion_dir(f"projc-{server}")
+        guest.mkdir(parents=True, exist_ok=True)
+        (guest / "enrollment.toml").write_text(token.enrollment)
+        master.start_minion(f"projc-{server}", wait=False)
+    master.wait_connected(["projc-web1", "projc-web2", "projc-web3"])
+    params = {"marker": str(marker), "script": SCRIPT, "servers": {"a": "web1", "b": "web2"}}
+    stack_id = heat.create("projc", "group", GROUP_TEMPLATE, params)
+    stack = heat.settle("projc", "group", stack_id)
+    assert stack["stack_status"] == "CREATE_COMPLETE", stack["stack_status_reason"]
+    heat.update("projc", "group", stack_id, GROUP_TEMPLATE,
+                dict(params, greeting="hey", servers={"a": "web1", "c": "web3"}))
+    stack = heat.settle("projc", "group", stack_id)
+    assert stack["stack_status"] == "UPDATE_COMPLETE", stack["stack_status_reason"]
+    assert heat.output(stack, "results") == {"a": "hey, projc-web1", "c": "hey, projc-web3"}
+    lines = marker.read_text().splitlines()
+    assert sorted(lines[2:]) == ["CREATE hey on projc-web3", "DELETE hi on projc-web2", "UPDATE hey on projc-web1"]
