@@ -61,6 +61,20 @@ class RealHeat:
                        capture_output=True)
         base = postgres_url.rsplit("/", 1)[0].replace("postgres://", "postgresql+psycopg2://", 1)
         self.api_port = free_port()
+        # What noauth tells Heat of the cloud: a service catalog naming Heat itself (its
+        # own config resources, MultipartMime among them, check that Heat is in it).
+        url = f"http://127.0.0.1:{self.api_port}/v1/%(tenant_id)s"
+        endpoint = [{"interface": interface, "region": "RegionOne", "region_id": "RegionOne", "url": url}
+                    for interface in ("public", "internal", "admin")]
+        token = {"token": {
+            "methods": ["token"], "expires_at": "2999-01-01T00:00:00.000000Z", "issued_at": "2020-01-01T00:00:00.000000Z",
+            "user": {"id": "admin", "name": "admin", "domain": {"id": "default", "name": "Default"}},
+            "project": {"id": "admin", "name": "admin", "domain": {"id": "default", "name": "Default"}},
+            "roles": [{"id": "admin", "name": "admin"}],
+            "catalog": [{"type": "orchestration", "name": "heat", "id": "heat", "endpoints": endpoint},
+                        {"type": "cloudformation", "name": "heat-cfn", "id": "heat-cfn", "endpoints": endpoint}]}}
+        token_file = self.dir / "token.json"
+        token_file.write_text(json.dumps(token))
         self.conf = self.dir / "heat.conf"
         self.conf.write_text(f"""[DEFAULT]
 transport_url = rabbit://guest:guest@127.0.0.1:{self.rabbit_port}/
@@ -75,6 +89,9 @@ connection = {base}/{database}
 [paste_deploy]
 flavor = noauth
 api_paste_config = {VENV_BIN.parent / "etc" / "heat" / "api-paste.ini"}
+
+[noauth]
+token_response = {token_file}
 
 [oslo_policy]
 enforce_new_defaults = False

@@ -200,3 +200,41 @@ def test_a_group_updates_in_place_and_only_a_server_taken_out_runs_delete(world)
     assert heat.output(stack, "results") == {"a": "hey, projc-web1", "c": "hey, projc-web3"}
     lines = marker.read_text().splitlines()
     assert sorted(lines[2:]) == ["CREATE hey on projc-web3", "DELETE hi on projc-web2", "UPDATE hey on projc-web1"]
+
+
+def test_enrollment_user_data_combines_with_heats_multipart_mime(world):
+    """Heat's own MultipartMime takes the enrollment's user_data as a part beside others:
+    what a server given ``{get_resource: mime}`` with ``user_data_format: SOFTWARE_CONFIG``
+    boots with, and a guest booted from it enrolls."""
+    master, heat, root, directory = world
+    template = """
+heat_template_version: 2018-08-31
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: mime1}
+  mime:
+    type: OS::Heat::MultipartMime
+    properties:
+      parts:
+        - config: {get_attr: [enroll, user_data]}
+        - config: "#cloud-config\\npackages: [nginx]\\n"
+outputs:
+  user_data: {value: {get_attr: [mime, config]}}
+"""
+    stack_id = heat.create("projd", "mime", template)
+    stack = heat.settle("projd", "mime", stack_id)
+    assert stack["stack_status"] == "CREATE_COMPLETE", stack["stack_status_reason"]
+    import email
+    message = email.message_from_string(heat.output(stack, "user_data"))
+    # Every part (cloud-init reads each #cloud-config one, whatever its MIME subtype).
+    payloads = [part.get_payload(decode=True) for part in message.walk() if not part.is_multipart()]
+    documents = [yaml.safe_load(p) for p in payloads if p and p.startswith(b"#cloud-config")]
+    assert {"packages": ["nginx"]} in documents
+    enrollment = next(d for d in documents if "write_files" in d)["write_files"][0]
+    assert enrollment["path"] == "/etc/halite/enrollment.toml"
+    guest = master.minion_dir("projd-mime1")
+    guest.mkdir(parents=True, exist_ok=True)
+    (guest / "enrollment.toml").write_text(enrollment["content"])
+    master.start_minion("projd-mime1")
+    assert [k.state for k in root.keys("projd-mime1")] == ["accepted"]
