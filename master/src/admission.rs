@@ -44,7 +44,16 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Conn::AwaitIdentity { state, .. } => match state.read_identity(single(&parts).unwrap_or_default()) {
-                Ok(identified) => self.admit(peer, identified).await?,
+                Ok(identified) => {
+                    if let Err(error) = self.admit(peer, identified).await {
+                        // No verdict could be reached: the peer knocks again later, rather than
+                        // wait on a connection nobody holds any more.
+                        if !self.sessions.conns.contains_key(&peer) {
+                            self.net.disconnect(peer, "the master's store is unavailable; try again");
+                        }
+                        return Err(error);
+                    }
+                }
                 Err(error) => self.drop_peer(peer, &error.to_string()),
             },
             Conn::Minion { id, mut session } => {

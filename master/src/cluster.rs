@@ -87,7 +87,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// be applied): keys, principals, who is where, the live jobs it does not hold, and the
     /// states of every job it holds, so each view (watchers, bus, deadlines) follows the store.
     pub(crate) async fn resync(&mut self) -> Result<(), StoreError> {
-        info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
+        // Said once per gap: while the store does not answer, this is tried at every tick.
+        if self.cluster.resync_attempts == 0 {
+            info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
+        }
+        self.cluster.resync_attempts += 1;
         self.reload_accepted().await?;
         self.reload_principals().await?;
         let online: Vec<String> = self.sessions.online.keys().cloned().collect();
@@ -122,6 +126,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.adopt_job(&jid).await?;
         }
         self.cluster.needs_resync = false;
+        self.cluster.resync_attempts = 0;
         Ok(())
     }
 

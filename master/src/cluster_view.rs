@@ -33,6 +33,8 @@ pub(crate) struct ClusterView {
     pub(crate) needs_resync: bool,
     /// The store's count of interruptions last seen (see `Store::interruptions`).
     pub(crate) interruptions_seen: u64,
+    /// Rereads tried since the last that succeeded.
+    pub(crate) resync_attempts: u64,
 }
 
 impl ClusterView {

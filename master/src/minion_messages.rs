@@ -80,11 +80,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             },
             Message::JobReturn(mut ret) => {
-                if !self.pending.may_hold_return(size) {
-                    // The store has not answered for a while: this return stays in the
-                    // minion's outbox, and the minion is asked for it again once it answers.
+                if !self.pending.may_hold_return(size) || self.store_in_doubt() {
+                    // The store does not answer (or the bound is reached): this return stays in
+                    // the minion's outbox, and the minion is asked for it again once the store
+                    // answers and this master has reread it. Nothing is told meanwhile that the
+                    // store might contradict.
                     if self.notices.ready("store:held_returns", std::time::Duration::from_secs(10), self.clock.now()) {
-                        warn!(minion = id, jid = %ret.jid, "returns waiting for the store reached their bound; left on the minions for now");
+                        warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
                     }
                     self.pending.owed.insert(id.to_owned());
                     return Ok(());
@@ -105,6 +107,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 let jid = ret.jid.clone();
                 match self.jobs.state(&jid, id) {
                     Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)).await?,
+                    // The same end again (a minion that moved re-sends what was already stored):
+                    // acknowledged, nothing more to tell.
+                    Some(current) if current == state => {}
                     // After the slot ended (timed out, cancelled): kept as a late return beside
                     // the final state, never thrown away, and announced.
                     Some(_) => self.late_return(&jid, id, state, ret),

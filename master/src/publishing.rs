@@ -193,7 +193,17 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Err(error) = stored {
             warn!(%jid, %error, "storing a new job failed");
             if let Some((peer, request_id, _)) = &publisher {
-                let why = format!("the job could not be stored ({}); nothing was sent", error.class());
+                let why = if error.is_indeterminate() {
+                    // The statement was on its way when the database stopped answering: it may
+                    // still commit, and the job then runs (found by the masters' sweep).
+                    format!(
+                        "the database stopped answering while job {jid} was being stored: it may still be \
+                         stored and run once the database answers; look with `halite jobs show {jid}` before \
+                         publishing it again"
+                    )
+                } else {
+                    format!("the job could not be stored ({}); nothing was sent", error.class())
+                };
                 self.send_error(*peer, ErrorKind::Internal, why, Some(request_id.to_string()));
             }
             return Err(error);
@@ -216,6 +226,10 @@ impl<S: Store, N: Net> Master<S, N> {
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
                 self.send_job(minion_peer, &id, &jid, &job_message);
+            }
+            if state.is_final() {
+                // Offline at publish: its final state, on the bus here as on every master.
+                self.emit(format!("halite/job/{jid}/ret/{id}"), json!({ "state": state.as_str(), "ret": null }));
             }
             self.notify(&jid, &id, state, None);
         }

@@ -471,6 +471,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.send_watcher_batches();
         self.net.release_held();
         if self.pending.states.is_empty() && self.pending.acks.is_empty() {
+            self.ask_owed_returns();
             return;
         }
         let (changes, acks) = self.pending.take_states();
@@ -487,20 +488,15 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%error, changes = changes.len(), "recording job states failed; will retry every tick");
             }
             self.pending.restore_states(changes, acks);
+            self.pending.write_failed = true;
             return;
         }
+        self.pending.write_failed = false;
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
         self.pending.held_return_bytes = 0;
-        // Minions whose returns were turned away meanwhile send them again from their outbox
-        // when they reconnect.
-        for id in std::mem::take(&mut self.pending.owed) {
-            if let Some(peer) = self.sessions.peer_of(&id) {
-                info!(minion = %id, "the store answers again; asking the minion to send its returns again");
-                self.forget(peer, Some("returns could not be stored; send them again"));
-            }
-        }
+        self.ask_owed_returns();
         if self.cluster.shared {
             self.tell_slots(&changes).await;
         }
@@ -637,6 +633,12 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         self.follow_the_store(now).await;
         for (jid, minion, state) in self.jobs.expired(now) {
+            // A master that cannot write decides nothing: another master may be storing this
+            // slot's return meanwhile, and the store keeps the first final state.
+            if self.store_in_doubt() {
+                self.jobs.set_deadline(&jid, &minion, now + TICK);
+                continue;
+            }
             if self.served_elsewhere(&minion) {
                 // Its master decides the slot; looked at again once it may have gone.
                 self.jobs.set_deadline(&jid, &minion, now + crate::cluster_view::ALIVE_EVERY);
@@ -657,6 +659,28 @@ impl<S: Store, N: Net> Master<S, N> {
             self.last_purge = Some(now);
             self.purge().await;
         }
+    }
+
+    /// Minions whose returns were turned away while the store was in doubt send them again
+    /// from their outbox when they reconnect: asked (their session closed) once it is not.
+    fn ask_owed_returns(&mut self) {
+        if self.pending.owed.is_empty() || self.store_in_doubt() || !self.pending.states.is_empty() {
+            return;
+        }
+        for id in std::mem::take(&mut self.pending.owed) {
+            if let Some(peer) = self.sessions.peer_of(&id) {
+                info!(minion = %id, "the store answers again; asking the minion to send its returns again");
+                self.forget(peer, Some("returns could not be stored; send them again"));
+            }
+        }
+    }
+
+    /// Whether the store may not hold what this master would decide now: its last write of job
+    /// states failed, or the store was found not answering and has not been reread since.
+    pub(crate) fn store_in_doubt(&self) -> bool {
+        self.pending.write_failed
+            || self.cluster.needs_resync
+            || (self.cluster.shared && self.store.interruptions() != self.cluster.interruptions_seen)
     }
 
     /// With other masters on the store: after any gap in what this master heard, it rereads the

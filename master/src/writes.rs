@@ -26,6 +26,9 @@ pub(crate) struct PendingWrites {
     pub(crate) owed: std::collections::BTreeSet<String>,
     /// A lower bound than [`HELD_RETURNS_MAX`], for tests.
     pub(crate) held_returns_cap: Option<usize>,
+    /// The last write of job states failed (they wait in `states`): until one succeeds, the
+    /// master decides no slot (see `Master::store_in_doubt`).
+    pub(crate) write_failed: bool,
     /// Final slots of deployment jobs, for the deployments to react to after the step.
     pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
     /// Minions that left this master, for the other masters sharing the store.

@@ -63,11 +63,10 @@ impl Watcher {
         let sink = tags.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(tag) = serde_json::from_str::<serde_json::Value>(&line)
-                    .ok()
-                    .and_then(|e| e["tag"].as_str().map(str::to_owned))
-                {
-                    sink.lock().unwrap().push(tag);
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+                if let Some(tag) = event["tag"].as_str() {
+                    let state = event["data"]["state"].as_str().unwrap_or_default();
+                    sink.lock().unwrap().push(if state.is_empty() { tag.to_owned() } else { format!("{tag} {state}") });
                 }
             }
         });
@@ -82,12 +81,13 @@ impl Watcher {
         tags
     }
 
-    /// Waits until `jid` is done here, then checks every minion's final state was told once.
+    /// Waits until `jid` is done here, then checks every minion's final state was told once, as
+    /// the store holds it (`returned`: each test's jobs return in time).
     fn saw_each_once(&self, jid: &str, ids: &[&str], within: Duration) {
         let done = format!("halite/job/{jid}/done");
         wait_for("the watcher to see the job done", within, || self.of(jid).contains(&done).then_some(()));
         std::thread::sleep(Duration::from_millis(500));
-        let mut expected: Vec<String> = ids.iter().map(|id| format!("halite/job/{jid}/ret/{id}")).collect();
+        let mut expected: Vec<String> = ids.iter().map(|id| format!("halite/job/{jid}/ret/{id} returned")).collect();
         expected.push(done);
         expected.sort();
         assert_eq!(self.of(jid), expected, "every final state and the end, once each");
@@ -204,7 +204,7 @@ fn a_master_whose_database_link_goes_silent_keeps_answering_and_its_views_follow
     let on_b = Watcher::start(&cluster, b, &["halite/job/*/ret/*", "halite/job/*/done"]);
     let on_a = Watcher::start(&cluster, a, &["halite/job/*/ret/*", "halite/job/*/done"]);
 
-    let jid = publish_sleep(&cluster, a, "sl*", 2);
+    let jid = publish_sleep(&cluster, a, "sl*", 1);
     std::thread::sleep(Duration::from_millis(300));
     link.silence();
     std::thread::sleep(Duration::from_millis(800));
@@ -380,4 +380,35 @@ fn a_rejected_key_accepted_through_another_master_is_let_in_within_a_second() {
     });
     let took = accepted.elapsed();
     assert!(took < Duration::from_millis(1500), "let in {took:?} after its key was accepted");
+}
+
+#[test]
+fn a_table_locked_by_an_operator_does_not_hold_the_core() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let a = cluster.port;
+    start_minions_on(&mut cluster, &["lk1"], &[a]);
+    // An operator's session holds the jobs table for 6 s.
+    let mut locker = Command::new("psql")
+        .args([
+            url.as_str(),
+            "-qAt",
+            "-c",
+            "BEGIN; LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT;",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (run, took) = timed(&cluster, a, &["run", "lk1", "test.ping"]);
+    assert_ne!(run.code, 0, "a job cannot be stored behind the lock: {}", run.stdout);
+    assert!(took < Duration::from_secs(4), "answered after {took:?}");
+    let (run, took) = timed(&cluster, a, &["minions", "list"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    let _ = locker.wait();
+    let run = cluster.cli_at(a, &["run", "--out", "json", "lk1", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!master_log(&cluster, a).contains("the master was not running"), "{}", master_log(&cluster, a));
 }

@@ -42,13 +42,16 @@ fn postgres_restarted_mid_run_loses_nothing_and_refuses_new_work_clearly_meanwhi
     let run = cluster.cli(&["run", "--out", "json", "o1", "test.ping"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1, "run once");
-    // The master never stalled waiting for the database, and the minion never lost its session.
+    // The master never stalled waiting for the database.
     let master_log = std::fs::read_to_string(cluster.dir.join("master.log")).unwrap();
     assert!(master_log.contains("the database does not answer"), "{master_log}");
     assert!(master_log.contains("the database answers again"), "{master_log}");
     assert!(!master_log.contains("the master was not running"), "{master_log}");
+    // The minion kept its session through the outage; once the database answered, the master
+    // asked it (by closing the session once) to send the return it could not store.
     let minion_log = std::fs::read_to_string(cluster.minion_dir("o1").join("minion.log")).unwrap();
-    assert!(!minion_log.contains("disconnected from the master"), "{minion_log}");
+    let cuts: Vec<&str> = minion_log.lines().filter(|l| l.contains("disconnected from the master")).collect();
+    assert!(cuts.len() <= 1 && cuts.iter().all(|l| l.contains("send them again")), "{minion_log}");
     drop(server);
     let _ = std::fs::remove_dir_all(&server_dir);
 }

@@ -120,7 +120,7 @@ impl Sim {
         let msg2 = self.net.take(peer).pop().and_then(|mut p| p.pop()).expect("message 2");
         let (awaiting, msg3) = initiator.read_response(&msg2).expect("master identity");
         self.step(Input::Net(RouterEvent::Message { peer, parts: vec![msg3] })).await;
-        let verdict = self.net.take(peer).pop().expect("a verdict");
+        let Some(verdict) = self.net.take(peer).pop() else { return (peer, Err("no verdict".into())) };
         (peer, awaiting.read_verdict(&verdict, self.clock.now()).map_err(|e| e.to_string()))
     }
 

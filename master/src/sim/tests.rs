@@ -592,6 +592,57 @@ fn a_verdict_arrives_before_the_connection_closes() {
     });
 }
 
+/// A minion knocking while the store does not answer is told to come back: its connection is
+/// closed, never left open with nobody holding it.
+#[test]
+fn a_minion_knocking_while_the_store_is_away_is_told_to_try_again() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let conn = sim.store().take_away().await.expect("open");
+        let newcomer = halite_protocol::identity::IdentityKey::from_seed(&[81; 32]);
+        let _ = sim.connect_minion("newcomer", &newcomer, None).await;
+        let peer = halite_transport::PeerId(sim.last_peer());
+        assert_eq!(sim.net.closed(peer).as_deref(), Some("the master's store is unavailable; try again"));
+        sim.store().give_back(conn).await;
+        let pending = sim.connect_minion("newcomer", &newcomer, None).await.err().expect("pending");
+        assert!(pending.contains("pending"), "{pending}");
+    });
+}
+
+/// A target offline at publish, and the same return sent again by a minion that moved: every
+/// subscriber hears each final state once, the publishing master's included.
+#[test]
+fn each_final_state_is_heard_once_offline_targets_and_resent_returns_included() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let web1 = sim.minion("web1").await;
+        let mut web2 = sim.minion("web2").await;
+        web1.disconnect(&mut sim).await;
+        let mut root = sim.root().await;
+        let mut watcher = sim.root().await;
+        let subscribe = Subscribe { patterns: vec!["halite/job/*/ret/*".into()], after: None };
+        watcher.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 10_000, 0).await.expect("published");
+        let ret2 = JobReturn { minion: "web2".into(), ..ret(&jid) };
+        web2.send(&mut sim, &Message::JobReturn(ret2.clone())).await;
+        web2.send(&mut sim, &Message::JobReturn(ret2)).await;
+        let tags: Vec<String> = watcher
+            .recv(&sim)
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Event(e) => Some(e.tag),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tags, [format!("halite/job/{jid}/ret/web1"), format!("halite/job/{jid}/ret/web2")]);
+        assert_eq!(
+            web2.recv(&sim).iter().filter(|m| matches!(m, Message::ReturnAck(_))).count(),
+            2,
+            "both acknowledged"
+        );
+    });
+}
+
 /// A minion waiting for its key (pending, or rejected before) is let in as soon as the key is
 /// accepted, here or on another master: its parked connection is closed with the reason that
 /// tells it to connect again at once.

@@ -54,13 +54,23 @@ pub enum StoreError {
     /// Stored data is damaged or cannot be decoded (a bug, a hand-edited or broken file).
     #[error("corrupt database: {0}")]
     Corrupt(String),
+    /// The database stopped answering while the call was on its way: it may still have been
+    /// carried out (a write may commit once the database answers).
+    #[error("database unavailable, outcome unknown: {0}")]
+    Indeterminate(String),
 }
 
 impl StoreError {
+    /// Whether the call may have been carried out although it failed (see
+    /// [`StoreError::Indeterminate`]).
+    pub fn is_indeterminate(&self) -> bool {
+        matches!(self, StoreError::Indeterminate(_))
+    }
+
     /// The class, as a word for messages to clients (which do not get the database's text).
     pub fn class(&self) -> &'static str {
         match self {
-            StoreError::Unavailable(_) => "store unavailable",
+            StoreError::Unavailable(_) | StoreError::Indeterminate(_) => "store unavailable",
             StoreError::Conflict(_) => "store conflict",
             StoreError::Corrupt(_) => "store corrupt",
         }

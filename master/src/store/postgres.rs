@@ -47,6 +47,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
 /// (a call still waiting after this long fails as unavailable, whatever the probe says).
 pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest a statement of the masters' pool waits for a lock another session holds.
+const LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How often the listening connection shows it still carries something (a silent link would
 /// otherwise keep a master deaf to the others until TCP gives up), and how long it may take.
 const LISTENER_PING_EVERY: Duration = Duration::from_secs(2);
@@ -184,6 +187,20 @@ impl PostgresStore {
         // a deadline on the server too.
         let timeout = format!("{}", STATEMENT_TIMEOUT.as_millis());
         let options = options.options([("statement_timeout", timeout.as_str())]);
+        // The schema first, on a connection of its own: masters starting together wait for each
+        // other's migration (an advisory lock), which the lock timeout below would cut short.
+        let migrating = PgPoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let signed = Self::applied(&migrating, SIGNED_ROWS).await;
+        let signed_tokens = Self::applied(&migrating, SIGNED_TOKENS).await;
+        MIGRATOR.run(&migrating).await.map_err(|error| match error {
+            sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
+            other => StoreError::Corrupt(format!("schema migration: {other}")),
+        })?;
+        migrating.close().await;
+        // A statement waiting for a lock (an operator's LOCK TABLE, VACUUM FULL, ALTER) gives up
+        // after LOCK_TIMEOUT, so the core is not held behind it while the database answers.
+        let lock_timeout = format!("{}", LOCK_TIMEOUT.as_millis());
+        let options = options.options([("lock_timeout", lock_timeout.as_str())]);
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -205,16 +222,6 @@ impl PostgresStore {
             trust: Arc::default(),
             announced: Arc::default(),
         };
-        // No migrations table yet: a new database, nothing applied.
-        let applied = |version: i64| {
-            sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE version = $1").bind(version)
-        };
-        let signed = applied(SIGNED_ROWS).fetch_optional(&store.pool).await.unwrap_or(None);
-        let signed_tokens = applied(SIGNED_TOKENS).fetch_optional(&store.pool).await.unwrap_or(None);
-        MIGRATOR.run(&store.pool).await.map_err(|error| match error {
-            sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
-            other => StoreError::Corrupt(format!("schema migration: {other}")),
-        })?;
         if signed.is_none() {
             store.trust.found_legacy_rows();
         }
@@ -225,6 +232,15 @@ impl PostgresStore {
         store.clock_offset_ms.store(clock_offset(&mut conn).await?, Ordering::Relaxed);
         tokio::spawn(probe(store.clone(), options_of(&store.pool), Some(conn)));
         Ok(store)
+    }
+
+    /// The version of migration `version` if it was applied before (none on a new database).
+    async fn applied(pool: &PgPool, version: i64) -> Option<i64> {
+        sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE version = $1")
+            .bind(version)
+            .fetch_optional(pool)
+            .await
+            .unwrap_or(None)
     }
 
     /// The connection set aside for the core's hot writes, opened (taken out of the pool) if
@@ -290,7 +306,7 @@ impl PostgresStore {
         if let Ok(mut hot) = self.hot.try_lock() {
             hot.take();
         }
-        Err(StoreError::Unavailable(outcome))
+        Err(StoreError::Indeterminate(outcome))
     }
 
     /// Records whether the database answers; a change is logged, and a loss counted.
