@@ -159,6 +159,18 @@ impl JobTable {
         changed
     }
 
+    /// Replaces a final state with the one the store kept (another master recorded the slot
+    /// first, while this one could not write): the one change of a final state there is.
+    pub(crate) fn correct_final(&mut self, jid: &str, minion: &str, state: MinionJobState) -> bool {
+        let Some(job) = self.jobs.get_mut(jid) else { return false };
+        let Some(slot) = job.minions.get_mut(minion) else { return false };
+        if !slot.state.is_final() || !state.is_final() || slot.state == state {
+            return false;
+        }
+        slot.state = state;
+        true
+    }
+
     /// Sets the deadline of a slot that is not final.
     pub(crate) fn set_deadline(&mut self, jid: &str, minion: &str, deadline: Instant) {
         let Some(slot) = self.jobs.get_mut(jid).and_then(|j| j.minions.get_mut(minion)) else { return };

@@ -491,11 +491,18 @@ impl<S: Store, N: Net> Master<S, N> {
             self.pending.write_failed = true;
             return;
         }
-        self.pending.write_failed = false;
+        let written_late = std::mem::take(&mut self.pending.write_failed);
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
         self.pending.held_return_bytes = 0;
+        if written_late && self.cluster.shared {
+            // Decided while the store did not answer: another master may have recorded some of
+            // these slots first, and the store keeps the first final state.
+            self.follow_stored_finals(&changes).await;
+            self.send_watcher_batches();
+            self.net.release_held();
+        }
         self.ask_owed_returns();
         if self.cluster.shared {
             self.tell_slots(&changes).await;
@@ -658,6 +665,45 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.last_purge.is_none_or(|t| now.saturating_duration_since(t) >= PURGE_EVERY) {
             self.last_purge = Some(now);
             self.purge().await;
+        }
+    }
+
+    /// Compares final states this master decided (and wrote late) with what the store kept:
+    /// where another master's came first, this master's view, watchers and bus are told the
+    /// store's (marked `corrected`).
+    async fn follow_stored_finals(&mut self, changes: &[crate::store::StateChange]) {
+        let mut jids: Vec<&str> =
+            changes.iter().filter(|c| !c.late && c.state.is_final()).map(|c| c.jid.as_str()).collect();
+        jids.sort_unstable();
+        jids.dedup();
+        for jid in jids {
+            let stored = match self.store.live_job(jid).await {
+                Ok(Some((_, states))) => states,
+                Ok(None) => continue,
+                Err(error) => {
+                    warn!(%error, jid, "could not compare a job's final states with the store");
+                    self.cluster.needs_resync = true;
+                    continue;
+                }
+            };
+            for change in changes.iter().filter(|c| c.jid == jid && !c.late && c.state.is_final()) {
+                let Some((_, kept)) = stored.iter().find(|(minion, _)| *minion == change.minion) else { continue };
+                if *kept == change.state || !kept.is_final() {
+                    continue;
+                }
+                let ret = match self.store.returns_of(jid, std::slice::from_ref(&change.minion)).await {
+                    Ok(mut returns) => returns.pop().map(|(_, ret)| ret),
+                    Err(_) => None,
+                };
+                info!(jid, minion = %change.minion, decided = change.state.as_str(), kept = kept.as_str(),
+                      "another master recorded this slot first; following the store");
+                self.jobs.correct_final(jid, &change.minion, *kept);
+                self.emit(
+                    format!("halite/job/{jid}/ret/{}", change.minion),
+                    json!({ "state": kept.as_str(), "ret": ret, "corrected": true }),
+                );
+                self.notify(jid, &change.minion, *kept, ret);
+            }
         }
     }
 

@@ -356,6 +356,54 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
     });
 }
 
+#[test]
+fn a_final_state_decided_while_the_store_was_away_follows_the_one_it_kept() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut web1 = sim.minion("web1").await;
+        let mut root = sim.root().await;
+        let mut watcher = job_watcher(&mut sim).await;
+        let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
+        tags_received(&sim, &mut watcher);
+        // The return arrives as the store stops answering: decided here, not written.
+        let away = sim.store().take_away().await.expect("open");
+        web1.send(
+            &mut sim,
+            &Message::JobReturn(halite_protocol::message::JobReturn { minion: "web1".into(), ..super::ret(&jid) }),
+        )
+        .await;
+        assert!(sim.master.pending.write_failed);
+        // Meanwhile master b, which took this one for gone, recorded the slot timed out.
+        sim.store().give_back(away).await;
+        let timed_out = StateChange {
+            jid: jid.clone(),
+            minion: "web1".into(),
+            state: MinionJobState::TimedOut,
+            ret: None,
+            at_ms: 2,
+            late: false,
+        };
+        sim.store().set_states(&[timed_out]).await.unwrap();
+        sim.step(Input::Tick).await;
+        let told: Vec<String> = watcher
+            .recv(&sim)
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Event(e) => Some(format!("{} {}", e.tag, e.data["state"].as_str().unwrap_or_default())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            told.last().map(String::as_str),
+            Some(format!("halite/job/{jid}/ret/web1 timed_out").as_str()),
+            "{told:?}"
+        );
+        let detail = sim.store().job(&jid).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::TimedOut, "the store keeps the first");
+    });
+}
+
 /// A job to `test.ping` as master "b" stores it (signed with the cluster's shared key).
 fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
     let wall = crate::clock::Clock::wall_ms(&sim.clock);
