@@ -291,6 +291,24 @@ impl Cluster {
         Run::from(output)
     }
 
+    /// The ids the master on `port` lists as connected (to it, or to another master of its
+    /// cluster); empty while it does not answer.
+    pub fn connected_at(&self, port: u16) -> Vec<String> {
+        let run = self.cli_at(port, &["minions", "list", "--out", "json"]);
+        if run.code != 0 {
+            return Vec::new();
+        }
+        run.json()
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .filter(|m| m["connected"] == true)
+                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Points a prepared minion at these masters (`master = [...]` in its enrollment file).
     pub fn set_minion_masters(&self, id: &str, ports: &[u16]) {
         let path = self.minion_dir(id).join("enrollment.toml");

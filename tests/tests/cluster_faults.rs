@@ -14,20 +14,6 @@ use halite_tests::link::Link;
 use halite_tests::postgres::{fresh_database, OwnServer};
 use halite_tests::{wait_for, Cluster};
 
-/// The ids the master on `port` lists as connected to it.
-fn connected_at(cluster: &Cluster, port: u16) -> Vec<String> {
-    let run = cluster.cli_at(port, &["minions", "list", "--out", "json"]);
-    if run.code != 0 {
-        return Vec::new();
-    }
-    run.json()
-        .as_array()
-        .map(|list| {
-            list.iter().filter(|m| m["connected"] == true).filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Starts `ids` on the masters at `ports` (each minion given those masters) and waits for them.
 fn start_minions_on(cluster: &mut Cluster, ids: &[&str], ports: &[u16]) {
     for id in ids {
@@ -36,7 +22,7 @@ fn start_minions_on(cluster: &mut Cluster, ids: &[&str], ports: &[u16]) {
         cluster.start_minion(id);
     }
     wait_for("the minions on their masters", Duration::from_secs(30), || {
-        let on: Vec<String> = ports.iter().flat_map(|&p| connected_at(cluster, p)).collect();
+        let on: Vec<String> = ports.iter().flat_map(|&p| cluster.connected_at(p)).collect();
         ids.iter().all(|id| on.iter().any(|o| o == id)).then_some(())
     });
 }
@@ -274,7 +260,7 @@ fn a_master_whose_clock_is_an_hour_ahead_serves_the_cluster_like_the_others() {
     start_minions_on(&mut cluster, &["ck3"], &[a]);
     cluster.stop_minion("ck3", false);
     wait_for("ck3 to be offline", Duration::from_secs(10), || {
-        (!connected_at(&cluster, a).contains(&"ck3".to_owned())).then_some(())
+        (!cluster.connected_at(a).contains(&"ck3".to_owned())).then_some(())
     });
     let waiting = cluster.cli_at(b, &["run", "--async", "--ttl", "120s", "ck3", "test.ping"]);
     assert_eq!(waiting.code, 0, "{}", waiting.stderr);
@@ -340,13 +326,13 @@ fn a_minion_whose_link_to_its_master_goes_silent_moves_to_another_within_seconds
     cluster.set_minion_masters("sm1", &[link.port, b]);
     cluster.start_minion("sm1");
     wait_for("sm1 on the first master", Duration::from_secs(20), || {
-        connected_at(&cluster, a).contains(&"sm1".to_owned()).then_some(())
+        cluster.connected_at(a).contains(&"sm1".to_owned()).then_some(())
     });
     cluster.restart_peer_master(b);
     link.silence();
     let silenced = Instant::now();
     wait_for("sm1 on the second master", Duration::from_secs(30), || {
-        connected_at(&cluster, b).contains(&"sm1".to_owned()).then_some(())
+        cluster.connected_at(b).contains(&"sm1".to_owned()).then_some(())
     });
     let took = silenced.elapsed();
     assert!(took < Duration::from_secs(15), "the minion moved {took:?} after its link went silent");
@@ -372,11 +358,11 @@ fn a_rejected_key_accepted_through_another_master_is_let_in_within_a_second() {
     assert_eq!(cluster.cli_at(a, &["key", "reject", "rj1"]).code, 0);
     // It knocks again, is told rejected, and waits.
     std::thread::sleep(Duration::from_secs(3));
-    assert!(!connected_at(&cluster, b).contains(&"rj1".to_owned()));
+    assert!(!cluster.connected_at(b).contains(&"rj1".to_owned()));
     let accepted = Instant::now();
     assert_eq!(cluster.cli_at(a, &["key", "accept", "rj1"]).code, 0);
     wait_for("rj1 on the second master", Duration::from_secs(10), || {
-        connected_at(&cluster, b).contains(&"rj1".to_owned()).then_some(())
+        cluster.connected_at(b).contains(&"rj1".to_owned()).then_some(())
     });
     let took = accepted.elapsed();
     assert!(took < Duration::from_millis(1500), "let in {took:?} after its key was accepted");

@@ -10,20 +10,6 @@ use std::time::Duration;
 use halite_tests::postgres::fresh_database;
 use halite_tests::{http, wait_for, Cluster};
 
-/// The ids the master on `port` lists as connected to it.
-fn connected_at(cluster: &Cluster, port: u16) -> Vec<String> {
-    let run = cluster.cli_at(port, &["minions", "list", "--out", "json"]);
-    if run.code != 0 {
-        return Vec::new();
-    }
-    run.json()
-        .as_array()
-        .map(|list| {
-            list.iter().filter(|m| m["connected"] == true).filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn a_minion_given_two_masters_fails_over_when_its_master_is_killed() {
     let url = fresh_database();
@@ -34,7 +20,7 @@ fn a_minion_given_two_masters_fails_over_when_its_master_is_killed() {
     cluster.set_minion_masters("fo1", &[first, second]);
     cluster.start_minion("fo1");
     let serving = wait_for("the minion on one of the masters", Duration::from_secs(20), || {
-        [first, second].into_iter().find(|&port| connected_at(&cluster, port).contains(&"fo1".to_owned()))
+        [first, second].into_iter().find(|&port| cluster.connected_at(port).contains(&"fo1".to_owned()))
     });
     let other = if serving == first { second } else { first };
     // Enrolled through either, its key is the cluster's: both masters know it.
@@ -47,7 +33,7 @@ fn a_minion_given_two_masters_fails_over_when_its_master_is_killed() {
         cluster.kill_peer_master(second);
     }
     wait_for("the minion on the other master", Duration::from_secs(10), || {
-        connected_at(&cluster, other).contains(&"fo1".to_owned()).then_some(())
+        cluster.connected_at(other).contains(&"fo1".to_owned()).then_some(())
     });
     let run = cluster.cli_at(other, &["run", "--out", "json", "fo1", "test.ping"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -66,13 +52,13 @@ fn a_key_rejected_through_one_master_cuts_its_minion_on_another_at_once() {
         cluster.start_minion(id);
     }
     wait_for("both minions on the second master", Duration::from_secs(20), || {
-        let on = connected_at(&cluster, second);
+        let on = cluster.connected_at(second);
         (on.contains(&"cut1".to_owned()) && on.contains(&"kept1".to_owned())).then_some(())
     });
     let run = cluster.cli_at(first, &["key", "reject", "cut1"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     wait_for("the second master to cut the rejected minion", Duration::from_secs(5), || {
-        (!connected_at(&cluster, second).contains(&"cut1".to_owned())).then_some(())
+        (!cluster.connected_at(second).contains(&"cut1".to_owned())).then_some(())
     });
     let run = cluster.cli_at(second, &["run", "--out", "json", "*1", "test.ping"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -81,7 +67,7 @@ fn a_key_rejected_through_one_master_cuts_its_minion_on_another_at_once() {
     assert!(doc["minions"].get("cut1").is_none(), "a rejected minion is no target: {doc}");
     // It knocks again and is refused: it stays off.
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(!connected_at(&cluster, second).contains(&"cut1".to_owned()));
+    assert!(!cluster.connected_at(second).contains(&"cut1".to_owned()));
 }
 
 /// `halite events` on the master at `port`, in the background: the lines it prints, as they come.
@@ -125,7 +111,7 @@ fn three_masters(n: usize) -> (Cluster, [u16; 3], Vec<String>) {
         cluster.start_minion(id);
     }
     wait_for("every minion on some master", Duration::from_secs(30), || {
-        let total: usize = ports.iter().map(|&p| connected_at(&cluster, p).len()).sum();
+        let total: usize = ports.iter().map(|&p| cluster.connected_at(p).len()).sum();
         (total == n).then_some(())
     });
     (cluster, ports, ids)
@@ -135,10 +121,10 @@ fn three_masters(n: usize) -> (Cluster, [u16; 3], Vec<String>) {
 fn a_job_published_on_one_master_runs_on_minions_connected_to_all_three() {
     let (cluster, ports, ids) = three_masters(30);
     for port in ports {
-        assert!(!connected_at(&cluster, port).is_empty(), "the minions spread over every master");
+        assert!(!cluster.connected_at(port).is_empty(), "the minions spread over every master");
     }
     // The first master lists every minion as connected to it or to another master, none offline.
-    let here = connected_at(&cluster, ports[0]);
+    let here = cluster.connected_at(ports[0]);
     wait_for("the first master to know where every minion is", Duration::from_secs(10), || {
         let run = cluster.cli_at(ports[0], &["minions", "list", "--out", "json"]);
         let doc = (run.code == 0).then(|| run.json())?;
@@ -172,7 +158,7 @@ fn a_job_published_on_one_master_runs_on_minions_connected_to_all_three() {
 #[test]
 fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_one_once() {
     let (mut cluster, [a, b, c], ids) = three_masters(12);
-    let on_b = connected_at(&cluster, b);
+    let on_b = cluster.connected_at(b);
     assert!(!on_b.is_empty(), "some minions are on the master to be killed");
     // A watcher on the third master: every job return the bus carries there.
     let (mut watcher, lines) = watch_events(&cluster, c, &["halite/job/*/ret/*"]);
@@ -191,7 +177,7 @@ fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_on
     });
     for id in &on_b {
         assert!(
-            connected_at(&cluster, a).contains(id) || connected_at(&cluster, c).contains(id),
+            cluster.connected_at(a).contains(id) || cluster.connected_at(c).contains(id),
             "{id} moved to a live master"
         );
     }
@@ -227,7 +213,7 @@ fn a_remote_client_given_the_masters_reaches_a_live_one() {
     cluster.prepare_minion("r1", true, "");
     cluster.set_minion_masters("r1", &[second]);
     cluster.start_minion("r1");
-    wait_for("r1", Duration::from_secs(20), || connected_at(&cluster, second).contains(&"r1".to_owned()).then_some(()));
+    wait_for("r1", Duration::from_secs(20), || cluster.connected_at(second).contains(&"r1".to_owned()).then_some(()));
     cluster.kill_master();
 
     // From the environment, no config file: the first master is down, the second answers.
@@ -273,9 +259,7 @@ fn a_minion_event_on_one_master_reaches_subscribers_of_another_however_large() {
     cluster.prepare_minion("ev1", true, "");
     cluster.set_minion_masters("ev1", &[second]);
     cluster.start_minion("ev1");
-    wait_for("ev1", Duration::from_secs(20), || {
-        connected_at(&cluster, second).contains(&"ev1".to_owned()).then_some(())
-    });
+    wait_for("ev1", Duration::from_secs(20), || cluster.connected_at(second).contains(&"ev1".to_owned()).then_some(()));
     let (mut watcher, lines) = watch_events(&cluster, first, &["minion/*", "halite/job/*/new"]);
     // Published on the first master, run by the minion on the second, its event sent there.
     let big = "x".repeat(20_000);
@@ -305,7 +289,7 @@ fn a_job_cancelled_through_one_master_stops_on_a_minion_of_another() {
     cluster.prepare_minion("c1", true, "");
     cluster.set_minion_masters("c1", &[second]);
     cluster.start_minion("c1");
-    wait_for("c1", Duration::from_secs(20), || connected_at(&cluster, second).contains(&"c1".to_owned()).then_some(()));
+    wait_for("c1", Duration::from_secs(20), || cluster.connected_at(second).contains(&"c1".to_owned()).then_some(()));
     // The first master learns where c1 is from the second's announcement, a moment later: until
     // then a job for c1 published there finds it offline.
     wait_for("the first master to reach c1", Duration::from_secs(20), || {
@@ -412,7 +396,7 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     cluster.set_minion_masters("cert1", &[first, second]);
     cluster.start_minion("cert1");
     let serving = wait_for("cert1 on a certified master", Duration::from_secs(20), || {
-        [first, second].into_iter().find(|&p| connected_at(&cluster, p).contains(&"cert1".to_owned()))
+        [first, second].into_iter().find(|&p| cluster.connected_at(p).contains(&"cert1".to_owned()))
     });
     // Signed by either master, delivered by the one serving it: both verify under the cluster key.
     for port in [first, second] {
@@ -441,7 +425,7 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
         assert_eq!(run.code, 0, "{}", run.stderr);
     }
     wait_for("cert1 on the second master", Duration::from_secs(20), || {
-        connected_at(&cluster, second).contains(&"cert1".to_owned()).then_some(())
+        cluster.connected_at(second).contains(&"cert1".to_owned()).then_some(())
     });
     let kept = cluster.minion_dir("cert1").join("state/revoked_masters");
     wait_for("the revocation kept by the minion", Duration::from_secs(10), || kept.exists().then_some(()));
@@ -450,7 +434,7 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     cluster.start_master();
     cluster.kill_peer_master(second);
     std::thread::sleep(Duration::from_secs(3));
-    assert!(!connected_at(&cluster, first).contains(&"cert1".to_owned()), "a revoked master got the minion");
+    assert!(!cluster.connected_at(first).contains(&"cert1".to_owned()), "a revoked master got the minion");
     let log = std::fs::read_to_string(cluster.minion_dir("cert1").join("minion.log")).unwrap();
     assert!(log.contains("revoked"), "{log}");
     // A master whose own key is revoked refuses to start.

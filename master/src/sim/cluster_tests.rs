@@ -242,17 +242,6 @@ async fn job_watcher(sim: &mut Sim) -> super::SimPeer {
     root
 }
 
-/// The tags of the events `peer` received since last asked.
-fn tags_received(sim: &Sim, peer: &mut super::SimPeer) -> Vec<String> {
-    peer.recv(sim)
-        .into_iter()
-        .filter_map(|m| match m {
-            Message::Event(e) => Some(e.tag),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Master b stores `minion`'s return of `jid` (and announces nothing yet).
 async fn b_stores_return(sim: &Sim, jid: &str, minion: &str) {
     let ret = halite_protocol::message::JobReturn { minion: minion.into(), ..super::ret(jid) };
@@ -282,20 +271,14 @@ fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
         sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         let web9 = vec![("web9".to_owned(), MinionJobState::Returned)];
         sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9.clone() }))).await;
-        assert_eq!(
-            tags_received(&sim, &mut root),
-            [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9")]
-        );
+        assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9")]);
         b_stores_return(&sim, &jid, "web8").await;
         let web8 = vec![("web8".to_owned(), MinionJobState::Returned)];
         sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web8.clone() }))).await;
         // Announcements that come again (or late) tell nothing twice, and bring nothing back.
         sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9 }))).await;
         sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
-        assert_eq!(
-            tags_received(&sim, &mut root),
-            [format!("halite/job/{jid}/ret/web8"), format!("halite/job/{jid}/done")]
-        );
+        assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/ret/web8"), format!("halite/job/{jid}/done")]);
         assert!(sim.master.jobs.get(&jid).is_none());
     });
 }
@@ -311,7 +294,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
         let states = [("web8".to_owned(), MinionJobState::Sent), ("web9".to_owned(), MinionJobState::Sent)];
         sim.store().insert_job(&job, &states).await.unwrap();
         sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
-        assert_eq!(tags_received(&sim, &mut root), [format!("halite/job/{jid}/new")]);
+        assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/new")]);
         // Both returns are stored by b; their announcement arrives while the store does not answer.
         b_stores_return(&sim, &jid, "web8").await;
         b_stores_return(&sim, &jid, "web9").await;
@@ -319,13 +302,13 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
         let both = vec![("web8".to_owned(), MinionJobState::Returned), ("web9".to_owned(), MinionJobState::Returned)];
         sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: both }))).await;
         sim.advance(Duration::from_millis(500)).await;
-        assert!(tags_received(&sim, &mut root).is_empty(), "nothing known yet");
+        assert!(root.event_tags(&sim).is_empty(), "nothing known yet");
         assert_eq!(sim.master.jobs.state(&jid, "web8"), Some(MinionJobState::Sent));
         // The store answers again: within a tick, this master's view is the store's.
         sim.store().give_back(away).await;
         sim.advance(crate::server::TICK).await;
         assert_eq!(
-            tags_received(&sim, &mut root),
+            root.event_tags(&sim),
             [
                 format!("halite/job/{jid}/ret/web8"),
                 format!("halite/job/{jid}/ret/web9"),
@@ -350,7 +333,7 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
         b_stores_return(&sim, &jid, "web9").await;
         sim.advance(crate::cluster_view::SWEEP_EVERY + crate::server::TICK).await;
         assert_eq!(
-            tags_received(&sim, &mut root),
+            root.event_tags(&sim),
             [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9"), format!("halite/job/{jid}/done")]
         );
     });
@@ -365,7 +348,7 @@ fn a_final_state_decided_while_the_store_was_away_follows_the_one_it_kept() {
         let mut root = sim.root().await;
         let mut watcher = job_watcher(&mut sim).await;
         let jid = sim.publish(&mut root, "web1", "test.ping", 10_000, 0).await.expect("published");
-        tags_received(&sim, &mut watcher);
+        watcher.event_tags(&sim);
         // The return arrives as the store stops answering: decided here, not written.
         let away = sim.store().take_away().await.expect("open");
         web1.send(

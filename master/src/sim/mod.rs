@@ -327,6 +327,17 @@ impl SimPeer {
     }
 
     /// The jobs the master sent this minion since the last call.
+    /// The tags of the bus events received since last asked (other messages are dropped).
+    pub(crate) fn event_tags(&mut self, sim: &Sim) -> Vec<String> {
+        self.recv(sim)
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Event(e) => Some(e.tag),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub(crate) fn jobs(&mut self, sim: &Sim) -> Vec<SignedJob> {
         self.recv(sim)
             .into_iter()

@@ -626,14 +626,7 @@ fn each_final_state_is_heard_once_offline_targets_and_resent_returns_included() 
         let ret2 = JobReturn { minion: "web2".into(), ..ret(&jid) };
         web2.send(&mut sim, &Message::JobReturn(ret2.clone())).await;
         web2.send(&mut sim, &Message::JobReturn(ret2)).await;
-        let tags: Vec<String> = watcher
-            .recv(&sim)
-            .into_iter()
-            .filter_map(|m| match m {
-                Message::Event(e) => Some(e.tag),
-                _ => None,
-            })
-            .collect();
+        let tags = watcher.event_tags(&sim);
         assert_eq!(tags, [format!("halite/job/{jid}/ret/web1"), format!("halite/job/{jid}/ret/web2")]);
         assert_eq!(
             web2.recv(&sim).iter().filter(|m| matches!(m, Message::ReturnAck(_))).count(),

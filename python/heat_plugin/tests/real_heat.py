@@ -10,37 +10,22 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+# The SDK tests' helpers (their directory is on sys.path: test_real_heat.py puts it there).
+from processes import free_port, wait_for  # noqa: E402
+
 VENV_BIN = Path(sys.executable).parent
 RABBITMQ_SERVER = shutil.which("rabbitmq-server") or "/usr/sbin/rabbitmq-server"
 RABBITMQCTL = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
 PLUGIN_DIR = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(what: str, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class RealHeat:
@@ -106,9 +91,9 @@ enforce_scope = False
         self._spawn("api", [str(VENV_BIN / "heat-wsgi-api"), "--port", str(self.api_port), "--host", "127.0.0.1",
                             "--", "--config-file", str(self.conf)])
         self.url = f"http://127.0.0.1:{self.api_port}/v1"
-        wait_until("heat-api", lambda: self._answers())
+        wait_for("heat-api", lambda: self._answers())
         # The engine listens once its workers are up: a stack list goes through it.
-        wait_until("heat-engine", lambda: self._engine_answers(), timeout=90)
+        wait_for("heat-engine", lambda: self._engine_answers(), timeout=90)
 
     def _rabbit_env(self) -> Dict[str, str]:
         env = dict(os.environ)
@@ -138,7 +123,7 @@ enforce_scope = False
         log = open(self.dir / "rabbitmq.out", "ab")
         self.processes.append(subprocess.Popen([RABBITMQ_SERVER], env=self._rabbit_env(), stdout=log,
                                                stderr=subprocess.STDOUT, start_new_session=True))
-        wait_until("rabbitmq", lambda: subprocess.run(
+        wait_for("rabbitmq", lambda: subprocess.run(
             [RABBITMQCTL, "-n", self.rabbit_node, "-q", "await_startup"], env=self._rabbit_env(),
             capture_output=True).returncode == 0, timeout=90)
 
@@ -215,7 +200,7 @@ enforce_scope = False
                     return {"stack_status": "DELETE_COMPLETE", "stack_status_reason": "gone"}
                 raise
             return None if stack["stack_status"].endswith("IN_PROGRESS") else stack
-        return wait_until(f"stack {name}", settled, timeout=timeout)
+        return wait_for(f"stack {name}", settled, timeout=timeout)
 
     def output(self, stack: Dict[str, Any], key: str) -> Any:
         for item in stack.get("outputs") or []:
