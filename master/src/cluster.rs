@@ -91,6 +91,9 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.resync_attempts == 0 {
             info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
         }
+        let lead = crate::cluster_view::GAP_LEAD.as_millis() as u64;
+        let noticed = self.clock.wall_ms();
+        let gap_began = *self.cluster.gap_began_ms.get_or_insert(noticed.saturating_sub(lead).max(self.cluster.joined_ms));
         self.cluster.resync_attempts += 1;
         self.reload_accepted().await?;
         self.reload_principals().await?;
@@ -125,8 +128,11 @@ impl<S: Store, N: Net> Master<S, N> {
         for jid in self.store.unfinished_jids().await? {
             self.adopt_job(&jid).await?;
         }
+        // And those published and ended while this master heard nothing.
+        self.adopt_jobs_published_since(gap_began).await?;
         self.cluster.needs_resync = false;
         self.cluster.resync_attempts = 0;
+        self.cluster.gap_began_ms = None;
         Ok(())
     }
 

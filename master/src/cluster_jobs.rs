@@ -77,6 +77,45 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
+    /// Tells this master's subscribers of the jobs published from `since_ms` on that it neither
+    /// holds nor finished: one that began and ended while it heard nothing (its listener cut,
+    /// the store away) is adopted like any other, its `new`, `ret`s and `done` once, oldest
+    /// first. At most [`GAP_JOBS_MAX`](crate::cluster_view::GAP_JOBS_MAX), the newest.
+    pub(crate) async fn adopt_jobs_published_since(&mut self, since_ms: u64) -> Result<(), StoreError> {
+        const PAGE: u32 = 500;
+        let first = halite_protocol::time::compact_utc(since_ms.saturating_mul(1_000));
+        let mut missed: Vec<String> = Vec::new();
+        let mut before: Option<String> = None;
+        'pages: loop {
+            let page = self.store.jobs(before.as_deref(), PAGE, false).await?;
+            for listing in &page {
+                let jid = &listing.summary.jid;
+                if *jid < first {
+                    break 'pages;
+                }
+                if self.jobs.get(jid).is_none() && !self.jobs.finished_lately(jid) {
+                    missed.push(jid.clone());
+                    if missed.len() == crate::cluster_view::GAP_JOBS_MAX {
+                        warn!(jobs = missed.len(), "more jobs were published while this master heard nothing; \
+                               its subscribers are told of the newest only");
+                        break 'pages;
+                    }
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE as usize => before = Some(last.summary.jid.clone()),
+                _ => break,
+            }
+        }
+        if !missed.is_empty() {
+            debug!(jobs = missed.len(), "jobs published while this master heard nothing");
+        }
+        for jid in missed.iter().rev() {
+            self.adopt_job(jid).await?;
+        }
+        Ok(())
+    }
+
     /// Compares the jobs this master holds with the store's live ones: a job live in the store
     /// that it does not hold is loaded (a master that died between storing a job and
     /// announcing it leaves it to the others, who find it here), and one it holds that the

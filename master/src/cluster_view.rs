@@ -35,7 +35,22 @@ pub(crate) struct ClusterView {
     pub(crate) interruptions_seen: u64,
     /// Rereads tried since the last that succeeded.
     pub(crate) resync_attempts: u64,
+    /// The wall time (ms) from which this master may have missed jobs, while a reread is due:
+    /// a little before the gap was noticed (see [`GAP_LEAD`]).
+    pub(crate) gap_began_ms: Option<u64>,
+    /// The wall time (ms) this master began following the store: jobs older than that were
+    /// never its subscribers' to hear of.
+    pub(crate) joined_ms: u64,
 }
+
+/// How long before a gap is noticed it may have begun: a silent listener is found within a
+/// few seconds, a hung statement within its 60 s timeout. Jobs published since are looked for
+/// when the store is reread.
+pub(crate) const GAP_LEAD: Duration = Duration::from_secs(90);
+
+/// The most jobs published during a gap that a reread tells this master's subscribers of (the
+/// newest; older ones are in `halite jobs`).
+pub(crate) const GAP_JOBS_MAX: usize = 5_000;
 
 impl ClusterView {
     /// A store other masters may share.

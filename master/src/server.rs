@@ -339,6 +339,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rx) = self.store.changes() {
             cluster = rx;
             self.cluster = crate::cluster_view::ClusterView::shared();
+            self.cluster.joined_ms = self.clock.wall_ms();
             // Who is connected where: every running master answers.
             self.tell_other_masters(crate::store::ClusterChange::RollCall).await;
         }

@@ -406,3 +406,41 @@ fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
     job.signed = halite_protocol::message::SignedJob::sign(&body, sim.master.identity.key());
     job
 }
+
+#[test]
+fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_listener_is_back() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let mut root = job_watcher(&mut sim).await;
+        let wall_micros = crate::clock::Clock::wall_ms(&sim.clock) * 1_000;
+        // Long before any gap: not this master's subscribers' to hear of.
+        let old = job_of_b(&sim, &halite_protocol::time::compact_utc(wall_micros - 3_600_000_000));
+        sim.store().insert_job(&old, &[("web7".to_owned(), MinionJobState::Sent)]).await.unwrap();
+        b_stores_return(&sim, &old.jid, "web7").await;
+        // While this master's listener is cut, b publishes a job and both its minions return.
+        let job = job_of_b(&sim, &halite_protocol::time::compact_utc(wall_micros - 1_000_000));
+        let jid = job.jid.clone();
+        let states = [("web8".to_owned(), MinionJobState::Sent), ("web9".to_owned(), MinionJobState::Sent)];
+        sim.store().insert_job(&job, &states).await.unwrap();
+        b_stores_return(&sim, &jid, "web8").await;
+        b_stores_return(&sim, &jid, "web9").await;
+        assert!(root.event_tags(&sim).is_empty(), "nothing heard");
+        // The listener is back: its reconnection asks for a reread.
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
+        sim.advance(crate::server::TICK).await;
+        assert_eq!(
+            root.event_tags(&sim),
+            [
+                format!("halite/job/{jid}/new"),
+                format!("halite/job/{jid}/ret/web8"),
+                format!("halite/job/{jid}/ret/web9"),
+                format!("halite/job/{jid}/done")
+            ]
+        );
+        // Another gap tells nothing twice.
+        sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
+        sim.advance(crate::server::TICK).await;
+        assert!(root.event_tags(&sim).is_empty());
+    });
+}
