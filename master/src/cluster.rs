@@ -93,7 +93,8 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let lead = crate::cluster_view::GAP_LEAD.as_millis() as u64;
         let noticed = self.clock.wall_ms();
-        let gap_began = *self.cluster.gap_began_ms.get_or_insert(noticed.saturating_sub(lead).max(self.cluster.joined_ms));
+        let gap_began =
+            *self.cluster.gap_began_ms.get_or_insert(noticed.saturating_sub(lead).max(self.cluster.joined_ms));
         self.cluster.resync_attempts += 1;
         self.reload_accepted().await?;
         self.reload_principals().await?;

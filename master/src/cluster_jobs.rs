@@ -96,8 +96,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 if self.jobs.get(jid).is_none() && !self.jobs.finished_lately(jid) {
                     missed.push(jid.clone());
                     if missed.len() == crate::cluster_view::GAP_JOBS_MAX {
-                        warn!(jobs = missed.len(), "more jobs were published while this master heard nothing; \
-                               its subscribers are told of the newest only");
+                        warn!(
+                            jobs = missed.len(),
+                            "more jobs were published while this master heard nothing; \
+                               its subscribers are told of the newest only"
+                        );
                         break 'pages;
                     }
                 }

@@ -91,6 +91,10 @@ pub struct MasterConfig {
     /// How long a deployment's DELETE waits for a server that has a key but is not connected
     /// before it fails (a server without an accepted key is skipped at once).
     pub deployment_delete_wait_secs: u64,
+    /// How long a deployment waits for a server that, when the deployment is made, has no key
+    /// of any state and no outstanding enrollment token (a name nobody enrolls as, such as a
+    /// Nova server named unlike its enrollment's `server_name`) before it fails.
+    pub deployment_unenrolled_wait_secs: u64,
     /// How long a deployment's hook may run when the deployment gives no `timeout_secs`.
     pub deployment_timeout_secs: u64,
     /// Software deployments (`[deploy]`): where signals may be relayed.
@@ -150,6 +154,7 @@ impl Default for MasterConfig {
             max_peer_queue_bytes: 32 * 1024 * 1024,
             deployment_ttl_secs: 24 * 3600,
             deployment_delete_wait_secs: 300,
+            deployment_unenrolled_wait_secs: 600,
             deployment_timeout_secs: 3600,
             deploy: DeployConfig::default(),
             gateway: crate::gateway::GatewayConfig::default(),

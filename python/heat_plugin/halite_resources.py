@@ -42,8 +42,9 @@ The resources:
     (``batch_size``, ``batch_wait``, ``max_errors``, ``canary``, ``abort_on``).
 ``OS::Halite::EnrollmentUserData``
     A one-time enrollment token bound to a server's name (in the stack's project's
-    namespace in tenant mode), as the cloud-init ``user_data`` to give
-    ``OS::Nova::Server`` (with ``user_data_format: RAW``).
+    namespace in tenant mode), as cloud-init ``user_data`` and, like Heat's
+    ``OS::Heat::CloudConfig``, a config in Heat's store: ``OS::Nova::Server`` takes
+    ``{get_resource: ...}`` with ``user_data_format: SOFTWARE_CONFIG`` or ``RAW``.
 
 ``signal_transport`` is accepted only as ``NO_SIGNAL`` (halite pushes outputs back
 itself); any other value is refused when the template is validated.
@@ -61,6 +62,7 @@ from oslo_log import log as logging
 
 from heat.common import exception
 from heat.common.i18n import _
+from heat.rpc import api as rpc_api
 from heat.engine import attributes
 from heat.engine import constraints
 from heat.engine import properties
@@ -716,14 +718,16 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
 class HaliteEnrollmentUserData(resource.Resource):
     """A one-time enrollment token for the server that will be named
     ``server_name``, as cloud-init user_data that writes the minion's enrollment
-    file. Pass ``{get_attr: [this, user_data]}`` to ``OS::Nova::Server``'s
-    ``user_data`` with ``user_data_format: RAW``. Deleting it revokes the token if
-    it was not used."""
+    file. Like Heat's own ``OS::Heat::CloudConfig``, it is a software config in
+    Heat's store: give ``OS::Nova::Server`` ``user_data: {get_resource: this}``
+    (``user_data_format: SOFTWARE_CONFIG`` or ``RAW``), or ``{get_attr: [this,
+    user_data]}``, or make it a part of an ``OS::Heat::MultipartMime``. Deleting it
+    revokes the token if it was not used."""
 
     support_status = support.SupportStatus(version='27.0.0')
 
     PROPERTIES = (SERVER_NAME, TTL, MASTERS) = ('server_name', 'ttl', 'masters')
-    ATTRIBUTES = (USER_DATA, ENROLLMENT) = ('user_data', 'enrollment')
+    ATTRIBUTES = (USER_DATA, ENROLLMENT, CONFIG) = ('user_data', 'enrollment', 'config')
 
     properties_schema = {
         SERVER_NAME: properties.Schema(
@@ -741,6 +745,8 @@ class HaliteEnrollmentUserData(resource.Resource):
     attributes_schema = {
         USER_DATA: attributes.Schema(_('The #cloud-config user_data.'), type=attributes.Schema.STRING),
         ENROLLMENT: attributes.Schema(_('The enrollment file it writes.'), type=attributes.Schema.STRING),
+        CONFIG: attributes.Schema(_('The #cloud-config user_data (as Heat\'s CloudConfig names it).'),
+                                  type=attributes.Schema.STRING),
     }
 
     def handle_create(self):
@@ -749,24 +755,38 @@ class HaliteEnrollmentUserData(resource.Resource):
         # under this name (the master refuses with halite.Conflict, failing the resource).
         enrollment = _call(self, 'create_enrollment', _in_namespace(self, self.properties[self.SERVER_NAME]),
                            ttl=self.properties[self.TTL], masters=masters, replace=False)
+        self.data_set('minion', enrollment.minion)
         self.data_set('user_data', enrollment.user_data, redact=True)
         self.data_set('enrollment', enrollment.enrollment, redact=True)
         self.data_set('expires_at_ms', str(enrollment.expires_at_ms))
-        self.resource_id_set(enrollment.minion)
+        # A config in Heat's own store, as OS::Heat::CloudConfig makes: what OS::Nova::Server
+        # loads when its user_data is this resource's id (SOFTWARE_CONFIG or RAW format).
+        sc = self.rpc_client().create_software_config(
+            self.context, name=self.physical_resource_name(), group='Heat::Ungrouped',
+            config=enrollment.user_data, inputs=[], outputs=[], options={})
+        self.resource_id_set(sc[rpc_api.SOFTWARE_CONFIG_ID])
 
     def handle_delete(self):
-        if self.resource_id is None:
+        data = self.data()
+        # Resources made before the config was in Heat's store have the minion as their id.
+        minion = data.get('minion', self.resource_id)
+        if 'minion' in data and self.resource_id is not None:
+            with self.rpc_client().ignore_error_by_name('NotFound'):
+                self.rpc_client().delete_software_config(self.context, self.resource_id)
+        if minion is None:
             return
-        expires = self.data().get('expires_at_ms')
+        expires = data.get('expires_at_ms')
         for token in _call(self, 'enrollment_tokens'):
-            if token.minion == self.resource_id and str(token.expires_at_ms) == expires and not token.used:
+            if token.minion == minion and str(token.expires_at_ms) == expires and not token.used:
                 try:
                     _call(self, 'revoke_enrollment_token', token.id)
                 except halite.NotFound:
                     pass
 
     def _resolve_attribute(self, name):
-        if name in (self.USER_DATA, self.ENROLLMENT):
+        if name in (self.USER_DATA, self.CONFIG):
+            return self.data().get(self.USER_DATA)
+        if name == self.ENROLLMENT:
             return self.data().get(name)
 
 

@@ -287,6 +287,22 @@ fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
     let outside = json!({"config_id": config_id, "servers": ["vm-7", "db-1"]}).to_string();
     let refused = http::request("POST", &addr, "/v1/software_deployment_groups", Some(&token), Some(&outside));
     assert_eq!(refused.status, 403, "every server must be within the principal's ACL: {}", refused.body);
+    // Changed in place: the same group gains a server.
+    let path = format!("/v1/software_deployment_groups/{group_id}");
+    let grown = json!({"servers": ["vm-5", "vm-6", "vm-8"]}).to_string();
+    let updated = http::request("PUT", &addr, &path, Some(&token), Some(&grown));
+    assert_eq!(updated.status, 200, "{}", updated.body);
+    let group = updated.json()["software_deployment_group"].clone();
+    assert_eq!(group["id"], json!(group_id), "the same group");
+    let servers: Vec<&str> =
+        group["members"].as_array().unwrap().iter().map(|m| m["server_id"].as_str().unwrap()).collect();
+    assert_eq!(servers, ["vm-5", "vm-6", "vm-8"]);
+    let outside = json!({"servers": ["vm-5", "db-1"]}).to_string();
+    assert_eq!(http::request("PUT", &addr, &path, Some(&token), Some(&outside)).status, 403);
+    let typo = json!({"server": ["vm-5"]}).to_string();
+    let bad = http::request("PUT", &addr, &path, Some(&token), Some(&typo));
+    assert_eq!(bad.status, 422, "{}", bad.body);
+    assert!(bad.body.contains("unknown field `server`"), "the field is named: {}", bad.body);
 }
 
 #[test]

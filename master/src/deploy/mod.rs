@@ -326,13 +326,14 @@ impl<S: Store, N: Net> Master<S, N> {
         kwargs.insert("item".to_owned(), item.clone());
         kwargs.insert("timeout".to_owned(), json!(timeout_secs));
         let server = record.deployment.server_id.clone();
+        let wait_secs = self.deployment_wait_secs(&record.deployment.action, &server).await?;
         let job = NewJob {
             function: DEPLOY_FUNCTION.into(),
             args: Vec::new(),
             kwargs,
             target: Target { kind: TargetKind::List, expr: server.clone() },
             timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
-            ttl_ms: self.deployment_wait_secs(&record.deployment.action) * 1000,
+            ttl_ms: wait_secs * 1000,
             // The hook runs the deployment's own config; it calls no other function.
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
             rollout: None,
@@ -395,7 +396,17 @@ impl<S: Store, N: Net> Master<S, N> {
                 derive::apply_signal(&outputs, signal, &record.deployment.output_values)
             }
             None => {
-                let reason = self.failure_reason(&record, state, ret);
+                let mut reason = self.failure_reason(&record, state, ret);
+                if state == MinionJobState::Expired
+                    && self.store.keys_for(&record.deployment.server_id).await?.is_empty()
+                {
+                    reason = format!(
+                        "server {} never enrolled: no minion has a key as {0}, and no enrollment token for it was \
+                         outstanding when the deployment was made (with Heat, the Nova server's name must be its \
+                         OS::Halite::EnrollmentUserData's server_name)",
+                        record.deployment.server_id
+                    );
+                }
                 let mut output_values = record.deployment.output_values.clone();
                 output_values.insert("deploy_stdout".into(), json!(""));
                 output_values.insert("deploy_stderr".into(), json!(reason));
@@ -437,7 +448,7 @@ impl<S: Store, N: Net> Master<S, N> {
             (MinionJobState::Expired, _) if record.deployment.action == "DELETE" => format!(
                 "server {} did not connect within {} s of the DELETE (deployment_delete_wait_secs); nothing was run on it",
                 record.deployment.server_id,
-                self.deployment_wait_secs("DELETE")
+                self.config.deployment_delete_wait_secs.min(self.config.deployment_ttl_secs)
             ),
             (MinionJobState::Expired, _) => format!(
                 "server {} did not connect within {} s of the deployment",
@@ -453,12 +464,17 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// How long a deployment's job waits for its server to connect: a DELETE no longer than
-    /// `deployment_delete_wait_secs`.
-    fn deployment_wait_secs(&self, action: &str) -> u64 {
-        match action {
-            "DELETE" => self.config.deployment_delete_wait_secs.min(self.config.deployment_ttl_secs),
-            _ => self.config.deployment_ttl_secs,
+    /// `deployment_delete_wait_secs`; a server nobody is enrolling as (no key of any state, no
+    /// outstanding token) no longer than `deployment_unenrolled_wait_secs`.
+    async fn deployment_wait_secs(&self, action: &str, server: &str) -> Result<u64, RequestError> {
+        let ttl = self.config.deployment_ttl_secs;
+        if action == "DELETE" {
+            return Ok(self.config.deployment_delete_wait_secs.min(ttl));
         }
+        let now = self.clock.wall_ms();
+        let unknown = self.store.keys_for(server).await.map_err(RequestError::from)?.is_empty()
+            && !self.store.token_outstanding(server, now).await.map_err(RequestError::from)?;
+        Ok(if unknown { self.config.deployment_unenrolled_wait_secs.min(ttl) } else { ttl })
     }
 
     /// The `[deploy] signal_hosts` allowlist (checked when the config was read; an entry that

@@ -3,8 +3,8 @@
 //! `routes::router` one for one (a test walks every path against a live gateway).
 
 use halite_protocol::message::{
-    DeploymentGroup, DeploymentUpdate, JobDetail, JobSummary, KeyInfo, MinionInfo, NewDeployment, NewDeploymentGroup,
-    NewSoftwareConfig, SoftwareConfig, SoftwareDeployment,
+    DeploymentGroup, DeploymentGroupUpdate, DeploymentUpdate, JobDetail, JobSummary, KeyInfo, MinionInfo,
+    NewDeployment, NewDeploymentGroup, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment,
 };
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
@@ -151,6 +151,7 @@ pub(super) fn document() -> Value {
         ("SoftwareDeployment", generator.subschema_for::<SoftwareDeployment>()),
         ("NewDeploymentGroup", generator.subschema_for::<NewDeploymentGroup>()),
         ("DeploymentGroup", generator.subschema_for::<DeploymentGroup>()),
+        ("DeploymentGroupUpdate", generator.subschema_for::<DeploymentGroupUpdate>()),
         ("JobRequest", generator.subschema_for::<JobRequest>()),
         ("FiredEvent", generator.subschema_for::<FiredEvent>()),
         ("MinionInfo", generator.subschema_for::<MinionInfo>()),
@@ -221,6 +222,9 @@ pub(super) fn document() -> Value {
             "/v1/software_deployment_groups/{id}": {
                 "get": operation("showDeploymentGroup", "One deployment group: each server's status and the rollout", id(),
                     None, wrapped("software_deployment_group", schema_ref("DeploymentGroup"))),
+                "put": operation("updateDeploymentGroup",
+                    "Change a group in place: kept servers run UPDATE, new ones CREATE, as the rollout allows",
+                    id(), Some(body("DeploymentGroupUpdate")), wrapped("software_deployment_group", schema_ref("DeploymentGroup"))),
             },
             "/v1/software_deployments/metadata/{server_id}": {
                 "get": operation("serverMetadata", "Every derived config of a server (Heat's per-server metadata)",

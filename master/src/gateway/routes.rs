@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use halite_protocol::message::{
-    DeploymentUpdate, ErrorKind, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PublishRequest, RequestBody,
-    ResponseBody, Rollout, Target, TargetKind, Value,
+    DeploymentGroupUpdate, DeploymentUpdate, ErrorKind, NewDeployment, NewDeploymentGroup, NewSoftwareConfig,
+    PublishRequest, RequestBody, ResponseBody, Rollout, Target, TargetKind, Value,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -46,7 +46,7 @@ pub(super) fn router(
         .route("/v1/software_deployments/{id}", get(show_deployment).put(update_deployment).delete(delete_deployment))
         .route("/v1/software_deployments/metadata/{server_id}", get(server_metadata))
         .route("/v1/software_deployment_groups", post(create_group))
-        .route("/v1/software_deployment_groups/{id}", get(show_group))
+        .route("/v1/software_deployment_groups/{id}", get(show_group).put(update_group))
         .route("/v1/jobs", get(list_jobs).post(publish_job))
         .route("/v1/jobs/{jid}", get(show_job))
         .route("/v1/jobs/{jid}/pause", post(pause_job))
@@ -182,6 +182,17 @@ async fn create_group(Authed(mut s): Authed, Json(new): Json<NewDeploymentGroup>
 
 async fn show_group(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
     match s.request(RequestBody::DeploymentGroupShow { id }).await? {
+        ResponseBody::DeploymentGroup(group) => ok("software_deployment_group", group),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn update_group(
+    Authed(mut s): Authed,
+    Path(id): Path<String>,
+    Json(update): Json<DeploymentGroupUpdate>,
+) -> ApiResult {
+    match s.request(RequestBody::DeploymentGroupUpdate { id, update }).await? {
         ResponseBody::DeploymentGroup(group) => ok("software_deployment_group", group),
         _ => Err(unexpected()),
     }

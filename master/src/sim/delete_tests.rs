@@ -73,3 +73,24 @@ fn the_delete_of_a_deployment_whose_server_stays_away_fails_after_the_bound() {
         assert!(failed.status_reason.contains("did not connect within 60 s of the DELETE"), "{}", failed.status_reason);
     });
 }
+
+#[test]
+fn a_deployment_to_a_server_nobody_enrolls_as_fails_with_the_reason_after_its_own_bound() {
+    rt().block_on(async {
+        let mut sim = Sim::with_config(|config| config.deployment_unenrolled_wait_secs = 60).await;
+        let mut root = sim.root().await;
+        // One server is about to enroll (its token is out); the other is a name nobody enrolls
+        // as (a Nova server named unlike its enrollment's server_name).
+        let token = RequestBody::TokenCreate { minion: "app-web1".into(), ttl_ms: 3_600_000, replace: false };
+        assert!(matches!(sim.request(&mut root, token).await, Ok(ResponseBody::Token(_))));
+        let expected = deployed(&mut sim, &mut root, "app-web1").await;
+        let misnamed = deployed(&mut sim, &mut root, "app-web1-x7k2").await;
+        sim.advance(Duration::from_secs(61)).await;
+        let failed = show(&mut sim, &mut root, &misnamed.id).await;
+        assert_eq!(failed.status, status::FAILED, "{failed:?}");
+        assert!(failed.status_reason.contains("app-web1-x7k2 never enrolled"), "{}", failed.status_reason);
+        assert!(failed.status_reason.contains("server_name"), "names the fix: {}", failed.status_reason);
+        let waiting = show(&mut sim, &mut root, &expected.id).await;
+        assert_eq!(waiting.status, status::IN_PROGRESS, "its server has a token: it may still boot");
+    });
+}

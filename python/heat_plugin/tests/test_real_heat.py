@@ -202,6 +202,18 @@ def test_a_group_updates_in_place_and_only_a_server_taken_out_runs_delete(world)
     assert sorted(lines[2:]) == ["CREATE hey on projc-web3", "DELETE hi on projc-web2", "UPDATE hey on projc-web1"]
 
 
+def boot_guest(master, root, minion, documents):
+    """Does what cloud-init does with the enrollment among ``documents`` (the #cloud-config
+    ones a guest boots with), starts the guest's minion, and checks it enrolled."""
+    enrollment = next(d for d in documents if d and "write_files" in d)["write_files"][0]
+    assert enrollment["path"] == "/etc/halite/enrollment.toml"
+    guest = master.minion_dir(minion)
+    guest.mkdir(parents=True, exist_ok=True)
+    (guest / "enrollment.toml").write_text(enrollment["content"])
+    master.start_minion(minion)
+    assert [k.state for k in root.keys(minion)] == ["accepted"]
+
+
 def test_enrollment_user_data_combines_with_heats_multipart_mime(world):
     """Heat's own MultipartMime takes the enrollment's user_data as a part beside others:
     what a server given ``{get_resource: mime}`` with ``user_data_format: SOFTWARE_CONFIG``
@@ -231,10 +243,49 @@ outputs:
     payloads = [part.get_payload(decode=True) for part in message.walk() if not part.is_multipart()]
     documents = [yaml.safe_load(p) for p in payloads if p and p.startswith(b"#cloud-config")]
     assert {"packages": ["nginx"]} in documents
-    enrollment = next(d for d in documents if "write_files" in d)["write_files"][0]
-    assert enrollment["path"] == "/etc/halite/enrollment.toml"
-    guest = master.minion_dir("projd-mime1")
-    guest.mkdir(parents=True, exist_ok=True)
-    (guest / "enrollment.toml").write_text(enrollment["content"])
-    master.start_minion("projd-mime1")
-    assert [k.state for k in root.keys("projd-mime1")] == ["accepted"]
+    boot_guest(master, root, "projd-mime1", documents)
+
+
+def test_enrollment_user_data_is_a_config_in_heats_store_for_software_config_servers(world):
+    """``user_data: {get_resource: enroll}`` with ``user_data_format: SOFTWARE_CONFIG`` (or
+    RAW): Heat's server loads the config by that id from its own store and wraps it in its
+    multipart user_data (Heat's own ``build_userdata``); a guest booted from it enrolls. Deleting
+    the stack removes the config and revokes the unused token."""
+    master, heat, root, directory = world
+    template = """
+heat_template_version: 2018-08-31
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: sc1}
+  unused:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: sc2}
+outputs:
+  id: {value: {get_resource: enroll}}
+  unused_id: {value: {get_resource: unused}}
+"""
+    stack_id = heat.create("proje", "swconfig", template)
+    stack = heat.settle("proje", "swconfig", stack_id)
+    assert stack["stack_status"] == "CREATE_COMPLETE", stack["stack_status_reason"]
+    config_id = heat.output(stack, "id")
+    stored = heat.call("proje", "GET", f"/software_configs/{config_id}")["software_config"]
+    assert stored["config"].startswith("#cloud-config")
+    # What OS::Nova::Server boots the guest with, by Heat's own code.
+    from heat.engine.clients.os.nova import NovaClientPlugin
+    import email
+    plugin = object.__new__(NovaClientPlugin)
+    user_data = plugin.build_userdata({}, stored["config"], instance_user=None, user_data_format="SOFTWARE_CONFIG")
+    assert plugin.build_userdata({}, stored["config"], user_data_format="RAW") == stored["config"]
+    # cloud-init takes a text/plain part by how it starts.
+    payloads = [part.get_payload(decode=True) for part in email.message_from_string(user_data).walk()
+                if part.get_content_type() == "text/plain"]
+    documents = [yaml.safe_load(p) for p in payloads if p.startswith(b"#cloud-config")]
+    boot_guest(master, root, "proje-sc1", documents)
+    assert any(t.minion == "proje-sc2" and not t.used for t in root.enrollment_tokens())
+    heat.delete("proje", "swconfig", stack_id)
+    assert heat.settle("proje", "swconfig", stack_id)["stack_status"] == "DELETE_COMPLETE"
+    for gone in (config_id, heat.output(stack, "unused_id")):
+        with pytest.raises(AssertionError, match=" 404"):
+            heat.call("proje", "GET", f"/software_configs/{gone}")
+    assert not any(t.minion == "proje-sc2" for t in root.enrollment_tokens()), "the unused token is revoked"
