@@ -6,6 +6,7 @@ master and real minions. Nova is faked the way Heat's own tests fake it; the fak
 Run with a venv that has openstack-heat, Heat's test requirements and the halite
 wheel (scripts/test.sh makes it)."""
 
+import email
 import shutil
 import sys
 import tempfile
@@ -21,12 +22,14 @@ from oslo_config import cfg
 
 from heat.common import template_format
 from heat.engine import environment
+from heat.engine import service_software_config
 from heat.engine import stack as parser
 from heat.engine import template as templatem
 from heat.engine.clients.os import glance
 from heat.engine.clients.os import nova
 from heat.engine.resources.openstack.nova import server as nova_server
 from heat.tests.openstack.nova import fakes as fakes_nova
+from heat.rpc import client as rpc_client
 from heat.tests import utils
 
 import halite
@@ -158,6 +161,23 @@ def output(stack, name):
     return loaded.outputs[name].get_value()
 
 
+def enrollment_written_by(user_data):
+    """The enrollment file cloud-init writes from ``user_data``: a #cloud-config document,
+    or (Heat's SOFTWARE_CONFIG format) a multipart message whose text/plain part cloud-init
+    takes as #cloud-config by how it starts."""
+    message = email.message_from_string(user_data)
+    if message.is_multipart():
+        documents = [part.get_payload(decode=True).decode() for part in message.walk()
+                     if part.get_content_type() == "text/plain"]
+    else:
+        documents = [user_data]
+    for document in documents:
+        loaded = yaml.safe_load(document) if document.startswith("#cloud-config") else None
+        if loaded and "write_files" in loaded:
+            return loaded["write_files"][0]
+    raise AssertionError(f"no enrollment in the user_data: {user_data[:300]!r}")
+
+
 class HaliteStackTest(common.HeatTestCase):
     """One master per test; minions boot when Heat creates their servers."""
 
@@ -173,6 +193,7 @@ class HaliteStackTest(common.HeatTestCase):
         self.marker = self.dir / "delete-marker"
         self._configure_heat_principal()
         self._fake_nova()
+        self._engine_answers_software_configs()
 
     def _configure_heat_principal(self):
         """The principal Heat connects as, and its client config file, named in
@@ -191,6 +212,23 @@ class HaliteStackTest(common.HeatTestCase):
         )
         cfg.CONF.set_override("client_config", str(config), group="halite")
         cfg.CONF.set_override("check_wait", 1.0, group="halite")
+
+    def _engine_answers_software_configs(self):
+        """The engine's RPC for software configs, answered in-process by the engine's own
+        service (there is no message bus here): what OS::Halite::EnrollmentUserData stores,
+        and OS::Nova::Server loads for a user_data given as a config's id."""
+        service = service_software_config.SoftwareConfigService()
+
+        def create(cnxt, group, name, config, inputs=None, outputs=None, options=None):
+            return service.create_software_config(cnxt, group=group, name=name, config=config,
+                                                  inputs=inputs or [], outputs=outputs or [],
+                                                  options=options or {})
+
+        self.patchobject(rpc_client.EngineClient, "create_software_config", side_effect=create)
+        self.patchobject(rpc_client.EngineClient, "show_software_config",
+                         side_effect=service.show_software_config)
+        self.patchobject(rpc_client.EngineClient, "delete_software_config",
+                         side_effect=service.delete_software_config)
 
     def _fake_nova(self):
         self.fc = fakes_nova.FakeClient()
@@ -211,8 +249,7 @@ class HaliteStackTest(common.HeatTestCase):
         the user_data, and the minion starts with it."""
         user_data = kwargs["userdata"]
         self.booted_user_data[name] = user_data
-        document = yaml.safe_load(user_data)
-        written = document["write_files"][0]
+        written = enrollment_written_by(user_data)
         assert written["path"] == "/etc/halite/enrollment.toml", written
         directory = self.master.minion_dir(name)
         directory.mkdir(parents=True, exist_ok=True)
@@ -243,6 +280,23 @@ class HaliteStackTest(common.HeatTestCase):
         params = {"server_name": server_name, "marker": str(self.marker), "script": SCRIPT}
         params.update(extra)
         return params
+
+    def test_a_server_given_the_enrollment_as_a_software_config_enrolls_and_deploys(self):
+        """``user_data: {get_resource: enroll}`` with ``user_data_format: SOFTWARE_CONFIG``:
+        Heat's server loads the config from Heat's store and boots with its own multipart
+        user_data around it."""
+        self.stub_keystoneclient()
+        template = TEMPLATE.replace(
+            "user_data_format: RAW\n      user_data: {get_attr: [enroll, user_data]}",
+            "user_data_format: SOFTWARE_CONFIG\n      software_config_transport: POLL_SERVER_HEAT\n"
+            "      user_data: {get_resource: enroll}")
+        self.assertNotEqual(TEMPLATE, template)
+        stack = self._stack("swconfig", template, **self._params("vm-heat-sc"))
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        self.assertTrue(email.message_from_string(self.booted_user_data["vm-heat-sc"]).is_multipart())
+        self.assertEqual(["accepted"], [k.state for k in self.root.keys("vm-heat-sc")])
+        self.assertEqual("hello, vm-heat-sc", output(stack, "result"))
 
     def test_a_stack_boots_a_server_that_enrolls_and_its_deployment_completes_with_outputs(self):
         stack = self._stack("enroll", TEMPLATE, **self._params("vm-heat-1"))
@@ -402,7 +456,7 @@ resources:
 """)
         c.create()
         self.assertEqual((c.CREATE, c.COMPLETE), c.state, c.status_reason)
-        self.assertEqual("projb-proja-vm-a", c["enroll"].resource_id)
+        self.assertEqual("projb-proja-vm-a", c["enroll"].data()["minion"], "in its own project's namespace")
         b_client = halite.Client.connect([self.master.addr], principal="heat-projb",
                                          key_file=str(self.dir / "tenant-keys" / "heat-projb.key"),
                                          master_key=self.master.master_key_hex)
