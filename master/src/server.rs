@@ -472,6 +472,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.send_watcher_batches();
         self.net.release_held();
         if self.pending.states.is_empty() && self.pending.acks.is_empty() {
+            self.tell_stored_finals().await;
             self.ask_owed_returns();
             return;
         }
@@ -492,18 +493,16 @@ impl<S: Store, N: Net> Master<S, N> {
             self.pending.write_failed = true;
             return;
         }
-        let written_late = std::mem::take(&mut self.pending.write_failed);
+        if std::mem::take(&mut self.pending.write_failed) {
+            // Decided while the store did not answer: another master may have recorded some of
+            // these slots first, and the store keeps the first final state.
+            self.pending.finals_in_doubt = true;
+        }
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
         self.pending.held_return_bytes = 0;
-        if written_late && self.cluster.shared {
-            // Decided while the store did not answer: another master may have recorded some of
-            // these slots first, and the store keeps the first final state.
-            self.follow_stored_finals(&changes).await;
-            self.send_watcher_batches();
-            self.net.release_held();
-        }
+        self.tell_stored_finals().await;
         self.ask_owed_returns();
         if self.cluster.shared {
             self.tell_slots(&changes).await;
@@ -669,43 +668,68 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Compares final states this master decided (and wrote late) with what the store kept:
-    /// where another master's came first, this master's view, watchers and bus are told the
-    /// store's (marked `corrected`).
-    async fn follow_stored_finals(&mut self, changes: &[crate::store::StateChange]) {
-        let mut jids: Vec<&str> =
-            changes.iter().filter(|c| !c.late && c.state.is_final()).map(|c| c.jid.as_str()).collect();
+    /// Tells the final states decided here that are now stored (see `Master::set_slot`):
+    /// those written late are first compared with what the store kept, and told as it kept
+    /// them. Nothing is told while they are not stored, or cannot be compared.
+    async fn tell_stored_finals(&mut self) {
+        if self.pending.unreported.is_empty() || self.pending.write_failed {
+            return;
+        }
+        if self.pending.finals_in_doubt {
+            if !self.follow_stored_finals().await {
+                return;
+            }
+            self.pending.finals_in_doubt = false;
+        }
+        self.report_stored_finals();
+        self.send_watcher_batches();
+        self.net.release_held();
+    }
+
+    /// Compares the final states waiting to be told with what the store kept: where another
+    /// master's came first, this master's view, and what it will tell, follow the store's.
+    /// False if the store could not be read (a reread is then due).
+    async fn follow_stored_finals(&mut self) -> bool {
+        let mut jids: Vec<String> = self.pending.unreported.iter().map(|u| u.jid.clone()).collect();
         jids.sort_unstable();
         jids.dedup();
         for jid in jids {
-            let stored = match self.store.live_job(jid).await {
+            let stored = match self.store.live_job(&jid).await {
                 Ok(Some((_, states))) => states,
                 Ok(None) => continue,
                 Err(error) => {
-                    warn!(%error, jid, "could not compare a job's final states with the store");
+                    warn!(%error, %jid, "could not compare a job's final states with the store");
                     self.cluster.needs_resync = true;
-                    continue;
+                    return false;
                 }
             };
-            for change in changes.iter().filter(|c| c.jid == jid && !c.late && c.state.is_final()) {
-                let Some((_, kept)) = stored.iter().find(|(minion, _)| *minion == change.minion) else { continue };
-                if *kept == change.state || !kept.is_final() {
+            for index in 0..self.pending.unreported.len() {
+                let slot = &self.pending.unreported[index];
+                if slot.jid != jid {
                     continue;
                 }
-                let ret = match self.store.returns_of(jid, std::slice::from_ref(&change.minion)).await {
+                let Some((_, kept)) = stored.iter().find(|(minion, _)| *minion == slot.minion) else { continue };
+                if *kept == slot.state || !kept.is_final() {
+                    continue;
+                }
+                let (minion, kept) = (slot.minion.clone(), *kept);
+                let ret = match self.store.returns_of(&jid, std::slice::from_ref(&minion)).await {
                     Ok(mut returns) => returns.pop().map(|(_, ret)| ret),
-                    Err(_) => None,
+                    Err(error) => {
+                        warn!(%error, %jid, "could not read a return another master stored");
+                        self.cluster.needs_resync = true;
+                        return false;
+                    }
                 };
-                info!(jid, minion = %change.minion, decided = change.state.as_str(), kept = kept.as_str(),
+                info!(%jid, %minion, decided = self.pending.unreported[index].state.as_str(), kept = kept.as_str(),
                       "another master recorded this slot first; following the store");
-                self.jobs.correct_final(jid, &change.minion, *kept);
-                self.emit(
-                    format!("halite/job/{jid}/ret/{}", change.minion),
-                    json!({ "state": kept.as_str(), "ret": ret, "corrected": true }),
-                );
-                self.notify(jid, &change.minion, *kept, ret);
+                self.jobs.correct_final(&jid, &minion, kept);
+                let slot = &mut self.pending.unreported[index];
+                slot.state = kept;
+                slot.ret = ret;
             }
         }
+        true
     }
 
     /// Minions whose returns were turned away while the store was in doubt send them again

@@ -11,6 +11,7 @@ use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::{StateChange, Store, StoreError};
+use crate::writes::Unreported;
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Queues a slot's new state (and return) for the group commit at the end of the step.
@@ -45,6 +46,13 @@ impl<S: Store, N: Net> Master<S, N> {
         if state != MinionJobState::Running {
             self.record_state(jid, minion, state, ret.clone(), false);
         }
+        if state.is_final() && self.cluster.shared {
+            // Another master may store a final state for this slot first (the store keeps the
+            // first): its watchers and bus hear the one stored, once, after the write.
+            self.slot_ended(jid, state, &ret);
+            self.pending.unreported.push(Unreported { jid: jid.to_owned(), minion: minion.to_owned(), state, ret });
+            return Ok(());
+        }
         self.slot_moved(jid, minion, state, ret);
         Ok(())
     }
@@ -53,21 +61,43 @@ impl<S: Store, N: Net> Master<S, N> {
     /// on the job, the job's watchers, and the job's end when every slot is final.
     pub(crate) fn slot_moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if state.is_final() {
-            self.rollout_target_finished(jid);
-            let metrics = self.metrics.get();
-            metrics.slots_final.get_or_create(&crate::metrics::State { state: state.as_str() }).inc();
-            if let (Some(job), Some(_)) = (self.jobs.get(jid), &ret) {
-                let ms = self.clock.wall_ms().saturating_sub(job.record.created_at_ms);
-                metrics.round_trip_seconds.observe(ms as f64 / 1000.0);
-            }
+            self.slot_ended(jid, state, &ret);
+        }
+        self.tell_slot(jid, minion, state, ret);
+    }
+
+    /// What a slot's end changes in this master's own work: the rollout's next targets, the
+    /// metrics, the deployment riding on the job.
+    fn slot_ended(&mut self, jid: &str, state: MinionJobState, ret: &Option<JobReturn>) {
+        self.rollout_target_finished(jid);
+        let metrics = self.metrics.get();
+        metrics.slots_final.get_or_create(&crate::metrics::State { state: state.as_str() }).inc();
+        if let (Some(job), Some(_)) = (self.jobs.get(jid), ret) {
+            let ms = self.clock.wall_ms().saturating_sub(job.record.created_at_ms);
+            metrics.round_trip_seconds.observe(ms as f64 / 1000.0);
+        }
+        // Every deploy.apply job's end: a deployment may ride on it (see deploy_job_finished).
+        if self.jobs.get(jid).is_some_and(|job| job.record.function == crate::deploy::DEPLOY_FUNCTION) {
+            self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));
+        }
+    }
+
+    /// Tells the bus and the job's watchers of a slot's move, and ends the job when every
+    /// slot is final.
+    fn tell_slot(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
-            // Every deploy.apply job's end: a deployment may ride on it (see deploy_job_finished).
-            if self.jobs.get(jid).is_some_and(|job| job.record.function == crate::deploy::DEPLOY_FUNCTION) {
-                self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));
-            }
         }
         self.notify(jid, minion, state, ret);
         self.finish_if_done(jid);
+    }
+
+    /// Tells of the final states decided here once they are stored (see [`Master::set_slot`]):
+    /// each as the store holds it.
+    pub(crate) fn report_stored_finals(&mut self) {
+        for slot in std::mem::take(&mut self.pending.unreported) {
+            self.tell_slot(&slot.jid, &slot.minion, slot.state, slot.ret);
+        }
     }
 
     /// Queues a state change for the job's watchers; sent batched by [`Master::flush`].
@@ -78,7 +108,8 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     pub(crate) fn finish_if_done(&mut self, jid: &str) {
-        if self.jobs.get(jid).is_some_and(|j| j.is_done()) {
+        // A final state not yet told holds the job's end back (its `ret` comes first).
+        if self.jobs.get(jid).is_some_and(|j| j.is_done()) && !self.pending.unreported.iter().any(|u| u.jid == jid) {
             // Announced while still live, so the bus can tell who may see it.
             self.emit(format!("halite/job/{jid}/done"), json!({}));
             if let Some(job) = self.jobs.remove(jid) {

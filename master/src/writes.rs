@@ -29,6 +29,12 @@ pub(crate) struct PendingWrites {
     /// The last write of job states failed (they wait in `states`): until one succeeds, the
     /// master decides no slot (see `Master::store_in_doubt`).
     pub(crate) write_failed: bool,
+    /// Final states decided here while other masters share the store, told (bus, watchers, the
+    /// job's end) once written: as the store keeps them, so each slot's is told once.
+    pub(crate) unreported: Vec<Unreported>,
+    /// Some of `unreported` were written after a failed write: compared with what the store
+    /// kept before they are told.
+    pub(crate) finals_in_doubt: bool,
     /// Final slots of deployment jobs, for the deployments to react to after the step.
     pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
     /// Minions that left this master, for the other masters sharing the store.
@@ -39,6 +45,14 @@ pub(crate) struct PendingWrites {
     pub(crate) rollouts_due: std::collections::BTreeSet<String>,
     /// Rollouts an event aborted (jid, why), stopped at the end of the step.
     pub(crate) rollout_aborts: Vec<(String, String)>,
+}
+
+/// A final state decided here, not yet stored, so not yet told.
+pub(crate) struct Unreported {
+    pub(crate) jid: String,
+    pub(crate) minion: String,
+    pub(crate) state: MinionJobState,
+    pub(crate) ret: Option<JobReturn>,
 }
 
 /// The most returns, in bytes, the core holds waiting for the store; past it, returns are left

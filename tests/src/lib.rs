@@ -309,6 +309,16 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// Waits until a `test.ping` through the master at `port` reaches every minion in `ids`,
+    /// wherever each is connected: the masters have heard where the others' minions are.
+    pub fn wait_reachable_through(&self, port: u16, ids: &[&str]) {
+        let list = ids.join(",");
+        wait_for(&format!("{list} reachable through {port}"), Duration::from_secs(20), || {
+            let run = self.cli_at(port, &["run", "-L", &list, "test.ping", "--out", "json"]);
+            (run.code == 0).then_some(())
+        });
+    }
+
     /// Points a prepared minion at these masters (`master = [...]` in its enrollment file).
     pub fn set_minion_masters(&self, id: &str, ports: &[u16]) {
         let path = self.minion_dir(id).join("enrollment.toml");

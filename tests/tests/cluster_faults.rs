@@ -246,6 +246,9 @@ fn a_master_whose_clock_is_an_hour_ahead_serves_the_cluster_like_the_others() {
     cluster.restart_peer_master_with_env(b, &env);
     start_minions_on(&mut cluster, &["ck1"], &[a]);
     start_minions_on(&mut cluster, &["ck2"], &[b]);
+    for port in [a, b] {
+        cluster.wait_reachable_through(port, &["ck1", "ck2"]);
+    }
 
     // Jobs published through either master run on the minions of both.
     for port in [a, b] {

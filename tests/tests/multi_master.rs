@@ -260,6 +260,7 @@ fn a_minion_event_on_one_master_reaches_subscribers_of_another_however_large() {
     cluster.set_minion_masters("ev1", &[second]);
     cluster.start_minion("ev1");
     wait_for("ev1", Duration::from_secs(20), || cluster.connected_at(second).contains(&"ev1".to_owned()).then_some(()));
+    cluster.wait_reachable_through(first, &["ev1"]);
     let (mut watcher, lines) = watch_events(&cluster, first, &["minion/*", "halite/job/*/new"]);
     // Published on the first master, run by the minion on the second, its event sent there.
     let big = "x".repeat(20_000);
