@@ -29,6 +29,11 @@ pub fn collect(static_grains: &BTreeMap<String, Value>) -> BTreeMap<String, Valu
     grains.insert("num_cpus".into(), json!(std::thread::available_parallelism().map_or(1, |n| n.get())));
     grains.insert("mem_total".into(), json!(mem_total_mib()));
     grains.insert("machine_id".into(), json!(read_trimmed("/etc/machine-id").unwrap_or_default()));
+    // The cloud instance this host is, where cloud-init ran (its instance-id: a Nova server's
+    // UUID on OpenStack): how an orchestrator tells the guest of one server from another's.
+    if let Some(instance) = read_trimmed("/var/lib/cloud/data/instance-id").filter(|id| !id.is_empty()) {
+        grains.insert("cloud_instance_id".into(), json!(instance));
+    }
     grains.insert("cpuarch".into(), json!(std::env::consts::ARCH));
     grains.insert("init".into(), json!(init_system()));
     for (key, value) in static_grains {

@@ -59,6 +59,7 @@ import tomllib
 
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_utils import uuidutils
 
 from heat.common import exception
 from heat.common.i18n import _
@@ -222,7 +223,7 @@ def _minion_of(res, server):
     itself as a minion id. Anything else is refused: never a guess."""
     try:
         # Nova answers for the stack's own project only.
-        name = res.client_plugin('nova').get_server(server).name
+        nova_server = res.client_plugin('nova').get_server(server)
     except Exception as error:  # not a server of this project, or no Nova at all
         allowed = cfg.CONF.halite.literal_servers
         if not any(fnmatch.fnmatchcase(server, glob) for glob in allowed):
@@ -230,8 +231,26 @@ def _minion_of(res, server):
                 _('halite: %(server)s is not a Nova server of this project (%(error)s), and '
                   '[halite] literal_servers does not allow naming a minion directly')
                 % {'server': server, 'error': error})
-        name = server
-    return _in_namespace(res, name)
+        return _in_namespace(res, server)
+    minion = _in_namespace(res, nova_server.name)
+    _check_guest_of(res, minion, nova_server)
+    return minion
+
+
+def _check_guest_of(res, minion, nova_server):
+    """Refuses ``minion`` when it says (its ``cloud_instance_id`` grain, cloud-init's
+    instance-id) it is the guest of another Nova server than ``nova_server``: a name
+    reused after its server was replaced, or two servers of the project named alike."""
+    for info in _call(res, 'minions', minion):
+        instance = (info.grains or {}).get('cloud_instance_id')
+        if (info.id == minion and isinstance(instance, str) and uuidutils.is_uuid_like(instance)
+                and instance.lower() != str(nova_server.id).lower()):
+            raise exception.Error(
+                _('halite: minion %(minion)s is the guest of Nova server %(instance)s, not of '
+                  '%(server)s (%(name)s): give each server a name of its own, and its '
+                  'OS::Halite::EnrollmentUserData that server_name')
+                % {'minion': minion, 'instance': instance, 'server': nova_server.id,
+                   'name': nova_server.name})
 
 
 def _server_gone(res, server):

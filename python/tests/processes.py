@@ -89,8 +89,10 @@ class Master:
     def minion_dir(self, minion: str) -> Path:
         return self.dir / minion
 
-    def start_minion(self, minion: str, *, policy: str = 'allow = ["*"]', wait: bool = True) -> None:
-        """Enrolls ``minion`` with a token made through the SDK and starts it."""
+    def start_minion(self, minion: str, *, policy: str = 'allow = ["*"]', wait: bool = True,
+                     grains: str = "") -> None:
+        """Enrolls ``minion`` with a token made through the SDK and starts it; ``grains`` are
+        more TOML lines of its ``[grains]``."""
         directory = self.minion_dir(minion)
         (directory / "state").mkdir(parents=True, exist_ok=True)
         if not (directory / "enrollment.toml").exists():
@@ -107,7 +109,7 @@ class Master:
             f"[policy]\n{policy}\n"
             f'[deploy]\ndeployed_dir = "{heat / "deployed"}"\nhooks_dirs = ["{heat / "hooks"}"]\n'
             f'script_working_dir = "{heat / "working"}"\nscript_outputs_dir = "{heat / "outputs"}"\n'
-            f'[grains]\nrole = "{minion.rstrip("0123456789")}"\n'
+            f'[grains]\nrole = "{minion.rstrip("0123456789")}"\n{grains}'
         )
         log = open(directory / "minion.log", "ab")
         self.minions[minion] = subprocess.Popen(

@@ -12,7 +12,8 @@ impl Typed for Items {
     const NAME: &'static str = "grains.items";
     const DOC: &'static str = "Returns every grain: os, os_family, osrelease, kernel, kernelrelease, hostname, fqdn, \
          ipv4, ipv6, num_cpus, mem_total (MiB), machine_id, cpuarch, init (systemd, openrc or sysvinit), \
-         plus static grains from the minion config.";
+         cloud_instance_id (cloud-init's instance-id, where it ran: a Nova server's UUID), plus static grains \
+         from the minion config.";
     type Args = NoArgs;
     async fn run(&self, _: NoArgs, cx: &Context) -> Result<Output, ModuleError> {
         Ok(Output::ok(serde_json::to_value(cx.grains.as_ref()).unwrap_or_default()))

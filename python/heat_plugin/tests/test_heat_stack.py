@@ -10,6 +10,7 @@ import email
 import shutil
 import sys
 import tempfile
+import types
 from pathlib import Path
 from unittest import mock
 
@@ -478,6 +479,28 @@ resources:
         error = self.assertRaises(Exception, stack.validate)
         self.assertIn("signal_transport HEAT_SIGNAL", str(error))
         self.assertIn("use NO_SIGNAL", str(error))
+
+    def test_a_minion_that_is_another_servers_guest_is_refused(self):
+        """A minion says (cloud-init's instance-id, as its cloud_instance_id grain) which
+        Nova server it is the guest of: a server whose name is that minion's, but which is
+        another server, gets nothing deployed to the wrong guest."""
+        self.master.start_minion("vm-dup", grains='cloud_instance_id = "6a1c1a9e-0f8e-4a39-9d43-0c3f4b6a8e11"\n')
+        self.servers["nova-vm-dup"] = types.SimpleNamespace(name="vm-dup", id="nova-vm-dup", status="ACTIVE")
+        stack = self._stack("dup", """
+heat_template_version: 2018-08-31
+resources:
+  config:
+    type: OS::Halite::SoftwareConfig
+    properties: {group: script, config: "#!/bin/sh\\ntrue\\n"}
+  deployment:
+    type: OS::Halite::SoftwareDeployment
+    properties: {config: {get_resource: config}, server: nova-vm-dup}
+""")
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.FAILED), stack.state)
+        self.assertIn("is the guest of Nova server 6a1c1a9e-0f8e-4a39-9d43-0c3f4b6a8e11, not of nova-vm-dup",
+                      stack.status_reason)
+        self.assertEqual([], self.root.list_deployments("vm-dup"), "nothing deployed")
 
     def test_deleting_a_stack_whose_server_is_gone_finishes_at_once(self):
         stack = self._stack("gone", TEMPLATE, **self._params("vm-gone"))
