@@ -16,6 +16,9 @@ use crate::{duration, EXIT_TARGETS_FAILED};
 /// The state shown for an id listed with `-L` that the master did not target.
 const UNKNOWN: &str = "unknown";
 
+/// What a minion still going when `run` stopped waiting is shown with.
+const STILL_GOING: &str = "no return yet: the job goes on (halite jobs show JID)";
+
 /// Exit code after Ctrl-C (128 + SIGINT, as shells report it).
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -36,9 +39,14 @@ pub(crate) struct RunArgs {
     /// Target is a nodegroup from the master config.
     #[arg(short = 'N', long, group = "kind")]
     nodegroup: bool,
-    /// Per-minion timeout (30s, 5m, ...).
+    /// How long this command waits for returns (30s, 5m, ...; 0: until the job ends), as
+    /// Salt's -t. The job goes on past it; the command then says how to follow it.
     #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
     timeout: std::time::Duration,
+    /// How long each minion may run the job before it is stopped and reported `timed_out`
+    /// (0: no limit; the job runs until its minion returns or it is cancelled).
+    #[arg(long = "job-timeout", default_value = "1h", value_parser = duration::parse)]
+    job_timeout: std::time::Duration,
     /// Wait this long for offline minions and deliver when they connect (default: report them offline).
     #[arg(long, value_parser = duration::parse)]
     ttl: Option<std::time::Duration>,
@@ -66,6 +74,7 @@ impl RunArgs {
             compound: false,
             nodegroup: false,
             timeout: std::time::Duration::from_secs(30),
+            job_timeout: std::time::Duration::from_secs(3600),
             ttl: None,
             detach: false,
             rollout: RolloutArgs::default(),
@@ -90,7 +99,7 @@ impl RunArgs {
 pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
     let mut spec = PublishSpec::new(Target { kind: args.kind(), expr: args.target.clone() }, &args.function);
     (spec.args, spec.kwargs) = arguments(&args.args)?;
-    spec.timeout_ms = args.timeout.as_millis() as u64;
+    spec.timeout_ms = args.job_timeout.as_millis() as u64;
     spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);
     spec.rollout = args.rollout.rollout();
     let rolled_out = spec.rollout.is_some();
@@ -140,6 +149,15 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
     // Listening from here on: a Ctrl-C while waiting tells the jid instead of dying silently.
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
+    // How long this command waits (the job does not end with it).
+    let waited = async {
+        match args.timeout {
+            std::time::Duration::ZERO => std::future::pending().await,
+            limit => tokio::time::sleep(limit).await,
+        }
+    };
+    tokio::pin!(waited);
+    let mut gave_up = false;
     loop {
         if progress && rolled_out {
             eprint!("\r{}, job {}\x1b[K", rollout_progress(&latest, total), published.jid);
@@ -157,6 +175,10 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
                     jid = published.jid
                 );
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            }
+            _ = &mut waited => {
+                gave_up = true;
+                break;
             }
         };
         match event {
@@ -185,6 +207,38 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
     if progress {
         eprint!("\r\x1b[K");
     }
+    // Minions still going when this command stopped waiting: shown as they are, not failed.
+    let going: Vec<(String, MinionJobState)> = if gave_up {
+        published
+            .minions
+            .iter()
+            .filter(|id| !finals.contains_key(*id))
+            .map(|id| (id.clone(), latest.get(id).copied().unwrap_or(MinionJobState::Sent)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if gave_up {
+        for (id, state) in &going {
+            match format {
+                Format::Table => println!(
+                    "{}  {}",
+                    paint(&format!("{id:<width$}"), "1"),
+                    paint(&format!("{}: no return yet", state.as_str()), "33")
+                ),
+                Format::Ndjson => output::print_document(
+                    format,
+                    &json!({ "jid": published.jid, "minion": id, "state": state.as_str(), "detail": STILL_GOING }),
+                ),
+                _ => {}
+            }
+        }
+        eprintln!(
+            "halite: stopped waiting after {:?} (-t); job {jid} goes on. Follow it with: halite jobs show {jid}",
+            args.timeout,
+            jid = published.jid
+        );
+    }
     let ok = finals.values().filter(|(state, _)| *state == MinionJobState::Returned).count();
     if rolled_out && format == Format::Table {
         // Why the rollout stopped early, when it did.
@@ -197,11 +251,14 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
     match format {
         Format::Table => {
             let states = finals.values().map(|(state, _)| state.as_str());
-            print_summary(&published.jid, states.chain(unknown.iter().map(|_| UNKNOWN)));
+            let going_states = going.iter().map(|(_, state)| state.as_str());
+            print_summary(&published.jid, states.chain(going_states).chain(unknown.iter().map(|_| UNKNOWN)));
         }
         Format::Ndjson => {
             let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-            for state in finals.values().map(|(state, _)| state.as_str()).chain(unknown.iter().map(|_| UNKNOWN)) {
+            let going_states = going.iter().map(|(_, state)| state.as_str());
+            let finished = finals.values().map(|(state, _)| state.as_str());
+            for state in finished.chain(going_states).chain(unknown.iter().map(|_| UNKNOWN)) {
                 *counts.entry(state).or_default() += 1;
             }
             let total: usize = counts.values().sum();
@@ -216,10 +273,17 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
             for id in &unknown {
                 minions.insert(id.clone(), json!({ "state": UNKNOWN, "error": "no such minion" }));
             }
+            for (id, state) in &going {
+                minions.insert(id.clone(), json!({ "state": state.as_str(), "detail": STILL_GOING }));
+            }
             output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
         }
     }
-    Ok(if ok == finals.len() && unknown.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
+    Ok(if ok == finals.len() && unknown.is_empty() && going.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_TARGETS_FAILED)
+    })
 }
 
 /// Positional and `key=value` arguments as `parse_cli_args` reads them, except `key=@path`: the
@@ -368,9 +432,11 @@ mod tests {
     }
 
     #[test]
-    fn the_default_timeout_is_the_one_every_publisher_uses() {
+    fn t_is_how_long_the_command_waits_and_the_job_timeout_is_its_own_flag() {
         let parsed = Wrap::try_parse_from(["halite", "web1", "test.ping"]).unwrap();
-        let default = u64::try_from(parsed.run.timeout.as_millis()).unwrap();
-        assert_eq!(default, halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS);
+        assert_eq!(parsed.run.timeout, std::time::Duration::from_secs(30), "as Salt's -t: the wait");
+        assert_eq!(parsed.run.job_timeout, std::time::Duration::from_secs(3600), "a long job is not killed");
+        let parsed = Wrap::try_parse_from(["halite", "-t", "5s", "--job-timeout", "0", "web1", "test.ping"]).unwrap();
+        assert_eq!((parsed.run.timeout.as_secs(), parsed.run.job_timeout.as_secs()), (5, 0));
     }
 }

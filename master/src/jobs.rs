@@ -73,10 +73,16 @@ impl LiveJob {
         &self.minions
     }
 
-    /// The deadline for a job sent now.
-    pub(crate) fn run_deadline(&self, now: Instant, grace: Duration) -> Instant {
-        now + Duration::from_millis(self.record.timeout_ms) + grace
+    /// The deadline for a job sent now; none for a job without a timeout (`timeout_ms` 0: it
+    /// runs until its minion returns, or it is cancelled).
+    pub(crate) fn run_deadline(&self, now: Instant, grace: Duration) -> Option<Instant> {
+        run_deadline(self.record.timeout_ms, now, grace)
     }
+}
+
+/// The deadline of a job of `timeout_ms` sent now (none without a timeout).
+pub(crate) fn run_deadline(timeout_ms: u64, now: Instant, grace: Duration) -> Option<Instant> {
+    (timeout_ms > 0).then(|| now + Duration::from_millis(timeout_ms) + grace)
 }
 
 /// Every live job, by jid, and their deadlines in order.
@@ -172,15 +178,17 @@ impl JobTable {
     }
 
     /// Sets the deadline of a slot that is not final.
-    pub(crate) fn set_deadline(&mut self, jid: &str, minion: &str, deadline: Instant) {
+    pub(crate) fn set_deadline(&mut self, jid: &str, minion: &str, deadline: Option<Instant>) {
         let Some(slot) = self.jobs.get_mut(jid).and_then(|j| j.minions.get_mut(minion)) else { return };
         if slot.state.is_final() {
             return;
         }
-        if let Some(old) = slot.deadline.replace(deadline) {
+        if let Some(old) = std::mem::replace(&mut slot.deadline, deadline) {
             self.deadlines.remove(&(old, jid.to_owned(), minion.to_owned()));
         }
-        self.deadlines.insert((deadline, jid.to_owned(), minion.to_owned()));
+        if let Some(deadline) = deadline {
+            self.deadlines.insert((deadline, jid.to_owned(), minion.to_owned()));
+        }
     }
 
     /// The state of one slot.

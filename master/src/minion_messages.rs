@@ -154,7 +154,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         self.jobs.set_deadline(jid, minion, deadline);
-        let message = self.job_message(&signed, Some(deadline));
+        let message = self.job_message(&signed, deadline);
         self.send_job(peer, minion, jid, &message);
         if was == Some(MinionJobState::Waiting) {
             self.set_slot(jid, minion, MinionJobState::Sent, None).await?;

@@ -166,7 +166,7 @@ impl<S: Store, N: Net> Master<S, N> {
         };
         let now = self.clock.now();
         let run_deadline =
-            now + Duration::from_millis(record.timeout_ms) + Duration::from_secs(self.config.timeout_grace_secs);
+            crate::jobs::run_deadline(record.timeout_ms, now, Duration::from_secs(self.config.timeout_grace_secs));
         let mut slots = BTreeMap::new();
         let mut states = Vec::with_capacity(targets.len());
         let rolled_out = record.rollout.is_some();
@@ -176,7 +176,7 @@ impl<S: Store, N: Net> Master<S, N> {
             let (state, deadline) = if rolled_out {
                 (MinionJobState::Queued, None)
             } else if self.sessions.online.contains_key(id) || self.served_elsewhere(id) {
-                (MinionJobState::Sent, Some(run_deadline))
+                (MinionJobState::Sent, run_deadline)
             } else if record.ttl_ms > 0 {
                 (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
             } else {
@@ -212,7 +212,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.metrics.get().jobs_published.inc();
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
-        let job_message = self.job_message(&record.signed, Some(run_deadline));
+        let job_message = self.job_message(&record.signed, run_deadline);
         let (watchers, published) = match publisher {
             Some((peer, request_id, watchers)) => {
                 (watchers, Some((peer, Published { request_id, jid: jid.clone(), minions: targets.clone() })))

@@ -93,7 +93,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             None if !ttl.is_zero() => {
                 self.set_slot(jid, minion, MinionJobState::Waiting, None).await?;
-                self.jobs.set_deadline(jid, minion, now + ttl);
+                self.jobs.set_deadline(jid, minion, Some(now + ttl));
             }
             None => self.set_slot(jid, minion, MinionJobState::Offline, None).await?,
         }

@@ -643,12 +643,12 @@ impl<S: Store, N: Net> Master<S, N> {
             // A master that cannot write decides nothing: another master may be storing this
             // slot's return meanwhile, and the store keeps the first final state.
             if self.store_in_doubt() {
-                self.jobs.set_deadline(&jid, &minion, now + TICK);
+                self.jobs.set_deadline(&jid, &minion, Some(now + TICK));
                 continue;
             }
             if self.served_elsewhere(&minion) {
                 // Its master decides the slot; looked at again once it may have gone.
-                self.jobs.set_deadline(&jid, &minion, now + crate::cluster_view::ALIVE_EVERY);
+                self.jobs.set_deadline(&jid, &minion, Some(now + crate::cluster_view::ALIVE_EVERY));
                 continue;
             }
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
@@ -817,13 +817,13 @@ pub(crate) fn loaded_slots(
 ) -> std::collections::BTreeMap<String, Slot> {
     let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
     let ttl_left = Duration::from_millis(ttl_left);
-    let run_for = Duration::from_millis(record.timeout_ms) + grace;
+    let run_deadline = crate::jobs::run_deadline(record.timeout_ms, now, grace);
     states
         .into_iter()
         .map(|(minion, state)| {
             let deadline = match state {
                 MinionJobState::Waiting => Some(now + ttl_left),
-                MinionJobState::Sent | MinionJobState::Running => Some(now + run_for),
+                MinionJobState::Sent | MinionJobState::Running => run_deadline,
                 _ => None,
             };
             (minion, Slot { state, deadline })

@@ -90,7 +90,8 @@ impl Drop for Watcher {
 /// Publishes a job that sleeps `secs` on `target` through the master at `port`; its jid.
 fn publish_sleep(cluster: &Cluster, port: u16, target: &str, secs: u32) -> String {
     let script = format!("sleep {secs}; echo ran");
-    let run = cluster.cli_at(port, &["run", "--async", "-t", "60s", target, "cmd.run", &script, "shell=true"]);
+    let run =
+        cluster.cli_at(port, &["run", "--async", "--job-timeout", "60s", target, "cmd.run", &script, "shell=true"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     run.stdout.trim().to_owned()
 }

@@ -164,13 +164,36 @@ fn a_job_that_outlives_its_timeout_is_reported_timed_out() {
     cluster.enroll_minion("slow", "");
     cluster.enroll_minion("fast", "");
     cluster.wait_connected(&["slow", "fast"]);
-    let run = cluster.cli(&["run", "--out", "json", "-t", "1s", "*", "test.sleep", "10"]);
+    let run = cluster.cli(&["run", "--out", "json", "--job-timeout", "1s", "*", "test.sleep", "10"]);
     assert_eq!(run.code, 3, "{}", run.stderr);
     let doc = run.json();
     assert_eq!(doc["minions"]["slow"]["state"], "timed_out");
     assert_eq!(doc["minions"]["fast"]["state"], "timed_out");
-    let ok = cluster.cli(&["run", "-t", "5s", "fast", "test.sleep", "0.2"]);
+    let ok = cluster.cli(&["run", "--job-timeout", "5s", "fast", "test.sleep", "0.2"]);
     assert_eq!(ok.code, 0, "{}", ok.stdout);
+}
+
+#[test]
+fn t_is_how_long_run_waits_and_the_job_goes_on_past_it() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("long", "");
+    cluster.wait_connected(&["long"]);
+    // As Salt's -t: the command stops waiting, says how to follow the job, and the job goes on.
+    let run = cluster.cli(&["run", "--out", "json", "-t", "1s", "long", "test.sleep", "3"]);
+    assert_eq!(run.code, 3, "not every minion returned (yet): {}", run.stderr);
+    assert_eq!(run.json()["minions"]["long"]["state"], "running", "{}", run.stdout);
+    assert!(run.stderr.contains("goes on. Follow it with: halite jobs show"), "{}", run.stderr);
+    let jid = run.json()["jid"].as_str().unwrap().to_owned();
+    wait_for("the job to return, not killed", Duration::from_secs(20), || {
+        (cluster.job_states(&jid) == [("long".to_owned(), "returned".to_owned())]).then_some(())
+    });
+    // --async never implies a deadline: the job outlives any -t.
+    let published = cluster.cli(&["run", "--async", "-t", "1s", "long", "test.sleep", "2"]);
+    let jid = published.stdout.trim().to_owned();
+    std::thread::sleep(Duration::from_secs(3));
+    wait_for("the detached job to return", Duration::from_secs(20), || {
+        (cluster.job_states(&jid) == [("long".to_owned(), "returned".to_owned())]).then_some(())
+    });
 }
 
 #[test]
@@ -182,7 +205,7 @@ fn twenty_returns_survive_a_master_killed_mid_job() {
     }
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     cluster.wait_connected(&refs);
-    let published = cluster.cli(&["run", "--async", "-t", "30s", "m*", "test.sleep", "2"]);
+    let published = cluster.cli(&["run", "--async", "--job-timeout", "30s", "m*", "test.sleep", "2"]);
     assert_eq!(published.code, 0, "{}", published.stderr);
     let jid = published.stdout.trim().to_owned();
     std::thread::sleep(Duration::from_millis(500));
@@ -202,7 +225,7 @@ fn a_minion_restarted_mid_job_does_not_run_it_twice() {
     cluster.wait_connected(&["once"]);
     let log = cluster.dir.join("ran.log");
     let script = format!("echo ran >> {}; sleep 3", log.display());
-    let published = cluster.cli(&["run", "--async", "-t", "60s", "once", "cmd.run", &script, "shell=true"]);
+    let published = cluster.cli(&["run", "--async", "--job-timeout", "60s", "once", "cmd.run", &script, "shell=true"]);
     assert_eq!(published.code, 0, "{}", published.stderr);
     let jid = published.stdout.trim().to_owned();
     wait_for("the job to start", Duration::from_secs(10), || log.exists().then_some(()));
@@ -330,7 +353,7 @@ fn a_cancelled_job_is_killed_and_reported_cancelled() {
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("c1", "");
     cluster.wait_connected(&["c1"]);
-    let published = cluster.cli(&["run", "--async", "-t", "60s", "c1", "test.sleep", "30"]);
+    let published = cluster.cli(&["run", "--async", "--job-timeout", "60s", "c1", "test.sleep", "30"]);
     let jid = published.stdout.trim().to_owned();
     wait_for("the job to run", Duration::from_secs(10), || {
         (cluster.job_states(&jid) == pairs(&[("c1", "running")])).then_some(())

@@ -150,7 +150,7 @@ fn queued_jobs_start_in_jid_order_survive_a_restart_and_never_start_late() {
     let mut jids = Vec::new();
     for n in 0..12 {
         let command = format!("echo {n} >> {}", order.display());
-        let run = cluster.cli(&["run", "--async", "--timeout", "60s", "web1", "cmd.run", &command, "shell=true"]);
+        let run = cluster.cli(&["run", "--async", "--job-timeout", "60s", "web1", "cmd.run", &command, "shell=true"]);
         jids.push(run.stdout.trim().to_owned());
     }
     wait_for("the twelve jobs", Duration::from_secs(30), || {
@@ -160,11 +160,11 @@ fn queued_jobs_start_in_jid_order_survive_a_restart_and_never_start_late() {
     assert_eq!(lines, (0..12).map(|n| n.to_string()).collect::<Vec<_>>(), "started in jid order");
 
     // One long job running, three queued behind it; the minion is stopped gracefully.
-    let long = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "30"]);
+    let long = cluster.cli(&["run", "--async", "--job-timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "30"]);
     let long = long.stdout.trim().to_owned();
     let queued: Vec<String> = (0..3)
         .map(|_| {
-            let run = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.ping"]);
+            let run = cluster.cli(&["run", "--async", "--job-timeout", "60s", "--ttl", "60s", "web1", "test.ping"]);
             run.stdout.trim().to_owned()
         })
         .collect();
@@ -182,10 +182,11 @@ fn queued_jobs_start_in_jid_order_survive_a_restart_and_never_start_late() {
     });
 
     // Behind a 3 s job, a 1 s job waits past its timeout: it is not started.
-    let blocker = cluster.cli(&["run", "--async", "--timeout", "10s", "web1", "test.sleep", "3"]);
+    let blocker = cluster.cli(&["run", "--async", "--job-timeout", "10s", "web1", "test.sleep", "3"]);
     let late = cluster.dir.join("late");
     let command = format!("touch {}", late.display());
-    let starved = cluster.cli(&["run", "--out", "json", "--timeout", "1s", "web1", "cmd.run", &command, "shell=true"]);
+    let starved =
+        cluster.cli(&["run", "--out", "json", "--job-timeout", "1s", "web1", "cmd.run", &command, "shell=true"]);
     let doc = starved.json();
     assert_eq!(doc["minions"]["web1"]["state"], "timed_out", "{doc}");
     wait_for("the blocker", Duration::from_secs(20), || {
@@ -204,7 +205,7 @@ fn a_jobs_process_dies_with_a_killed_minion() {
     cluster.wait_connected(&["web1"]);
     let pidfile = cluster.dir.join("job.pid");
     let command = format!("echo $$ > {}; exec sleep 300", pidfile.display());
-    let run = cluster.cli(&["run", "--async", "--timeout", "600s", "web1", "cmd.run", &command, "shell=true"]);
+    let run = cluster.cli(&["run", "--async", "--job-timeout", "600s", "web1", "cmd.run", &command, "shell=true"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let pid = wait_for("the job's process", Duration::from_secs(10), || {
         std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse::<u32>().ok())
@@ -326,7 +327,7 @@ fn a_minion_whose_clock_jumps_runs_fresh_jobs_and_never_runs_a_jid_twice() {
     // A job with a side effect, interrupted by kill -9.
     let count = cluster.dir.join("count");
     let command = format!("echo ran >> {}; sleep 30", count.display());
-    let run = cluster.cli(&["run", "--async", "--timeout", "120s", "web1", "cmd.run", &command, "shell=true"]);
+    let run = cluster.cli(&["run", "--async", "--job-timeout", "120s", "web1", "cmd.run", &command, "shell=true"]);
     let jid = run.stdout.trim().to_owned();
     wait_for("the job to start", Duration::from_secs(10), || count.exists().then_some(()));
     kill_group(&mut minion);
@@ -465,7 +466,7 @@ fn a_damaged_stored_return_is_reported_and_the_journal_kept() {
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("web1", "");
     cluster.wait_connected(&["web1"]);
-    let run = cluster.cli(&["run", "--async", "--timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "2"]);
+    let run = cluster.cli(&["run", "--async", "--job-timeout", "60s", "--ttl", "60s", "web1", "test.sleep", "2"]);
     let jid = run.stdout.trim().to_owned();
     wait_for("the job to run", Duration::from_secs(10), || (cluster.job_states(&jid)[0].1 == "running").then_some(()));
     // The job ends with no master to take its return: the return stays in the journal.

@@ -113,11 +113,12 @@ fn a_fifo_read_fails_at_once_and_the_minion_keeps_answering() {
     // Several at once, as a caller wedging the runtime's threads would.
     let reads: Vec<String> = (0..8)
         .map(|_| {
-            let run = cluster.cli(&["run", "--async", "-t", "20s", "m1", "file.read", fifo.to_str().unwrap()]);
+            let run =
+                cluster.cli(&["run", "--async", "--job-timeout", "20s", "m1", "file.read", fifo.to_str().unwrap()]);
             run.stdout.trim().to_owned()
         })
         .collect();
-    let ping = result_of(&cluster, "m1", &["-t", "5s", "m1", "test.ping"]);
+    let ping = result_of(&cluster, "m1", &["--job-timeout", "5s", "m1", "test.ping"]);
     assert_eq!(ping["state"], "returned", "{ping}");
     for jid in &reads {
         let states = wait_for("the FIFO read's end", Duration::from_secs(10), || {
@@ -138,7 +139,18 @@ fn a_job_delivered_after_the_master_gave_it_up_is_never_run() {
     cluster.signal_minion("m1", Signal::SIGSTOP);
     std::thread::sleep(Duration::from_millis(300));
     let command = format!("touch {}", marker.display());
-    let run = cluster.cli(&["run", "--async", "-t", "3s", "--ttl", "300s", "m1", "cmd.run", &command, "shell=true"]);
+    let run = cluster.cli(&[
+        "run",
+        "--async",
+        "--job-timeout",
+        "3s",
+        "--ttl",
+        "300s",
+        "m1",
+        "cmd.run",
+        &command,
+        "shell=true",
+    ]);
     let jid = run.stdout.trim().to_owned();
     assert!(!jid.is_empty(), "{}", run.stderr);
     wait_for("the master to give the job up", Duration::from_secs(20), || {
@@ -148,7 +160,7 @@ fn a_job_delivered_after_the_master_gave_it_up_is_never_run() {
     cluster.signal_minion("m1", Signal::SIGCONT);
     cluster.wait_connected(&["m1"]);
     // The minion has read the job by now: it answers a ping sent after it.
-    let ping = result_of(&cluster, "m1", &["-t", "10s", "m1", "test.ping"]);
+    let ping = result_of(&cluster, "m1", &["--job-timeout", "10s", "m1", "test.ping"]);
     assert_eq!(ping["state"], "returned", "{ping}");
     std::thread::sleep(Duration::from_secs(1));
     assert!(!marker.exists(), "a job the master had recorded timed out ran anyway");
@@ -174,9 +186,18 @@ fn cmd_script_runs_a_script_the_master_serves() {
     std::fs::File::create(&huge).unwrap().set_len(200 << 30).unwrap();
     let name = format!("name={}", huge.display());
     for _ in 0..2 {
-        cluster.cli(&["run", "--async", "-t", "5s", "m1", "file.managed", &name, "source=halite://web/s.sh"]);
+        cluster.cli(&[
+            "run",
+            "--async",
+            "--job-timeout",
+            "5s",
+            "m1",
+            "file.managed",
+            &name,
+            "source=halite://web/s.sh",
+        ]);
     }
-    let ping = result_of(&cluster, "m1", &["-t", "3s", "m1", "test.ping"]);
+    let ping = result_of(&cluster, "m1", &["--job-timeout", "3s", "m1", "test.ping"]);
     assert_eq!(ping["state"], "returned", "{ping}");
     let wrong = format!("source_hash=sha256:{}", "0".repeat(64));
     let refused = result_of(&cluster, "m1", &["m1", "cmd.script", "source=halite://web/s.sh", &wrong]);

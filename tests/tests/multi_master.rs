@@ -165,7 +165,8 @@ fn a_master_killed_mid_job_loses_no_result_and_a_watcher_elsewhere_sees_every_on
     std::thread::sleep(Duration::from_millis(300));
     let ran = cluster.dir.join("ran.log");
     let script = format!("sleep 3; echo ran >> {}", ran.display());
-    let published = cluster.cli_at(a, &["run", "--async", "-t", "30s", "w*", "cmd.run", &script, "shell=true"]);
+    let published =
+        cluster.cli_at(a, &["run", "--async", "--job-timeout", "30s", "w*", "cmd.run", &script, "shell=true"]);
     assert_eq!(published.code, 0, "{}", published.stderr);
     let jid = published.stdout.trim().to_owned();
     std::thread::sleep(Duration::from_millis(800));
@@ -296,7 +297,7 @@ fn a_job_cancelled_through_one_master_stops_on_a_minion_of_another() {
     wait_for("the first master to reach c1", Duration::from_secs(20), || {
         (cluster.cli_at(first, &["run", "c1", "test.ping"]).code == 0).then_some(())
     });
-    let published = cluster.cli_at(first, &["run", "--async", "-t", "60s", "c1", "test.sleep", "30"]);
+    let published = cluster.cli_at(first, &["run", "--async", "--job-timeout", "60s", "c1", "test.sleep", "30"]);
     assert_eq!(published.code, 0, "{}", published.stderr);
     let jid = published.stdout.trim().to_owned();
     std::thread::sleep(Duration::from_millis(700));

@@ -17,7 +17,7 @@ fn postgres_restarted_mid_run_loses_nothing_and_refuses_new_work_clearly_meanwhi
     cluster.wait_connected(&["o1"]);
     let ran = cluster.dir.join("ran.log");
     let script = format!("sleep 2; echo ran >> {}", ran.display());
-    let published = cluster.cli(&["run", "--async", "-t", "60s", "o1", "cmd.run", &script, "shell=true"]);
+    let published = cluster.cli(&["run", "--async", "--job-timeout", "60s", "o1", "cmd.run", &script, "shell=true"]);
     assert_eq!(published.code, 0, "{}", published.stderr);
     let jid = published.stdout.trim().to_owned();
     std::thread::sleep(Duration::from_millis(300));
