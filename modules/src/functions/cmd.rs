@@ -122,7 +122,9 @@ pub(crate) struct Run;
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunArgs {
-    /// The command: an argv list, or a string (split into words without a shell unless shell=true).
+    /// The command: an argv list, or a string (split into words without a shell unless
+    /// shell=true; a string with shell syntax, such as |, &&, ;, >, $VAR, a glob or a leading
+    /// VAR=value, is refused without shell=true rather than run otherwise than a shell would).
     cmd: CommandLine,
     /// Run the string with /bin/sh -c.
     #[serde(default)]
@@ -257,10 +259,19 @@ fn unique() -> u64 {
 }
 
 /// Splits a command line into words as a POSIX shell would (whitespace, single quotes, double
-/// quotes, backslash escapes), without expanding anything.
+/// quotes, backslash escapes), without expanding anything. A line that a shell would read
+/// otherwise (a pipe, a redirection, `&&`, `;`, a variable, a glob, a leading `VAR=value`) is
+/// refused, naming `shell=true`: run without a shell, it would silently do something else.
 pub(crate) fn split_words(line: &str) -> Result<Vec<String>, ModuleError> {
     let mut words = Vec::new();
     let mut word: Option<String> = None;
+    // The first piece of shell syntax met outside single quotes (or escaped), if any.
+    let mut syntax: Option<String> = None;
+    let mut note = |what: String| {
+        if syntax.is_none() {
+            syntax = Some(what);
+        }
+    };
     let mut chars = line.chars();
     let unterminated = |q: &str| ModuleError::BadArguments(format!("unterminated {q} in cmd"));
     while let Some(c) = chars.next() {
@@ -289,6 +300,10 @@ pub(crate) fn split_words(line: &str) -> Result<Vec<String>, ModuleError> {
                             }
                             None => return Err(unterminated("\"")),
                         },
+                        Some(c @ ('$' | '`')) => {
+                            note(format!("`{c}` inside double quotes"));
+                            w.push(c);
+                        }
                         Some(c) => w.push(c),
                         None => return Err(unterminated("\"")),
                     }
@@ -298,11 +313,29 @@ pub(crate) fn split_words(line: &str) -> Result<Vec<String>, ModuleError> {
                 let c = chars.next().ok_or_else(|| ModuleError::BadArguments("trailing \\ in cmd".into()))?;
                 word.get_or_insert_with(String::new).push(c);
             }
+            '|' | '&' | ';' | '<' | '>' | '(' | ')' | '$' | '`' | '*' | '?' | '[' => {
+                note(format!("`{c}`"));
+                word.get_or_insert_with(String::new).push(c);
+            }
+            '#' | '~' if word.is_none() => {
+                note(format!("`{c}` at the start of a word"));
+                word.get_or_insert_with(String::new).push(c);
+            }
+            '=' if words.is_empty() && word.as_deref().is_some_and(halite_protocol::message::is_identifier) => {
+                note("a leading VAR=value".into());
+                word.get_or_insert_with(String::new).push(c);
+            }
             c => word.get_or_insert_with(String::new).push(c),
         }
     }
     words.extend(word);
-    Ok(words)
+    match syntax {
+        Some(what) => Err(ModuleError::BadArguments(format!(
+            "cmd has shell syntax ({what}) that runs only in a shell: add shell=true to run it with /bin/sh -c, \
+             or quote it ('...') to pass it as it is"
+        ))),
+        None => Ok(words),
+    }
 }
 
 #[cfg(test)]
@@ -313,12 +346,32 @@ mod tests {
     #[test]
     fn words_split_like_a_shell_without_expansion() {
         assert_eq!(
-            split_words(r#"echo 'a b' "c \"d\"" e\ f $HOME"#).unwrap(),
-            ["echo", "a b", "c \"d\"", "e f", "$HOME"]
+            split_words(r#"echo 'a b' "c \"d\"" e\ f '$HOME' \$PATH a=b"#).unwrap(),
+            ["echo", "a b", "c \"d\"", "e f", "$HOME", "$PATH", "a=b"]
         );
         assert_eq!(split_words("  ").unwrap(), Vec::<String>::new());
         assert_eq!(split_words("''").unwrap(), [""]);
         assert!(split_words("echo 'open").is_err());
+    }
+
+    #[test]
+    fn shell_syntax_without_a_shell_is_refused_naming_shell_true() {
+        for line in [
+            "echo $HOME | wc -c",
+            "rm -rf /tmp/x && touch /tmp/y",
+            "echo hi > /tmp/out",
+            "ls /tmp/*",
+            "LANG=C date",
+            "echo \"$HOME\"",
+            "echo `id`",
+            "true; false",
+            "cat ~/.profile",
+        ] {
+            let error = split_words(line).unwrap_err().to_string();
+            assert!(error.contains("add shell=true"), "{line}: {error}");
+        }
+        let error = split_words("echo a | wc").unwrap_err().to_string();
+        assert!(error.contains("(`|`)"), "names what it found: {error}");
     }
 
     #[test]
@@ -344,8 +397,10 @@ mod tests {
         assert_eq!(out.retcode, 3);
         assert_eq!(out.value["stdout"], "out\n");
         assert_eq!(out.value["stderr"], "err\n");
-        let out = call(&Run, json!({"cmd": "echo $HOME 'a  b'"})).unwrap();
+        let out = call(&Run, json!({"cmd": "echo '$HOME' 'a  b'"})).unwrap();
         assert_eq!(out.value["stdout"], "$HOME a  b\n");
+        let refused = call(&Run, json!({"cmd": "echo $HOME | wc -c"})).unwrap_err().to_string();
+        assert!(refused.contains("add shell=true"), "{refused}");
         let out = call(&Run, json!({"cmd": "echo $((1+2))", "shell": true})).unwrap();
         assert_eq!(out.value["stdout"], "3\n");
     }
