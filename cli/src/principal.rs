@@ -19,9 +19,10 @@ pub(crate) enum PrincipalCommand {
     Add {
         /// Name it claims when connecting.
         name: String,
-        /// Its public key file (halite-ed25519-public-v1).
-        #[arg(long, conflicts_with = "generate", required_unless_present = "generate")]
-        key: Option<PathBuf>,
+        /// Its public key: 64 hex digits, or its public key file (halite-ed25519-public-v1).
+        /// (`--key` is this command's own secret key, as for every command.)
+        #[arg(long, value_name = "HEX|FILE", conflicts_with = "generate", required_unless_present = "generate")]
+        public_key: Option<String>,
         /// Generate its key pair into this directory (<name>.key, <name>.pub) instead.
         #[arg(long)]
         generate: Option<PathBuf>,
@@ -110,9 +111,9 @@ pub(crate) async fn run(client: &Client, command: PrincipalCommand, format: Form
             }
             Ok(ExitCode::SUCCESS)
         }
-        PrincipalCommand::Add { name, key, generate, target, functions, args, events, admin, tenant } => {
-            let public = match (key, generate) {
-                (Some(path), _) => keyfile::read_public(&path)?,
+        PrincipalCommand::Add { name, public_key, generate, target, functions, args, events, admin, tenant } => {
+            let public = match (public_key, generate) {
+                (Some(key), _) => halite_client::ClientConfig::parse_public_key("--public-key", &key)?,
                 (None, Some(dir)) => {
                     std::fs::create_dir_all(&dir)?;
                     let secret = IdentityKey::generate_os();
@@ -120,7 +121,7 @@ pub(crate) async fn run(client: &Client, command: PrincipalCommand, format: Form
                     keyfile::write_public(&dir.join(format!("{name}.pub")), &secret.public())?;
                     secret.public()
                 }
-                (None, None) => anyhow::bail!("give --key or --generate"),
+                (None, None) => anyhow::bail!("give --public-key or --generate"),
             };
             let mut constraints = BTreeMap::new();
             for arg in args {

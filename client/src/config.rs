@@ -147,16 +147,22 @@ impl ClientConfig {
 
     /// A master's public key given as 64 hex digits, or as the path of its `master.pub`.
     pub fn parse_master_key(text: &str) -> Result<PublicIdentity, ClientError> {
+        Self::parse_public_key("master key", text)
+    }
+
+    /// A public key (`what` names it in errors) given as 64 hex digits, or as the path of a
+    /// public key file (halite-ed25519-public-v1).
+    pub fn parse_public_key(what: &str, text: &str) -> Result<PublicIdentity, ClientError> {
         let text = text.trim();
         if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
             let bytes: Vec<u8> = (0..32)
                 .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
                 .collect::<Result<_, _>>()
-                .map_err(|e| ClientError::Config(format!("master key: {e}")))?;
-            return PublicIdentity::from_bytes(&bytes).map_err(|e| ClientError::Config(format!("master key: {e}")));
+                .map_err(|e| ClientError::Config(format!("{what}: {e}")))?;
+            return PublicIdentity::from_bytes(&bytes).map_err(|e| ClientError::Config(format!("{what}: {e}")));
         }
         keyfile::read_public(Path::new(text))
-            .map_err(|e| ClientError::Config(format!("master key {text:?}: not 64 hex digits, and as a file: {e}")))
+            .map_err(|e| ClientError::Config(format!("{what} {text:?}: not 64 hex digits, and as a file: {e}")))
     }
 
     /// The master's address, public key and state directory, read through its config file.

@@ -153,3 +153,56 @@ fn a_large_argument_comes_from_a_file_or_standard_input() {
     let literal = cluster.cli(&["run", "--out", "json", "files1", "test.echo", "text=@@home"]);
     assert_eq!(literal.json()["minions"]["files1"]["return"], "@home");
 }
+
+#[test]
+fn a_remote_admin_registers_rekeys_and_removes_a_principal_with_its_own_key_set() {
+    use halite_protocol::identity::IdentityKey;
+    use halite_transport::keyfile;
+    let cluster = Cluster::start("");
+    let keys = cluster.dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    cluster.add_principal("ops", &keys, &["--admin"]);
+    // The new principal's key pair, made on its own machine: only the public half is given.
+    let first = IdentityKey::from_seed(&[7; 32]);
+    let public_file = keys.join("deploy.pub");
+    keyfile::write_public(&public_file, &first.public()).unwrap();
+    let second = IdentityKey::from_seed(&[8; 32]);
+    let hex: String = second.public().as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    // As the remote admin would: its own identity in the environment (HALITE_KEY), and
+    // `--key` given as well; the new principal's key under its own flag.
+    let admin = |args: &[&str]| {
+        let output = Command::new(cluster.bins().join("halite"))
+            .args(["--master", &format!("127.0.0.1:{}", cluster.port), "--key"])
+            .arg(keys.join("ops.key"))
+            .args(args)
+            .env("HALITE_MASTER_KEY", cluster.dir.join("master/master.pub"))
+            .env("HALITE_PRINCIPAL", "ops")
+            .env("HALITE_KEY", keys.join("ops.key"))
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let public = public_file.to_str().unwrap();
+    let (code, _, stderr) =
+        admin(&["principal", "add", "deploy", "--public-key", public, "--target", "web*", "--function", "test.*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, listed, _) = admin(&["--out", "json", "principal", "list"]);
+    assert!(listed.contains("\"deploy\""), "{listed}");
+    // Re-keyed with 64 hex digits.
+    let (code, _, stderr) =
+        admin(&["principal", "add", "deploy", "--public-key", &hex, "--target", "web*", "--function", "test.*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, listed, _) = admin(&["--out", "json", "principal", "list"]);
+    assert!(listed.contains(&second.public().fingerprint()), "the new key is listed: {listed}");
+    let (code, _, stderr) = admin(&["principal", "add", "deploy", "--public-key", "abcd"]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("--public-key \"abcd\": not 64 hex digits"), "{stderr}");
+    let (code, _, stderr) = admin(&["principal", "remove", "deploy"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, listed, _) = admin(&["--out", "json", "principal", "list"]);
+    assert!(!listed.contains("\"deploy\""), "{listed}");
+}

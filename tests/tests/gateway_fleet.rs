@@ -108,3 +108,45 @@ fn an_event_stream_resumes_after_the_last_event_id() {
     let (_, data) = resumed.next_event();
     assert_eq!(data["tag"], format!("halite/job/{later}/new"), "then live ones");
 }
+
+#[test]
+fn an_administrator_registers_rekeys_and_removes_principals_through_the_gateway() {
+    let cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let addr = addr.trim().to_owned();
+    let keys_dir = cluster.dir.join("keys");
+    cluster.add_principal("admin", &keys_dir, &["--admin"]);
+    cluster.add_principal("ops", &keys_dir, &["--target", "f1", "--function", "test.ping"]);
+    let admin = cluster.cli(&["principal", "token", "admin"]).stdout.trim().to_owned();
+    let ops = cluster.cli(&["principal", "token", "ops"]).stdout.trim().to_owned();
+    let key = |seed: u8| -> (String, String) {
+        let public = halite_protocol::identity::IdentityKey::from_seed(&[seed; 32]).public();
+        (public.as_bytes().iter().map(|b| format!("{b:02x}")).collect(), public.fingerprint())
+    };
+    let (first, first_print) = key(1);
+    let spec = json!({"public_key": first, "acl": {"rules": [{"targets": "web*", "functions": ["test.*"]}]}});
+    let put = http::request("PUT", &addr, "/v1/principals/deploy", Some(&admin), Some(&spec.to_string()));
+    assert_eq!((put.status, put.json()["changed"].clone()), (200, json!(["deploy"])), "{}", put.body);
+    let listed = http::request("GET", &addr, "/v1/principals", Some(&admin), None).json();
+    let deploy = listed["principals"].as_array().unwrap().iter().find(|p| p["name"] == "deploy").cloned();
+    assert_eq!(deploy.as_ref().map(|p| p["fingerprint"].clone()), Some(json!(first_print)), "{listed}");
+    // Re-keyed.
+    let (second, second_print) = key(2);
+    let spec = json!({"public_key": second});
+    assert_eq!(http::request("PUT", &addr, "/v1/principals/deploy", Some(&admin), Some(&spec.to_string())).status, 200);
+    let listed = http::request("GET", &addr, "/v1/principals", Some(&admin), None).body;
+    assert!(listed.contains(&second_print) && !listed.contains(&first_print), "{listed}");
+    // A key that is not one, and a principal that is no administrator.
+    let bad = http::request("PUT", &addr, "/v1/principals/deploy", Some(&admin), Some(r#"{"public_key": "abcd"}"#));
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("public_key: not 64 hex digits"), "{}", bad.body);
+    let spec = json!({"public_key": first, "acl": {"admin": true}}).to_string();
+    assert_eq!(http::request("PUT", &addr, "/v1/principals/mallory", Some(&ops), Some(&spec)).status, 403);
+    assert_eq!(http::request("GET", &addr, "/v1/principals", Some(&ops), None).status, 403);
+    assert_eq!(http::request("DELETE", &addr, "/v1/principals/deploy", Some(&ops), None).status, 403);
+    // Removed.
+    assert_eq!(http::request("DELETE", &addr, "/v1/principals/deploy", Some(&admin), None).status, 204);
+    let listed = http::request("GET", &addr, "/v1/principals", Some(&admin), None).body;
+    assert!(!listed.contains("\"deploy\""), "{listed}");
+}

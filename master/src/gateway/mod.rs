@@ -15,6 +15,7 @@ pub(crate) mod fleet;
 pub(crate) mod local;
 pub(crate) mod local_queue;
 mod openapi;
+mod principals;
 mod routes;
 mod tls;
 

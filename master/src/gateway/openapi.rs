@@ -4,7 +4,7 @@
 
 use halite_protocol::message::{
     DeploymentGroup, DeploymentGroupUpdate, DeploymentUpdate, JobDetail, JobSummary, KeyInfo, MinionInfo,
-    NewDeployment, NewDeploymentGroup, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment,
+    NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PrincipalInfo, SoftwareConfig, SoftwareDeployment,
 };
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
@@ -157,6 +157,8 @@ pub(super) fn document() -> Value {
         ("MinionInfo", generator.subschema_for::<MinionInfo>()),
         ("KeyInfo", generator.subschema_for::<KeyInfo>()),
         ("TokenRequest", generator.subschema_for::<super::fleet::TokenRequest>()),
+        ("PrincipalSpec", generator.subschema_for::<super::principals::PrincipalSpec>()),
+        ("PrincipalInfo", generator.subschema_for::<PrincipalInfo>()),
         ("JobSummary", generator.subschema_for::<JobSummary>()),
         ("JobDetail", generator.subschema_for::<JobDetail>()),
     ];
@@ -237,6 +239,17 @@ pub(super) fn document() -> Value {
             "/v1/minions/{id}": {
                 "get": operation("showMinion", "One minion with its presence and grains", id(), None,
                     wrapped("minion", schema_ref("MinionInfo"))),
+            },
+            "/v1/principals": {
+                "get": operation("listPrincipals", "Client principals with their ACLs (admin)", vec![], None,
+                    wrapped("principals", list("PrincipalInfo"))),
+            },
+            "/v1/principals/{name}": {
+                "put": operation("putPrincipal", "Register a principal, or give it a new key and ACL (admin)",
+                    vec![path_param("name")], Some(body("PrincipalSpec")),
+                    wrapped("changed", json!({ "type": "array", "items": { "type": "string" } }))),
+                "delete": no_content("deletePrincipal", "Remove a principal; its sessions are cut (admin)",
+                    vec![path_param("name")]),
             },
             "/v1/keys": {
                 "get": operation("listKeys", "Keys by state (admin)", vec![pattern()], None, wrapped("keys", list("KeyInfo"))),

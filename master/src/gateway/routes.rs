@@ -34,6 +34,7 @@ pub(super) fn router(
     let figures = metrics.clone();
     Router::new()
         .merge(super::fleet::routes(enrollment))
+        .merge(super::principals::routes())
         .route(
             "/metrics",
             get(move |session: Authed, headers: HeaderMap| async move { metrics_for(&session, &figures, &headers) }),

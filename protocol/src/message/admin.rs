@@ -236,6 +236,7 @@ pub struct Response {
 
 /// A client principal as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PrincipalInfo {
     /// Name (the handshake claim).
     pub name: String,
@@ -542,6 +543,7 @@ pub struct JobDetail {
 
 /// One rule of a principal's ACL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PrincipalRule {
     /// Compound target expression every targeted minion must match.
@@ -555,6 +557,7 @@ pub struct PrincipalRule {
 
 /// What a client principal may do.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PrincipalAcl {
     /// Publish rules; a job must be covered entirely by one rule.
