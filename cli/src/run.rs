@@ -24,7 +24,8 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// Target is a comma-separated list of ids.
+    /// Target is a list of ids, separated by commas or whitespace; `@FILE` reads it from a file
+    /// (one id per line is fine), `@-` from standard input.
     #[arg(short = 'L', long, group = "kind")]
     list: bool,
     /// Target is a regular expression on ids (anchored).
@@ -96,7 +97,10 @@ impl RunArgs {
     }
 }
 
-pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
+    if args.list {
+        args.target = list_target(&args.target, &args.args)?;
+    }
     let mut spec = PublishSpec::new(Target { kind: args.kind(), expr: args.target.clone() }, &args.function);
     (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.job_timeout.as_millis() as u64;
@@ -117,8 +121,7 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
         TargetKind::List => {
             let mut unknown: Vec<String> = args
                 .target
-                .split(',')
-                .map(str::trim)
+                .split(|c: char| c == ',' || c.is_whitespace())
                 .filter(|id| !id.is_empty() && !published.minions.iter().any(|m| m == id))
                 .map(str::to_owned)
                 .collect();
@@ -284,6 +287,21 @@ pub(crate) async fn run(client: &Client, args: RunArgs, format: Format) -> anyho
     } else {
         ExitCode::from(EXIT_TARGETS_FAILED)
     })
+}
+
+/// A `-L` target as given, or read from the file it names (`@FILE`; `@-`: standard input).
+fn list_target(target: &str, words: &[String]) -> anyhow::Result<String> {
+    let Some(path) = target.strip_prefix('@') else { return Ok(target.to_owned()) };
+    if path == "-" {
+        if words.iter().any(|w| w.ends_with("=@-")) {
+            anyhow::bail!("-L @- and an argument =@- cannot both read standard input");
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| anyhow::anyhow!("-L @-: standard input is not readable text: {e}"))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("-L @{path}: {e}"))
 }
 
 /// Positional and `key=value` arguments as `parse_cli_args` reads them, except `key=@path`: the

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{grain, list, nodegroup, regex, Expr, TargetError, MAX_NESTING};
+use crate::{grain, list, nodegroup, regex, subnet, Expr, TargetError, MAX_NESTING};
 
 pub(crate) struct Compound<'a> {
     words: Vec<&'a str>,
@@ -126,6 +126,7 @@ impl<'a> Compound<'a> {
             "L" => list(rest),
             "E" => regex(rest),
             "N" => nodegroup(rest, self.nodegroups, self.nodegroup_depth),
+            "S" => subnet(rest),
             _ => Err(TargetError::UnknownPrefix(format!("{prefix}@"))),
         }
     }

@@ -18,8 +18,10 @@ use std::collections::BTreeMap;
 use halite_protocol::message::{TargetKind, Value};
 use regex::Regex;
 
-/// Longest target expression accepted.
+/// Longest target expression accepted (but a list).
 pub const MAX_EXPR_LEN: usize = 4096;
+/// Longest list target accepted (`-L`): about 16,000 fully qualified names.
+pub const MAX_LIST_LEN: usize = 256 * 1024;
 /// Compiled-size limit for `-E` regexes, so a pathological pattern cannot eat the master.
 const REGEX_SIZE_LIMIT: usize = 256 * 1024;
 /// Nodegroups may refer to nodegroups, this deep.
@@ -36,9 +38,12 @@ pub enum TargetError {
     /// Nothing to match.
     #[error("empty target expression")]
     Empty,
-    /// Longer than [`MAX_EXPR_LEN`].
-    #[error("target expression longer than {MAX_EXPR_LEN} bytes")]
-    TooLong,
+    /// Longer than [`MAX_EXPR_LEN`] ([`MAX_LIST_LEN`] for a list).
+    #[error("target expression longer than {0} bytes")]
+    TooLong(usize),
+    /// An `S@` target that is not an address or a subnet.
+    #[error("subnet target {0:?} must be an address or address/prefix (10.0.0.0/24, fd00::/8)")]
+    BadSubnet(String),
     /// A bad regular expression.
     #[error("bad regular expression {pattern:?}: {reason}")]
     BadRegex {
@@ -51,7 +56,7 @@ pub enum TargetError {
     #[error("grain target {0:?} must be key:pattern")]
     BadGrain(String),
     /// An unknown `X@` prefix in a compound expression.
-    #[error("unknown target prefix {0:?} (use G@, L@, E@, N@ or a plain glob)")]
+    #[error("unknown target prefix {0:?} (use G@, L@, E@, N@, S@ or a plain glob)")]
     UnknownPrefix(String),
     /// A nodegroup not in the master config.
     #[error("no nodegroup named {0:?} in the master config")]
@@ -83,7 +88,7 @@ pub enum Expr {
     /// Glob on the id.
     Glob(String),
     /// Exact ids.
-    List(Vec<String>),
+    List(std::collections::HashSet<String>),
     /// Anchored regex on the id.
     Regex(Regex),
     /// Glob on a grain value (nested keys separated by `:`).
@@ -93,6 +98,8 @@ pub enum Expr {
         /// Glob on the value.
         pattern: String,
     },
+    /// Minions with an address (their `ipv4` or `ipv6` grain) in a subnet.
+    Subnet(Subnet),
     /// Every one of these (a chain of `and`, kept flat).
     All(Vec<Expr>),
     /// Any one of these (a chain of `or`, kept flat).
@@ -111,7 +118,13 @@ impl Expr {
     pub fn matches(&self, id: &str, grains: &BTreeMap<String, Value>) -> bool {
         match self {
             Expr::Glob(pattern) => glob::matches(pattern, id),
-            Expr::List(ids) => ids.iter().any(|i| i == id),
+            Expr::List(ids) => ids.contains(id),
+            Expr::Subnet(subnet) => ["ipv4", "ipv6"]
+                .iter()
+                .filter_map(|key| grains.get(*key).and_then(Value::as_array))
+                .flatten()
+                .filter_map(Value::as_str)
+                .any(|address| subnet.holds(address)),
             Expr::Regex(re) => re.is_match(id),
             Expr::Grain { path, pattern } => grain_matches(grains, path, pattern),
             Expr::All(all) => all.iter().all(|e| e.matches(id, grains)),
@@ -131,8 +144,9 @@ fn parse_at_depth(
     if expr.is_empty() {
         return Err(TargetError::Empty);
     }
-    if expr.len() > MAX_EXPR_LEN {
-        return Err(TargetError::TooLong);
+    let limit = if kind == TargetKind::List { MAX_LIST_LEN } else { MAX_EXPR_LEN };
+    if expr.len() > limit {
+        return Err(TargetError::TooLong(limit));
     }
     match kind {
         TargetKind::Glob => Ok(Expr::Glob(expr.to_owned())),
@@ -144,12 +158,54 @@ fn parse_at_depth(
     }
 }
 
+/// Ids separated by commas or whitespace (a file of one id per line, joined or not).
 fn list(expr: &str) -> Result<Expr, TargetError> {
-    let ids: Vec<String> = expr.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let ids: std::collections::HashSet<String> =
+        expr.split(|c: char| c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()).map(str::to_owned).collect();
     if ids.is_empty() {
         return Err(TargetError::Empty);
     }
     Ok(Expr::List(ids))
+}
+
+/// An address range: `10.0.0.0/24`, `fd00::/8`, or one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subnet {
+    network: std::net::IpAddr,
+    prefix: u32,
+}
+
+impl Subnet {
+    fn parse(text: &str) -> Result<Subnet, TargetError> {
+        let bad = || TargetError::BadSubnet(text.to_owned());
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix.parse::<u32>().map_err(|_| bad())?)),
+            None => (text, None),
+        };
+        let network: std::net::IpAddr = address.parse().map_err(|_| bad())?;
+        let bits = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(bits);
+        if prefix > bits {
+            return Err(bad());
+        }
+        Ok(Subnet { network, prefix })
+    }
+
+    /// Whether `address` (as a grain holds it) lies in this subnet.
+    fn holds(&self, address: &str) -> bool {
+        let Ok(address) = address.parse::<std::net::IpAddr>() else { return false };
+        let (network, address, bits) = match (self.network, address) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => (u32::from(n) as u128, u32::from(a) as u128, 32),
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => (u128::from(n), u128::from(a), 128),
+            _ => return false,
+        };
+        let host_bits = bits - self.prefix;
+        host_bits >= bits || network >> host_bits == address >> host_bits
+    }
+}
+
+fn subnet(text: &str) -> Result<Expr, TargetError> {
+    Subnet::parse(text).map(Expr::Subnet)
 }
 
 fn regex(pattern: &str) -> Result<Expr, TargetError> {
@@ -251,6 +307,28 @@ mod tests {
     }
 
     #[test]
+    fn subnets_match_the_address_grains() {
+        let host = |ipv4: &[&str], ipv6: &[&str]| {
+            BTreeMap::from([("ipv4".to_owned(), json!(ipv4)), ("ipv6".to_owned(), json!(ipv6))])
+        };
+        let matches = |expr: &str, grains: &BTreeMap<String, Value>| {
+            Expr::parse(TargetKind::Compound, expr, &BTreeMap::new()).unwrap().matches("h", grains)
+        };
+        let a = host(&["127.0.0.1", "10.1.2.3"], &["::1", "fd00::5"]);
+        assert!(matches("S@10.1.2.0/24", &a));
+        assert!(matches("S@10.0.0.0/8 and h", &a));
+        assert!(!matches("S@10.1.3.0/24", &a));
+        assert!(matches("S@10.1.2.3", &a), "one address");
+        assert!(matches("S@fd00::/8", &a));
+        assert!(matches("S@0.0.0.0/0", &a));
+        assert!(!matches("S@192.168.0.0/16", &host(&[], &[])));
+        for bad in ["S@10.0.0.0/33", "S@nope", "S@10.0.0.0/x"] {
+            let error = Expr::parse(TargetKind::Compound, bad, &BTreeMap::new()).unwrap_err().to_string();
+            assert!(error.contains("must be an address or address/prefix"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
     fn compound_precedence_and_parentheses() {
         let expr = "web* and G@os:Debian or L@db1,db2 and not E@db2";
         assert_eq!(select(TargetKind::Compound, expr).unwrap(), ["web1", "db1"]);
@@ -279,7 +357,12 @@ mod tests {
         assert!(matches!(select(TargetKind::Nodegroup, "missing"), Err(TargetError::UnknownNodegroup(_))));
         assert!(matches!(select(TargetKind::Nodegroup, "loop"), Err(TargetError::NodegroupDepth(_))));
         assert_eq!(select(TargetKind::Glob, "  ").unwrap_err(), TargetError::Empty);
-        assert_eq!(select(TargetKind::Glob, &"x".repeat(5000)).unwrap_err(), TargetError::TooLong);
+        assert_eq!(select(TargetKind::Glob, &"x".repeat(5000)).unwrap_err(), TargetError::TooLong(MAX_EXPR_LEN));
+        // A list may be far longer: thousands of names, from a file.
+        let names: Vec<String> = (0..10_000).map(|i| format!("host{i}.example.com")).collect();
+        assert!(select(TargetKind::List, &names.join("\n")).is_ok());
+        let too_many = "x,".repeat(MAX_LIST_LEN);
+        assert_eq!(select(TargetKind::List, &too_many).unwrap_err(), TargetError::TooLong(MAX_LIST_LEN));
     }
 
     #[test]

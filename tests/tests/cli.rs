@@ -76,6 +76,39 @@ fn listed_ids_the_master_does_not_know_are_reported_and_fail_the_run() {
 }
 
 #[test]
+fn a_long_list_target_comes_from_a_file_or_standard_input() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("known1", "");
+    cluster.enroll_minion("known2", "");
+    cluster.wait_connected(&["known1", "known2"]);
+    // Thousands of names, one per line: far past what a command line holds comfortably.
+    let mut names: Vec<String> = (0..5_000).map(|i| format!("absent{i}.example.com")).collect();
+    names.push("known1".into());
+    let file = cluster.dir.join("hosts.txt");
+    std::fs::write(&file, names.join("\n")).unwrap();
+    let at_file = format!("@{}", file.display());
+    let run = cluster.cli(&["run", "--out", "json", "-L", &at_file, "test.ping"]);
+    let doc = run.json();
+    assert_eq!(doc["minions"]["known1"]["state"], "returned", "{}", run.stderr);
+    assert_eq!(doc["minions"]["absent4999.example.com"]["state"], "unknown");
+    assert!(doc["minions"].get("known2").is_none(), "only the listed ids");
+    let mut child = Command::new(cluster.bins().join("halite"))
+        .args(["--config", cluster.config.to_str().unwrap(), "run", "--out", "json", "-L", "@-", "test.ping"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"known1\nknown2\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(doc["minions"]["known2"]["state"], "returned", "{doc}");
+    let missing = cluster.cli(&["run", "-L", "@/nonexistent/hosts", "test.ping"]);
+    assert_eq!(missing.code, 1);
+    assert!(missing.stderr.contains("-L @/nonexistent/hosts"), "{}", missing.stderr);
+}
+
+#[test]
 fn ctrl_c_during_a_run_tells_the_jid_and_how_to_follow_it() {
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("slow1", "");
