@@ -47,21 +47,13 @@ impl Registry {
     pub fn is_action(&self, name: &str) -> bool {
         self.actions.contains(name)
     }
-    /// The registered name closest to `name` (a typo of one or two letters), if any.
-    pub fn nearest(&self, name: &str) -> Option<&str> {
-        self.iter()
-            .map(|f| f.name())
-            .map(|known| (edit_distance(name, known), known))
-            .filter(|(distance, _)| *distance <= 2.min(name.len() / 3 + 1))
-            .min_by_key(|(distance, known)| (*distance, *known))
-            .map(|(_, known)| known)
-    }
-
-    /// The error for a call of a name not registered, with a suggestion when one is close.
+    /// The error for a call of a name not registered, with a suggestion when one is close (or
+    /// halite's way, for a Salt function name).
     pub fn unknown(&self, name: &str) -> crate::ModuleError {
-        match self.nearest(name) {
-            Some(near) => crate::ModuleError::UnknownFunction(format!("{name:?}; did you mean {near}?")),
-            None => crate::ModuleError::UnknownFunction(format!("{name:?} (sys.list_functions lists them)")),
+        let hint = halite_protocol::function_names::hint(name, self.iter().map(|f| f.name()));
+        match hint.is_empty() {
+            false => crate::ModuleError::UnknownFunction(format!("{name:?}{hint}")),
+            true => crate::ModuleError::UnknownFunction(format!("{name:?} (sys.list_functions lists them)")),
         }
     }
 
@@ -80,22 +72,6 @@ pub fn valid_name(name: &str) -> bool {
         && function.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
-/// Levenshtein distance between two short names (ten lines do not warrant a dependency).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
 // The names it suggests come from the full build.
 #[cfg(test)]
 #[cfg(feature = "full")]
@@ -105,10 +81,12 @@ mod tests {
     #[test]
     fn a_misspelt_name_gets_the_nearest_known_one() {
         let registry = Registry::standard();
-        assert_eq!(registry.nearest("test.pnig"), Some("test.ping"));
-        assert_eq!(registry.nearest("cmd.rn"), Some("cmd.run"));
-        assert_eq!(registry.nearest("pkg.instal"), Some("pkg.install"));
-        assert_eq!(registry.nearest("frobnicate.all"), None);
+        assert!(registry.unknown("test.pnig").to_string().ends_with("did you mean test.ping?"));
+        assert!(registry.unknown("cmd.rn").to_string().ends_with("did you mean cmd.run?"));
+        assert!(registry.unknown("pkg.instal").to_string().ends_with("did you mean pkg.install?"));
+        let salt = registry.unknown("state.apply").to_string();
+        assert!(salt.contains("halite's way to do that is plan.run"), "{salt}");
+        assert!(registry.unknown("grains.item").to_string().ends_with("grains.get"), "not grains.items");
         let error = registry.unknown("servce.restart").to_string();
         assert_eq!(error, "unknown function \"servce.restart\"; did you mean service.restart?");
         assert!(registry.unknown("zz.top").to_string().contains("sys.list_functions"));

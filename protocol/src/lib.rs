@@ -38,6 +38,7 @@
 //! ```
 
 pub mod enrollment;
+pub mod function_names;
 pub mod glob;
 pub mod hex;
 pub mod id;

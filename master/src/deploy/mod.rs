@@ -397,9 +397,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             None => {
                 let mut reason = self.failure_reason(&record, state, ret);
-                if state == MinionJobState::Expired
-                    && self.store.keys_for(&record.deployment.server_id).await?.is_empty()
-                {
+                if state == MinionJobState::Expired && self.waited_as_unenrolled(jid, &record).await? {
                     reason = format!(
                         "server {} never enrolled: no minion has a key as {0}, and no enrollment token for it was \
                          outstanding when the deployment was made (with Heat, the Nova server's name must be its \
@@ -440,6 +438,17 @@ impl<S: Store, N: Net> Master<S, N> {
             self.start_relay(&record);
         }
         Ok(())
+    }
+
+    /// Whether a deployment's job waited only `deployment_unenrolled_wait_secs` (nobody was
+    /// enrolling as its server when it was made) and its server still has no key.
+    async fn waited_as_unenrolled(&self, jid: &str, record: &DeploymentRecord) -> Result<bool, StoreError> {
+        let short = self.config.deployment_unenrolled_wait_secs.saturating_mul(1000);
+        if short >= self.config.deployment_ttl_secs.saturating_mul(1000) {
+            return Ok(false);
+        }
+        let Some((job, _)) = self.store.live_job(jid).await? else { return Ok(false) };
+        Ok(job.ttl_ms == short && self.store.keys_for(&record.deployment.server_id).await?.is_empty())
     }
 
     fn failure_reason(&self, record: &DeploymentRecord, state: MinionJobState, ret: Option<&JobReturn>) -> String {

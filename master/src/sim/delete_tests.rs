@@ -77,7 +77,11 @@ fn the_delete_of_a_deployment_whose_server_stays_away_fails_after_the_bound() {
 #[test]
 fn a_deployment_to_a_server_nobody_enrolls_as_fails_with_the_reason_after_its_own_bound() {
     rt().block_on(async {
-        let mut sim = Sim::with_config(|config| config.deployment_unenrolled_wait_secs = 60).await;
+        let mut sim = Sim::with_config(|config| {
+            config.deployment_unenrolled_wait_secs = 60;
+            config.deployment_ttl_secs = 300;
+        })
+        .await;
         let mut root = sim.root().await;
         // One server is about to enroll (its token is out); the other is a name nobody enrolls
         // as (a Nova server named unlike its enrollment's server_name).
@@ -92,5 +96,10 @@ fn a_deployment_to_a_server_nobody_enrolls_as_fails_with_the_reason_after_its_ow
         assert!(failed.status_reason.contains("server_name"), "names the fix: {}", failed.status_reason);
         let waiting = show(&mut sim, &mut root, &expected.id).await;
         assert_eq!(waiting.status, status::IN_PROGRESS, "its server has a token: it may still boot");
+        // When that one's own wait runs out, its reason is the plain one: a token was out.
+        sim.advance(Duration::from_secs(300)).await;
+        let expired = show(&mut sim, &mut root, &expected.id).await;
+        assert_eq!(expired.status, status::FAILED, "{expired:?}");
+        assert!(expired.status_reason.contains("did not connect within"), "{}", expired.status_reason);
     });
 }
