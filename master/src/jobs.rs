@@ -53,6 +53,8 @@ pub(crate) struct LiveJob {
     remaining: usize,
     /// Its rollout, when it has one.
     pub rollout: Option<RolloutRun>,
+    /// Minions whose late return (after their slot ended) was told: told once.
+    late_told: std::collections::BTreeSet<String>,
 }
 
 impl LiveJob {
@@ -60,7 +62,15 @@ impl LiveJob {
     pub(crate) fn new(record: JobRecord, minions: BTreeMap<String, Slot>, watchers: Vec<PeerId>) -> Self {
         let remaining = minions.values().filter(|s| !s.state.is_final()).count();
         let rollout = record.rollout.clone().map(RolloutRun::new);
-        LiveJob { record, minions, watchers, visible_to: HashMap::new(), remaining, rollout }
+        LiveJob {
+            record,
+            minions,
+            watchers,
+            visible_to: HashMap::new(),
+            remaining,
+            rollout,
+            late_told: Default::default(),
+        }
     }
 
     /// Whether every minion is in a final state.
@@ -175,6 +185,11 @@ impl JobTable {
         }
         slot.state = state;
         true
+    }
+
+    /// Whether a late return of `minion` is the first one of this job (noted if so).
+    pub(crate) fn first_late_return(&mut self, jid: &str, minion: &str) -> bool {
+        self.jobs.get_mut(jid).is_some_and(|job| job.late_told.insert(minion.to_owned()))
     }
 
     /// Sets the deadline of a slot that is not final.

@@ -249,13 +249,13 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// A return for a slot that is already final: stored beside that state (which does not
-    /// change), shown by `jobs show` and announced on the bus.
+    /// change), shown by `jobs show`, and announced on the bus once, as `late` (not `ret`:
+    /// the slot's final state was told, and stays what it is).
     pub(crate) fn late_return(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: JobReturn) {
         info!(jid, minion, state = state.as_str(), "late return stored");
-        self.emit_shared(
-            format!("halite/job/{jid}/ret/{minion}"),
-            json!({ "state": state.as_str(), "late": true, "ret": ret }),
-        );
+        if self.jobs.first_late_return(jid, minion) {
+            self.emit_shared(format!("halite/job/{jid}/late/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
+        }
         self.record_state(jid, minion, state, Some(ret), true);
     }
 

@@ -639,10 +639,16 @@ impl<S: Store, N: Net> Master<S, N> {
             self.tell_other_masters(ClusterChange::Alive).await;
         }
         self.follow_the_store(now).await;
+        let in_doubt = self.store_in_doubt();
+        if std::mem::replace(&mut self.pending.in_doubt, in_doubt) && !in_doubt {
+            self.pending.deadlines_resume_at = Some(now + crate::writes::RESEND_GRACE);
+        }
+        let deadlines_wait = in_doubt || self.pending.deadlines_resume_at.is_some_and(|at| now < at);
         for (jid, minion, state) in self.jobs.expired(now) {
             // A master that cannot write decides nothing: another master may be storing this
-            // slot's return meanwhile, and the store keeps the first final state.
-            if self.store_in_doubt() {
+            // slot's return meanwhile, and the store keeps the first final state. Once it can,
+            // the returns minions kept meanwhile come first.
+            if deadlines_wait {
                 self.jobs.set_deadline(&jid, &minion, Some(now + TICK));
                 continue;
             }

@@ -24,6 +24,13 @@ pub(crate) struct PendingWrites {
     /// Minions whose returns were turned away because that bound was reached: told to send them
     /// again (their session is closed, and they resend their outbox) once the store answers.
     pub(crate) owed: std::collections::BTreeSet<String>,
+    /// Whether the store was in doubt at the last tick (see `Master::store_in_doubt`).
+    pub(crate) in_doubt: bool,
+    /// Deadlines fire again from then on, once the store answers after a doubt: returns the
+    /// minions kept meanwhile come back first (they are asked for them), within
+    /// [`RESEND_GRACE`], instead of losing to a deadline that passed while nothing could be
+    /// stored.
+    pub(crate) deadlines_resume_at: Option<std::time::Instant>,
     /// A lower bound than [`HELD_RETURNS_MAX`], for tests.
     pub(crate) held_returns_cap: Option<usize>,
     /// The last write of job states failed (they wait in `states`): until one succeeds, the
@@ -54,6 +61,10 @@ pub(crate) struct Unreported {
     pub(crate) state: MinionJobState,
     pub(crate) ret: Option<JobReturn>,
 }
+
+/// How long deadlines wait, once the store answers after a doubt, for the returns minions
+/// kept meanwhile (a reconnection and a resend of their outbox).
+pub(crate) const RESEND_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The most returns, in bytes, the core holds waiting for the store; past it, returns are left
 /// on the minions (unacknowledged, in their outboxes) until the store answers again.

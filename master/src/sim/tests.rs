@@ -102,6 +102,66 @@ fn returns_past_the_bound_stay_on_the_minion_and_are_asked_for_again_once_the_st
     });
 }
 
+/// A deadline that passed while nothing could be stored waits, once the store answers, for
+/// the returns the minions kept meanwhile: a return made in time is never `timed_out` for the
+/// store's absence.
+#[test]
+fn a_return_made_in_time_during_a_store_outage_wins_over_the_deadline_that_passed_meanwhile() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let mut web2 = sim.minion("web2").await;
+        let mut root = sim.root().await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 1_000, 0).await.expect("published");
+        let conn = sim.store().take_away().await.expect("open");
+        // web2's return is held; the bound is reached, so web1's stays on web1.
+        web2.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web2".into(), ..ret(&jid) })).await;
+        sim.master.pending.held_returns_cap = Some(sim.master.pending.held_return_bytes);
+        web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
+        // The deadline passes while the store is away.
+        sim.advance(Duration::from_secs(20)).await;
+        sim.store().give_back(conn).await;
+        sim.advance(crate::server::TICK).await;
+        assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("returns could not be stored; send them again"));
+        sim.advance(Duration::from_secs(1)).await;
+        assert_eq!(sim.master.jobs.state(&jid, "web1"), Some(MinionJobState::Sent), "not timed out meanwhile");
+        // web1 reconnects and sends what it kept.
+        let mut again = sim.minion("web1").await;
+        again.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
+        assert!(acked(&again.recv(&sim), &jid));
+        let (state, stored, _) = state_of(&sim, &jid, "web1").await;
+        assert_eq!((state, stored.is_some()), (MinionJobState::Returned, true));
+    });
+}
+
+/// A return after its slot ended is kept and told once, as `late`: the slot's final state was
+/// told already and stays; a minion resending it does not tell it again.
+#[test]
+fn a_late_return_is_told_once_as_late_and_never_as_another_final_state() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web1 = sim.minion("web1").await;
+        let web2 = sim.minion("web2").await;
+        web2.disconnect(&mut sim).await;
+        let mut root = sim.root().await;
+        let mut watcher = sim.root().await;
+        let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
+        watcher.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        // web2 is away: the job waits for it (its TTL), so it stays live after web1's slot ends.
+        let jid = sim.publish(&mut root, "web*", "test.ping", 1_000, 600_000).await.expect("published");
+        sim.advance(Duration::from_secs(20)).await;
+        let tags = watcher.event_tags(&sim);
+        assert!(tags.contains(&format!("halite/job/{jid}/ret/web1")), "{tags:?}");
+        assert_eq!(sim.master.jobs.state(&jid, "web1"), Some(MinionJobState::TimedOut));
+        for _ in 0..3 {
+            web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
+        }
+        let tags = watcher.event_tags(&sim);
+        assert_eq!(tags.iter().filter(|t| t.ends_with("/late/web1")).count(), 1, "{tags:?}");
+        assert!(!tags.iter().any(|t| t.ends_with("/ret/web1")), "no second final state: {tags:?}");
+    });
+}
+
 #[test]
 fn a_client_gets_each_steps_messages_in_one_write_and_a_minion_its_job_at_once() {
     rt().block_on(async {
