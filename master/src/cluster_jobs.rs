@@ -235,8 +235,12 @@ impl<S: Store, N: Net> Master<S, N> {
             self.cluster.arrived(id, master);
         }
         for record in self.store.minions_named(&ids).await? {
-            let entry =
-                MinionEntry { grains: record.grains, functions: record.functions, last_seen_ms: record.last_seen_ms };
+            let entry = MinionEntry {
+                grains: record.grains,
+                functions: record.functions,
+                last_seen_ms: record.last_seen_ms,
+                installed: None,
+            };
             self.registry.minions.insert(record.id, entry);
         }
         Ok(())

@@ -48,8 +48,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 } else {
                     entry.grains = hello.grains;
                 }
+                let installed = self.registry.intern_installed(hello.installed);
                 let entry = self.registry.minions.entry(id.to_owned()).or_default();
                 entry.functions = hello.functions;
+                entry.installed = installed;
                 self.touch(id);
                 let welcome = Welcome {
                     master_id: self.config.id.clone(),

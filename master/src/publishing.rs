@@ -106,6 +106,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 return Ok(());
             }
         };
+        if let Some(why) = self.function_missing(&request.function, &targets) {
+            self.send_error(peer, ErrorKind::NotFound, why, request_id);
+            return Ok(());
+        }
 
         let job = NewJob {
             function: request.function,
@@ -121,6 +125,34 @@ impl<S: Store, N: Net> Master<S, N> {
         let took = self.clock.now().saturating_duration_since(received);
         self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         Ok(())
+    }
+
+    /// Why `function` cannot be sent: targeted minions that said which functions they have
+    /// (when they connected here) do not have it. Named, with the nearest name they have or
+    /// halite's way for a Salt name, so a typo is not sent to every minion to fail there.
+    fn function_missing(&self, function: &str, targets: &[String]) -> Option<String> {
+        let mut lacking: Vec<&str> = Vec::new();
+        let mut known: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+        for id in targets {
+            let Some(installed) = self.registry.minions.get(id).and_then(|m| m.installed.as_ref()) else { continue };
+            if !installed.contains(function) {
+                lacking.push(id);
+                known.extend(installed.iter().map(String::as_str));
+            }
+        }
+        if lacking.is_empty() {
+            return None;
+        }
+        const SHOWN: usize = 10;
+        let mut named = lacking.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+        if lacking.len() > SHOWN {
+            named.push_str(&format!(" and {} more", lacking.len() - SHOWN));
+        }
+        let hint = halite_protocol::function_names::hint(function, known);
+        Some(format!(
+            "{function} is not a function of {} targeted minion(s): {named}; nothing was sent{hint}",
+            lacking.len()
+        ))
     }
 
     /// Creates, stores and sends a job to already resolved and authorised `targets`. The

@@ -15,7 +15,17 @@ pub(crate) struct MinionEntry {
     pub(crate) grains: BTreeMap<String, Value>,
     pub(crate) functions: Vec<String>,
     pub(crate) last_seen_ms: u64,
+    /// Every function it has, policy aside, as it said when it last connected here (none when
+    /// it did not: nothing is refused for it). Shared between minions that have the same.
+    pub(crate) installed: Option<std::sync::Arc<BTreeSet<String>>>,
 }
+
+/// The most distinct `installed` lists shared (see [`Registry::intern_installed`]).
+const MAX_INSTALLED_SETS: usize = 1024;
+
+/// The most function names kept of one minion's `installed` list (past it: not kept, so a
+/// minion cannot make the master hold an unbounded list).
+pub(crate) const MAX_INSTALLED: usize = 4096;
 
 /// Keys, minions and principals, as the core holds them.
 #[derive(Debug, Default)]
@@ -28,12 +38,32 @@ pub(crate) struct Registry {
     pub(crate) minions: HashMap<String, MinionEntry>,
     /// Registered client principals by name (root is not among them).
     pub(crate) principals: HashMap<String, PrincipalRecord>,
+    /// The distinct `installed` lists minions announced, each held once.
+    installed_sets: HashMap<std::sync::Arc<BTreeSet<String>>, ()>,
 }
 
 /// The grains of a minion nobody has heard from.
 static NO_GRAINS: BTreeMap<String, Value> = BTreeMap::new();
 
 impl Registry {
+    /// The shared copy of an `installed` list (none past [`MAX_INSTALLED`] names, or empty).
+    pub(crate) fn intern_installed(&mut self, names: Vec<String>) -> Option<std::sync::Arc<BTreeSet<String>>> {
+        if names.is_empty() || names.len() > MAX_INSTALLED {
+            return None;
+        }
+        let set: BTreeSet<String> = names.into_iter().collect();
+        if let Some((shared, _)) = self.installed_sets.get_key_value(&set) {
+            return Some(shared.clone());
+        }
+        let shared = std::sync::Arc::new(set);
+        // Fleets have a few versions; a minion sending a new list at every connection does
+        // not grow this past a bound (its list is then its own).
+        if self.installed_sets.len() < MAX_INSTALLED_SETS {
+            self.installed_sets.insert(shared.clone(), ());
+        }
+        Some(shared)
+    }
+
     /// A minion's grains (empty when unknown).
     pub(crate) fn grains(&self, id: &str) -> &BTreeMap<String, Value> {
         self.minions.get(id).map_or(&NO_GRAINS, |m| &m.grains)

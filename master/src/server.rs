@@ -227,10 +227,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(minion = %m.id, "stored grains exceed max_grains_bytes; not loaded");
                 m.grains.clear();
             }
-            master
-                .registry
-                .minions
-                .insert(m.id, MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms });
+            master.registry.minions.insert(
+                m.id,
+                MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms, installed: None },
+            );
         }
         if let Some(jid) = master.store.last_jid().await? {
             master.jids.resume_after(&jid);

@@ -97,6 +97,9 @@ struct Minion {
     unsent: BTreeMap<String, JobReturn>,
     /// The master's clock, learned at the last `welcome`, for judging jobs' freshness.
     master_time: Option<crate::freshness::MasterTime>,
+    /// When the last `hello` left: the master's `welcome` answers it, so its time was read at
+    /// or after then (a welcome that waited unread, the minion stopped, is not taken as now).
+    hello_sent_at: Option<Instant>,
     done_tx: mpsc::Sender<JobReturn>,
     /// Slots free for jobs to start (`max_concurrent_jobs` at most).
     free_slots: usize,
@@ -164,6 +167,7 @@ pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Outpu
         queued: BTreeMap::new(),
         unsent: BTreeMap::new(),
         master_time: None,
+        hello_sent_at: None,
         done_tx,
         free_slots,
         retry_at: None,
@@ -459,7 +463,9 @@ impl Minion {
                 .map(|name| ModuleInfo { name, version: env!("CARGO_PKG_VERSION").into() })
                 .collect(),
             functions,
+            installed: dispatcher.registry.iter().map(|f| f.name().to_owned()).collect(),
         };
+        self.hello_sent_at = Some(Instant::now());
         self.send(&Message::Hello(hello)).await;
         // Returns the master has not acknowledged yet, from before a restart or a disconnect.
         for ret in self.setup.outbox.pending() {
@@ -476,7 +482,10 @@ impl Minion {
         match msg {
             Message::Welcome(welcome) => {
                 debug!(master = %welcome.master_id, "welcomed");
-                self.master_time = crate::freshness::MasterTime::learned(welcome.now_ms, Instant::now());
+                // Dated from the hello it answers, never later: the master's time can then only be
+                // overestimated (by a round trip), so a job is never thought fresher than it is.
+                let asked = self.hello_sent_at.take().unwrap_or_else(Instant::now);
+                self.master_time = crate::freshness::MasterTime::learned(welcome.now_ms, asked);
                 if let Some(pinned) = self.setup.master_key {
                     self.revocations.learn(&welcome.revoked, &pinned);
                 }

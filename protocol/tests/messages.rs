@@ -255,6 +255,7 @@ fn message() -> impl Strategy<Value = Message> {
                 version,
                 grains,
                 modules: modules.into_iter().map(|(name, version)| ModuleInfo { name, version }).collect(),
+                installed: functions.clone(),
                 functions,
             })),
         (".{0,10}", ".{0,6}").prop_map(|(principal, version)| Message::ClientHello(ClientHello { principal, version })),

@@ -340,12 +340,19 @@ fn returns_stream_and_cmd_run_reports_failures() {
     assert_eq!(first["id"], "a", "a list is one object per line: {}", listed.stdout);
     let yaml = cluster.cli(&["run", "--out", "yaml", "a", "test.echo", "hi"]);
     assert!(yaml.stdout.contains("return: hi"), "{}", yaml.stdout);
+    // A function the minion does not have is refused by the master, before anything is sent.
     let unknown = cluster.cli(&["run", "--out", "json", "a", "no.such"]);
-    assert_eq!(unknown.code, 3);
-    assert!(unknown.json()["minions"]["a"]["return"]["error"].as_str().unwrap().contains("unknown function"));
+    assert_eq!(unknown.code, 1);
+    assert!(
+        unknown.stderr.contains("no.such is not a function of 1 targeted minion(s): a; nothing was sent"),
+        "{}",
+        unknown.stderr
+    );
     let typo = cluster.cli(&["run", "a", "test.pnig"]);
-    assert_eq!(typo.code, 3);
-    assert!(typo.stdout.contains("did you mean test.ping?"), "{}", typo.stdout);
+    assert_eq!(typo.code, 1);
+    assert!(typo.stderr.contains("did you mean test.ping?"), "{}", typo.stderr);
+    let salt = cluster.cli(&["run", "a", "cmd.run_all", "true"]);
+    assert!(salt.stderr.contains("halite's way to do that is cmd.run"), "{}", salt.stderr);
 }
 
 #[test]

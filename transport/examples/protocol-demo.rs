@@ -36,6 +36,7 @@ async fn main() -> Result<()> {
         grains: BTreeMap::from([("os".into(), Value::from(std::env::consts::OS))]),
         modules: vec![ModuleInfo { name: "test".into(), version: "1".into() }],
         functions: vec!["test.ping".into()],
+        installed: vec!["test.ping".into()],
     });
     dealer.send(session.seal(&message::encode(&hello), Instant::now())?).await?;
 

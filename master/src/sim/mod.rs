@@ -384,5 +384,7 @@ pub(crate) fn hello(id: &str) -> Hello {
         grains: BTreeMap::from([("role".to_owned(), json!(id.trim_end_matches(char::is_numeric)))]),
         functions: vec!["test.ping".into()],
         modules: Vec::new(),
+        // Not said, as by a minion before `installed`: nothing is refused for it.
+        installed: Vec::new(),
     }
 }

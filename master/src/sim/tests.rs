@@ -162,6 +162,38 @@ fn a_late_return_is_told_once_as_late_and_never_as_another_final_state() {
     });
 }
 
+/// A function none of the targets has is refused before anything is sent, naming them and
+/// the nearest name they have; minions that did not say what they have are not held to it.
+#[test]
+fn a_function_the_targets_do_not_have_is_refused_before_sending_naming_them() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut minions = Vec::new();
+        for id in ["web1", "web2", "web3"] {
+            let mut minion = sim.minion(id).await;
+            let installed = if id == "web3" { Vec::new() } else { vec!["test.ping".into(), "test.sleep".into()] };
+            let hello = Message::Hello(halite_protocol::message::Hello { installed, ..super::hello(id) });
+            minion.send(&mut sim, &hello).await;
+            minion.recv(&sim);
+            minions.push(minion);
+        }
+        let mut root = sim.root().await;
+        let refused = sim.publish(&mut root, "web*", "test.pong", 1_000, 0).await.unwrap_err();
+        assert_eq!(
+            refused,
+            "test.pong is not a function of 2 targeted minion(s): web1, web2; nothing was sent; did you mean test.ping?"
+        );
+        let salt = sim.publish(&mut root, "web[12]", "state.apply", 1_000, 0).await.unwrap_err();
+        assert!(salt.contains("halite's way to do that is plan.run"), "{salt}");
+        for minion in &mut minions {
+            assert!(minion.jobs(&sim).is_empty(), "nothing sent");
+        }
+        // web3 did not say: a job for it alone goes, and it answers for itself.
+        assert!(sim.publish(&mut root, "web3", "test.pong", 1_000, 0).await.is_ok());
+        assert!(sim.publish(&mut root, "web*", "test.ping", 1_000, 0).await.is_ok());
+    });
+}
+
 #[test]
 fn a_client_gets_each_steps_messages_in_one_write_and_a_minion_its_job_at_once() {
     rt().block_on(async {

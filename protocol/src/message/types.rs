@@ -89,6 +89,11 @@ pub struct Hello {
     pub modules: Vec<ModuleInfo>,
     /// Fully qualified functions its local policy allows, e.g. `test.ping`.
     pub functions: Vec<String>,
+    /// Every function it has, its policy aside (what the master checks a job's function
+    /// against before sending it: a name no target has is refused there). Empty from a
+    /// minion that does not say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub installed: Vec<String>,
 }
 
 /// What a client announces when its session starts.
