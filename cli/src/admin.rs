@@ -137,13 +137,28 @@ pub(crate) enum JobsCommand {
 }
 
 async fn keys_changed(client: &Client, body: RequestBody, verb: &str, format: Format) -> anyhow::Result<ExitCode> {
+    let pattern = match &body {
+        RequestBody::KeyAccept { pattern }
+        | RequestBody::KeyReject { pattern }
+        | RequestBody::KeyDelete { pattern } => pattern.clone(),
+        _ => String::new(),
+    };
     let ResponseBody::Changed(ids) = client.request(body).await? else { anyhow::bail!("unexpected answer") };
+    // Nothing changed: fine when the keys are already so, an error a script should see when
+    // no key matches at all (a typo).
+    let matched_none = ids.is_empty() && {
+        let ResponseBody::Keys(keys) = client.request(RequestBody::KeyList { pattern: pattern.clone() }).await? else {
+            anyhow::bail!("unexpected answer")
+        };
+        keys.is_empty()
+    };
     match format {
-        Format::Table if ids.is_empty() => println!("no matching keys"),
+        Format::Table if matched_none => eprintln!("halite: no key matches {pattern:?}; nothing {verb}"),
+        Format::Table if ids.is_empty() => println!("nothing to do: the keys matching {pattern:?} are already {verb}"),
         Format::Table => ids.iter().for_each(|id| println!("{verb} {id}")),
         _ => output::print_document(format, &json!({ verb: ids })),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if matched_none { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) -> anyhow::Result<ExitCode> {

@@ -30,7 +30,7 @@ const EXIT_TARGETS_FAILED: u8 = 3;
 #[command(name = "halite", version, about, propagate_version = true)]
 struct Cli {
     /// The master's config file (the CLI finds the master's address and keys through it).
-    #[arg(short, long, global = true, default_value = "/etc/halite/master.toml")]
+    #[arg(short, long, global = true, env = "HALITE_CONFIG", default_value = "/etc/halite/master.toml")]
     config: PathBuf,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]

@@ -9,7 +9,7 @@ use crate::duration;
 #[command(next_help_heading = "Rollout")]
 pub(crate) struct RolloutArgs {
     /// Roll out in a sliding window: at most N (or N% of the targets) run at once.
-    #[arg(short = 'b', long, value_parser = Amount::parse)]
+    #[arg(short = 'b', long, value_parser = batch_size)]
     pub(crate) batch: Option<Amount>,
     /// After a target finishes, wait this long before starting the next.
     #[arg(long, value_parser = duration::parse)]
@@ -25,6 +25,15 @@ pub(crate) struct RolloutArgs {
     /// (repeatable), e.g. 'minion/*/alarm/*'.
     #[arg(long)]
     pub(crate) abort_on: Vec<String>,
+}
+
+/// A window size: a count of at least one, or a percentage (a usage error otherwise, as any
+/// other malformed option).
+fn batch_size(text: &str) -> Result<Amount, String> {
+    match Amount::parse(text)? {
+        Amount::Count(0) => Err(format!("{text:?}: a batch of 0 starts nothing; give 1 or more, or a percentage")),
+        amount => Ok(amount),
+    }
 }
 
 impl RolloutArgs {

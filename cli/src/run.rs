@@ -447,6 +447,8 @@ mod tests {
         assert!(error.contains("not a percentage from 1% to 100%"), "{error}");
         let error = Wrap::try_parse_from(["halite", "-b", "ten", "web*", "test.ping"]).err().unwrap().to_string();
         assert!(error.contains("not a count or a percentage"), "{error}");
+        let error = Wrap::try_parse_from(["halite", "-b", "0", "web*", "test.ping"]).err().unwrap().to_string();
+        assert!(error.contains("a batch of 0 starts nothing"), "a usage error, as -b 150% is: {error}");
     }
 
     #[test]

@@ -74,7 +74,14 @@ pub enum MinionError {
 }
 
 fn parse_master_key(hex_key: &str) -> Result<PublicIdentity, MinionError> {
-    let bytes = hex::decode(hex_key.trim()).ok_or_else(|| MinionError::Missing("master_key: not hex".into()))?;
+    let text = hex_key.trim();
+    let wrong = || {
+        MinionError::Missing(format!(
+            "master_key {text:?} is not 64 hex digits (the master's public key: `halite key fingerprint` \
+             prints its fingerprint, master.pub holds the key)"
+        ))
+    };
+    let bytes = hex::decode(text).filter(|b| b.len() == 32).ok_or_else(wrong)?;
     PublicIdentity::from_bytes(&bytes).map_err(|e| MinionError::Missing(format!("master_key: {e}")))
 }
 
@@ -258,4 +265,15 @@ pub async fn call_local(config: &MinionConfig, function: &str, words: &[String])
     };
     let (_keep, never) = tokio::sync::oneshot::channel();
     executor::execute(dispatcher, cx, job, never).await
+}
+
+#[cfg(test)]
+mod master_key_tests {
+    #[test]
+    fn a_master_key_of_the_wrong_length_says_64_hex_digits() {
+        for bad in ["abcd", "zz", ""] {
+            let error = super::parse_master_key(bad).unwrap_err().to_string();
+            assert!(error.contains("is not 64 hex digits"), "{bad}: {error}");
+        }
+    }
 }

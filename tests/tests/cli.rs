@@ -239,3 +239,16 @@ fn a_remote_admin_registers_rekeys_and_removes_a_principal_with_its_own_key_set(
     let (_, listed, _) = admin(&["--out", "json", "principal", "list"]);
     assert!(!listed.contains("\"deploy\""), "{listed}");
 }
+
+#[test]
+fn halite_config_names_the_master_config_and_a_key_pattern_that_matches_nothing_fails() {
+    let cluster = Cluster::start("");
+    let output = Command::new(cluster.bins().join("halite"))
+        .args(["key", "accept", "nosuch"])
+        .env("HALITE_CONFIG", &cluster.config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "as salt-key: nothing matched is an error: {stderr}");
+    assert!(stderr.contains("no key matches \"nosuch\""), "{stderr}");
+}

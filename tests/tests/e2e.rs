@@ -387,6 +387,15 @@ fn local_calls_honour_the_default_deny_policy() {
     assert!(denied.stdout.contains("denied: cmd.run is not allowed"), "{}", denied.stdout);
     let allowed = cluster.bin("halite-minion", &["--config", config, "call", "test.ping"]);
     assert_eq!(allowed.code, 0, "{}", allowed.stdout);
+    // --out, as salt-call's: one line, or the value itself for a shell script.
+    let compact = cluster.bin("halite-minion", &["--config", config, "call", "--out", "compact", "test.echo", "hi"]);
+    assert_eq!(compact.stdout, "{\"local\":\"hi\"}\n");
+    let txt = cluster.bin("halite-minion", &["--config", config, "call", "--out", "txt", "test.echo", "hi there"]);
+    assert_eq!(txt.stdout, "hi there\n");
+    let grains = cluster.bin("halite-minion", &["--config", config, "call", "--out", "txt", "grains.items"]);
+    assert!(grains.stdout.lines().any(|l| l.starts_with("kernel: ")), "{}", grains.stdout);
+    let bad = cluster.bin("halite-minion", &["--config", config, "call", "--out", "yml", "test.ping"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
 }
 
 #[test]

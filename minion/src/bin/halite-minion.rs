@@ -20,12 +20,44 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// How `call` prints its result.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CallOut {
+    /// `{"local": ...}`, indented.
+    Json,
+    /// `{"local": ...}` on one line.
+    Compact,
+    /// The value itself, for shell scripts.
+    Txt,
+}
+
+/// A local call's result as `out` asks.
+fn render_call(out: CallOut, value: serde_json::Value) -> anyhow::Result<String> {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    Ok(match out {
+        CallOut::Json => format!("{}\n", serde_json::to_string_pretty(&serde_json::json!({ "local": value }))?),
+        CallOut::Compact => format!("{}\n", serde_json::json!({ "local": value })),
+        CallOut::Txt => match &value {
+            serde_json::Value::Object(map) => map.iter().map(|(k, v)| format!("{k}: {}\n", text(v))).collect(),
+            other => format!("{}\n", text(other)),
+        },
+    })
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon (the default).
     Run,
-    /// Run a function locally without a master and print its result as JSON.
+    /// Run a function locally without a master and print its result (as salt-call).
     Call {
+        /// How to print the result: `json` (`{"local": ...}`, indented), `compact` (the same on
+        /// one line) or `txt` (the value itself: a string as it is, an object one `key: value`
+        /// line per key).
+        #[arg(long, value_enum, default_value_t = CallOut::Json)]
+        out: CallOut,
         /// Function, e.g. test.ping.
         function: String,
         /// Arguments: positional values and key=value pairs.
@@ -80,13 +112,12 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             print_out(halite_modules::docs::render_markdown(&halite_modules::Registry::standard()))?;
             Ok(std::process::ExitCode::SUCCESS)
         }
-        Command::Call { function, args } => {
+        Command::Call { out, function, args } => {
             let config = load_config(cli.config)?;
             // Local calls are latency-sensitive: one thread, no logging set-up.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let ret = runtime.block_on(halite_minion::call_local(&config, &function, &args));
-            let out = serde_json::json!({ "local": ret.outputs });
-            print_out(format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+            print_out(render_call(out, ret.outputs)?)?;
             Ok(if ret.success { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
         }
         Command::Run => {
