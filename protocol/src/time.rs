@@ -52,6 +52,13 @@ pub fn iso8601_utc(ms: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
 }
 
+/// `2026-11-26T15:28:42.123456Z`: [`iso8601_utc`] to the microsecond (log lines, where
+/// events of one second must keep their order and spacing).
+pub fn iso8601_utc_micros(micros: u64) -> String {
+    let seconds = iso8601_utc(micros / 1000);
+    format!("{}.{:06}Z", seconds.trim_end_matches('Z'), micros % 1_000_000)
+}
+
 /// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar
 /// (Howard Hinnant's `civil_from_days`).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -75,6 +82,8 @@ mod tests {
     fn formats_iso8601() {
         assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso8601_utc(1_795_242_922_123), "2026-11-21T06:35:22Z");
+        assert_eq!(iso8601_utc_micros(1_795_242_922_123_456), "2026-11-21T06:35:22.123456Z");
+        assert_eq!(iso8601_utc_micros(5), "1970-01-01T00:00:00.000005Z");
     }
 
     #[test]

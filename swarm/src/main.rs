@@ -79,6 +79,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn,halite_transport=error".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none())
         .init();
     if let Err(error) = halite_transport::raise_open_files(Some(args.count as u64 + 256)) {
         eprintln!("halite-swarm: {error}");

@@ -22,6 +22,9 @@ fn logs_take_salts_level_names_refuse_unknown_ones_and_write_plain_or_json_lines
         lines.iter().any(|l| l["level"] == "info" && l["message"] == "master listening" && l["addr"].is_string()),
         "{log}"
     );
+    // Timestamps to the microsecond: events of one second keep their order and spacing.
+    let ts = lines[0]["ts"].as_str().unwrap();
+    assert!(ts.len() == "2026-11-26T15:28:42.123456Z".len() && ts.as_bytes()[19] == b'.', "{ts}");
     drop(cluster);
 
     // An unknown level is refused at start, naming the key and the valid names.

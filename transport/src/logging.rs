@@ -69,8 +69,21 @@ pub fn translate(spec: &str) -> Result<String, String> {
     if out.is_empty() {
         return Err("empty log level".into());
     }
+    // `debug` is about halite: the libraries' own debug lines (every SQL statement, every
+    // HTTP frame) drown it; `trace` shows them too, as does naming a library's target.
+    if out.iter().any(|d| d == "debug") {
+        for quiet in DEPENDENCY_NOISE {
+            if !out.iter().any(|d| d.starts_with(&format!("{quiet}="))) {
+                out.push(format!("{quiet}=info"));
+            }
+        }
+    }
     Ok(out.join(","))
 }
+
+/// Libraries whose debug lines a bare `debug` leaves out.
+const DEPENDENCY_NOISE: &[&str] =
+    &["sqlx", "hyper", "hyper_util", "h2", "rustls", "tower", "tower_http", "axum", "mio"];
 
 /// The filter to use: `RUST_LOG` when set, else `spec` (the config's or `--log-level`). Filters
 /// are per-target levels (`translate` accepts nothing else), so `Targets` is the whole filter:
@@ -108,12 +121,12 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, _: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        let now_ms = std::time::SystemTime::now()
+        let now_micros = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         let meta = event.metadata();
         let mut line = serde_json::Map::new();
-        line.insert("ts".into(), halite_protocol::time::iso8601_utc(now_ms).into());
+        line.insert("ts".into(), halite_protocol::time::iso8601_utc_micros(now_micros).into());
         line.insert("level".into(), meta.level().as_str().to_ascii_lowercase().into());
         line.insert("target".into(), meta.target().into());
         event.record(&mut Fields(&mut line));
@@ -151,6 +164,10 @@ mod tests {
         assert_eq!(translate("warning").unwrap(), "warn");
         assert_eq!(translate("CRITICAL").unwrap(), "error");
         assert_eq!(translate("halite_master=debug, info").unwrap(), "halite_master=debug,info");
+        let debug = translate("debug").unwrap();
+        assert!(debug.starts_with("debug,") && debug.contains("sqlx=info"), "libraries stay quiet at debug: {debug}");
+        assert_eq!(translate("trace").unwrap(), "trace", "trace shows everything");
+        assert!(!translate("debug,sqlx=debug").unwrap().contains("sqlx=info"), "named, a library is heard");
         assert_eq!(translate("quiet").unwrap(), "off");
         let error = translate("loud").unwrap_err();
         assert!(error.contains("\"loud\"") && error.contains("warning"), "{error}");
