@@ -267,7 +267,7 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
             let total: usize = counts.values().sum();
             output::print_document(
                 format,
-                &json!({ "jid": published.jid, "done": true, "minions": total, "states": counts }),
+                &json!({ "jid": published.jid, "done": !gave_up, "minions": total, "states": counts }),
             );
         }
         Format::Json | Format::Yaml => {

@@ -127,18 +127,22 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
-    /// Why `function` cannot be sent: targeted minions that said which functions they have
-    /// (when they connected here) do not have it. Named, with the nearest name they have or
-    /// halite's way for a Salt name, so a typo is not sent to every minion to fail there.
+    /// Why `function` cannot be sent: none of the targeted minions has it, as each said which
+    /// functions it has when it connected here (one that did not say may have it: the job
+    /// goes). Named, with the nearest name they have or halite's way for a Salt name, so a
+    /// typo is not sent to every minion to fail there. On a mixed fleet, the minions that have
+    /// it run it and the others answer for themselves.
     fn function_missing(&self, function: &str, targets: &[String]) -> Option<String> {
         let mut lacking: Vec<&str> = Vec::new();
         let mut known: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
         for id in targets {
-            let Some(installed) = self.registry.minions.get(id).and_then(|m| m.installed.as_ref()) else { continue };
-            if !installed.contains(function) {
-                lacking.push(id);
-                known.extend(installed.iter().map(String::as_str));
+            // One that did not say may have it.
+            let installed = self.registry.minions.get(id).and_then(|m| m.installed.as_ref())?;
+            if installed.contains(function) {
+                return None;
             }
+            lacking.push(id);
+            known.extend(installed.iter().map(String::as_str));
         }
         if lacking.is_empty() {
             return None;

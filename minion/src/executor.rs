@@ -33,6 +33,9 @@ pub(crate) async fn execute(
     let test = match kwargs.remove("test") {
         None => false,
         Some(Value::Bool(b)) => b,
+        // As Salt's command line writes it (`test=True`).
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
         Some(other) => {
             let error = format!("test must be true or false, not {other}");
             return finish(false, 1, json!({ "error": error }), false, Outcome::Refused);

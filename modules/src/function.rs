@@ -60,7 +60,16 @@ impl<T: Typed> Function for T {
     }
     fn call<'a>(&'a self, args: Args, cx: &'a Context) -> CallFuture<'a> {
         Box::pin(async move {
-            let parsed: T::Args = args.parse(T::POSITIONAL)?;
+            let parsed: T::Args = match args.parse(T::POSITIONAL) {
+                Ok(parsed) => parsed,
+                // As written on a command line, a value may not fit yet (`mode=644`, `false`):
+                // fitted to the schema, then parsed again (the schema is made only then).
+                Err(first) => {
+                    let mut object = args.to_object(T::POSITIONAL)?;
+                    crate::coerce::to_schema(&mut object, &self.schema(), T::POSITIONAL);
+                    serde_json::from_value(Value::Object(object)).map_err(|_| first)?
+                }
+            };
             self.run(parsed, cx).await
         })
     }

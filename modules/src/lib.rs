@@ -25,6 +25,7 @@
 
 pub mod actions;
 mod args;
+mod coerce;
 mod context;
 mod dispatcher;
 pub mod docs;

@@ -315,6 +315,31 @@ fn bad_input_gets_clear_errors_and_non_zero_exits() {
 }
 
 #[test]
+fn command_line_values_fit_the_functions_arguments_as_a_salt_user_writes_them() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("a", "");
+    cluster.wait_connected(&["a"]);
+    // `false` is the command false, not a boolean; `LANG=C date` a command, not a keyword.
+    let run = cluster.cli(&["run", "--out", "json", "a", "cmd.run", "false"]);
+    assert_eq!(run.json()["minions"]["a"]["retcode"], 1, "{}", run.stdout);
+    let run = cluster.cli(&["run", "--out", "json", "a", "cmd.run", "LANG=C printenv LANG"]);
+    assert_eq!(run.code, 3, "a variable set in front is shell syntax, said so: {}", run.stdout);
+    assert!(run.stdout.contains("add shell=true"), "{}", run.stdout);
+    // mode=644 and contents=123 are text; test=True is true.
+    let target = cluster.dir.join("fitted.txt");
+    let name = format!("name={}", target.display());
+    let run =
+        cluster.cli(&["run", "--out", "json", "a", "file.managed", &name, "contents=123", "mode=644", "test=True"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(!target.exists(), "test=True changes nothing");
+    let run = cluster.cli(&["run", "--out", "json", "a", "file.managed", &name, "contents=123", "mode=644"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "123");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o644);
+}
+
+#[test]
 fn returns_stream_and_cmd_run_reports_failures() {
     let mut cluster = Cluster::start("");
     cluster.enroll_minion("a", "");

@@ -276,6 +276,12 @@ pub(crate) fn split_words(line: &str) -> Result<Vec<String>, ModuleError> {
     let unterminated = |q: &str| ModuleError::BadArguments(format!("unterminated {q} in cmd"));
     while let Some(c) = chars.next() {
         match c {
+            '\n' | '\r' => {
+                // A shell runs each line as a command of its own; as words, the lines would run
+                // as one command's arguments.
+                note("a line break".into());
+                words.extend(word.take());
+            }
             c if c.is_whitespace() => words.extend(word.take()),
             '\'' => {
                 let w = word.get_or_insert_with(String::new);
@@ -366,6 +372,7 @@ mod tests {
             "echo `id`",
             "true; false",
             "cat ~/.profile",
+            "touch /tmp/a\nrm -f /tmp/b",
         ] {
             let error = split_words(line).unwrap_err().to_string();
             assert!(error.contains("add shell=true"), "{line}: {error}");
@@ -376,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_command_of_the_wrong_type_says_what_is_expected() {
-        let error = call(&Run, json!({"cmd": 5})).unwrap_err().to_string();
+        let error = call(&Run, json!({"cmd": {"a": 1}})).unwrap_err().to_string();
         assert!(error.contains("a command line (a string) or a list of words"), "{error}");
         assert!(!error.contains("untagged"), "{error}");
     }
