@@ -292,16 +292,21 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
 /// A `-L` target as given, or read from the file it names (`@FILE`; `@-`: standard input).
 fn list_target(target: &str, words: &[String]) -> anyhow::Result<String> {
     let Some(path) = target.strip_prefix('@') else { return Ok(target.to_owned()) };
+    if path == "-" && words.iter().any(|w| w.ends_with("=@-")) {
+        anyhow::bail!("-L @- and an argument =@- cannot both read standard input");
+    }
+    read_named(path, "-L ")
+}
+
+/// The text of the file at `path`, or of standard input for `-`; errors say `{what}@{path}`.
+fn read_named(path: &str, what: &str) -> anyhow::Result<String> {
     if path == "-" {
-        if words.iter().any(|w| w.ends_with("=@-")) {
-            anyhow::bail!("-L @- and an argument =@- cannot both read standard input");
-        }
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| anyhow::anyhow!("-L @-: standard input is not readable text: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{what}@-: standard input is not readable text: {e}"))?;
         return Ok(text);
     }
-    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("-L @{path}: {e}"))
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{what}@{path}: {e}"))
 }
 
 /// Positional and `key=value` arguments as `parse_cli_args` reads them, except `key=@path`: the
@@ -314,15 +319,7 @@ fn arguments(words: &[String]) -> anyhow::Result<(Vec<Value>, BTreeMap<String, V
         match word.split_once("=@") {
             Some((key, rest)) if is_identifier(key) && rest.starts_with('@') => plain.push(format!("{key}={rest}")),
             Some((key, path)) if is_identifier(key) => {
-                let text = if path == "-" {
-                    let mut text = String::new();
-                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                        .map_err(|e| anyhow::anyhow!("{key}=@-: standard input is not readable text: {e}"))?;
-                    text
-                } else {
-                    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{key}=@{path}: {e}"))?
-                };
-                from_files.push((key.to_owned(), Value::String(text)));
+                from_files.push((key.to_owned(), Value::String(read_named(path, &format!("{key}="))?)));
             }
             _ => plain.push(word.clone()),
         }

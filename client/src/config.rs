@@ -154,11 +154,7 @@ impl ClientConfig {
     /// public key file (halite-ed25519-public-v1).
     pub fn parse_public_key(what: &str, text: &str) -> Result<PublicIdentity, ClientError> {
         let text = text.trim();
-        if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            let bytes: Vec<u8> = (0..32)
-                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
-                .collect::<Result<_, _>>()
-                .map_err(|e| ClientError::Config(format!("{what}: {e}")))?;
+        if let Some(bytes) = halite_protocol::hex::decode(text).filter(|bytes| bytes.len() == 32) {
             return PublicIdentity::from_bytes(&bytes).map_err(|e| ClientError::Config(format!("{what}: {e}")));
         }
         keyfile::read_public(Path::new(text))

@@ -39,7 +39,7 @@ pub(crate) struct Registry {
     /// Registered client principals by name (root is not among them).
     pub(crate) principals: HashMap<String, PrincipalRecord>,
     /// The distinct `installed` lists minions announced, each held once.
-    installed_sets: HashMap<std::sync::Arc<BTreeSet<String>>, ()>,
+    installed_sets: std::collections::HashSet<std::sync::Arc<BTreeSet<String>>>,
 }
 
 /// The grains of a minion nobody has heard from.
@@ -52,14 +52,14 @@ impl Registry {
             return None;
         }
         let set: BTreeSet<String> = names.into_iter().collect();
-        if let Some((shared, _)) = self.installed_sets.get_key_value(&set) {
+        if let Some(shared) = self.installed_sets.get(&set) {
             return Some(shared.clone());
         }
         let shared = std::sync::Arc::new(set);
         // Fleets have a few versions; a minion sending a new list at every connection does
         // not grow this past a bound (its list is then its own).
         if self.installed_sets.len() < MAX_INSTALLED_SETS {
-            self.installed_sets.insert(shared.clone(), ());
+            self.installed_sets.insert(shared.clone());
         }
         Some(shared)
     }

@@ -696,9 +696,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// master's came first, this master's view, and what it will tell, follow the store's.
     /// False if the store could not be read (a reread is then due).
     async fn follow_stored_finals(&mut self) -> bool {
-        let mut jids: Vec<String> = self.pending.unreported.iter().map(|u| u.jid.clone()).collect();
-        jids.sort_unstable();
-        jids.dedup();
+        let jids: Vec<String> = self.pending.unreported.keys().cloned().collect();
         for jid in jids {
             let stored = match self.store.live_job(&jid).await {
                 Ok(Some((_, states))) => states,
@@ -709,16 +707,15 @@ impl<S: Store, N: Net> Master<S, N> {
                     return false;
                 }
             };
-            for index in 0..self.pending.unreported.len() {
-                let slot = &self.pending.unreported[index];
-                if slot.jid != jid {
-                    continue;
-                }
-                let Some((_, kept)) = stored.iter().find(|(minion, _)| *minion == slot.minion) else { continue };
-                if *kept == slot.state || !kept.is_final() {
-                    continue;
-                }
-                let (minion, kept) = (slot.minion.clone(), *kept);
+            // The slots the store kept otherwise, with what it kept.
+            let differing: Vec<(String, MinionJobState)> = self.pending.unreported[&jid]
+                .iter()
+                .filter_map(|slot| {
+                    let (_, kept) = stored.iter().find(|(minion, _)| *minion == slot.minion)?;
+                    (*kept != slot.state && kept.is_final()).then(|| (slot.minion.clone(), *kept))
+                })
+                .collect();
+            for (minion, kept) in differing {
                 let ret = match self.store.returns_of(&jid, std::slice::from_ref(&minion)).await {
                     Ok(mut returns) => returns.pop().map(|(_, ret)| ret),
                     Err(error) => {
@@ -727,12 +724,13 @@ impl<S: Store, N: Net> Master<S, N> {
                         return false;
                     }
                 };
-                info!(%jid, %minion, decided = self.pending.unreported[index].state.as_str(), kept = kept.as_str(),
-                      "another master recorded this slot first; following the store");
+                info!(%jid, %minion, kept = kept.as_str(), "another master recorded this slot first; following the store");
                 self.jobs.correct_final(&jid, &minion, kept);
-                let slot = &mut self.pending.unreported[index];
-                slot.state = kept;
-                slot.ret = ret;
+                let slots = self.pending.unreported.get_mut(&jid).into_iter().flatten();
+                for slot in slots.filter(|slot| slot.minion == minion) {
+                    slot.state = kept;
+                    slot.ret = ret.clone();
+                }
             }
         }
         true

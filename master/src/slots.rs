@@ -50,7 +50,8 @@ impl<S: Store, N: Net> Master<S, N> {
             // Another master may store a final state for this slot first (the store keeps the
             // first): its watchers and bus hear the one stored, once, after the write.
             self.slot_ended(jid, state, &ret);
-            self.pending.unreported.push(Unreported { jid: jid.to_owned(), minion: minion.to_owned(), state, ret });
+            let slot = Unreported { minion: minion.to_owned(), state, ret };
+            self.pending.unreported.entry(jid.to_owned()).or_default().push(slot);
             return Ok(());
         }
         self.slot_moved(jid, minion, state, ret);
@@ -85,18 +86,26 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Tells the bus and the job's watchers of a slot's move, and ends the job when every
     /// slot is final.
     fn tell_slot(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        self.tell_move(jid, minion, state, ret);
+        self.finish_if_done(jid);
+    }
+
+    /// Tells the bus (a final state) and the job's watchers of a slot's move.
+    fn tell_move(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if state.is_final() {
             self.emit(format!("halite/job/{jid}/ret/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
         }
         self.notify(jid, minion, state, ret);
-        self.finish_if_done(jid);
     }
 
     /// Tells of the final states decided here once they are stored (see [`Master::set_slot`]):
-    /// each as the store holds it.
+    /// each as the store holds it, then each job's end, after every one of its slots.
     pub(crate) fn report_stored_finals(&mut self) {
-        for slot in std::mem::take(&mut self.pending.unreported) {
-            self.tell_slot(&slot.jid, &slot.minion, slot.state, slot.ret);
+        for (jid, slots) in std::mem::take(&mut self.pending.unreported) {
+            for slot in slots {
+                self.tell_move(&jid, &slot.minion, slot.state, slot.ret);
+            }
+            self.finish_if_done(&jid);
         }
     }
 
@@ -109,7 +118,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     pub(crate) fn finish_if_done(&mut self, jid: &str) {
         // A final state not yet told holds the job's end back (its `ret` comes first).
-        if self.jobs.get(jid).is_some_and(|j| j.is_done()) && !self.pending.unreported.iter().any(|u| u.jid == jid) {
+        if self.jobs.get(jid).is_some_and(|j| j.is_done()) && !self.pending.unreported.contains_key(jid) {
             // Announced while still live, so the bus can tell who may see it.
             self.emit(format!("halite/job/{jid}/done"), json!({}));
             if let Some(job) = self.jobs.remove(jid) {

@@ -36,9 +36,10 @@ pub(crate) struct PendingWrites {
     /// The last write of job states failed (they wait in `states`): until one succeeds, the
     /// master decides no slot (see `Master::store_in_doubt`).
     pub(crate) write_failed: bool,
-    /// Final states decided here while other masters share the store, told (bus, watchers, the
-    /// job's end) once written: as the store keeps them, so each slot's is told once.
-    pub(crate) unreported: Vec<Unreported>,
+    /// Final states decided here while other masters share the store, by job, told (bus,
+    /// watchers, the job's end) once written: as the store keeps them, so each slot's is told
+    /// once. A job with one here does not end yet.
+    pub(crate) unreported: HashMap<String, Vec<Unreported>>,
     /// Some of `unreported` were written after a failed write: compared with what the store
     /// kept before they are told.
     pub(crate) finals_in_doubt: bool,
@@ -56,7 +57,6 @@ pub(crate) struct PendingWrites {
 
 /// A final state decided here, not yet stored, so not yet told.
 pub(crate) struct Unreported {
-    pub(crate) jid: String,
     pub(crate) minion: String,
     pub(crate) state: MinionJobState,
     pub(crate) ret: Option<JobReturn>,

@@ -505,19 +505,7 @@ impl Cluster {
 
     /// The ids the master lists as connected.
     pub fn connected(&self) -> Vec<String> {
-        let run = self.cli(&["minions", "list", "--out", "json"]);
-        if run.code != 0 {
-            return Vec::new();
-        }
-        run.json()
-            .as_array()
-            .map(|list| {
-                list.iter()
-                    .filter(|m| m["connected"] == true)
-                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.connected_at(self.port)
     }
 
     /// Waits until exactly these minions (and maybe others) are connected.

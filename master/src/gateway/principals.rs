@@ -54,11 +54,9 @@ async fn remove(Authed(mut s): Authed, Path(name): Path<String>) -> ApiResult {
 
 /// 32 bytes from 64 hex digits, or a 400 naming the field.
 fn hex_key(text: &str) -> Result<Vec<u8>, ApiError> {
-    let bad = || ApiError::new(StatusCode::BAD_REQUEST, "bad_request", "public_key: not 64 hex digits".to_owned());
-    if text.len() != 64 || !text.is_ascii() {
-        return Err(bad());
-    }
-    (0..32).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())).collect()
+    halite_protocol::hex::decode(text).filter(|bytes| bytes.len() == 32).ok_or_else(|| {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", "public_key: not 64 hex digits".to_owned())
+    })
 }
 
 #[cfg(test)]

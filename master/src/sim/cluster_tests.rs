@@ -446,3 +446,44 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
         assert!(root.event_tags(&sim).is_empty());
     });
 }
+
+#[test]
+fn finals_written_together_are_told_before_their_jobs_end() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::cluster_view::ClusterView::shared();
+        let _web1 = sim.minion("web1").await;
+        let _web2 = sim.minion("web2").await;
+        let mut root = sim.root().await;
+        let mut watcher = job_watcher(&mut sim).await;
+        let jid = sim.publish(&mut root, "web*", "test.ping", 10_000, 0).await.expect("published");
+        watcher.event_tags(&sim);
+        root.recv(&sim);
+        // Both returns arrive in one step (one batch from the network), so one commit writes
+        // and tells them.
+        for id in ["web1", "web2"] {
+            let ret = halite_protocol::message::JobReturn { minion: id.into(), ..super::ret(&jid) };
+            sim.master.set_slot(&jid, id, MinionJobState::Returned, Some(ret)).await.unwrap();
+        }
+        sim.master.flush().await;
+        assert_eq!(
+            watcher.event_tags(&sim),
+            [
+                format!("halite/job/{jid}/ret/web1"),
+                format!("halite/job/{jid}/ret/web2"),
+                format!("halite/job/{jid}/done")
+            ]
+        );
+        let told = root.recv(&sim);
+        let updates: usize = told
+            .iter()
+            .map(|m| match m {
+                Message::JobUpdates(batch) => batch.updates.iter().filter(|u| u.state.is_final()).count(),
+                Message::JobUpdate(u) if u.state.is_final() => 1,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(updates, 2, "the publisher hears both before the job's end: {told:?}");
+        assert!(matches!(told.last(), Some(Message::JobDone(_))), "{told:?}");
+    });
+}
