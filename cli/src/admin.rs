@@ -108,12 +108,9 @@ pub(crate) enum MinionsCommand {
 
 #[derive(Subcommand)]
 pub(crate) enum JobsCommand {
-    /// The most recent jobs.
-    List {
-        /// How many.
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
-    },
+    /// The most recent jobs: when each started, who published it, how its minions stand;
+    /// filtered by function, target, caller, state and time.
+    List(crate::job_list::JobListArgs),
     /// One job with every targeted minion's state and return.
     Show {
         /// Job id.
@@ -314,24 +311,7 @@ fn presence(minion: &halite_protocol::message::MinionInfo) -> String {
 
 pub(crate) async fn jobs(client: &Client, command: JobsCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
-        JobsCommand::List { limit } => {
-            let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit }).await? else {
-                anyhow::bail!("unexpected answer")
-            };
-            if format != Format::Table {
-                output::print_document(format, &serde_json::to_value(&jobs)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let rows: Vec<Vec<String>> = jobs
-                .iter()
-                .map(|j| {
-                    let states: Vec<String> = j.states.iter().map(|(s, n)| format!("{n} {}", s.as_str())).collect();
-                    vec![j.jid.clone(), j.function.clone(), j.target.expr.clone(), j.caller.clone(), states.join(", ")]
-                })
-                .collect();
-            output::print_table(&["JID", "FUNCTION", "TARGET", "CALLER", "MINIONS"], &rows);
-            Ok(ExitCode::SUCCESS)
-        }
+        JobsCommand::List(args) => crate::job_list::list(client, args, format).await,
         JobsCommand::Show { jid } => {
             let ResponseBody::Job(detail) = client.request(RequestBody::JobShow { jid }).await? else {
                 anyhow::bail!("unexpected answer")
@@ -415,14 +395,20 @@ fn show_job(detail: &JobDetail, format: Format) {
         println!("rollout:  {}", describe_rollout(rollout));
     }
     println!();
-    let width = detail.minions.iter().map(|m| m.minion.len()).max().unwrap_or(0);
-    for m in &detail.minions {
+    // Identical results once; a return that came late stands alone, with a word on it.
+    let (late, timely): (Vec<_>, Vec<_>) = detail.minions.iter().partition(|m| m.late);
+    crate::grouped::print_grouped(timely.iter().map(|m| crate::grouped::Final {
+        minion: &m.minion,
+        state: m.state,
+        ret: m.ret.as_ref(),
+    }));
+    let width = late.iter().map(|m| m.minion.len()).max().unwrap_or(0);
+    for m in late {
         crate::run::print_final(&m.minion, width, m.state, m.ret.as_ref());
-        if m.late {
-            println!("{:width$}  (this return came after the minion's slot had ended)", "");
-        }
+        println!("{:width$}  (this return came after the minion's slot had ended)", "");
     }
-    crate::run::print_summary(&detail.summary.jid, detail.minions.iter().map(|m| m.state.as_str()));
+    let states = detail.minions.iter().map(|m| (m.minion.as_str(), m.state.as_str()));
+    crate::grouped::print_summary(&detail.summary.jid, states);
 }
 
 /// A rollout in one line: where it is, why, and what was asked.

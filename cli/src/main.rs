@@ -9,6 +9,8 @@ mod demo;
 mod deploy;
 mod duration;
 mod events;
+mod grouped;
+mod job_list;
 mod output;
 mod principal;
 mod rollout_args;

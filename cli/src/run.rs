@@ -14,7 +14,6 @@ use crate::rollout_args::RolloutArgs;
 use crate::{duration, EXIT_TARGETS_FAILED};
 
 /// The state shown for an id listed with `-L` that the master did not target.
-const UNKNOWN: &str = "unknown";
 
 /// What a minion still going when `run` stopped waiting is shown with.
 const STILL_GOING: &str = "no return yet: the job goes on (halite jobs show JID)";
@@ -111,44 +110,28 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
     if args.detach {
         match format {
             Format::Table => println!("{}", published.jid),
-            _ => output::print_document(format, &json!({ "jid": published.jid, "minions": published.minions })),
+            _ => output::print_document(
+                format,
+                &json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown }),
+            ),
         }
-        return Ok(ExitCode::SUCCESS);
+        if published.unknown.is_empty() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!("halite: {}", unknown_named(&published.unknown));
+        return Ok(ExitCode::from(EXIT_TARGETS_FAILED));
     }
-    // Ids listed with -L that the master did not target (unknown, or outside what this
-    // principal may target) are reported, and count as failures.
-    let unknown: Vec<String> = match args.kind() {
-        TargetKind::List => {
-            let mut unknown: Vec<String> = args
-                .target
-                .split(|c: char| c == ',' || c.is_whitespace())
-                .filter(|id| !id.is_empty() && !published.minions.iter().any(|m| m == id))
-                .map(str::to_owned)
-                .collect();
-            unknown.sort();
-            unknown.dedup();
-            unknown
-        }
-        _ => Vec::new(),
-    };
-    let width = published.minions.iter().chain(&unknown).map(String::len).max().unwrap_or(0);
-    for id in &unknown {
-        match format {
-            Format::Table => {
-                println!("{}  {}", paint(&format!("{id:<width$}"), "1"), paint("unknown: no such minion", "31"))
-            }
-            Format::Ndjson => {
-                output::print_document(format, &json!({ "jid": published.jid, "minion": id, "state": UNKNOWN }))
-            }
-            _ => {}
-        }
-    }
+    // Ids the target named that no minion has come as updates like the others (`unknown`).
+    let width = published.minions.iter().chain(&published.unknown).map(String::len).max().unwrap_or(0);
     let mut finals: BTreeMap<String, (MinionJobState, Option<JobReturn>)> = BTreeMap::new();
     // Each target's latest state, for a rollout's progress line.
     let mut latest: BTreeMap<String, MinionJobState> = BTreeMap::new();
     // On a terminal, a one-line progress counter on stderr, rewritten in place.
     let progress = format == Format::Table && std::io::stderr().is_terminal();
-    let total = published.minions.len();
+    let total = published.minions.len() + published.unknown.len();
+    // A table of several minions prints identical results once, at the end (a terminal shows
+    // the progress meanwhile); a rollout, long by design, prints each minion as it ends.
+    let streamed = format == Format::Table && (rolled_out || total == 1);
     // Listening from here on: a Ctrl-C while waiting tells the jid instead of dying silently.
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -199,7 +182,7 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
                     if progress {
                         eprint!("\r\x1b[K");
                     }
-                    if format == Format::Table {
+                    if streamed {
                         print_final(&update.minion, width, update.state, update.ret.as_ref());
                     }
                     finals.insert(update.minion, (update.state, update.ret));
@@ -221,6 +204,13 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
     } else {
         Vec::new()
     };
+    if format == Format::Table && !streamed {
+        crate::grouped::print_grouped(finals.iter().map(|(minion, (state, ret))| crate::grouped::Final {
+            minion,
+            state: *state,
+            ret: ret.as_ref(),
+        }));
+    }
     if gave_up {
         for (id, state) in &going {
             match format {
@@ -253,15 +243,15 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
     }
     match format {
         Format::Table => {
-            let states = finals.values().map(|(state, _)| state.as_str());
-            let going_states = going.iter().map(|(_, state)| state.as_str());
-            print_summary(&published.jid, states.chain(going_states).chain(unknown.iter().map(|_| UNKNOWN)));
+            let states = finals.iter().map(|(minion, (state, _))| (minion.as_str(), state.as_str()));
+            let going_states = going.iter().map(|(minion, state)| (minion.as_str(), state.as_str()));
+            crate::grouped::print_summary(&published.jid, states.chain(going_states));
         }
         Format::Ndjson => {
             let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
             let going_states = going.iter().map(|(_, state)| state.as_str());
             let finished = finals.values().map(|(state, _)| state.as_str());
-            for state in finished.chain(going_states).chain(unknown.iter().map(|_| UNKNOWN)) {
+            for state in finished.chain(going_states) {
                 *counts.entry(state).or_default() += 1;
             }
             let total: usize = counts.values().sum();
@@ -273,20 +263,13 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
         Format::Json | Format::Yaml => {
             let mut minions: serde_json::Map<String, Value> =
                 finals.iter().map(|(id, (state, ret))| (id.clone(), result_value(*state, ret.as_ref()))).collect();
-            for id in &unknown {
-                minions.insert(id.clone(), json!({ "state": UNKNOWN, "error": "no such minion" }));
-            }
             for (id, state) in &going {
                 minions.insert(id.clone(), json!({ "state": state.as_str(), "detail": STILL_GOING }));
             }
             output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
         }
     }
-    Ok(if ok == finals.len() && unknown.is_empty() && going.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_TARGETS_FAILED)
-    })
+    Ok(if ok == finals.len() && going.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
 }
 
 /// A `-L` target as given, or read from the file it names (`@FILE`; `@-`: standard input).
@@ -329,17 +312,6 @@ fn arguments(words: &[String]) -> anyhow::Result<(Vec<Value>, BTreeMap<String, V
     Ok((positional, keyword))
 }
 
-/// The closing line of `run` and `jobs show`: how many minions ended in each state.
-pub(crate) fn print_summary<'a>(jid: &str, states: impl Iterator<Item = &'a str>) {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for state in states {
-        *counts.entry(state).or_default() += 1;
-    }
-    let total: usize = counts.values().sum();
-    let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    println!("\n{total} minion(s), job {jid}: {}", summary.join(", "));
-}
-
 pub(crate) fn result_value(state: MinionJobState, ret: Option<&JobReturn>) -> Value {
     match ret {
         Some(ret) => json!({
@@ -361,12 +333,22 @@ fn rollout_progress(latest: &BTreeMap<String, MinionJobState>, total: usize) -> 
     let done = count(&|s| s == Returned);
     let running = count(&|s| matches!(s, Sent | Running));
     let waiting = count(&|s| s == Waiting);
-    let failed = count(&|s| matches!(s, Failed | TimedOut | Denied | Expired | Offline));
+    let failed = count(&|s| matches!(s, Failed | TimedOut | Denied | Expired | Offline | Unknown));
     let skipped = count(&|s| matches!(s, Skipped | Cancelled));
     let queued = total.saturating_sub(done + running + waiting + failed + skipped);
     format!(
         "{done} done, {running} running, {waiting} waiting, {queued} queued, {failed} failed, {skipped} skipped of {total}"
     )
+}
+
+/// What `--async` says on standard error of the ids its target named that no minion has.
+fn unknown_named(unknown: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut named = unknown.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if unknown.len() > SHOWN {
+        named.push_str(&format!(" and {} more", unknown.len() - SHOWN));
+    }
+    format!("no such minion: {named} (no accepted key with that id that you may target); the job shows them as unknown")
 }
 
 pub(crate) fn describe(state: MinionJobState) -> &'static str {
@@ -379,6 +361,7 @@ pub(crate) fn describe(state: MinionJobState) -> &'static str {
         MinionJobState::Denied => "the minion's policy does not allow this function",
         MinionJobState::Skipped => "not started: the rollout stopped first",
         MinionJobState::Queued => "not started yet: waiting for its turn in the rollout",
+        MinionJobState::Unknown => "no such minion (no accepted key with this id that you may target)",
         _ => "",
     }
 }
@@ -393,17 +376,35 @@ pub(crate) fn state_colour(state: MinionJobState) -> &'static str {
 
 /// One minion's final state as `run` prints it (and `jobs show`).
 pub(crate) fn print_final(minion: &str, width: usize, state: MinionJobState, ret: Option<&JobReturn>) {
+    print_line(minion, width, state, &final_detail(state, ret));
+}
+
+/// A line of results: the minion (or the minions sharing it), the state, what it returned.
+pub(crate) fn print_line(minions: &str, width: usize, state: MinionJobState, detail: &str) {
     let label = paint(&format!("{:<9}", state.as_str()), state_colour(state));
-    let detail = match ret {
+    println!("{minions:<width$}  {label}  {detail}");
+}
+
+/// What the table shows of a final state: the return, or what the state means. A return's
+/// process id is left out (`--out json` has it): it differs on every minion, and would keep
+/// identical results from being shown once.
+pub(crate) fn final_detail(state: MinionJobState, ret: Option<&JobReturn>) -> String {
+    match ret {
         Some(ret) if ret.outputs.is_object() || ret.outputs.is_array() => {
-            let body = output::yaml(&ret.outputs);
+            let body = match ret.outputs.as_object() {
+                Some(map) if map.contains_key("pid") => {
+                    let mut shown = map.clone();
+                    shown.remove("pid");
+                    output::yaml(&Value::Object(shown))
+                }
+                _ => output::yaml(&ret.outputs),
+            };
             let indented: Vec<String> = body.lines().map(|l| format!("    {l}")).collect();
             format!("\n{}", indented.join("\n"))
         }
         Some(ret) => output::compact(&ret.outputs),
         None => describe(state).to_owned(),
-    };
-    println!("{minion:<width$}  {label}  {detail}");
+    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use halite_protocol::enrollment;
 use halite_protocol::message::{
-    ApiTokenInfo, JobSummary, KeyInfo, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
-    TokenSummary,
+    ApiTokenInfo, JobFilter, JobSummary, KeyInfo, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody,
+    TokenInfo, TokenSummary,
 };
 
 use crate::{Client, ClientError};
@@ -143,7 +143,12 @@ impl Client {
 
     /// The newest `limit` jobs this principal may see.
     pub async fn jobs(&self, limit: u32) -> Result<Vec<JobSummary>, ClientError> {
-        match self.request(RequestBody::JobList { limit }).await? {
+        self.jobs_filtered(limit, JobFilter::default()).await
+    }
+
+    /// The newest `limit` jobs this principal may see that pass `filter`.
+    pub async fn jobs_filtered(&self, limit: u32, filter: JobFilter) -> Result<Vec<JobSummary>, ClientError> {
+        match self.request(RequestBody::JobList { limit, filter }).await? {
             ResponseBody::Jobs(jobs) => Ok(jobs),
             other => Err(unexpected("jobs", &other)),
         }

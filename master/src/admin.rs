@@ -15,7 +15,7 @@ use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
-use halite_protocol::message::JobSummary;
+use halite_protocol::message::{JobFilter, JobSummary};
 use halite_transport::PeerId;
 
 /// Most jobs one listing returns.
@@ -283,9 +283,10 @@ impl<S: Store, N: Net> Master<S, N> {
                     .collect();
                 Ok(ResponseBody::Minions(minions))
             }
-            RequestBody::JobList { limit } => {
+            RequestBody::JobList { limit, filter } => {
                 let who = Who { name: principal, acl };
-                let jobs = self.visible_jobs(who, limit.min(MAX_JOB_LIST)).await.map_err(RequestError::from)?;
+                let jobs =
+                    self.visible_jobs(who, limit.min(MAX_JOB_LIST), &filter).await.map_err(RequestError::from)?;
                 Ok(ResponseBody::Jobs(jobs))
             }
             RequestBody::JobPause { jid } => self.pause_then_show(&jid, true, Who { name: principal, acl }).await,
@@ -343,34 +344,50 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// The newest `limit` jobs `who` may see, with their live states.
-    async fn visible_jobs(&mut self, who: Who<'_>, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
-        let mut jobs = if who.sees_all() {
-            self.store.jobs(None, limit, false).await?.into_iter().map(|l| l.summary).collect()
-        } else {
-            self.jobs_seen_by(who, limit).await?
-        };
-        for summary in &mut jobs {
-            self.overlay_live(summary, None);
+    /// The newest `limit` jobs `who` may see that pass `filter`, with their live states.
+    async fn visible_jobs(
+        &mut self,
+        who: Who<'_>,
+        limit: u32,
+        filter: &JobFilter,
+    ) -> Result<Vec<JobSummary>, StoreError> {
+        if who.sees_all() && filter.is_empty() {
+            let mut jobs: Vec<JobSummary> =
+                self.store.jobs(None, limit, false).await?.into_iter().map(|l| l.summary).collect();
+            for summary in &mut jobs {
+                self.overlay_live(summary, None);
+            }
+            return Ok(jobs);
         }
-        Ok(jobs)
+        self.jobs_kept(who, limit, filter).await
     }
 
-    /// For a principal that does not see everything: read page by page until `limit` visible
-    /// jobs are found, or a bounded number of pages is read (a principal that sees few jobs
-    /// gets fewer, not a stall).
-    async fn jobs_seen_by(&self, who: Who<'_>, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
+    /// For a principal that does not see everything, or a filter: read page by page until
+    /// `limit` jobs are kept, the jobs grow older than `filter.since_ms`, or a bounded number
+    /// of pages is read (a principal that sees few jobs gets fewer, not a stall).
+    async fn jobs_kept(&mut self, who: Who<'_>, limit: u32, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
         const PAGE: u32 = 500;
         const MAX_PAGES: usize = 20;
         let mut out = Vec::new();
-        let mut before: Option<String> = None;
+        // Jids begin with their publication time: the newest job published before `until` is
+        // the first one below that time's jid.
+        let mut before: Option<String> =
+            filter.until_ms.map(|until| halite_protocol::time::compact_utc(until.saturating_mul(1000)));
+        let sees_all = who.sees_all();
         for _ in 0..MAX_PAGES {
-            let page = self.store.jobs(before.as_deref(), PAGE, true).await?;
+            let page = self.store.jobs(before.as_deref(), PAGE, !sees_all).await?;
             let full = page.len() == PAGE as usize;
             before = page.last().map(|l| l.summary.jid.clone());
-            for listing in page {
+            for mut listing in page {
+                if filter.since_ms.is_some_and(|since| listing.summary.created_at_ms < since) {
+                    return Ok(out);
+                }
                 let minions: Vec<&str> = listing.minions.iter().map(String::as_str).collect();
-                if self.may_see_job(who, &listing.summary.caller, &listing.summary.function, &minions) {
+                if !sees_all && !self.may_see_job(who, &listing.summary.caller, &listing.summary.function, &minions) {
+                    continue;
+                }
+                self.overlay_live(&mut listing.summary, None);
+                if filter.keeps(&listing.summary) {
                     out.push(listing.summary);
                     if out.len() == limit as usize {
                         return Ok(out);

@@ -90,6 +90,21 @@ impl LiveJob {
     }
 }
 
+/// A finished job as its `done` event tells it: how many of its minions ended in each state,
+/// and which minions did not return, with their state (the ones a watcher looks for, named
+/// even when they never got the job: offline, unknown, expired).
+pub(crate) fn how_it_ended(job: &LiveJob) -> serde_json::Value {
+    let mut states: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut not_returned = serde_json::Map::new();
+    for (minion, slot) in &job.minions {
+        *states.entry(slot.state.as_str()).or_default() += 1;
+        if slot.state != MinionJobState::Returned {
+            not_returned.insert(minion.clone(), slot.state.as_str().into());
+        }
+    }
+    serde_json::json!({ "minions": job.minions.len(), "states": states, "not_returned": not_returned })
+}
+
 /// The deadline of a job of `timeout_ms` sent now (none without a timeout).
 pub(crate) fn run_deadline(timeout_ms: u64, now: Instant, grace: Duration) -> Option<Instant> {
     (timeout_ms > 0).then(|| now + Duration::from_millis(timeout_ms) + grace)

@@ -86,6 +86,21 @@ impl<S: Store, N: Net> Master<S, N> {
             })
             .cloned()
             .collect();
+        // Ids the target names that match no minion in view: shown as unknown, each in its
+        // own final slot, rather than silently left out. One outside the caller's view is
+        // unknown to it exactly like one that does not exist.
+        let unknown: Vec<String> = match expr.named_ids() {
+            Some(named) if !targets.is_empty() => {
+                let mut unknown: Vec<String> = named
+                    .into_iter()
+                    .filter(|id| targets.binary_search_by(|t| t.as_str().cmp(id)).is_err())
+                    .map(str::to_owned)
+                    .collect();
+                unknown.sort();
+                unknown
+            }
+            _ => Vec::new(),
+        };
         if targets.is_empty() {
             let why = match publisher {
                 Publisher::Root => "no minions matched the target",
@@ -120,6 +135,7 @@ impl<S: Store, N: Net> Master<S, N> {
             ttl_ms: request.ttl_ms,
             reach,
             rollout: request.rollout,
+            unknown,
         };
         self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
         let took = self.clock.now().saturating_duration_since(received);
@@ -168,7 +184,7 @@ impl<S: Store, N: Net> Master<S, N> {
         targets: Vec<String>,
         publisher: Option<(PeerId, u64, Vec<PeerId>)>,
     ) -> Result<String, StoreError> {
-        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach, rollout } = new;
+        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach, rollout, unknown } = new;
         let jid = self.jids.next(self.clock.wall_micros());
         let created_at_ms = self.clock.wall_ms();
         let job = Job {
@@ -221,6 +237,10 @@ impl<S: Store, N: Net> Master<S, N> {
             slots.insert(id.clone(), Slot { state, deadline });
             states.push((id.clone(), state));
         }
+        for id in &unknown {
+            slots.insert(id.clone(), Slot { state: MinionJobState::Unknown, deadline: None });
+            states.push((id.clone(), MinionJobState::Unknown));
+        }
         // Stored before anything is sent: a master killed right after sending still knows the job.
         // A publisher whose job could not be stored is told so: it must never wait for a reply.
         let started = self.clock.now();
@@ -251,7 +271,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let job_message = self.job_message(&record.signed, run_deadline);
         let (watchers, published) = match publisher {
             Some((peer, request_id, watchers)) => {
-                (watchers, Some((peer, Published { request_id, jid: jid.clone(), minions: targets.clone() })))
+                (watchers, Some((peer, Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown })))
             }
             None => (Vec::new(), None),
         };
@@ -264,7 +284,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.send_job(minion_peer, &id, &jid, &job_message);
             }
             if state.is_final() {
-                // Offline at publish: its final state, on the bus here as on every master.
+                // Offline or unknown at publish: its final state, on the bus here as on every master.
                 self.emit(format!("halite/job/{jid}/ret/{id}"), json!({ "state": state.as_str(), "ret": null }));
             }
             self.notify(&jid, &id, state, None);

@@ -17,7 +17,7 @@ use crate::jobs::Slot;
 /// `cancelled` and `skipped` were decided by someone, not failures of the target.
 pub(crate) fn counts_as_failure(state: MinionJobState) -> bool {
     use MinionJobState::*;
-    matches!(state, Failed | TimedOut | Denied | Expired | Offline)
+    matches!(state, Failed | TimedOut | Denied | Expired | Offline | Unknown)
 }
 
 /// Most `abort_on` patterns a rollout takes, and their longest.

@@ -144,6 +144,8 @@ pub(crate) struct NewJob {
     pub(crate) reach: Option<Vec<String>>,
     /// How it reaches its targets over time; `None`: all at once.
     pub(crate) rollout: Option<halite_protocol::message::Rollout>,
+    /// Ids the target named that no minion has (sorted): final at once, as `unknown`.
+    pub(crate) unknown: Vec<String>,
 }
 
 impl<S: Store, N: Net> Master<S, N> {

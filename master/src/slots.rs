@@ -118,9 +118,11 @@ impl<S: Store, N: Net> Master<S, N> {
 
     pub(crate) fn finish_if_done(&mut self, jid: &str) {
         // A final state not yet told holds the job's end back (its `ret` comes first).
-        if self.jobs.get(jid).is_some_and(|j| j.is_done()) && !self.pending.unreported.contains_key(jid) {
+        let Some(job) = self.jobs.get(jid) else { return };
+        if job.is_done() && !self.pending.unreported.contains_key(jid) {
             // Announced while still live, so the bus can tell who may see it.
-            self.emit(format!("halite/job/{jid}/done"), json!({}));
+            let ended = crate::jobs::how_it_ended(job);
+            self.emit(format!("halite/job/{jid}/done"), ended);
             if let Some(job) = self.jobs.remove(jid) {
                 self.watchers.done(job.watchers, jid);
             }

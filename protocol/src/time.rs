@@ -32,6 +32,37 @@ pub fn parse_compact_utc(text: &str) -> Option<u64> {
     u64::try_from(secs).ok()?.checked_mul(1_000_000)?.checked_add(micros as u64)
 }
 
+/// Reads a UTC date and time as people write it: `2026-11-26`, `2026-11-26 14:05`,
+/// `2026-11-26T14:05:30` (a trailing `Z` allowed); Unix milliseconds, `None` for anything else.
+pub fn parse_utc(text: &str) -> Option<u64> {
+    let text = text.trim().trim_end_matches('Z');
+    let (date, time) = match text.split_once(['T', ' ']) {
+        Some((date, time)) => (date, time),
+        None => (text, "00:00:00"),
+    };
+    let date: Vec<&str> = date.split('-').collect();
+    let time: Vec<&str> = time.split(':').collect();
+    fn digits(part: &str, width: usize) -> Option<&str> {
+        (part.len() == width && part.bytes().all(|b| b.is_ascii_digit())).then_some(part)
+    }
+    let [year, month, day] = date[..] else { return None };
+    let (hour, minute, second) = match time[..] {
+        [hour, minute] => (hour, minute, "00"),
+        [hour, minute, second] => (hour, minute, second),
+        _ => return None,
+    };
+    let compact = format!(
+        "{}{}{}{}{}{}000000",
+        digits(year, 4)?,
+        digits(month, 2)?,
+        digits(day, 2)?,
+        digits(hour, 2)?,
+        digits(minute, 2)?,
+        digits(second, 2)?
+    );
+    parse_compact_utc(&compact).map(|micros| micros / 1000)
+}
+
 /// (year, month, day) to days since 1970-01-01 (Howard Hinnant's `days_from_civil`).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -77,6 +108,18 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_dates_and_times_as_people_write_them() {
+        let at = |t| parse_utc(t);
+        assert_eq!(at("1970-01-02"), Some(86_400_000));
+        assert_eq!(at("2026-11-26T14:05:30Z"), Some(1_795_701_930_000));
+        assert_eq!(at("2026-11-26 14:05"), Some(1_795_701_900_000));
+        assert_eq!(iso8601_utc(at("2026-11-26T14:05:30").unwrap()), "2026-11-26T14:05:30Z");
+        for bad in ["", "yesterday", "2026-13-01", "2026-11-26T25:00", "2026-1-26", "2026-11-26T14", "1h"] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn formats_iso8601() {

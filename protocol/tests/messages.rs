@@ -109,7 +109,11 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
             replace
         }),
         ".{0,10}".prop_map(|pattern| RequestBody::MinionList { pattern }),
-        any::<u32>().prop_map(|limit| RequestBody::JobList { limit }),
+        (any::<u32>(), prop::option::of(".{0,8}"), prop::option::of(any::<u64>())).prop_map(
+            |(limit, function, since_ms)| {
+                RequestBody::JobList { limit, filter: JobFilter { function, since_ms, ..JobFilter::default() } }
+            }
+        ),
         ".{0,10}".prop_map(|jid| RequestBody::JobShow { jid }),
         ".{0,10}".prop_map(|jid| RequestBody::JobPause { jid }),
         ".{0,10}".prop_map(|jid| RequestBody::JobResume { jid }),
@@ -331,8 +335,13 @@ fn message() -> impl Strategy<Value = Message> {
                     on_behalf_of,
                 })
             }),
-        (any::<u64>(), ".{0,20}", prop::collection::vec(".{0,8}", 0..5))
-            .prop_map(|(request_id, jid, minions)| Message::Published(Published { request_id, jid, minions })),
+        (any::<u64>(), ".{0,20}", prop::collection::vec(".{0,8}", 0..5), prop::collection::vec(".{0,8}", 0..3))
+            .prop_map(|(request_id, jid, minions, unknown)| Message::Published(Published {
+                request_id,
+                jid,
+                minions,
+                unknown
+            })),
         prop::collection::vec(".{0,12}", 0..4)
             .prop_map(|patterns| Message::Subscribe(Subscribe { patterns, after: None })),
         (error_kind(), ".{0,30}", prop::option::of(".{0,10}"))

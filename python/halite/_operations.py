@@ -312,10 +312,10 @@ class FollowedJob:
     def __init__(self, jid: str, minions: List[str], unknown: Sequence[str] = ()) -> None:
         #: The job id.
         self.jid = jid
-        #: Every minion expected to reach a final state.
+        #: Every minion the job was sent to or waits for.
         self.minions = minions
-        #: Ids a list target named that the master did not target: unknown to it, or
-        #: outside what this principal may target. They never reach a final state.
+        #: Ids the target named (a list, or an id without wildcards) that no minion this
+        #: principal may target has. Each is also in the results, final at once as ``unknown``.
         self.unknown: List[str] = list(unknown)
         self._finals: Dict[str, t.MinionResult] = {}
         self._done = False
@@ -331,15 +331,6 @@ class FollowedJob:
     def __repr__(self) -> str:
         unknown = f", unknown={self.unknown!r}" if self.unknown else ""
         return f"{type(self).__name__}(jid={self.jid!r}, minions={self.minions!r}{unknown})"
-
-
-def untargeted(request: Mapping[str, Any], minions: Sequence[str]) -> List[str]:
-    """The ids a list target of ``request`` named that are not among ``minions``."""
-    target = request.get("target") or {}
-    if target.get("kind") != "list":
-        return []
-    named = {part.strip() for part in str(target.get("expr", "")).split(",") if part.strip()}
-    return sorted(named - set(minions))
 
 
 def publish_request(

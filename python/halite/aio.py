@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping,
 from . import _calls as c
 from . import _native
 from . import types as t
-from ._operations import FollowedJob, Operations, publish_request, untargeted
+from ._operations import FollowedJob, Operations, publish_request
 from .client import connect_options
 
 
@@ -84,7 +84,7 @@ class AsyncClient(Operations):
         request = publish_request(tgt, fun, args, kwargs, tgt_type, timeout, ttl, batch, batch_wait,
                                   max_errors, canary, abort_on)
         published = await self._call(request, c.same)
-        return AsyncJob(self, published["jid"], published["minions"], untargeted(request, published["minions"]))
+        return AsyncJob(self, published["jid"], published["minions"], published.get("unknown", []))
 
     async def run(
         self,

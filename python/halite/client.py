@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from . import _calls as c
 from . import _native
 from . import types as t
-from ._operations import FollowedJob, Operations, publish_request, untargeted
+from ._operations import FollowedJob, Operations, publish_request
 
 
 def connect_options(**options: Any) -> str:
@@ -113,7 +113,7 @@ class Client(Operations):
         request = publish_request(tgt, fun, args, kwargs, tgt_type, timeout, ttl, batch, batch_wait,
                                   max_errors, canary, abort_on)
         published = self._call(request, c.same)
-        return Job(self, published["jid"], published["minions"], untargeted(request, published["minions"]))
+        return Job(self, published["jid"], published["minions"], published.get("unknown", []))
 
     def run(
         self,

@@ -15,7 +15,7 @@ T = TypeVar("T", bound="Record")
 
 #: The states a minion ends a job in.
 FINAL_STATES = frozenset(
-    {"returned", "failed", "timed_out", "offline", "cancelled", "expired", "denied", "skipped"}
+    {"returned", "failed", "timed_out", "offline", "cancelled", "expired", "denied", "skipped", "unknown"}
 )
 
 

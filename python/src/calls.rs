@@ -178,7 +178,7 @@ pub(crate) async fn execute(client: &Client, call: Call) -> Result<String, Clien
             spec.ttl_ms = ttl_ms;
             spec.rollout = rollout;
             let published = client.publish(spec).await?;
-            json!({ "jid": published.jid, "minions": published.minions })
+            json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown })
         }
         Call::NextJobEvent { jid } => match client.next_job_event(&jid).await? {
             JobEvent::Update(update) => json!({ "update": to_json(&update)? }),

@@ -48,7 +48,9 @@ def test_targets_take_salts_tgt_types(root: halite.Client) -> None:
     job = root.publish(["web1", "nosuch"], "test.ping")
     assert (job.minions, job.unknown) == (["web1"], ["nosuch"]), job
     assert "nosuch" in repr(job)
-    job.wait()
+    results = job.wait()
+    assert {m: r.state for m, r in results.items()} == {"web1": "returned", "nosuch": "unknown"}, results
+    assert {m.minion: m.state for m in root.job(job.jid).minions} == {"web1": "returned", "nosuch": "unknown"}
 
 
 def test_failures_are_final_states_not_exceptions(root: halite.Client) -> None:

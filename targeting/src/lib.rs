@@ -114,6 +114,17 @@ impl Expr {
         parse_at_depth(kind, expr, nodegroups, 0)
     }
 
+    /// The ids this target names outright (a list, or a glob without wildcards): each is
+    /// expected to be a minion, so one that matches none can be shown as unknown instead of
+    /// silently left out. `None` for a target that only describes minions.
+    pub fn named_ids(&self) -> Option<Vec<&str>> {
+        match self {
+            Expr::List(ids) => Some(ids.iter().map(String::as_str).collect()),
+            Expr::Glob(pattern) if !pattern.contains(['*', '?', '[']) => Some(vec![pattern.as_str()]),
+            _ => None,
+        }
+    }
+
     /// Whether a minion with this id and these grains is targeted.
     pub fn matches(&self, id: &str, grains: &BTreeMap<String, Value>) -> bool {
         match self {
@@ -280,6 +291,24 @@ mod tests {
             ("db2", g("RedHat", "db")),
             ("test-web", g("Debian", "web")),
         ]
+    }
+
+    #[test]
+    fn lists_and_plain_ids_name_their_minions_and_patterns_do_not() {
+        let named = |kind, expr| {
+            let mut ids: Vec<String> = Expr::parse(kind, expr, &BTreeMap::new())
+                .unwrap()
+                .named_ids()
+                .map(|ids| ids.into_iter().map(str::to_owned).collect())?;
+            ids.sort();
+            Some(ids)
+        };
+        assert_eq!(named(TargetKind::List, "web2, web1 web2"), Some(vec!["web1".to_owned(), "web2".to_owned()]));
+        assert_eq!(named(TargetKind::Glob, "web1"), Some(vec!["web1".to_owned()]));
+        assert_eq!(named(TargetKind::Glob, "web*"), None);
+        assert_eq!(named(TargetKind::Glob, "web[12]"), None);
+        assert_eq!(named(TargetKind::Regex, "web1"), None);
+        assert_eq!(named(TargetKind::Compound, "L@web1 and G@os:Debian"), None);
     }
 
     fn select(kind: TargetKind, expr: &str) -> Result<Vec<&'static str>, TargetError> {

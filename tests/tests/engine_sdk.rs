@@ -105,11 +105,14 @@ async fn requests_time_out_as_configured_and_cancel_reports_its_outcome() {
     let pid = cluster.master_pid().unwrap();
     halite_tests::freeze(pid);
     let started = std::time::Instant::now();
-    let stalled = client.request(RequestBody::JobList { limit: 1 }).await;
+    let stalled = client.request(RequestBody::JobList { limit: 1, filter: Default::default() }).await;
     halite_tests::thaw(pid);
     assert!(matches!(stalled, Err(halite_client::ClientError::Timeout(limit)) if limit == Duration::from_millis(500)));
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert!(client.request(RequestBody::JobList { limit: 1 }).await.is_ok(), "usable again");
+    assert!(
+        client.request(RequestBody::JobList { limit: 1, filter: Default::default() }).await.is_ok(),
+        "usable again"
+    );
 
     // A running job: cancelled, and the answer shows it.
     let mut spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: "c1".into() }, "cmd.run");

@@ -47,7 +47,9 @@ async fn a_burst_of_jobs_never_stalls_the_minion() {
     let client = Client::connect(config).await.unwrap();
     let finished = timeout(Duration::from_secs(180), async {
         loop {
-            let ResponseBody::Jobs(jobs) = client.request(RequestBody::JobList { limit: 10_000 }).await.unwrap() else {
+            let ResponseBody::Jobs(jobs) =
+                client.request(RequestBody::JobList { limit: 10_000, filter: Default::default() }).await.unwrap()
+            else {
                 panic!("a job list")
             };
             let pending: u32 =

@@ -337,6 +337,7 @@ impl<S: Store, N: Net> Master<S, N> {
             // The hook runs the deployment's own config; it calls no other function.
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
             rollout: None,
+            unknown: Vec::new(),
         };
         let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(RequestError::from)?;
         record.deployment.derived_config_id = derived_id;

@@ -277,11 +277,21 @@ pub(super) fn document() -> Value {
             },
             "/v1/jobs": {
                 "get": operation("listJobs", "Recent jobs, newest first",
-                    vec![query_param("limit", "integer", "At most this many (default 100)")], None,
+                    vec![
+                        query_param("limit", "integer", "At most this many (default 100)"),
+                        query_param("function", "string", "Glob on the function (pkg.*)"),
+                        query_param("target", "string", "Glob on the target as it was given"),
+                        query_param("caller", "string", "Glob on who published the job"),
+                        query_param("state", "string", "Jobs with at least one minion in this state (failed, running, ...)"),
+                        query_param("since_ms", "integer", "Published at or after, Unix milliseconds"),
+                        query_param("until_ms", "integer", "Published before, Unix milliseconds"),
+                    ], None,
                     wrapped("jobs", list("JobSummary"))),
                 "post": operation("publishJob", "Run a function on a target; returns the jid at once", vec![],
                     Some(body("JobRequest")), wrapped("job", json!({ "type": "object", "required": ["jid", "minions"],
-                        "properties": { "jid": { "type": "string" }, "minions": { "type": "array", "items": { "type": "string" } } } }))),
+                        "properties": { "jid": { "type": "string" }, "minions": { "type": "array", "items": { "type": "string" } },
+                            "unknown": { "type": "array", "items": { "type": "string" },
+                                "description": "Ids the target named that no minion the caller may target has (each also in the job as unknown)" } } }))),
             },
             "/v1/jobs/{jid}": {
                 "get": operation("showJob", "One job with every minion's state and return", vec![path_param("jid")], None,

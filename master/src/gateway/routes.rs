@@ -229,8 +229,23 @@ async fn server_metadata(Authed(mut s): Authed, Path(server_id): Path<String>) -
     }
 }
 
-async fn list_jobs(Authed(mut s): Authed, Query(q): Query<Limit>) -> ApiResult {
-    match s.request(RequestBody::JobList { limit: q.limit.unwrap_or(100) }).await? {
+/// `GET /v1/jobs`'s query: a limit and the filter, as `halite jobs list` takes them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct JobQuery {
+    limit: Option<u32>,
+    function: Option<String>,
+    target: Option<String>,
+    caller: Option<String>,
+    state: Option<halite_protocol::message::MinionJobState>,
+    since_ms: Option<u64>,
+    until_ms: Option<u64>,
+}
+
+async fn list_jobs(Authed(mut s): Authed, Query(q): Query<JobQuery>) -> ApiResult {
+    let JobQuery { limit, function, target, caller, state, since_ms, until_ms } = q;
+    let filter = halite_protocol::message::JobFilter { function, target, caller, state, since_ms, until_ms };
+    match s.request(RequestBody::JobList { limit: limit.unwrap_or(100), filter }).await? {
         ResponseBody::Jobs(jobs) => ok("jobs", jobs),
         _ => Err(unexpected()),
     }
@@ -336,7 +351,7 @@ async fn publish_job(Authed(mut s): Authed, Json(job): Json<JobRequest>) -> ApiR
         on_behalf_of: None,
     };
     let published = s.publish(request).await?;
-    ok("job", json!({ "jid": published.jid, "minions": published.minions }))
+    ok("job", json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown }))
 }
 
 /// `?tag=` (repeatable, globs; default everything the principal may see).

@@ -427,7 +427,9 @@ fn a_principal_neither_sees_watches_cancels_nor_hears_of_another_targets_job() {
 
         assert!(show(&mut sim, &mut dba, &web_job).await.expect_err("hidden").contains("no job"));
         assert!(show(&mut sim, &mut dba, &db_job).await.is_ok());
-        let Ok(ResponseBody::Jobs(listed)) = sim.request(&mut dba, RequestBody::JobList { limit: 10 }).await else {
+        let Ok(ResponseBody::Jobs(listed)) =
+            sim.request(&mut dba, RequestBody::JobList { limit: 10, filter: Default::default() }).await
+        else {
             panic!("a listing");
         };
         assert_eq!(listed.iter().map(|j| j.jid.as_str()).collect::<Vec<_>>(), [db_job.as_str()]);

@@ -50,6 +50,7 @@ const JOB_STATES: Names<MinionJobState> = Names(&[
     (MinionJobState::Denied, "denied"),
     (MinionJobState::Queued, "queued"),
     (MinionJobState::Skipped, "skipped"),
+    (MinionJobState::Unknown, "unknown"),
 ]);
 
 const TARGET_KINDS: Names<TargetKind> = Names(&[

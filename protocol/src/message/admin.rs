@@ -68,10 +68,13 @@ pub enum RequestBody {
         /// Id glob.
         pattern: String,
     },
-    /// The most recent jobs.
+    /// The most recent jobs, newest first.
     JobList {
         /// At most this many.
         limit: u32,
+        /// Only the jobs that pass it (all when empty).
+        #[serde(default, skip_serializing_if = "JobFilter::is_empty")]
+        filter: JobFilter,
     },
     /// One job with every targeted minion's state.
     JobShow {
@@ -418,6 +421,9 @@ pub enum MinionJobState {
     Queued,
     /// Never dispatched: the job's rollout stopped first (its reason is the job's).
     Skipped,
+    /// Named by the target (a list, or an id without wildcards) but no minion this caller may
+    /// target has that id: nothing was sent, and the job shows it rather than leave it out.
+    Unknown,
 }
 
 impl MinionJobState {
@@ -445,15 +451,19 @@ impl MinionJobState {
             Denied => "denied",
             Queued => "queued",
             Skipped => "skipped",
+            Unknown => "unknown",
         }
     }
 
     /// Parses the wire name.
     pub fn parse(name: &str) -> Option<Self> {
         use MinionJobState::*;
-        [Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied, Queued, Skipped]
-            .into_iter()
-            .find(|s| s.as_str() == name)
+        [
+            Waiting, Sent, Running, Returned, Failed, TimedOut, Offline, Cancelled, Expired, Denied, Queued, Skipped,
+            Unknown,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
     }
 }
 
@@ -508,6 +518,49 @@ pub struct JobSummary {
     /// The job's rollout and where it is, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::types::RolloutStatus>,
+}
+
+/// Which jobs a listing keeps; every field given must hold.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFilter {
+    /// Glob on the function (`pkg.*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Glob on the target as it was given (`web*` finds `-L web1,web2` and `web*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Glob on who published it (a principal's name, `root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// Jobs with at least one minion in this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<MinionJobState>,
+    /// Published at or after this time, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// Published before this time, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+}
+
+impl JobFilter {
+    /// Whether it keeps every job.
+    pub fn is_empty(&self) -> bool {
+        *self == JobFilter::default()
+    }
+
+    /// Whether `job` passes it (its states as they are now).
+    pub fn keeps(&self, job: &JobSummary) -> bool {
+        let glob =
+            |pattern: &Option<String>, text: &str| pattern.as_deref().is_none_or(|p| crate::glob::matches(p, text));
+        glob(&self.function, &job.function)
+            && glob(&self.target, &job.target.expr)
+            && glob(&self.caller, &job.caller)
+            && self.state.is_none_or(|state| job.states.get(&state).is_some_and(|n| *n > 0))
+            && self.since_ms.is_none_or(|since| job.created_at_ms >= since)
+            && self.until_ms.is_none_or(|until| job.created_at_ms < until)
+    }
 }
 
 /// One minion's part in a job.

@@ -80,6 +80,7 @@ mod tests {
                 request_id: 7,
                 jid: "20261124000000000002".into(),
                 minions: vec!["a".into()],
+                unknown: vec!["b".into()],
             }),
             Message::FileChunk(FileChunk {
                 request_id: 3,

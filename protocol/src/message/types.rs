@@ -393,6 +393,10 @@ pub struct Published {
     pub jid: String,
     /// Every minion expected to reach a final state for this job.
     pub minions: Vec<String>,
+    /// Ids the target named that no minion (the caller may target) has: each is also in the
+    /// job, final at once as `unknown`, and told as an update like any other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
 }
 
 /// A minion asks for the bytes of a file under the master's file root from `offset` on.
