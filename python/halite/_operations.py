@@ -39,9 +39,21 @@ class Operations:
         """One job with every targeted minion's state and return (and its rollout)."""
         return self._call({"op": "job", "jid": jid}, c.one(t.JobDetail))
 
-    def jobs(self, limit: int = 50) -> List[t.JobSummary]:
-        """The newest ``limit`` jobs this principal may see."""
-        return self._call({"op": "jobs", "limit": limit}, c.many(t.JobSummary))
+    def jobs(
+        self, limit: int = 50, *, function: Optional[str] = None, target: Optional[str] = None,
+        caller: Optional[str] = None, state: Optional[str] = None, since: Optional[float] = None,
+        until: Optional[float] = None,
+    ) -> List[t.JobSummary]:
+        """The newest ``limit`` jobs this principal may see, narrowed like Salt's
+        ``jobs.list_jobs``: ``function``, ``target`` (as given) and ``caller`` are globs;
+        ``state``: jobs with a minion in that state; ``since``/``until``: Unix seconds."""
+        filter: Dict[str, Any] = {"function": function, "target": target, "caller": caller, "state": state}
+        if since is not None:
+            filter["since_ms"] = int(since * 1000)
+        if until is not None:
+            filter["until_ms"] = int(until * 1000)
+        filter = {k: v for k, v in filter.items() if v is not None}
+        return self._call({"op": "jobs", "limit": limit, "filter": filter}, c.many(t.JobSummary))
 
     def cancel(self, jid: str) -> t.JobDetail:
         """Cancels a job: minions not yet started end ``cancelled`` at once, running

@@ -44,6 +44,8 @@ pub(crate) enum Call {
     },
     Jobs {
         limit: u32,
+        #[serde(default)]
+        filter: halite_protocol::message::JobFilter,
     },
     Cancel {
         jid: String,
@@ -190,7 +192,7 @@ pub(crate) async fn execute(client: &Client, call: Call) -> Result<String, Clien
             Value::Null
         }
         Call::Job { jid } => to_json(&client.job(&jid).await?)?,
-        Call::Jobs { limit } => to_json(&client.jobs(limit).await?)?,
+        Call::Jobs { limit, filter } => to_json(&client.jobs_filtered(limit, filter).await?)?,
         Call::Cancel { jid } => to_json(&client.cancel(&jid).await?)?,
         Call::Pause { jid } => to_json(&client.pause(&jid).await?)?,
         Call::Resume { jid } => to_json(&client.resume(&jid).await?)?,

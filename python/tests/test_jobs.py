@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -35,6 +36,9 @@ def test_publish_streams_updates_until_every_minion_is_final(root: halite.Client
     assert detail.summary.function == "test.sleep" and detail.args == [0.2]
     assert {m.minion: m.state for m in detail.minions} == {"web1": "returned", "db1": "returned"}
     assert job.jid in [j.jid for j in root.jobs(limit=20)]
+    assert job.jid in [j.jid for j in root.jobs(function="test.*", caller="root", since=time.time() - 600)]
+    assert job.jid not in [j.jid for j in root.jobs(function="cmd.*")]
+    assert root.jobs(until=86400) == []
 
 
 def test_targets_take_salts_tgt_types(root: halite.Client) -> None:
