@@ -113,7 +113,7 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("halite: {error:#}");
+            eprintln!("halite: {}", halite_transport::error_text::one_line(error.chain().map(|e| e.to_string())));
             ExitCode::FAILURE
         }
     }

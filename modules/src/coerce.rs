@@ -8,7 +8,7 @@ use serde_json::Map;
 
 /// The JSON types a property of `schema` accepts (from `type`, or each branch of
 /// `anyOf`/`oneOf`, following local `$ref`s once).
-fn accepted_types(schema: &Value, property: &Value) -> Vec<String> {
+pub(crate) fn accepted_types(schema: &Value, property: &Value) -> Vec<String> {
     let resolve = |p: &Value| -> Value {
         match p.get("$ref").and_then(Value::as_str).and_then(|r| r.rsplit('/').next()) {
             Some(name) => schema

@@ -64,10 +64,12 @@ impl<T: Typed> Function for T {
                 Ok(parsed) => parsed,
                 // As written on a command line, a value may not fit yet (`mode=644`, `false`):
                 // fitted to the schema, then parsed again (the schema is made only then).
-                Err(first) => {
+                // Still not fitting, the error names the argument, what it takes and an example.
+                Err(_) => {
                     let mut object = args.to_object(T::POSITIONAL)?;
-                    crate::coerce::to_schema(&mut object, &self.schema(), T::POSITIONAL);
-                    serde_json::from_value(Value::Object(object)).map_err(|_| first)?
+                    let schema = self.schema();
+                    crate::coerce::to_schema(&mut object, &schema, T::POSITIONAL);
+                    crate::arg_errors::parse(object, &schema).map_err(ModuleError::BadArguments)?
                 }
             };
             self.run(parsed, cx).await

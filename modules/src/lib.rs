@@ -24,6 +24,7 @@
 //! ```
 
 pub mod actions;
+mod arg_errors;
 mod args;
 mod coerce;
 mod context;

@@ -100,7 +100,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("halite-swarm: {error:#}");
+            eprintln!("halite-swarm: {}", halite_transport::error_text::one_line(error.chain().map(|e| e.to_string())));
             ExitCode::FAILURE
         }
     }

@@ -253,3 +253,39 @@ fn halite_config_names_the_master_config_and_a_key_pattern_that_matches_nothing_
     assert_eq!(output.status.code(), Some(1), "as salt-key: nothing matched is an error: {stderr}");
     assert!(stderr.contains("no key matches \"nosuch\""), "{stderr}");
 }
+
+#[test]
+fn an_argument_that_does_not_fit_is_named_with_its_type_and_an_example() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("m1", "");
+    cluster.wait_connected(&["m1"]);
+    let error_of = |args: &[&str]| {
+        let mut all = vec!["--out", "json", "run", "m1"];
+        all.extend_from_slice(args);
+        let run = cluster.cli(&all);
+        assert_eq!(run.code, 3, "{}", run.stdout);
+        run.json()["minions"]["m1"]["return"]["error"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(
+        error_of(&["test.sleep", "soon"]),
+        r#"bad arguments: length: "soon" is not a number; length takes a number, e.g. length=30"#
+    );
+    assert_eq!(
+        error_of(&["cmd.run", "date", "env=LANG=C"]),
+        r#"bad arguments: env: "LANG=C" is not an object; env takes an object, e.g. env='{"KEY":"value"}'"#
+    );
+}
+
+#[test]
+fn an_error_says_its_cause_once() {
+    for (program, args) in [
+        ("halite-master", &["-c", "/nonexistent/x.toml"][..]),
+        ("halite-minion", &["-c", "/nonexistent/x.toml"]),
+        ("halite", &["-c", "/nonexistent/x.toml", "key", "list"]),
+    ] {
+        let output = Command::new(halite_tests::bin_dir().join(program)).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_ne!(output.status.code(), Some(0), "{program}: {stderr}");
+        assert_eq!(stderr.matches("No such file or directory").count(), 1, "{program}: {stderr}");
+    }
+}

@@ -19,6 +19,7 @@ mod budget;
 pub mod config_file;
 mod connection;
 mod dealer;
+pub mod error_text;
 pub mod keyfile;
 mod link_watch;
 pub mod logging;

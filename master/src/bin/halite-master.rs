@@ -77,7 +77,7 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("halite-master: {error:#}");
+            eprintln!("halite-master: {}", halite_transport::error_text::one_line(error.chain().map(|e| e.to_string())));
             std::process::ExitCode::FAILURE
         }
     }

@@ -75,7 +75,7 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("halite-minion: {error:#}");
+            eprintln!("halite-minion: {}", halite_transport::error_text::one_line(error.chain().map(|e| e.to_string())));
             std::process::ExitCode::FAILURE
         }
     }
