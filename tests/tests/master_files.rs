@@ -66,6 +66,18 @@ fn a_minion_copies_a_file_larger_than_a_message_from_the_master_and_checks_it() 
     let (code, minion) = managed("site.conf", &["source=halite://app/site.conf"]);
     assert_eq!(code, 0, "{minion}");
     assert_eq!(std::fs::read_to_string(out.join("site.conf")).unwrap(), "listen 80;\n");
+    assert!(minion["return"]["details"]["diff"].as_str().unwrap().contains("+listen 80;"), "{minion}");
+
+    // A served text that changed, with test=true: its diff, line by line, and nothing written.
+    std::fs::write(root.join("app/site.conf"), "listen 8080;\n").unwrap();
+    let (code, minion) = managed("site.conf", &["source=halite://app/site.conf", "test=true"]);
+    assert_eq!(code, 0, "{minion}");
+    let diff = minion["return"]["details"]["diff"].as_str().unwrap();
+    assert!(diff.contains("-listen 80;\n+listen 8080;"), "a diff of the text, not of digests: {diff}");
+    assert_eq!(std::fs::read_to_string(out.join("site.conf")).unwrap(), "listen 80;\n", "test=true writes nothing");
+    let (code, minion) = managed("site.conf", &["source=halite://app/site.conf"]);
+    assert_eq!(code, 0, "{minion}");
+    assert_eq!(std::fs::read_to_string(out.join("site.conf")).unwrap(), "listen 8080;\n");
 
     // Nothing outside the root, nothing that is not there.
     for (source, why) in [

@@ -194,7 +194,8 @@ impl Typed for Managed {
          given (contents) or served by the master (source=halite://path, like Salt's salt://; its SHA-256 is \
          checked, and compared with the file's before anything is fetched). The content is replaced \
          atomically (a temporary file in the same directory, synced, then renamed), so readers never see a \
-         partial file. details carries a unified diff of given content.";
+         partial file. details carries a unified diff of the content (given, or served and at most 1 MiB of \
+         text; larger or binary served files by their SHA-256), with test=true too.";
     const POSITIONAL: &'static [&'static str] = &["name"];
     type Args = ManagedArgs;
     async fn run(&self, args: ManagedArgs, cx: &Context) -> Result<Output, ModuleError> {
@@ -211,37 +212,51 @@ impl Typed for Managed {
             return Err(ModuleError::Failed(format!("{} exists and is not a regular file", path.display())));
         }
         let content = Content::of(&args, cx).await?;
+        // A served file already fetched whole (to show its diff).
+        let mut fetched: Option<Vec<u8>> = None;
         let (content_changes, diff) = match &content {
             Content::Given(contents) => {
-                let old = match &meta {
-                    Some(m) if m.len() <= READ_CAP => Some(cx.paths().read(&path, READ_CAP).await?.content),
-                    Some(_) => None,
-                    None => None,
-                };
+                let old = old_content(cx, &path, meta.as_ref()).await?;
                 let changes = meta.is_none() || old.as_deref() != Some(contents.as_bytes());
                 let diff = match (&old, changes) {
                     (_, false) => String::new(),
-                    (Some(old), true) => {
-                        similar::TextDiff::from_lines(String::from_utf8_lossy(old).as_ref(), contents.as_str())
-                            .unified_diff()
-                            .header(&args.name, &args.name)
-                            .to_string()
-                    }
+                    (Some(old), true) => text_diff(&args.name, old, contents.as_bytes())
+                        .unwrap_or_else(|| "(binary content: no diff)".into()),
                     (None, true) if meta.is_some() => "(previous content too large to diff)".into(),
                     (None, true) => "new file".into(),
                 };
                 (changes, diff)
             }
             Content::Served { url, first } => {
-                let old = match &meta {
+                let old_digest = match &meta {
                     Some(_) => Some(cx.paths().digest(&path).await?),
                     None => None,
                 };
-                let changes = old.as_deref() != Some(first.sha256.as_str());
-                let diff = match (&old, changes) {
+                let changes = old_digest.as_deref() != Some(first.sha256.as_str());
+                // A text small enough is fetched now (and written from here): the change is shown
+                // as a diff, as for given content; otherwise by its digests.
+                if changes && first.size <= READ_CAP {
+                    let mut served = Vec::with_capacity(first.size as usize);
+                    let source = crate::master_files::source_path(url)?;
+                    crate::master_files::copy_to(cx, source, first.clone(), &mut served).await?;
+                    fetched = Some(served);
+                }
+                let diff = match (&old_digest, changes) {
                     (_, false) => String::new(),
-                    (Some(old), true) => format!("sha256 {old} -> {} ({url}, {} bytes)", first.sha256, first.size),
-                    (None, true) => format!("new file: {url}, sha256 {}, {} bytes", first.sha256, first.size),
+                    (Some(old_digest), true) => {
+                        let old = old_content(cx, &path, meta.as_ref()).await?;
+                        match (old, &fetched) {
+                            (Some(old), Some(new)) => text_diff(&args.name, &old, new),
+                            _ => None,
+                        }
+                        .unwrap_or_else(|| {
+                            format!("sha256 {old_digest} -> {} ({url}, {} bytes)", first.sha256, first.size)
+                        })
+                    }
+                    (None, true) => match fetched.as_deref().and_then(|new| text_diff(&args.name, b"", new)) {
+                        Some(diff) => format!("new file: {url}\n{diff}"),
+                        None => format!("new file: {url}, sha256 {}, {} bytes", first.sha256, first.size),
+                    },
                 };
                 (changes, diff)
             }
@@ -294,9 +309,10 @@ impl Typed for Managed {
                 .mode(wanted_mode.or(keep_mode).unwrap_or(0o644))
                 .open(&tmp)
                 .map_err(io(&tmp))?;
-            let written = match content {
-                Content::Given(contents) => file.write_all(contents.as_bytes()).map_err(io(&tmp)),
-                Content::Served { url, first } => {
+            let written = match (content, fetched) {
+                (Content::Given(contents), _) => file.write_all(contents.as_bytes()).map_err(io(&tmp)),
+                (Content::Served { .. }, Some(served)) => file.write_all(&served).map_err(io(&tmp)),
+                (Content::Served { url, first }, None) => {
                     let path = crate::master_files::source_path(&url)?;
                     crate::master_files::copy_to(cx, path, first, &mut file).await
                 }
@@ -318,6 +334,23 @@ impl Typed for Managed {
         drop(pinned);
         Ok(Output::change(true, format!("{} updated: {}", args.name, changes.join(", ")), details))
     }
+}
+
+/// A file's current content when it is small enough to diff.
+#[cfg(feature = "files")]
+async fn old_content(cx: &Context, path: &Path, meta: Option<&fs::Metadata>) -> Result<Option<Vec<u8>>, ModuleError> {
+    match meta {
+        Some(m) if m.len() <= READ_CAP => Ok(Some(cx.paths().read(path, READ_CAP).await?.content)),
+        _ => Ok(None),
+    }
+}
+
+/// A unified diff of two texts; `None` when either is not text (not UTF-8, or holds NUL).
+#[cfg(feature = "files")]
+fn text_diff(name: &str, old: &[u8], new: &[u8]) -> Option<String> {
+    let text = |bytes: &[u8]| std::str::from_utf8(bytes).ok().filter(|t| !t.contains('\0')).map(str::to_owned);
+    let (old, new) = (text(old)?, text(new)?);
+    Some(similar::TextDiff::from_lines(old.as_str(), new.as_str()).unified_diff().header(name, name).to_string())
 }
 
 #[cfg(feature = "files")]
