@@ -27,13 +27,14 @@ pub(crate) struct RunArgs {
     /// (one id per line is fine), `@-` from standard input.
     #[arg(short = 'L', long, group = "kind")]
     list: bool,
-    /// Target is a regular expression on ids (anchored).
+    /// Target is a regular expression that must match the whole id (unlike Salt's, which
+    /// matches from the start: write `web.*` for Salt's `web`).
     #[arg(short = 'E', long, group = "kind")]
     regex: bool,
     /// Target is key:glob on a grain.
     #[arg(short = 'G', long, group = "kind")]
     grain: bool,
-    /// Target is a compound expression (G@, L@, E@, N@, and/or/not, parentheses).
+    /// Target is a compound expression (G@, L@, E@, N@, S@, and/or/not, parentheses).
     #[arg(short = 'C', long, group = "kind")]
     compound: bool,
     /// Target is a nodegroup from the master config.
