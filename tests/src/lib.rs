@@ -3,6 +3,7 @@
 //! `halite` CLI. The tests themselves live in `tests/tests/`.
 
 pub mod bench;
+pub mod floor;
 pub mod http;
 pub mod link;
 pub mod postgres;

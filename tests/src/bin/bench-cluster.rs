@@ -3,7 +3,8 @@
 //!
 //! `cargo build --release --bins && HALITE_BIN_DIR=target/release ./target/release/bench-cluster [--minions 1000]`
 //!
-//! 1. sequential `test.ping` jobs/s to one minion: SQLite, then PostgreSQL;
+//! 1. sequential `test.ping` jobs/s to one minion: SQLite, then PostgreSQL, each also as a share
+//!    of the floor this machine allows (`bench-floor`, measured first in the same run);
 //! 2. fan-out `test.ping`, publish → last return, N minions on one master with PostgreSQL;
 //! 3. the same with the N minions spread over two masters, published on one;
 //! 4. failover: kill -9 of the master serving half of them, until all N answer on the other.
@@ -20,8 +21,9 @@ use halite_tests::postgres::OwnServer;
 use halite_tests::swarm::{connect, ping, start_swarm, wait_connected, wait_reachable, Figures};
 use halite_tests::Cluster;
 
-/// Sequential single-minion jobs timed on `cluster` (one swarm minion).
-async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str) {
+/// Sequential single-minion jobs timed on `cluster` (one swarm minion), and their rate as a
+/// share of the floor's (`floor`, jobs/s).
+async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str, floor: f64) {
     let _swarm = start_swarm(cluster, &cluster.config, 0, 1, &[]);
     let client = connect(&cluster.config).await;
     wait_connected(&client, 1).await;
@@ -37,6 +39,20 @@ async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str) {
     let rate = jobs as f64 / started.elapsed().as_secs_f64();
     figures.add(format!("{store}: sequential test.ping to one minion, round trip"), &mut latencies, "ms");
     figures.add(format!("{store}: sequential test.ping to one minion, jobs/s"), &mut [rate], "jobs/s");
+    figures.add(format!("{store}: sequential, halite / floor"), &mut [100.0 * rate / floor], "%");
+}
+
+/// The floor of a sequential job on this machine, now (see `halite_tests::floor`): the median
+/// of three runs.
+fn floor(figures: &mut Figures) -> f64 {
+    let dir = std::env::temp_dir().join(format!("halite-bench-floor-{}", std::process::id()));
+    let jobs = std::env::var("HALITE_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let mut rates: Vec<f64> =
+        (0..3).map(|_| halite_tests::floor::measure(&halite_tests::bin_dir(), &dir, jobs)).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let median = halite_tests::bench::percentile(&mut rates, 0.5);
+    figures.add("floor: sequential job (sign, SQLite commit, verify, synced append), jobs/s", &mut rates, "jobs/s");
+    median
 }
 
 async fn fan_out(client: &halite_client::Client, n: usize, name: String, figures: &mut Figures) {
@@ -71,12 +87,14 @@ fn main() {
     Figures::header();
     let tuning = "max_pending_handshakes_per_ip = 4096\n";
     runtime.block_on(async {
+        // Measured in the same run, on the machine as it is now.
+        let floor = floor(&mut figures);
         {
             let sqlite = Cluster::start_with(tuning, "warn");
-            sequential(&sqlite, &mut figures, "SQLite").await;
+            sequential(&sqlite, &mut figures, "SQLite", floor).await;
         }
         let mut cluster = Cluster::start_with(&format!("{tuning}[store]\nurl = {:?}\n", server.url), "warn");
-        sequential(&cluster, &mut figures, "PostgreSQL").await;
+        sequential(&cluster, &mut figures, "PostgreSQL", floor).await;
         if sequential_only {
             return;
         }
