@@ -26,6 +26,18 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time a process has used so far (user and system), from `/proc/<pid>/stat`; zero when it
+/// is gone. Clock-tick resolution (usually 10 ms): measure over many operations.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces: count after its end.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok())).sum();
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
+    Duration::from_micros(ticks * 1_000_000 / per_second)
+}
+
 /// The pids of the cluster's minion processes.
 pub fn minion_pids(cluster: &Cluster) -> Vec<u32> {
     let out = Command::new("pgrep").args(["-f", &format!("{}/", cluster.dir.display())]).output();

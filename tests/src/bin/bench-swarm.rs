@@ -3,7 +3,8 @@
 //!
 //! `cargo build --release --bins && HALITE_BIN_DIR=target/release ./target/release/bench-swarm [--max 10000]`
 //!
-//! 1. fan-out latency, publish → last return of `test.ping`, at 1, 100, 1,000 and 10,000 minions;
+//! 1. fan-out latency, publish → last return of `test.ping`, at 1, 100, 1,000 and 10,000 minions,
+//!    and the master's CPU time per targeted minion over those fan-outs (`/proc/<pid>/stat`);
 //! 2. sequential jobs/s to one minion, and concurrent jobs/s across minions;
 //! 4. master RSS and RSS per connected minion at 1,000 and 10,000;
 //! 5. reconnect storm: master killed and restarted under 10,000 minions, time until every one
@@ -17,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use halite_tests::bench::rss_kib;
+use halite_tests::bench::{cpu_time, rss_kib};
 use halite_tests::swarm::{connect, connected_count, ping, start_swarm, wait_connected, Figures};
 use halite_tests::Cluster;
 
@@ -50,13 +51,21 @@ fn main() {
             .into_iter()
             .filter(|(n, _)| *n <= first)
             .collect();
+        let master_pid = cluster.master_pid().unwrap();
         for (n, target) in &tiers {
             ping(&client, target, *n, 0).await;
             let mut samples: Vec<f64> = Vec::new();
+            let cpu_before = cpu_time(master_pid);
             for _ in 0..20 {
                 samples.push(ping(&client, target, *n, 0).await.as_secs_f64() * 1000.0);
             }
+            let cpu = cpu_time(master_pid).saturating_sub(cpu_before);
             figures.add(format!("fan-out test.ping, publish → last return, {n} minions"), &mut samples, "ms");
+            figures.add(
+                format!("fan-out test.ping, master CPU per targeted minion, {n} minions"),
+                &mut [cpu.as_secs_f64() * 1e6 / (20 * n) as f64],
+                "µs",
+            );
         }
 
         // Sequential round trips to one minion.
@@ -93,7 +102,6 @@ fn main() {
             "jobs/s",
         );
 
-        let master_pid = cluster.master_pid().unwrap();
         let per = (rss_kib(master_pid) as f64 - master_idle) / first as f64;
         figures.add(format!("master RSS per connected minion at {first}"), &mut [per], "KiB");
         figures.add(format!("master RSS with {first} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
@@ -109,10 +117,17 @@ fn main() {
             tokio::time::sleep(Duration::from_secs(2)).await;
             ping(&client, "swarm-*", max, 0).await;
             let mut samples: Vec<f64> = Vec::new();
+            let cpu_before = cpu_time(master_pid);
             for _ in 0..10 {
                 samples.push(ping(&client, "swarm-*", max, 0).await.as_secs_f64() * 1000.0);
             }
+            let cpu = cpu_time(master_pid).saturating_sub(cpu_before);
             figures.add(format!("fan-out test.ping, publish → last return, {max} minions"), &mut samples, "ms");
+            figures.add(
+                format!("fan-out test.ping, master CPU per targeted minion, {max} minions"),
+                &mut [cpu.as_secs_f64() * 1e6 / (10 * max) as f64],
+                "µs",
+            );
             let per = (rss_kib(master_pid) as f64 - master_idle) / max as f64;
             figures.add(format!("master RSS per connected minion at {max}"), &mut [per], "KiB");
             figures.add(format!("master RSS with {max} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
