@@ -5,6 +5,7 @@
 //! 3 `run` finished but at least one minion failed, timed out, was offline, cancelled or expired.
 
 mod admin;
+mod apply;
 mod demo;
 mod deploy;
 mod duration;
@@ -12,9 +13,11 @@ mod events;
 mod grouped;
 mod job_list;
 mod output;
+mod plan_table;
 mod principal;
 mod rollout_args;
 mod run;
+mod target_args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,6 +62,8 @@ struct Cli {
 enum Command {
     /// Run a function on the targeted minions and wait for every one of them.
     Run(run::RunArgs),
+    /// Apply the plans the master keeps to the targeted minions (its top file's, or those named).
+    Apply(apply::ApplyArgs),
     /// Manage minion keys and enrollment tokens.
     #[command(subcommand)]
     Key(admin::KeyCommand),
@@ -179,6 +184,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let client = Client::connect(config).await?;
     match cli.command {
         Command::Run(args) => run::run(&client, args, cli.out).await,
+        Command::Apply(args) => apply::apply(&client, args, cli.out).await,
         Command::Key(command) => admin::key(&client, command, cli.out).await,
         Command::Minions(command) => admin::minions(&client, command, cli.out).await,
         Command::Jobs(command) => admin::jobs(&client, command, cli.out).await,

@@ -107,6 +107,12 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// A return's value as a table shows it: a plan's result (`plan.run`, `plan.apply`) as its
+/// step table, any other value as YAML.
+pub(crate) fn return_text(value: &Value) -> String {
+    crate::plan_table::render(value).unwrap_or_else(|| yaml(value))
+}
+
 /// A compact one-line rendering of a value for table cells.
 pub(crate) fn compact(value: &Value) -> String {
     match value {

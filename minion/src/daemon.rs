@@ -151,7 +151,9 @@ async fn write_out(mut outgoing: mpsc::UnboundedReceiver<Outgoing>, bytes: Arc<A
 }
 
 /// Runs the connection loop until `shutdown` completes.
-pub(crate) async fn serve(setup: Setup, shutdown: impl std::future::Future<Output = ()>) {
+pub(crate) async fn serve(mut setup: Setup, shutdown: impl std::future::Future<Output = ()>) {
+    // Functions that choose by the minion's id (`plan.apply`'s top file) learn it here, once.
+    setup.context.minion = setup.id.clone();
     let (done_tx, mut done_rx) = mpsc::channel(1024);
     let free_slots = setup.max_concurrent_jobs.max(1);
     let (outgoing, outgoing_rx) = mpsc::unbounded_channel();

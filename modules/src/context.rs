@@ -54,6 +54,9 @@ pub struct Context {
     pub grains: Arc<BTreeMap<String, Value>>,
     /// Who asked (the job's caller; `local` for `halite-minion call`).
     pub caller: String,
+    /// This minion's id, as the master knows it (`plan.apply` matches the top file's targets
+    /// against it); empty where there is none (a bare call in a test).
+    pub minion: String,
     /// Function globs the caller may reach, from the master-signed job: every call through the
     /// dispatcher, nested ones included, must match one. `None`: no limit beyond the policy.
     pub reach: Option<Arc<[String]>>,
@@ -89,6 +92,7 @@ impl Default for Context {
             runner: Runner,
             grains: Arc::default(),
             caller: "local".into(),
+            minion: String::new(),
             reach: None,
             dispatcher: None,
             events: None,

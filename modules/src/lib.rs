@@ -34,7 +34,6 @@ mod function;
 mod functions;
 pub mod grains;
 mod hostile_tests;
-#[cfg(any(feature = "files", feature = "cmd"))]
 mod master_files;
 mod paths;
 mod policy;

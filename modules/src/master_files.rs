@@ -1,5 +1,6 @@
 //! `halite://` sources: files the master serves from its file root, fetched in parts through
 //! the minion's session (`Context::files`) and checked against the SHA-256 the master gives.
+//! Every build has them: central plans are read this way even where no function copies files.
 
 use std::io::Write;
 use std::time::Duration;
@@ -27,6 +28,7 @@ pub(crate) fn source_path(source: &str) -> Result<&str, ModuleError> {
 }
 
 /// A `source_hash` as `sha256:<hex>` or bare hex: the lowercase hex digest.
+#[cfg_attr(not(any(feature = "files", feature = "cmd")), allow(dead_code))]
 pub(crate) fn expected_digest(hash: &str) -> Result<String, ModuleError> {
     let hex = hash.strip_prefix("sha256:").or_else(|| hash.strip_prefix("sha256=")).unwrap_or(hash).to_lowercase();
     if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -38,6 +40,12 @@ pub(crate) fn expected_digest(hash: &str) -> Result<String, ModuleError> {
 
 /// One part of `halite://path` from `offset` on.
 pub(crate) async fn part(cx: &Context, path: &str, offset: u64) -> Result<FileChunk, ModuleError> {
+    asked(cx, path, offset).await?.map_err(|(_, why)| ModuleError::Failed(why))
+}
+
+/// One part of `halite://path` from `offset` on, or the master's refusal with its kind (busy
+/// is asked again here).
+async fn asked(cx: &Context, path: &str, offset: u64) -> Result<Result<FileChunk, (ErrorKind, String)>, ModuleError> {
     let Some(files) = &cx.files else {
         return Err(ModuleError::Failed(format!(
             "{SCHEME}{path}: halite:// sources need a master (this is a local call)"
@@ -48,17 +56,35 @@ pub(crate) async fn part(cx: &Context, path: &str, offset: u64) -> Result<FileCh
         let request = FileRequest { path: path.to_owned(), offset, reply };
         files.send(request).await.map_err(|_| ModuleError::Failed("the minion is shutting down".into()))?;
         match answer.await {
-            Ok(Ok(chunk)) => return Ok(chunk),
             Ok(Err((ErrorKind::LimitExceeded, _))) => tokio::time::sleep(Duration::from_millis(250)).await,
-            Ok(Err((_, why))) => return Err(ModuleError::Failed(why)),
+            Ok(answer) => return Ok(answer),
             Err(_) => return Err(ModuleError::Failed(format!("{SCHEME}{path}: no session with the master"))),
         }
     }
     Err(ModuleError::Failed(format!("{SCHEME}{path}: the master stayed too busy to serve it")))
 }
 
+/// The text of `url` (a `halite://` URL) when it is at most `max` bytes of UTF-8; `None` when
+/// the master has no such file. The size is checked on the first part, before the rest is asked
+/// for.
+pub(crate) async fn read_text(cx: &Context, url: &str, max: u64) -> Result<Option<String>, ModuleError> {
+    let path = source_path(url)?;
+    let first = match asked(cx, path, 0).await? {
+        Ok(first) => first,
+        Err((ErrorKind::NotFound, _)) => return Ok(None),
+        Err((_, why)) => return Err(ModuleError::Failed(why)),
+    };
+    if first.size > max {
+        return Err(ModuleError::Failed(format!("{url}: {} bytes, more than the {max} it may have", first.size)));
+    }
+    let mut bytes = Vec::with_capacity(first.size as usize);
+    copy_to(cx, path, first, &mut bytes).await?;
+    String::from_utf8(bytes).map(Some).map_err(|_| ModuleError::Failed(format!("{url}: not UTF-8 text")))
+}
+
 /// The first part of `url` (a `halite://` URL), checked against `source_hash` when one is given;
 /// `unused` says what was left undone when it does not match ("nothing was written").
+#[cfg_attr(not(any(feature = "files", feature = "cmd")), allow(dead_code))]
 pub(crate) async fn first_part_checked(
     cx: &Context,
     url: &str,

@@ -73,6 +73,7 @@ pub(crate) fn all() -> Vec<Box<dyn Function>> {
         Some(Box::new(event::Send)),
         gated!("peer", peer::Publish),
         Some(Box::new(plan::Run)),
+        Some(Box::new(plan::Apply)),
         gated!("deploy", deploy::Apply),
     ];
     all.into_iter().flatten().collect()
@@ -124,6 +125,7 @@ mod tests {
         "service.enabled",
         "event.send",
         "plan.run",
+        "plan.apply",
     ];
 
     /// Run in both builds by CI: the default one, and the locked-down one
