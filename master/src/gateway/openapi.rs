@@ -1,6 +1,7 @@
 //! The OpenAPI 3.1 document of the gateway. Schemas are generated from the Rust types the
 //! handlers (de)serialise, so they cannot drift from the implementation; the paths mirror
-//! `routes::router` one for one (a test walks every path against a live gateway).
+//! `routes::router` one for one, method by method (`coverage.rs` reads the routes from their
+//! source and compares), the health checks and `/metrics` included.
 
 use halite_protocol::message::{
     DeploymentGroup, DeploymentGroupUpdate, DeploymentUpdate, JobDetail, JobSummary, KeyInfo, MinionInfo,
@@ -37,21 +38,72 @@ fn query_param(name: &str, kind: &str, description: &str) -> Value {
     json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": kind } })
 }
 
+/// The error statuses every authenticated operation may answer: a refusal by the core (400,
+/// 403, 404), a missing or dead token (401), the store failing (500), the core not answering
+/// (503).
+const ERRORS: &[&str] = &["400", "401", "403", "404", "500", "503"];
+
+/// Those only an operation with a JSON body answers: a body over the size limit (413), not
+/// sent as `application/json` (415), or not fitting the schema (422).
+const BODY_ERRORS: &[&str] = &["413", "415", "422"];
+
 fn operation(id: &str, summary: &str, parameters: Vec<Value>, request: Option<Value>, ok: Value) -> Value {
     let mut op = json!({
         "operationId": id,
         "summary": summary,
         "parameters": parameters,
-        "responses": {
-            "200": ok,
-            "400": schema_ref_response(), "401": schema_ref_response(), "403": schema_ref_response(),
-            "404": schema_ref_response(),
-        },
+        "responses": { "200": ok },
     });
+    let body_errors = if request.is_some() { BODY_ERRORS } else { &[] };
+    with_errors(&mut op, ERRORS.iter().chain(body_errors));
     if let Some(request) = request {
         op["requestBody"] = request;
     }
     op
+}
+
+/// Adds the documented error body under each of `statuses`.
+fn with_errors<'a>(op: &mut Value, statuses: impl IntoIterator<Item = &'a &'a str>) {
+    if let Some(responses) = op["responses"].as_object_mut() {
+        for status in statuses {
+            responses.insert((*status).to_owned(), schema_ref_response());
+        }
+    }
+}
+
+/// An operation that may also answer `409 conflict` (the state forbids it: a job already
+/// finished, a key already accepted).
+fn conflicting(mut op: Value) -> Value {
+    with_errors(&mut op, &["409"]);
+    op
+}
+
+/// A plain-text answer.
+fn text(description: &str) -> Value {
+    json!({ "description": description, "content": { "text/plain": { "schema": { "type": "string" } } } })
+}
+
+/// `/healthz` and `/readyz` (no token) and `/metrics` (a token of root or an administrator),
+/// as `metrics_http.rs` serves them on the gateway too.
+fn health_and_metrics() -> Value {
+    let not_ready = json!({ "description": "Not ready: the core has not finished a step for 5 s, or the last write \
+                              to the store failed; the error's message says which (`not ready: …`)",
+                             "content": { "application/json": { "schema": schema_ref("Error") } } });
+    let figures = json!({ "description": "Prometheus' text format: OpenMetrics 1.0 to a reader that asks for it \
+                            (`Accept: application/openmetrics-text`, as Prometheus does), the classic 0.0.4 format \
+                            otherwise",
+                           "content": { "text/plain": { "schema": { "type": "string" } },
+                                        "application/openmetrics-text": { "schema": { "type": "string" } } } });
+    json!({
+        "/healthz": { "get": { "operationId": "healthz", "summary": "Liveness: `ok` while the process serves",
+            "security": [], "responses": { "200": text("`ok`") } } },
+        "/readyz": { "get": { "operationId": "readyz",
+            "summary": "Readiness: `ready` while the core steps and the store takes its writes",
+            "security": [], "responses": { "200": text("`ready`"), "503": not_ready } } },
+        "/metrics": { "get": { "operationId": "metrics",
+            "summary": "The master's figures, fleet-wide: for a token of root or an administrator (any other gets 403)",
+            "responses": { "200": figures, "401": schema_ref_response(), "403": schema_ref_response() } } },
+    })
 }
 
 /// `GET /v1/events`: refused before the stream starts when the principal may not subscribe, and
@@ -180,7 +232,7 @@ pub(super) fn document() -> Value {
     );
     let list = |name: &str| json!({ "type": "array", "items": schema_ref(name) });
     let id = || vec![path_param("id")];
-    json!({
+    let mut doc = json!({
         "openapi": "3.1.0",
         "servers": [{ "url": "/", "description": "the gateway that serves this document" }],
         "info": {
@@ -267,13 +319,13 @@ pub(super) fn document() -> Value {
                     wrapped("changed", json!({ "type": "array", "items": { "type": "string" } }))),
             },
             "/v1/enrollment_tokens": {
-                "post": operation("createEnrollmentToken",
+                "post": conflicting(operation("createEnrollmentToken",
                     "A one-time enrollment token for a minion id, with its enrollment file and cloud-init user_data (admin, or deploy.apply on that id while it has no accepted key)",
                     vec![], Some(body("TokenRequest")), wrapped("enrollment_token", json!({ "type": "object",
                         "required": ["token", "minion", "expires_at_ms", "enrollment", "user_data"],
                         "properties": { "token": { "type": "string" }, "minion": { "type": "string" },
                             "expires_at_ms": { "type": "integer" }, "enrollment": { "type": "string" },
-                            "user_data": { "type": "string" } } }))),
+                            "user_data": { "type": "string" } } })))),
             },
             "/v1/jobs": {
                 "get": operation("listJobs", "Recent jobs, newest first",
@@ -306,8 +358,9 @@ pub(super) fn document() -> Value {
                     wrapped("job", schema_ref("JobDetail"))),
             },
             "/v1/jobs/{jid}/cancel": {
-                "post": operation("cancelJob", "Cancel a running job: a rollout starts no more targets, running ones are stopped",
-                    vec![path_param("jid")], None, wrapped("job", schema_ref("JobDetail"))),
+                "post": conflicting(operation("cancelJob",
+                    "Cancel a running job: a rollout starts no more targets, running ones are stopped (409 once it has finished)",
+                    vec![path_param("jid")], None, wrapped("job", schema_ref("JobDetail")))),
             },
             "/v1/events": {
                 "get": events_stream(),
@@ -327,8 +380,15 @@ pub(super) fn document() -> Value {
                 "schema": schema_ref("Error") } } } },
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
         },
-    })
+    });
+    if let (Some(paths), Value::Object(more)) = (doc["paths"].as_object_mut(), health_and_metrics()) {
+        paths.extend(more);
+    }
+    doc
 }
+
+#[cfg(test)]
+mod coverage;
 
 #[cfg(test)]
 mod tests {
