@@ -59,8 +59,7 @@ pub(crate) fn print_summary<'a>(jid: &str, states: impl Iterator<Item = (&'a str
 /// bracketed range, `web[01-03,07].example.com`; others are listed as they are, comma-separated.
 /// Numbers of different widths stay apart (`web[8-9], web[10-12]`), so every id can be read back.
 pub(crate) fn compress_ids(ids: &[&str]) -> String {
-    // (prefix, suffix, digits width) → numbers, in the order first seen.
-    let mut families: Vec<((&str, &str, usize), Vec<u128>)> = Vec::new();
+    let mut families: Vec<(Family, Vec<u128>)> = Vec::new();
     let mut plain: Vec<(usize, &str)> = Vec::new();
     for (at, id) in ids.iter().enumerate() {
         match split_number(id) {
@@ -94,6 +93,9 @@ pub(crate) fn compress_ids(ids: &[&str]) -> String {
     parts.sort();
     parts.join(", ")
 }
+
+/// Ids alike but for their last number: (text before it, text after it, its width in digits).
+type Family<'a> = (&'a str, &'a str, usize);
 
 /// `id` as (text before its last run of digits, that number, the run's width, text after).
 fn split_number(id: &str) -> Option<(&str, u128, usize, &str)> {

@@ -13,8 +13,6 @@ use crate::output::{self, paint, Format};
 use crate::rollout_args::RolloutArgs;
 use crate::{duration, EXIT_TARGETS_FAILED};
 
-/// The state shown for an id listed with `-L` that the master did not target.
-
 /// What a minion still going when `run` stopped waiting is shown with.
 const STILL_GOING: &str = "no return yet: the job goes on (halite jobs show JID)";
 

@@ -32,7 +32,7 @@ fn explain(argument: Option<&str>, serde_says: &str, object: &Map<String, Value>
     }
     let Some(name) = argument else { return serde_says.to_owned() };
     let property = properties.and_then(|p| p.get(name));
-    let given = object.get(name).map(|v| shown(v)).unwrap_or_default();
+    let given = object.get(name).map(shown).unwrap_or_default();
     let takes = property.map(|p| takes(name, p, schema)).unwrap_or_default();
     // A wrong type is said plainly; anything else (a bad value inside a list, a number out of
     // range) keeps serde's words after the argument's name.

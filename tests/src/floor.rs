@@ -9,6 +9,9 @@
 //! The three roles are one binary (`bench-floor`), started as `--role master` and
 //! `--role minion` children by [`measure`].
 
+// A benchmark's processes: any failure is a broken run, reported by the panic message.
+#![allow(clippy::expect_used)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;

@@ -33,6 +33,8 @@ pub(super) async fn as_json(response: Response) -> Response {
             "bad_request"
         }
         StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        // Not ready (`/readyz`), as the core's own 503s say it.
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         s if s.is_server_error() => "internal",
         _ => "error",
     };

@@ -324,7 +324,8 @@ pub(crate) struct JobRequest {
     /// Keyword arguments.
     #[serde(default)]
     kwargs: std::collections::BTreeMap<String, Value>,
-    /// Seconds each minion may run it (default 30, as the CLI and the SDK).
+    /// Seconds each minion may run it (default 30, as the SDKs; `halite run --job-timeout` defaults
+    /// to an hour).
     #[serde(default)]
     timeout_secs: Option<u64>,
     /// Seconds offline minions are waited for (default 0: not at all).
