@@ -19,6 +19,10 @@ use crate::server::{Master, NewJob};
 use crate::store::{JobRecord, Store, StoreError};
 use crate::target::Expr;
 
+/// Most ids a job records as `unknown`: an inventory with some hosts not enrolled passes, while
+/// a list of made-up names cannot make a job write a slot (and an event) for each of them.
+const MAX_UNKNOWN_IDS: usize = 10_000;
+
 impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn publish(
         &mut self,
@@ -101,6 +105,16 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             _ => Vec::new(),
         };
+        if unknown.len() > MAX_UNKNOWN_IDS {
+            let why = format!(
+                "{} of the ids the target names match no minion you may target (first: {}); a job names at most \
+                 {MAX_UNKNOWN_IDS} such ids: check the list",
+                unknown.len(),
+                unknown.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            );
+            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            return Ok(());
+        }
         if targets.is_empty() {
             let why = match publisher {
                 Publisher::Root => "no minions matched the target",

@@ -88,6 +88,16 @@ fn unknown_and_offline_targets_are_in_every_view_of_the_job() {
     assert!(run.stderr.contains("no minions matched"), "{}", run.stderr);
     let run = cluster.cli(&["--out", "json", "run", "-C", "web1 or nosuch", "test.ping"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
+
+    // A list of made-up names does not make a slot (and an event) for each.
+    let mut names: Vec<String> = (0..10_001).map(|i| format!("x{i}")).collect();
+    names.push("web1".into());
+    let file = cluster.dir.join("made-up.txt");
+    std::fs::write(&file, names.join("\n")).unwrap();
+    let run = cluster.cli(&["run", "-L", &format!("@{}", file.display()), "test.ping"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("10001 of the ids the target names match no minion"), "{}", run.stderr);
+    assert!(run.stderr.contains("at most 10000"), "{}", run.stderr);
 }
 
 #[test]
