@@ -105,6 +105,15 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             _ => Vec::new(),
         };
+        // What is not even an id cannot be a minion: said at once, never recorded (nor shown to
+        // whoever reads the job later).
+        if let Some((id, error)) =
+            unknown.iter().find_map(|id| halite_protocol::id::validate(id).err().map(|e| (id, e)))
+        {
+            let why = format!("the target names {id:?}, which is not a minion id: {error}");
+            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            return Ok(());
+        }
         if unknown.len() > MAX_UNKNOWN_IDS {
             let why = format!(
                 "{} of the ids the target names match no minion you may target (first: {}); a job names at most \

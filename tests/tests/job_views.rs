@@ -89,6 +89,11 @@ fn unknown_and_offline_targets_are_in_every_view_of_the_job() {
     let run = cluster.cli(&["--out", "json", "run", "-C", "web1 or nosuch", "test.ping"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
 
+    // What is not an id is refused, quoted so that it cannot speak to the terminal.
+    let run = cluster.cli(&["run", "-L", "web1,\u{1b}[2Jx", "test.ping"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains(r#"the target names "\u{1b}[2Jx", which is not a minion id"#), "{}", run.stderr);
+
     // A list of made-up names does not make a slot (and an event) for each.
     let mut names: Vec<String> = (0..10_001).map(|i| format!("x{i}")).collect();
     names.push("web1".into());
