@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian and RPM packages: halite-minion (the minion) and halite-master (the master and the
 # CLI), with systemd units, example configs under /etc/halite (config files), man pages made
-# from the clap definitions, shell completions and the docs.
+# from the clap definitions (one per program and per command), shell completions and the docs.
 #
 #   bash scripts/portable.sh --all && bash scripts/package.sh        # release packages
 #   bash scripts/package.sh deb --bin-dir target/debug --version 0.1.0 --out DIR
@@ -86,14 +86,14 @@ stage() {
     halite-minion)
       install -m 0755 "$minion_bin" "$root/usr/bin/halite-minion"
       install -m 0644 docs/modules.md "$doc/"
-      man_page "$root" halite-minion 8
+      man_pages "$root" halite-minion 8
       ;;
     halite-master)
       install -m 0755 "$master_bin" "$root/usr/bin/halite-master"
       install -m 0755 "$cli_bin" "$root/usr/bin/halite"
       install -m 0644 docs/engine-guide.md docs/protocol.md docs/modules.md "$doc/"
-      man_page "$root" halite-master 8
-      man_page "$root" halite 1
+      man_pages "$root" halite-master 8
+      man_pages "$root" halite 1
       install -d -m 0755 "$root/usr/share/bash-completion/completions" "$root/$zsh" \
         "$root/usr/share/fish/vendor_completions.d"
       "${runner[@]}" "$cli_bin" completions bash > "$root/usr/share/bash-completion/completions/halite"
@@ -107,10 +107,20 @@ stage() {
   find "$root" -type d -exec chmod 0755 {} +
 }
 
-# man_page ROOT PROGRAM SECTION: the program's man page from its own clap definition.
-man_page() {
+# man_pages ROOT PROGRAM SECTION: the program's page and one per command under it
+# (halite-run.1, halite-key-accept.1, ...) from its own clap definition, compressed without a
+# name or a time inside (gzip -9n), so the same tree makes the same files.
+man_pages() {
+  local pages=$work/man/$2
+  rm -rf "$pages"
+  mkdir -p "$pages"
+  "${runner[@]}" "$1/usr/bin/$2" man --dir "$pages"
+  [ -f "$pages/$2.$3" ] || { echo "$2 man --dir wrote no $2.$3" >&2; exit 1; }
   install -d -m 0755 "$1/usr/share/man/man$3"
-  "${runner[@]}" "$1/usr/bin/$2" man | gzip -9n > "$1/usr/share/man/man$3/$2.$3.gz"
+  for page in "$pages"/*."$3"; do
+    gzip -9n < "$page" > "$1/usr/share/man/man$3/${page##*/}.gz"
+    chmod 0644 "$1/usr/share/man/man$3/${page##*/}.gz"
+  done
 }
 
 build_deb() {

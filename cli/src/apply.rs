@@ -70,15 +70,27 @@ impl ApplyArgs {
     }
 }
 
-pub(crate) async fn apply(client: &Client, args: ApplyArgs, format: Format) -> anyhow::Result<ExitCode> {
+pub(crate) async fn apply(client: &Client, mut args: ApplyArgs, format: Format) -> anyhow::Result<ExitCode> {
+    if args.target_kind.list {
+        args.target = crate::run::list_target(&args.target, &[])?;
+    }
     let published = client.publish(args.spec()).await?;
     if args.detach {
         match format {
             Format::Table => println!("{}", published.jid),
-            _ => output::print_document(format, &json!({ "jid": published.jid, "minions": published.minions })),
+            _ => output::print_document(
+                format,
+                &json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown }),
+            ),
         }
-        return Ok(ExitCode::SUCCESS);
+        if published.unknown.is_empty() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!("halite: {}", crate::run::unknown_named(&published.unknown));
+        return Ok(ExitCode::from(EXIT_TARGETS_FAILED));
     }
+    // Ids the target named that no minion has come as updates too (`unknown`).
+    let total = published.minions.len() + published.unknown.len();
     let mut finals: BTreeMap<String, (MinionJobState, Option<JobReturn>)> = BTreeMap::new();
     let waited = async {
         match args.timeout {
@@ -90,7 +102,7 @@ pub(crate) async fn apply(client: &Client, args: ApplyArgs, format: Format) -> a
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     let mut gave_up = false;
-    while finals.len() < published.minions.len() {
+    while finals.len() < total {
         let event = tokio::select! {
             event = client.next_job_event(&published.jid) => event?,
             _ = &mut waited => { gave_up = true; break; }
@@ -124,8 +136,7 @@ pub(crate) async fn apply(client: &Client, args: ApplyArgs, format: Format) -> a
     let failed = finals.values().filter(|(state, _)| *state != MinionJobState::Returned).count();
     match format {
         Format::Table => println!(
-            "\n{} minion(s), job {}: {} applied, {failed} failed, {} without a return yet",
-            published.minions.len(),
+            "\n{total} minion(s), job {}: {} applied, {failed} failed, {} without a return yet",
             published.jid,
             finals.len() - failed,
             waiting.len()

@@ -12,6 +12,7 @@ mod duration;
 mod events;
 mod grouped;
 mod job_list;
+mod man;
 mod output;
 mod plan_table;
 mod principal;
@@ -93,9 +94,14 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print this program's man page (roff), as packages install it.
+    /// Print this program's man page (roff); with --dir, write it and one page per command
+    /// into DIR, as packages install them.
     #[command(hide = true)]
-    Man,
+    Man {
+        /// Write every page (halite.1, halite-run.1, ...) into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -161,24 +167,24 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             clap_complete::generate(*shell, &mut Cli::command(), "halite", &mut std::io::stdout());
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Man => {
-            use clap::CommandFactory;
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+        Command::Man { dir } => {
+            man::run(dir.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}
     }
     let mut config = client_config(&cli)?;
     // `halite events` streams for as long as it runs and goes on across a master's restart; a
-    // `run` waiting for its job carries it to the next master that answers (the job is in the
+    // `run` (or `apply`) waiting for its job carries it to the next master that answers (the job is in the
     // store every master shares) for up to a minute; other commands report a lost master at
     // once, as Salt's CLI does.
     config.reconnect = match &cli.command {
         Command::Events(_) => true,
         Command::Run(args) => !args.detach,
+        Command::Apply(args) => !args.detach,
         _ => false,
     };
-    if matches!(cli.command, Command::Run(_)) {
+    if matches!(cli.command, Command::Run(_) | Command::Apply(_)) {
         config.reconnect_for = Some(std::time::Duration::from_secs(60));
     }
     let client = Client::connect(config).await?;
@@ -193,7 +199,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Principal(command) => principal::run(&client, command, cli.out).await,
         Command::Config(command) => deploy::config(&client, command, cli.out).await,
         Command::Deployment(command) => deploy::deployment(&client, command, cli.out).await,
-        Command::Demo(_) | Command::Completions { .. } | Command::Man => unreachable!("handled above"),
+        Command::Demo(_) | Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
     }
 }
 

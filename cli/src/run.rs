@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 use halite_client::{Client, JobEvent, PublishSpec};
-use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJobState, Target, TargetKind};
+use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJobState, Target};
 use serde_json::{json, Value};
 
 use crate::output::{self, paint, Format};
 use crate::rollout_args::RolloutArgs;
+use crate::target_args::TargetArgs;
 use crate::{duration, EXIT_TARGETS_FAILED};
 
 /// What a minion still going when `run` stopped waiting is shown with.
@@ -21,23 +22,9 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// Target is a list of ids, separated by commas or whitespace; `@FILE` reads it from a file
-    /// (one id per line is fine), `@-` from standard input.
-    #[arg(short = 'L', long, group = "kind")]
-    list: bool,
-    /// Target is a regular expression that must match the whole id (unlike Salt's, which
-    /// matches from the start: write `web.*` for Salt's `web`).
-    #[arg(short = 'E', long, group = "kind")]
-    regex: bool,
-    /// Target is key:glob on a grain.
-    #[arg(short = 'G', long, group = "kind")]
-    grain: bool,
-    /// Target is a compound expression (G@, L@, E@, N@, S@, and/or/not, parentheses).
-    #[arg(short = 'C', long, group = "kind")]
-    compound: bool,
-    /// Target is a nodegroup from the master config.
-    #[arg(short = 'N', long, group = "kind")]
-    nodegroup: bool,
+    /// How the target is read.
+    #[command(flatten)]
+    target_kind: TargetArgs,
     /// How long this command waits for returns (30s, 5m, ...; 0: until the job ends), as
     /// Salt's -t. The job goes on past it; the command then says how to follow it.
     #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
@@ -67,11 +54,7 @@ impl RunArgs {
     /// A glob-targeted run with default options (for the demo).
     pub(crate) fn glob(target: &str, function: &str, args: &[&str]) -> Self {
         RunArgs {
-            list: false,
-            regex: false,
-            grain: false,
-            compound: false,
-            nodegroup: false,
+            target_kind: TargetArgs::default(),
             timeout: std::time::Duration::from_secs(30),
             job_timeout: std::time::Duration::from_secs(3600),
             ttl: None,
@@ -82,24 +65,14 @@ impl RunArgs {
             args: args.iter().map(|a| (*a).to_owned()).collect(),
         }
     }
-
-    fn kind(&self) -> TargetKind {
-        match (self.list, self.regex, self.grain, self.compound, self.nodegroup) {
-            (true, ..) => TargetKind::List,
-            (_, true, ..) => TargetKind::Regex,
-            (_, _, true, ..) => TargetKind::Grain,
-            (_, _, _, true, _) => TargetKind::Compound,
-            (_, _, _, _, true) => TargetKind::Nodegroup,
-            _ => TargetKind::Glob,
-        }
-    }
 }
 
 pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> anyhow::Result<ExitCode> {
-    if args.list {
+    if args.target_kind.list {
         args.target = list_target(&args.target, &args.args)?;
     }
-    let mut spec = PublishSpec::new(Target { kind: args.kind(), expr: args.target.clone() }, &args.function);
+    let mut spec =
+        PublishSpec::new(Target { kind: args.target_kind.kind(), expr: args.target.clone() }, &args.function);
     (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.job_timeout.as_millis() as u64;
     spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);
@@ -272,7 +245,7 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
 }
 
 /// A `-L` target as given, or read from the file it names (`@FILE`; `@-`: standard input).
-fn list_target(target: &str, words: &[String]) -> anyhow::Result<String> {
+pub(crate) fn list_target(target: &str, words: &[String]) -> anyhow::Result<String> {
     let Some(path) = target.strip_prefix('@') else { return Ok(target.to_owned()) };
     if path == "-" && words.iter().any(|w| w.ends_with("=@-")) {
         anyhow::bail!("-L @- and an argument =@- cannot both read standard input");
@@ -341,7 +314,7 @@ fn rollout_progress(latest: &BTreeMap<String, MinionJobState>, total: usize) -> 
 }
 
 /// What `--async` says on standard error of the ids its target named that no minion has.
-fn unknown_named(unknown: &[String]) -> String {
+pub(crate) fn unknown_named(unknown: &[String]) -> String {
     const SHOWN: usize = 20;
     let mut named = unknown.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
     if unknown.len() > SHOWN {
@@ -394,9 +367,9 @@ pub(crate) fn final_detail(state: MinionJobState, ret: Option<&JobReturn>) -> St
                 Some(map) if map.contains_key("pid") => {
                     let mut shown = map.clone();
                     shown.remove("pid");
-                    output::yaml(&Value::Object(shown))
+                    output::return_text(&Value::Object(shown))
                 }
-                _ => output::yaml(&ret.outputs),
+                _ => output::return_text(&ret.outputs),
             };
             let indented: Vec<String> = body.lines().map(|l| format!("    {l}")).collect();
             format!("\n{}", indented.join("\n"))

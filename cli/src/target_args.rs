@@ -6,16 +6,18 @@ use halite_protocol::message::TargetKind;
 
 #[derive(Args, Default)]
 pub(crate) struct TargetArgs {
-    /// Target is a list of ids, separated by commas or whitespace.
+    /// Target is a list of ids, separated by commas or whitespace; `@FILE` reads it from a file
+    /// (one id per line is fine), `@-` from standard input.
     #[arg(short = 'L', long, group = "kind")]
     pub(crate) list: bool,
-    /// Target is a regular expression on ids (anchored).
+    /// Target is a regular expression that must match the whole id (unlike Salt's, which
+    /// matches from the start: write `web.*` for Salt's `web`).
     #[arg(short = 'E', long, group = "kind")]
     pub(crate) regex: bool,
     /// Target is key:glob on a grain.
     #[arg(short = 'G', long, group = "kind")]
     pub(crate) grain: bool,
-    /// Target is a compound expression (G@, L@, E@, N@, and/or/not, parentheses).
+    /// Target is a compound expression (G@, L@, E@, N@, S@, and/or/not, parentheses).
     #[arg(short = 'C', long, group = "kind")]
     pub(crate) compound: bool,
     /// Target is a nodegroup from the master config.

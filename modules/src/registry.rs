@@ -85,7 +85,7 @@ mod tests {
         assert!(registry.unknown("cmd.rn").to_string().ends_with("did you mean cmd.run?"));
         assert!(registry.unknown("pkg.instal").to_string().ends_with("did you mean pkg.install?"));
         let salt = registry.unknown("state.apply").to_string();
-        assert!(salt.contains("halite's way to do that is plan.run"), "{salt}");
+        assert!(salt.contains("halite's way to do that is plan.apply"), "{salt}");
         assert!(registry.unknown("grains.item").to_string().ends_with("grains.get"), "not grains.items");
         let error = registry.unknown("servce.restart").to_string();
         assert_eq!(error, "unknown function \"servce.restart\"; did you mean service.restart?");

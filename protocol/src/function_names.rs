@@ -6,9 +6,10 @@
 /// What halite offers for a Salt function it does not have under that name.
 pub fn salt_equivalent(name: &str) -> Option<&'static str> {
     Some(match name {
-        "state.apply" | "state.highstate" | "state.sls" => {
-            "plan.run (a plan of steps with requisites and test=true; see docs/modules.md)"
+        "state.apply" | "state.highstate" => {
+            "plan.apply (the master's top file; from the CLI: halite apply TARGET [PLAN...]; see docs/modules.md)"
         }
+        "state.sls" => "plan.run source=halite://plans/NAME.yaml (a plan the master serves; see docs/modules.md)",
         "cp.get_file" | "cp.get_url" => "file.managed with source=halite://PATH (a file the master serves)",
         "cmd.run_all" | "cmd.run_stdout" | "cmd.retcode" => "cmd.run (it returns retcode, stdout and stderr)",
         "cmd.shell" => "cmd.run with shell=true",
@@ -75,7 +76,8 @@ mod tests {
         assert_eq!(hint("test.pong", known), "; did you mean test.ping?");
         assert_eq!(hint("servce.restart", known), "; did you mean service.restart?");
         assert_eq!(hint("grains.item", known), "; halite's way to do that is grains.get", "Salt's grains.item");
-        assert_eq!(hint("state.apply", known), "; halite's way to do that is plan.run (a plan of steps with requisites and test=true; see docs/modules.md)");
+        assert!(hint("state.apply", known).contains("plan.apply (the master's top file; from the CLI: halite apply"));
+        assert!(hint("state.sls", known).contains("plan.run source=halite://plans/NAME.yaml"));
         assert!(hint("cmd.run_all", known).contains("cmd.run (it returns retcode, stdout and stderr)"));
         assert_eq!(hint("frobnicate.now", known), "");
     }

@@ -45,6 +45,45 @@ fn sh(root: &TestRoot, script: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Every man page the programs of this build make (`PROGRAM man --dir`), as the packages
+/// install them, sorted: `man1/halite-run.1.gz`, `man8/halite-minion-call.8.gz`, ... (`test`
+/// names the scratch directories.)
+fn man_pages(test: &str) -> Vec<String> {
+    let mut pages = Vec::new();
+    for (program, section) in [("halite", "1"), ("halite-master", "8"), ("halite-minion", "8")] {
+        let dir = scratch(&format!("{test}-man-{program}"));
+        run(Command::new(halite_tests::bin_dir().join(program)).arg("man").arg("--dir").arg(&dir));
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            pages.push(format!("man{section}/{}.gz", entry.unwrap().file_name().to_string_lossy()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    pages.sort();
+    for page in
+        ["man1/halite.1.gz", "man1/halite-run.1.gz", "man1/halite-key-accept.1.gz", "man1/halite-jobs-list.1.gz"]
+            .into_iter()
+            .chain(["man8/halite-master.8.gz", "man8/halite-master-cluster-init.8.gz", "man8/halite-minion-call.8.gz"])
+    {
+        assert!(pages.iter().any(|p| p == page), "{page} not among {pages:?}");
+    }
+    pages
+}
+
+/// What man-db says rendering `page` with warnings on, as lintian runs it
+/// (`manpage-has-errors-from-man`): nothing for a good page.
+fn man_warnings(page: &Path) -> String {
+    let output = Command::new("man")
+        .args(["--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z"])
+        .arg(page)
+        .env("LC_ALL", "C.UTF-8")
+        .env("MANROFFSEQ", "")
+        .env("MANWIDTH", "80")
+        .output()
+        .expect("man is missing: apt-get install man-db (lintian depends on it)");
+    assert!(output.status.success(), "man -l {}: {}", page.display(), String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
 }
@@ -120,8 +159,31 @@ fn the_debs_pass_lintian_and_install_upgrade_remove_and_purge_with_dpkg() {
     // Enabled, so an image boots into a running minion (the link is absolute: read, not followed).
     let wants = root.join("/etc/systemd/system/multi-user.target.wants/halite-minion.service");
     assert_eq!(std::fs::read_link(&wants).unwrap(), Path::new("/lib/systemd/system/halite-minion.service"));
-    // The man pages render, and the packaged example config is one the minion runs with.
-    assert!(sh(&root, "zcat /usr/share/man/man8/halite-minion.8.gz").contains(".SH NAME"));
+    // A man page for every program and every command, each rendering without a warning, with
+    // the sections an operator looks for, and naming under SEE ALSO only pages installed here.
+    let pages = man_pages("deb");
+    let installed = sh(&root, "cd /usr/share/man && ls -d man1/halite*.gz man8/halite*.gz");
+    let mut installed: Vec<&str> = installed.lines().collect();
+    installed.sort_unstable();
+    assert_eq!(installed, pages, "the pages installed are the pages the programs make");
+    for page in &pages {
+        let path = root.join(&format!("/usr/share/man/{page}"));
+        assert_eq!(mode(&path), 0o644, "{page}");
+        assert_eq!(man_warnings(&path), "", "{page}");
+        let text = sh(&root, &format!("zcat /usr/share/man/{page}"));
+        for section in [".SH NAME", ".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH FILES", ".SH EXAMPLES"] {
+            assert!(text.contains(section), "{page} has no {section}");
+        }
+        let see_also = &text[text.find(".SH \"SEE ALSO\"").unwrap_or_else(|| panic!("{page} has no SEE ALSO"))..];
+        for named in see_also.split("\\fB").skip(1) {
+            let (name, rest) = named.split_once("\\fR(").unwrap();
+            let name = name.replace("\\-", "-");
+            let section = &rest[..rest.find(')').unwrap()];
+            let target = format!("man{section}/{name}.{section}.gz");
+            assert!(pages.contains(&target), "{page} names {name}({section}) under SEE ALSO: not installed");
+        }
+    }
+    // The packaged example config is one the minion runs with.
     assert!(sh(&root, "halite-minion --config /etc/halite/minion.toml call test.ping").contains("true"));
     assert!(sh(&root, "halite --version").contains("halite 0.1.0"));
 
@@ -162,14 +224,24 @@ fn the_rpms_carry_the_same_files_config_files_and_the_halite_user() {
         "/usr/bin/halite-master",
         "/usr/bin/halite",
         "/usr/lib/systemd/system/halite-master.service",
-        "/usr/share/man/man8/halite-master.8.gz",
-        "/usr/share/man/man1/halite.1.gz",
         "/usr/share/bash-completion/completions/halite",
         "/usr/share/doc/halite-master/operations.md",
         "/var/lib/halite/master",
     ] {
         assert!(files.lines().any(|l| l == path), "{path} not in the master rpm:\n{files}");
     }
+    // The same man pages as the .debs: every program's and every command's.
+    let minion_files = query(&["-qlp"], &minion);
+    let mut shipped: Vec<&str> = files
+        .lines()
+        .chain(minion_files.lines())
+        .filter_map(|l| l.strip_prefix("/usr/share/man/"))
+        .filter(|l| l.ends_with(".gz"))
+        .collect();
+    shipped.sort_unstable();
+    assert_eq!(shipped, man_pages("rpm"), "the rpms' man pages");
+    assert!(minion_files.lines().any(|l| l == "/usr/share/man/man8/halite-minion-call.8.gz"), "{minion_files}");
+    assert!(files.lines().any(|l| l == "/usr/share/man/man1/halite-run.1.gz"), "{files}");
     assert_eq!(query(&["-qcp"], &master), "/etc/halite/master.toml\n");
     assert_eq!(query(&["-qcp"], &minion), "/etc/halite/minion.toml\n");
     assert!(query(&["-qp", "--scripts"], &master).contains("useradd --system --gid halite"));

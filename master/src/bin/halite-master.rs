@@ -6,6 +6,9 @@ use anyhow::Context;
 use clap::Parser;
 use halite_master::config::{MasterConfig, DEFAULT_PATH};
 
+#[path = "halite-master/man.rs"]
+mod man;
+
 /// The halite master daemon.
 #[derive(Parser)]
 #[command(version, about)]
@@ -43,9 +46,15 @@ enum Command {
     /// A cluster key certifying each master's own key (minions pin the cluster key).
     #[command(subcommand)]
     Cluster(ClusterCommand),
-    /// Print this program's man page (roff), as packages install it.
+    /// Print this program's man page (roff); with --dir, write it and one page per command
+    /// into DIR, as packages install them.
     #[command(hide = true)]
-    Man,
+    Man {
+        /// Write every page (halite-master.8, halite-master-cluster-init.8, ...) into this
+        /// directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Subcommand)]
@@ -77,7 +86,10 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("halite-master: {}", halite_transport::error_text::one_line(error.chain().map(|e| e.to_string())));
+            eprintln!(
+                "halite-master: {}",
+                halite_transport::error_text::one_line(error.chain().map(|e| e.to_string()))
+            );
             std::process::ExitCode::FAILURE
         }
     }
@@ -86,11 +98,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     // The cluster key's own commands (and the man page) need no master config.
     match &cli.command {
-        Some(Command::Man) => {
-            use clap::CommandFactory;
-            clap_mangen::Man::new(Cli::command()).section("8").render(&mut std::io::stdout())?;
-            return Ok(());
-        }
+        Some(Command::Man { dir }) => return man::run(dir.as_deref()),
         Some(Command::Cluster(ClusterCommand::Init { dir })) => {
             let (path, key) = halite_master::init_cluster_key(dir)?;
             println!("cluster key created; minions and clients pin {} ({})", path.display(), key.fingerprint());
@@ -129,7 +137,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let path = halite_master::certify(&config, &cluster_key)?;
             println!("certificate written to {}; restart the master to present it", path.display());
         }
-        Some(Command::Cluster(ClusterCommand::Init { .. } | ClusterCommand::Revoke { .. }) | Command::Man) => {}
+        Some(Command::Cluster(ClusterCommand::Init { .. } | ClusterCommand::Revoke { .. }) | Command::Man { .. }) => {}
     }
     Ok(())
 }

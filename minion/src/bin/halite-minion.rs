@@ -6,6 +6,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use halite_minion::config::{MinionConfig, DEFAULT_PATH};
 
+#[path = "halite-minion/man.rs"]
+mod man;
+
 /// The halite minion.
 #[derive(Parser)]
 #[command(version, about)]
@@ -65,9 +68,14 @@ enum Command {
     },
     /// Print the documentation of every built-in function as Markdown (docs/modules.md).
     Doc,
-    /// Print this program's man page (roff), as packages install it.
+    /// Print this program's man page (roff); with --dir, write it and one page per command
+    /// into DIR, as packages install them.
     #[command(hide = true)]
-    Man,
+    Man {
+        /// Write every page (halite-minion.8, halite-minion-call.8, ...) into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -75,7 +83,10 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("halite-minion: {}", halite_transport::error_text::one_line(error.chain().map(|e| e.to_string())));
+            eprintln!(
+                "halite-minion: {}",
+                halite_transport::error_text::one_line(error.chain().map(|e| e.to_string()))
+            );
             std::process::ExitCode::FAILURE
         }
     }
@@ -101,11 +112,8 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<MinionConfig> {
 
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command.unwrap_or(Command::Run) {
-        Command::Man => {
-            use clap::CommandFactory;
-            let mut page = Vec::new();
-            clap_mangen::Man::new(Cli::command()).section("8").render(&mut page)?;
-            print_out(page)?;
+        Command::Man { dir } => {
+            man::run(dir.as_deref())?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         Command::Doc => {
