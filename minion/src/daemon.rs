@@ -100,6 +100,8 @@ struct Minion {
     /// When the last `hello` left: the master's `welcome` answers it, so its time was read at
     /// or after then (a welcome that waited unread, the minion stopped, is not taken as now).
     hello_sent_at: Option<Instant>,
+    /// Welcomes in a row that came too long after their hello to date the master's time.
+    slow_welcomes: u32,
     done_tx: mpsc::Sender<JobReturn>,
     /// Slots free for jobs to start (`max_concurrent_jobs` at most).
     free_slots: usize,
@@ -170,6 +172,7 @@ pub(crate) async fn serve(mut setup: Setup, shutdown: impl std::future::Future<O
         unsent: BTreeMap::new(),
         master_time: None,
         hello_sent_at: None,
+        slow_welcomes: 0,
         done_tx,
         free_slots,
         retry_at: None,
@@ -487,6 +490,21 @@ impl Minion {
                 // Dated from the hello it answers, never later: the master's time can then only be
                 // overestimated (by a round trip), so a job is never thought fresher than it is.
                 let asked = self.hello_sent_at.take().unwrap_or_else(Instant::now);
+                // A welcome long after its hello says little: the minion may have stopped before
+                // its hello left (the master's time is then later than the hello) or after the
+                // welcome came (it is not). Asked again, jobs waiting for the answer (and sent
+                // again after it); past a few tries the hello's time is kept, which only ever
+                // refuses a job, never runs a late one.
+                if asked.elapsed() > crate::freshness::WELCOME_WITHIN && self.slow_welcomes < 3 {
+                    self.slow_welcomes += 1;
+                    debug!(
+                        waited_ms = asked.elapsed().as_millis() as u64,
+                        "a slow welcome; asking the master's time again"
+                    );
+                    self.hello().await;
+                    return;
+                }
+                self.slow_welcomes = 0;
                 self.master_time = crate::freshness::MasterTime::learned(welcome.now_ms, asked);
                 if let Some(pinned) = self.setup.master_key {
                     self.revocations.learn(&welcome.revoked, &pinned);

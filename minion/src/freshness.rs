@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::message::Job;
 
+/// Longest a welcome may take after its hello to date the master's time by it.
+pub(crate) const WELCOME_WITHIN: Duration = Duration::from_secs(2);
+
 /// Allowance for transit and the master's own grace before it gives a job up.
 const SLACK: Duration = Duration::from_secs(10);
 

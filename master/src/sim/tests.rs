@@ -184,7 +184,7 @@ fn a_function_the_targets_do_not_have_is_refused_before_sending_naming_them() {
             "test.pong is not a function of 2 targeted minion(s): web1, web2; nothing was sent; did you mean test.ping?"
         );
         let salt = sim.publish(&mut root, "web[12]", "state.apply", 1_000, 0).await.unwrap_err();
-        assert!(salt.contains("halite's way to do that is plan.run"), "{salt}");
+        assert!(salt.contains("halite's way to do that is plan.apply"), "{salt}");
         for minion in &mut minions {
             assert!(minion.jobs(&sim).is_empty(), "nothing sent");
         }
