@@ -164,7 +164,7 @@ fn print_minion(minion: &str, state: MinionJobState, ret: Option<&JobReturn>) {
     for line in text.lines() {
         match line {
             "" => println!(),
-            line => println!("    {line}"),
+            line => println!("    {}", output::terminal_safe(line)),
         }
     }
 }

@@ -57,7 +57,7 @@ pub(crate) async fn list(client: &Client, args: JobListArgs, format: Format) -> 
                 j.jid.clone(),
                 crate::admin::format_time(j.created_at_ms),
                 j.function.clone(),
-                j.target.expr.clone(),
+                shortened(&j.target.expr),
                 j.caller.clone(),
                 states.join(", "),
             ]
@@ -65,6 +65,15 @@ pub(crate) async fn list(client: &Client, args: JobListArgs, format: Format) -> 
         .collect();
     output::print_table(&["JID", "STARTED (UTC)", "FUNCTION", "TARGET", "CALLER", "MINIONS"], &rows);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A target as a table cell: a long list is cut (`--out json` has it whole).
+fn shortened(target: &str) -> String {
+    const SHOWN: usize = 48;
+    match target.char_indices().nth(SHOWN) {
+        Some((at, _)) => format!("{}… ({} bytes)", &target[..at], target.len()),
+        None => target.to_owned(),
+    }
 }
 
 fn parse_state(text: &str) -> Result<MinionJobState, String> {

@@ -441,6 +441,22 @@ mod tests {
     }
 
     #[test]
+    fn a_link_planted_under_a_pages_name_is_replaced_not_followed() {
+        let dir = std::env::temp_dir().join(format!("halite-man-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "kept").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("halite.1")).unwrap();
+        MANUAL.write_to(Cli::command(), &dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
+        let page = std::fs::symlink_metadata(dir.join("halite.1")).unwrap();
+        assert!(page.is_file(), "the page is a file of its own");
+        assert!(std::fs::read_to_string(dir.join("halite-run.1")).unwrap().contains(".TH halite-run 1"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn pages_are_named_after_their_commands_and_the_top_page_is_halite_1() {
         let pages = MANUAL.pages(Cli::command());
         let names: Vec<String> = pages.iter().map(|p| p.file_name("1")).collect();

@@ -41,6 +41,22 @@ pub(crate) fn colour() -> bool {
 }
 
 /// Wraps `text` in an ANSI colour when colouring.
+/// `text` with control characters (but line breaks and tabs) written as escapes: what a
+/// minion returns must not speak to the operator's terminal.
+pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
+}
+
 pub(crate) fn paint(text: &str, code: &str) -> String {
     if colour() {
         format!("\x1b[{code}m{text}\x1b[0m")
@@ -266,6 +282,12 @@ fn plain_ok(s: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_returns_control_characters_are_escaped_for_the_terminal() {
+        assert_eq!(terminal_safe("te\u{1b}[31mxt\n\tok"), "te\\u{1b}[31mxt\n\tok");
+        assert!(matches!(terminal_safe("plain\n"), std::borrow::Cow::Borrowed(_)));
+    }
 
     #[test]
     fn yaml_renders_nested_values_and_quotes_ambiguous_strings() {

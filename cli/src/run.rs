@@ -354,7 +354,7 @@ pub(crate) fn print_final(minion: &str, width: usize, state: MinionJobState, ret
 /// A line of results: the minion (or the minions sharing it), the state, what it returned.
 pub(crate) fn print_line(minions: &str, width: usize, state: MinionJobState, detail: &str) {
     let label = paint(&format!("{:<9}", state.as_str()), state_colour(state));
-    println!("{minions:<width$}  {label}  {detail}");
+    println!("{minions:<width$}  {label}  {}", output::terminal_safe(detail));
 }
 
 /// What the table shows of a final state: the return, or what the state means. A return's

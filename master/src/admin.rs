@@ -15,7 +15,7 @@ use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
-use halite_protocol::message::{JobFilter, JobSummary};
+use halite_protocol::message::{JobFilter, JobSummary, MinionJobState};
 use halite_transport::PeerId;
 
 /// Most jobs one listing returns.
@@ -82,7 +82,12 @@ impl<S: Store, N: Net> Master<S, N> {
     /// not exist.
     pub(crate) async fn show_job(&mut self, jid: &str, who: Who<'_>) -> Reply {
         let detail = self.store.job(jid).await.map_err(RequestError::from)?.filter(|detail| {
-            let minions: Vec<&str> = detail.minions.iter().map(|m| m.minion.as_str()).collect();
+            let minions: Vec<&str> = detail
+                .minions
+                .iter()
+                .filter(|m| m.state != MinionJobState::Unknown)
+                .map(|m| m.minion.as_str())
+                .collect();
             self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
         });
         match detail {

@@ -83,6 +83,12 @@ impl LiveJob {
         &self.minions
     }
 
+    /// The minions the job went to: its slots but the names it listed that are no minion's
+    /// (`unknown`), which say nothing of who may see or control it.
+    pub(crate) fn targeted(&self) -> Vec<&str> {
+        self.minions.iter().filter(|(_, s)| s.state != MinionJobState::Unknown).map(|(m, _)| m.as_str()).collect()
+    }
+
     /// The deadline for a job sent now; none for a job without a timeout (`timeout_ms` 0: it
     /// runs until its minion returns, or it is cancelled).
     pub(crate) fn run_deadline(&self, now: Instant, grace: Duration) -> Option<Instant> {

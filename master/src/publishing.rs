@@ -20,8 +20,9 @@ use crate::store::{JobRecord, Store, StoreError};
 use crate::target::Expr;
 
 /// Most ids a job records as `unknown`: an inventory with some hosts not enrolled passes, while
-/// a list of made-up names cannot make a job write a slot (and an event) for each of them.
-const MAX_UNKNOWN_IDS: usize = 10_000;
+/// a list of made-up names cannot make a job write a slot (and an event) for each of them, nor
+/// make every listing of jobs read them.
+const MAX_UNKNOWN_IDS: usize = 1_000;
 
 impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn publish(

@@ -13,8 +13,15 @@ pub(crate) const MAX_RETURN_BYTES: usize = halite_protocol::noise::MAX_MESSAGE_S
 /// Most values a return may hold (the master's relay limit).
 pub(crate) const MAX_RETURN_VALUES: usize = message::MAX_VALUES - 1024;
 
+/// Deepest nesting kept in a return's outputs: the master wraps a return a few levels deeper
+/// for its clients, and every decoder stops at [`message::MAX_DEPTH`].
+pub(crate) const MAX_RETURN_DEPTH: usize = message::MAX_DEPTH - 16;
+
 /// `ret`, cut down to fit if it does not.
 pub(crate) fn fit(mut ret: JobReturn) -> JobReturn {
+    if cut_deep(&mut ret.outputs, 0) {
+        ret.truncated = true;
+    }
     let (bytes, values) = message::measure(&ret);
     if bytes <= MAX_RETURN_BYTES && values <= MAX_RETURN_VALUES {
         return ret;
@@ -53,6 +60,21 @@ pub(crate) fn fit(mut ret: JobReturn) -> JobReturn {
         ret.retcode = 1;
     }
     ret
+}
+
+/// Replaces what `value` nests past [`MAX_RETURN_DEPTH`] (it is at `depth`) with a note;
+/// whether anything was cut.
+fn cut_deep(value: &mut Value, depth: usize) -> bool {
+    let children: Vec<&mut Value> = match value {
+        Value::Array(items) => items.iter_mut().collect(),
+        Value::Object(map) => map.values_mut().collect(),
+        _ => return false,
+    };
+    if depth + 1 >= MAX_RETURN_DEPTH {
+        *value = Value::String(format!("(nested deeper than {MAX_RETURN_DEPTH} levels: cut)"));
+        return true;
+    }
+    children.into_iter().fold(false, |cut, child| cut_deep(child, depth + 1) | cut)
 }
 
 /// The longest string anywhere in `value` (none if it holds no non-empty string).
@@ -103,6 +125,29 @@ mod tests {
         assert_eq!(fitted.outputs["log"].as_str().map(str::len), Some(1 << 20), "only the largest is cut");
         let encoded = message::encode(&message::Message::JobReturn(fitted));
         assert!(message::decode(&encoded).is_ok());
+    }
+
+    #[test]
+    fn nesting_past_what_a_client_decodes_is_cut_and_marked_truncated() {
+        let mut deep = json!("bottom");
+        for _ in 0..60 {
+            deep = json!([deep]);
+        }
+        let fitted = fit(ret(json!({ "echo": deep })));
+        assert!(fitted.truncated && fitted.success);
+        assert!(fitted.outputs.to_string().contains("nested deeper than"), "{}", fitted.outputs);
+        // As the master wraps it for a client, and a client decodes it.
+        let update = message::Message::JobUpdates(message::JobUpdates {
+            updates: vec![message::JobUpdate {
+                jid: "1".into(),
+                minion: "m".into(),
+                state: message::MinionJobState::Returned,
+                ret: Some(fitted),
+            }],
+        });
+        assert!(message::decode(&message::encode(&update)).is_ok());
+        let shallow = ret(json!({"a": [[1]]}));
+        assert_eq!(fit(shallow.clone()), shallow);
     }
 
     #[test]

@@ -28,7 +28,7 @@ fn explain(argument: Option<&str>, serde_says: &str, object: &Map<String, Value>
     }
     if let Some(name) = between_backticks(serde_says, "unknown field `") {
         let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
-        return format!("unknown argument {name}; this function takes {}", known.join(", "));
+        return format!("unknown argument {}; this function takes {}", cut(name), known.join(", "));
     }
     let Some(name) = argument else { return serde_says.to_owned() };
     let property = properties.and_then(|p| p.get(name));
@@ -146,10 +146,14 @@ fn cli_form(value: &Value) -> String {
 
 /// A given value as the message quotes it, cut short.
 fn shown(value: &Value) -> String {
-    let text = value.to_string();
+    cut(&value.to_string())
+}
+
+/// `text` cut short for a message (a caller's name or value may be of any length).
+fn cut(text: &str) -> String {
     match text.char_indices().nth(60) {
         Some((at, _)) => format!("{}...", &text[..at]),
-        None => text,
+        None => text.to_owned(),
     }
 }
 
@@ -248,5 +252,7 @@ mod tests {
             error(json!({"name": "x", "bogus": 1})),
             "unknown argument bogus; this function takes name, timeout, makedirs, uid, pkgs"
         );
+        let long = "k".repeat(100_000);
+        assert!(error(json!({"name": "x", long.clone(): 1})).len() < 200, "a caller's long name is cut");
     }
 }

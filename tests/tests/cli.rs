@@ -82,8 +82,8 @@ fn a_long_list_target_comes_from_a_file_or_standard_input() {
     cluster.enroll_minion("known1", "");
     cluster.enroll_minion("known2", "");
     cluster.wait_connected(&["known1", "known2"]);
-    // Thousands of names, one per line: far past what a command line holds comfortably.
-    let mut names: Vec<String> = (0..5_000).map(|i| format!("absent{i}.example.com")).collect();
+    // A thousand names, one per line: far past what a command line holds comfortably.
+    let mut names: Vec<String> = (0..1_000).map(|i| format!("absent{i}.example.com")).collect();
     names.push("known1".into());
     let file = cluster.dir.join("hosts.txt");
     std::fs::write(&file, names.join("\n")).unwrap();
@@ -91,7 +91,7 @@ fn a_long_list_target_comes_from_a_file_or_standard_input() {
     let run = cluster.cli(&["run", "--out", "json", "-L", &at_file, "test.ping"]);
     let doc = run.json();
     assert_eq!(doc["minions"]["known1"]["state"], "returned", "{}", run.stderr);
-    assert_eq!(doc["minions"]["absent4999.example.com"]["state"], "unknown");
+    assert_eq!(doc["minions"]["absent999.example.com"]["state"], "unknown");
     assert!(doc["minions"].get("known2").is_none(), "only the listed ids");
     let mut child = Command::new(cluster.bins().join("halite"))
         .args(["--config", cluster.config.to_str().unwrap(), "run", "--out", "json", "-L", "@-", "test.ping"])

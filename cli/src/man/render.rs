@@ -101,11 +101,19 @@ impl Manual {
         self.pages(program).swap_remove(0).roff
     }
 
-    /// Writes every page into `dir` (created if missing).
+    /// Writes every page into `dir` (created if missing). Each page is a new file renamed into
+    /// place, so a link planted under a page's name (in a directory others may write) is
+    /// replaced, never followed to overwrite what it points at.
     pub(crate) fn write_to(&self, program: Command, dir: &Path) -> io::Result<()> {
+        use std::io::Write as _;
         std::fs::create_dir_all(dir)?;
         for page in self.pages(program) {
-            std::fs::write(dir.join(page.file_name(self.section)), &page.roff)?;
+            let name = page.file_name(self.section);
+            let fresh = dir.join(format!(".{name}.{}.new", std::process::id()));
+            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&fresh)?;
+            file.write_all(page.roff.as_bytes())?;
+            drop(file);
+            std::fs::rename(&fresh, dir.join(&name))?;
         }
         Ok(())
     }

@@ -111,7 +111,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Whether `who` may see (read, watch) a job published by `caller` with `function` on
-    /// `minions`.
+    /// `minions` (the ones it targeted: names it listed that are no minion's do not count).
     pub(crate) fn may_see_job(&self, who: Who<'_>, caller: &str, function: &str, minions: &[&str]) -> bool {
         let job = JobFacts { caller, function, minions };
         self.policy().decide(&Asker::client(who.name, who.acl), &Action::SeeJob(job)).is_ok()
@@ -120,7 +120,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Whether `who` may see a live job.
     pub(crate) fn may_see_live_job(&self, who: Who<'_>, jid: &str) -> bool {
         let Some(job) = self.jobs.get(jid) else { return false };
-        let minions: Vec<&str> = job.slots().keys().map(String::as_str).collect();
+        let minions: Vec<&str> = job.targeted();
         self.may_see_job(who, &job.record.caller, &job.record.function, &minions)
     }
 
@@ -128,7 +128,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// control it (cancel, pause, resume).
     pub(crate) fn job_access(&self, who: Who<'_>, jid: &str) -> JobAccess {
         let Some(job) = self.jobs.get(jid) else { return JobAccess::None };
-        let minions: Vec<&str> = job.slots().keys().map(String::as_str).collect();
+        let minions: Vec<&str> = job.targeted();
         let facts = JobFacts { caller: &job.record.caller, function: &job.record.function, minions: &minions };
         let asker = Asker::client(who.name, who.acl);
         let policy = self.policy();

@@ -534,7 +534,10 @@ macro_rules! common_store_methods {
             if with_minions {
                 let minions = self
                     .page_rows(
-                        "SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) ORDER BY jid, minion",
+                        // The minions each job targeted (names it listed that are no minion's,
+                        // `unknown`, say nothing of who may see it, and may be many).
+                        "SELECT jid, minion FROM job_minions WHERE jid IN ({PAGE}) AND state <> 'unknown' \
+                         ORDER BY jid, minion",
                         before,
                         limit,
                     )

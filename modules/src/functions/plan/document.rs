@@ -13,9 +13,9 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Deepest nesting of lists and mappings in a plan or top file. Far above what a plan needs
-/// (a step's keyword arguments nest a few levels), far below what would strain the stack of
-/// the code that walks or drops the tree.
-pub(crate) const MAX_DEPTH: usize = 64;
+/// (a step's keyword arguments nest a few levels), and well below what a message may nest
+/// once a step's arguments are echoed in a return the master wraps for its clients.
+pub(crate) const MAX_DEPTH: usize = 32;
 
 /// Most values (scalars, lists and mappings) in one file.
 pub(crate) const MAX_VALUES: usize = 100_000;
