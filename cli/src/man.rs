@@ -418,16 +418,7 @@ const MANUAL: Manual = Manual {
 
 /// `halite man`: halite(1) on standard output, or with `dir` every page written there.
 pub(crate) fn run(dir: Option<&Path>) -> anyhow::Result<()> {
-    match dir {
-        Some(dir) => MANUAL.write_to(Cli::command(), dir)?,
-        None => {
-            use std::io::Write as _;
-            let mut out = std::io::stdout().lock();
-            out.write_all(MANUAL.top_page(Cli::command()).as_bytes())?;
-            out.flush()?;
-        }
-    }
-    Ok(())
+    Ok(MANUAL.print_or_write(Cli::command(), dir)?)
 }
 
 #[cfg(test)]

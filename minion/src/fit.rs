@@ -65,16 +65,16 @@ pub(crate) fn fit(mut ret: JobReturn) -> JobReturn {
 /// Replaces what `value` nests past [`MAX_RETURN_DEPTH`] (it is at `depth`) with a note;
 /// whether anything was cut.
 fn cut_deep(value: &mut Value, depth: usize) -> bool {
-    let children: Vec<&mut Value> = match value {
-        Value::Array(items) => items.iter_mut().collect(),
-        Value::Object(map) => map.values_mut().collect(),
-        _ => return false,
-    };
-    if depth + 1 >= MAX_RETURN_DEPTH {
+    let nested = matches!(value, Value::Array(_) | Value::Object(_));
+    if nested && depth + 1 >= MAX_RETURN_DEPTH {
         *value = Value::String(format!("(nested deeper than {MAX_RETURN_DEPTH} levels: cut)"));
         return true;
     }
-    children.into_iter().fold(false, |cut, child| cut_deep(child, depth + 1) | cut)
+    match value {
+        Value::Array(items) => items.iter_mut().fold(false, |cut, child| cut_deep(child, depth + 1) | cut),
+        Value::Object(map) => map.values_mut().fold(false, |cut, child| cut_deep(child, depth + 1) | cut),
+        _ => false,
+    }
 }
 
 /// The longest string anywhere in `value` (none if it holds no non-empty string).

@@ -8,7 +8,7 @@ use serde_json::Map;
 
 /// `object` parsed as `T`, or why not, in words naming the argument (see the module doc).
 pub(crate) fn parse<T: serde::de::DeserializeOwned>(object: Map<String, Value>, schema: &Value) -> Result<T, String> {
-    serde_path_to_error::deserialize::<_, T>(Value::Object(object.clone())).map_err(|error| {
+    serde_path_to_error::deserialize::<_, T>(&object).map_err(|error| {
         let argument = match error.path().iter().next() {
             Some(serde_path_to_error::Segment::Map { key }) => Some(key.clone()),
             // Flattened arguments lose their path in serde: the one whose type the schema

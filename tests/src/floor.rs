@@ -43,9 +43,9 @@ pub fn measure(bin_dir: &Path, dir: &Path, jobs: u32) -> f64 {
             .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
     };
     let mut master = spawn("master");
-    let client = connect(port);
+    // The master takes the client first, then the minion.
+    let mut client = connect(port);
     let mut minion = spawn("minion");
-    let mut client = client;
     let job = vec![7u8; JOB_BYTES];
     let mut reply = Vec::new();
     let mut one = |client: &mut TcpStream| {

@@ -35,6 +35,19 @@ pub(crate) enum Scope {
 
 /// An item of EXIT STATUS (`name` the status), ENVIRONMENT (a variable) or FILES (a path).
 /// Consecutive entries with the same name are shown under it together.
+// The daemons' shared words (the CLI's pages say these in their own, so it leaves them unused).
+/// Exit status 2, as both daemons say it (clap's usage errors).
+#[allow(dead_code)]
+pub(crate) const USAGE_ERROR: &str =
+    "Invalid command-line usage: an unknown command or option, a missing or malformed argument.";
+/// `RUST_LOG`, as the daemons read it.
+#[allow(dead_code)]
+pub(crate) const RUST_LOG: &str =
+    "A log filter (a level, or target=level pairs) that wins over the config's log and --log-level.";
+/// `NO_COLOR`, as the daemons read it.
+#[allow(dead_code)]
+pub(crate) const NO_COLOR: &str = "When set, log lines are never coloured (text logs are coloured only on a terminal).";
+
 pub(crate) struct Entry {
     pub(crate) name: &'static str,
     pub(crate) scope: Scope,
@@ -99,6 +112,20 @@ impl Manual {
     /// The program's own page alone (what a bare `man` subcommand prints).
     pub(crate) fn top_page(&self, program: Command) -> String {
         self.pages(program).swap_remove(0).roff
+    }
+
+    /// What each program's `man` does: its own page on standard output (a reader that goes
+    /// away, as `| head` does, ends it quietly), or with `dir` every page written there.
+    pub(crate) fn print_or_write(&self, program: Command, dir: Option<&Path>) -> io::Result<()> {
+        use std::io::Write as _;
+        let Some(dir) = dir else {
+            let mut out = io::stdout().lock();
+            return match out.write_all(self.top_page(program).as_bytes()).and_then(|()| out.flush()) {
+                Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                other => other,
+            };
+        };
+        self.write_to(program, dir)
     }
 
     /// Writes every page into `dir` (created if missing). Each page is a new file renamed into

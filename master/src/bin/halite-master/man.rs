@@ -34,25 +34,12 @@ const EXIT_STATUS: &[Entry] = &[
         text: "No master.db to copy, a target that is not a postgres:// URL, already holds data or cannot \
                be reached.",
     },
-    Entry {
-        name: "2",
-        scope: Scope::All,
-        text: "Invalid command-line usage: an unknown command or option, a missing or malformed argument.",
-    },
+    Entry { name: "2", scope: Scope::All, text: render::USAGE_ERROR },
 ];
 
 const ENVIRONMENT: &[Entry] = &[
-    Entry {
-        name: "RUST_LOG",
-        scope: Scope::Except(KEY_ONLY),
-        text: "A log filter (a level, or target=level pairs) that wins over the config's log and \
-               --log-level.",
-    },
-    Entry {
-        name: "NO_COLOR",
-        scope: Scope::Except(KEY_ONLY),
-        text: "When set, log lines are never coloured (text logs are coloured only on a terminal).",
-    },
+    Entry { name: "RUST_LOG", scope: Scope::Except(KEY_ONLY), text: render::RUST_LOG },
+    Entry { name: "NO_COLOR", scope: Scope::Except(KEY_ONLY), text: render::NO_COLOR },
     Entry {
         name: "NOTIFY_SOCKET",
         scope: Scope::Only(&[""]),
@@ -179,16 +166,7 @@ const MANUAL: Manual = Manual {
 
 /// `halite-master man`: the page on standard output, or with `dir` every page written there.
 pub(crate) fn run(dir: Option<&Path>) -> anyhow::Result<()> {
-    match dir {
-        Some(dir) => MANUAL.write_to(Cli::command(), dir)?,
-        None => {
-            use std::io::Write as _;
-            let mut out = std::io::stdout().lock();
-            out.write_all(MANUAL.top_page(Cli::command()).as_bytes())?;
-            out.flush()?;
-        }
-    }
-    Ok(())
+    Ok(MANUAL.print_or_write(Cli::command(), dir)?)
 }
 
 #[cfg(test)]

@@ -33,25 +33,12 @@ const EXIT_STATUS: &[Entry] = &[
         text: "The function failed, is unknown, or the policy does not allow it: the printed result says \
                which.",
     },
-    Entry {
-        name: "2",
-        scope: Scope::All,
-        text: "Invalid command-line usage: an unknown command or option, a missing or malformed argument.",
-    },
+    Entry { name: "2", scope: Scope::All, text: render::USAGE_ERROR },
 ];
 
 const ENVIRONMENT: &[Entry] = &[
-    Entry {
-        name: "RUST_LOG",
-        scope: Scope::Only(DAEMON),
-        text: "A log filter (a level, or target=level pairs) that wins over the config's log and \
-               --log-level.",
-    },
-    Entry {
-        name: "NO_COLOR",
-        scope: Scope::Only(DAEMON),
-        text: "When set, log lines are never coloured (text logs are coloured only on a terminal).",
-    },
+    Entry { name: "RUST_LOG", scope: Scope::Only(DAEMON), text: render::RUST_LOG },
+    Entry { name: "NO_COLOR", scope: Scope::Only(DAEMON), text: render::NO_COLOR },
     Entry {
         name: "NOTIFY_SOCKET",
         scope: Scope::Only(DAEMON),
@@ -184,11 +171,7 @@ const MANUAL: Manual = Manual {
 
 /// `halite-minion man`: the page on standard output, or with `dir` every page written there.
 pub(crate) fn run(dir: Option<&Path>) -> anyhow::Result<()> {
-    match dir {
-        Some(dir) => MANUAL.write_to(Cli::command(), dir)?,
-        None => crate::print_out(MANUAL.top_page(Cli::command()))?,
-    }
-    Ok(())
+    Ok(MANUAL.print_or_write(Cli::command(), dir)?)
 }
 
 #[cfg(test)]
