@@ -55,5 +55,24 @@ for banned in snow ed25519-dalek; do
   fi
 done
 
+# Library source as it is compiled outside tests, as "file:line: text": files of tests,
+# simulations and binaries are skipped, and each file is cut at its `#[cfg(test)]` module.
+library_source() {
+  find "$@" -name '*.rs' -not -path '*/bin/*' -not -path '*/sim/*' -not -path '*/tests/*' \
+    -not -name '*tests.rs' -not -name 'main.rs' | sort | while read -r file; do
+    awk -v file="$file" '
+      prev ~ /^[[:space:]]*#\[cfg\(test\)\]/ && /^[[:space:]]*(pub(\([a-z]+\))? )?mod [a-z_]+ \{/ { exit }
+      { prev = $0; print file ":" NR ": " $0 }' "$file"
+  done
+}
+
+# The master reads time only through its clock module (`clock.rs`): the core from the clock
+# it is given, everything else from `SystemClock`.
+if library_source master/src | grep -v '^master/src/clock.rs:' | grep -vE '^[^:]+:[0-9]+: *//' |
+  grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then
+  echo "ARCHITECTURE: the master reads a clock outside clock.rs (lines above)" >&2
+  fail=1
+fi
+
 [ "$fail" = 0 ] && echo "architecture invariants hold"
 exit "$fail"

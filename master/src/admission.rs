@@ -23,11 +23,11 @@ const REFUSED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "ref
 
 impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
-        let Some(conn) = self.sessions.conns.remove(&peer) else { return Ok(()) };
+        let Some(conn) = self.sessions.remove(&peer) else { return Ok(()) };
         match conn {
             // In-process sessions never arrive from the router; a refused peer is not listened to.
             kept @ (Conn::Local { .. } | Conn::Refused { .. }) => {
-                self.sessions.conns.insert(peer, kept);
+                self.sessions.insert(peer, kept);
             }
             Conn::AwaitHello { .. } => {
                 let result = Claim::new(&self.config.id, None)
@@ -36,9 +36,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 match result {
                     Ok((state, msg2)) => {
                         let _ = self.net.send(peer, vec![msg2]);
-                        self.sessions
-                            .conns
-                            .insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: self.clock.now() });
+                        let now = self.clock.now();
+                        self.sessions.insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: now });
+                        self.sessions.watch(peer, now + self.handshake_timeout());
                     }
                     Err(error) => self.drop_peer(peer, &error.to_string()),
                 }
@@ -48,7 +48,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     if let Err(error) = self.admit(peer, identified).await {
                         // No verdict could be reached: the peer knocks again later, rather than
                         // wait on a connection nobody holds any more.
-                        if !self.sessions.conns.contains_key(&peer) {
+                        if !self.sessions.contains(&peer) {
                             self.net.disconnect(peer, "the master's store is unavailable; try again");
                         }
                         return Err(error);
@@ -58,7 +58,7 @@ impl<S: Store, N: Net> Master<S, N> {
             },
             Conn::Minion { id, mut session } => {
                 let opened = session.open(&parts, self.clock.now());
-                self.sessions.conns.insert(peer, Conn::Minion { id: id.clone(), session });
+                self.sessions.insert(peer, Conn::Minion { id: id.clone(), session });
                 let decoded = opened
                     .map_err(|e| e.to_string())
                     .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(|e| e.to_string()));
@@ -78,7 +78,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // else is served before it, so a client always learns the master's version and
                 // revocations before acting.
                 let greets = matches!(decoded, Ok(Message::ClientHello(_)));
-                self.sessions.conns.insert(
+                self.sessions.insert(
                     peer,
                     Conn::Client {
                         principal: principal.clone(),
@@ -118,9 +118,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         let _ = self.net.send(peer, verdict);
                         self.net.mark_authenticated(peer);
-                        self.sessions
-                            .conns
-                            .insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
+                        self.sessions.insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
                 } else {
@@ -186,7 +184,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.sessions.online.insert(id.clone(), peer);
                         info!(minion = %id, "minion authenticated");
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
-                        self.sessions.conns.insert(peer, Conn::Minion { id, session });
+                        self.sessions.insert(peer, Conn::Minion { id, session });
                     }
                     Decision::Pending => {
                         // A token that did not enroll the minion is why it waits: both sides say so.
@@ -278,7 +276,9 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(parts) => {
                 let _ = self.net.send(peer, parts);
                 // Closed once the verdict has had time to arrive (see `Conn::Refused`).
-                self.sessions.conns.insert(peer, Conn::Refused { since: self.clock.now(), parked });
+                let now = self.clock.now();
+                self.sessions.insert(peer, Conn::Refused { since: now, parked });
+                self.sessions.watch(peer, now + crate::sessions::linger(parked));
             }
             Err(_) => self.net.disconnect(peer, "not accepted"),
         }
@@ -309,7 +309,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.
     pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
-        match (self.sessions.conns.remove(&peer), close) {
+        match (self.sessions.remove(&peer), close) {
             (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.parked.retain(|_, parked| *parked != peer),
             (Some(Conn::Minion { id, .. }), _) if self.sessions.online.get(&id) == Some(&peer) => {
                 self.sessions.online.remove(&id);
@@ -351,7 +351,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The principal on a client connection and its ACL (`None` for root), for
     /// [`crate::authz`].
     pub(crate) fn principal_on(&self, peer: PeerId) -> Option<(String, Option<Arc<PrincipalAcl>>)> {
-        match self.sessions.conns.get(&peer)? {
+        match self.sessions.get(&peer)? {
             Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
                 Some((principal.clone(), acl.clone()))
             }

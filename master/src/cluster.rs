@@ -87,7 +87,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// be applied): keys, principals, who is where, the live jobs it does not hold, and the
     /// states of every job it holds, so each view (watchers, bus, deadlines) follows the store.
     pub(crate) async fn resync(&mut self) -> Result<(), StoreError> {
-        // Said once per gap: while the store does not answer, this is tried at every tick.
+        // Said once per gap: while the store does not answer, this is tried again every 100 ms.
         if self.cluster.resync_attempts == 0 {
             info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
         }
@@ -104,8 +104,8 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let mut principals: Vec<String> = self
             .sessions
-            .conns
-            .values()
+            .iter()
+            .map(|(_, conn)| conn)
             .filter_map(|conn| match conn {
                 Conn::Client { principal, .. } | Conn::Local { principal, .. } => Some(principal.clone()),
                 _ => None,
@@ -145,7 +145,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.pending.minions.remove(id);
         }
         let Some(peer) = self.sessions.peer_of(id) else { return };
-        let key = match self.sessions.conns.get(&peer) {
+        let key = match self.sessions.get(&peer) {
             Some(Conn::Minion { session, .. }) => *session.peer().identity.as_bytes(),
             _ => return,
         };
@@ -165,7 +165,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .sessions
             .clients_of(name)
             .into_iter()
-            .filter(|peer| match (self.sessions.conns.get(peer), &record) {
+            .filter(|peer| match (self.sessions.get(peer), &record) {
                 (_, None) => true,
                 (Some(Conn::Client { acl, session, .. }), Some(record)) => {
                     session.peer().identity.as_bytes() != &record.public_key || acl.as_deref() != Some(&record.acl)

@@ -96,6 +96,19 @@ impl ClusterView {
         due
     }
 
+    /// When this master next has something to do for the others (say it is alive, look for
+    /// jobs it does not hold); `None` when no other master can exist.
+    pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
+        if !self.shared {
+            return None;
+        }
+        let alive = self.last_alive.map_or(now, |at| at + ALIVE_EVERY);
+        // Before the first look there is no sweep to plan (see `sweep_due`), and one overdue
+        // waits for the store to be reread: the wakes that say alive or retry the reread look.
+        let sweep = self.last_sweep.map(|at| at + SWEEP_EVERY).filter(|at| *at > now);
+        Some(sweep.map_or(alive, |sweep| alive.min(sweep)))
+    }
+
     /// Whether it is time to say this master is alive (and notes that it does).
     pub(crate) fn alive_due(&mut self, now: Instant) -> bool {
         let due = self.shared && self.last_alive.is_none_or(|t| now.saturating_duration_since(t) >= ALIVE_EVERY);

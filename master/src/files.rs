@@ -174,7 +174,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// A read finished: its answer goes to the minion if it is still connected.
     pub(crate) fn file_served(&mut self, served: FileServed) {
         self.files.release(&served.minion);
-        if !self.sessions.conns.contains_key(&served.peer) {
+        if !self.sessions.contains(&served.peer) {
             return;
         }
         match served.answer {

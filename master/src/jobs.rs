@@ -1,7 +1,7 @@
 //! Jobs in flight: which minion is in which state, when each must finish, who is watching.
 //!
 //! [`JobTable`] is the only code that changes a slot. States move forward only
-//! ([`transition_allowed`]); deadlines live in one ordered index, so a tick costs the number of
+//! ([`transition_allowed`]); deadlines live in one ordered index, so a wake costs the number of
 //! deadlines that passed, not the number of slots.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -252,6 +252,11 @@ impl JobTable {
             .take_while(|(at, _, _)| *at <= now)
             .filter_map(|(_, jid, minion)| Some((jid.clone(), minion.clone(), self.state(jid, minion)?)))
             .collect()
+    }
+
+    /// The earliest deadline of a slot.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(at, _, _)| *at)
     }
 
     /// Moves every deadline `by` later (the master was paused for that long).

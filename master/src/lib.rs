@@ -54,6 +54,7 @@ mod sessions;
 mod sim;
 mod slots;
 pub mod store;
+mod timers;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;
 mod token_sessions;
@@ -251,7 +252,7 @@ pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -
     // Rows are copied with their signatures: rows from before signatures are signed first, by
     // this master's key, as its own start would (the migration that added them ran just now).
     let keys = init_serving(config)?;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let now_ms = clock::Clock::wall_ms(&clock::SystemClock);
     let key = halite_protocol::identity::IdentityKey::from_seed(keys.identity.key().seed());
     let trust = store::trust::Trust::new(key, keys.identity.certificate().cloned(), &config.id, Vec::new());
     from.set_trust(trust, now_ms)

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::{Clock, SystemClock};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -123,7 +125,7 @@ impl Metrics {
             deployments: Family::default(),
             last_step_ms: AtomicU64::new(0),
             store_ok: AtomicBool::new(true),
-            started: Instant::now(),
+            started: SystemClock.now(),
         };
         inner.registry.register("sessions", "Connected sessions, by role", inner.sessions.clone());
         inner.registry.register("handshakes", "Finished handshakes, by outcome", inner.handshakes.clone());
@@ -184,9 +186,15 @@ impl Metrics {
         halite_transport::metrics_text::openmetrics_to_classic(&self.encode())
     }
 
+    /// How long since these figures were made, in the process's own time: the stall watchdog
+    /// is about real time, whatever clock drives the core.
+    fn since_start(&self) -> Duration {
+        SystemClock.now().saturating_duration_since(self.inner.started)
+    }
+
     /// The core finished a step or a tick.
     pub(crate) fn alive(&self) {
-        let ms = u64::try_from(self.inner.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let ms = u64::try_from(self.since_start().as_millis()).unwrap_or(u64::MAX);
         self.inner.last_step_ms.store(ms, Ordering::Relaxed);
     }
 
@@ -202,11 +210,8 @@ impl Metrics {
     /// Why the master is not ready to take work, if it is not: its core stalled, or its store
     /// failed on the last write.
     pub fn not_ready(&self) -> Option<String> {
-        let since = self
-            .inner
-            .started
-            .elapsed()
-            .saturating_sub(Duration::from_millis(self.inner.last_step_ms.load(Ordering::Relaxed)));
+        let since =
+            self.since_start().saturating_sub(Duration::from_millis(self.inner.last_step_ms.load(Ordering::Relaxed)));
         if since > STALL {
             return Some(format!("the core has not finished a step for {} s", since.as_secs()));
         }

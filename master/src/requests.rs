@@ -125,13 +125,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 let _ = reply.send(self.open_local(token_hash, grant, to_client));
             }
             LocalCommand::Message { peer, msg } => {
-                if let Some(Conn::Local { principal, acl, .. }) = self.sessions.conns.get(&peer) {
+                if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {
                     let (principal, acl) = (principal.clone(), acl.clone());
                     self.on_client_message(peer, &principal, acl, *msg).await?;
                 }
             }
             LocalCommand::Disconnect { peer } => {
-                if matches!(self.sessions.conns.get(&peer), Some(Conn::Local { .. })) {
+                if matches!(self.sessions.get(&peer), Some(Conn::Local { .. })) {
                     self.forget(peer, None);
                 }
             }
@@ -147,7 +147,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Answers a request; over a connection, a listing too large for one message goes in
     /// parts (`more`), each within the message cap, so no answer ever drops its client.
     pub(crate) fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
-        let parts = match self.sessions.conns.get(&peer) {
+        let parts = match self.sessions.get(&peer) {
             Some(Conn::Local { .. }) => vec![body],
             _ => body.into_parts(limits::MESSAGE_BUDGET),
         };

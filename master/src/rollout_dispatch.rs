@@ -1,5 +1,5 @@
 //! Rollouts carried out: the master asks each live rollout what to do ([`RolloutRun::decide`])
-//! at the end of every step in which one of its targets finished, at every tick (waits,
+//! at the end of every step in which one of its targets finished, when its wait ends (waits,
 //! restarts), and after a resume; then starts targets, or stops the rollout. Pause, resume,
 //! cancel and abort events change where a rollout is; each change is stored before it is
 //! answered, announced on the bus (`halite/job/<jid>/rollout/...`) and to the other masters.
@@ -22,7 +22,7 @@ use crate::server::Master;
 use crate::store::{ClusterChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
-    /// Decides every rollout whose job changed in this step, and on a tick those whose wait
+    /// Decides every rollout whose job changed in this step, and when woken by time those whose wait
     /// has passed.
     pub(crate) async fn advance_rollouts(&mut self, tick: bool) {
         for (jid, reason) in std::mem::take(&mut self.pending.rollout_aborts) {
@@ -53,7 +53,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Carries out what the rollout decides, again until it decides nothing: a target that
     /// started offline (waiting for its TTL, or ended `offline`) leaves its place to the next.
     async fn advance_rollout(&mut self, jid: &str) -> Result<(), StoreError> {
-        // A wait that has passed is done with: the tick no longer looks at this rollout.
+        // A wait that has passed is done with: it no longer wakes the loop.
         let now = self.clock.now();
         if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
             run.not_before = run.not_before.filter(|at| *at > now);

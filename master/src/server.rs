@@ -37,21 +37,25 @@ use crate::net::Net;
 use crate::registry::{MinionEntry, Registry};
 use crate::sessions::{Conn, Sessions};
 use crate::store::{ClusterChange, MinionRecord, Store, StoreError};
+use crate::timers::Timer;
 use crate::watchers::Watchers;
 use crate::writes::PendingWrites;
 
 /// The `request` an `error` refusing a subscription names.
 pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
-/// How often deadlines are checked.
-pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// How soon what failed, or could not be done yet, is tried again (a write the store refused, a
+/// job that did not fit a send queue, a store to reread).
+pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// How often the figures that are counted rather than kept are counted.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// Router events handled in one step before state changes are written (group commit).
 const BATCH: usize = 512;
 /// How often the wall clock reached is recorded (TTLs resume from it after a restart).
 const WALL_MARK_EVERY: Duration = Duration::from_secs(5);
 /// How often old jobs are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
-/// A gap between ticks longer than this means the master itself was not running (SIGSTOP, a
-/// VM migration, a long swap storm): the time it lost is not charged to the minions' jobs.
+/// Waking this much later than planned means the master itself was not running (SIGSTOP, a VM
+/// migration, a long swap storm): the time it lost is not charged to the minions' jobs.
 const PAUSE_THRESHOLD: Duration = Duration::from_secs(1);
 
 /// Everything that wakes the core: one closed list.
@@ -63,7 +67,8 @@ pub(crate) enum Input {
     Local(LocalCommand),
     /// A deployment signal relay finished.
     Relay(RelayDone),
-    /// Time passed: deadlines, handshake timeouts, retention.
+    /// Time passed: something is due ([`Master::next_timeout`]), or the store's reachability
+    /// changed.
     Tick,
     /// A file read for a minion finished.
     File(crate::files::FileServed),
@@ -124,12 +129,10 @@ pub struct Master<S: Store, N: Net = Router> {
     /// Where in-process clients (the gateway) send their commands.
     pub(crate) local_tx: mpsc::Sender<LocalCommand>,
     pub(crate) local_rx: Option<mpsc::Receiver<LocalCommand>>,
-    /// When the last tick ran (a long gap means the master was paused).
-    pub(crate) last_tick: Option<Instant>,
-    /// When retention last ran.
-    pub(crate) last_purge: Option<Instant>,
-    /// When the wall clock was last recorded in the store.
-    pub(crate) last_wall_mark: Option<Instant>,
+    /// The master's own periodic duties and retries.
+    pub(crate) timers: crate::timers::TimerTable,
+    /// When the loop planned to wake next (waking much later means the master was paused).
+    pub(crate) wake_at: Option<Instant>,
 }
 
 /// A job about to be created.
@@ -215,10 +218,15 @@ impl<S: Store, N: Net> Master<S, N> {
             file_rx: Some(file_rx),
             local_tx,
             local_rx: Some(local_rx),
-            last_tick: None,
-            last_purge: None,
-            last_wall_mark: None,
+            timers: crate::timers::TimerTable::default(),
+            wake_at: None,
         };
+        // The first wake does every periodic duty once.
+        let start = master.clock.now();
+        for timer in [Timer::Gauges, Timer::WallMark, Timer::Purge] {
+            master.timers.set(timer, start);
+        }
+        master.wake_at = master.next_timeout();
         master.trust_store().await?;
         master.reload_principals().await?;
         master.reload_accepted().await?;
@@ -322,8 +330,6 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Serves until `shutdown` completes, then writes what is pending.
     pub async fn serve(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), StoreError> {
         tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (_, mut relays) = mpsc::unbounded_channel();
         if let Some(rx) = self.relay_rx.take() {
             relays = rx;
@@ -345,10 +351,13 @@ impl<S: Store, N: Net> Master<S, N> {
             // Who is connected where: every running master answers.
             self.tell_other_masters(crate::store::ClusterChange::RollCall).await;
         }
+        // A store that stops or starts answering wakes the loop (what it holds may be in doubt).
+        let mut reachability = self.store.reachability();
         let mut hangups = match &self.config.path {
             Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
             None => None,
         };
+        self.wake_at = self.plan_wake(false);
         loop {
             let input = tokio::select! {
                 event = self.net.recv() => match event {
@@ -360,7 +369,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 Some(served) = files.recv() => Input::File(served),
                 Some(change) = cluster.recv() => Input::Cluster(change),
                 Some(()) = next_hangup(&mut hangups) => Input::Reload,
-                _ = tick.tick() => Input::Tick,
+                () = sleep_until(self.wake_at) => Input::Tick,
+                Some(()) = reachability_changed(&mut reachability) => Input::Tick,
                 () = &mut shutdown => break,
             };
             self.step(input).await;
@@ -418,11 +428,20 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%error, %jid, "recording a deployment's result failed");
             }
         }
-        // Rollouts go on from what the step changed (every one of them at a tick).
+        // Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
         self.advance_rollouts(tick).await;
         self.advance_groups(tick).await;
         self.metrics.alive();
         self.flush().await;
+        self.wake_at = self.plan_wake(tick);
+    }
+
+    /// When the loop wakes next ([`Master::next_timeout`]). After a wake for time, whatever is
+    /// still due could not be done (a store that does not answer): it is tried again after
+    /// [`RETRY_EVERY`], never in a busy loop.
+    fn plan_wake(&self, woken_by_time: bool) -> Option<Instant> {
+        let now = self.clock.now();
+        self.next_timeout().map(|at| if woken_by_time && at <= now { now + RETRY_EVERY } else { at })
     }
 
     /// Handles up to `limit` network events that are already waiting; how many it handled.
@@ -445,7 +464,7 @@ impl<S: Store, N: Net> Master<S, N> {
             match stored {
                 Err(error) => {
                     if self.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
-                        warn!(%error, minions = records.len(), "recording presence failed; will retry every tick");
+                        warn!(%error, minions = records.len(), "recording presence failed; retrying every 100 ms");
                     }
                     // Kept for the next flush, unless a newer entry of the same minion came meanwhile.
                     for record in records {
@@ -486,10 +505,10 @@ impl<S: Store, N: Net> Master<S, N> {
             self.metrics.store_call("set_states", took, stored.is_ok());
         }
         if let Err(error) = stored {
-            // Kept for the next flush (every tick): nothing is acknowledged until it is stored,
+            // Kept for the next flush (retried every 100 ms): nothing is acknowledged until it is stored,
             // so the minions keep their returns meanwhile.
             if self.notices.ready("store:states", Duration::from_secs(10), self.clock.now()) {
-                warn!(%error, changes = changes.len(), "recording job states failed; will retry every tick");
+                warn!(%error, changes = changes.len(), "recording job states failed; retrying every 100 ms");
             }
             self.pending.restore_states(changes, acks);
             self.pending.write_failed = true;
@@ -515,7 +534,9 @@ impl<S: Store, N: Net> Master<S, N> {
         match event {
             RouterEvent::Connected { peer, addr, .. } => {
                 debug!(peer = peer.0, %addr, "connection");
-                self.sessions.conns.insert(peer, Conn::AwaitHello { since: self.clock.now() });
+                let now = self.clock.now();
+                self.sessions.insert(peer, Conn::AwaitHello { since: now });
+                self.sessions.watch(peer, now + self.handshake_timeout());
             }
             RouterEvent::Message { peer, parts } => {
                 if let Err(error) = self.on_message(peer, parts).await {
@@ -523,7 +544,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             RouterEvent::Disconnected { peer, reason } => {
-                match self.sessions.conns.get(&peer) {
+                match self.sessions.get(&peer) {
                     Some(Conn::Minion { id, .. }) => info!(minion = %id, %reason, "minion disconnected"),
                     Some(Conn::Client { principal, .. }) => debug!(%principal, %reason, "client disconnected"),
                     _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
@@ -536,10 +557,10 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
     pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
-        if let Some(Conn::Local { tx, .. }) = self.sessions.conns.get(&peer) {
+        if let Some(Conn::Local { tx, .. }) = self.sessions.get(&peer) {
             return tx.try_send(msg.clone());
         }
-        let Some(conn) = self.sessions.conns.get_mut(&peer) else { return Err(SendError::NotConnected) };
+        let Some(conn) = self.sessions.get_mut(&peer) else { return Err(SendError::NotConnected) };
         // A client's messages of one step leave together at its end, in one write that wakes
         // it once (a publish's answer and first updates; a return's update and the job's end).
         // A minion's leave at once: its job is on the way of every fan-out.
@@ -589,10 +610,10 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Sessions by role, live jobs and the clock's offset, for `/metrics` (counted at each
-    /// tick); an offset past `max_clock_offset_secs` is logged.
+    /// Sessions by role, live jobs and the clock's offset, for `/metrics` (counted every
+    /// [`GAUGES_EVERY`]); an offset past `max_clock_offset_secs` is logged.
     fn count_sessions(&mut self) {
-        let clients = self.sessions.conns.values().filter(|c| matches!(c, Conn::Client { .. })).count();
+        let clients = self.sessions.client_count();
         let metrics = self.metrics.get();
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         metrics.sessions.get_or_create(&crate::metrics::Role { role: "minion" }).set(gauge(self.sessions.online.len()));
@@ -612,27 +633,29 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Does what has come due: closes handshakes and refusals past their time, ends sessions
+    /// whose token expired, decides job slots past their deadline, and the periodic duties.
     pub(crate) async fn on_tick(&mut self) {
         let now = self.clock.now();
-        self.count_sessions();
-        // A tick far later than scheduled means the master was not running: minions' returns
-        // may be waiting unread in socket buffers. The lost time is added to every deadline, so
-        // a pause of the master never turns a minion's result into `timed_out`.
-        if let Some(last) = self.last_tick {
-            let gap = now.saturating_duration_since(last);
-            if gap > PAUSE_THRESHOLD {
-                let lost = gap - TICK;
-                warn!(paused_ms = lost.as_millis() as u64, "the master was not running; deadlines moved by that long");
-                self.jobs.postpone_deadlines(lost);
+        // Waking far later than planned means the master was not running: minions' returns may
+        // be waiting unread in socket buffers. The lost time is added to every deadline, so a
+        // pause of the master never turns a minion's result into `timed_out`.
+        if let Some(planned) = self.wake_at {
+            let late = now.saturating_duration_since(planned);
+            if late > PAUSE_THRESHOLD {
+                warn!(paused_ms = late.as_millis() as u64, "the master was not running; deadlines moved by that long");
+                self.jobs.postpone_deadlines(late);
             }
         }
-        self.last_tick = Some(now);
-        let handshake_timeout = Duration::from_secs(self.config.handshake_timeout_secs);
-        let stale = self.sessions.stale_handshakes(now, handshake_timeout);
-        for peer in stale {
+        if self.timers.expired(Timer::Gauges, now) {
+            self.count_sessions();
+            self.timers.set(Timer::Gauges, now + GAUGES_EVERY);
+        }
+        let due = self.sessions.due(now, self.handshake_timeout());
+        for peer in due.stale_handshakes {
             self.drop_peer(peer, "handshake timed out");
         }
-        for peer in self.sessions.lingered(now) {
+        for peer in due.lingered {
             self.forget(peer, Some("not accepted"));
         }
         self.expire_token_sessions();
@@ -645,13 +668,16 @@ impl<S: Store, N: Net> Master<S, N> {
         if std::mem::replace(&mut self.pending.in_doubt, in_doubt) && !in_doubt {
             self.pending.deadlines_resume_at = Some(now + crate::writes::RESEND_GRACE);
         }
-        let deadlines_wait = in_doubt || self.pending.deadlines_resume_at.is_some_and(|at| now < at);
+        if self.pending.deadlines_resume_at.is_some_and(|at| now >= at) {
+            self.pending.deadlines_resume_at = None;
+        }
+        let deadlines_wait = in_doubt || self.pending.deadlines_resume_at.is_some();
         for (jid, minion, state) in self.jobs.expired(now) {
             // A master that cannot write decides nothing: another master may be storing this
             // slot's return meanwhile, and the store keeps the first final state. Once it can,
             // the returns minions kept meanwhile come first.
             if deadlines_wait {
-                self.jobs.set_deadline(&jid, &minion, Some(now + TICK));
+                self.jobs.set_deadline(&jid, &minion, Some(now + RETRY_EVERY));
                 continue;
             }
             if self.served_elsewhere(&minion) {
@@ -664,16 +690,62 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%error, "recording a deadline failed");
             }
         }
-        if self.last_wall_mark.is_none_or(|t| now.saturating_duration_since(t) >= WALL_MARK_EVERY) {
-            self.last_wall_mark = Some(now);
+        if self.timers.expired(Timer::WallMark, now) {
+            self.timers.set(Timer::WallMark, now + WALL_MARK_EVERY);
             if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
                 warn!(%error, "recording the wall clock failed");
             }
         }
-        if self.last_purge.is_none_or(|t| now.saturating_duration_since(t) >= PURGE_EVERY) {
-            self.last_purge = Some(now);
+        if self.timers.expired(Timer::Purge, now) {
+            self.timers.set(Timer::Purge, now + PURGE_EVERY);
             self.purge().await;
         }
+    }
+
+    /// When the loop must next wake, whatever arrives meanwhile: the earliest of the master's
+    /// own timers, the owners' deadlines (job slots, handshakes and refusals, tokens, rollout
+    /// and group waits, the other masters) and, while something is being retried, the retry.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        let now = self.clock.now();
+        let token_expiry = self.sessions.next_token_expiry_ms().map(|at_ms| {
+            // Tokens expire by the wall clock; the loop sleeps on the monotonic one. Recomputed
+            // at every wake, so a step of the wall clock is followed.
+            now + Duration::from_millis(at_ms.saturating_sub(self.clock.wall_ms()))
+        });
+        let rollout_wait = self.jobs.rollout_jobs().filter_map(|job| job.rollout.as_ref()?.not_before).min();
+        let group_wait = self.groups.open.values().flatten().min().copied();
+        let retry = self.retrying().then_some(now + RETRY_EVERY);
+        [
+            self.timers.next_timeout(),
+            self.jobs.next_deadline(),
+            self.sessions.next_timeout(),
+            token_expiry,
+            rollout_wait,
+            group_wait,
+            self.cluster.next_due(now),
+            self.pending.deadlines_resume_at,
+            retry,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Whether something failed or could not be done yet, and is tried again at each wake: the
+    /// store's writes, jobs waiting for room in a send queue, a store to reread, minions owed
+    /// a request to send their returns again, final states to tell once stored.
+    fn retrying(&self) -> bool {
+        self.pending.write_failed
+            || !self.pending.minions.is_empty()
+            || !self.pending.owed.is_empty()
+            || !self.pending.unreported.is_empty()
+            || !self.undelivered.is_empty()
+            || self.store_in_doubt()
+    }
+
+    /// How long a connection may take to finish its handshake.
+    pub(crate) fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.handshake_timeout_secs)
     }
 
     /// Tells the final states decided here that are now stored (see `Master::set_slot`):
@@ -761,7 +833,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// With other masters on the store: after any gap in what this master heard, it rereads the
-    /// store at every tick until that succeeds (so its views converge within a tick of the
+    /// store every 100 ms until that succeeds (so its views converge within 100 ms of the
     /// store answering again); and every few seconds it compares the jobs it holds with the
     /// store's live ones.
     async fn follow_the_store(&mut self, now: Instant) {
@@ -776,7 +848,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.needs_resync {
             if let Err(error) = self.resync().await {
                 if self.notices.ready("store:resync", Duration::from_secs(10), now) {
-                    warn!(%error, "rereading the store failed; trying again at every tick");
+                    warn!(%error, "rereading the store failed; trying again every 100 ms");
                 }
             }
             return;
@@ -800,6 +872,25 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(n) => info!(jobs = n, "purged jobs past retention"),
             Err(error) => warn!(%error, "purging old jobs failed"),
         }
+    }
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the store's reachability to change; never, for a store that does not report it.
+async fn reachability_changed(watch: &mut Option<tokio::sync::watch::Receiver<bool>>) -> Option<()> {
+    match watch {
+        Some(watch) => match watch.changed().await {
+            Ok(()) => Some(()),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -1,8 +1,13 @@
 //! The connections the core talks to: each one's stage (handshake, minion, client, in-process
 //! client) with its session, and which minion is online on which connection. The core's
 //! `forget` is the one way a connection leaves.
+//!
+//! The connections whose stage has a deadline (a handshake not finished, a refusal lingering)
+//! and the in-process sessions whose token expires are indexed by when they come due, so the
+//! loop sleeps until the first of them ([`Sessions::next_timeout`]) and never scans every
+//! connection to find them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,7 +68,7 @@ pub(crate) const PARK_FOR: Duration = Duration::from_secs(30);
 
 /// Every connection, and the minions online.
 pub(crate) struct Sessions {
-    pub(crate) conns: HashMap<PeerId, Conn>,
+    conns: HashMap<PeerId, Conn>,
     /// Minions with a live session, and on which connection.
     pub(crate) online: HashMap<String, PeerId>,
     /// Minions waiting for their key to be accepted, and the connection each is parked on
@@ -71,15 +76,143 @@ pub(crate) struct Sessions {
     pub(crate) parked: HashMap<String, PeerId>,
     /// Peer ids for local sessions count down from the top, far from the router's.
     pub(crate) next_local_peer: u64,
+    /// When a connection's stage comes due ([`Sessions::watch`]); an entry whose connection
+    /// moved on meanwhile is passed over when it comes due.
+    timeouts: BTreeSet<(Instant, PeerId)>,
+    /// In-process sessions whose token expires, by when (wall clock, ms).
+    token_expiry: BTreeSet<(u64, PeerId)>,
+    /// Authenticated network clients (`Conn::Client`), for the figures.
+    clients: usize,
 }
 
 impl Default for Sessions {
     fn default() -> Self {
-        Sessions { conns: HashMap::new(), online: HashMap::new(), parked: HashMap::new(), next_local_peer: u64::MAX }
+        Sessions {
+            conns: HashMap::new(),
+            online: HashMap::new(),
+            parked: HashMap::new(),
+            next_local_peer: u64::MAX,
+            timeouts: BTreeSet::new(),
+            token_expiry: BTreeSet::new(),
+            clients: 0,
+        }
     }
 }
 
+/// Connections whose deadline has come ([`Sessions::due`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// Still in the handshake after the handshake timeout.
+    pub(crate) stale_handshakes: Vec<PeerId>,
+    /// Refused, their verdict has had time to arrive.
+    pub(crate) lingered: Vec<PeerId>,
+}
+
 impl Sessions {
+    /// A connection's stage.
+    pub(crate) fn get(&self, peer: &PeerId) -> Option<&Conn> {
+        self.conns.get(peer)
+    }
+
+    /// A connection's stage, to use its session (a stage is changed with [`Sessions::insert`]).
+    pub(crate) fn get_mut(&mut self, peer: &PeerId) -> Option<&mut Conn> {
+        self.conns.get_mut(peer)
+    }
+
+    /// Whether the connection is known.
+    pub(crate) fn contains(&self, peer: &PeerId) -> bool {
+        self.conns.contains_key(peer)
+    }
+
+    /// Every connection and its stage.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&PeerId, &Conn)> {
+        self.conns.iter()
+    }
+
+    /// Sets a connection's stage (a stage with a deadline is also [`Sessions::watch`]ed).
+    pub(crate) fn insert(&mut self, peer: PeerId, conn: Conn) {
+        self.count(&conn, peer, true);
+        if let Some(old) = self.conns.insert(peer, conn) {
+            self.count(&old, peer, false);
+        }
+    }
+
+    /// Takes a connection out, with its stage.
+    pub(crate) fn remove(&mut self, peer: &PeerId) -> Option<Conn> {
+        let conn = self.conns.remove(peer)?;
+        self.count(&conn, *peer, false);
+        Some(conn)
+    }
+
+    /// Keeps the figures and the token index in step with a stage coming or going.
+    fn count(&mut self, conn: &Conn, peer: PeerId, added: bool) {
+        match conn {
+            Conn::Client { .. } if added => self.clients += 1,
+            Conn::Client { .. } => self.clients -= 1,
+            Conn::Local { token: LocalToken { expires_at_ms: Some(at), .. }, .. } => {
+                if added {
+                    self.token_expiry.insert((*at, peer));
+                } else {
+                    self.token_expiry.remove(&(*at, peer));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Looks at `peer` again at `at`: its stage has a deadline then.
+    pub(crate) fn watch(&mut self, peer: PeerId, at: Instant) {
+        self.timeouts.insert((at, peer));
+    }
+
+    /// The first moment a watched connection comes due.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        self.timeouts.first().map(|(at, _)| *at)
+    }
+
+    /// The watched connections whose deadline has come, by what it was. Those that moved on to
+    /// a stage without one (or a later one, watched on its own) are passed over.
+    pub(crate) fn due(&mut self, now: Instant, handshake_timeout: Duration) -> Due {
+        let mut due = Due::default();
+        let mut later = Vec::new();
+        while let Some(&(at, peer)) = self.timeouts.first() {
+            if at > now {
+                break;
+            }
+            self.timeouts.pop_first();
+            let (since, limit, list) = match self.conns.get(&peer) {
+                Some(Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. }) => {
+                    (*since, handshake_timeout, &mut due.stale_handshakes)
+                }
+                Some(Conn::Refused { since, parked }) => (*since, linger(*parked), &mut due.lingered),
+                _ => continue,
+            };
+            if now.saturating_duration_since(since) >= limit {
+                list.push(peer);
+            } else {
+                // Watched under a shorter limit than today's (the config was reloaded).
+                later.push((since + limit, peer));
+            }
+        }
+        self.timeouts.extend(later);
+        due
+    }
+
+    /// When the first in-process session's token expires (wall clock, ms).
+    pub(crate) fn next_token_expiry_ms(&self) -> Option<u64> {
+        self.token_expiry.first().map(|(at, _)| *at)
+    }
+
+    /// The in-process sessions whose token has expired by `wall_ms`.
+    pub(crate) fn expired_tokens(&self, wall_ms: u64) -> Vec<PeerId> {
+        self.token_expiry.iter().take_while(|(at, _)| *at <= wall_ms).map(|(_, peer)| *peer).collect()
+    }
+
+    /// Authenticated network clients.
+    pub(crate) fn client_count(&self) -> usize {
+        self.clients
+    }
+
     /// The connection a minion is online on.
     pub(crate) fn peer_of(&self, minion: &str) -> Option<PeerId> {
         self.online.get(minion).copied()
@@ -102,33 +235,13 @@ impl Sessions {
             .map(|(peer, _)| *peer)
             .collect()
     }
+}
 
-    /// Connections still in the handshake after `timeout`.
-    pub(crate) fn stale_handshakes(&self, now: Instant, timeout: Duration) -> Vec<PeerId> {
-        self.conns
-            .iter()
-            .filter(|(_, c)| match c {
-                Conn::AwaitHello { since } | Conn::AwaitIdentity { since, .. } => {
-                    now.saturating_duration_since(*since) > timeout
-                }
-                _ => false,
-            })
-            .map(|(peer, _)| *peer)
-            .collect()
-    }
-
-    /// Refused connections whose verdict has had time to arrive.
-    pub(crate) fn lingered(&self, now: Instant) -> Vec<PeerId> {
-        self.conns
-            .iter()
-            .filter(|(_, c)| match c {
-                Conn::Refused { since, parked } => {
-                    let linger = if *parked { PARK_FOR } else { VERDICT_LINGER };
-                    now.saturating_duration_since(*since) >= linger
-                }
-                _ => false,
-            })
-            .map(|(peer, _)| *peer)
-            .collect()
+/// How long a refused connection stays open after its verdict.
+pub(crate) fn linger(parked: bool) -> Duration {
+    if parked {
+        PARK_FOR
+    } else {
+        VERDICT_LINGER
     }
 }

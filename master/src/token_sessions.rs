@@ -1,6 +1,6 @@
 //! In-process sessions (the gateway's) are bound to the token they were opened with, not only
 //! checked when they open: revoking the token (on this master or another sharing the store),
-//! its expiry, or a change of its principal ends every session opened with it within a tick.
+//! its expiry, or a change of its principal ends every session opened with it (the loop wakes when a token expires).
 //! Each is told why just before its queue closes, so an event stream ends with a reason
 //! instead of outliving its authorisation.
 
@@ -49,7 +49,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let peer = self.sessions.next_local();
         let token = LocalToken { hash, id: grant.id, expires_at_ms: grant.expires_at_ms };
         let principal = grant.principal;
-        self.sessions.conns.insert(peer, Conn::Local { principal: principal.clone(), acl, tx, token });
+        self.sessions.insert(peer, Conn::Local { principal: principal.clone(), acl, tx, token });
         Ok(Opened { peer, principal, reads_metrics })
     }
 
@@ -59,11 +59,10 @@ impl<S: Store, N: Net> Master<S, N> {
         self.end_local(peers, "token revoked");
     }
 
-    /// Ends the in-process sessions whose token has expired (checked at every tick: a live
-    /// event stream has a deadline, not only a check when it opens).
+    /// Ends the in-process sessions whose token has expired (the loop wakes when the first
+    /// one does: a live event stream has a deadline, not only a check when it opens).
     pub(crate) fn expire_token_sessions(&mut self) {
-        let now = self.clock.wall_ms();
-        let peers = self.local_sessions(|token| token.expires_at_ms.is_some_and(|at| at <= now));
+        let peers = self.sessions.expired_tokens(self.clock.wall_ms());
         self.end_local(peers, "token expired");
     }
 
@@ -74,7 +73,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let now = self.clock.wall_ms();
         let mut gone = Vec::new();
         for peer in self.sessions.clients_of(principal) {
-            let Some(Conn::Local { token, .. }) = self.sessions.conns.get(&peer) else { continue };
+            let Some(Conn::Local { token, .. }) = self.sessions.get(&peer) else { continue };
             if self.store.api_token_grant(&token.hash, now).await?.is_none() {
                 gone.push(peer);
             }
@@ -86,7 +85,6 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The in-process sessions whose token `pick` selects.
     fn local_sessions(&self, pick: impl Fn(&LocalToken) -> bool) -> Vec<PeerId> {
         self.sessions
-            .conns
             .iter()
             .filter(|(_, conn)| matches!(conn, Conn::Local { token, .. } if pick(token)))
             .map(|(peer, _)| *peer)

@@ -24,7 +24,7 @@ pub(crate) struct PendingWrites {
     /// Minions whose returns were turned away because that bound was reached: told to send them
     /// again (their session is closed, and they resend their outbox) once the store answers.
     pub(crate) owed: std::collections::BTreeSet<String>,
-    /// Whether the store was in doubt at the last tick (see `Master::store_in_doubt`).
+    /// Whether the store was in doubt at the last wake (see `Master::store_in_doubt`).
     pub(crate) in_doubt: bool,
     /// Deadlines fire again from then on, once the store answers after a doubt: returns the
     /// minions kept meanwhile come back first (they are asked for them), within

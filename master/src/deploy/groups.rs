@@ -5,7 +5,7 @@
 //! `COMPLETE` one counts as returned and a `FAILED` one as failed.
 //!
 //! The group is stored as one document and driven by the master that created it (its `owner`),
-//! after every step in which one of its deployments ended and at ticks while it waits; a
+//! after every step in which one of its deployments ended and when its wait ends; a
 //! restarted master resumes the groups it owns.
 
 use std::collections::BTreeMap;
@@ -239,7 +239,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Advances the groups due (every open one at a tick).
+    /// Advances the groups due (when woken by time, also those whose wait has passed).
     pub(crate) async fn advance_groups(&mut self, tick: bool) {
         for (id, reason) in std::mem::take(&mut self.groups.aborts) {
             if let Err(error) = self.stop_group(&id, reason).await {
@@ -257,7 +257,7 @@ impl<S: Store, N: Net> Master<S, N> {
         due.dedup();
         for id in due {
             if let Err(error) = self.advance_group(&id).await {
-                warn!(%error, group = %id, "advancing a deployment group failed; tried again at the next tick");
+                warn!(%error, group = %id, "advancing a deployment group failed; tried again in a second");
                 self.groups.open.insert(id, Some(self.clock.now() + Duration::from_secs(1)));
             }
         }
@@ -383,7 +383,7 @@ impl<S: Store, N: Net> Master<S, N> {
             info!(group = %id, status = %record.group.status, reason = %record.group.status_reason, "deployment group finished");
             self.forget_group(id);
         } else {
-            // A wait still ahead is kept for the tick; one passed is done with.
+            // A wait still ahead wakes the loop when it ends; one passed is done with.
             self.groups.open.insert(id.to_owned(), run.not_before.filter(|at| *at > now));
         }
         Ok(())

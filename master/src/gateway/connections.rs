@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::clock::{Clock, SystemClock};
+
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -51,8 +53,9 @@ where
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut last_warning: Option<Instant> = None;
     let mut warn_once_a_minute = |what: &str| {
-        if last_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
-            last_warning = Some(Instant::now());
+        let now = SystemClock.now();
+        if last_warning.is_none_or(|at| now.saturating_duration_since(at) > Duration::from_secs(60)) {
+            last_warning = Some(now);
             warn!(max_connections = limits.max_connections, "gateway: {what}");
         }
     };
@@ -115,16 +118,20 @@ struct Activity {
 
 impl Activity {
     fn new() -> Self {
-        Activity { start: Instant::now(), last_ms: Arc::new(AtomicU64::new(0)) }
+        Activity { start: SystemClock.now(), last_ms: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn since_start(&self) -> Duration {
+        SystemClock.now().saturating_duration_since(self.start)
     }
 
     fn touch(&self) {
-        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = u64::try_from(self.since_start().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(now, Ordering::Relaxed);
     }
 
     fn quiet_for(&self) -> Duration {
-        self.start.elapsed().saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+        self.since_start().saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
     }
 }
 

@@ -306,7 +306,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
         assert_eq!(sim.master.jobs.state(&jid, "web8"), Some(MinionJobState::Sent));
         // The store answers again: within a tick, this master's view is the store's.
         sim.store().give_back(away).await;
-        sim.advance(crate::server::TICK).await;
+        sim.advance(crate::server::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
             [
@@ -331,7 +331,7 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
         sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         // b stores the return; its announcement is lost on the way (no error here to notice).
         b_stores_return(&sim, &jid, "web9").await;
-        sim.advance(crate::cluster_view::SWEEP_EVERY + crate::server::TICK).await;
+        sim.advance(crate::cluster_view::SWEEP_EVERY + crate::server::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
             [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9"), format!("halite/job/{jid}/done")]
@@ -430,7 +430,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
         assert!(root.event_tags(&sim).is_empty(), "nothing heard");
         // The listener is back: its reconnection asks for a reread.
         sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
-        sim.advance(crate::server::TICK).await;
+        sim.advance(crate::server::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
             [
@@ -442,7 +442,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
         );
         // Another gap tells nothing twice.
         sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
-        sim.advance(crate::server::TICK).await;
+        sim.advance(crate::server::RETRY_EVERY).await;
         assert!(root.event_tags(&sim).is_empty());
     });
 }

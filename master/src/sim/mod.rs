@@ -93,16 +93,24 @@ impl Sim {
         self.master.step(input).await;
     }
 
-    /// Lets time pass, ticking as the daemon does.
+    /// Lets time pass, waking the core whenever it planned to wake, as the daemon's loop does
+    /// (`Master::wake_at`).
     pub(crate) async fn advance(&mut self, by: Duration) {
-        let tick = crate::server::TICK;
-        let mut left = by;
-        while left > Duration::ZERO {
-            let step = left.min(tick);
-            self.clock.advance(step);
-            left -= step;
+        let end = self.clock.now() + by;
+        let mut wakes_at_one_time = 0;
+        while let Some(at) = self.master.wake_at.filter(|at| *at <= end) {
+            let now = self.clock.now();
+            if at > now {
+                self.clock.advance(at - now);
+                wakes_at_one_time = 0;
+            } else {
+                wakes_at_one_time += 1;
+                assert!(wakes_at_one_time < 1_000, "the core asks to be woken again and again without time passing");
+            }
             self.step(Input::Tick).await;
         }
+        let now = self.clock.now();
+        self.clock.advance(end.saturating_duration_since(now));
     }
 
     /// Runs the handshake of a new connection; `Ok(session)` once accepted, else the refusal.

@@ -121,7 +121,7 @@ fn a_return_made_in_time_during_a_store_outage_wins_over_the_deadline_that_passe
         // The deadline passes while the store is away.
         sim.advance(Duration::from_secs(20)).await;
         sim.store().give_back(conn).await;
-        sim.advance(crate::server::TICK).await;
+        sim.advance(crate::server::RETRY_EVERY).await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("returns could not be stored; send them again"));
         sim.advance(Duration::from_secs(1)).await;
         assert_eq!(sim.master.jobs.state(&jid, "web1"), Some(MinionJobState::Sent), "not timed out meanwhile");

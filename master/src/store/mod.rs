@@ -384,6 +384,11 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     fn interruptions(&self) -> u64 {
         0
     }
+    /// Whether the store answers, as it changes (`None`: a store that does not report it): the
+    /// master's loop wakes when it does, to reread what it may have missed.
+    fn reachability(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
     /// The store's clock minus this host's, in milliseconds, kept up to date: masters sharing a
     /// store stamp everything with its time, so their own clocks may disagree (`None`: a store
     /// one master uses alone, whose own clock is the time).

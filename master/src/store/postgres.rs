@@ -15,6 +15,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::Row;
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
+use crate::clock::{Clock, SystemClock};
+
 use super::records::{job_state, job_state_name, return_from_json, return_json, target_kind_name, to_json};
 use super::sqlite::db_int;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
@@ -404,7 +406,7 @@ async fn clock_offset(conn: &mut PgConnection) -> Result<i64, StoreError> {
 }
 
 fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    i64::try_from(SystemClock.wall_ms()).unwrap_or(i64::MAX)
 }
 
 /// Forwards the other masters' announcements to `tx` until its receiver is gone, those signed
@@ -498,9 +500,10 @@ impl Refusals {
     fn note(&mut self, trust: &super::trust::Trust, refused: super::cluster_seal::Refused) {
         trust.announcements_refused.inc();
         self.unlogged += 1;
-        if self.last_logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+        let now = SystemClock.now();
+        if self.last_logged.is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1)) {
             tracing::warn!(why = %refused, dropped = self.unlogged, "dropped an announcement no trusted master sent (forged or replayed?)");
-            self.last_logged = Some(std::time::Instant::now());
+            self.last_logged = Some(now);
             self.unlogged = 0;
         }
     }
@@ -753,6 +756,10 @@ impl Store for PostgresStore {
 
     fn interruptions(&self) -> u64 {
         self.interruptions.load(Ordering::Acquire)
+    }
+
+    fn reachability(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        Some(self.reachable.subscribe())
     }
 
     fn clock_offset(&self) -> Option<Arc<AtomicI64>> {
