@@ -249,6 +249,11 @@ impl MinionCore {
         &self.dispatcher
     }
 
+    /// Returns the master has not acknowledged yet (stored, or kept in memory).
+    pub fn unacknowledged(&self) -> usize {
+        self.outbox.pending_count() + self.unsent.len()
+    }
+
     /// Whether a session with a master is up.
     pub fn is_up(&self) -> bool {
         matches!(self.stage, Stage::Up(_))
