@@ -407,3 +407,53 @@ fn a_cancel_reaches_the_running_job() {
         assert_eq!(pair.state(&jid).await.0, MinionJobState::Cancelled);
     });
 }
+
+#[test]
+fn returns_made_while_the_master_was_down_reach_the_restarted_master() {
+    rt().block_on(async {
+        let mut pair = Pair::new("web1", true, 4).await;
+        let mut root = pair.sim.root().await;
+        let jid = pair.publish(&mut root, 60_000).await;
+        // The master is killed: its store and clock live on, the minion sees its connection go.
+        let (store, clock) = (pair.sim.store().clone(), pair.sim.clock.clone());
+        pair.peer = None;
+        pair.input(MinionInput::Disconnected(CloseReason::Eof));
+        pair.finish(&jid, Outcome::Completed).await;
+        pair.sim = Sim::with_store(store, clock, |c| c.timeout_grace_secs = 1).await;
+        pair.link_reconnects().await;
+        assert!(pair.online());
+        assert_eq!(pair.state(&jid).await.0, MinionJobState::Returned);
+        assert_eq!(pair.minion.unacknowledged(), 0);
+        assert_eq!(pair.started, [jid.as_str()], "run once");
+    });
+}
+
+#[test]
+fn a_job_with_a_ttl_waits_for_the_offline_minion_and_runs_when_it_is_back() {
+    rt().block_on(async {
+        let mut pair = Pair::new("web1", true, 4).await;
+        let mut root = pair.sim.root().await;
+        pair.connection_lost().await;
+        let id = pair.id.clone();
+        let jid = pair.sim.publish(&mut root, &id, "test.ping", 10_000, 60_000).await.expect("published");
+        pair.advance(Duration::from_secs(5)).await;
+        assert!(pair.started.is_empty());
+        pair.link_reconnects().await;
+        assert_eq!(pair.started, [jid.as_str()]);
+        pair.finish(&jid, Outcome::Completed).await;
+        assert_eq!(pair.state(&jid).await.0, MinionJobState::Returned);
+    });
+}
+
+#[test]
+fn a_return_after_the_masters_deadline_is_still_taken_and_acknowledged() {
+    rt().block_on(async {
+        let mut pair = Pair::new("web1", true, 4).await;
+        let mut root = pair.sim.root().await;
+        let jid = pair.publish(&mut root, 2_000).await;
+        pair.advance(Duration::from_secs(4)).await;
+        assert_eq!(pair.state(&jid).await.0, MinionJobState::TimedOut, "the master's deadline");
+        pair.finish(&jid, Outcome::Completed).await;
+        assert_eq!(pair.minion.unacknowledged(), 0, "the minion does not keep it forever");
+    });
+}
