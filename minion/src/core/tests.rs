@@ -396,3 +396,19 @@ fn what_functions_ask_of_the_master_fails_at_once_without_a_session() {
     let _ = t.input(Input::Disconnected(CloseReason::Eof));
     assert!(matches!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed)));
 }
+
+#[test]
+fn a_reload_is_announced_events_need_a_session_and_a_lost_link_is_opened_again() {
+    let mut t = Test::new("reload", 1, 1);
+    let event = || halite_modules::OutgoingEvent { tag: "deploy/done".into(), data: serde_json::json!({}) };
+    assert_eq!(t.input(Input::Event(event())), [], "no session: dropped");
+    t.up();
+    let effects = t.input(Input::Event(event()));
+    assert!(matches!(t.messages(effects).as_slice(), [Message::Event(e)] if e.tag == "deploy/done"));
+    let dispatcher = t.core.dispatcher().clone();
+    let effects = t.input(Input::Reloaded(dispatcher));
+    assert!(matches!(t.messages(effects).first(), Some(Message::Hello(_))), "the master hears the new list");
+    assert_eq!(t.input(Input::LinkGone), [Effect::Connect]);
+    assert!(!t.core.is_up());
+    assert_eq!(t.input(Input::Shutdown), []);
+}
