@@ -11,6 +11,7 @@
 //! [`outbox`]).
 
 pub mod config;
+pub mod core;
 mod daemon;
 mod embedded;
 mod executor;

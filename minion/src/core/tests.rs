@@ -1,0 +1,414 @@
+//! The core in simulated time, against a master made of a Noise responder and a session: each
+//! test names the rule it holds the minion to.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use halite_modules::{Dispatcher, PathGuard, Policy, Registry};
+use halite_protocol::identity::IdentityKey;
+use halite_protocol::message::{self, Cancel, Job, JobReturn, Message, Outcome, ReturnAck, SignedJob, Welcome};
+use halite_protocol::noise::{Claim, LocalIdentity, Responder, Session, SessionConfig};
+use halite_transport::CloseReason;
+
+use super::{Effect, Input, MinionCore, Settings};
+use crate::outbox::Outbox;
+
+/// The master's wall time in these tests.
+const MASTER_MS: u64 = 1_795_242_922_123;
+
+/// How the fake master answers a handshake.
+#[derive(Clone, Copy)]
+enum Verdict {
+    Accept,
+    Pending,
+}
+
+/// One minion core, the master it talks to, and the time.
+struct Test {
+    core: MinionCore,
+    start: Instant,
+    now: Instant,
+    dir: PathBuf,
+    master_key: IdentityKey,
+    master: LocalIdentity,
+    /// The master's side of the current session.
+    session: Option<Session>,
+}
+
+fn settings(dir: &std::path::Path, master: &LocalIdentity, masters: usize, max_jobs: usize) -> Settings {
+    let dispatcher = Dispatcher {
+        registry: Arc::new(Registry::standard()),
+        policy: Policy::default(),
+        plans_dir: dir.join("plans"),
+        deploy: Default::default(),
+        paths: PathGuard::new(&[dir.to_path_buf()], None),
+    };
+    Settings {
+        id: "web1".into(),
+        masters,
+        identity: LocalIdentity::new(IdentityKey::from_seed(&[3; 32])).expect("identity"),
+        master_key: Some(master.public()),
+        pin_path: dir.join("master.pub"),
+        token: None,
+        dispatcher: Arc::new(dispatcher),
+        grains: Arc::default(),
+        outbox: Outbox::open(dir).expect("outbox"),
+        max_concurrent_jobs: max_jobs,
+        verified: None,
+        metrics: None,
+    }
+}
+
+impl Test {
+    fn new(name: &str, masters: usize, max_jobs: usize) -> Test {
+        let dir = std::env::temp_dir().join(format!("halite-core-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let master_key = IdentityKey::from_seed(&[1; 32]);
+        let master = LocalIdentity::new(IdentityKey::from_seed(master_key.seed())).expect("identity");
+        let now = Instant::now();
+        let mut core = MinionCore::new(settings(&dir, &master, masters, max_jobs), now);
+        assert_eq!(core.start(), [Effect::Connect]);
+        Test { core, start: now, now, dir, master_key, master, session: None }
+    }
+
+    /// The same minion, restarted on its state directory.
+    fn restart(self) -> Test {
+        let Test { core, start, now, dir, master_key, master, .. } = self;
+        drop(core);
+        let mut core = MinionCore::new(settings(&dir, &master, 1, 1), now);
+        assert_eq!(core.start(), [Effect::Connect]);
+        Test { core, start, now, dir, master_key, master, session: None }
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Effect> {
+        self.core.handle(input, self.now)
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+    }
+
+    /// Lets time pass to the core's next deadline and fires it.
+    fn timer(&mut self) -> Vec<Effect> {
+        self.now = self.core.next_timeout().expect("a deadline");
+        self.input(Input::Timer)
+    }
+
+    /// A connection and its handshake; the effects of the verdict.
+    fn handshake(&mut self, verdict: Verdict) -> Vec<Effect> {
+        let msg1 = raw(self.input(Input::Connected));
+        let name = Claim::new("master", None).expect("claim");
+        let responder = Responder::new(&self.master, name, SessionConfig::default()).expect("responder");
+        let (awaiting, msg2) = responder.read_hello(&msg1).expect("message 1");
+        let msg3 = raw(self.input(Input::Message(vec![msg2])));
+        let identified = awaiting.read_identity(&msg3).expect("message 3");
+        let parts = match verdict {
+            Verdict::Accept => {
+                let (session, parts) = identified.accept(self.now).expect("accept");
+                self.session = Some(session);
+                parts
+            }
+            Verdict::Pending => identified.defer("waiting for an operator", self.now).expect("defer"),
+        };
+        self.input(Input::Message(parts))
+    }
+
+    /// An accepted session, welcomed: what the minion sent after its hello.
+    fn up(&mut self) -> Vec<Message> {
+        let effects = self.handshake(Verdict::Accept);
+        assert_eq!(effects.first(), Some(&Effect::MarkAuthenticated));
+        let sent = self.messages(effects);
+        assert!(matches!(sent.first(), Some(Message::Hello(h)) if h.id == "web1"), "{sent:?}");
+        let welcome = Welcome {
+            master_id: "master".into(),
+            version: "test".into(),
+            now_ms: self.master_ms(),
+            revoked: Vec::new(),
+        };
+        assert_eq!(self.master_sends(&Message::Welcome(welcome)), []);
+        sent.into_iter().skip(1).collect()
+    }
+
+    /// The master's wall time now: it was [`MASTER_MS`] when the test started.
+    fn master_ms(&self) -> u64 {
+        MASTER_MS + (self.now - self.start).as_millis() as u64
+    }
+
+    fn master_sends(&mut self, msg: &Message) -> Vec<Effect> {
+        let session = self.session.as_mut().expect("a session");
+        let parts = session.seal(&message::encode(msg), self.now).expect("seal");
+        self.input(Input::Message(parts))
+    }
+
+    /// The messages among `effects`, as the master reads them; effects other than these, a
+    /// job's start and the session's authentication fail the test.
+    fn messages(&mut self, effects: Vec<Effect>) -> Vec<Message> {
+        let session = self.session.as_mut().expect("a session");
+        let mut out = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Send(parts) => {
+                    let bytes = session.open(&parts, self.now).expect("open");
+                    out.push(message::decode(&bytes).expect("decode"));
+                }
+                Effect::MarkAuthenticated | Effect::Run(_) => {}
+                other => panic!("not a message: {other:?}"),
+            }
+        }
+        out
+    }
+
+    /// A job signed by the master, sent now with `timeout_ms` to start.
+    fn job(&self, jid: &str, timeout_ms: u64) -> SignedJob {
+        let job = Job {
+            jid: jid.into(),
+            function: "test.ping".into(),
+            args: Vec::new(),
+            kwargs: Default::default(),
+            timeout_ms,
+            issued_at_ms: self.master_ms(),
+            ttl_ms: 0,
+            caller: "root".into(),
+            reach: None,
+        };
+        let mut signed = SignedJob::sign(&job, &self.master_key);
+        signed.start_by_ms = Some(self.master_ms() + timeout_ms);
+        signed
+    }
+}
+
+/// The one raw (handshake) message among `effects`.
+fn raw(effects: Vec<Effect>) -> Vec<u8> {
+    match <[Effect; 1]>::try_from(effects) {
+        Ok([Effect::Send(mut parts)]) if parts.len() == 1 => parts.remove(0),
+        other => panic!("not one handshake message: {other:?}"),
+    }
+}
+
+fn ran(effects: &[Effect]) -> Vec<&str> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Run(job) => Some(job.jid.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn done(jid: &str) -> JobReturn {
+    JobReturn {
+        jid: jid.into(),
+        minion: String::new(),
+        success: true,
+        retcode: 0,
+        outputs: serde_json::json!({ "ok": true }),
+        truncated: false,
+        duration_ms: 1,
+        outcome: Outcome::Completed,
+    }
+}
+
+fn returns(messages: &[Message]) -> Vec<(&str, Outcome)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::JobReturn(r) => Some((r.jid.as_str(), r.outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+const JID: &str = "20261121000000000001";
+const JID2: &str = "20261121000000000002";
+const JID3: &str = "20261121000000000003";
+
+#[test]
+fn a_pending_minion_waits_for_the_master_then_knocks_again_after_a_growing_backoff() {
+    let mut t = Test::new("pending", 1, 1);
+    assert_eq!(t.handshake(Verdict::Pending), [], "parked: the connection stays open");
+    let first = t.core.next_timeout().expect("a knock is planned") - t.now;
+    assert!((Duration::from_millis(500)..=Duration::from_secs(1)).contains(&first), "{first:?}");
+    // The master closes without a word of acceptance: no reconnect until the backoff is over.
+    assert_eq!(t.input(Input::Disconnected(CloseReason::Eof)), [Effect::DropLink]);
+    assert_eq!(t.timer(), [Effect::Connect]);
+    assert_eq!(t.handshake(Verdict::Pending), []);
+    let second = t.core.next_timeout().expect("a knock is planned") - t.now;
+    assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&second), "{second:?}");
+    // Accepted meanwhile: the master says so as it closes, and the link reconnects at once.
+    let accepted = halite_protocol::zmtp::ZmtpError::PeerError(halite_protocol::noise::KEY_ACCEPTED_REASON.into());
+    assert_eq!(t.input(Input::Disconnected(CloseReason::Protocol(accepted))), []);
+    assert_eq!(t.core.next_timeout(), None, "the knock is not needed any more");
+    t.up();
+    assert!(t.core.is_up());
+}
+
+#[test]
+fn a_master_that_fails_the_handshake_is_left_for_the_next_and_after_all_of_them_the_minion_backs_off() {
+    let mut t = Test::new("next-master", 2, 1);
+    for round in 0..2 {
+        let _ = raw(t.input(Input::Connected));
+        let wrong = t.input(Input::Message(vec![b"not a message 2".to_vec()]));
+        assert_eq!(wrong, [Effect::MoveOn("master handshake failed".into())], "round {round}");
+        let _ = raw(t.input(Input::Connected));
+        assert_eq!(t.input(Input::Message(vec![b"nor this".to_vec()])), [Effect::DropLink], "every master failed");
+        assert_eq!(t.timer(), [Effect::Connect]);
+    }
+    // Another process with this key took the session: back off rather than take it back.
+    t.up();
+    let replaced = halite_protocol::zmtp::ZmtpError::PeerError(halite_protocol::noise::REPLACED_REASON.into());
+    assert_eq!(t.input(Input::Disconnected(CloseReason::Protocol(replaced))), [Effect::DropLink]);
+    assert!(t.core.next_timeout().is_some_and(|at| at > t.now));
+}
+
+#[test]
+fn a_job_runs_once_even_delivered_twice_and_after_a_restart() {
+    let mut t = Test::new("run-once", 1, 1);
+    t.up();
+    let effects = t.master_sends(&Message::Job(t.job(JID, 10_000)));
+    assert_eq!(ran(&effects), [JID]);
+    assert!(matches!(t.messages(effects).as_slice(), [Message::JobAck(a)] if a.jid == JID));
+    assert_eq!(t.master_sends(&Message::Job(t.job(JID, 10_000))), [], "a duplicate of a running job");
+    // Finished: the return goes, and a delivery again gets the stored return, not a second run.
+    let sent = t.input(Input::JobFinished(done(JID)));
+    assert_eq!(returns(&t.messages(sent)), [(JID, Outcome::Completed)]);
+    let again = t.master_sends(&Message::Job(t.job(JID, 10_000)));
+    assert_eq!(returns(&t.messages(again)), [(JID, Outcome::Completed)]);
+    // A job that started and whose return was never written (the minion stopped while it ran).
+    let effects = t.master_sends(&Message::Job(t.job(JID2, 10_000)));
+    assert_eq!(ran(&effects), [JID2]);
+    let mut t = t.restart();
+    let resent = t.up();
+    assert_eq!(returns(&resent), [(JID, Outcome::Completed)], "the unacknowledged return, again");
+    let effects = t.master_sends(&Message::Job(t.job(JID2, 10_000)));
+    assert!(ran(&effects).is_empty(), "never run twice");
+    assert_eq!(returns(&t.messages(effects)), [(JID2, Outcome::Interrupted)]);
+}
+
+#[test]
+fn returns_are_sent_at_every_session_until_acknowledged_and_synced_within_milliseconds() {
+    let mut t = Test::new("redelivery", 1, 1);
+    t.up();
+    let _ = t.master_sends(&Message::Job(t.job(JID, 10_000)));
+    let sent = t.input(Input::JobFinished(done(JID)));
+    assert_eq!(returns(&t.messages(sent)), [(JID, Outcome::Completed)]);
+    let sync = t.core.next_timeout().expect("the return's sync") - t.now;
+    assert_eq!(sync, crate::outbox::RETURN_SYNC_DELAY);
+    assert_eq!(t.timer(), []);
+    assert_eq!(t.core.next_timeout(), None);
+    // The connection drops before the acknowledgement: the next session sends it again.
+    assert_eq!(t.input(Input::Disconnected(CloseReason::Eof)), []);
+    assert_eq!(returns(&t.up()), [(JID, Outcome::Completed)]);
+    assert_eq!(t.master_sends(&Message::ReturnAck(ReturnAck { jid: JID.into() })), []);
+    assert_eq!(t.input(Input::Disconnected(CloseReason::Eof)), []);
+    assert_eq!(returns(&t.up()), [], "acknowledged: not sent again");
+}
+
+#[test]
+fn stale_late_and_unwelcomed_jobs_are_never_run() {
+    let mut t = Test::new("freshness", 1, 1);
+    // Before the welcome, a job may have waited unread for any time: left for the redelivery.
+    let effects = t.handshake(Verdict::Accept);
+    let _ = t.messages(effects);
+    assert_eq!(t.master_sends(&Message::Job(t.job(JID, 10_000))), []);
+    let welcome = Welcome { master_id: "m".into(), version: "t".into(), now_ms: t.master_ms(), revoked: Vec::new() };
+    assert_eq!(t.master_sends(&Message::Welcome(welcome)), []);
+    // Ten minutes on the master's clock: issued then, this job expired long ago.
+    let old = t.job(JID, 10_000);
+    t.advance(Duration::from_secs(600));
+    let effects = t.master_sends(&Message::Job(old));
+    assert!(ran(&effects).is_empty());
+    assert_eq!(returns(&t.messages(effects)), [(JID, Outcome::TimedOut)]);
+    // Fresh by its TTL, but past the time the master gave it to start.
+    let mut late = t.job(JID2, 10_000);
+    late.start_by_ms = Some(t.master_ms() - 100_000);
+    let effects = t.master_sends(&Message::Job(late));
+    assert!(ran(&effects).is_empty());
+    assert_eq!(returns(&t.messages(effects)), [(JID2, Outcome::TimedOut)]);
+}
+
+#[test]
+fn a_slow_welcome_is_asked_again_before_its_time_is_trusted() {
+    let mut t = Test::new("slow-welcome", 1, 1);
+    let effects = t.handshake(Verdict::Accept);
+    let _ = t.messages(effects);
+    t.advance(Duration::from_secs(3));
+    let welcome = Welcome { master_id: "m".into(), version: "t".into(), now_ms: MASTER_MS, revoked: Vec::new() };
+    let effects = t.master_sends(&Message::Welcome(welcome.clone()));
+    assert!(matches!(t.messages(effects).first(), Some(Message::Hello(_))), "asked again");
+    assert_eq!(t.master_sends(&Message::Job(t.job(JID, 10_000))), [], "still waiting for the answer");
+    assert_eq!(t.master_sends(&Message::Welcome(welcome)), []);
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID, 10_000)))), [JID]);
+}
+
+#[test]
+fn jobs_wait_for_a_free_slot_in_jid_order_and_time_out_waiting() {
+    let mut t = Test::new("queue", 1, 1);
+    t.up();
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID, 10_000)))), [JID]);
+    let queued = t.master_sends(&Message::Job(t.job(JID3, 10_000)));
+    assert!(ran(&queued).is_empty(), "every slot is taken");
+    assert!(matches!(t.messages(queued).as_slice(), [Message::JobAck(a)] if a.jid == JID3), "accepted meanwhile");
+    let _ = t.master_sends(&Message::Job(t.job(JID2, 60_000)));
+    // The first ends after 4 s: the lowest jid waiting starts, with the time it has left.
+    t.advance(Duration::from_secs(4));
+    let effects = t.input(Input::JobFinished(done(JID)));
+    let started: Vec<&Job> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Run(job) => Some(job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 1);
+    assert_eq!((started[0].jid.as_str(), started[0].timeout_ms), (JID2, 56_000));
+    // The other waits past its 10 s: never started, reported timed out.
+    t.advance(Duration::from_secs(7));
+    let effects = t.input(Input::JobFinished(done(JID2)));
+    assert!(ran(&effects).is_empty());
+    assert_eq!(returns(&t.messages(effects)), [(JID2, Outcome::Completed), (JID3, Outcome::TimedOut)]);
+}
+
+#[test]
+fn a_cancelled_job_is_stopped_or_never_started() {
+    let mut t = Test::new("cancel", 1, 1);
+    t.up();
+    let _ = t.master_sends(&Message::Job(t.job(JID, 10_000)));
+    let _ = t.master_sends(&Message::Job(t.job(JID2, 10_000)));
+    assert_eq!(t.master_sends(&Message::Cancel(Cancel { jid: JID.into() })), [Effect::Cancel(JID.into())]);
+    let effects = t.master_sends(&Message::Cancel(Cancel { jid: JID2.into() }));
+    assert_eq!(returns(&t.messages(effects)), [(JID2, Outcome::Cancelled)]);
+}
+
+#[test]
+fn what_functions_ask_of_the_master_fails_at_once_without_a_session() {
+    let mut t = Test::new("requests", 1, 1);
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    let request = halite_modules::FileRequest { path: "a".into(), offset: 0, reply };
+    assert_eq!(t.input(Input::File(request)), []);
+    assert!(matches!(answer.try_recv(), Ok(Err(_))));
+    t.up();
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    let request = halite_modules::FileRequest { path: "a".into(), offset: 0, reply };
+    let effects = t.input(Input::File(request));
+    assert!(matches!(t.messages(effects).as_slice(), [Message::FileGet(g)] if g.request_id == 1));
+    // The session goes: the part will not come.
+    let _ = t.input(Input::Disconnected(CloseReason::Eof));
+    assert!(matches!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed)));
+}
+
+#[test]
+fn a_reload_is_announced_events_need_a_session_and_a_lost_link_is_opened_again() {
+    let mut t = Test::new("reload", 1, 1);
+    let event = || halite_modules::OutgoingEvent { tag: "deploy/done".into(), data: serde_json::json!({}) };
+    assert_eq!(t.input(Input::Event(event())), [], "no session: dropped");
+    t.up();
+    let effects = t.input(Input::Event(event()));
+    assert!(matches!(t.messages(effects).as_slice(), [Message::Event(e)] if e.tag == "deploy/done"));
+    let dispatcher = t.core.dispatcher().clone();
+    let effects = t.input(Input::Reloaded(dispatcher));
+    assert!(matches!(t.messages(effects).first(), Some(Message::Hello(_))), "the master hears the new list");
+    assert_eq!(t.input(Input::LinkGone), [Effect::Connect]);
+    assert!(!t.core.is_up());
+    assert_eq!(t.input(Input::Shutdown), []);
+}
