@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halite_modules::{Context, Dispatcher, FileRequest, OutgoingEvent, PeerRequest};
+use halite_modules::{Context, Dispatcher, FileRequest, OutgoingEvent, PeerRefusal, PeerRequest};
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
     self, ErrorKind, ErrorMessage, Hello, Job, JobAck, JobReturn, Message, ModuleInfo, Outcome, SignedJob,
@@ -106,7 +106,7 @@ struct Minion {
     /// Slots free for jobs to start (`max_concurrent_jobs` at most).
     free_slots: usize,
     /// `peer.publish` calls waiting for the master's answer, by request id.
-    pending_publishes: HashMap<u64, oneshot::Sender<Result<halite_protocol::message::Published, String>>>,
+    pending_publishes: HashMap<u64, oneshot::Sender<Result<halite_protocol::message::Published, PeerRefusal>>>,
     /// `halite://` parts waiting for the master's answer, by request id.
     pending_files: HashMap<u64, FileReply>,
     next_request: u64,
@@ -428,8 +428,8 @@ impl Minion {
                 let opened = session.open(&parts, Instant::now());
                 self.stage = Stage::Up(session);
                 match opened
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| message::decode_for_minion(&b).map_err(|e| e.to_string()))
+                    .map_err(message::UnreadableMessage::from)
+                    .and_then(|b| message::decode_for_minion(&b).map_err(message::UnreadableMessage::from))
                 {
                     Ok(msg) => self.on_session_message(msg).await,
                     Err(error) => warn!(%error, "undecodable message from the master"),
@@ -554,7 +554,7 @@ impl Minion {
                 let waiting = id.and_then(|id| self.pending_publishes.remove(&id));
                 match waiting {
                     Some(reply) => {
-                        let _ = reply.send(Err(error.message));
+                        let _ = reply.send(Err(PeerRefusal::Master(error.message)));
                     }
                     None => warn!(kind = ?error.kind, message = %error.message, "the master reported an error"),
                 }
@@ -614,7 +614,7 @@ impl Minion {
             Ok(start_by) => start_by,
             Err(why) => {
                 warn!(jid = %job.jid, "{why}");
-                return self.on_done(not_started(&job.jid, Outcome::TimedOut, why)).await;
+                return self.on_done(not_started(&job.jid, Outcome::TimedOut, why.to_string())).await;
             }
         };
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() })).await;
@@ -699,7 +699,7 @@ impl Minion {
     /// `peer.publish`: forwards the request and remembers where the answer goes.
     async fn on_peer_request(&mut self, mut request: PeerRequest) {
         if !matches!(self.stage, Stage::Up(_)) {
-            let _ = request.reply.send(Err("no session with the master".into()));
+            let _ = request.reply.send(Err(PeerRefusal::NoSession));
             return;
         }
         let id = self.next_request;
