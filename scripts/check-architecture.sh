@@ -55,5 +55,31 @@ for banned in snow ed25519-dalek; do
   fi
 done
 
+# Libraries return typed errors: no `Result<_, String>` and no `map_err(|e| e.to_string())` in
+# library source. Binaries (`src/bin/`, binary-only crates), tests (`tests/`, `sim/`, `*tests.rs`,
+# files marked `#![cfg(test)]`, `#[cfg(test)] mod … {` blocks to the end of their file) and
+# comments are exempt.
+lib_source() {
+  find protocol/src transport/src targeting/src modules/src minion/src master/src client/src python/src \
+    -name '*.rs' -not -path '*/bin/*' -not -path '*/tests/*' -not -path '*/sim/*' -not -name '*tests.rs' |
+    sort | while read -r f; do
+      awk -v f="$f" '
+        /^[[:space:]]*#!\[cfg\(test\)\]/ { exit }
+        held != "" && /^[[:space:]]*#\[/ { held = held "\n" f ":" NR ":" $0; next }
+        held != "" && /^[[:space:]]*(pub(\([a-z]+\))?[[:space:]]+)?mod[[:space:]]+[A-Za-z_0-9]+[[:space:]]*\{/ { exit }
+        held != "" { print held; held = "" }
+        /^[[:space:]]*#\[cfg\(test\)\]/ { held = f ":" NR ":" $0; next }
+        { print f ":" NR ":" $0 }
+      ' "$f"
+    done
+}
+# `Result<…, String>` whose last argument is `String` (nesting up to three levels deep), the
+# error type on a line of its own when a signature is wrapped, and the stringly `map_err`.
+if lib_source | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+  grep -P 'Result<(?:[^<>;]|<(?:[^<>;]|<(?:[^<>;]|<[^<>;]*>)*>)*>)*,\s*String\s*>|^[^:]+:[0-9]+:\s*String,?\s*>|map_err\(\|\w+\|\s*\w+\.to_string\(\)\)'; then
+  echo "ARCHITECTURE: a library returns a String error (lines above); give it a typed error" >&2
+  fail=1
+fi
+
 [ "$fail" = 0 ] && echo "architecture invariants hold"
 exit "$fail"
