@@ -74,9 +74,21 @@ lib_source() {
     done
 }
 # `Result<…, String>` whose last argument is `String` (nesting up to three levels deep), the
-# error type on a line of its own when a signature is wrapped, and the stringly `map_err`.
-if lib_source | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
-  grep -P 'Result<(?:[^<>;]|<(?:[^<>;]|<(?:[^<>;]|<[^<>;]*>)*>)*>)*,\s*String\s*>|^[^:]+:[0-9]+:\s*String,?\s*>|map_err\(\|\w+\|\s*\w+\.to_string\(\)\)'; then
+# same wrapped over lines by rustfmt (`Result<` ending a line, `String,` then `>` closing it),
+# and the stringly `map_err`.
+string_errors() {
+  grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | perl -ne '
+    print if /Result<(?:[^<>;]|<(?:[^<>;]|<(?:[^<>;]|<[^<>;]*>)*>)*>)*,\s*String\s*>/
+      || /^[^:]+:\d+:\s*String\s*>/ || /map_err\(\|\w+\|\s*\w+\.to_string\(\)\)/;
+    my ($at, $code) = /^([^:]+:\d+):(.*)$/ or next;
+    push @window, [$at, $code];
+    shift @window if @window > 8;
+    if ($code =~ /^\s*>/ && @window >= 3 && $window[-2][1] =~ /^\s*String,?\s*$/
+      && grep { $_->[1] =~ /Result<\s*$/ } @window[0 .. $#window - 2]) {
+      print "$window[-2][0]: Result<…, String> (wrapped)\n";
+    }'
+}
+if lib_source | string_errors | grep .; then
   echo "ARCHITECTURE: a library returns a String error (lines above); give it a typed error" >&2
   fail=1
 fi
