@@ -84,17 +84,20 @@ impl Policy {
     pub fn check(&self, function: &str, caller: &str, is_action: bool) -> Result<(), PolicyRefusal> {
         let listed = |globs: &[String]| globs.iter().any(|g| glob::matches(g, function));
         let by_default = !self.replace_defaults && DEFAULT_ALLOW.iter().any(|g| glob::matches(g, function));
-        let file = self.source.as_deref().unwrap_or("the minion's config").to_owned();
-        let function = function.to_owned();
+        let file = || self.source.as_deref().unwrap_or("the minion's config").to_owned();
         if listed(&self.deny) {
-            return Err(PolicyRefusal::Denied { function, file });
+            return Err(PolicyRefusal::Denied { function: function.to_owned(), file: file() });
         }
         if !(by_default || listed(&self.allow) || (is_action && self.allow_actions)) {
-            return Err(PolicyRefusal::NotAllowed { function, file });
+            return Err(PolicyRefusal::NotAllowed { function: function.to_owned(), file: file() });
         }
         let rules: Vec<&CallerRule> = self.callers.iter().filter(|r| glob::matches(&r.caller, caller)).collect();
         if !rules.is_empty() && !rules.iter().any(|r| listed(&r.allow)) {
-            return Err(PolicyRefusal::Caller { function, caller: caller.to_owned(), file });
+            return Err(PolicyRefusal::Caller {
+                function: function.to_owned(),
+                caller: caller.to_owned(),
+                file: file(),
+            });
         }
         Ok(())
     }
