@@ -55,20 +55,48 @@ for banned in snow ed25519-dalek; do
   fi
 done
 
-# Library source as it is compiled outside tests, as "file:line: text": files of tests,
-# simulations and binaries are skipped, and each file is cut at its `#[cfg(test)]` module.
-library_source() {
-  find "$@" -name '*.rs' -not -path '*/bin/*' -not -path '*/sim/*' -not -path '*/tests/*' \
-    -not -name '*tests.rs' -not -name 'main.rs' | sort | while read -r file; do
-    awk -v file="$file" '
-      prev ~ /^[[:space:]]*#\[cfg\(test\)\]/ && /^[[:space:]]*(pub(\([a-z]+\))? )?mod [a-z_]+ \{/ { exit }
-      { prev = $0; print file ":" NR ": " $0 }' "$file"
-  done
+# Libraries return typed errors: no `Result<_, String>` and no `map_err(|e| e.to_string())` in
+# library source. Binaries (`src/bin/`, binary-only crates), tests (`tests/`, `sim/`, `*tests.rs`,
+# files marked `#![cfg(test)]`, `#[cfg(test)] mod … {` blocks to the end of their file) and
+# comments are exempt.
+lib_source() {
+  local dirs=("$@")
+  [ ${#dirs[@]} -gt 0 ] || dirs=(protocol/src transport/src targeting/src modules/src minion/src master/src client/src python/src)
+  find "${dirs[@]}" -name '*.rs' -not -path '*/bin/*' -not -path '*/tests/*' -not -path '*/sim/*' -not -name '*tests.rs' |
+    sort | while read -r f; do
+      awk -v f="$f" '
+        /^[[:space:]]*#!\[cfg\(test\)\]/ { exit }
+        held != "" && /^[[:space:]]*#\[/ { held = held "\n" f ":" NR ":" $0; next }
+        held != "" && /^[[:space:]]*(pub(\([a-z]+\))?[[:space:]]+)?mod[[:space:]]+[A-Za-z_0-9]+[[:space:]]*\{/ { exit }
+        held != "" { print held; held = "" }
+        /^[[:space:]]*#\[cfg\(test\)\]/ { held = f ":" NR ":" $0; next }
+        { print f ":" NR ":" $0 }
+      ' "$f"
+    done
 }
+# `Result<…, String>` whose last argument is `String` (nesting up to three levels deep), the
+# same wrapped over lines by rustfmt (`Result<` ending a line, `String,` then `>` closing it),
+# and the stringly `map_err`.
+string_errors() {
+  grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | perl -ne '
+    print if /Result<(?:[^<>;]|<(?:[^<>;]|<(?:[^<>;]|<[^<>;]*>)*>)*>)*,\s*String\s*>/
+      || /^[^:]+:\d+:\s*String\s*>/ || /map_err\(\|\w+\|\s*\w+\.to_string\(\)\)/;
+    my ($at, $code) = /^([^:]+:\d+):(.*)$/ or next;
+    push @window, [$at, $code];
+    shift @window if @window > 8;
+    if ($code =~ /^\s*>/ && @window >= 3 && $window[-2][1] =~ /^\s*String,?\s*$/
+      && grep { $_->[1] =~ /Result<\s*$/ } @window[0 .. $#window - 2]) {
+      print "$window[-2][0]: Result<…, String> (wrapped)\n";
+    }'
+}
+if lib_source | string_errors | grep .; then
+  echo "ARCHITECTURE: a library returns a String error (lines above); give it a typed error" >&2
+  fail=1
+fi
 
 # The master reads time only through its clock module (`clock.rs`): the core from the clock
 # it is given, everything else from `SystemClock`.
-if library_source master/src | grep -v '^master/src/clock.rs:' | grep -vE '^[^:]+:[0-9]+: *//' |
+if lib_source master/src | grep -v '^master/src/clock.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
   grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then
   echo "ARCHITECTURE: the master reads a clock outside clock.rs (lines above)" >&2
   fail=1

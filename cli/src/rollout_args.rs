@@ -30,7 +30,7 @@ pub(crate) struct RolloutArgs {
 /// A window size: a count of at least one, or a percentage (a usage error otherwise, as any
 /// other malformed option).
 fn batch_size(text: &str) -> Result<Amount, String> {
-    match Amount::parse(text)? {
+    match Amount::parse(text).map_err(|e| e.to_string())? {
         Amount::Count(0) => Err(format!("{text:?}: a batch of 0 starts nothing; give 1 or more, or a percentage")),
         amount => Ok(amount),
     }

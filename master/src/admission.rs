@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl};
+use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, UnreadableMessage};
 use halite_protocol::noise::{Claim, IdentifiedPeer, Responder, Role, SessionConfig};
 use halite_transport::PeerId;
 use serde_json::json;
@@ -60,20 +60,21 @@ impl<S: Store, N: Net> Master<S, N> {
                 let opened = session.open(&parts, self.clock.now());
                 self.sessions.insert(peer, Conn::Minion { id: id.clone(), session });
                 let decoded = opened
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(|e| e.to_string()));
+                    .map_err(UnreadableMessage::from)
+                    .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(UnreadableMessage::from));
                 match decoded {
                     Ok((msg, size)) => self.on_minion_message(peer, &id, msg, size).await?,
                     Err(error) => {
                         warn!(minion = %id, %error, "undecodable message");
-                        self.send_error(peer, ErrorKind::BadRequest, error, None);
+                        self.send_error(peer, ErrorKind::BadRequest, error.to_string(), None);
                     }
                 }
             }
             Conn::Client { principal, acl, mut session, greeted } => {
                 let opened = session.open(&parts, self.clock.now());
-                let decoded =
-                    opened.map_err(|e| e.to_string()).and_then(|b| message::decode(&b).map_err(|e| e.to_string()));
+                let decoded = opened
+                    .map_err(UnreadableMessage::from)
+                    .and_then(|b| message::decode(&b).map_err(UnreadableMessage::from));
                 // The protocol's first client message is `client_hello` (docs/protocol.md): nothing
                 // else is served before it, so a client always learns the master's version and
                 // revocations before acting.
@@ -93,7 +94,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         let why = "send client_hello first: nothing is served before it".to_owned();
                         self.send_error(peer, ErrorKind::BadRequest, why, None);
                     }
-                    Err(error) => self.send_error(peer, ErrorKind::BadRequest, error, None),
+                    Err(error) => self.send_error(peer, ErrorKind::BadRequest, error.to_string(), None),
                 }
             }
         }

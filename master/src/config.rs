@@ -10,7 +10,44 @@ use crate::acl::{EventRule, PeerRule};
 /// Default config file.
 pub const DEFAULT_PATH: &str = "/etc/halite/master.toml";
 
+pub use crate::deploy::signal_hosts::BadSignalHost;
 pub use halite_transport::config_file::ConfigError;
+
+/// What is wrong in a master's config text; the message names the key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MasterConfigError {
+    /// Not TOML, an unknown key, or a value of the wrong type.
+    #[error("{}", .0.to_string().trim_end())]
+    Toml(toml::de::Error),
+    /// `id` is not a valid node name.
+    #[error("id: {0}")]
+    Id(halite_protocol::id::IdError),
+    /// `[gateway]` is invalid.
+    #[error("gateway: {0}")]
+    Gateway(crate::gateway::GatewayConfigError),
+    /// `[deploy] signal_hosts` has an invalid entry.
+    #[error("deploy: {0}")]
+    Deploy(BadSignalHost),
+    /// `metrics.listen` is not an address.
+    #[error("metrics: listen: {0:?} is not an ip:port address")]
+    MetricsListen(String),
+    /// `[store] url` is invalid.
+    #[error("store: {0}")]
+    Store(crate::store::StoreUrlError),
+    /// An entry of `revoked_masters` (its index) is not a revocation.
+    #[error("revoked_masters[{0}]: {1}")]
+    Revocation(usize, halite_protocol::noise::HandshakeError),
+    /// `log` is not a filter.
+    #[error("log: {0}")]
+    Log(halite_transport::logging::LogError),
+    /// A handshake limit is 0.
+    #[error("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1")]
+    NoHandshakes,
+    /// The pending-key rate admits nothing.
+    #[error("pending_keys_per_sec, pending_keys_burst: must be above 0 and at least 1")]
+    NoPendingKeys,
+}
 
 /// `[metrics]`: where `GET /metrics`, `/healthz` and `/readyz` are served (plain HTTP, no
 /// authentication: the figures are counts, no job data).
@@ -182,27 +219,25 @@ impl MasterConfig {
     }
 
     /// Parses config text; the error names the bad key.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let config: MasterConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
-        halite_protocol::id::validate(&config.id).map_err(|e| format!("id: {e}"))?;
-        config.gateway.validate().map_err(|e| format!("gateway: {e}"))?;
-        crate::deploy::signal_hosts::SignalHosts::parse(&config.deploy.signal_hosts)
-            .map_err(|e| format!("deploy: {e}"))?;
+    pub fn parse(text: &str) -> Result<Self, MasterConfigError> {
+        use MasterConfigError as E;
+        let config: MasterConfig = toml::from_str(text).map_err(E::Toml)?;
+        halite_protocol::id::validate(&config.id).map_err(E::Id)?;
+        config.gateway.validate().map_err(E::Gateway)?;
+        crate::deploy::signal_hosts::SignalHosts::parse(&config.deploy.signal_hosts).map_err(E::Deploy)?;
         if let Some(listen) = &config.metrics.listen {
-            listen
-                .parse::<std::net::SocketAddr>()
-                .map_err(|_| format!("metrics: listen: {listen:?} is not an ip:port address"))?;
+            listen.parse::<std::net::SocketAddr>().map_err(|_| E::MetricsListen(listen.clone()))?;
         }
-        config.store.validate().map_err(|e| format!("store: {e}"))?;
+        config.store.validate().map_err(E::Store)?;
         for (i, text) in config.revoked_masters.iter().enumerate() {
-            halite_protocol::noise::Revocation::from_hex(text).map_err(|e| format!("revoked_masters[{i}]: {e}"))?;
+            halite_protocol::noise::Revocation::from_hex(text).map_err(|error| E::Revocation(i, error))?;
         }
-        halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
+        halite_transport::logging::translate(&config.log).map_err(E::Log)?;
         if config.max_pending_handshakes == 0 || config.max_pending_handshakes_per_ip == 0 {
-            return Err("max_pending_handshakes, max_pending_handshakes_per_ip: must be at least 1".into());
+            return Err(E::NoHandshakes);
         }
         if !(config.pending_keys_per_sec > 0.0 && config.pending_keys_burst >= 1.0) {
-            return Err("pending_keys_per_sec, pending_keys_burst: must be above 0 and at least 1".into());
+            return Err(E::NoPendingKeys);
         }
         Ok(config)
     }
@@ -268,7 +303,10 @@ mod tests {
         .unwrap();
         assert_eq!(config.events[0].burst, 20.0);
         assert_eq!(config.peers[0].functions, ["service.restart"]);
-        assert!(MasterConfig::parse("[[events]]\nminions = [\"x\"]\nalow = []\n").unwrap_err().contains("alow"));
+        assert!(MasterConfig::parse("[[events]]\nminions = [\"x\"]\nalow = []\n")
+            .unwrap_err()
+            .to_string()
+            .contains("alow"));
     }
 
     #[test]
@@ -277,19 +315,19 @@ mod tests {
             MasterConfig::parse("[deploy]\nsignal_hosts = [\"heat.example.com:8004\", \"10.0.0.0/8\"]\n").unwrap();
         assert_eq!(config.deploy.signal_hosts.len(), 2);
         assert!(MasterConfig::default().deploy.signal_hosts.is_empty(), "no relay unless configured");
-        let err = MasterConfig::parse("[deploy]\nsignal_hosts = [\"10.0.0.0/40\"]\n").unwrap_err();
+        let err = MasterConfig::parse("[deploy]\nsignal_hosts = [\"10.0.0.0/40\"]\n").unwrap_err().to_string();
         assert!(err.starts_with("deploy: signal_hosts[0]: \"10.0.0.0/40\""), "{err}");
-        let err = MasterConfig::parse("[deploy]\nsignal_host = []\n").unwrap_err();
+        let err = MasterConfig::parse("[deploy]\nsignal_host = []\n").unwrap_err().to_string();
         assert!(err.contains("signal_host"), "{err}");
     }
 
     #[test]
     fn unknown_and_mistyped_keys_are_named() {
-        let err = MasterConfig::parse("lisen = \"x\"\n").unwrap_err();
+        let err = MasterConfig::parse("lisen = \"x\"\n").unwrap_err().to_string();
         assert!(err.contains("lisen"), "{err}");
-        let err = MasterConfig::parse("keep_jobs_hours = \"a week\"\n").unwrap_err();
+        let err = MasterConfig::parse("keep_jobs_hours = \"a week\"\n").unwrap_err().to_string();
         assert!(err.contains("keep_jobs_hours") || err.contains("line 1"), "{err}");
-        let err = MasterConfig::parse("id = \"../etc\"\n").unwrap_err();
+        let err = MasterConfig::parse("id = \"../etc\"\n").unwrap_err().to_string();
         assert!(err.starts_with("id:"), "{err}");
     }
 }

@@ -65,6 +65,17 @@ pub(crate) struct FileServed {
     answer: Result<FileChunk, (ErrorKind, String)>,
 }
 
+/// Why a file read has no place now (to be tried again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum ReadsBusy {
+    /// The minion has this many reads in flight already.
+    #[error("{0} of this minion's file reads are already in flight (at most {MAX_IN_FLIGHT_PER_MINION}); try again")]
+    Minion(usize),
+    /// The master has as many reads in flight as it allows.
+    #[error("the master is busy reading files; try again")]
+    Master,
+}
+
 /// What the core keeps for serving files.
 #[derive(Debug, Default)]
 pub(crate) struct FileServer {
@@ -76,15 +87,13 @@ pub(crate) struct FileServer {
 
 impl FileServer {
     /// Takes a place for one more read of `minion`'s, or says why there is none.
-    fn admit(&mut self, minion: &str) -> Result<(), String> {
+    fn admit(&mut self, minion: &str) -> Result<(), ReadsBusy> {
         let mine = self.per_minion.get(minion).copied().unwrap_or(0);
         if mine >= MAX_IN_FLIGHT_PER_MINION {
-            return Err(format!(
-                "{mine} of this minion's file reads are already in flight (at most {MAX_IN_FLIGHT_PER_MINION}); try again"
-            ));
+            return Err(ReadsBusy::Minion(mine));
         }
         if self.in_flight >= MAX_IN_FLIGHT {
-            return Err("the master is busy reading files; try again".into());
+            return Err(ReadsBusy::Master);
         }
         self.in_flight += 1;
         *self.per_minion.entry(minion.to_owned()).or_default() += 1;
@@ -154,7 +163,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return refuse(self, ErrorKind::NotFound, "this master serves no files ([files] root is not set)".into());
         };
         if let Err(why) = self.files.admit(minion) {
-            return refuse(self, ErrorKind::LimitExceeded, why);
+            return refuse(self, ErrorKind::LimitExceeded, why.to_string());
         }
         tracing::debug!(%minion, path = %request.path, offset = request.offset, "file requested");
         let digests = self.files.digests.clone();
@@ -579,7 +588,7 @@ mod tests {
         for _ in 0..MAX_IN_FLIGHT_PER_MINION {
             server.admit("greedy").unwrap();
         }
-        let why = server.admit("greedy").unwrap_err();
+        let why = server.admit("greedy").unwrap_err().to_string();
         assert!(why.contains("this minion's file reads"), "{why}");
         server.admit("other").unwrap();
         server.release("greedy");
@@ -590,7 +599,7 @@ mod tests {
             match server.admit(&format!("m{}", i / MAX_IN_FLIGHT_PER_MINION)) {
                 Ok(()) => admitted += 1,
                 Err(why) => {
-                    assert!(why.contains("busy"), "{why}");
+                    assert_eq!(why, ReadsBusy::Master);
                     break;
                 }
             }

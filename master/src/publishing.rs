@@ -17,6 +17,28 @@ use crate::limits;
 use crate::net::Net;
 use crate::server::{Master, NewJob};
 use crate::store::{JobRecord, Store, StoreError};
+
+/// Why a publish is refused (told to the publisher as is).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PublishRefused {
+    /// The policy grants it only by ownership, which never covers a publish.
+    #[error("a publish is never granted by ownership")]
+    ByOwnership,
+    /// The policy refuses it.
+    #[error("{0}")]
+    Denied(Denied),
+    /// The caller a minion publishes on behalf of is not a principal.
+    #[error("{0}, on whose behalf this is published, is not a principal")]
+    NoPrincipal(String),
+    /// The caller a minion publishes on behalf of may not run it.
+    #[error("on behalf of {caller}: {why}")]
+    OnBehalf {
+        /// That caller.
+        caller: String,
+        /// Why not.
+        why: Box<PublishRefused>,
+    },
+}
 use crate::target::Expr;
 
 /// Most ids a job records as `unknown`: an inventory with some hosts not enrolled passes, while
@@ -141,7 +163,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Err(why) => {
                 warn!(%caller, function = %request.function, %why, "publish refused");
                 self.metrics.get().denied("publish");
-                self.send_error(peer, ErrorKind::Forbidden, why, request_id);
+                self.send_error(peer, ErrorKind::Forbidden, why.to_string(), request_id);
                 return Ok(());
             }
         };
@@ -390,15 +412,15 @@ impl<S: Store, N: Net> Master<S, N> {
         publisher: &Publisher,
         request: &PublishRequest,
         targets: &[String],
-    ) -> Result<Option<Vec<String>>, String> {
+    ) -> Result<Option<Vec<String>>, PublishRefused> {
         let ids: Vec<&str> = targets.iter().map(String::as_str).collect();
         let action = Action::Publish { function: &request.function, kwargs: &request.kwargs, targets: &ids };
         let policy = self.policy();
         let decide = |asker: &Asker<'_>| match policy.decide(asker, &action) {
             Ok(Granted::Reach(reach)) => Ok(reach),
             Ok(Granted::Yes) => Ok(None),
-            Ok(Granted::OwnedBy(_)) => Err("a publish is never granted by ownership".to_owned()),
-            Err(denied) => Err(denied.message()),
+            Ok(Granted::OwnedBy(_)) => Err(PublishRefused::ByOwnership),
+            Err(denied) => Err(PublishRefused::Denied(denied)),
         };
         let reach = decide(&publisher.asker(caller))?;
         let (Publisher::Peer(_), Some(caller)) = (publisher, &request.on_behalf_of) else { return Ok(reach) };
@@ -410,11 +432,12 @@ impl<S: Store, N: Net> Master<S, N> {
                 Some(minion) => Asker::MinionPeer { id: minion },
                 None => match self.registry.principals.get(name) {
                     Some(principal) => Asker::Principal { name, acl: &principal.acl },
-                    None => return Err(format!("{caller}, on whose behalf this is published, is not a principal")),
+                    None => return Err(PublishRefused::NoPrincipal(caller.clone())),
                 },
             },
         };
-        let theirs = decide(&on_behalf).map_err(|why| format!("on behalf of {caller}: {why}"))?;
+        let theirs = decide(&on_behalf)
+            .map_err(|why| PublishRefused::OnBehalf { caller: caller.clone(), why: Box::new(why) })?;
         Ok(publish::both(reach, theirs))
     }
 }

@@ -28,6 +28,17 @@ pub(crate) fn session_ended(why: &str) -> Message {
     })
 }
 
+/// Why a token opens no session (told to the gateway's caller as is).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum TokenRefused {
+    /// Unknown or expired.
+    #[error("unknown token")]
+    Unknown,
+    /// The principal it acts as was removed.
+    #[error("the token's principal {0} no longer exists")]
+    PrincipalGone(String),
+}
+
 impl<S: Store, N: Net> Master<S, N> {
     /// Opens an in-process session for what a token grants (`None`: unknown or expired).
     pub(crate) fn open_local(
@@ -35,13 +46,13 @@ impl<S: Store, N: Net> Master<S, N> {
         hash: [u8; 32],
         grant: Option<ApiTokenGrant>,
         tx: crate::gateway::local_queue::LocalSender,
-    ) -> Result<Opened, String> {
-        let Some(grant) = grant else { return Err("unknown token".into()) };
+    ) -> Result<Opened, TokenRefused> {
+        let Some(grant) = grant else { return Err(TokenRefused::Unknown) };
         let acl = match grant.principal.as_str() {
             "root" => None,
             name => match self.registry.principals.get(name) {
                 Some(record) => Some(Arc::new(record.acl.clone())),
-                None => return Err(format!("the token's principal {name} no longer exists")),
+                None => return Err(TokenRefused::PrincipalGone(name.to_owned())),
             },
         };
         let asker = crate::authz::Asker::client(&grant.principal, acl.as_deref());

@@ -97,22 +97,41 @@ impl MinionConfig {
     }
 
     /// Parses config text; the error names the bad key.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let config: MinionConfig = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+    pub fn parse(text: &str) -> Result<Self, MinionConfigError> {
+        let config: MinionConfig = toml::from_str(text).map_err(MinionConfigError::Toml)?;
         if let Some(id) = &config.id {
-            halite_protocol::id::validate(id).map_err(|e| format!("id: {e}"))?;
+            halite_protocol::id::validate(id).map_err(MinionConfigError::Id)?;
         }
         if config.max_concurrent_jobs == 0 {
-            return Err("max_concurrent_jobs: must be at least 1".into());
+            return Err(MinionConfigError::NoJobs);
         }
-        halite_transport::logging::translate(&config.log).map_err(|e| format!("log: {e}"))?;
+        halite_transport::logging::translate(&config.log).map_err(MinionConfigError::Log)?;
         if let Some(listen) = &config.metrics.listen {
-            listen
-                .parse::<std::net::SocketAddr>()
-                .map_err(|_| format!("metrics: listen: {listen:?} is not an ip:port address"))?;
+            listen.parse::<std::net::SocketAddr>().map_err(|_| MinionConfigError::MetricsListen(listen.clone()))?;
         }
         Ok(config)
     }
+}
+
+/// What is wrong in a minion's config text; the message names the key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MinionConfigError {
+    /// Not TOML, an unknown key, or a value of the wrong type.
+    #[error("{}", .0.to_string().trim_end())]
+    Toml(toml::de::Error),
+    /// `id` is not a valid minion id.
+    #[error("id: {0}")]
+    Id(halite_protocol::id::IdError),
+    /// `max_concurrent_jobs` is 0.
+    #[error("max_concurrent_jobs: must be at least 1")]
+    NoJobs,
+    /// `log` is not a filter.
+    #[error("log: {0}")]
+    Log(halite_transport::logging::LogError),
+    /// `metrics.listen` is not an address.
+    #[error("metrics: listen: {0:?} is not an ip:port address")]
+    MetricsListen(String),
 }
 
 /// What cloud-init (or an admin) writes so a fresh minion can find, trust and join its master.
@@ -169,11 +188,11 @@ mod tests {
 
     #[test]
     fn config_errors_name_the_key() {
-        assert!(MinionConfig::parse("mastr = \"x\"").unwrap_err().contains("mastr"));
-        assert!(MinionConfig::parse("id = \"a/b\"").unwrap_err().starts_with("id:"));
+        assert!(MinionConfig::parse("mastr = \"x\"").unwrap_err().to_string().contains("mastr"));
+        assert!(MinionConfig::parse("id = \"a/b\"").unwrap_err().to_string().starts_with("id:"));
         let config = MinionConfig::parse("id = \"web1\"\n[grains]\nrole = \"web\"\n").unwrap();
         assert_eq!(config.grains["role"], "web");
-        let bad = MinionConfig::parse("[metrics]\nlisten = \"localhost\"\n").unwrap_err();
+        let bad = MinionConfig::parse("[metrics]\nlisten = \"localhost\"\n").unwrap_err().to_string();
         assert!(bad.contains("metrics: listen"), "{bad}");
         let on = MinionConfig::parse("[metrics]\nlisten = \"127.0.0.1:9507\"\n").unwrap();
         assert_eq!(on.metrics.listen.as_deref(), Some("127.0.0.1:9507"));

@@ -60,17 +60,25 @@ pub(crate) fn start_deadline(
     start_by_ms: Option<u64>,
     master: Option<MasterTime>,
     now: Instant,
-) -> Result<Option<Instant>, String> {
+) -> Result<Option<Instant>, StartMissed> {
     let (Some(start_by), Some(master)) = (start_by_ms, master) else { return Ok(None) };
     let master_now = master.now_ms(now);
     match start_by.checked_sub(master_now) {
         Some(left) => Ok(Some(now + Duration::from_millis(left))),
-        None => Err(format!(
-            "not started: the master gave it until {start_by} ms (its time) to start, and its time is now \
-             {master_now} ms, {} ms later; the master may already have recorded it timed out",
-            master_now - start_by
-        )),
+        None => Err(StartMissed { start_by, master_now }),
     }
+}
+
+/// A job arrived after the master's time by which it had to start (times in the master's ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not started: the master gave it until {start_by} ms (its time) to start, and its time is now \
+     {master_now} ms, {} ms later; the master may already have recorded it timed out",
+    master_now - start_by
+)]
+pub(crate) struct StartMissed {
+    start_by: u64,
+    master_now: u64,
 }
 
 #[cfg(test)]
@@ -116,7 +124,7 @@ mod tests {
         let by = start_deadline(Some(1_003_000), master, start).unwrap().unwrap();
         assert_eq!(by.duration_since(start), Duration::from_secs(3));
         // The minion was frozen 15 s: the master's time is past the start-by time.
-        let late = start_deadline(Some(1_003_000), master, start + Duration::from_secs(15)).unwrap_err();
+        let late = start_deadline(Some(1_003_000), master, start + Duration::from_secs(15)).unwrap_err().to_string();
         assert!(late.contains("12000 ms later"), "{late}");
         // Nothing said, or the master's time unknown: only the TTL check applies.
         assert_eq!(start_deadline(None, master, start), Ok(None));

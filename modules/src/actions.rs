@@ -39,11 +39,16 @@ use crate::{valid_name, Args, Command, Context, ModuleError, Output, Registry};
 /// Argument types an action can declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum ArgType {
+pub enum ArgType {
+    /// `string`.
     String,
+    /// `int`.
     Int,
+    /// `bool`.
     Bool,
+    /// `list`.
     List,
+    /// `map`.
     Map,
 }
 
@@ -108,6 +113,46 @@ fn default_timeout() -> f64 {
     60.0
 }
 
+/// Why an action definition was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActionError {
+    /// Not TOML, or not the shape of a definition.
+    #[error("{}", .0.to_string().trim_end())]
+    Toml(toml::de::Error),
+    /// The name is not `module.function`.
+    #[error("name {0:?} must look like module.function (^[a-z]+\\.[a-z_]+$)")]
+    Name(String),
+    /// The command is empty or not an absolute path.
+    #[error("command must be a list starting with an absolute path")]
+    Command,
+    /// The timeout is not a positive number.
+    #[error("timeout must be a positive number of seconds")]
+    Timeout,
+    /// A positional argument is not declared.
+    #[error("positional argument {0:?} is not declared under [args]")]
+    Positional(String),
+    /// An argument's default is not of its type.
+    #[error("args.{arg}: default does not have type {kind:?}")]
+    Default {
+        /// The argument.
+        arg: String,
+        /// Its declared type.
+        kind: ArgType,
+    },
+    /// A pattern on an argument that is not a string.
+    #[error("args.{0}: pattern applies to strings only")]
+    PatternType(String),
+    /// A pattern that is not a regular expression.
+    #[error("args.{arg}: bad pattern: {source}")]
+    Pattern {
+        /// The argument.
+        arg: String,
+        /// Why.
+        source: Box<regex_lite::Error>,
+    },
+}
+
 /// A loaded action.
 #[derive(Debug)]
 pub struct Action {
@@ -117,32 +162,33 @@ pub struct Action {
 
 impl Action {
     /// Parses and checks a definition; the error says what is wrong.
-    pub fn parse(text: &str) -> Result<Action, String> {
-        let definition: Definition = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+    pub fn parse(text: &str) -> Result<Action, ActionError> {
+        let definition: Definition = toml::from_str(text).map_err(ActionError::Toml)?;
         if !valid_name(&definition.name) {
-            return Err(format!("name {:?} must look like module.function (^[a-z]+\\.[a-z_]+$)", definition.name));
+            return Err(ActionError::Name(definition.name));
         }
         if definition.command.is_empty() || !definition.command[0].starts_with('/') {
-            return Err("command must be a list starting with an absolute path".into());
+            return Err(ActionError::Command);
         }
         if !(definition.timeout > 0.0 && definition.timeout.is_finite()) {
-            return Err("timeout must be a positive number of seconds".into());
+            return Err(ActionError::Timeout);
         }
         if let Some(p) = definition.positional.iter().find(|p| !definition.args.contains_key(*p)) {
-            return Err(format!("positional argument {p:?} is not declared under [args]"));
+            return Err(ActionError::Positional(p.clone()));
         }
         let mut patterns = BTreeMap::new();
         for (name, spec) in &definition.args {
             if let Some(default) = &spec.default {
                 if !spec.kind.accepts(default) {
-                    return Err(format!("args.{name}: default does not have type {:?}", spec.kind));
+                    return Err(ActionError::Default { arg: name.clone(), kind: spec.kind });
                 }
             }
             if let Some(pattern) = &spec.pattern {
                 if spec.kind != ArgType::String {
-                    return Err(format!("args.{name}: pattern applies to strings only"));
+                    return Err(ActionError::PatternType(name.clone()));
                 }
-                let re = Regex::new(pattern).map_err(|e| format!("args.{name}: bad pattern: {e}"))?;
+                let re = Regex::new(pattern)
+                    .map_err(|source| ActionError::Pattern { arg: name.clone(), source: Box::new(source) })?;
                 patterns.insert(name.clone(), re);
             }
         }
@@ -270,11 +316,12 @@ pub fn load_into(registry: &mut Registry, dir: &Path) -> Vec<String> {
     paths.sort();
     let mut problems = Vec::new();
     for path in paths {
-        let loaded = std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|text| Action::parse(&text))
-            .and_then(|action| registry.add_action(Box::new(action)));
-        if let Err(problem) = loaded {
+        let mut load = || -> Result<(), Box<dyn std::error::Error>> {
+            let text = std::fs::read_to_string(&path)?;
+            registry.add_action(Box::new(Action::parse(&text)?))?;
+            Ok(())
+        };
+        if let Err(problem) = load() {
             problems.push(format!("{}: {problem}", path.display()));
         }
     }
@@ -343,7 +390,7 @@ default = false
             ),
             ("name = \"a.b\"\ncommand = [\"/bin/true\"]", "doc"),
         ] {
-            let err = Action::parse(text).unwrap_err();
+            let err = Action::parse(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text:?}: {err}");
         }
         let dir = std::env::temp_dir().join(format!("halite-actions-{}", std::process::id()));

@@ -6,8 +6,13 @@
 use halite_protocol::message::Value;
 use serde_json::Map;
 
+/// Arguments that do not fit a function's schema: the explanation, in words naming the argument.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Misfit(pub(crate) String);
+
 /// `object` parsed as `T`, or why not, in words naming the argument (see the module doc).
-pub(crate) fn parse<T: serde::de::DeserializeOwned>(object: Map<String, Value>, schema: &Value) -> Result<T, String> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(object: Map<String, Value>, schema: &Value) -> Result<T, Misfit> {
     serde_path_to_error::deserialize::<_, T>(&object).map_err(|error| {
         let argument = match error.path().iter().next() {
             Some(serde_path_to_error::Segment::Map { key }) => Some(key.clone()),
@@ -15,7 +20,7 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(object: Map<String, Value>, 
             // does not take is the one.
             _ => misfit(&object, schema),
         };
-        explain(argument.as_deref(), &error.inner().to_string(), &object, schema)
+        Misfit(explain(argument.as_deref(), &error.inner().to_string(), &object, schema))
     })
 }
 
@@ -218,7 +223,7 @@ mod tests {
         let schema = serde_json::to_value(schemars::schema_for!(Flattened)).unwrap();
         let serde_json::Value::Object(object) = json!({"cmd": "date", "env": "LANG=C"}) else { unreachable!() };
         assert_eq!(
-            super::parse::<Flattened>(object, &schema).unwrap_err(),
+            super::parse::<Flattened>(object, &schema).unwrap_err().to_string(),
             r#"env: "LANG=C" is not an object; env takes an object, e.g. env='{"KEY":"value"}'"#
         );
     }
@@ -226,7 +231,7 @@ mod tests {
     fn error(args: serde_json::Value) -> String {
         let schema = serde_json::to_value(schemars::schema_for!(Sample)).unwrap();
         let serde_json::Value::Object(object) = args else { panic!("an object") };
-        super::parse::<Sample>(object, &schema).unwrap_err()
+        super::parse::<Sample>(object, &schema).unwrap_err().to_string()
     }
 
     #[test]

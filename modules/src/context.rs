@@ -24,7 +24,19 @@ pub struct PeerRequest {
     /// The publish request (its `request_id` is set by the minion daemon).
     pub request: PublishRequest,
     /// The master's answer: the job and its minions, or why it refused.
-    pub reply: oneshot::Sender<Result<Published, String>>,
+    pub reply: oneshot::Sender<Result<Published, PeerRefusal>>,
+}
+
+/// Why a `peer.publish` was not published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerRefusal {
+    /// The minion has no session with the master to forward it on.
+    #[error("no session with the master")]
+    NoSession,
+    /// The master refused it; its message.
+    #[error("{0}")]
+    Master(String),
 }
 
 /// A part of a file the master serves (`halite://`), with where the master's answer goes.

@@ -33,7 +33,9 @@ impl Dispatcher {
     /// the master signed it into the job's reach. Also for what runs without a function call
     /// (a plan's shell guards count as `cmd.run`).
     pub fn permit(&self, function: &str, cx: &Context) -> Result<(), ModuleError> {
-        self.policy.check(function, &cx.caller, self.registry.is_action(function)).map_err(ModuleError::Denied)?;
+        self.policy
+            .check(function, &cx.caller, self.registry.is_action(function))
+            .map_err(|refusal| ModuleError::Denied(refusal.to_string()))?;
         match &cx.reach {
             Some(reach) if !reach.iter().any(|g| halite_protocol::glob::matches(g, function)) => {
                 Err(ModuleError::Denied(format!("{function} is beyond what {} may call on this minion", cx.caller)))

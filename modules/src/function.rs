@@ -69,7 +69,7 @@ impl<T: Typed> Function for T {
                     let mut object = args.to_object(T::POSITIONAL)?;
                     let schema = self.schema();
                     crate::coerce::to_schema(&mut object, &schema, T::POSITIONAL);
-                    crate::arg_errors::parse(object, &schema).map_err(ModuleError::BadArguments)?
+                    crate::arg_errors::parse(object, &schema).map_err(|misfit| ModuleError::BadArguments(misfit.0))?
                 }
             };
             self.run(parsed, cx).await

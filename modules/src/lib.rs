@@ -43,11 +43,11 @@ mod runner;
 mod shebang;
 
 pub use args::Args;
-pub use context::{Context, FileRequest, OutgoingEvent, PeerRequest};
+pub use context::{Context, FileRequest, OutgoingEvent, PeerRefusal, PeerRequest};
 pub use dispatcher::Dispatcher;
 pub use function::{CallFuture, Function, ModuleError, Output, Typed};
 pub use functions::deploy_settings::DeploySettings;
 pub use paths::{Access, PathGuard, Pinned, ReadFile};
-pub use policy::{CallerRule, Policy, DEFAULT_ALLOW};
-pub use registry::{valid_name, Registry};
+pub use policy::{CallerRule, Policy, PolicyRefusal, DEFAULT_ALLOW};
+pub use registry::{valid_name, AlreadyDefined, Registry};
 pub use runner::{Command, Finished, Runner, OUTPUT_CAP};

@@ -81,24 +81,58 @@ impl Policy {
 
     /// `Err(reason)` when `function` may not run for `caller`; the reason says which key of
     /// which file to change.
-    pub fn check(&self, function: &str, caller: &str, is_action: bool) -> Result<(), String> {
+    pub fn check(&self, function: &str, caller: &str, is_action: bool) -> Result<(), PolicyRefusal> {
         let listed = |globs: &[String]| globs.iter().any(|g| glob::matches(g, function));
         let by_default = !self.replace_defaults && DEFAULT_ALLOW.iter().any(|g| glob::matches(g, function));
-        let file = self.source.as_deref().unwrap_or("the minion's config");
+        let file = || self.source.as_deref().unwrap_or("the minion's config").to_owned();
         if listed(&self.deny) {
-            return Err(format!("{function} is denied by this minion's policy ([policy] deny in {file})"));
+            return Err(PolicyRefusal::Denied { function: function.to_owned(), file: file() });
         }
         if !(by_default || listed(&self.allow) || (is_action && self.allow_actions)) {
-            return Err(format!(
-                "{function} is not allowed by this minion's policy (add it to [policy] allow in {file})"
-            ));
+            return Err(PolicyRefusal::NotAllowed { function: function.to_owned(), file: file() });
         }
         let rules: Vec<&CallerRule> = self.callers.iter().filter(|r| glob::matches(&r.caller, caller)).collect();
         if !rules.is_empty() && !rules.iter().any(|r| listed(&r.allow)) {
-            return Err(format!("{function} is not allowed for caller {caller} ([[policy.callers]] in {file})"));
+            return Err(PolicyRefusal::Caller {
+                function: function.to_owned(),
+                caller: caller.to_owned(),
+                file: file(),
+            });
         }
         Ok(())
     }
+}
+
+/// Why the policy refuses a call; each names the file (or "the minion's config") to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyRefusal {
+    /// The function matches `[policy] deny`.
+    #[error("{function} is denied by this minion's policy ([policy] deny in {file})")]
+    Denied {
+        /// The function.
+        function: String,
+        /// The policy's file.
+        file: String,
+    },
+    /// Neither allowed by default nor by `[policy] allow`.
+    #[error("{function} is not allowed by this minion's policy (add it to [policy] allow in {file})")]
+    NotAllowed {
+        /// The function.
+        function: String,
+        /// The policy's file.
+        file: String,
+    },
+    /// Rules name this caller and none allows the function.
+    #[error("{function} is not allowed for caller {caller} ([[policy.callers]] in {file})")]
+    Caller {
+        /// The function.
+        function: String,
+        /// The caller.
+        caller: String,
+        /// The policy's file.
+        file: String,
+    },
 }
 
 #[cfg(test)]
@@ -146,12 +180,12 @@ mod tests {
         let extended = Policy { source: Some("/etc/halite/minion.toml".into()), ..parse("allow = [\"cmd.run\"]") };
         assert!(extended.check("cmd.run", "root", false).is_ok());
         assert!(extended.check("pkg.version", "root", false).is_ok(), "the defaults stay");
-        let refused = extended.check("pkg.install", "root", false).unwrap_err();
+        let refused = extended.check("pkg.install", "root", false).unwrap_err().to_string();
         assert!(refused.contains("[policy] allow in /etc/halite/minion.toml"), "{refused}");
         let narrowed = parse("allow = [\"test.ping\"]\nreplace_defaults = true\ndeny = [\"test.echo\"]");
         assert!(narrowed.check("test.ping", "root", false).is_ok());
         assert!(narrowed.check("grains.items", "root", false).is_err(), "defaults replaced");
-        let denied = narrowed.check("test.echo", "root", false).unwrap_err();
+        let denied = narrowed.check("test.echo", "root", false).unwrap_err().to_string();
         assert!(denied.contains("[policy] deny in the minion's config"), "{denied}");
     }
 }

@@ -17,6 +17,11 @@ impl std::fmt::Debug for Registry {
     }
 }
 
+/// A custom action was refused: a function of its name (the field) exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is already defined")]
+pub struct AlreadyDefined(pub String);
+
 impl Registry {
     /// The built-in functions.
     pub fn standard() -> Self {
@@ -28,10 +33,10 @@ impl Registry {
     }
 
     /// Adds a local custom action; refuses names already taken.
-    pub fn add_action(&mut self, action: Box<dyn Function>) -> Result<(), String> {
+    pub fn add_action(&mut self, action: Box<dyn Function>) -> Result<(), AlreadyDefined> {
         let name = action.name().to_owned();
         if self.functions.contains_key(&name) {
-            return Err(format!("{name} is already defined"));
+            return Err(AlreadyDefined(name));
         }
         self.actions.insert(name.clone());
         self.functions.insert(name, action);

@@ -164,9 +164,25 @@ pub(crate) enum Call {
     },
 }
 
-/// A call as Python sent it, or a `ValueError`-worthy message naming what is wrong with it.
-pub(crate) fn parse(text: &str) -> Result<Call, String> {
-    serde_json::from_str(text).map_err(|e| format!("invalid call: {e}"))
+/// A call as Python sent it, or a `ValueError`-worthy error naming what is wrong with it.
+pub(crate) fn parse(text: &str) -> Result<Call, InvalidCall> {
+    serde_json::from_str(text).map_err(InvalidCall)
+}
+
+/// A call that is not JSON of a known call's shape: serde's reason.
+#[derive(Debug)]
+pub(crate) struct InvalidCall(serde_json::Error);
+
+impl std::fmt::Display for InvalidCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid call: {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidCall {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
 }
 
 /// Carries `call` out; its result as JSON text.

@@ -24,8 +24,9 @@ pub enum ConfigError {
     },
 }
 
-/// Reads `path` and parses it with `parse`, attaching the path to either kind of failure.
-pub fn load<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
+/// Reads `path` and parses it with `parse`, attaching the path to either kind of failure (an
+/// invalid file's message is the parser's error, displayed).
+pub fn load<T, E: std::fmt::Display>(path: &Path, parse: impl FnOnce(&str) -> Result<T, E>) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-    parse(&text).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+    parse(&text).map_err(|error| ConfigError::Invalid { path: path.to_owned(), message: error.to_string() })
 }

@@ -36,6 +36,6 @@ pub use backoff::Backoff;
 pub use connection::CloseReason;
 pub use dealer::{Dealer, DealerConfig, DealerEvent, DealerSender};
 pub use notify::{notify_ready, notify_to};
-pub use open_files::{open_files_limit, raise_open_files};
+pub use open_files::{open_files_limit, raise_open_files, OpenFilesError};
 pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};
 pub use signal::shutdown_signal;

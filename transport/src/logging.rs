@@ -45,7 +45,7 @@ const LEVELS: &[(&str, &str)] = &[
 /// Translates a filter (`info`, `warning`, `halite_master=debug,info`) into `tracing` terms,
 /// refusing unknown level names with the list of valid ones (an unknown level used to log
 /// nothing at all).
-pub fn translate(spec: &str) -> Result<String, String> {
+pub fn translate(spec: &str) -> Result<String, LogError> {
     let mut out = Vec::new();
     for directive in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
         let (target, level) = match directive.rsplit_once('=') {
@@ -56,10 +56,7 @@ pub fn translate(spec: &str) -> Result<String, String> {
         };
         let lower = level.to_ascii_lowercase();
         let Some((_, level)) = LEVELS.iter().find(|(name, _)| *name == lower) else {
-            return Err(format!(
-                "unknown log level {level:?}: use trace, debug, info, warn (or warning), error (or critical) or off \
-                 (or quiet), optionally per target as in \"halite_master=debug,info\""
-            ));
+            return Err(LogError::UnknownLevel(level.to_owned()));
         };
         out.push(match target {
             Some(target) => format!("{target}={level}"),
@@ -67,7 +64,7 @@ pub fn translate(spec: &str) -> Result<String, String> {
         });
     }
     if out.is_empty() {
-        return Err("empty log level".into());
+        return Err(LogError::Empty);
     }
     // `debug` is about halite: the libraries' own debug lines (every SQL statement, every
     // HTTP frame) drown it; `trace` shows them too, as does naming a library's target.
@@ -88,16 +85,16 @@ const DEPENDENCY_NOISE: &[&str] =
 /// The filter to use: `RUST_LOG` when set, else `spec` (the config's or `--log-level`). Filters
 /// are per-target levels (`translate` accepts nothing else), so `Targets` is the whole filter:
 /// no regex engine in the daemons for it.
-pub fn filter(spec: &str) -> Result<Targets, String> {
+pub fn filter(spec: &str) -> Result<Targets, LogError> {
     let chosen = match std::env::var("RUST_LOG") {
-        Ok(env) if !env.trim().is_empty() => translate(&env).map_err(|e| format!("RUST_LOG: {e}"))?,
+        Ok(env) if !env.trim().is_empty() => translate(&env).map_err(|e| LogError::Env(Box::new(e)))?,
         _ => translate(spec)?,
     };
-    chosen.parse::<Targets>().map_err(|e| format!("log filter {chosen:?}: {e}"))
+    chosen.parse::<Targets>().map_err(|source| LogError::Filter { filter: chosen, source })
 }
 
 /// Installs the process's logger on stderr.
-pub fn init(spec: &str, format: LogFormat) -> Result<(), String> {
+pub fn init(spec: &str, format: LogFormat) -> Result<(), LogError> {
     let filter = filter(spec)?;
     let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let installed = match format {
@@ -109,7 +106,36 @@ pub fn init(spec: &str, format: LogFormat) -> Result<(), String> {
             tracing_subscriber::registry().with(lines.with_ansi(false).event_format(JsonLines)).with(filter).try_init()
         }
     };
-    installed.map_err(|e| format!("installing the logger: {e}"))
+    installed.map_err(LogError::Install)
+}
+
+/// Why a log filter was refused or the logger could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    /// A level name that is neither `tracing`'s nor Salt's.
+    #[error(
+        "unknown log level {0:?}: use trace, debug, info, warn (or warning), error (or critical) or off \
+         (or quiet), optionally per target as in \"halite_master=debug,info\""
+    )]
+    UnknownLevel(String),
+    /// No directive at all.
+    #[error("empty log level")]
+    Empty,
+    /// `RUST_LOG` is set and invalid.
+    #[error("RUST_LOG: {0}")]
+    Env(Box<LogError>),
+    /// The translated filter did not parse.
+    #[error("log filter {filter:?}: {source}")]
+    Filter {
+        /// The filter, in `tracing` terms.
+        filter: String,
+        /// Why.
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// Another logger is already installed.
+    #[error("installing the logger: {0}")]
+    Install(tracing_subscriber::util::TryInitError),
 }
 
 /// Formats each event as one JSON object on one line.
@@ -169,7 +195,7 @@ mod tests {
         assert_eq!(translate("trace").unwrap(), "trace", "trace shows everything");
         assert!(!translate("debug,sqlx=debug").unwrap().contains("sqlx=info"), "named, a library is heard");
         assert_eq!(translate("quiet").unwrap(), "off");
-        let error = translate("loud").unwrap_err();
+        let error = translate("loud").unwrap_err().to_string();
         assert!(error.contains("\"loud\"") && error.contains("warning"), "{error}");
         assert!(translate("halite_master=verbose").is_err());
         assert!(translate("").is_err());

@@ -69,11 +69,13 @@ pub(crate) fn authorize(
     publisher: &super::Asker<'_>,
     rules: &Rules,
     publish: &Publish,
-) -> Result<Option<Vec<String>>, String> {
+) -> Result<Option<Vec<String>>, super::Denied> {
     let within = |expr: &str| acl::all_within(expr, rules.nodegroups, publish.targets).unwrap_or(false);
     let covering: Vec<Covering> = match publisher {
         super::Asker::Root => return Ok(None),
-        super::Asker::ClusterPeer => return Err("another master may only announce changes".into()),
+        super::Asker::ClusterPeer => {
+            return Err(super::Denied::Forbidden("another master may only announce changes".into()))
+        }
         // A tenant's principal reaches nothing outside its tenant, whatever its rules say.
         super::Asker::Principal { acl, .. } if !publish.targets.iter().all(|(id, _)| acl.in_tenant(id)) => Vec::new(),
         super::Asker::Principal { acl, .. } => acl
@@ -94,12 +96,12 @@ pub(crate) fn authorize(
     });
     if !allowed {
         let ids: Vec<String> = publish.targets.iter().map(|(id, _)| (*id).to_owned()).collect();
-        return Err(match publisher {
+        return Err(super::Denied::Forbidden(match publisher {
             super::Asker::MinionPeer { id: source } => {
                 format!("no peer rule lets {source} run {} on {}", publish.function, list_some(&ids))
             }
             _ => format!("not allowed to run {} on {}", publish.function, list_some(&ids)),
-        });
+        }));
     }
     let mut reach = vec![publish.function.to_owned()];
     for (functions, args) in covering {
@@ -157,7 +159,7 @@ mod tests {
         }))
     }
 
-    fn check(publisher: &Publisher, function: &str, ids: &[&str]) -> Result<Option<Vec<String>>, String> {
+    fn check(publisher: &Publisher, function: &str, ids: &[&str]) -> Result<Option<Vec<String>>, super::super::Denied> {
         let (groups, grains) = (BTreeMap::new(), BTreeMap::new());
         let targets: Vec<(&str, &BTreeMap<String, Value>)> = ids.iter().map(|id| (*id, &grains)).collect();
         let rules = Rules { nodegroups: &groups, peers: &[] };

@@ -13,11 +13,11 @@ pub(crate) fn derived_item(
     action: &str,
     derived_id: &str,
     creation_time: &str,
-) -> Result<Value, String> {
+) -> Result<Value, DeriveError> {
     let mut values = spec.input_values.clone();
     let mut inputs: Vec<Value> = Vec::new();
     for input in &config.inputs {
-        let mut entry = serde_json::to_value(input).map_err(|e| e.to_string())?;
+        let mut entry = serde_json::to_value(input)?;
         let value = values.shift_remove(&input.name).or_else(|| input.default.clone()).unwrap_or(Value::Null);
         entry["value"] = value;
         inputs.push(entry);
@@ -88,31 +88,56 @@ pub(crate) fn signal_verb(spec: &NewDeployment) -> &'static str {
 }
 
 /// `LAX` or `STRICT`.
-pub(crate) fn validation(spec: &NewDeployment) -> Result<&'static str, String> {
+pub(crate) fn validation(spec: &NewDeployment) -> Result<&'static str, UnknownValidation> {
     match spec.input_values_validation.as_deref() {
         None => Ok("LAX"),
         Some(v) if v.eq_ignore_ascii_case("LAX") => Ok("LAX"),
         Some(v) if v.eq_ignore_ascii_case("STRICT") => Ok("STRICT"),
-        Some(other) => Err(format!("input_values_validation must be LAX or STRICT, not {other:?}")),
+        Some(other) => Err(UnknownValidation(other.to_owned())),
+    }
+}
+
+/// `input_values_validation` is neither `LAX` nor `STRICT`; what it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("input_values_validation must be LAX or STRICT, not {0:?}")]
+pub(crate) struct UnknownValidation(String);
+
+/// Why a deployment's config could not be derived.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeriveError {
+    /// A declared input does not serialize.
+    #[error("{0}")]
+    Input(#[from] serde_json::Error),
+    /// The validation mode is unknown.
+    #[error(transparent)]
+    Validation(#[from] UnknownValidation),
+    /// STRICT validation and a structured config names an input without a value.
+    #[error("the input {0:?} has no value (STRICT validation)")]
+    NoValue(String),
+}
+
+impl From<DeriveError> for crate::request_error::RequestError {
+    fn from(error: DeriveError) -> Self {
+        Self::bad_request(error.to_string())
     }
 }
 
 /// Replaces every `{<key>: "<input name>"}` (a map with that one entry) by the input's value.
-fn substitute(snippet: &Value, key: &str, inputs: &Map<String, Value>, strict: bool) -> Result<Value, String> {
+fn substitute(snippet: &Value, key: &str, inputs: &Map<String, Value>, strict: bool) -> Result<Value, DeriveError> {
     match snippet {
         Value::Object(map) => {
             if map.len() == 1 {
                 if let Some(Value::String(name)) = map.get(key) {
                     return match inputs.get(name) {
                         Some(value) => Ok(value.clone()),
-                        None if strict => Err(format!("the input {name:?} has no value (STRICT validation)")),
+                        None if strict => Err(DeriveError::NoValue(name.clone())),
                         None => Ok(Value::Null),
                     };
                 }
             }
             map.iter()
                 .map(|(k, v)| Ok((k.clone(), substitute(v, key, inputs, strict)?)))
-                .collect::<Result<Map<_, _>, String>>()
+                .collect::<Result<Map<_, _>, _>>()
                 .map(Value::Object)
         }
         Value::Array(items) => {
@@ -309,7 +334,7 @@ mod tests {
         assert_eq!(item["config"], json!({"a": "dflt", "b": ["UPDATE", null], "c": {"get_input": "foo", "other": 1}}));
         let mut strict = spec(json!({}));
         strict.input_values_validation = Some("STRICT".into());
-        let error = derived_item(&config(structured), &strict, "CREATE", "d1", "t").unwrap_err();
+        let error = derived_item(&config(structured), &strict, "CREATE", "d1", "t").unwrap_err().to_string();
         assert!(error.contains("nope"), "{error}");
     }
 

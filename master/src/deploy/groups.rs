@@ -89,7 +89,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(RequestError::bad_request(why));
         }
         // What each member's deployment will be is checked once, before anything starts.
-        super::validate::deployment(&member_spec(&spec, &servers[0])).map_err(RequestError::bad_request)?;
+        super::validate::deployment(&member_spec(&spec, &servers[0]))?;
         self.check_signal_url(&member_spec(&spec, &servers[0]))?;
         // Its members may reference only a config the group's creator may read.
         self.readable_config(&spec.config_id, who).await?;
@@ -166,7 +166,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rollout) = update.rollout {
             record.spec.rollout = Some(rollout);
         }
-        super::validate::deployment(&member_spec(&record.spec, &servers[0])).map_err(RequestError::bad_request)?;
+        super::validate::deployment(&member_spec(&record.spec, &servers[0]))?;
         // Members in flight are left to finish on their own: the new action supersedes them.
         let kept: BTreeMap<String, Option<String>> =
             record.group.members.iter().map(|m| (m.server_id.clone(), m.deployment_id.clone())).collect();

@@ -159,7 +159,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     async fn create_config(&mut self, new: NewSoftwareConfig, principal: &str) -> Reply {
-        validate::config(&new).map_err(RequestError::bad_request)?;
+        validate::config(&new)?;
         let now = self.clock.wall_ms();
         let config = SoftwareConfig {
             id: new_uuid(),
@@ -195,7 +195,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     pub(crate) async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
-        validate::deployment(&spec).map_err(RequestError::bad_request)?;
+        validate::deployment(&spec)?;
         self.check_signal_url(&spec)?;
         let config = self
             .store
@@ -246,7 +246,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let action = update.action.unwrap_or_else(|| "UPDATE".into()).to_ascii_uppercase();
         record.spec.action = Some(action.clone());
-        validate::deployment(&record.spec).map_err(RequestError::bad_request)?;
+        validate::deployment(&record.spec)?;
         let config = self
             .store
             .config(&record.spec.config_id)
@@ -319,8 +319,7 @@ impl<S: Store, N: Net> Master<S, N> {
             &record.deployment.action,
             &derived_id,
             &halite_protocol::time::iso8601_utc(now),
-        )
-        .map_err(RequestError::bad_request)?;
+        )?;
         let timeout_secs = record.spec.timeout_secs.unwrap_or(self.config.deployment_timeout_secs).max(1);
         let mut kwargs = std::collections::BTreeMap::new();
         kwargs.insert("item".to_owned(), item.clone());

@@ -65,11 +65,13 @@ pub(crate) enum Refused {
 
 impl SignalHosts {
     /// Parses the config list; the error names the entry (`signal_hosts[i]`).
-    pub(crate) fn parse(list: &[String]) -> Result<Self, String> {
+    pub(crate) fn parse(list: &[String]) -> Result<Self, BadSignalHost> {
         let entries = list
             .iter()
             .enumerate()
-            .map(|(i, text)| Entry::parse(text.trim()).map_err(|why| format!("signal_hosts[{i}]: {text:?}: {why}")))
+            .map(|(index, text)| {
+                Entry::parse(text.trim()).map_err(|why| BadSignalHost { index, text: text.clone(), why })
+            })
             .collect::<Result<_, _>>()?;
         Ok(SignalHosts { entries })
     }
@@ -128,17 +130,40 @@ impl SignalHosts {
     }
 }
 
+/// A `[deploy] signal_hosts` entry that is not a host, address or range: which, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("signal_hosts[{index}]: {text:?}: {why}")]
+pub struct BadSignalHost {
+    index: usize,
+    text: String,
+    why: EntryError,
+}
+
+/// What is wrong with one `signal_hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum EntryError {
+    #[error("empty")]
+    Empty,
+    #[error("not an address/prefix CIDR range")]
+    NotCidr,
+    #[error("prefix length must be 0 to {0}")]
+    Prefix(u8),
+    #[error("port {0:?} is not a number 0 to 65535")]
+    Port(String),
+    #[error("not a host name, host:port, IP address or CIDR range")]
+    NotHost,
+}
+
 impl Entry {
-    fn parse(text: &str) -> Result<Entry, String> {
+    fn parse(text: &str) -> Result<Entry, EntryError> {
         if text.is_empty() {
-            return Err("empty".into());
+            return Err(EntryError::Empty);
         }
         if let Some((addr, prefix)) = text.split_once('/') {
-            let ip: IpAddr = addr.parse().map_err(|_| "not an address/prefix CIDR range".to_owned())?;
+            let ip: IpAddr = addr.parse().map_err(|_| EntryError::NotCidr)?;
             let ip = unmapped(ip);
             let max = if ip.is_ipv4() { 32 } else { 128 };
-            let prefix: u8 =
-                prefix.parse().ok().filter(|p| *p <= max).ok_or_else(|| format!("prefix length must be 0 to {max}"))?;
+            let prefix: u8 = prefix.parse().ok().filter(|p| *p <= max).ok_or(EntryError::Prefix(max))?;
             return Ok(Entry::Net { ip, prefix });
         }
         if let Ok(ip) = text.parse::<IpAddr>() {
@@ -148,9 +173,7 @@ impl Entry {
             return Ok(Entry::Ip { ip: unmapped(addr.ip()), port: Some(addr.port()) });
         }
         let (host, port) = match text.rsplit_once(':') {
-            Some((host, port)) => {
-                (host, Some(port.parse::<u16>().map_err(|_| format!("port {port:?} is not a number 0 to 65535"))?))
-            }
+            Some((host, port)) => (host, Some(port.parse::<u16>().map_err(|_| EntryError::Port(port.to_owned()))?)),
             None => (text, None),
         };
         let valid = !host.is_empty()
@@ -159,7 +182,7 @@ impl Entry {
                 !label.is_empty() && label.len() <= 63 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
             });
         if !valid {
-            return Err("not a host name, host:port, IP address or CIDR range".into());
+            return Err(EntryError::NotHost);
         }
         Ok(Entry::Name { host: host.to_ascii_lowercase(), port })
     }
@@ -320,11 +343,11 @@ mod tests {
 
     #[test]
     fn bad_entries_are_named() {
-        let err = SignalHosts::parse(&["heat".into(), "10.0.0.0/33".into()]).unwrap_err();
+        let err = SignalHosts::parse(&["heat".into(), "10.0.0.0/33".into()]).unwrap_err().to_string();
         assert!(err.starts_with("signal_hosts[1]: \"10.0.0.0/33\""), "{err}");
-        assert!(SignalHosts::parse(&["heat:99999".into()]).unwrap_err().contains("port"));
-        assert!(SignalHosts::parse(&["http://heat/".into()]).unwrap_err().contains("signal_hosts[0]"));
-        assert!(SignalHosts::parse(&["".into()]).unwrap_err().contains("empty"));
+        assert!(SignalHosts::parse(&["heat:99999".into()]).unwrap_err().to_string().contains("port"));
+        assert!(SignalHosts::parse(&["http://heat/".into()]).unwrap_err().to_string().contains("signal_hosts[0]"));
+        assert!(SignalHosts::parse(&["".into()]).unwrap_err().to_string().contains("empty"));
         let v6 = hosts(&["[fd00::5]:8004", "fd00:1::/32"]);
         assert!(v6.admit_url("http://[fd00::5]:8004/x").is_ok());
         assert!(v6.admit_url("http://[fd00::5]:8005/x").is_err());

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::local_queue::{local_queue, LocalInbox, LocalSender};
 use crate::server::SUBSCRIBE_REQUEST;
-use crate::token_sessions::SESSION_ENDED;
+use crate::token_sessions::{TokenRefused, SESSION_ENDED};
 
 /// How long a request may take in the core.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -25,7 +25,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub(crate) enum LocalCommand {
     /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
-    Connect { token_hash: [u8; 32], to_client: LocalSender, reply: oneshot::Sender<Result<Opened, String>> },
+    Connect { token_hash: [u8; 32], to_client: LocalSender, reply: oneshot::Sender<Result<Opened, TokenRefused>> },
     /// A message from the session's client.
     Message { peer: PeerId, msg: Box<Message> },
     /// The session ended.
@@ -87,7 +87,7 @@ impl LocalSession {
         let Opened { peer, principal, reads_metrics } = answer
             .await
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?
-            .map_err(CallError::Unauthorized)?;
+            .map_err(|refused| CallError::Unauthorized(refused.to_string()))?;
         Ok(LocalSession {
             commands: commands.clone(),
             peer,

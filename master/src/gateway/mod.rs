@@ -19,6 +19,8 @@ mod principals;
 mod routes;
 mod tls;
 
+pub use tls::TlsError;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -63,18 +65,31 @@ impl Default for GatewayConfig {
 
 impl GatewayConfig {
     /// Checks the address and that plain HTTP stays on loopback.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), GatewayConfigError> {
         let Some(listen) = &self.listen else { return Ok(()) };
-        let addr: SocketAddr = listen.parse().map_err(|_| format!("listen: {listen:?} is not an ip:port address"))?;
+        let addr: SocketAddr = listen.parse().map_err(|_| GatewayConfigError::Listen(listen.clone()))?;
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), Some(_)) => Ok(()),
             (None, None) if addr.ip().is_loopback() => Ok(()),
-            (None, None) => Err(format!(
-                "listen: {listen} is not a loopback address; set tls_cert and tls_key to serve it over HTTPS"
-            )),
-            _ => Err("tls_cert and tls_key go together".into()),
+            (None, None) => Err(GatewayConfigError::NotLoopback(listen.clone())),
+            _ => Err(GatewayConfigError::HalfTls),
         }
     }
+}
+
+/// What is wrong in the gateway's config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayConfigError {
+    /// `listen` is not an address.
+    #[error("listen: {0:?} is not an ip:port address")]
+    Listen(String),
+    /// Plain HTTP on an address other machines reach.
+    #[error("listen: {0} is not a loopback address; set tls_cert and tls_key to serve it over HTTPS")]
+    NotLoopback(String),
+    /// Only one of `tls_cert` and `tls_key`.
+    #[error("tls_cert and tls_key go together")]
+    HalfTls,
 }
 
 /// Why the gateway could not start.
@@ -90,7 +105,7 @@ pub enum GatewayError {
     },
     /// The certificate or key could not be loaded.
     #[error("gateway: {0}")]
-    Tls(String),
+    Tls(#[from] TlsError),
 }
 
 /// A bound gateway, ready to serve.
@@ -113,7 +128,7 @@ impl Gateway {
     ) -> Result<Option<Self>, GatewayError> {
         let Some(listen) = &config.listen else { return Ok(None) };
         let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(GatewayError::Tls)?),
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
             _ => None,
         };
         let listener = tokio::net::TcpListener::bind(listen)
@@ -180,19 +195,19 @@ mod tests {
         assert!(GatewayConfig::default().validate().is_ok(), "off by default");
         assert!(config("127.0.0.1:8506", false).validate().is_ok());
         assert!(config("[::1]:8506", false).validate().is_ok());
-        let error = config("0.0.0.0:8506", false).validate().unwrap_err();
+        let error = config("0.0.0.0:8506", false).validate().unwrap_err().to_string();
         assert!(error.contains("not a loopback address"), "{error}");
         assert!(config("0.0.0.0:8506", true).validate().is_ok());
-        assert!(config("localhost:80", false).validate().unwrap_err().contains("ip:port"));
+        assert!(config("localhost:80", false).validate().unwrap_err().to_string().contains("ip:port"));
         let half = GatewayConfig { tls_key: None, ..config("127.0.0.1:1", true) };
-        assert!(half.validate().unwrap_err().contains("go together"));
+        assert!(half.validate().unwrap_err().to_string().contains("go together"));
     }
 
     #[test]
     fn the_master_config_refuses_an_exposed_plain_gateway() {
-        let error = crate::MasterConfig::parse("[gateway]\nlisten = \"10.0.0.1:8506\"\n").unwrap_err();
+        let error = crate::MasterConfig::parse("[gateway]\nlisten = \"10.0.0.1:8506\"\n").unwrap_err().to_string();
         assert!(error.starts_with("gateway: listen"), "{error}");
-        let error = crate::MasterConfig::parse("[gateway]\nlisen = \"127.0.0.1:1\"\n").unwrap_err();
+        let error = crate::MasterConfig::parse("[gateway]\nlisen = \"127.0.0.1:1\"\n").unwrap_err().to_string();
         assert!(error.contains("lisen"), "{error}");
     }
 }

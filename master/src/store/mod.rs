@@ -37,11 +37,12 @@ pub(crate) use conformance::job as test_job;
 pub use deploy::{ApiTokenGrant, ConfigRecord, DeployStore, DeploymentRecord, GroupRecord};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
-pub use select::{describe_postgres, Backend, StoreConfig};
+pub use select::{describe_postgres, Backend, StoreConfig, StoreUrlError};
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed, by what a caller can do about it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The database cannot be used right now (I/O error, full disk, locked, closed): the
     /// operation may succeed if retried later.

@@ -33,7 +33,7 @@ pub enum Backend {
 
 impl StoreConfig {
     /// Checks the URL's scheme and syntax (the password file is read when connecting).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), StoreUrlError> {
         match &self.url {
             None => Ok(()),
             Some(url) => postgres_options(url).map(drop),
@@ -43,7 +43,7 @@ impl StoreConfig {
     /// The backend, with the password file read.
     pub fn backend(&self) -> Result<Backend, StoreError> {
         let Some(url) = &self.url else { return Ok(Backend::Sqlite) };
-        let mut options = postgres_options(url).map_err(StoreError::Unavailable)?;
+        let mut options = postgres_options(url).map_err(|error| StoreError::Unavailable(error.to_string()))?;
         if let Some(path) = &self.password_file {
             refuse_shared_secret(path)?;
             let text = std::fs::read_to_string(path)
@@ -92,15 +92,27 @@ pub fn describe_postgres(options: &PgConnectOptions) -> String {
     )
 }
 
-fn postgres_options(url: &str) -> Result<PgConnectOptions, String> {
+/// Why a store's `url` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreUrlError {
+    /// Not a `postgres://` URL; the scheme.
+    #[error(
+        "url: {0:?} is not a store this master knows; use postgres://user@host:port/database, \
+         or leave url out for the embedded SQLite file"
+    )]
+    Scheme(String),
+    /// A PostgreSQL URL that does not parse; the parser's reason, without the password.
+    #[error("url: {0}")]
+    Invalid(String),
+}
+
+fn postgres_options(url: &str) -> Result<PgConnectOptions, StoreUrlError> {
     let scheme = url.split("://").next().unwrap_or("");
     if !matches!(scheme, "postgres" | "postgresql") {
-        return Err(format!(
-            "url: {scheme:?} is not a store this master knows; use postgres://user@host:port/database, \
-             or leave url out for the embedded SQLite file"
-        ));
+        return Err(StoreUrlError::Scheme(scheme.to_owned()));
     }
-    PgConnectOptions::from_str(url).map_err(|error| format!("url: {}", redact(&error.to_string(), url)))
+    PgConnectOptions::from_str(url).map_err(|error| StoreUrlError::Invalid(redact(&error.to_string(), url)))
 }
 
 /// An error text with any password from the URL cut out.
@@ -128,12 +140,12 @@ mod tests {
     #[test]
     fn only_postgres_urls_are_taken_and_the_password_is_never_shown() {
         assert!(matches!(StoreConfig::default().backend(), Ok(Backend::Sqlite)));
-        let error = config("mysql://db/halite").validate().unwrap_err();
+        let error = config("mysql://db/halite").validate().unwrap_err().to_string();
         assert!(error.contains("\"mysql\"") && error.contains("postgres://"), "{error}");
         let good = config("postgres://halite:s3cret@db.example:6432/fleet");
         good.validate().unwrap();
         assert_eq!(good.describe(), "postgres://halite@db.example:6432/fleet");
-        let error = config("postgres://halite:s3cret@db.example:notaport/fleet").validate().unwrap_err();
+        let error = config("postgres://halite:s3cret@db.example:notaport/fleet").validate().unwrap_err().to_string();
         assert!(error.starts_with("url:") && !error.contains("s3cret"), "{error}");
     }
 

@@ -72,7 +72,7 @@ impl MinionCore {
             Ok(start_by) => start_by,
             Err(why) => {
                 warn!(jid = %job.jid, "{why}");
-                return self.on_done(not_started(&job.jid, Outcome::TimedOut, why));
+                return self.on_done(not_started(&job.jid, Outcome::TimedOut, why.to_string()));
             }
         };
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() }));

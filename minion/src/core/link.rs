@@ -169,9 +169,7 @@ impl MinionCore {
             Stage::Up(mut session) => {
                 let opened = session.open(&parts, self.now);
                 self.stage = Stage::Up(session);
-                match opened
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| message::decode_for_minion(&b).map_err(|e| e.to_string()))
+                match opened.map_err(message::UnreadableMessage::from).and_then(|b| Ok(message::decode_for_minion(&b)?))
                 {
                     Ok(msg) => self.on_session_message(msg),
                     Err(error) => warn!(%error, "undecodable message from the master"),

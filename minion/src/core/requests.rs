@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use halite_modules::{FileRequest, OutgoingEvent, PeerRequest};
+use halite_modules::{FileRequest, OutgoingEvent, PeerRefusal, PeerRequest};
 use halite_protocol::message::{ErrorKind, ErrorMessage, Event, FileChunk, FileGet, Message, Published};
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -17,7 +17,7 @@ type FileReply = oneshot::Sender<Result<FileChunk, (ErrorKind, String)>>;
 /// Requests waiting for the master's answer, by request id.
 #[derive(Default)]
 pub(super) struct Requests {
-    publishes: HashMap<u64, oneshot::Sender<Result<Published, String>>>,
+    publishes: HashMap<u64, oneshot::Sender<Result<Published, PeerRefusal>>>,
     files: HashMap<u64, FileReply>,
     last_id: u64,
 }
@@ -55,7 +55,7 @@ impl Requests {
         }
         match id.and_then(|id| self.publishes.remove(&id)) {
             Some(reply) => {
-                let _ = reply.send(Err(error.message));
+                let _ = reply.send(Err(PeerRefusal::Master(error.message)));
                 None
             }
             None => Some(error),
@@ -78,7 +78,7 @@ impl MinionCore {
     /// `peer.publish`: forwards the request and remembers where the answer goes.
     pub(super) fn on_peer_request(&mut self, mut request: PeerRequest) {
         if !self.is_up() {
-            let _ = request.reply.send(Err("no session with the master".into()));
+            let _ = request.reply.send(Err(PeerRefusal::NoSession));
             return;
         }
         let id = self.requests.next_id();

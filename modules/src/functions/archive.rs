@@ -263,9 +263,21 @@ fn tar_reader(archive: &Path, format: Format) -> Result<tar::Archive<Box<dyn Rea
     Ok(tar::Archive::new(reader))
 }
 
-fn tar_kind(entry: &tar::Entry<'_, Box<dyn Read>>) -> Result<Kind, String> {
-    let link = || entry.link_name().ok().flatten().map(|l| l.into_owned()).ok_or("link without a target".to_owned());
-    Ok(match entry.header().entry_type() {
+/// Why a tar entry is refused.
+#[derive(Debug, thiserror::Error)]
+enum TarEntryError {
+    /// A symlink or hard link whose target cannot be read.
+    #[error("link without a target")]
+    LinkWithoutTarget,
+    /// Neither a file, a directory, a link nor a header the reader consumes.
+    #[error("unsupported entry type {0:?}")]
+    Unsupported(tar::EntryType),
+}
+
+/// The entry's kind; `None` for the extension headers that describe the next entry.
+fn tar_kind(entry: &tar::Entry<'_, Box<dyn Read>>) -> Result<Option<Kind>, TarEntryError> {
+    let link = || entry.link_name().ok().flatten().map(|l| l.into_owned()).ok_or(TarEntryError::LinkWithoutTarget);
+    Ok(Some(match entry.header().entry_type() {
         tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
         tar::EntryType::Directory => Kind::Dir,
         tar::EntryType::Symlink => Kind::Symlink(link()?),
@@ -273,9 +285,9 @@ fn tar_kind(entry: &tar::Entry<'_, Box<dyn Read>>) -> Result<Kind, String> {
         tar::EntryType::XGlobalHeader
         | tar::EntryType::XHeader
         | tar::EntryType::GNULongName
-        | tar::EntryType::GNULongLink => return Err("skip".into()),
-        other => return Err(format!("unsupported entry type {other:?}")),
-    })
+        | tar::EntryType::GNULongLink => return Ok(None),
+        other => return Err(TarEntryError::Unsupported(other)),
+    }))
 }
 
 fn zip_kind<R: Read>(file: &mut zip::read::ZipFile<'_, R>) -> Result<Kind, ModuleError> {
@@ -315,8 +327,8 @@ fn check_all(
         let entry = entry.map_err(failed(archive))?;
         let name = entry.path().map_err(failed(archive))?.into_owned();
         let kind = match tar_kind(&entry) {
-            Ok(kind) => kind,
-            Err(skip) if skip == "skip" => continue,
+            Ok(Some(kind)) => kind,
+            Ok(None) => continue,
             Err(why) => return Err(ModuleError::Failed(format!("archive refused: entry {}: {why}", name.display()))),
         };
         check_entry(dest, &name, &kind, &mut links, guard)?;
@@ -368,8 +380,8 @@ fn extract_all(archive: &Path, dest: &Path, format: Format, guard: &crate::PathG
         let mut entry = entry.map_err(failed(archive))?;
         let name = entry.path().map_err(failed(archive))?.into_owned();
         let kind = match tar_kind(&entry) {
-            Ok(kind) => kind,
-            Err(_) => continue,
+            Ok(Some(kind)) => kind,
+            Ok(None) | Err(_) => continue,
         };
         let target = dest.join(check_entry(dest, &name, &kind, &mut links, guard)?);
         if let Some(parent) = target.parent() {

@@ -37,6 +37,19 @@ pub enum CodecError {
     TrailingBytes(usize),
 }
 
+/// Why a message received on a session could not be read: the session refused its parts, or
+/// they opened to bytes that do not decode. Displays as the cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnreadableMessage {
+    /// The session could not open the parts.
+    #[error(transparent)]
+    Open(#[from] crate::noise::SessionError),
+    /// The opened bytes are not a message.
+    #[error(transparent)]
+    Decode(#[from] CodecError),
+}
+
 /// Encodes a message in an envelope of the current version.
 pub fn encode(msg: &Message) -> Vec<u8> {
     to_vec(&EnvelopeRef { v: MESSAGE_VERSION, msg })

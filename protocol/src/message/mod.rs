@@ -16,7 +16,7 @@ mod types;
 
 pub use admin::*;
 pub use cli_args::{is_identifier, parse_cli_args};
-pub use codec::{decode, encode, encoded_len, measure, CodecError, MAX_DEPTH, MAX_VALUES};
+pub use codec::{decode, encode, encoded_len, measure, CodecError, UnreadableMessage, MAX_DEPTH, MAX_VALUES};
 pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, DEFAULT_JOB_TIMEOUT_MS, JOB_SIGNATURE_DOMAIN};
 pub use parts::{split_by_size, MismatchedPart, PART_VALUES};

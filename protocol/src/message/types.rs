@@ -278,19 +278,28 @@ impl Amount {
     }
 
     /// Parses `10` or `10%` (what the CLI and the gateway accept).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, AmountError> {
         let text = text.trim();
         match text.strip_suffix('%') {
             Some(p) => match p.trim().parse::<u8>() {
                 Ok(p @ 1..=100) => Ok(Amount::Percent(p)),
-                _ => Err(format!("{text:?} is not a percentage from 1% to 100%")),
+                _ => Err(AmountError::Percentage(text.to_owned())),
             },
-            None => text
-                .parse::<u32>()
-                .map(Amount::Count)
-                .map_err(|_| format!("{text:?} is not a count or a percentage (10 or 10%)")),
+            None => text.parse::<u32>().map(Amount::Count).map_err(|_| AmountError::Count(text.to_owned())),
         }
     }
+}
+
+/// Why a text is not an [`Amount`]; each carries the text (trimmed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AmountError {
+    /// Ends in `%` but is not a whole percentage from 1 to 100.
+    #[error("{0:?} is not a percentage from 1% to 100%")]
+    Percentage(String),
+    /// Neither a count nor a percentage.
+    #[error("{0:?} is not a count or a percentage (10 or 10%)")]
+    Count(String),
 }
 
 impl std::fmt::Display for Amount {

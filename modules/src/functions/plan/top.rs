@@ -41,36 +41,51 @@ enum Target {
     Grain { path: Vec<String>, pattern: String },
 }
 
+/// Why a top file's target is refused; each but `Empty` carries the expression.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum TargetError {
+    #[error("an empty target")]
+    Empty,
+    #[error("{0:?}: compound targets are not matched on the minion; give one glob, L@ or G@ target per entry")]
+    Compound(String),
+    #[error("{0:?}: no ids in the list")]
+    NoIds(String),
+    #[error("{0:?}: a grain target is G@key:glob")]
+    GrainShape(String),
+    #[error("{0:?}: only glob, L@ and G@ targets are matched on the minion")]
+    Kind(String),
+    #[error("{0:?}: no minion id has a ':'; a grain target is written G@{0}")]
+    Colon(String),
+}
+
 impl Target {
-    fn parse(expr: &str) -> Result<Target, String> {
+    fn parse(expr: &str) -> Result<Target, TargetError> {
         let expr = expr.trim();
+        let refused = |why: fn(String) -> TargetError| Err(why(expr.to_owned()));
         if expr.is_empty() {
-            return Err("an empty target".into());
+            return Err(TargetError::Empty);
         }
         if expr.split_whitespace().count() > 1 || expr.contains(['(', ')']) {
-            return Err(format!(
-                "{expr:?}: compound targets are not matched on the minion; give one glob, L@ or G@ target per entry"
-            ));
+            return refused(TargetError::Compound);
         }
         if let Some(ids) = expr.strip_prefix("L@") {
             let ids: Vec<String> = ids.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect();
-            return if ids.is_empty() { Err(format!("{expr:?}: no ids in the list")) } else { Ok(Target::List(ids)) };
+            return if ids.is_empty() { refused(TargetError::NoIds) } else { Ok(Target::List(ids)) };
         }
         if let Some(grain) = expr.strip_prefix("G@") {
-            let (path, pattern) =
-                grain.rsplit_once(':').ok_or_else(|| format!("{expr:?}: a grain target is G@key:glob"))?;
+            let Some((path, pattern)) = grain.rsplit_once(':') else { return refused(TargetError::GrainShape) };
             let path: Vec<String> = path.split(':').map(str::to_owned).collect();
             if path.iter().any(String::is_empty) {
-                return Err(format!("{expr:?}: a grain target is G@key:glob"));
+                return refused(TargetError::GrainShape);
             }
             return Ok(Target::Grain { path, pattern: pattern.to_owned() });
         }
         if expr.get(1..2) == Some("@") {
-            return Err(format!("{expr:?}: only glob, L@ and G@ targets are matched on the minion"));
+            return refused(TargetError::Kind);
         }
         if expr.contains(':') {
             // An id has no ':'; `os:Debian` is a grain target written without its G@.
-            return Err(format!("{expr:?}: no minion id has a ':'; a grain target is written G@{expr}"));
+            return refused(TargetError::Colon);
         }
         Ok(Target::Glob(expr.to_owned()))
     }
