@@ -256,7 +256,9 @@ impl MinionCore {
             Message::Job(signed) => self.on_job(signed),
             Message::ReturnAck(ack) => self.acknowledged(&ack.jid),
             Message::Cancel(cancel) => {
-                if self.running.remove(&cancel.jid) {
+                // A running job keeps its place until its return comes back (`on_done`): the
+                // process group takes a moment to die, and only then is its slot free.
+                if self.running.contains(&cancel.jid) {
                     info!(jid = %cancel.jid, "cancelling");
                     self.effects.push(Effect::Cancel(cancel.jid));
                 } else if self.queued.remove(&cancel.jid).is_some() {

@@ -381,6 +381,25 @@ fn a_cancelled_job_is_stopped_or_never_started() {
 }
 
 #[test]
+fn a_cancelled_jobs_slot_is_free_once_it_has_stopped() {
+    let mut t = Test::new("cancel-slot", 1, 1);
+    t.up();
+    for round in 0..3 {
+        let (first, second) = (format!("2026112100000000{round}010"), format!("2026112100000000{round}020"));
+        assert_eq!(ran(&t.master_sends(&Message::Job(t.job(&first, 10_000)))).len(), 1, "round {round}");
+        assert!(ran(&t.master_sends(&Message::Job(t.job(&second, 10_000)))).is_empty(), "one slot");
+        assert_eq!(t.master_sends(&Message::Cancel(Cancel { jid: first.clone() })), [Effect::Cancel(first.clone())]);
+        // Cancelled again before it stops: asked again, and still one place.
+        assert_eq!(t.master_sends(&Message::Cancel(Cancel { jid: first.clone() })), [Effect::Cancel(first.clone())]);
+        let mut stopped = done(&first);
+        stopped.outcome = Outcome::Cancelled;
+        let effects = t.input(Input::JobFinished(stopped));
+        assert_eq!(ran(&effects), [second.as_str()], "the stopped job's slot went to the queued one");
+        let _ = t.input(Input::JobFinished(done(&second)));
+    }
+}
+
+#[test]
 fn what_functions_ask_of_the_master_fails_at_once_without_a_session() {
     let mut t = Test::new("requests", 1, 1);
     let (reply, mut answer) = tokio::sync::oneshot::channel();
