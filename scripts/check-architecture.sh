@@ -102,5 +102,12 @@ if lib_source master/src | grep -v '^master/src/clock.rs:' | grep -vE '^[^:]+:[0
   fail=1
 fi
 
+# The minion's core reads no clock: its loop (`daemon.rs`) gives it `now`.
+if lib_source minion/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+  grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then
+  echo "ARCHITECTURE: the minion's core reads a clock (lines above)" >&2
+  fail=1
+fi
+
 [ "$fail" = 0 ] && echo "architecture invariants hold"
 exit "$fail"
