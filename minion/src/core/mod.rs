@@ -131,7 +131,7 @@ pub struct MinionCore {
     /// Whether a link exists (opened by [`Effect::Connect`], not dropped since).
     linked: bool,
     stage: Stage,
-    /// Jobs started and not finished (nor cancelled).
+    /// Jobs started and not finished (a cancelled one stays until it has stopped).
     running: HashSet<String>,
     /// Accepted jobs waiting for a free slot, in jid order (the order the master issued them).
     /// Nothing is recorded on disk for them until they start.
