@@ -168,7 +168,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // Sessions opened under the old key or ACL end here at once, as on the other
                 // masters (they reconnect under the new ACL).
                 self.drop_clients_if_changed(&name);
-                self.tell_other_masters(ClusterChange::Principal { name: name.clone() }).await;
+                self.tell_masters(ClusterChange::Principal { name: name.clone() });
                 info!(principal = %name, fingerprint = %key.fingerprint(), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
             }
@@ -189,7 +189,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 self.reload_principals().await.map_err(RequestError::from)?;
                 self.cut_clients(&name);
-                self.tell_other_masters(ClusterChange::Principal { name: name.clone() }).await;
+                self.tell_masters(ClusterChange::Principal { name: name.clone() });
                 Ok(ResponseBody::Changed(vec![name]))
             }
             RequestBody::OwnerTransfer { from, to } => {
@@ -232,7 +232,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.registry.accept(&id, *key.as_bytes());
                 self.release_parked();
-                self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
+                self.tell_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) });
                 info!(minion = %id, fingerprint = %key.fingerprint(), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![id]))
             }
@@ -328,7 +328,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 self.cut_token_sessions(&id);
                 if let Some(name) = acting_as {
-                    self.tell_other_masters(ClusterChange::Principal { name }).await;
+                    self.tell_masters(ClusterChange::Principal { name });
                 }
                 info!(token = %id, "gateway token revoked");
                 Ok(ResponseBody::Changed(vec![id]))
@@ -433,7 +433,7 @@ impl<S: Store, N: Net> Master<S, N> {
         changed.dedup();
         self.reload_accepted().await.map_err(RequestError::from)?;
         if !changed.is_empty() {
-            self.tell_other_masters(ClusterChange::Keys { ids: Some(changed.clone()) }).await;
+            self.tell_masters(ClusterChange::Keys { ids: Some(changed.clone()) });
         }
         Ok(ResponseBody::Changed(changed))
     }

@@ -160,7 +160,7 @@ impl<S: Store, N: Net> Master<S, N> {
                             self.registry.accept(&id, *who.identity.as_bytes());
                             // Enrolling denied any other key of the id: a session with it on
                             // another master ends there.
-                            self.tell_other_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) }).await;
+                            self.tell_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) });
                             self.emit_shared(
                                 format!("halite/key/{id}/accepted"),
                                 json!({ "fingerprint": fingerprint, "by": "token" }),

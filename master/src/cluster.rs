@@ -16,17 +16,24 @@ use crate::store::trust::Trust;
 use crate::store::{ClusterChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
-    /// Announces a change this master made to the others (after it is stored). Not being able
-    /// to is logged, not an error of the request: the change is stored, and a master that
-    /// missed an announcement rereads everything when its listening connection comes back.
-    pub(crate) async fn tell_other_masters(&self, change: ClusterChange) {
-        if !self.cluster.shared {
-            return;
+    /// Queues a change for the other masters sharing the store (nothing without any): the loop
+    /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
+    pub(crate) fn tell_masters(&mut self, change: ClusterChange) {
+        if self.cluster.shared {
+            self.pending.announcements.push(change);
         }
-        for part in change.split() {
-            if let Err(error) = self.store.announce(&part).await {
-                warn!(%error, "could not tell the other masters of a change");
-                return;
+    }
+
+    /// Tells the other masters what the step queued, in order. One that cannot be sent is
+    /// logged, not an error of the request: the change is stored, and a master that missed an
+    /// announcement rereads everything when its listening connection comes back.
+    pub(crate) async fn send_announcements(&mut self) {
+        for change in std::mem::take(&mut self.pending.announcements) {
+            for part in change.split() {
+                if let Err(error) = self.store.announce(&part).await {
+                    warn!(%error, "could not tell the other masters of a change");
+                    break;
+                }
             }
         }
     }
@@ -76,7 +83,7 @@ impl<S: Store, N: Net> Master<S, N> {
             ClusterChange::Alive => {}
             ClusterChange::RollCall => {
                 let ids = self.sessions.online.keys().cloned().collect();
-                self.tell_other_masters(ClusterChange::Here { ids }).await;
+                self.tell_masters(ClusterChange::Here { ids });
             }
         }
         Ok(())
@@ -125,7 +132,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let held = self.jobs.jids();
         self.reread_jobs(&held).await?;
         // Who is where, and the jobs published meanwhile.
-        self.tell_other_masters(ClusterChange::RollCall).await;
+        self.tell_masters(ClusterChange::RollCall);
         for jid in self.store.unfinished_jids().await? {
             self.adopt_job(&jid).await?;
         }

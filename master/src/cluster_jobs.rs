@@ -200,7 +200,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Announces the slots this master just stored, job by job.
-    pub(crate) async fn tell_slots(&self, changes: &[StateChange]) {
+    pub(crate) fn tell_slots(&mut self, changes: &[StateChange]) {
         let mut by_job: Vec<(String, Vec<(String, MinionJobState)>)> = Vec::new();
         for change in changes.iter().filter(|c| !c.late) {
             match by_job.iter_mut().find(|(jid, _)| *jid == change.jid) {
@@ -209,21 +209,21 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         for (jid, states) in by_job {
-            self.tell_other_masters(ClusterChange::Slots { jid, states }).await;
+            self.tell_masters(ClusterChange::Slots { jid, states });
         }
     }
 
     /// Announces an event published here; one too large to announce is stored and announced
     /// by id.
-    pub(crate) async fn share_event(&self, tag: String, data: halite_protocol::message::Value) {
+    pub(crate) async fn share_event(&mut self, tag: String, data: halite_protocol::message::Value) {
         let change = ClusterChange::Event { tag, data };
         if Announcement::fits(self.store.instance(), &change) {
-            return self.tell_other_masters(change).await;
+            return self.tell_masters(change);
         }
         let ClusterChange::Event { tag, data } = change else { return };
         let digest = crate::store::event_digest(&tag, &serde_json::to_string(&data).unwrap_or_else(|_| "null".into()));
         match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
-            Ok(id) => self.tell_other_masters(ClusterChange::StoredEvent { id, digest }).await,
+            Ok(id) => self.tell_masters(ClusterChange::StoredEvent { id, digest }),
             Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
     }

@@ -322,7 +322,7 @@ impl<S: Store, N: Net> Master<S, N> {
             None => (Vec::new(), None),
         };
         self.jobs.insert(LiveJob::new(record, slots, watchers));
-        self.tell_other_masters(crate::store::ClusterChange::Job { jid: jid.clone() }).await;
+        self.tell_masters(crate::store::ClusterChange::Job { jid: jid.clone() });
         // Announced once live, so the bus can tell who may see it.
         self.emit(format!("halite/job/{jid}/new"), new_event);
         for (id, state) in states {
@@ -377,7 +377,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
         self.cancel_rollout(jid).await?;
         if self.jobs.get(jid).is_some() {
-            self.tell_other_masters(crate::store::ClusterChange::Cancel { jid: jid.to_owned() }).await;
+            self.tell_masters(crate::store::ClusterChange::Cancel { jid: jid.to_owned() });
         }
         self.cancel_here(jid).await
     }

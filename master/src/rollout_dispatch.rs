@@ -152,7 +152,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RolloutState::Stopped => "stopped",
         };
         self.emit(format!("halite/job/{jid}/rollout/{word}"), json!({ "reason": reason }));
-        self.tell_other_masters(ClusterChange::Rollout { jid: jid.to_owned() }).await;
+        self.tell_masters(ClusterChange::Rollout { jid: jid.to_owned() });
         self.pending.rollouts_due.insert(jid.to_owned());
         Ok(true)
     }

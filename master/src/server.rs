@@ -349,7 +349,8 @@ impl<S: Store, N: Net> Master<S, N> {
             self.cluster = crate::cluster_view::ClusterView::shared();
             self.cluster.joined_ms = self.clock.wall_ms();
             // Who is connected where: every running master answers.
-            self.tell_other_masters(crate::store::ClusterChange::RollCall).await;
+            self.tell_masters(crate::store::ClusterChange::RollCall);
+            self.send_announcements().await;
         }
         // A store that stops or starts answering wakes the loop (what it holds may be in doubt).
         let mut reachability = self.store.reachability();
@@ -453,9 +454,17 @@ impl<S: Store, N: Net> Master<S, N> {
         limit
     }
 
+    /// Carries out what the step decided: writes it ([`Master::write_pending`]), then tells
+    /// the other masters what it queued for them, each already stored. The one place the loop
+    /// announces.
+    pub(crate) async fn flush(&mut self) {
+        self.write_pending().await;
+        self.send_announcements().await;
+    }
+
     /// Writes the batched state changes in one transaction, then acknowledges the returns they
     /// include: a minion drops a return from its outbox only once it is stored.
-    pub(crate) async fn flush(&mut self) {
+    async fn write_pending(&mut self) {
         if !self.pending.minions.is_empty() {
             let records: Vec<MinionRecord> = self.pending.minions.drain().map(|(_, r)| r).collect();
             let started = self.clock.now();
@@ -475,14 +484,14 @@ impl<S: Store, N: Net> Master<S, N> {
                     // Stored first, so the other masters read the entries they are told of.
                     let ids =
                         records.into_iter().map(|r| r.id).filter(|id| self.sessions.online.contains_key(id)).collect();
-                    self.tell_other_masters(ClusterChange::Here { ids }).await;
+                    self.tell_masters(ClusterChange::Here { ids });
                 }
                 Ok(()) => {}
             }
         }
         if !self.pending.left.is_empty() {
             let ids = std::mem::take(&mut self.pending.left);
-            self.tell_other_masters(ClusterChange::Left { ids }).await;
+            self.tell_masters(ClusterChange::Left { ids });
         }
         for (tag, data) in std::mem::take(&mut self.pending.shared_events) {
             self.share_event(tag, data).await;
@@ -526,7 +535,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.tell_stored_finals().await;
         self.ask_owed_returns();
         if self.cluster.shared {
-            self.tell_slots(&changes).await;
+            self.tell_slots(&changes);
         }
     }
 
@@ -661,7 +670,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.expire_token_sessions();
         self.send_backlogs();
         if self.cluster.alive_due(now) {
-            self.tell_other_masters(ClusterChange::Alive).await;
+            self.tell_masters(ClusterChange::Alive);
         }
         self.follow_the_store(now).await;
         let in_doubt = self.store_in_doubt();

@@ -47,6 +47,9 @@ pub(crate) struct PendingWrites {
     pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
     /// Minions that left this master, for the other masters sharing the store.
     pub(crate) left: Vec<String>,
+    /// What to tell the other masters sharing the store, in order: sent by the loop once the
+    /// step's writes are done (`Master::flush`), so each is already stored when it arrives.
+    pub(crate) announcements: Vec<crate::store::ClusterChange>,
     /// Events published here, for the other masters' subscribers.
     pub(crate) shared_events: Vec<(String, halite_protocol::message::Value)>,
     /// Rollouts to decide at the end of the step (a target finished, a pause ended).
