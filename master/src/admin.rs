@@ -278,7 +278,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         let entry = self.registry.minions.get(id).cloned().unwrap_or_default();
                         MinionInfo {
                             id: id.clone(),
-                            connected: self.sessions.online.contains_key(id),
+                            connected: self.sessions.is_online(id),
                             connected_elsewhere: self.served_elsewhere(id),
                             last_seen_ms: entry.last_seen_ms,
                             grains: entry.grains,

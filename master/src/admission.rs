@@ -182,7 +182,7 @@ impl<S: Store, N: Net> Master<S, N> {
                                 self.forget(old, Some(halite_protocol::noise::REPLACED_REASON));
                             }
                         }
-                        self.sessions.online.insert(id.clone(), peer);
+                        self.sessions.went_online(&id, peer);
                         info!(minion = %id, "minion authenticated");
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                         self.sessions.insert(peer, Conn::Minion { id, session });
@@ -257,10 +257,8 @@ impl<S: Store, N: Net> Master<S, N> {
         verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
     ) {
         if verdict.is_ok() {
-            if let Some(older) = self.sessions.parked.insert(id.to_owned(), peer) {
-                if older != peer {
-                    self.forget(older, Some("not accepted"));
-                }
+            if let Some(older) = self.sessions.park(id, peer) {
+                self.forget(older, Some("not accepted"));
             }
         }
         self.send_refusal(peer, verdict, true);
@@ -290,8 +288,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn release_parked(&mut self) {
         let accepted: Vec<(String, PeerId)> = self
             .sessions
-            .parked
-            .iter()
+            .parked()
             .filter(|(id, _)| self.registry.accepted.contains(*id))
             .map(|(id, peer)| (id.clone(), *peer))
             .collect();
@@ -311,9 +308,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// reason, its connection is also closed. The one clean-up path for every peer.
     pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
         match (self.sessions.remove(&peer), close) {
-            (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.parked.retain(|_, parked| *parked != peer),
-            (Some(Conn::Minion { id, .. }), _) if self.sessions.online.get(&id) == Some(&peer) => {
-                self.sessions.online.remove(&id);
+            (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.unpark(peer),
+            (Some(Conn::Minion { id, .. }), _) if self.sessions.went_offline(&id, peer) => {
                 self.touch(&id);
                 if self.cluster.shared {
                     self.pending.left.push(id);

@@ -52,7 +52,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match change {
             ClusterChange::Keys { ids } => {
                 self.reload_accepted().await?;
-                let ids = ids.unwrap_or_else(|| self.sessions.online.keys().cloned().collect());
+                let ids = ids.unwrap_or_else(|| self.sessions.online_ids().cloned().collect());
                 for id in ids {
                     self.drop_if_unaccepted(&id);
                 }
@@ -82,7 +82,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             ClusterChange::Alive => {}
             ClusterChange::RollCall => {
-                let ids = self.sessions.online.keys().cloned().collect();
+                let ids = self.sessions.online_ids().cloned().collect();
                 self.tell_masters(ClusterChange::Here { ids });
             }
         }
@@ -105,7 +105,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.cluster.resync_attempts += 1;
         self.reload_accepted().await?;
         self.reload_principals().await?;
-        let online: Vec<String> = self.sessions.online.keys().cloned().collect();
+        let online: Vec<String> = self.sessions.online_ids().cloned().collect();
         for id in online {
             self.drop_if_unaccepted(&id);
         }

@@ -20,7 +20,7 @@ use crate::store::{Announcement, ClusterChange, StateChange, Store, StoreError};
 impl<S: Store, N: Net> Master<S, N> {
     /// Whether `minion` is served by another live master (and not by this one).
     pub(crate) fn served_elsewhere(&self, minion: &str) -> bool {
-        !self.sessions.online.contains_key(minion) && self.cluster.master_of(minion, self.clock.now()).is_some()
+        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.clock.now()).is_some()
     }
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
@@ -47,7 +47,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
         let here: Vec<String> = slots
             .iter()
-            .filter(|(id, slot)| !slot.state.is_final() && self.sessions.online.contains_key(*id))
+            .filter(|(id, slot)| !slot.state.is_final() && self.sessions.is_online(id))
             .map(|(id, _)| id.clone())
             .collect();
         // A deployment that rides on it is found by its jid when it ends (`deploy_job_finished`):

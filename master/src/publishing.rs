@@ -273,7 +273,7 @@ impl<S: Store, N: Net> Master<S, N> {
             // starts its targets itself, at the end of this step.
             let (state, deadline) = if rolled_out {
                 (MinionJobState::Queued, None)
-            } else if self.sessions.online.contains_key(id) || self.served_elsewhere(id) {
+            } else if self.sessions.is_online(id) || self.served_elsewhere(id) {
                 (MinionJobState::Sent, run_deadline)
             } else if record.ttl_ms > 0 {
                 (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))

@@ -482,8 +482,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ok(()) if self.cluster.shared => {
                     // Stored first, so the other masters read the entries they are told of.
-                    let ids =
-                        records.into_iter().map(|r| r.id).filter(|id| self.sessions.online.contains_key(id)).collect();
+                    let ids = records.into_iter().map(|r| r.id).filter(|id| self.sessions.is_online(id)).collect();
                     self.tell_masters(ClusterChange::Here { ids });
                 }
                 Ok(()) => {}
@@ -625,7 +624,10 @@ impl<S: Store, N: Net> Master<S, N> {
         let clients = self.sessions.client_count();
         let metrics = self.metrics.get();
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        metrics.sessions.get_or_create(&crate::metrics::Role { role: "minion" }).set(gauge(self.sessions.online.len()));
+        metrics
+            .sessions
+            .get_or_create(&crate::metrics::Role { role: "minion" })
+            .set(gauge(self.sessions.online_count()));
         metrics.sessions.get_or_create(&crate::metrics::Role { role: "client" }).set(gauge(clients));
         metrics.jobs_live.set(gauge(self.jobs.len()));
         let offset = self.clock.offset_ms();

@@ -70,10 +70,10 @@ pub(crate) const PARK_FOR: Duration = Duration::from_secs(30);
 pub(crate) struct Sessions {
     conns: HashMap<PeerId, Conn>,
     /// Minions with a live session, and on which connection.
-    pub(crate) online: HashMap<String, PeerId>,
+    online: HashMap<String, PeerId>,
     /// Minions waiting for their key to be accepted, and the connection each is parked on
     /// (one per id: a newer knock replaces the older).
-    pub(crate) parked: HashMap<String, PeerId>,
+    parked: HashMap<String, PeerId>,
     /// Peer ids for local sessions count down from the top, far from the router's.
     pub(crate) next_local_peer: u64,
     /// When a connection's stage comes due ([`Sessions::watch`]); an entry whose connection
@@ -211,6 +211,52 @@ impl Sessions {
     /// Authenticated network clients.
     pub(crate) fn client_count(&self) -> usize {
         self.clients
+    }
+
+    /// Whether a minion has a live session here.
+    pub(crate) fn is_online(&self, minion: &str) -> bool {
+        self.online.contains_key(minion)
+    }
+
+    /// The minions with a live session here.
+    pub(crate) fn online_ids(&self) -> impl Iterator<Item = &String> {
+        self.online.keys()
+    }
+
+    /// How many minions have a live session here.
+    pub(crate) fn online_count(&self) -> usize {
+        self.online.len()
+    }
+
+    /// `minion` is online on `peer` (an earlier session of it was forgotten first).
+    pub(crate) fn went_online(&mut self, minion: &str, peer: PeerId) {
+        self.online.insert(minion.to_owned(), peer);
+    }
+
+    /// `minion` leaves if it is online on `peer` (not if a newer session replaced it); whether
+    /// it left.
+    pub(crate) fn went_offline(&mut self, minion: &str, peer: PeerId) -> bool {
+        if self.online.get(minion) == Some(&peer) {
+            self.online.remove(minion);
+            return true;
+        }
+        false
+    }
+
+    /// `minion` waits on `peer` for its key to be accepted; the connection it waited on
+    /// before, if another.
+    pub(crate) fn park(&mut self, minion: &str, peer: PeerId) -> Option<PeerId> {
+        self.parked.insert(minion.to_owned(), peer).filter(|older| *older != peer)
+    }
+
+    /// The parked connection `peer` is gone.
+    pub(crate) fn unpark(&mut self, peer: PeerId) {
+        self.parked.retain(|_, parked| *parked != peer);
+    }
+
+    /// The minions waiting for their key, and their connections.
+    pub(crate) fn parked(&self) -> impl Iterator<Item = (&String, &PeerId)> {
+        self.parked.iter()
     }
 
     /// The connection a minion is online on.

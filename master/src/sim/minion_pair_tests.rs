@@ -280,7 +280,7 @@ impl Pair {
     }
 
     fn online(&self) -> bool {
-        self.sim.master.sessions.online.contains_key(&self.id)
+        self.sim.master.sessions.is_online(&self.id)
     }
 }
 
