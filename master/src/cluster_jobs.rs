@@ -71,7 +71,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.finish_if_done(jid);
         for minion in here {
             if let Some(peer) = self.sessions.peer_of(&minion) {
-                self.deliver(jid, &minion, peer).await?;
+                self.deliver(jid, &minion, peer);
             }
         }
         Ok(())
@@ -190,7 +190,7 @@ impl<S: Store, N: Net> Master<S, N> {
             // Another master's rollout started a target connected here: this master sends it.
             if was == Some(MinionJobState::Queued) && state == MinionJobState::Sent {
                 if let Some(peer) = self.sessions.peer_of(&minion) {
-                    self.deliver(jid, &minion, peer).await?;
+                    self.deliver(jid, &minion, peer);
                 }
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };

@@ -396,7 +396,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     // The minion kills the job and returns it as cancelled.
                     self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
                 }
-                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None).await?,
+                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None),
                 _ => {}
             }
         }

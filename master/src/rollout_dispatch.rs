@@ -72,7 +72,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         return Ok(());
                     }
                     for id in &mine {
-                        self.start_target(jid, id).await?;
+                        self.start_target(jid, id);
                     }
                     self.emit_shared(format!("halite/job/{jid}/rollout/started"), json!({ "minions": mine }));
                 }
@@ -82,22 +82,21 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Starts one queued target: sent if it is connected, waiting for its TTL if not (offline
     /// without a TTL ends it `offline`).
-    async fn start_target(&mut self, jid: &str, minion: &str) -> Result<(), StoreError> {
+    fn start_target(&mut self, jid: &str, minion: &str) {
         let now = self.clock.now();
-        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let Some(job) = self.jobs.get(jid) else { return };
         let ttl = Duration::from_millis(job.record.ttl_ms);
         match self.sessions.peer_of(minion) {
             Some(peer) => {
-                self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
-                self.deliver(jid, minion, peer).await?;
+                self.set_slot(jid, minion, MinionJobState::Sent, None);
+                self.deliver(jid, minion, peer);
             }
             None if !ttl.is_zero() => {
-                self.set_slot(jid, minion, MinionJobState::Waiting, None).await?;
+                self.set_slot(jid, minion, MinionJobState::Waiting, None);
                 self.jobs.set_deadline(jid, minion, Some(now + ttl));
             }
-            None => self.set_slot(jid, minion, MinionJobState::Offline, None).await?,
+            None => self.set_slot(jid, minion, MinionJobState::Offline, None),
         }
-        Ok(())
     }
 
     /// A target of a rollout job reached a final state: the next may start (after the wait).
@@ -115,18 +114,18 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         info!(%jid, %reason, "rollout stopped");
-        self.skip_queued(jid).await
+        self.skip_queued(jid);
+        Ok(())
     }
 
     /// Ends the queued targets of a stopped rollout `skipped`.
-    async fn skip_queued(&mut self, jid: &str) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+    fn skip_queued(&mut self, jid: &str) {
+        let Some(job) = self.jobs.get(jid) else { return };
         let queued: Vec<String> =
             job.slots().iter().filter(|(_, s)| s.state == MinionJobState::Queued).map(|(m, _)| m.clone()).collect();
         for minion in queued {
-            self.set_slot(jid, &minion, MinionJobState::Skipped, None).await?;
+            self.set_slot(jid, &minion, MinionJobState::Skipped, None);
         }
-        Ok(())
     }
 
     /// Moves a live rollout to `state` (a stopped one stays stopped): stored, announced on the
@@ -170,7 +169,7 @@ impl<S: Store, N: Net> Master<S, N> {
             run.status = status;
         }
         if stopped {
-            self.skip_queued(jid).await?;
+            self.skip_queued(jid);
         }
         self.pending.rollouts_due.insert(jid.to_owned());
         Ok(())

@@ -686,9 +686,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 continue;
             }
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
-            if let Err(error) = self.set_slot(&jid, &minion, new, None).await {
-                warn!(%error, "recording a deadline failed");
-            }
+            self.set_slot(&jid, &minion, new, None);
         }
         if self.timers.expired(Timer::WallMark, now) {
             self.timers.set(Timer::WallMark, now + WALL_MARK_EVERY);

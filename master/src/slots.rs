@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
-use crate::store::{StateChange, Store, StoreError};
+use crate::store::{StateChange, Store};
 use crate::writes::Unreported;
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -30,16 +30,10 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Moves a minion's slot to `state` if the transition table allows it, stores it, streams
     /// it to watchers, and finishes the job when every slot is final.
-    pub(crate) async fn set_slot(
-        &mut self,
-        jid: &str,
-        minion: &str,
-        state: MinionJobState,
-        ret: Option<JobReturn>,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn set_slot(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if !self.jobs.set_state(jid, minion, state) {
             debug!(jid, minion, state = state.as_str(), "no change: the slot is gone, final, or already there");
-            return Ok(());
+            return;
         }
         // `running` lives in memory only: a restarted master treats sent and running jobs alike,
         // and job listings show the live state. One write less per job.
@@ -52,10 +46,9 @@ impl<S: Store, N: Net> Master<S, N> {
             self.slot_ended(jid, state, &ret);
             let slot = Unreported { minion: minion.to_owned(), state, ret };
             self.pending.unreported.entry(jid.to_owned()).or_default().push(slot);
-            return Ok(());
+            return;
         }
         self.slot_moved(jid, minion, state, ret);
-        Ok(())
     }
 
     /// What follows a slot's move, whichever master decided it: the bus, the deployment riding
