@@ -58,6 +58,8 @@ impl<S: Store, N: Net> Master<S, N> {
             // This master starts the targets it serves by the same rule.
             self.pending.rollouts_due.insert(job.record.jid.clone());
         }
+        // Its rollout hears only the events published after it.
+        self.hear_events();
         self.jobs.insert(job);
         self.emit(format!("halite/job/{jid}/new"), new);
         for (minion, state) in finals {
@@ -158,6 +160,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 // Purged from the store meanwhile: nothing can still come of it.
                 None => {
+                    // Its events are heard while it lives (who may receive them depends on it).
+                    self.hear_events();
                     if let Some(job) = self.jobs.remove(jid) {
                         self.watchers.done(job.watchers, jid);
                     }

@@ -321,6 +321,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             None => (Vec::new(), None),
         };
+        // Its rollout hears only the events published after it.
+        self.hear_events();
         self.jobs.insert(LiveJob::new(record, slots, watchers));
         self.tell_other_masters(crate::store::ClusterChange::Job { jid: jid.clone() }).await;
         // Announced once live, so the bus can tell who may see it.

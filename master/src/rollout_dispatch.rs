@@ -4,11 +4,15 @@
 //! cancel and abort events change where a rollout is; each change is stored before it is
 //! answered, announced on the bus (`halite/job/<jid>/rollout/...`) and to the other masters.
 //!
+//! Rollouts listen: the loop hands them each target's end and each event
+//! (`Master::hear_moves`, `Master::hear_events`) before it advances them; neither the slot
+//! code nor `emit` calls them.
+//!
 //! With several masters, every master holding the job decides alike from the same slots and
 //! starts the targets it serves (and those nobody serves); the window then holds within the
 //! time an announcement takes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use halite_protocol::message::{MinionJobState, RolloutState, RolloutStatus};
 use serde_json::json;
@@ -30,6 +34,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%error, %jid, "stopping a rollout failed");
             }
         }
+        // The targets the stopped rollouts skipped are heard before deciding what is due.
+        self.hear_moves().await;
         let mut due = std::mem::take(&mut self.pending.rollouts_due);
         if tick {
             let now = self.clock.now();
@@ -74,6 +80,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     for id in &mine {
                         self.start_target(jid, id);
                     }
+                    // A target that ended at once (offline) is heard before deciding again: the
+                    // rollout's wait counts from its end.
+                    self.hear_moves().await;
                     self.emit_shared(format!("halite/job/{jid}/rollout/started"), json!({ "minions": mine }));
                 }
             }
@@ -99,11 +108,11 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// A target of a rollout job reached a final state: the next may start (after the wait).
-    pub(crate) fn rollout_target_finished(&mut self, jid: &str) {
-        let now = self.clock.now();
+    /// A target of a rollout job reached a final state `at`: the next may start (after the
+    /// wait). A listener of slot ends (see `Master::hear_moves`).
+    pub(crate) fn rollout_target_finished(&mut self, jid: &str, at: Instant) {
         if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
-            run.target_finished(now);
+            run.target_finished(at);
             self.pending.rollouts_due.insert(jid.to_owned());
         }
     }
@@ -218,7 +227,8 @@ impl<S: Store, N: Net> Master<S, N> {
         self.change_rollout(jid, RolloutState::Stopped, Some("cancelled".to_owned())).await.map(drop)
     }
 
-    /// An event on the bus: the rollouts it aborts stop at the end of the step. A job's own
+    /// An event on the bus, as the loop hands it (`Master::hear_events`): the rollouts it
+    /// aborts stop at the end of the step. A job's own
     /// events never abort it, and an event aborts only the rollouts whose publisher may
     /// receive it: abort_on must not listen to what its publisher could not subscribe to, nor
     /// tell it (in the reason) a tag it may not see.
