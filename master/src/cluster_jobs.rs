@@ -58,6 +58,8 @@ impl<S: Store, N: Net> Master<S, N> {
             // This master starts the targets it serves by the same rule.
             self.pending.rollouts_due.insert(job.record.jid.clone());
         }
+        // Its rollout hears only the events published after it.
+        self.hear_events();
         self.jobs.insert(job);
         self.emit(format!("halite/job/{jid}/new"), new);
         for (minion, state) in finals {
@@ -71,7 +73,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.finish_if_done(jid);
         for minion in here {
             if let Some(peer) = self.sessions.peer_of(&minion) {
-                self.deliver(jid, &minion, peer).await?;
+                self.deliver(jid, &minion, peer);
             }
         }
         Ok(())
@@ -158,6 +160,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 // Purged from the store meanwhile: nothing can still come of it.
                 None => {
+                    // Its events are heard while it lives (who may receive them depends on it).
+                    self.hear_events();
                     if let Some(job) = self.jobs.remove(jid) {
                         self.watchers.done(job.watchers, jid);
                     }
@@ -190,7 +194,7 @@ impl<S: Store, N: Net> Master<S, N> {
             // Another master's rollout started a target connected here: this master sends it.
             if was == Some(MinionJobState::Queued) && state == MinionJobState::Sent {
                 if let Some(peer) = self.sessions.peer_of(&minion) {
-                    self.deliver(jid, &minion, peer).await?;
+                    self.deliver(jid, &minion, peer);
                 }
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };

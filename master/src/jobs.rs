@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::MinionJobState;
+use halite_protocol::message::{JobReturn, MinionJobState};
 use halite_transport::PeerId;
 
 use crate::rollout::RolloutRun;
@@ -20,6 +20,29 @@ pub(crate) struct Slot {
     pub state: MinionJobState,
     /// When the state must have changed: the timeout for sent/running, the TTL for waiting.
     pub deadline: Option<Instant>,
+}
+
+/// A slot's move to a final state, as its listeners hear it at the end of the step (see
+/// `Master::hear_moves`): the metrics, the job's rollout, the deployment riding on the job. What
+/// they need of the job is copied here: a job whose last slot ended leaves the table at once.
+/// Moves to other states are not recorded: no listener acts on them.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotMoved {
+    pub jid: String,
+    pub minion: String,
+    pub state: MinionJobState,
+    /// The return, for a `deploy.apply` job only (the deployment reads it): a fan-out's
+    /// returns are not copied.
+    pub ret: Option<JobReturn>,
+    /// Whether the slot ended with a return (its round trip is measured).
+    pub returned: bool,
+    /// When it moved: a rollout's wait counts from then.
+    pub at: Instant,
+    /// When it moved by the wall clock, and when its job was created (ms).
+    pub at_ms: u64,
+    pub created_at_ms: u64,
+    /// Whether a deployment may ride on the job (a `deploy.apply` job).
+    pub deploy: bool,
 }
 
 /// Whether a slot may move from `from` to `to`. Forward only: queued → waiting → sent →

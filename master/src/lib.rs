@@ -36,6 +36,7 @@ pub mod gateway;
 mod jobs;
 mod keys;
 mod limits;
+mod listeners;
 pub mod memory;
 pub mod metrics;
 mod metrics_http;

@@ -64,19 +64,19 @@ impl<S: Store, N: Net> Master<S, N> {
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.undelivered.remove(id);
                 for jid in self.jobs.deliverable_to(id) {
-                    self.deliver(&jid, id, peer).await?;
+                    self.deliver(&jid, id, peer);
                 }
             }
             Message::JobAck(ack) if ack.accepted => {
-                self.set_slot(&ack.jid, id, MinionJobState::Running, None).await?;
+                self.set_slot(&ack.jid, id, MinionJobState::Running, None);
             }
             Message::JobAck(ack) => {
                 let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
-                self.minion_refused(id, &ack.jid, ErrorKind::Forbidden, reason).await?;
+                self.minion_refused(id, &ack.jid, ErrorKind::Forbidden, reason);
             }
             Message::Error(error) => match error.request {
                 // A refusal of a job names its jid; nothing else a minion reports needs an answer.
-                Some(jid) => self.minion_refused(id, &jid, error.kind, error.message).await?,
+                Some(jid) => self.minion_refused(id, &jid, error.kind, error.message),
                 None => {
                     warn!(minion = id, kind = ?error.kind, message = %error.message, "the minion reported an error")
                 }
@@ -108,7 +108,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 };
                 let jid = ret.jid.clone();
                 match self.jobs.state(&jid, id) {
-                    Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)).await?,
+                    Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)),
                     // The same end again (a minion that moved re-sends what was already stored):
                     // acknowledged, nothing more to tell.
                     Some(current) if current == state => {}
@@ -145,23 +145,22 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Sends a live job to a connected minion and marks it sent.
-    pub(crate) async fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) -> Result<(), StoreError> {
+    pub(crate) fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
         let now = self.clock.now();
-        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let Some(job) = self.jobs.get(jid) else { return };
         let deadline = job.run_deadline(now, grace);
         let signed = job.record.signed.clone();
         let was = self.jobs.state(jid, minion);
         if was.is_none_or(MinionJobState::is_final) {
-            return Ok(());
+            return;
         }
         self.jobs.set_deadline(jid, minion, deadline);
         let message = self.job_message(&signed, deadline);
         self.send_job(peer, minion, jid, &message);
         if was == Some(MinionJobState::Waiting) {
-            self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
+            self.set_slot(jid, minion, MinionJobState::Sent, None);
         }
-        Ok(())
     }
 
     /// A job as sent to a minion: signed as published, with the master's time by which the
@@ -221,16 +220,10 @@ impl<S: Store, N: Net> Master<S, N> {
     /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):
     /// its slot ends at once, `denied` when the refusal is about permission, else `failed`,
     /// with the minion's reason as the result.
-    pub(crate) async fn minion_refused(
-        &mut self,
-        minion: &str,
-        jid: &str,
-        kind: ErrorKind,
-        reason: String,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn minion_refused(&mut self, minion: &str, jid: &str, kind: ErrorKind, reason: String) {
         if self.jobs.state(jid, minion).is_none_or(MinionJobState::is_final) {
             debug!(minion, jid, %reason, "refusal of a job that is not in flight there");
-            return Ok(());
+            return;
         }
         warn!(minion, jid, ?kind, %reason, "the minion refused a job");
         let (state, outcome) = match kind {
@@ -247,7 +240,7 @@ impl<S: Store, N: Net> Master<S, N> {
             duration_ms: 0,
             outcome,
         };
-        self.set_slot(jid, minion, state, Some(ret)).await
+        self.set_slot(jid, minion, state, Some(ret));
     }
 
     /// A return for a slot that is already final: stored beside that state (which does not

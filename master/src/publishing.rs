@@ -321,6 +321,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             None => (Vec::new(), None),
         };
+        // Its rollout hears only the events published after it.
+        self.hear_events();
         self.jobs.insert(LiveJob::new(record, slots, watchers));
         self.tell_masters(crate::store::ClusterChange::Job { jid: jid.clone() });
         // Announced once live, so the bus can tell who may see it.
@@ -396,7 +398,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     // The minion kills the job and returns it as cancelled.
                     self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
                 }
-                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None).await?,
+                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None),
                 _ => {}
             }
         }

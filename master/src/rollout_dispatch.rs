@@ -4,11 +4,15 @@
 //! cancel and abort events change where a rollout is; each change is stored before it is
 //! answered, announced on the bus (`halite/job/<jid>/rollout/...`) and to the other masters.
 //!
+//! Rollouts listen: the loop hands them each target's end and each event
+//! (`Master::hear_moves`, `Master::hear_events`) before it advances them; neither the slot
+//! code nor `emit` calls them.
+//!
 //! With several masters, every master holding the job decides alike from the same slots and
 //! starts the targets it serves (and those nobody serves); the window then holds within the
 //! time an announcement takes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use halite_protocol::message::{MinionJobState, RolloutState, RolloutStatus};
 use serde_json::json;
@@ -30,6 +34,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%error, %jid, "stopping a rollout failed");
             }
         }
+        // The targets the stopped rollouts skipped are heard before deciding what is due.
+        self.hear_moves().await;
         let mut due = std::mem::take(&mut self.pending.rollouts_due);
         if tick {
             let now = self.clock.now();
@@ -72,8 +78,11 @@ impl<S: Store, N: Net> Master<S, N> {
                         return Ok(());
                     }
                     for id in &mine {
-                        self.start_target(jid, id).await?;
+                        self.start_target(jid, id);
                     }
+                    // A target that ended at once (offline) is heard before deciding again: the
+                    // rollout's wait counts from its end.
+                    self.hear_moves().await;
                     self.emit_shared(format!("halite/job/{jid}/rollout/started"), json!({ "minions": mine }));
                 }
             }
@@ -82,29 +91,28 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Starts one queued target: sent if it is connected, waiting for its TTL if not (offline
     /// without a TTL ends it `offline`).
-    async fn start_target(&mut self, jid: &str, minion: &str) -> Result<(), StoreError> {
+    fn start_target(&mut self, jid: &str, minion: &str) {
         let now = self.clock.now();
-        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+        let Some(job) = self.jobs.get(jid) else { return };
         let ttl = Duration::from_millis(job.record.ttl_ms);
         match self.sessions.peer_of(minion) {
             Some(peer) => {
-                self.set_slot(jid, minion, MinionJobState::Sent, None).await?;
-                self.deliver(jid, minion, peer).await?;
+                self.set_slot(jid, minion, MinionJobState::Sent, None);
+                self.deliver(jid, minion, peer);
             }
             None if !ttl.is_zero() => {
-                self.set_slot(jid, minion, MinionJobState::Waiting, None).await?;
+                self.set_slot(jid, minion, MinionJobState::Waiting, None);
                 self.jobs.set_deadline(jid, minion, Some(now + ttl));
             }
-            None => self.set_slot(jid, minion, MinionJobState::Offline, None).await?,
+            None => self.set_slot(jid, minion, MinionJobState::Offline, None),
         }
-        Ok(())
     }
 
-    /// A target of a rollout job reached a final state: the next may start (after the wait).
-    pub(crate) fn rollout_target_finished(&mut self, jid: &str) {
-        let now = self.clock.now();
+    /// A target of a rollout job reached a final state `at`: the next may start (after the
+    /// wait). A listener of slot ends (see `Master::hear_moves`).
+    pub(crate) fn rollout_target_finished(&mut self, jid: &str, at: Instant) {
         if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
-            run.target_finished(now);
+            run.target_finished(at);
             self.pending.rollouts_due.insert(jid.to_owned());
         }
     }
@@ -115,18 +123,18 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         info!(%jid, %reason, "rollout stopped");
-        self.skip_queued(jid).await
+        self.skip_queued(jid);
+        Ok(())
     }
 
     /// Ends the queued targets of a stopped rollout `skipped`.
-    async fn skip_queued(&mut self, jid: &str) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get(jid) else { return Ok(()) };
+    fn skip_queued(&mut self, jid: &str) {
+        let Some(job) = self.jobs.get(jid) else { return };
         let queued: Vec<String> =
             job.slots().iter().filter(|(_, s)| s.state == MinionJobState::Queued).map(|(m, _)| m.clone()).collect();
         for minion in queued {
-            self.set_slot(jid, &minion, MinionJobState::Skipped, None).await?;
+            self.set_slot(jid, &minion, MinionJobState::Skipped, None);
         }
-        Ok(())
     }
 
     /// Moves a live rollout to `state` (a stopped one stays stopped): stored, announced on the
@@ -170,7 +178,7 @@ impl<S: Store, N: Net> Master<S, N> {
             run.status = status;
         }
         if stopped {
-            self.skip_queued(jid).await?;
+            self.skip_queued(jid);
         }
         self.pending.rollouts_due.insert(jid.to_owned());
         Ok(())
@@ -219,7 +227,8 @@ impl<S: Store, N: Net> Master<S, N> {
         self.change_rollout(jid, RolloutState::Stopped, Some("cancelled".to_owned())).await.map(drop)
     }
 
-    /// An event on the bus: the rollouts it aborts stop at the end of the step. A job's own
+    /// An event on the bus, as the loop hands it (`Master::hear_events`): the rollouts it
+    /// aborts stop at the end of the step. A job's own
     /// events never abort it, and an event aborts only the rollouts whose publisher may
     /// receive it: abort_on must not listen to what its publisher could not subscribe to, nor
     /// tell it (in the reason) a tag it may not see.

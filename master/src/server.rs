@@ -1,6 +1,8 @@
 //! The master's core: one task that owns every connection's session, the registry and the
-//! live jobs. Everything that wakes it is an [`Input`]; [`Master::step`] handles one, then
-//! writes what it changed ([`Master::flush`]).
+//! live jobs. Everything that wakes it is an [`Input`]; [`Master::step`] handles one, hands
+//! what it decided (slots that ended, events published) to the concerns that listen
+//! (`listeners.rs`: metrics, rollouts, deployments, deployment groups), lets rollouts and
+//! groups act on it, then writes what it changed ([`Master::flush`]).
 //!
 //! A single owner keeps the invariants simple (a minion has at most one live session; a job
 //! slot changes state in one place) and needs no locks. Store calls are awaited inline, except
@@ -260,6 +262,8 @@ impl<S: Store, N: Net> Master<S, N> {
             master.jobs.insert(job);
         }
         master.resume_deployments().await?;
+        // What the deployments announced is heard before the groups listen again.
+        master.hear_events();
         master.resume_groups().await?;
         Ok(master)
     }
@@ -281,9 +285,10 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Publishes an event on the bus. Each subscriber's queue is bounded: what does not fit is
     /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
+    /// The concerns that listen to events (rollouts' and groups' `abort_on`, groups following
+    /// their deployments) hear it later in the step, from the loop (`Master::hear_events`).
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
-        self.rollouts_hear(&tag, &data);
-        self.groups_hear(&tag, &data);
+        self.pending.heard.push((tag.clone(), data.clone()));
         let seq = self.event_log.record(&tag, &data);
         if self.bus.is_empty() {
             return;
@@ -423,15 +428,24 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.on_tick().await;
             }
         }
-        // Deployments react to their jobs' final states once the step has made them.
-        for (jid, state, ret) in std::mem::take(&mut self.pending.finished_slots) {
-            if let Err(error) = self.deploy_job_finished(&jid, state, ret.as_ref()).await {
-                warn!(%error, %jid, "recording a deployment's result failed");
-            }
-        }
+        // The listeners hear what the step decided, in this order: each slot that ended (the
+        // metrics, its rollout, the deployment riding on it; see `hear_moves`), then each event
+        // published (rollouts, then deployment groups; see `hear_events`), the deployments'
+        // announcements included. Only then do rollouts and groups act, so an abort event stops
+        // them in the step that published it, and a target's end starts the next in the step
+        // that ended it.
+        self.hear_moves().await;
+        self.hear_events();
         // Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
         self.advance_rollouts(tick).await;
+        // What the rollouts ended (skipped, offline targets) and announced: groups hear it before
+        // they act; an abort it carries stops a rollout at the next step. The deployment jobs
+        // the groups start are heard at the next step's end, as the deployments always heard them.
+        self.hear_moves().await;
+        self.hear_events();
         self.advance_groups(tick).await;
+        // What the groups announced: heard now, acted upon at the next step.
+        self.hear_events();
         self.metrics.alive();
         self.flush().await;
         self.wake_at = self.plan_wake(tick);
@@ -697,9 +711,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 continue;
             }
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
-            if let Err(error) = self.set_slot(&jid, &minion, new, None).await {
-                warn!(%error, "recording a deadline failed");
-            }
+            self.set_slot(&jid, &minion, new, None);
         }
         if self.timers.expired(Timer::WallMark, now) {
             self.timers.set(Timer::WallMark, now + WALL_MARK_EVERY);

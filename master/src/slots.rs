@@ -1,16 +1,20 @@
 //! Job slots changing state, and who hears of it: every change is recorded for the group
 //! commit, announced on the bus, queued for the job's watchers and, at the end of the step,
-//! sent to them in batches within the message cap.
+//! sent to them in batches within the message cap. A slot's end is also recorded as a value
+//! ([`SlotMoved`]) for the concerns that listen to it (metrics, rollouts, deployments), which
+//! the loop hands it to at the end of the step (`Master::hear_moves`): this file calls none of
+//! them.
 
 use halite_protocol::message::{self, JobDone, JobReturn, JobUpdate, Message, MinionJobState};
 use halite_transport::SendError;
 use serde_json::json;
 use tracing::{debug, warn};
 
+use crate::jobs::SlotMoved;
 use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
-use crate::store::{StateChange, Store, StoreError};
+use crate::store::{StateChange, Store};
 use crate::writes::Unreported;
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -28,18 +32,13 @@ impl<S: Store, N: Net> Master<S, N> {
         self.pending.states.push(change);
     }
 
-    /// Moves a minion's slot to `state` if the transition table allows it, stores it, streams
-    /// it to watchers, and finishes the job when every slot is final.
-    pub(crate) async fn set_slot(
-        &mut self,
-        jid: &str,
-        minion: &str,
-        state: MinionJobState,
-        ret: Option<JobReturn>,
-    ) -> Result<(), StoreError> {
+    /// Moves a minion's slot to `state` if the transition table allows it, queues it for the
+    /// group commit, streams it to watchers, records its end for the listeners, and finishes
+    /// the job when every slot is final. Nothing here waits or fails: the write is the step's.
+    pub(crate) fn set_slot(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if !self.jobs.set_state(jid, minion, state) {
             debug!(jid, minion, state = state.as_str(), "no change: the slot is gone, final, or already there");
-            return Ok(());
+            return;
         }
         // `running` lives in memory only: a restarted master treats sent and running jobs alike,
         // and job listings show the live state. One write less per job.
@@ -49,38 +48,40 @@ impl<S: Store, N: Net> Master<S, N> {
         if state.is_final() && self.cluster.shared {
             // Another master may store a final state for this slot first (the store keeps the
             // first): its watchers and bus hear the one stored, once, after the write.
-            self.slot_ended(jid, state, &ret);
+            self.slot_ended(jid, minion, state, &ret);
             let slot = Unreported { minion: minion.to_owned(), state, ret };
             self.pending.unreported.entry(jid.to_owned()).or_default().push(slot);
-            return Ok(());
+            return;
         }
         self.slot_moved(jid, minion, state, ret);
-        Ok(())
     }
 
-    /// What follows a slot's move, whichever master decided it: the bus, the deployment riding
-    /// on the job, the job's watchers, and the job's end when every slot is final.
+    /// What follows a slot's move, whichever master decided it: the bus, the job's watchers,
+    /// and the job's end when every slot is final; its end is recorded for the listeners.
     pub(crate) fn slot_moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if state.is_final() {
-            self.slot_ended(jid, state, &ret);
+            self.slot_ended(jid, minion, state, &ret);
         }
         self.tell_slot(jid, minion, state, ret);
     }
 
-    /// What a slot's end changes in this master's own work: the rollout's next targets, the
-    /// metrics, the deployment riding on the job.
-    fn slot_ended(&mut self, jid: &str, state: MinionJobState, ret: &Option<JobReturn>) {
-        self.rollout_target_finished(jid);
-        let metrics = self.metrics.get();
-        metrics.slots_final.get_or_create(&crate::metrics::State { state: state.as_str() }).inc();
-        if let (Some(job), Some(_)) = (self.jobs.get(jid), ret) {
-            let ms = self.clock.wall_ms().saturating_sub(job.record.created_at_ms);
-            metrics.round_trip_seconds.observe(ms as f64 / 1000.0);
-        }
-        // Every deploy.apply job's end: a deployment may ride on it (see deploy_job_finished).
-        if self.jobs.get(jid).is_some_and(|job| job.record.function == crate::deploy::DEPLOY_FUNCTION) {
-            self.pending.finished_slots.push((jid.to_owned(), state, ret.clone()));
-        }
+    /// Records a slot's end for its listeners, which hear it at the end of the step
+    /// (`Master::hear_moves`); the job may have left the table by then.
+    fn slot_ended(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: &Option<JobReturn>) {
+        let Some(job) = self.jobs.get(jid) else { return };
+        let deploy = job.record.function == crate::deploy::DEPLOY_FUNCTION;
+        let moved = SlotMoved {
+            jid: jid.to_owned(),
+            minion: minion.to_owned(),
+            state,
+            ret: if deploy { ret.clone() } else { None },
+            returned: ret.is_some(),
+            at: self.clock.now(),
+            at_ms: self.clock.wall_ms(),
+            created_at_ms: job.record.created_at_ms,
+            deploy,
+        };
+        self.pending.moved.push(moved);
     }
 
     /// Tells the bus and the job's watchers of a slot's move, and ends the job when every
@@ -123,6 +124,8 @@ impl<S: Store, N: Net> Master<S, N> {
             // Announced while still live, so the bus can tell who may see it.
             let ended = crate::jobs::how_it_ended(job);
             self.emit(format!("halite/job/{jid}/done"), ended);
+            // Its events are heard while it lives (who may receive them depends on it).
+            self.hear_events();
             if let Some(job) = self.jobs.remove(jid) {
                 self.watchers.done(job.watchers, jid);
             }

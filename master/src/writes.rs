@@ -43,8 +43,11 @@ pub(crate) struct PendingWrites {
     /// Some of `unreported` were written after a failed write: compared with what the store
     /// kept before they are told.
     pub(crate) finals_in_doubt: bool,
-    /// Final slots of deployment jobs, for the deployments to react to after the step.
-    pub(crate) finished_slots: Vec<(String, MinionJobState, Option<JobReturn>)>,
+    /// Slots that ended in this step, for their listeners (`Master::hear_moves`).
+    pub(crate) moved: Vec<crate::jobs::SlotMoved>,
+    /// Events published in this step, for the concerns that listen to events
+    /// (`Master::hear_events`).
+    pub(crate) heard: Vec<(String, halite_protocol::message::Value)>,
     /// Minions that left this master, for the other masters sharing the store.
     pub(crate) left: Vec<String>,
     /// What to tell the other masters sharing the store, in order: sent by the loop once the

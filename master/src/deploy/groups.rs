@@ -6,7 +6,8 @@
 //!
 //! The group is stored as one document and driven by the master that created it (its `owner`),
 //! after every step in which one of its deployments ended and when its wait ends; a
-//! restarted master resumes the groups it owns.
+//! restarted master resumes the groups it owns. Groups listen to events: the loop hands them
+//! each one (`Master::hear_events`) before it advances them.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -208,8 +209,9 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(ResponseBody::DeploymentGroup(record.group))
     }
 
-    /// A deployment changed status (`halite/deployment/<id>/<status>`, from this master or
-    /// another): its group, if this master drives one, moves on.
+    /// An event, as the loop hands it (`Master::hear_events`). A deployment changed status
+    /// (`halite/deployment/<id>/<status>`, from this master or another): its group, if this
+    /// master drives one, moves on.
     /// An event aborts only groups whose creator may receive it (as for a job's rollout).
     pub(crate) fn groups_hear(&mut self, tag: &str, data: &Value) {
         let mut aborts = Vec::new();
@@ -284,6 +286,8 @@ impl<S: Store, N: Net> Master<S, N> {
     async fn advance_group(&mut self, id: &str) -> Result<(), StoreError> {
         let Some(mut record) = self.store.group(id).await? else { return Ok(()) };
         if !record.group.rollout.spec.abort_on.is_empty() {
+            // A group hears only the events published after it listens.
+            self.hear_events();
             let abort_on = (record.principal.clone(), record.group.rollout.spec.abort_on.clone());
             self.groups.abort_on.insert(id.to_owned(), abort_on);
         }

@@ -5,6 +5,7 @@
 
 mod cluster_tests;
 mod delete_tests;
+mod listener_tests;
 mod minion_pair_tests;
 mod net;
 mod ownership_tests;
