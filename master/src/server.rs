@@ -727,7 +727,8 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// When the loop must next wake, whatever arrives meanwhile: the earliest of the master's
     /// own timers, the owners' deadlines (job slots, handshakes and refusals, tokens, rollout
-    /// and group waits, the other masters) and, while something is being retried, the retry.
+    /// and group waits, the other masters), now when the last step left work for the next, and,
+    /// while something is being retried, the retry.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
         let now = self.clock.now();
         let token_expiry = self.sessions.next_token_expiry_ms().map(|at_ms| {
@@ -738,6 +739,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let rollout_wait = self.jobs.rollout_jobs().filter_map(|job| job.rollout.as_ref()?.not_before).min();
         let group_wait = self.groups.open.values().flatten().min().copied();
         let retry = self.retrying().then_some(now + RETRY_EVERY);
+        let left_for_next_step = self.left_for_next_step().then_some(now);
         [
             self.timers.next_timeout(),
             self.jobs.next_deadline(),
@@ -748,6 +750,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.cluster.next_due(now),
             self.pending.deadlines_resume_at,
             retry,
+            left_for_next_step,
         ]
         .into_iter()
         .flatten()
@@ -764,6 +767,17 @@ impl<S: Store, N: Net> Master<S, N> {
             || !self.pending.unreported.is_empty()
             || !self.undelivered.is_empty()
             || self.store_in_doubt()
+    }
+
+    /// Whether the step left work for the next one: slot ends and events its last part made,
+    /// not heard yet, and rollouts or groups that hearing made due (see [`Master::step`]).
+    fn left_for_next_step(&self) -> bool {
+        !self.pending.moved.is_empty()
+            || !self.pending.heard.is_empty()
+            || !self.pending.rollouts_due.is_empty()
+            || !self.pending.rollout_aborts.is_empty()
+            || !self.groups.due.is_empty()
+            || !self.groups.aborts.is_empty()
     }
 
     /// How long a connection may take to finish its handshake.

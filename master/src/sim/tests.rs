@@ -832,3 +832,19 @@ fn a_subscriber_resumes_after_the_last_event_it_saw_and_is_told_of_a_gap() {
         assert_eq!(replayed.len(), 3, "the gap, then both jobs: {replayed:?}");
     });
 }
+
+#[test]
+fn work_a_step_leaves_for_the_next_wakes_the_loop_at_once() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.advance(SECOND).await;
+        let now = crate::clock::Clock::now(&sim.clock);
+        assert!(sim.master.next_timeout().is_some_and(|at| at > now), "nothing is due now");
+        // An event the step's last writes published, not heard by the rollouts and groups yet.
+        sim.master.pending.heard.push(("halite/minion/web1/custom".into(), serde_json::json!({})));
+        assert_eq!(sim.master.next_timeout(), Some(now));
+        sim.step(Input::Tick).await;
+        assert!(sim.master.pending.heard.is_empty(), "heard at the next step");
+        assert!(sim.master.wake_at.is_some_and(|at| at > now), "and nothing left to wake for");
+    });
+}
