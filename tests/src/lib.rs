@@ -242,7 +242,8 @@ impl Cluster {
         port
     }
 
-    /// (Re)starts a peer master by port and waits until the CLI can talk to it.
+    /// (Re)starts a peer master by port (a running one is killed first) and waits until the CLI
+    /// can talk to it.
     pub fn restart_peer_master(&mut self, port: u16) {
         self.restart_peer_master_with_env(port, &[]);
     }
@@ -252,6 +253,12 @@ impl Cluster {
         let bins = self.bins.clone();
         let dir = self.dir.clone();
         let peer = self.peers.iter_mut().find(|p| p.port == port).unwrap_or_else(|| panic!("no master on {port}"));
+        // A restart of a running master stops it first: left running, it would keep the port
+        // (the new one could not listen) and outlive the test.
+        if let Some(mut running) = peer.child.take() {
+            let _ = running.kill();
+            let _ = running.wait();
+        }
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("master-{port}.log"))).ok();
         let child = Command::new(bins.join("halite-master"))
