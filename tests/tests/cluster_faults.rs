@@ -310,7 +310,8 @@ fn a_cli_waiting_for_a_job_carries_it_to_another_master_when_its_own_dies() {
     cluster.kill_master();
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{:?}\n{stderr}\n{stdout}", output.status);
     let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     for id in ["fo1", "fo2"] {
         assert_eq!(doc["minions"][id]["state"], "returned", "{doc}");
