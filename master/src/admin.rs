@@ -174,8 +174,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             RequestBody::PrincipalList => Ok(ResponseBody::Principals(
                 self.registry
-                    .principals
-                    .values()
+                    .principals()
                     .map(|p| PrincipalInfo {
                         name: p.name.clone(),
                         fingerprint: fingerprint(&p.public_key),
@@ -193,7 +192,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::Changed(vec![name]))
             }
             RequestBody::OwnerTransfer { from, to } => {
-                if to != "root" && !self.registry.principals.contains_key(&to) {
+                if to != "root" && self.registry.principal(&to).is_none() {
                     return Err(RequestError::not_found(format!("no principal {to} to hand {from}'s objects to")));
                 }
                 let moved = self.store.transfer_owner(&from, &to).await.map_err(RequestError::from)?;
@@ -270,12 +269,12 @@ impl<S: Store, N: Net> Master<S, N> {
                 let view = crate::authz::TargetView::of_principal(acl, &self.config.nodegroups);
                 let minions = self
                     .registry
-                    .accepted
+                    .accepted_ids()
                     .iter()
                     .filter(|id| glob::matches(&pattern, id))
                     .filter(|id| view.contains(id, self.registry.grains(id)))
                     .map(|id| {
-                        let entry = self.registry.minions.get(id).cloned().unwrap_or_default();
+                        let entry = self.registry.minion(id).cloned().unwrap_or_default();
                         MinionInfo {
                             id: id.clone(),
                             connected: self.sessions.is_online(id),
@@ -299,7 +298,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::JobShow { jid } => self.show_job(&jid, Who { name: principal, acl }).await,
             RequestBody::EventFire { tag, data } => self.fire_event(principal, &tag, data),
             RequestBody::ApiTokenCreate { principal: acting_as, ttl_ms } => {
-                if acting_as != "root" && !self.registry.principals.contains_key(&acting_as) {
+                if acting_as != "root" && self.registry.principal(&acting_as).is_none() {
                     return Err(RequestError::not_found(format!("no principal {acting_as}")));
                 }
                 let token = format!("hal_{}", new_secret());
@@ -422,7 +421,7 @@ impl<S: Store, N: Net> Master<S, N> {
             if to.is_none() {
                 self.pending.minions.remove(&key.id);
                 self.store.delete_minion(&key.id).await.map_err(RequestError::from)?;
-                self.registry.minions.remove(&key.id);
+                self.registry.forget_minion(&key.id);
             }
             if to != Some(KeyState::Accepted) {
                 self.cut_minion(&key.id);

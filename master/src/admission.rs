@@ -110,8 +110,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     Some(None)
                 } else {
                     self.registry
-                        .principals
-                        .get(&who.name)
+                        .principal(&who.name)
                         .filter(|p| p.public_key == *who.identity.as_bytes())
                         .map(|p| Some(Arc::new(p.acl.clone())))
                 };
@@ -289,7 +288,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let accepted: Vec<(String, PeerId)> = self
             .sessions
             .parked()
-            .filter(|(id, _)| self.registry.accepted.contains(*id))
+            .filter(|(id, _)| self.registry.has_accepted(id))
             .map(|(id, peer)| (id.clone(), *peer))
             .collect();
         for (id, peer) in accepted {

@@ -147,8 +147,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Cuts a minion whose session's key is no longer its accepted one (rejected, deleted,
     /// replaced by an enrollment elsewhere), and forgets what it announced if it has none.
     fn drop_if_unaccepted(&mut self, id: &str) {
-        if !self.registry.accepted.contains(id) {
-            self.registry.minions.remove(id);
+        if !self.registry.has_accepted(id) {
+            self.registry.forget_minion(id);
             self.pending.minions.remove(id);
         }
         let Some(peer) = self.sessions.peer_of(id) else { return };
@@ -167,7 +167,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if name == "root" {
             return;
         }
-        let record = self.registry.principals.get(name).cloned();
+        let record = self.registry.principal(name).cloned();
         let stale: Vec<_> = self
             .sessions
             .clients_of(name)

@@ -245,7 +245,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 last_seen_ms: record.last_seen_ms,
                 installed: None,
             };
-            self.registry.minions.insert(record.id, entry);
+            self.registry.set_minion(record.id, entry);
         }
         Ok(())
     }

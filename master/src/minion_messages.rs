@@ -34,7 +34,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 let grains_size =
                     if size > self.config.max_grains_bytes { limits::json_size(&hello.grains) } else { 0 };
-                let entry = self.registry.minions.entry(id.to_owned()).or_default();
+                let entry = self.registry.minion_mut(id);
                 if grains_size > self.config.max_grains_bytes {
                     // Grains live in memory for every minion and are reloaded at each start:
                     // over the cap they are refused, and the minion keeps the ones stored.
@@ -49,7 +49,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     entry.grains = hello.grains;
                 }
                 let installed = self.registry.intern_installed(hello.installed);
-                let entry = self.registry.minions.entry(id.to_owned()).or_default();
+                let entry = self.registry.minion_mut(id);
                 entry.functions = hello.functions;
                 entry.installed = installed;
                 self.touch(id);
@@ -297,7 +297,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Records presence; written with the next batch.
     pub(crate) fn touch(&mut self, id: &str) {
-        let entry = self.registry.minions.entry(id.to_owned()).or_default();
+        let entry = self.registry.minion_mut(id);
         entry.last_seen_ms = self.clock.wall_ms();
         let record = MinionRecord {
             id: id.to_owned(),

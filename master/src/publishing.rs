@@ -105,7 +105,7 @@ impl<S: Store, N: Net> Master<S, N> {
         };
         let targets: Vec<String> = self
             .registry
-            .accepted
+            .accepted_ids()
             .iter()
             .filter(|id| {
                 let grains = self.registry.grains(id);
@@ -199,7 +199,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let mut known: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
         for id in targets {
             // One that did not say may have it.
-            let installed = self.registry.minions.get(id).and_then(|m| m.installed.as_ref())?;
+            let installed = self.registry.minion(id).and_then(|m| m.installed.as_ref())?;
             if installed.contains(function) {
                 return None;
             }
@@ -432,7 +432,7 @@ impl<S: Store, N: Net> Master<S, N> {
             "local" => return Ok(reach),
             name => match name.strip_prefix("minion:") {
                 Some(minion) => Asker::MinionPeer { id: minion },
-                None => match self.registry.principals.get(name) {
+                None => match self.registry.principal(name) {
                     Some(principal) => Asker::Principal { name, acl: &principal.acl },
                     None => return Err(PublishRefused::NoPrincipal(caller.clone())),
                 },

@@ -31,13 +31,13 @@ pub(crate) const MAX_INSTALLED: usize = 4096;
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     /// Ids with an accepted key: the universe targets are resolved against.
-    pub(crate) accepted: BTreeSet<String>,
+    accepted: BTreeSet<String>,
     /// Their accepted keys: a reconnecting minion is admitted without a store round trip.
-    pub(crate) accepted_keys: HashMap<String, [u8; 32]>,
+    accepted_keys: HashMap<String, [u8; 32]>,
     /// What each minion announced.
-    pub(crate) minions: HashMap<String, MinionEntry>,
+    minions: HashMap<String, MinionEntry>,
     /// Registered client principals by name (root is not among them).
-    pub(crate) principals: HashMap<String, PrincipalRecord>,
+    principals: HashMap<String, PrincipalRecord>,
     /// The distinct `installed` lists minions announced, each held once.
     installed_sets: std::collections::HashSet<std::sync::Arc<BTreeSet<String>>>,
 }
@@ -79,6 +79,51 @@ impl Registry {
     pub(crate) fn accept(&mut self, id: &str, key: [u8; 32]) {
         self.accepted.insert(id.to_owned());
         self.accepted_keys.insert(id.to_owned(), key);
+    }
+
+    /// Whether `id` has an accepted key.
+    pub(crate) fn has_accepted(&self, id: &str) -> bool {
+        self.accepted.contains(id)
+    }
+
+    /// The ids with an accepted key, in order.
+    pub(crate) fn accepted_ids(&self) -> &BTreeSet<String> {
+        &self.accepted
+    }
+
+    /// What a minion announced, if it ever connected.
+    pub(crate) fn minion(&self, id: &str) -> Option<&MinionEntry> {
+        self.minions.get(id)
+    }
+
+    /// What a minion announced, to change (an empty entry for one never heard from).
+    pub(crate) fn minion_mut(&mut self, id: &str) -> &mut MinionEntry {
+        self.minions.entry(id.to_owned()).or_default()
+    }
+
+    /// Sets what a minion announced (loaded from the store, or told by another master).
+    pub(crate) fn set_minion(&mut self, id: String, entry: MinionEntry) {
+        self.minions.insert(id, entry);
+    }
+
+    /// Forgets what a minion announced (its key was deleted or is no longer accepted).
+    pub(crate) fn forget_minion(&mut self, id: &str) {
+        self.minions.remove(id);
+    }
+
+    /// A registered principal.
+    pub(crate) fn principal(&self, name: &str) -> Option<&PrincipalRecord> {
+        self.principals.get(name)
+    }
+
+    /// The registered principals.
+    pub(crate) fn principals(&self) -> impl Iterator<Item = &PrincipalRecord> {
+        self.principals.values()
+    }
+
+    /// Replaces the principals (at start, and after the store changed them).
+    pub(crate) fn set_principals(&mut self, principals: impl IntoIterator<Item = PrincipalRecord>) {
+        self.principals = principals.into_iter().map(|p| (p.name.clone(), p)).collect();
     }
 
     /// Whether `key` is the accepted key of `id`.

@@ -239,7 +239,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(minion = %m.id, "stored grains exceed max_grains_bytes; not loaded");
                 m.grains.clear();
             }
-            master.registry.minions.insert(
+            master.registry.set_minion(
                 m.id,
                 MinionEntry { grains: m.grains, functions: m.functions, last_seen_ms: m.last_seen_ms, installed: None },
             );
@@ -269,7 +269,8 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     pub(crate) async fn reload_principals(&mut self) -> Result<(), StoreError> {
-        self.registry.principals = self.store.principals().await?.into_iter().map(|p| (p.name.clone(), p)).collect();
+        let principals = self.store.principals().await?;
+        self.registry.set_principals(principals);
         Ok(())
     }
 

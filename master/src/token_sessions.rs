@@ -50,7 +50,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(grant) = grant else { return Err(TokenRefused::Unknown) };
         let acl = match grant.principal.as_str() {
             "root" => None,
-            name => match self.registry.principals.get(name) {
+            name => match self.registry.principal(name) {
                 Some(record) => Some(Arc::new(record.acl.clone())),
                 None => return Err(TokenRefused::PrincipalGone(name.to_owned())),
             },

@@ -341,7 +341,7 @@ impl Policy<'_> {
                     Err(Denied::Forbidden(format!(
                         "not allowed to enroll {minion} (needs admin, or a rule for deploy.apply on it)"
                     )))
-                } else if self.registry.accepted.contains(*minion) {
+                } else if self.registry.has_accepted(minion) {
                     Err(Denied::Forbidden(format!(
                         "{minion} already has an accepted key: only an administrator may enroll it again"
                     )))

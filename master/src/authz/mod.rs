@@ -197,7 +197,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn caller_acl(&self, caller: &str) -> Option<Option<&PrincipalAcl>> {
         match caller {
             "root" => Some(None),
-            name => self.registry.principals.get(name).map(|p| Some(&p.acl)),
+            name => self.registry.principal(name).map(|p| Some(&p.acl)),
         }
     }
 }

@@ -265,7 +265,7 @@ impl<S: Store, N: Net> Master<S, N> {
         record.deployment.status_reason = "Deploy data available".into();
         record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
         record.relay_pending = false;
-        if record.deployment.action == "DELETE" && !self.registry.accepted.contains(&record.deployment.server_id) {
+        if record.deployment.action == "DELETE" && !self.registry.has_accepted(&record.deployment.server_id) {
             // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
             let reason = format!(
                 "DELETE skipped: server {} has no accepted key (deleted, or never enrolled)",
