@@ -102,6 +102,14 @@ if lib_source master/src | grep -v '^master/src/clock.rs:' | grep -vE '^[^:]+:[0
   fail=1
 fi
 
+# The master's state owners (master/src/core/) do no I/O, await nothing, read no clock and hold
+# no `impl Master`: the loop and the files beside the folder act on them.
+if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+  grep -E 'impl<[^>]*> Master|\.await|Instant::now|SystemTime::now|\.elapsed\(\)|std::fs|tokio::(net|fs)|Store\b'; then
+  echo "ARCHITECTURE: a state owner in master/src/core acts (lines above)" >&2
+  fail=1
+fi
+
 # The minion's core reads no clock: its loop (`daemon.rs`) gives it `now`.
 if lib_source minion/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
   grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then

@@ -11,10 +11,10 @@ use halite_transport::PeerId;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use crate::core::sessions::Conn;
 use crate::keys::{decide, Decision};
 use crate::net::Net;
 use crate::server::Master;
-use crate::sessions::Conn;
 use crate::store::{ClusterChange, Store, StoreError};
 
 /// Handshake outcomes as counted (`refused` includes keys told to wait for acceptance).
@@ -276,7 +276,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // Closed once the verdict has had time to arrive (see `Conn::Refused`).
                 let now = self.clock.now();
                 self.sessions.insert(peer, Conn::Refused { since: now, parked });
-                self.sessions.watch(peer, now + crate::sessions::linger(parked));
+                self.sessions.watch(peer, now + crate::core::sessions::linger(parked));
             }
             Err(_) => self.net.disconnect(peer, "not accepted"),
         }

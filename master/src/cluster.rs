@@ -8,10 +8,10 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::authz::{Action, Asker};
+use crate::core::sessions::Conn;
 use crate::metrics::Kind;
 use crate::net::Net;
 use crate::server::Master;
-use crate::sessions::Conn;
 use crate::store::trust::Trust;
 use crate::store::{ClusterChange, Store, StoreError};
 
@@ -98,7 +98,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.resync_attempts == 0 {
             info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
         }
-        let lead = crate::cluster_view::GAP_LEAD.as_millis() as u64;
+        let lead = crate::core::cluster_view::GAP_LEAD.as_millis() as u64;
         let noticed = self.clock.wall_ms();
         let gap_began =
             *self.cluster.gap_began_ms.get_or_insert(noticed.saturating_sub(lead).max(self.cluster.joined_ms));

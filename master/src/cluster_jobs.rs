@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
-use crate::jobs::LiveJob;
+use crate::core::jobs::LiveJob;
+use crate::core::registry::MinionEntry;
 use crate::net::Net;
-use crate::registry::MinionEntry;
 use crate::server::{loaded_slots, Master};
 use crate::store::{Announcement, ClusterChange, StateChange, Store, StoreError};
 
@@ -82,7 +82,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Tells this master's subscribers of the jobs published from `since_ms` on that it neither
     /// holds nor finished: one that began and ended while it heard nothing (its listener cut,
     /// the store away) is adopted like any other, its `new`, `ret`s and `done` once, oldest
-    /// first. At most [`GAP_JOBS_MAX`](crate::cluster_view::GAP_JOBS_MAX), the newest.
+    /// first. At most [`GAP_JOBS_MAX`](crate::core::cluster_view::GAP_JOBS_MAX), the newest.
     pub(crate) async fn adopt_jobs_published_since(&mut self, since_ms: u64) -> Result<(), StoreError> {
         const PAGE: u32 = 500;
         let first = halite_protocol::time::compact_utc(since_ms.saturating_mul(1_000));
@@ -97,7 +97,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 if self.jobs.get(jid).is_none() && !self.jobs.finished_lately(jid) {
                     missed.push(jid.clone());
-                    if missed.len() == crate::cluster_view::GAP_JOBS_MAX {
+                    if missed.len() == crate::core::cluster_view::GAP_JOBS_MAX {
                         warn!(
                             jobs = missed.len(),
                             "more jobs were published while this master heard nothing; \

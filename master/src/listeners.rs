@@ -9,7 +9,7 @@
 
 use tracing::warn;
 
-use crate::jobs::SlotMoved;
+use crate::core::jobs::SlotMoved;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::Store;

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
 use crate::authz::{Action, Asker, Denied, Granted, JobAccess, TargetView};
-use crate::jobs::{LiveJob, Slot};
+use crate::core::jobs::{LiveJob, Slot};
 use crate::limits;
 use crate::net::Net;
 use crate::server::{Master, NewJob};
@@ -67,7 +67,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 return Ok(());
             }
         }
-        if let Some(why) = request.rollout.as_ref().and_then(crate::rollout::invalid) {
+        if let Some(why) = request.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return Ok(());
         }
@@ -260,11 +260,14 @@ impl<S: Store, N: Net> Master<S, N> {
             timeout_ms,
             ttl_ms,
             signed,
-            rollout: rollout.map(crate::rollout::RolloutRun::status_of),
+            rollout: rollout.map(crate::core::rollout::RolloutRun::status_of),
         };
         let now = self.clock.now();
-        let run_deadline =
-            crate::jobs::run_deadline(record.timeout_ms, now, Duration::from_secs(self.config.timeout_grace_secs));
+        let run_deadline = crate::core::jobs::run_deadline(
+            record.timeout_ms,
+            now,
+            Duration::from_secs(self.config.timeout_grace_secs),
+        );
         let mut slots = BTreeMap::new();
         let mut states = Vec::with_capacity(targets.len());
         let rolled_out = record.rollout.is_some();

@@ -10,11 +10,11 @@ use tracing::warn;
 
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
+use crate::core::sessions::Conn;
 use crate::gateway::local::LocalCommand;
 use crate::limits;
 use crate::net::Net;
 use crate::server::{Master, SUBSCRIBE_REQUEST};
-use crate::sessions::Conn;
 use crate::store::{Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {

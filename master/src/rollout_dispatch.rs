@@ -19,9 +19,9 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::authz::JobAccess;
+use crate::core::rollout::Decision;
 use crate::net::Net;
 use crate::request_error::RequestError;
-use crate::rollout::Decision;
 use crate::server::Master;
 use crate::store::{ClusterChange, Store, StoreError};
 

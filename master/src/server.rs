@@ -27,21 +27,21 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::acl::{NoticeThrottle, RateLimiter};
-use crate::bus::Bus;
 use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
+use crate::core::bus::Bus;
+use crate::core::jobs::{JobTable, LiveJob, Slot};
+use crate::core::registry::{MinionEntry, Registry};
+use crate::core::sessions::{Conn, Sessions};
+use crate::core::timers::Timer;
+use crate::core::watchers::Watchers;
+use crate::core::writes::PendingWrites;
 use crate::deploy::relay::RelayDone;
 use crate::gateway::local::LocalCommand;
-use crate::jobs::{JobTable, LiveJob, Slot};
 use crate::keys::PendingLimits;
 use crate::limits;
 use crate::net::Net;
-use crate::registry::{MinionEntry, Registry};
-use crate::sessions::{Conn, Sessions};
 use crate::store::{ClusterChange, MinionRecord, Store, StoreError};
-use crate::timers::Timer;
-use crate::watchers::Watchers;
-use crate::writes::PendingWrites;
 
 /// The `request` an `error` refusing a subscription names.
 pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
@@ -97,7 +97,7 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) jids: JidGenerator,
     pub(crate) bus: Bus,
     /// The bus's recent past, for subscribers resuming after an event id.
-    pub(crate) event_log: crate::event_log::EventLog,
+    pub(crate) event_log: crate::core::event_log::EventLog,
     pub(crate) event_buckets: HashMap<String, RateLimiter>,
     pub(crate) notices: NoticeThrottle,
     /// Minion events refused since start (for operators and metrics).
@@ -110,7 +110,7 @@ pub struct Master<S: Store, N: Net = Router> {
     /// again as the queue drains ([`Master::send_backlogs`]).
     pub(crate) undelivered: HashMap<String, BTreeSet<String>>,
     /// The other masters sharing the store, and the minions connected to them.
-    pub(crate) cluster: crate::cluster_view::ClusterView,
+    pub(crate) cluster: crate::core::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
     pub(crate) pending: PendingWrites,
     /// What each watching client is told at the end of the step.
@@ -132,7 +132,7 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) local_tx: mpsc::Sender<LocalCommand>,
     pub(crate) local_rx: Option<mpsc::Receiver<LocalCommand>>,
     /// The master's own periodic duties and retries.
-    pub(crate) timers: crate::timers::TimerTable,
+    pub(crate) timers: crate::core::timers::TimerTable,
     /// When the loop planned to wake next (waking much later means the master was paused).
     pub(crate) wake_at: Option<Instant>,
 }
@@ -181,7 +181,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let (relay_tx, relay_rx) = mpsc::unbounded_channel();
         let (file_tx, file_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
-        let event_log = crate::event_log::EventLog::new(clock.wall_ms());
+        let event_log = crate::core::event_log::EventLog::new(clock.wall_ms());
         let pending_limits = PendingLimits::new(
             config.max_pending_keys,
             config.pending_keys_per_sec,
@@ -208,7 +208,7 @@ impl<S: Store, N: Net> Master<S, N> {
             keys_refused: 0,
             pending: PendingWrites::default(),
             undelivered: HashMap::new(),
-            cluster: crate::cluster_view::ClusterView::default(),
+            cluster: crate::core::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
             deploy_jobs: HashMap::new(),
             groups: Default::default(),
@@ -220,7 +220,7 @@ impl<S: Store, N: Net> Master<S, N> {
             file_rx: Some(file_rx),
             local_tx,
             local_rx: Some(local_rx),
-            timers: crate::timers::TimerTable::default(),
+            timers: crate::core::timers::TimerTable::default(),
             wake_at: None,
         };
         // The first wake does every periodic duty once.
@@ -352,7 +352,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let (_cluster_tx, mut cluster) = mpsc::channel(1);
         if let Some(rx) = self.store.changes() {
             cluster = rx;
-            self.cluster = crate::cluster_view::ClusterView::shared();
+            self.cluster = crate::core::cluster_view::ClusterView::shared();
             self.cluster.joined_ms = self.clock.wall_ms();
             // Who is connected where: every running master answers.
             self.tell_masters(crate::store::ClusterChange::RollCall);
@@ -692,7 +692,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.follow_the_store(now).await;
         let in_doubt = self.store_in_doubt();
         if std::mem::replace(&mut self.pending.in_doubt, in_doubt) && !in_doubt {
-            self.pending.deadlines_resume_at = Some(now + crate::writes::RESEND_GRACE);
+            self.pending.deadlines_resume_at = Some(now + crate::core::writes::RESEND_GRACE);
         }
         if self.pending.deadlines_resume_at.is_some_and(|at| now >= at) {
             self.pending.deadlines_resume_at = None;
@@ -708,7 +708,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             if self.served_elsewhere(&minion) {
                 // Its master decides the slot; looked at again once it may have gone.
-                self.jobs.set_deadline(&jid, &minion, Some(now + crate::cluster_view::ALIVE_EVERY));
+                self.jobs.set_deadline(&jid, &minion, Some(now + crate::core::cluster_view::ALIVE_EVERY));
                 continue;
             }
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
@@ -952,7 +952,7 @@ pub(crate) fn loaded_slots(
 ) -> std::collections::BTreeMap<String, Slot> {
     let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
     let ttl_left = Duration::from_millis(ttl_left);
-    let run_deadline = crate::jobs::run_deadline(record.timeout_ms, now, grace);
+    let run_deadline = crate::core::jobs::run_deadline(record.timeout_ms, now, grace);
     states
         .into_iter()
         .map(|(minion, state)| {

@@ -10,12 +10,12 @@ use halite_transport::SendError;
 use serde_json::json;
 use tracing::{debug, warn};
 
-use crate::jobs::SlotMoved;
+use crate::core::jobs::SlotMoved;
+use crate::core::writes::Unreported;
 use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::{StateChange, Store};
-use crate::writes::Unreported;
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Queues a slot's new state (and return) for the group commit at the end of the step.
@@ -122,7 +122,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(job) = self.jobs.get(jid) else { return };
         if job.is_done() && !self.pending.unreported.contains_key(jid) {
             // Announced while still live, so the bus can tell who may see it.
-            let ended = crate::jobs::how_it_ended(job);
+            let ended = crate::core::jobs::how_it_ended(job);
             self.emit(format!("halite/job/{jid}/done"), ended);
             // Its events are heard while it lives (who may receive them depends on it).
             self.hear_events();

@@ -10,10 +10,10 @@ use halite_protocol::message::{ErrorKind, ErrorMessage, Message};
 use halite_transport::PeerId;
 use tracing::info;
 
+use crate::core::sessions::{Conn, LocalToken};
 use crate::gateway::local::Opened;
 use crate::net::Net;
 use crate::server::Master;
-use crate::sessions::{Conn, LocalToken};
 use crate::store::{ApiTokenGrant, Store, StoreError};
 
 /// The `request` of the error that ends an in-process session (its `message` says why).

@@ -14,7 +14,7 @@ use halite_protocol::message::{ErrorKind, PrincipalAcl, RequestBody, Value};
 
 use super::publish;
 use crate::acl::PeerRule;
-use crate::registry::Registry;
+use crate::core::registry::Registry;
 use crate::request_error::RequestError;
 
 /// Who asks.

@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn subscriptions_are_limited_and_checked_against_the_events_acl() {
         let acl = PrincipalAcl { events: vec!["halite/job/*".into(), "minion/db*/*".into()], ..Default::default() };
-        let registry = crate::registry::Registry::default();
+        let registry = crate::core::registry::Registry::default();
         let nodegroups = BTreeMap::new();
         let policy = Policy { nodegroups: &nodegroups, peers: &[], registry: &registry };
         let ops = Asker::Principal { name: "ops", acl: &acl };

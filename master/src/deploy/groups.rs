@@ -20,10 +20,10 @@ use tracing::{info, warn};
 
 use crate::authz::Who;
 use crate::clock::new_uuid;
-use crate::jobs::Slot;
+use crate::core::jobs::Slot;
+use crate::core::rollout::{Decision, RolloutRun};
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
-use crate::rollout::{Decision, RolloutRun};
 use crate::server::Master;
 use crate::store::{GroupRecord, Store, StoreError};
 
@@ -86,7 +86,7 @@ impl<S: Store, N: Net> Master<S, N> {
         for server in &servers {
             self.may_deploy(who.acl, Some(server))?;
         }
-        if let Some(why) = spec.rollout.as_ref().and_then(crate::rollout::invalid) {
+        if let Some(why) = spec.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             return Err(RequestError::bad_request(why));
         }
         // What each member's deployment will be is checked once, before anything starts.
@@ -148,7 +148,7 @@ impl<S: Store, N: Net> Master<S, N> {
         for server in &servers {
             self.may_deploy(who.acl, Some(server))?;
         }
-        if let Some(why) = update.rollout.as_ref().and_then(crate::rollout::invalid) {
+        if let Some(why) = update.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             return Err(RequestError::bad_request(why));
         }
         let action = update.action.clone().unwrap_or_else(|| "UPDATE".into()).to_ascii_uppercase();

@@ -673,7 +673,7 @@ fn a_verdict_arrives_before_the_connection_closes() {
         // A minion waiting for acceptance is parked: its connection stays open a while longer.
         sim.advance(3 * SECOND).await;
         assert_eq!(sim.net.closed(peer), None, "parked");
-        sim.advance(crate::sessions::PARK_FOR).await;
+        sim.advance(crate::core::sessions::PARK_FOR).await;
         assert_eq!(sim.net.closed(peer).as_deref(), Some("not accepted"));
         // Any other refusal (here: another key for a known id) closes once the verdict had time
         // to arrive.

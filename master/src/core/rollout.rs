@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::message::{MinionJobState, Rollout, RolloutState, RolloutStatus};
 
-use crate::jobs::Slot;
+use crate::core::jobs::Slot;
 
 /// Whether a final state counts against the error budget: the target did not do the job.
 /// `cancelled` and `skipped` were decided by someone, not failures of the target.

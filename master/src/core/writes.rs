@@ -44,7 +44,7 @@ pub(crate) struct PendingWrites {
     /// kept before they are told.
     pub(crate) finals_in_doubt: bool,
     /// Slots that ended in this step, for their listeners (`Master::hear_moves`).
-    pub(crate) moved: Vec<crate::jobs::SlotMoved>,
+    pub(crate) moved: Vec<crate::core::jobs::SlotMoved>,
     /// Events published in this step, for the concerns that listen to events
     /// (`Master::hear_events`).
     pub(crate) heard: Vec<(String, halite_protocol::message::Value)>,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use halite_protocol::message::{JobReturn, MinionJobState};
 use halite_transport::PeerId;
 
-use crate::rollout::RolloutRun;
+use crate::core::rollout::RolloutRun;
 use crate::store::JobRecord;
 
 /// One minion's part in a live job.
