@@ -75,7 +75,7 @@ pub(crate) struct Sessions {
     /// (one per id: a newer knock replaces the older).
     parked: HashMap<String, PeerId>,
     /// Peer ids for local sessions count down from the top, far from the router's.
-    pub(crate) next_local_peer: u64,
+    next_local_peer: u64,
     /// When a connection's stage comes due ([`Sessions::watch`]); an entry whose connection
     /// moved on meanwhile is passed over when it comes due.
     timeouts: BTreeSet<(Instant, PeerId)>,
