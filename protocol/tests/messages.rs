@@ -325,13 +325,7 @@ fn message() -> impl Strategy<Value = Message> {
                 });
                 Message::Publish(PublishRequest {
                     request_id,
-                    target,
-                    function,
-                    args,
-                    kwargs,
-                    timeout_ms,
-                    ttl_ms,
-                    rollout,
+                    spec: JobSpec { target, function, args, kwargs, timeout_ms, ttl_ms, rollout },
                     on_behalf_of,
                 })
             }),
@@ -480,35 +474,27 @@ fn an_unknown_variant_is_a_named_decode_error() {
 fn full_publish() -> PublishRequest {
     PublishRequest {
         request_id: 7,
-        target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
-        function: "pkg.install".into(),
-        args: vec![json!("nginx"), json!(2)],
-        kwargs: BTreeMap::from([("refresh".into(), json!(true))]),
-        timeout_ms: 60_000,
-        ttl_ms: 5_000,
-        rollout: Some(Rollout {
-            batch: Some(Amount::Percent(25)),
-            batch_wait_ms: 100,
-            max_errors: Some(Amount::Count(1)),
-            canary: 2,
-            abort_on: vec!["alert/*".into()],
-        }),
+        spec: JobSpec {
+            target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
+            function: "pkg.install".into(),
+            args: vec![json!("nginx"), json!(2)],
+            kwargs: BTreeMap::from([("refresh".into(), json!(true))]),
+            timeout_ms: 60_000,
+            ttl_ms: 5_000,
+            rollout: Some(Rollout {
+                batch: Some(Amount::Percent(25)),
+                batch_wait_ms: 100,
+                max_errors: Some(Amount::Count(1)),
+                canary: 2,
+                abort_on: vec!["alert/*".into()],
+            }),
+        },
         on_behalf_of: Some("alice".into()),
     }
 }
 
 fn minimal_publish() -> PublishRequest {
-    PublishRequest {
-        request_id: 0,
-        target: Target { kind: TargetKind::Glob, expr: "*".into() },
-        function: "test.ping".into(),
-        args: Vec::new(),
-        kwargs: BTreeMap::new(),
-        timeout_ms: DEFAULT_JOB_TIMEOUT_MS,
-        ttl_ms: 0,
-        rollout: None,
-        on_behalf_of: None,
-    }
+    PublishRequest::new(0, JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping"))
 }
 
 fn hex(bytes: &[u8]) -> String {
