@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use clap::Args;
-use halite_client::{Client, JobEvent, PublishSpec};
+use halite_client::{Client, JobEvent, JobSpec};
 use halite_protocol::message::{JobReturn, MinionJobState, Target};
 use serde_json::{json, Value};
 
@@ -53,9 +53,8 @@ pub(crate) struct ApplyArgs {
 
 impl ApplyArgs {
     /// The `plan.apply` job these arguments ask for.
-    fn spec(&self) -> PublishSpec {
-        let mut spec =
-            PublishSpec::new(Target { kind: self.target_kind.kind(), expr: self.target.clone() }, "plan.apply");
+    fn spec(&self) -> JobSpec {
+        let mut spec = JobSpec::new(Target { kind: self.target_kind.kind(), expr: self.target.clone() }, "plan.apply");
         spec.kwargs.insert("top".into(), json!(self.top));
         if !self.plans.is_empty() {
             spec.kwargs.insert("plans".into(), json!(self.plans));

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Args;
-use halite_client::{Client, JobEvent, PublishSpec};
+use halite_client::{Client, JobEvent, JobSpec};
 use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJobState, Target};
 use serde_json::{json, Value};
 
@@ -71,8 +71,7 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
     if args.target_kind.list {
         args.target = list_target(&args.target, &args.args)?;
     }
-    let mut spec =
-        PublishSpec::new(Target { kind: args.target_kind.kind(), expr: args.target.clone() }, &args.function);
+    let mut spec = JobSpec::new(Target { kind: args.target_kind.kind(), expr: args.target.clone() }, &args.function);
     (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.job_timeout.as_millis() as u64;
     spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);

@@ -1,12 +1,9 @@
 //! A client session with the master.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use halite_protocol::message::{
-    JobDetail, JobUpdate, PublishRequest, Published, RequestBody, ResponseBody, Target, Value,
-};
+use halite_protocol::message::{JobDetail, JobSpec, JobUpdate, PublishRequest, Published, RequestBody, ResponseBody};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::Connection;
@@ -15,40 +12,9 @@ use crate::events::EventStream;
 use crate::follow::Follows;
 use crate::{ClientConfig, ClientError};
 
-/// What to publish.
-#[derive(Debug, Clone)]
-pub struct PublishSpec {
-    /// Which minions.
-    pub target: Target,
-    /// Function.
-    pub function: String,
-    /// Positional arguments.
-    pub args: Vec<Value>,
-    /// Keyword arguments.
-    pub kwargs: BTreeMap<String, Value>,
-    /// Per-minion timeout, milliseconds.
-    pub timeout_ms: u64,
-    /// How long offline minions are waited for, milliseconds (0: they are reported offline).
-    pub ttl_ms: u64,
-    /// How the job reaches its targets over time (batches, error budget, canaries, abort
-    /// events); `None`: every target at once.
-    pub rollout: Option<halite_protocol::message::Rollout>,
-}
-
-impl PublishSpec {
-    /// A job with no arguments, a 30 s timeout and no TTL.
-    pub fn new(target: Target, function: &str) -> Self {
-        PublishSpec {
-            target,
-            function: function.to_owned(),
-            args: Vec::new(),
-            kwargs: BTreeMap::new(),
-            timeout_ms: halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS,
-            ttl_ms: 0,
-            rollout: None,
-        }
-    }
-}
+/// What to publish: the protocol's one job specification, under the name this SDK gave it
+/// first.
+pub type PublishSpec = JobSpec;
 
 /// Progress of a published job.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,18 +99,9 @@ impl Client {
 
     /// Publishes a job; the master answers with its jid and the minions expected to answer.
     /// Then follow it with [`Client::next_job_event`].
-    pub async fn publish(&self, spec: PublishSpec) -> Result<Published, ClientError> {
-        let request = PublishRequest {
-            request_id: 0,
-            target: spec.target,
-            function: spec.function,
-            args: spec.args,
-            kwargs: spec.kwargs,
-            timeout_ms: spec.timeout_ms,
-            ttl_ms: spec.ttl_ms,
-            rollout: spec.rollout,
-            on_behalf_of: None,
-        };
+    pub async fn publish(&self, spec: JobSpec) -> Result<Published, ClientError> {
+        // The driver sets the request id.
+        let request = PublishRequest::new(0, spec);
         self.ask(|reply| Command::Publish { request, reply }).await
     }
 

@@ -8,12 +8,12 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), halite_client::ClientError> {
-//! use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
-//! use halite_protocol::message::{Target, TargetKind};
+//! use halite_client::{Client, ClientConfig, JobEvent};
+//! use halite_protocol::message::{JobSpec, Target, TargetKind};
 //!
 //! let config = ClientConfig::from_master_config("/etc/halite/master.toml".as_ref())?;
 //! let client = Client::connect(config).await?;
-//! let spec = PublishSpec::new(Target { kind: TargetKind::Glob, expr: "web*".into() }, "test.ping");
+//! let spec = JobSpec::new(Target { kind: TargetKind::Glob, expr: "web*".into() }, "test.ping");
 //! let published = client.publish(spec).await?;
 //! loop {
 //!     match client.next_job_event(&published.jid).await? {
@@ -39,3 +39,4 @@ pub use client::{Client, JobEvent, PublishSpec};
 pub use config::ClientConfig;
 pub use error::ClientError;
 pub use events::EventStream;
+pub use halite_protocol::message::JobSpec;

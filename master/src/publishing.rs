@@ -58,7 +58,8 @@ impl<S: Store, N: Net> Master<S, N> {
         let received = self.clock.now();
         // A minion no peer rule names may publish nothing: refused before its target is read.
         if let Publisher::Peer(source) = &publisher {
-            let nothing = Action::Publish { function: &request.function, kwargs: &request.kwargs, targets: &[] };
+            let nothing =
+                Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &[] };
             if let Err(denied @ Denied::Forbidden(_)) =
                 self.policy().decide(&Asker::MinionPeer { id: source }, &nothing)
             {
@@ -67,26 +68,28 @@ impl<S: Store, N: Net> Master<S, N> {
                 return Ok(());
             }
         }
-        if let Some(why) = request.rollout.as_ref().and_then(crate::core::rollout::invalid) {
+        if let Some(why) = request.spec.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return Ok(());
         }
-        if message::encoded_len(&request.args) + message::encoded_len(&request.kwargs) > limits::MESSAGE_BUDGET {
+        if message::encoded_len(&request.spec.args) + message::encoded_len(&request.spec.kwargs)
+            > limits::MESSAGE_BUDGET
+        {
             let why =
                 format!("the arguments take more than {} bytes; pass large data as files", limits::MESSAGE_BUDGET);
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return Ok(());
         }
-        if !publish::valid_function(&request.function) {
+        if !publish::valid_function(&request.spec.function) {
             self.send_error(
                 peer,
                 ErrorKind::BadRequest,
-                format!("bad function name {:?}", request.function),
+                format!("bad function name {:?}", request.spec.function),
                 request_id,
             );
             return Ok(());
         }
-        let expr = match Expr::parse(request.target.kind, &request.target.expr, &self.config.nodegroups) {
+        let expr = match Expr::parse(request.spec.target.kind, &request.spec.target.expr, &self.config.nodegroups) {
             Ok(expr) => expr,
             Err(error) => {
                 self.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
@@ -161,28 +164,18 @@ impl<S: Store, N: Net> Master<S, N> {
         let reach = match self.authorize(caller, &publisher, &request, &targets) {
             Ok(reach) => reach,
             Err(why) => {
-                warn!(%caller, function = %request.function, %why, "publish refused");
+                warn!(%caller, function = %request.spec.function, %why, "publish refused");
                 self.metrics.get().denied("publish");
                 self.send_error(peer, ErrorKind::Forbidden, why.to_string(), request_id);
                 return Ok(());
             }
         };
-        if let Some(why) = self.function_missing(&request.function, &targets) {
+        if let Some(why) = self.function_missing(&request.spec.function, &targets) {
             self.send_error(peer, ErrorKind::NotFound, why, request_id);
             return Ok(());
         }
 
-        let job = NewJob {
-            function: request.function,
-            args: request.args,
-            kwargs: request.kwargs,
-            target: request.target,
-            timeout_ms: request.timeout_ms,
-            ttl_ms: request.ttl_ms,
-            reach,
-            rollout: request.rollout,
-            unknown,
-        };
+        let job = NewJob { spec: request.spec, reach, unknown };
         self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
         let took = self.clock.now().saturating_duration_since(received);
         self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
@@ -230,38 +223,16 @@ impl<S: Store, N: Net> Master<S, N> {
         targets: Vec<String>,
         publisher: Option<(PeerId, u64, Vec<PeerId>)>,
     ) -> Result<String, StoreError> {
-        let NewJob { function, args, kwargs, target, timeout_ms, ttl_ms, reach, rollout, unknown } = new;
+        let NewJob { spec, reach, unknown } = new;
         let jid = self.jids.next(self.clock.wall_micros());
         let created_at_ms = self.clock.wall_ms();
-        let job = Job {
-            jid: jid.clone(),
-            function: function.clone(),
-            args: args.clone(),
-            kwargs: kwargs.clone(),
-            timeout_ms,
-            issued_at_ms: created_at_ms,
-            ttl_ms,
-            caller: caller.to_owned(),
-            reach,
-        };
+        let job = Job::issue(jid.clone(), &spec, created_at_ms, caller.to_owned(), reach);
         // A master of a cluster names itself and its certificate: any master may deliver it.
         let signed = match self.identity.certificate() {
             Some(certificate) => SignedJob::sign_certified(&job, self.identity.key(), certificate, &self.config.id),
             None => SignedJob::sign(&job, self.identity.key()),
         };
-        let record = JobRecord {
-            jid: jid.clone(),
-            function,
-            target,
-            args,
-            kwargs,
-            caller: caller.to_owned(),
-            created_at_ms,
-            timeout_ms,
-            ttl_ms,
-            signed,
-            rollout: rollout.map(crate::core::rollout::RolloutRun::status_of),
-        };
+        let record = JobRecord::new(jid.clone(), spec, caller.to_owned(), created_at_ms, signed);
         let now = self.clock.now();
         let run_deadline = crate::core::jobs::run_deadline(
             record.timeout_ms,
@@ -419,7 +390,7 @@ impl<S: Store, N: Net> Master<S, N> {
         targets: &[String],
     ) -> Result<Option<Vec<String>>, PublishRefused> {
         let ids: Vec<&str> = targets.iter().map(String::as_str).collect();
-        let action = Action::Publish { function: &request.function, kwargs: &request.kwargs, targets: &ids };
+        let action = Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &ids };
         let policy = self.policy();
         let decide = |asker: &Asker<'_>| match policy.decide(asker, &action) {
             Ok(Granted::Reach(reach)) => Ok(reach),

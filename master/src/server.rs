@@ -14,7 +14,7 @@
 //! The core reads time only from its [`Clock`] and talks to connections only through its
 //! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,16 +139,10 @@ pub struct Master<S: Store, N: Net = Router> {
 
 /// A job about to be created.
 pub(crate) struct NewJob {
-    pub(crate) function: String,
-    pub(crate) args: Vec<Value>,
-    pub(crate) kwargs: BTreeMap<String, Value>,
-    pub(crate) target: message::Target,
-    pub(crate) timeout_ms: u64,
-    pub(crate) ttl_ms: u64,
+    /// What was asked.
+    pub(crate) spec: message::JobSpec,
     /// What the job may reach through functions that call functions (see `authz::publish`).
     pub(crate) reach: Option<Vec<String>>,
-    /// How it reaches its targets over time; `None`: all at once.
-    pub(crate) rollout: Option<halite_protocol::message::Rollout>,
     /// Ids the target named that no minion has (sorted): final at once, as `unknown`.
     pub(crate) unknown: Vec<String>,
 }

@@ -325,13 +325,7 @@ fn message() -> impl Strategy<Value = Message> {
                 });
                 Message::Publish(PublishRequest {
                     request_id,
-                    target,
-                    function,
-                    args,
-                    kwargs,
-                    timeout_ms,
-                    ttl_ms,
-                    rollout,
+                    spec: JobSpec { target, function, args, kwargs, timeout_ms, ttl_ms, rollout },
                     on_behalf_of,
                 })
             }),
@@ -475,4 +469,63 @@ fn an_unknown_variant_is_a_named_decode_error() {
         Err(CodecError::Malformed(reason)) => assert!(reason.contains("unknown"), "{reason}"),
         other => panic!("expected a malformed error, got {other:?}"),
     }
+}
+
+fn full_publish() -> PublishRequest {
+    PublishRequest {
+        request_id: 7,
+        spec: JobSpec {
+            target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
+            function: "pkg.install".into(),
+            args: vec![json!("nginx"), json!(2)],
+            kwargs: BTreeMap::from([("refresh".into(), json!(true))]),
+            timeout_ms: 60_000,
+            ttl_ms: 5_000,
+            rollout: Some(Rollout {
+                batch: Some(Amount::Percent(25)),
+                batch_wait_ms: 100,
+                max_errors: Some(Amount::Count(1)),
+                canary: 2,
+                abort_on: vec!["alert/*".into()],
+            }),
+        },
+        on_behalf_of: Some("alice".into()),
+    }
+}
+
+fn minimal_publish() -> PublishRequest {
+    PublishRequest::new(0, JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A publish request's bytes as halite has always sent them: the job's fields sit beside the
+/// request's, in this order, so a `JobSpec` inside the request changes nothing on the wire.
+#[test]
+fn a_publish_request_encodes_to_the_same_bytes_as_before() {
+    const FULL: &str =
+        "82a17601a36d736781a77075626c69736889aa726571756573745f696407a674617267657482a46b696e64a8636f6d706f\
+        756e64a465787072b47765622a20616e642047406f733a44656269616ea866756e6374696f6eab706b672e696e7374616c6ca461726773\
+        92a56e67696e7802a66b776172677381a772656672657368c3aa74696d656f75745f6d73cdea60a674746c5f6d73cd1388a7726f6c6c6f\
+        757485a5626174636881a770657263656e7419ad62617463685f776169745f6d7364aa6d61785f6572726f727381a5636f756e7401a663\
+        616e61727902a861626f72745f6f6e91a7616c6572742f2aac6f6e5f626568616c665f6f66a5616c696365";
+    const MINIMAL: &str =
+        "82a17601a36d736781a77075626c69736887aa726571756573745f696400a674617267657482a46b696e64a4676c6f\
+        62a465787072a12aa866756e6374696f6ea9746573742e70696e67a46172677390a66b776172677380aa74696d656f75745f6d73cd7530\
+        a674746c5f6d7300";
+    // Without `args` and `kwargs`, as an encoder leaving out empty fields sends it.
+    const BARE: &str =
+        "82a17601a36d736781a77075626c69736885aa726571756573745f696400a674617267657482a46b696e64a4676c6f62a4\
+        65787072a12aa866756e6374696f6ea9746573742e70696e67aa74696d656f75745f6d73cd7530a674746c5f6d7300";
+    for (golden, request) in [(FULL, full_publish()), (MINIMAL, minimal_publish())] {
+        assert_eq!(hex(&encode(&Message::Publish(request.clone()))), golden);
+        assert_eq!(decode(&unhex(golden)), Ok(Message::Publish(request)));
+    }
+    assert_eq!(decode(&unhex(BARE)), Ok(Message::Publish(minimal_publish())));
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use halite_client::{Client, ClientError, JobEvent, PublishSpec};
+use halite_client::{Client, ClientError, JobEvent, JobSpec};
 use halite_protocol::message::{
     DeploymentUpdate, NewDeployment, NewDeploymentGroup, NewSoftwareConfig, PrincipalAcl, Rollout, Target, Value,
 };
@@ -189,12 +189,9 @@ impl std::error::Error for InvalidCall {
 pub(crate) async fn execute(client: &Client, call: Call) -> Result<String, ClientError> {
     let value = match call {
         Call::Publish { target, function, args, kwargs, timeout_ms, ttl_ms, rollout } => {
-            let mut spec = PublishSpec::new(target, &function);
-            spec.args = args;
-            spec.kwargs = kwargs;
-            spec.timeout_ms = timeout_ms.unwrap_or(spec.timeout_ms);
-            spec.ttl_ms = ttl_ms;
-            spec.rollout = rollout;
+            let spec = JobSpec::new(target, function);
+            let timeout_ms = timeout_ms.unwrap_or(spec.timeout_ms);
+            let spec = JobSpec { args, kwargs, timeout_ms, ttl_ms, rollout, ..spec };
             let published = client.publish(spec).await?;
             json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown })
         }

@@ -325,23 +325,16 @@ impl JobTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halite_protocol::message::{SignedJob, Target, TargetKind};
+    use halite_protocol::message::{JobSpec, SignedJob, Target, TargetKind};
     use MinionJobState::*;
 
     fn table(now: Instant) -> JobTable {
-        let record = JobRecord {
-            jid: "1".into(),
-            function: "test.ping".into(),
-            target: Target { kind: TargetKind::Glob, expr: "*".into() },
-            args: Vec::new(),
-            kwargs: Default::default(),
-            caller: "root".into(),
-            created_at_ms: 0,
+        let spec = JobSpec {
             timeout_ms: 1000,
-            ttl_ms: 0,
-            signed: SignedJob { body: Vec::new(), signature: Vec::new(), start_by_ms: None },
-            rollout: None,
+            ..JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping")
         };
+        let signed = SignedJob { body: Vec::new(), signature: Vec::new(), start_by_ms: None };
+        let record = JobRecord::new("1".into(), spec, "root".into(), 0, signed);
         let slot = |state, after: u64| Slot { state, deadline: Some(now + Duration::from_secs(after)) };
         let slots = BTreeMap::from([("a".to_owned(), slot(Sent, 2)), ("b".to_owned(), slot(Waiting, 1))]);
         let mut jobs = JobTable::default();

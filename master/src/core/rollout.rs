@@ -75,7 +75,7 @@ impl RolloutRun {
 
     /// A new rollout of `spec`.
     pub(crate) fn status_of(spec: Rollout) -> RolloutStatus {
-        RolloutStatus { spec, state: RolloutState::Running, reason: None }
+        RolloutStatus::new(spec)
     }
 
     /// One of the job's targets reached a final state at `now`: the next starts after the wait.

@@ -14,8 +14,8 @@ pub(crate) mod signal_hosts;
 mod validate;
 
 use halite_protocol::message::{
-    status, DeploymentUpdate, JobReturn, MinionJobState, NewDeployment, NewSoftwareConfig, PrincipalAcl, RequestBody,
-    ResponseBody, SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
+    status, DeploymentUpdate, JobReturn, JobSpec, MinionJobState, NewDeployment, NewSoftwareConfig, PrincipalAcl,
+    RequestBody, ResponseBody, SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
 };
 use serde_json::{json, Map};
 use tracing::{info, warn};
@@ -326,16 +326,16 @@ impl<S: Store, N: Net> Master<S, N> {
         kwargs.insert("timeout".to_owned(), json!(timeout_secs));
         let server = record.deployment.server_id.clone();
         let wait_secs = self.deployment_wait_secs(&record.deployment.action, &server).await?;
+        let target = Target { kind: TargetKind::List, expr: server.clone() };
         let job = NewJob {
-            function: DEPLOY_FUNCTION.into(),
-            args: Vec::new(),
-            kwargs,
-            target: Target { kind: TargetKind::List, expr: server.clone() },
-            timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
-            ttl_ms: wait_secs * 1000,
+            spec: JobSpec {
+                kwargs,
+                timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
+                ttl_ms: wait_secs * 1000,
+                ..JobSpec::new(target, DEPLOY_FUNCTION)
+            },
             // The hook runs the deployment's own config; it calls no other function.
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
-            rollout: None,
             unknown: Vec::new(),
         };
         let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(RequestError::from)?;

@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use halite_protocol::message::{
-    DeploymentGroupUpdate, DeploymentUpdate, ErrorKind, NewDeployment, NewDeploymentGroup, NewSoftwareConfig,
-    PublishRequest, RequestBody, ResponseBody, Rollout, Target, TargetKind, Value,
+    DeploymentGroupUpdate, DeploymentUpdate, ErrorKind, JobSpec, NewDeployment, NewDeploymentGroup, NewSoftwareConfig,
+    PublishRequest, RequestBody, ResponseBody, Rollout, Target, TargetKind, Value, DEFAULT_JOB_TIMEOUT_MS,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -307,6 +307,9 @@ async fn fire_event(Authed(mut s): Authed, Json(event): Json<FiredEvent>) -> Api
     }
 }
 
+// A `JobSpec` as the HTTP API spells it (a target expression and its kind apart, seconds rather
+// than milliseconds, defaults for what is left out); this doc comment is the OpenAPI schema's
+// description.
 /// A job to publish.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -337,21 +340,25 @@ pub(crate) struct JobRequest {
     rollout: Option<Rollout>,
 }
 
+impl From<JobRequest> for JobSpec {
+    /// The job the body asks for, with the HTTP API's defaults: a glob target, the SDKs'
+    /// timeout, no TTL.
+    fn from(job: JobRequest) -> Self {
+        let JobRequest { target, target_kind, function, args, kwargs, timeout_secs, ttl_secs, rollout } = job;
+        JobSpec {
+            target: Target { kind: target_kind.unwrap_or(TargetKind::Glob), expr: target },
+            function,
+            args,
+            kwargs,
+            timeout_ms: timeout_secs.map_or(DEFAULT_JOB_TIMEOUT_MS, |s| s.saturating_mul(1000)),
+            ttl_ms: ttl_secs.unwrap_or(0).saturating_mul(1000),
+            rollout,
+        }
+    }
+}
+
 async fn publish_job(Authed(mut s): Authed, Json(job): Json<JobRequest>) -> ApiResult {
-    let request = PublishRequest {
-        request_id: 0,
-        target: Target { kind: job.target_kind.unwrap_or(TargetKind::Glob), expr: job.target },
-        function: job.function,
-        args: job.args,
-        kwargs: job.kwargs,
-        timeout_ms: job
-            .timeout_secs
-            .map_or(halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS, |s| s.saturating_mul(1000)),
-        ttl_ms: job.ttl_secs.unwrap_or(0).saturating_mul(1000),
-        rollout: job.rollout,
-        on_behalf_of: None,
-    };
-    let published = s.publish(request).await?;
+    let published = s.publish(PublishRequest::new(0, job.into())).await?;
     ok("job", json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown }))
 }
 
@@ -400,4 +407,62 @@ async fn events(Authed(mut s): Authed, h: HeaderMap, Query(q): Query<TagFilter>)
         Some((Ok(sse), None))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_of(body: serde_json::Value) -> JobSpec {
+        serde_json::from_value::<JobRequest>(body).expect("a job body").into()
+    }
+
+    #[test]
+    fn a_job_body_maps_to_the_job_it_always_asked_for() {
+        // Only what must be said: a glob, the SDKs' timeout, no TTL, no rollout.
+        let glob = Target { kind: TargetKind::Glob, expr: "web*".into() };
+        assert_eq!(spec_of(json!({ "target": "web*", "function": "test.ping" })), JobSpec::new(glob, "test.ping"));
+        assert_eq!(
+            spec_of(json!({ "target": "web*", "function": "test.ping", "target_kind": null, "timeout_secs": null,
+                            "ttl_secs": null, "rollout": null })),
+            JobSpec {
+                target: Target { kind: TargetKind::Glob, expr: "web*".into() },
+                function: "test.ping".into(),
+                args: Vec::new(),
+                kwargs: std::collections::BTreeMap::new(),
+                timeout_ms: 30_000,
+                ttl_ms: 0,
+                rollout: None,
+            }
+        );
+        // Everything said: seconds become milliseconds.
+        let full = spec_of(json!({
+            "target": "web1,web2", "target_kind": "list", "function": "pkg.install",
+            "args": ["nginx", 2], "kwargs": { "refresh": true }, "timeout_secs": 60, "ttl_secs": 5,
+            "rollout": { "batch": { "percent": 25 }, "batch_wait_ms": 100, "canary": 1 },
+        }));
+        assert_eq!(
+            full,
+            JobSpec {
+                target: Target { kind: TargetKind::List, expr: "web1,web2".into() },
+                function: "pkg.install".into(),
+                args: vec![json!("nginx"), json!(2)],
+                kwargs: std::collections::BTreeMap::from([("refresh".to_owned(), json!(true))]),
+                timeout_ms: 60_000,
+                ttl_ms: 5_000,
+                rollout: Some(Rollout {
+                    batch: Some(halite_protocol::message::Amount::Percent(25)),
+                    batch_wait_ms: 100,
+                    canary: 1,
+                    ..Rollout::default()
+                }),
+            }
+        );
+        // A huge timeout saturates rather than wrapping; an unknown field is refused.
+        let huge = spec_of(json!({ "target": "*", "function": "test.ping", "timeout_secs": u64::MAX }));
+        assert_eq!(huge.timeout_ms, u64::MAX);
+        assert!(
+            serde_json::from_value::<JobRequest>(json!({ "target": "*", "function": "f.g", "timeout_ms": 1 })).is_err()
+        );
+    }
 }

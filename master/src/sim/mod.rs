@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{
-    self, Hello, JobReturn, Message, Outcome, PrincipalAcl, PrincipalRule, PublishRequest, Request, RequestBody,
-    ResponseBody, SignedJob, Target, TargetKind,
+    self, Hello, JobReturn, JobSpec, Message, Outcome, PrincipalAcl, PrincipalRule, PublishRequest, Request,
+    RequestBody, ResponseBody, SignedJob, Target, TargetKind,
 };
 use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
 use halite_protocol::zmtp::{PeerInfo, SocketType};
@@ -225,17 +225,7 @@ impl Sim {
         timeout_ms: u64,
         ttl_ms: u64,
     ) -> Result<String, String> {
-        let request = PublishRequest {
-            request_id: 7,
-            target,
-            function: function.into(),
-            args: Vec::new(),
-            kwargs: BTreeMap::new(),
-            timeout_ms,
-            ttl_ms,
-            rollout: None,
-            on_behalf_of: None,
-        };
+        let request = PublishRequest::new(7, JobSpec { timeout_ms, ttl_ms, ..JobSpec::new(target, function) });
         self.publish_request(client, request).await
     }
 
@@ -247,17 +237,9 @@ impl Sim {
         ttl_ms: u64,
         rollout: message::Rollout,
     ) -> Result<String, String> {
-        let request = PublishRequest {
-            request_id: 7,
-            target: Target { kind: TargetKind::Glob, expr: target.into() },
-            function: "test.ping".into(),
-            args: Vec::new(),
-            kwargs: BTreeMap::new(),
-            timeout_ms: 60_000,
-            ttl_ms,
-            rollout: Some(rollout),
-            on_behalf_of: None,
-        };
+        let target = Target { kind: TargetKind::Glob, expr: target.into() };
+        let spec = JobSpec { timeout_ms: 60_000, ttl_ms, rollout: Some(rollout), ..JobSpec::new(target, "test.ping") };
+        let request = PublishRequest::new(7, spec);
         self.publish_request(client, request).await
     }
 

@@ -584,13 +584,13 @@ fn a_job_carries_its_callers_reach_and_peer_publishes_need_the_callers_rules() {
         let request = |on_behalf_of: Option<&str>| {
             Message::Publish(halite_protocol::message::PublishRequest {
                 request_id: 1,
-                target: Target { kind: TargetKind::Glob, expr: "db1".into() },
-                function: "service.restart".into(),
-                args: Vec::new(),
-                kwargs: Default::default(),
-                timeout_ms: 1000,
-                ttl_ms: 0,
-                rollout: None,
+                spec: halite_protocol::message::JobSpec {
+                    timeout_ms: 1000,
+                    ..halite_protocol::message::JobSpec::new(
+                        Target { kind: TargetKind::Glob, expr: "db1".into() },
+                        "service.restart",
+                    )
+                },
                 on_behalf_of: on_behalf_of.map(str::to_owned),
             })
         };

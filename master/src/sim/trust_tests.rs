@@ -72,17 +72,13 @@ fn a_principal_that_only_sees_a_rollout_may_not_pause_or_resume_it() {
         let mut root = sim.root().await;
         let mut watcher = sim.principal("watcher", "web*", &["test.ping"]).await;
         let rollout = Rollout { batch: Some(Amount::Count(1)), ..Rollout::default() };
-        let request = halite_protocol::message::PublishRequest {
-            request_id: 7,
-            target: Target { kind: TargetKind::Glob, expr: "web*".into() },
-            function: "test.sleep".into(),
-            args: Vec::new(),
-            kwargs: BTreeMap::new(),
+        let target = Target { kind: TargetKind::Glob, expr: "web*".into() };
+        let spec = halite_protocol::message::JobSpec {
             timeout_ms: 60_000,
-            ttl_ms: 0,
             rollout: Some(rollout),
-            on_behalf_of: None,
+            ..halite_protocol::message::JobSpec::new(target, "test.sleep")
         };
+        let request = halite_protocol::message::PublishRequest::new(7, spec);
         let jid = sim.publish_request(&mut root, request).await.expect("published");
         sim.request(&mut root, RequestBody::JobPause { jid: jid.clone() }).await.expect("root pauses");
         for body in [RequestBody::JobResume { jid: jid.clone() }, RequestBody::JobPause { jid: jid.clone() }] {

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use halite_protocol::message::{
-    status, JobReturn, KeyState, MinionJobState, NewDeployment, Outcome, PrincipalAcl, PrincipalRule, SignedJob,
-    SoftwareConfig, SoftwareDeployment, Target, TargetKind,
+    status, JobReturn, JobSpec, KeyState, MinionJobState, NewDeployment, Outcome, PrincipalAcl, PrincipalRule,
+    SignedJob, SoftwareConfig, SoftwareDeployment, Target, TargetKind,
 };
 use serde_json::json;
 
@@ -52,19 +52,15 @@ macro_rules! conformance_suite {
 pub(crate) use conformance_suite;
 
 pub(crate) fn job(jid: &str, created_at_ms: u64) -> JobRecord {
-    JobRecord {
-        jid: jid.into(),
-        function: "test.ping".into(),
-        target: Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() },
+    let target = Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() };
+    let spec = JobSpec {
         args: vec![json!(1)],
         kwargs: BTreeMap::from([("name".into(), json!("nginx"))]),
-        caller: "root".into(),
-        created_at_ms,
         timeout_ms: 1000,
-        ttl_ms: 0,
-        signed: SignedJob { body: vec![1, 2, 3], signature: vec![9; 64], start_by_ms: None },
-        rollout: None,
-    }
+        ..JobSpec::new(target, "test.ping")
+    };
+    let signed = SignedJob { body: vec![1, 2, 3], signature: vec![9; 64], start_by_ms: None };
+    JobRecord::new(jid.into(), spec, "root".into(), created_at_ms, signed)
 }
 
 fn ret(jid: &str, minion: &str, stdout: &str) -> JobReturn {

@@ -27,7 +27,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use halite_protocol::message::{
-    JobDetail, JobReturn, JobSummary, KeyState, MinionJobState, PrincipalAcl, SignedJob, Target, Value,
+    JobDetail, JobReturn, JobSpec, JobSummary, KeyState, MinionJobState, PrincipalAcl, RolloutStatus, SignedJob,
+    Target, Value,
 };
 
 pub(crate) use cluster::Announcement;
@@ -151,31 +152,66 @@ pub struct MinionRecord {
     pub last_seen_ms: u64,
 }
 
-/// A job as published.
+/// A job as published: its [`JobSpec`]'s fields as stored (made from the spec by
+/// [`JobRecord::new`], read back as one by [`JobRecord::spec`]), and what the master added.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
     /// Job id.
     pub jid: String,
-    /// Function.
+    /// [`JobSpec::function`].
     pub function: String,
-    /// Target as given.
+    /// [`JobSpec::target`], as given.
     pub target: Target,
-    /// Positional arguments.
+    /// [`JobSpec::args`].
     pub args: Vec<Value>,
-    /// Keyword arguments.
+    /// [`JobSpec::kwargs`].
     pub kwargs: BTreeMap<String, Value>,
     /// Publisher.
     pub caller: String,
     /// Unix milliseconds.
     pub created_at_ms: u64,
-    /// Per-minion timeout.
+    /// [`JobSpec::timeout_ms`].
     pub timeout_ms: u64,
-    /// How long offline minions are waited for.
+    /// [`JobSpec::ttl_ms`].
     pub ttl_ms: u64,
     /// The signed job sent to minions.
     pub signed: SignedJob,
-    /// Its rollout and where it is, when it has one.
-    pub rollout: Option<halite_protocol::message::RolloutStatus>,
+    /// [`JobSpec::rollout`] and where it is, when it has one.
+    pub rollout: Option<RolloutStatus>,
+}
+
+impl JobRecord {
+    /// The record of job `jid` run as `spec` for `caller`, created at `created_at_ms` (Unix
+    /// ms) and sent to minions as `signed`. Its rollout, if any, starts `running`.
+    pub fn new(jid: String, spec: JobSpec, caller: String, created_at_ms: u64, signed: SignedJob) -> Self {
+        let JobSpec { target, function, args, kwargs, timeout_ms, ttl_ms, rollout } = spec;
+        JobRecord {
+            jid,
+            function,
+            target,
+            args,
+            kwargs,
+            caller,
+            created_at_ms,
+            timeout_ms,
+            ttl_ms,
+            signed,
+            rollout: rollout.map(RolloutStatus::new),
+        }
+    }
+
+    /// What was asked: the job's spec (its rollout as asked, wherever it is now).
+    pub fn spec(&self) -> JobSpec {
+        JobSpec {
+            target: self.target.clone(),
+            function: self.function.clone(),
+            args: self.args.clone(),
+            kwargs: self.kwargs.clone(),
+            timeout_ms: self.timeout_ms,
+            ttl_ms: self.ttl_ms,
+            rollout: self.rollout.as_ref().map(|status| status.spec.clone()),
+        }
+    }
 }
 
 /// A client principal.
@@ -400,5 +436,32 @@ pub trait Store: DeployStore + Send + Sync + 'static {
     /// store (`None` on a store one master uses alone).
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Heard>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod job_record_tests {
+    use halite_protocol::message::{Amount, JobSpec, Rollout, RolloutState, SignedJob, Target, TargetKind};
+    use serde_json::json;
+
+    use super::JobRecord;
+
+    #[test]
+    fn a_job_record_holds_its_spec_and_gives_it_back() {
+        let spec = JobSpec {
+            args: vec![json!(1)],
+            kwargs: [("name".to_owned(), json!("nginx"))].into(),
+            timeout_ms: 1_000,
+            ttl_ms: 2_000,
+            rollout: Some(Rollout { batch: Some(Amount::Count(2)), ..Rollout::default() }),
+            ..JobSpec::new(Target { kind: TargetKind::Grain, expr: "os:Debian".into() }, "pkg.install")
+        };
+        let signed = SignedJob { body: vec![1], signature: vec![2; 64], start_by_ms: None };
+        let record = JobRecord::new("1".into(), spec.clone(), "ops".into(), 5, signed.clone());
+        assert_eq!((record.jid.as_str(), record.caller.as_str(), record.created_at_ms), ("1", "ops", 5));
+        assert_eq!((record.function.as_str(), record.timeout_ms, record.ttl_ms), ("pkg.install", 1_000, 2_000));
+        assert_eq!(record.signed, signed);
+        assert_eq!(record.rollout.as_ref().map(|r| r.state), Some(RolloutState::Running));
+        assert_eq!(record.spec(), spec);
     }
 }

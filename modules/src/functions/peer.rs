@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use halite_protocol::message::{PublishRequest, Target, TargetKind};
+use halite_protocol::message::{JobSpec, PublishRequest, Target, TargetKind};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -64,13 +64,12 @@ impl Typed for Publish {
         let timeout_ms = (a.timeout.unwrap_or(30.0).max(0.001) * 1000.0) as u64;
         let request = PublishRequest {
             request_id: 0,
-            target: Target { kind, expr: a.target },
-            function: a.function,
-            args: a.args,
-            kwargs: a.kwargs,
-            timeout_ms,
-            ttl_ms: 0,
-            rollout: None,
+            spec: JobSpec {
+                args: a.args,
+                kwargs: a.kwargs,
+                timeout_ms,
+                ..JobSpec::new(Target { kind, expr: a.target }, a.function)
+            },
             // The master allows it only if this job's caller may run it too.
             on_behalf_of: Some(cx.caller.clone()),
         };

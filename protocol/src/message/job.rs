@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::codec::{from_slice, to_vec, CodecError};
-use super::Value;
+use super::{JobSpec, Value};
 use crate::identity::{IdentityError, IdentityKey, PublicIdentity};
 use crate::noise::{MasterCertificate, CERTIFICATE_LEN};
 
@@ -26,24 +26,25 @@ pub const DEFAULT_JOB_TIMEOUT_MS: u64 = 30_000;
 /// Domain separation for job signatures.
 pub const JOB_SIGNATURE_DOMAIN: &[u8] = b"halite-job-signature-v1\0";
 
-/// A job as the master issued it.
+/// A job as the master issued it: what a minion runs of a [`JobSpec`], and under which id,
+/// when and for whom (its target and rollout are the master's business, not sent).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     /// Job id, unique per master: `YYYYMMDDhhmmssffffff` like Salt's.
     pub jid: String,
-    /// Fully qualified function, e.g. `pkg.install`.
+    /// [`JobSpec::function`].
     pub function: String,
-    /// Positional arguments.
+    /// [`JobSpec::args`].
     #[serde(default)]
     pub args: Vec<Value>,
-    /// Keyword arguments, sorted by name.
+    /// [`JobSpec::kwargs`].
     #[serde(default)]
     pub kwargs: BTreeMap<String, Value>,
-    /// Execution timeout, milliseconds; the minion kills the job's process group after it.
+    /// [`JobSpec::timeout_ms`].
     pub timeout_ms: u64,
     /// When the master issued the job, Unix milliseconds.
     pub issued_at_ms: u64,
-    /// How long after `issued_at_ms` the job may still start, milliseconds.
+    /// [`JobSpec::ttl_ms`]: how long after `issued_at_ms` the job may still start.
     pub ttl_ms: u64,
     /// The principal on whose behalf the job runs (for the minion's per-caller policy).
     pub caller: String,
@@ -52,6 +53,24 @@ pub struct Job {
     /// refuses any nested call outside them. `None` for a caller without limits (root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<Vec<String>>,
+}
+
+impl Job {
+    /// The job the master signs for `spec`, issued as `jid` at `issued_at_ms` (Unix ms) on
+    /// `caller`'s behalf, reaching at most `reach` (see [`Job::reach`]).
+    pub fn issue(jid: String, spec: &JobSpec, issued_at_ms: u64, caller: String, reach: Option<Vec<String>>) -> Job {
+        Job {
+            jid,
+            function: spec.function.clone(),
+            args: spec.args.clone(),
+            kwargs: spec.kwargs.clone(),
+            timeout_ms: spec.timeout_ms,
+            issued_at_ms,
+            ttl_ms: spec.ttl_ms,
+            caller,
+            reach,
+        }
+    }
 }
 
 /// A job with the master's signature over its encoded bytes.

@@ -1,5 +1,6 @@
 //! Message types. Field names are the wire names; `docs/protocol.md` §6 mirrors this file.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -364,33 +365,144 @@ pub struct RolloutStatus {
     pub reason: Option<String>,
 }
 
-/// A request to run a function on a target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PublishRequest {
-    /// Client-chosen id echoed in the answer.
-    pub request_id: u64,
+impl RolloutStatus {
+    /// A new rollout of `spec`: running.
+    pub fn new(spec: Rollout) -> Self {
+        RolloutStatus { spec, state: RolloutState::Running, reason: None }
+    }
+}
+
+/// What a caller chooses about a job: which minions, what they run and with what, how long
+/// they may take, how the job reaches them. The one description of a job that the protocol's
+/// [`PublishRequest`], the master's store, the SDKs and the HTTP gateway share; the master
+/// signs a [`Job`](super::Job) from it for the minions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
     /// Which minions.
     pub target: Target,
     /// Fully qualified function, e.g. `service.restart`.
     pub function: String,
     /// Positional arguments.
-    #[serde(default)]
     pub args: Vec<Value>,
-    /// Keyword arguments.
-    #[serde(default)]
+    /// Keyword arguments, sorted by name.
     pub kwargs: BTreeMap<String, Value>,
-    /// Per-minion execution timeout, milliseconds.
+    /// How long each minion may run the job, milliseconds: the minion kills the job's process
+    /// group after it.
     pub timeout_ms: u64,
-    /// How long the job waits for offline minions before they are marked expired, milliseconds.
+    /// How long the job waits for offline minions before they are marked expired,
+    /// milliseconds (0: they are reported offline at once).
     pub ttl_ms: u64,
-    /// How the job reaches its targets over time; `None` sends to all at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How the job reaches its targets over time (batches, error budget, canaries, abort
+    /// events); `None`: every target at once.
     pub rollout: Option<Rollout>,
+}
+
+impl JobSpec {
+    /// A job running `function` on `target` with no arguments, the default timeout
+    /// ([`DEFAULT_JOB_TIMEOUT_MS`](super::DEFAULT_JOB_TIMEOUT_MS)), no TTL and no rollout.
+    pub fn new(target: Target, function: impl Into<String>) -> Self {
+        JobSpec {
+            target,
+            function: function.into(),
+            args: Vec::new(),
+            kwargs: BTreeMap::new(),
+            timeout_ms: super::DEFAULT_JOB_TIMEOUT_MS,
+            ttl_ms: 0,
+            rollout: None,
+        }
+    }
+}
+
+/// A request to run a job. On the wire the job's fields sit beside the request's, in one map
+/// (`request_id`, the [`JobSpec`]'s fields, `on_behalf_of`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishRequest {
+    /// Client-chosen id echoed in the answer.
+    pub request_id: u64,
+    /// The job.
+    pub spec: JobSpec,
     /// Set by a minion's `peer.publish`: the caller of the job that is publishing. The master
     /// then requires the caller's own rules to allow the new job too, so nobody reaches
-    /// through a minion what they may not call themselves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// through a minion what they may not call themselves. Who asks, not what runs: not part
+    /// of the job.
     pub on_behalf_of: Option<String>,
+}
+
+impl PublishRequest {
+    /// A request to run `spec`, for no other caller.
+    pub fn new(request_id: u64, spec: JobSpec) -> Self {
+        PublishRequest { request_id, spec, on_behalf_of: None }
+    }
+}
+
+/// How a [`PublishRequest`] is spelled on the wire: the job's fields flat beside the request's.
+/// Borrowed when encoding, owned when decoding; each field means what its namesake of
+/// [`JobSpec`] or [`PublishRequest`] does. (Not `#[serde(flatten)]`, which would decode through
+/// a buffer of untyped values and refuse the array form MessagePack structs may also take.)
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "PublishRequest")]
+struct PublishRequestWire<'a> {
+    request_id: u64,
+    target: Cow<'a, Target>,
+    function: Cow<'a, str>,
+    #[serde(default)]
+    args: Cow<'a, [Value]>,
+    #[serde(default)]
+    kwargs: Cow<'a, BTreeMap<String, Value>>,
+    timeout_ms: u64,
+    ttl_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rollout: Option<Cow<'a, Rollout>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_behalf_of: Option<Cow<'a, str>>,
+}
+
+impl Serialize for PublishRequest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let PublishRequest { request_id, spec, on_behalf_of } = self;
+        let JobSpec { target, function, args, kwargs, timeout_ms, ttl_ms, rollout } = spec;
+        PublishRequestWire {
+            request_id: *request_id,
+            target: Cow::Borrowed(target),
+            function: Cow::Borrowed(function),
+            args: Cow::Borrowed(args),
+            kwargs: Cow::Borrowed(kwargs),
+            timeout_ms: *timeout_ms,
+            ttl_ms: *ttl_ms,
+            rollout: rollout.as_ref().map(Cow::Borrowed),
+            on_behalf_of: on_behalf_of.as_deref().map(Cow::Borrowed),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PublishRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let PublishRequestWire {
+            request_id,
+            target,
+            function,
+            args,
+            kwargs,
+            timeout_ms,
+            ttl_ms,
+            rollout,
+            on_behalf_of,
+        } = PublishRequestWire::deserialize(deserializer)?;
+        Ok(PublishRequest {
+            request_id,
+            spec: JobSpec {
+                target: target.into_owned(),
+                function: function.into_owned(),
+                args: args.into_owned(),
+                kwargs: kwargs.into_owned(),
+                timeout_ms,
+                ttl_ms,
+                rollout: rollout.map(Cow::into_owned),
+            },
+            on_behalf_of: on_behalf_of.map(Cow::into_owned),
+        })
+    }
 }
 
 /// The answer to a publish request.
