@@ -283,7 +283,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The concerns that listen to events (rollouts' and groups' `abort_on`, groups following
     /// their deployments) hear it later in the step, from the loop (`Master::hear_events`).
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
-        self.pending.heard.push((tag.clone(), data.clone()));
+        // Kept for the listeners only while one exists: a fan-out's returns are not copied for
+        // nobody (a listener that starts later hears only what comes after it).
+        if self.jobs.has_rollouts() || !self.groups.abort_on.is_empty() || !self.groups.of_deployment.is_empty() {
+            self.pending.heard.push((tag.clone(), data.clone()));
+        }
         let seq = self.event_log.record(&tag, &data);
         if self.bus.is_empty() {
             return;

@@ -309,7 +309,12 @@ impl JobTable {
         self.jobs.len()
     }
 
-    /// Live jobs with a rollout.
+    /// Whether a live job has a rollout.
+    pub(crate) fn has_rollouts(&self) -> bool {
+        !self.rollouts.is_empty()
+    }
+
+    /// The live jobs with a rollout.
     pub(crate) fn rollout_jobs(&self) -> impl Iterator<Item = &LiveJob> {
         self.rollouts.iter().filter_map(|jid| self.jobs.get(jid))
     }
