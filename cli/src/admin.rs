@@ -264,9 +264,7 @@ pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) ->
 
 pub(crate) async fn minions(client: &Client, command: MinionsCommand, format: Format) -> anyhow::Result<ExitCode> {
     let MinionsCommand::List { pattern } = command;
-    let ResponseBody::Minions(minions) = client.request(RequestBody::MinionList { pattern }).await? else {
-        anyhow::bail!("unexpected answer")
-    };
+    let minions = client.minions(&pattern).await?;
     if format != Format::Table {
         output::print_document(format, &serde_json::to_value(&minions)?);
         return Ok(ExitCode::SUCCESS);

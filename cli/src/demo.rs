@@ -162,7 +162,8 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
         if started.elapsed() > Duration::from_secs(20) {
             bail!("only {connected} of {} minions connected within 20 s", MINIONS.len());
         }
-        let ResponseBody::Minions(list) = client_ref.request(RequestBody::MinionList { pattern: "*".into() }).await?
+        let ResponseBody::Minions(list) =
+            client_ref.request(RequestBody::MinionList { pattern: "*".into(), after: None, limit: None }).await?
         else {
             bail!("unexpected answer")
         };

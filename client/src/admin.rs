@@ -12,6 +12,10 @@ use halite_protocol::message::{
 
 use crate::{Client, ClientError};
 
+/// How many minions [`Client::minions`] asks for at a time: a page the master builds in about a
+/// millisecond, a few hundred kilobytes on the wire.
+const MINION_PAGE: u32 = 1_000;
+
 /// An enrollment token with what a new server boots with: [`Client::create_enrollment`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Enrollment {
@@ -133,9 +137,43 @@ impl Client {
     }
 
     /// Minions (accepted keys) matching `pattern` that this principal may target, with
-    /// presence, grains and functions.
+    /// presence, grains and functions, in id order. Asked for a page at a time
+    /// ([`Client::minion_page`]), so a large fleet never holds the master's loop for long.
     pub async fn minions(&self, pattern: &str) -> Result<Vec<MinionInfo>, ClientError> {
-        match self.request(RequestBody::MinionList { pattern: pattern.into() }).await? {
+        let mut minions = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.minion_page(pattern, after.clone(), MINION_PAGE).await?;
+            // A master from before pages answers every match, from the first, whatever it is
+            // asked: what came first was all of them.
+            if let (Some(after), Some(first)) = (&after, page.first()) {
+                if first.id <= *after {
+                    return Ok(minions);
+                }
+            }
+            // Shorter than asked: the last page. Longer: that master's whole answer.
+            let last = page.len() != MINION_PAGE as usize;
+            minions.extend(page);
+            if last {
+                return Ok(minions);
+            }
+            after = minions.last().map(|m| m.id.clone());
+        }
+    }
+
+    /// One page of [`Client::minions`]: at most `limit` (the master caps it at
+    /// [`MINION_LIST_PAGE_MAX`](halite_protocol::message::MINION_LIST_PAGE_MAX)) after the id
+    /// `after`, in id order. A page shorter than asked
+    /// for is the last; one longer is every match (a master from before pages ignores
+    /// `after` and `limit`). [`Client::minions`] pages through them all.
+    pub async fn minion_page(
+        &self,
+        pattern: &str,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<MinionInfo>, ClientError> {
+        let body = RequestBody::MinionList { pattern: pattern.into(), after, limit: Some(limit) };
+        match self.request(body).await? {
             ResponseBody::Minions(minions) => Ok(minions),
             other => Err(unexpected("minions", &other)),
         }

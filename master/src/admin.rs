@@ -4,6 +4,7 @@ use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
     ErrorKind, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, TokenInfo,
+    MINION_LIST_PAGE_MAX,
 };
 use rand_core::RngCore;
 use tracing::{info, warn};
@@ -124,7 +125,7 @@ impl<S: Store, N: Net> Master<S, N> {
         | RequestBody::KeyAccept { pattern }
         | RequestBody::KeyReject { pattern }
         | RequestBody::KeyDelete { pattern }
-        | RequestBody::MinionList { pattern } = &body
+        | RequestBody::MinionList { pattern, .. } = &body
         {
             // Ids are at most 128 bytes: a glob past 255 matches nothing, and would only cost time
             // for every id it is tried on.
@@ -264,28 +265,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ok(ResponseBody::Token(TokenInfo { token, minion, expires_at_ms }))
             }
-            RequestBody::MinionList { pattern } => {
-                // A principal lists only the minions its rules can target.
-                let view = crate::authz::TargetView::of_principal(acl, &self.config.nodegroups);
-                let minions = self
-                    .registry
-                    .accepted_ids()
-                    .iter()
-                    .filter(|id| glob::matches(&pattern, id))
-                    .filter(|id| view.contains(id, self.registry.grains(id)))
-                    .map(|id| {
-                        let entry = self.registry.minion(id).cloned().unwrap_or_default();
-                        MinionInfo {
-                            id: id.clone(),
-                            connected: self.sessions.is_online(id),
-                            connected_elsewhere: self.served_elsewhere(id),
-                            last_seen_ms: entry.last_seen_ms,
-                            grains: entry.grains,
-                            functions: entry.functions,
-                        }
-                    })
-                    .collect();
-                Ok(ResponseBody::Minions(minions))
+            RequestBody::MinionList { pattern, after, limit } => {
+                Ok(ResponseBody::Minions(self.list_minions(acl, &pattern, after.as_deref(), limit)))
             }
             RequestBody::JobList { limit, filter } => {
                 let who = Who { name: principal, acl };
@@ -346,6 +327,41 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             _ => Err(RequestError::bad_request("not an administrative request")),
         }
+    }
+
+    /// The minions matching `pattern` that `acl` can target, in id order: the page of at most
+    /// `limit` (capped at [`MINION_LIST_PAGE_MAX`]) after the id `after`, or every one without
+    /// `limit`.
+    fn list_minions(
+        &self,
+        acl: Option<&PrincipalAcl>,
+        pattern: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Vec<MinionInfo> {
+        use std::ops::Bound;
+        // A principal lists only the minions its rules can target.
+        let view = crate::authz::TargetView::of_principal(acl, &self.config.nodegroups);
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let limit = limit.map_or(usize::MAX, |n| n.min(MINION_LIST_PAGE_MAX) as usize);
+        self.registry
+            .accepted_ids()
+            .range::<str, _>((start, Bound::Unbounded))
+            .filter(|id| glob::matches(pattern, id))
+            .filter(|id| view.contains(id, self.registry.grains(id)))
+            .take(limit)
+            .map(|id| {
+                let entry = self.registry.minion(id).cloned().unwrap_or_default();
+                MinionInfo {
+                    id: id.clone(),
+                    connected: self.sessions.is_online(id),
+                    connected_elsewhere: self.served_elsewhere(id),
+                    last_seen_ms: entry.last_seen_ms,
+                    grains: entry.grains,
+                    functions: entry.functions,
+                }
+            })
+            .collect()
     }
 
     /// The newest `limit` jobs `who` may see that pass `filter`, with their live states.

@@ -108,7 +108,8 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
             ttl_ms,
             replace
         }),
-        ".{0,10}".prop_map(|pattern| RequestBody::MinionList { pattern }),
+        (".{0,10}", prop::option::of(".{0,10}"), prop::option::of(any::<u32>()))
+            .prop_map(|(pattern, after, limit)| RequestBody::MinionList { pattern, after, limit }),
         (any::<u32>(), prop::option::of(".{0,8}"), prop::option::of(any::<u64>())).prop_map(
             |(limit, function, since_ms)| {
                 RequestBody::JobList { limit, filter: JobFilter { function, since_ms, ..JobFilter::default() } }

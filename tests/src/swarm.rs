@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use halite_client::{Client, ClientConfig, JobEvent, PublishSpec};
-use halite_protocol::message::{MinionJobState, RequestBody, ResponseBody, Target, TargetKind};
+use halite_protocol::message::{MinionJobState, Target, TargetKind};
 
 use crate::bench::percentile;
 use crate::Cluster;
@@ -57,12 +57,8 @@ pub async fn connect(config: &Path) -> Client {
 /// How many swarm minions the client's master has connected, and (with `elsewhere`) how many
 /// it knows to be connected to the other masters of its cluster as well.
 async fn count(client: &Client, elsewhere: bool) -> usize {
-    match client.request(RequestBody::MinionList { pattern: "swarm-*".into() }).await {
-        Ok(ResponseBody::Minions(minions)) => {
-            minions.iter().filter(|m| m.connected || (elsewhere && m.connected_elsewhere)).count()
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    let minions = client.minions("swarm-*").await.unwrap_or_else(|e| panic!("listing minions: {e}"));
+    minions.iter().filter(|m| m.connected || (elsewhere && m.connected_elsewhere)).count()
 }
 
 /// How many swarm minions the client's master has connected.

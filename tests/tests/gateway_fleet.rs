@@ -150,3 +150,25 @@ fn an_administrator_registers_rekeys_and_removes_principals_through_the_gateway(
     let listed = http::request("GET", &addr, "/v1/principals", Some(&admin), None).body;
     assert!(!listed.contains("\"deploy\""), "{listed}");
 }
+
+/// A fleet larger than the gateway's page is listed whole, in id order, each minion once.
+#[test]
+fn the_gateway_lists_a_fleet_larger_than_a_page_whole() {
+    let cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    let ids: Vec<String> = (0..1_234).map(|i| format!("node-{i:05}")).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let config = halite_client::ClientConfig::from_master_config(&cluster.config).unwrap();
+        let client = halite_client::Client::connect(config).await.unwrap();
+        for id in &ids {
+            let key = halite_protocol::identity::IdentityKey::generate_os();
+            client.preseed_key(id, *key.public().as_bytes()).await.unwrap();
+        }
+    });
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr = wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok());
+    let root = cluster.cli(&["principal", "token", "root"]).stdout.trim().to_owned();
+    let listed = http::request("GET", addr.trim(), "/v1/minions?pattern=node-*", Some(&root), None).json();
+    let listed: Vec<&str> = listed["minions"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(listed, ids);
+}

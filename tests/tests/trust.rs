@@ -113,7 +113,9 @@ fn memory_taken_to_refuse_requests_is_given_back() {
         let requests: Vec<_> = (0..60)
             .map(|_| {
                 let (client, pattern) = (client.clone(), pattern.clone());
-                tokio::spawn(async move { client.request(RequestBody::MinionList { pattern }).await })
+                tokio::spawn(async move {
+                    client.request(RequestBody::MinionList { pattern, after: None, limit: None }).await
+                })
             })
             .collect();
         for request in requests {

@@ -543,7 +543,7 @@ mod tests {
             RequestBody::KeyDelete { pattern: "*".into() },
             RequestBody::KeyPreseed { id: "web1".into(), public_key: vec![1; 32] },
             RequestBody::TokenCreate { minion: "web1".into(), ttl_ms: 1, replace: true },
-            RequestBody::MinionList { pattern: "*".into() },
+            RequestBody::MinionList { pattern: "*".into(), after: None, limit: None },
             RequestBody::JobList { limit: 1, filter: Default::default() },
             RequestBody::JobShow { jid: "1".into() },
             RequestBody::JobWatch { jid: "1".into() },

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use halite_protocol::enrollment;
-use halite_protocol::message::{RequestBody, ResponseBody};
+use halite_protocol::message::{MinionInfo, RequestBody, ResponseBody};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -45,15 +45,29 @@ pub(super) struct Pattern {
     pattern: Option<String>,
 }
 
+/// Every match, asked for a page at a time: each page is one short step of the master's loop,
+/// so listing a large fleet never holds it.
 async fn list_minions(Authed(mut s): Authed, Query(q): Query<Pattern>) -> ApiResult {
-    match s.request(RequestBody::MinionList { pattern: q.pattern.unwrap_or_else(|| "*".into()) }).await? {
-        ResponseBody::Minions(minions) => ok("minions", minions),
-        _ => Err(unexpected()),
+    const PAGE: u32 = 1_000;
+    let pattern = q.pattern.unwrap_or_else(|| "*".into());
+    let mut minions = Vec::new();
+    loop {
+        let after = minions.last().map(|m: &MinionInfo| m.id.clone());
+        let ResponseBody::Minions(page) =
+            s.request(RequestBody::MinionList { pattern: pattern.clone(), after, limit: Some(PAGE) }).await?
+        else {
+            return Err(unexpected());
+        };
+        let last = page.len() < PAGE as usize;
+        minions.extend(page);
+        if last {
+            return ok("minions", minions);
+        }
     }
 }
 
 async fn show_minion(Authed(mut s): Authed, Path(id): Path<String>) -> ApiResult {
-    match s.request(RequestBody::MinionList { pattern: id.clone() }).await? {
+    match s.request(RequestBody::MinionList { pattern: id.clone(), after: None, limit: None }).await? {
         ResponseBody::Minions(minions) => match minions.into_iter().find(|m| m.id == id) {
             Some(minion) => ok("minion", minion),
             None => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no minion {id}"))),

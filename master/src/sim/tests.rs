@@ -447,7 +447,7 @@ fn a_principal_neither_sees_watches_cancels_nor_hears_of_another_targets_job() {
 
         // Its view of minions, and what a publish can reveal, stop at its targets.
         let Ok(ResponseBody::Minions(minions)) =
-            sim.request(&mut dba, RequestBody::MinionList { pattern: "*".into() }).await
+            sim.request(&mut dba, RequestBody::MinionList { pattern: "*".into(), after: None, limit: None }).await
         else {
             panic!("a listing");
         };
@@ -649,13 +649,59 @@ fn id_patterns_longer_than_any_id_are_refused() {
         let _web1 = sim.minion("web1").await;
         let mut root = sim.root().await;
         let long = format!("{}*", "?".repeat(300));
-        for body in [RequestBody::MinionList { pattern: long.clone() }, RequestBody::KeyList { pattern: long.clone() }]
-        {
+        for body in [
+            RequestBody::MinionList { pattern: long.clone(), after: None, limit: None },
+            RequestBody::KeyList { pattern: long.clone() },
+        ] {
             let refused = sim.request(&mut root, body).await;
             assert!(refused.as_ref().is_err_and(|e| e.contains("longer than 255")), "{refused:?}");
         }
-        let listed = sim.request(&mut root, RequestBody::MinionList { pattern: "web*".into() }).await;
+        let listed =
+            sim.request(&mut root, RequestBody::MinionList { pattern: "web*".into(), after: None, limit: None }).await;
         assert!(matches!(listed, Ok(ResponseBody::Minions(m)) if m.len() == 1));
+    });
+}
+
+/// A fleet is listed a page at a time, in id order: each page starts after the id it is given,
+/// holds at most what was asked, and only minions the asker can target; pages joined are the
+/// whole list, and an unpaged list is the same.
+#[test]
+fn minions_are_listed_a_page_at_a_time() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut minions = Vec::new();
+        for id in ["web1", "db1", "web3", "web2", "web5", "web4"] {
+            minions.push(sim.minion(id).await);
+        }
+        let mut root = sim.root().await;
+        let mut web = sim.principal("webops", "web*", &["test.*"]).await;
+        async fn page(
+            sim: &mut Sim,
+            who: &mut SimPeer,
+            pattern: &str,
+            after: Option<&str>,
+            limit: Option<u32>,
+        ) -> Vec<String> {
+            let body = RequestBody::MinionList { pattern: pattern.into(), after: after.map(Into::into), limit };
+            match sim.request(who, body).await {
+                Ok(ResponseBody::Minions(list)) => list.into_iter().map(|m| m.id).collect(),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(page(&mut sim, &mut root, "*", None, Some(2)).await, ["db1", "web1"]);
+        assert_eq!(page(&mut sim, &mut root, "*", Some("web1"), Some(2)).await, ["web2", "web3"]);
+        assert_eq!(page(&mut sim, &mut root, "*", Some("web3"), Some(2)).await, ["web4", "web5"]);
+        assert!(page(&mut sim, &mut root, "*", Some("web5"), Some(2)).await.is_empty());
+        // The pattern and the asker's view apply within a page: db1 is never counted in it.
+        assert_eq!(page(&mut sim, &mut web, "*", None, Some(3)).await, ["web1", "web2", "web3"]);
+        assert_eq!(page(&mut sim, &mut web, "*", Some("web3"), Some(3)).await, ["web4", "web5"]);
+        assert_eq!(page(&mut sim, &mut root, "web*", Some("a"), Some(1)).await, ["web1"]);
+        // `after` need not be an id that exists.
+        assert_eq!(page(&mut sim, &mut root, "*", Some("web2x"), None).await, ["web3", "web4", "web5"]);
+        let all = page(&mut sim, &mut root, "*", None, None).await;
+        assert_eq!(all, ["db1", "web1", "web2", "web3", "web4", "web5"]);
+        // A page larger than the master answers is cut to its cap (here, every minion fits).
+        assert_eq!(page(&mut sim, &mut root, "*", None, Some(u32::MAX)).await, all);
     });
 }
 

@@ -211,7 +211,7 @@ fn a_tenant_reaches_only_its_own_minions_jobs_and_events() {
         assert_eq!(targeted, ["proja-web1"], "projab-x is not in tenant proja");
 
         // Minion lists, other tenants' and root's jobs stay out of sight.
-        match sim.request(&mut projb, RequestBody::MinionList { pattern: "*".into() }).await {
+        match sim.request(&mut projb, RequestBody::MinionList { pattern: "*".into(), after: None, limit: None }).await {
             Ok(ResponseBody::Minions(list)) => {
                 assert_eq!(list.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["projb-db1"])
             }

@@ -10,6 +10,10 @@ use super::deploy::{
 };
 use super::types::{JobReturn, Target, Value};
 
+/// The most minions one `MinionList` page holds: a page is built in one step of the master's
+/// loop, so its size bounds how long a listing holds the loop.
+pub const MINION_LIST_PAGE_MAX: u32 = 5_000;
+
 /// A client request; answered by a [`Response`] with the same `request_id`, or by an `error`
 /// message whose `request` is the id in decimal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,10 +67,19 @@ pub enum RequestBody {
         #[serde(default)]
         replace: bool,
     },
-    /// List minions (accepted keys) whose id matches `pattern`, with presence and grains.
+    /// List minions (accepted keys) whose id matches `pattern`, with presence and grains, in id
+    /// order. A large fleet is listed a page at a time: `limit` entries, starting after the id
+    /// `after`; a page shorter than `limit` is the last. Without `limit` every match is answered
+    /// at once (in parts, as any listing), built in one step of the master's loop.
     MinionList {
         /// Id glob.
         pattern: String,
+        /// Only ids after this one (the last id of the previous page).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// At most this many (the master answers at most [`MINION_LIST_PAGE_MAX`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
     },
     /// The most recent jobs, newest first.
     JobList {
