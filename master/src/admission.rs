@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, UnreadableMessage};
 use halite_protocol::noise::{Claim, IdentifiedPeer, Responder, Role, SessionConfig};
-use halite_transport::PeerId;
+use halite_transport::{Lane, PeerId};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -117,7 +117,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 if let Some(acl) = acl {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         let _ = self.net.send(peer, verdict);
-                        self.net.mark_authenticated(peer);
+                        // People and engines wait on their answers: read before minions' bulk.
+                        self.net.mark_authenticated(peer, Lane::Priority);
                         self.sessions.insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
@@ -167,7 +168,9 @@ impl<S: Store, N: Net> Master<S, N> {
                         }
                         let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
                         let _ = self.net.send(peer, verdict);
-                        self.net.mark_authenticated(peer);
+                        // A minion's returns are bulk: a fan-out's burst of them must not queue
+                        // an administrator's request behind it.
+                        self.net.mark_authenticated(peer, Lane::Bulk);
                         if let Some(old) = self.sessions.peer_of(&id) {
                             if old != peer {
                                 // A minion that lost its connection reconnects, and the new

@@ -290,6 +290,19 @@ async fn connect_postgres(
     }
 }
 
+/// Descriptors kept for the master's own use whatever the peers take: the store's files and
+/// connections, the gateway's and the metrics endpoint's clients, files being served.
+const DESCRIPTOR_RESERVE: u64 = 512;
+
+/// How many peer connections the master holds at most: its open-file limit less
+/// [`DESCRIPTOR_RESERVE`], so a fleet larger than the limit allows is refused at the door (its
+/// minions try again, or another master) instead of taking the store's descriptors.
+fn connection_budget() -> usize {
+    halite_transport::open_files_limit().map_or(usize::MAX, |limit| {
+        usize::try_from(limit.saturating_sub(DESCRIPTOR_RESERVE).max(64)).unwrap_or(usize::MAX)
+    })
+}
+
 async fn serve<S: Store + Clone>(
     config: MasterConfig,
     keys: Keys,
@@ -304,6 +317,7 @@ async fn serve<S: Store + Clone>(
         max_pending_per_ip: config.max_pending_handshakes_per_ip,
         event_queue_bytes: config.max_receive_buffer_bytes,
         send_queue_bytes: config.max_peer_queue_bytes,
+        max_connections: connection_budget(),
         ..RouterConfig::default()
     };
     let router = Router::bind(&config.listen, router_config)

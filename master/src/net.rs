@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use halite_transport::{PeerId, Router, RouterEvent, SendError};
+use halite_transport::{Lane, PeerId, Router, RouterEvent, SendError};
 
 /// The master's connections, as the core sees them.
 pub trait Net: Send + 'static {
@@ -19,8 +19,8 @@ pub trait Net: Send + 'static {
     fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
     /// Writes what `send_held` holds.
     fn release_held(&self);
-    /// Lifts a peer's pre-authentication limits.
-    fn mark_authenticated(&self, peer: PeerId);
+    /// Lifts a peer's pre-authentication limits, and puts what it sends next on `lane`.
+    fn mark_authenticated(&self, peer: PeerId, lane: Lane);
     /// Closes a peer's connection with a reason.
     fn disconnect(&self, peer: PeerId, reason: &str);
 }
@@ -46,9 +46,9 @@ impl Net for Router {
         Router::release_held(self);
     }
 
-    fn mark_authenticated(&self, peer: PeerId) {
+    fn mark_authenticated(&self, peer: PeerId, lane: Lane) {
         // A peer already gone is handled by its Disconnected event.
-        let _ = Router::mark_authenticated(self, peer);
+        let _ = Router::mark_authenticated(self, peer, lane);
     }
 
     fn disconnect(&self, peer: PeerId, reason: &str) {

@@ -342,10 +342,6 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rx) = self.file_rx.take() {
             files = rx;
         }
-        let (_, mut locals) = mpsc::channel(1);
-        if let Some(rx) = self.local_rx.take() {
-            locals = rx;
-        }
         // A store shared with other masters carries their changes; otherwise nothing comes.
         let (_cluster_tx, mut cluster) = mpsc::channel(1);
         if let Some(rx) = self.store.changes() {
@@ -369,7 +365,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     Some(event) => Input::Net(event),
                     None => break,
                 },
-                Some(command) = locals.recv() => Input::Local(command),
+                Some(command) = next_local(&mut self.local_rx) => Input::Local(command),
                 Some(done) = relays.recv() => Input::Relay(done),
                 Some(served) = files.recv() => Input::File(served),
                 Some(change) = cluster.recv() => Input::Cluster(change),
@@ -419,10 +415,16 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Input::Tick => {
+                // How late the wake came is measured before anything is done: the time spent
+                // below is the master running, not paused.
+                self.notice_pause();
                 // Inputs already received are processed before deadlines fire, a batch (and
                 // its commit) at a time, so a burst never builds one unbounded write.
                 while self.drain_net(BATCH).await == BATCH {
                     self.flush().await;
+                    // However long the burst, the gateway is answered between its batches (the
+                    // CLI's requests come first within them: see `Lane`).
+                    self.answer_waiting_locals().await;
                 }
                 self.on_tick().await;
             }
@@ -459,6 +461,16 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Handles up to `limit` network events that are already waiting; how many it handled.
+    /// Answers the gateway's requests already waiting, a batch at most.
+    async fn answer_waiting_locals(&mut self) {
+        for _ in 0..BATCH {
+            let Some(command) = self.local_rx.as_mut().and_then(|rx| rx.try_recv().ok()) else { return };
+            if let Err(error) = self.on_local(command).await {
+                warn!(%error, "store failure while handling a gateway request");
+            }
+        }
+    }
+
     pub(crate) async fn drain_net(&mut self, limit: usize) -> usize {
         for handled in 0..limit {
             let Some(event) = self.net.try_recv() else { return handled };
@@ -657,20 +669,24 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Does what has come due: closes handshakes and refusals past their time, ends sessions
-    /// whose token expired, decides job slots past their deadline, and the periodic duties.
-    pub(crate) async fn on_tick(&mut self) {
-        let now = self.clock.now();
-        // Waking far later than planned means the master was not running: minions' returns may
-        // be waiting unread in socket buffers. The lost time is added to every deadline, so a
-        // pause of the master never turns a minion's result into `timed_out`.
+    /// Waking far later than planned means the master was not running: minions' returns may be
+    /// waiting unread in socket buffers. The lost time is added to every deadline, so a pause of
+    /// the master never turns a minion's result into `timed_out`. Measured as the wake begins: a
+    /// step that then works through a burst of inputs for seconds is the master running.
+    fn notice_pause(&mut self) {
         if let Some(planned) = self.wake_at {
-            let late = now.saturating_duration_since(planned);
+            let late = self.clock.now().saturating_duration_since(planned);
             if late > PAUSE_THRESHOLD {
                 warn!(paused_ms = late.as_millis() as u64, "the master was not running; deadlines moved by that long");
                 self.jobs.postpone_deadlines(late);
             }
         }
+    }
+
+    /// Does what has come due: closes handshakes and refusals past their time, ends sessions
+    /// whose token expired, decides job slots past their deadline, and the periodic duties.
+    pub(crate) async fn on_tick(&mut self) {
+        let now = self.clock.now();
         if self.timers.expired(Timer::Gauges, now) {
             self.count_sessions();
             self.timers.set(Timer::Gauges, now + GAUGES_EVERY);
@@ -926,6 +942,14 @@ async fn reachability_changed(watch: &mut Option<tokio::sync::watch::Receiver<bo
             Ok(()) => Some(()),
             Err(_) => std::future::pending().await,
         },
+        None => std::future::pending().await,
+    }
+}
+
+/// The gateway's next request (none while its queue is not held: a master under test).
+async fn next_local(locals: &mut Option<mpsc::Receiver<LocalCommand>>) -> Option<LocalCommand> {
+    match locals {
+        Some(locals) => locals.recv().await,
         None => std::future::pending().await,
     }
 }

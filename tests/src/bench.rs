@@ -57,3 +57,19 @@ pub fn stop_and_wait_offline(cluster: &mut Cluster, id: &str) {
         (!cluster.connected().iter().any(|c| c == id)).then_some(())
     });
 }
+
+/// How many minions one master can hold a connection to, for `wanted`: each connection is a
+/// descriptor, and a process may not open more than its hard limit. The hard limit is raised to
+/// what `wanted` needs when this process may (root with `CAP_SYS_RESOURCE`); what it is is
+/// returned beside the answer. The master keeps 512 descriptors for itself and refuses
+/// connections past the rest; 512 more are left for clients and reconnections in flight.
+pub fn minions_per_process(wanted: usize) -> (usize, u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    const ROOM: u64 = 1024;
+    let needed = wanted as u64 + ROOM;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    if hard < needed && setrlimit(Resource::RLIMIT_NOFILE, soft.max(needed), needed).is_ok() {
+        return (wanted, needed);
+    }
+    (wanted.min(hard.saturating_sub(ROOM) as usize), hard)
+}

@@ -7,6 +7,7 @@ pub mod floor;
 pub mod http;
 pub mod link;
 pub mod postgres;
+pub mod probe;
 pub mod swarm;
 pub mod testroot;
 

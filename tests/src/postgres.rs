@@ -70,6 +70,17 @@ impl OwnServer {
         OwnServer { dir: dir.to_owned(), url }
     }
 
+    /// Runs one SQL command on its database (the one its URL names) and returns what `psql`
+    /// printed.
+    pub fn sql(&self, sql: &str) -> String {
+        let output = Command::new("psql")
+            .args([self.url.as_str(), "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+            .output()
+            .unwrap_or_else(|e| panic!("running psql: {e}"));
+        assert!(output.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
     /// Stops it (a clean, fast shutdown).
     pub fn stop(&self) {
         script("stop", &self.dir);

@@ -415,7 +415,7 @@ async fn a_rogue_master_cannot_reach_files_through_jids() {
     let RouterEvent::Message { parts, .. } = next(&mut router).await else { panic!("message 3") };
     let (mut session, verdict) = awaiting.read_identity(&parts[0]).unwrap().accept(std::time::Instant::now()).unwrap();
     router.send(peer, verdict).unwrap();
-    router.mark_authenticated(peer).unwrap();
+    router.mark_authenticated(peer, halite_transport::Lane::Bulk).unwrap();
     let mut send = |message: &Message| {
         let parts = session.seal(&msg::encode(message), std::time::Instant::now()).unwrap();
         router.send(peer, parts).unwrap();

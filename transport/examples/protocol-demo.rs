@@ -107,7 +107,7 @@ async fn run_master(mut router: Router, identity: LocalIdentity) -> Result<()> {
     // A real master looks the key up in its registry here; the demo accepts it.
     let (mut session, verdict) = identified.accept(Instant::now())?;
     router.send(peer, verdict)?;
-    router.mark_authenticated(peer)?;
+    router.mark_authenticated(peer, halite_transport::Lane::Bulk)?;
 
     let (_, parts) = next_from(&mut router).await?;
     let Message::Hello(hello) = message::decode(&session.open(&parts, Instant::now())?)? else {

@@ -31,11 +31,43 @@ pub(crate) enum Control {
     /// Send one multipart message; with an epoch, only on that connection (see
     /// `Dealer::send_on`), otherwise on whichever connection is up.
     Send(Vec<Vec<u8>>, Option<u64>),
-    /// The layer above authenticated the peer: switch to post-authentication limits and free
-    /// the pre-authentication admission slot.
-    Authenticated,
+    /// The layer above authenticated the peer: switch to post-authentication limits, free the
+    /// pre-authentication admission slot, and report what comes next on this lane.
+    Authenticated(Lane),
     /// Close, telling the peer why.
     Close(String),
+}
+
+/// Which of its owner's queues a connection reports to. The owner reads the priority lane
+/// first: a connection starts there (a handshake, an administrator's request), and the owner
+/// moves the peers whose traffic is bulk (minions' returns) to the bulk lane once it knows them,
+/// so that a burst of bulk never queues an administrator's request behind it. A connection only
+/// ever moves from priority to bulk, and the owner drains priority first, so one peer's
+/// messages keep their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Read first.
+    Priority,
+    /// Read when the priority lane is empty.
+    Bulk,
+}
+
+/// The queues a connection task reports to: the bulk lane, and the priority lane where its
+/// owner has one (a [`crate::Router`]; a dealer has one peer and no lanes).
+#[derive(Debug)]
+pub(crate) struct Lanes<T> {
+    pub(crate) bulk: mpsc::Sender<T>,
+    pub(crate) priority: Option<mpsc::Sender<T>>,
+}
+
+impl<T> Lanes<T> {
+    /// The sender of `lane` (the bulk one where there is no priority lane).
+    fn sender(&self, lane: Lane) -> &mpsc::Sender<T> {
+        match (lane, &self.priority) {
+            (Lane::Priority, Some(priority)) => priority,
+            _ => &self.bulk,
+        }
+    }
 }
 
 /// What a connection task reports upward.
@@ -93,7 +125,7 @@ pub(crate) async fn drive<T>(
     stream: TcpStream,
     conn: Connection,
     control: &mut mpsc::Receiver<Control>,
-    up: &mpsc::Sender<T>,
+    up: &Lanes<T>,
     wrap: impl Fn(Up) -> T,
     slot: Option<Slot>,
     options: &DriveOptions,
@@ -109,12 +141,13 @@ async fn drive_stream<T>(
     stream: Arc<TcpStream>,
     mut conn: Connection,
     control: &mut mpsc::Receiver<Control>,
-    up: &mpsc::Sender<T>,
+    up: &Lanes<T>,
     wrap: impl Fn(Up) -> T,
     mut slot: Option<Slot>,
     options: &DriveOptions,
 ) -> (CloseReason, bool) {
     let mut was_ready = false;
+    let mut lane = Lane::Priority;
     let mut ending: Option<CloseReason> = None;
     // The shared outgoing buffer, once the connection is ready and the owner writes through it.
     let mut opened: Option<&Outbound> = None;
@@ -169,7 +202,7 @@ async fn drive_stream<T>(
                     break;
                 }
             };
-            if up.send(wrap(message)).await.is_err() {
+            if up.sender(lane).send(wrap(message)).await.is_err() {
                 conn.close("socket closed");
                 ending = Some(CloseReason::Local("socket closed".into()));
                 break;
@@ -206,7 +239,7 @@ async fn drive_stream<T>(
                 let mut command = command;
                 let mut batch = 0;
                 loop {
-                    match apply(&mut conn, &mut slot, options, command) {
+                    match apply(&mut conn, &mut slot, &mut lane, options, command) {
                         Ok(bytes) => batch += bytes,
                         Err(reason) => {
                             ending = Some(reason);
@@ -232,6 +265,7 @@ async fn drive_stream<T>(
 fn apply(
     conn: &mut Connection,
     slot: &mut Option<Slot>,
+    lane: &mut Lane,
     options: &DriveOptions,
     command: Option<Control>,
 ) -> Result<usize, CloseReason> {
@@ -244,9 +278,13 @@ fn apply(
             }
             Ok(size)
         }
-        Some(Control::Authenticated) => {
+        Some(Control::Authenticated(next)) => {
             conn.set_authenticated();
             drop(slot.take());
+            // Never back from bulk to priority: a later message must not pass an earlier one.
+            if next == Lane::Bulk {
+                *lane = Lane::Bulk;
+            }
             Ok(0)
         }
         Some(Control::Close(reason)) => {

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Up};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Up};
 use crate::router::SendError;
 
 /// Dealer settings.
@@ -150,7 +150,7 @@ impl Dealer {
 
     /// Switches the current connection to post-authentication limits.
     pub async fn mark_authenticated(&self) -> Result<(), SendError> {
-        self.control.send(Control::Authenticated).await.map_err(|_| SendError::NotConnected)
+        self.control.send(Control::Authenticated(Lane::Bulk)).await.map_err(|_| SendError::NotConnected)
     }
 
     /// The next event.
@@ -165,6 +165,9 @@ async fn run(
     mut control: mpsc::Receiver<Control>,
     events: mpsc::Sender<DealerEvent>,
 ) {
+    // One peer, one queue: a dealer has no lanes to choose between.
+    let lanes = Lanes { bulk: events, priority: None };
+    let events = &lanes.bulk;
     let mut backoff = Backoff::new(config.reconnect_initial, config.reconnect_max);
     let mut epoch = 0u64;
     let mut failure: Option<String> = None;
@@ -195,7 +198,7 @@ async fn run(
                     inbound: None,
                     outbound: None,
                 };
-                let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, None, &options).await;
+                let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, None, &options).await;
                 tracing::debug!(%addr, %reason, "connection closed; reconnecting");
                 if was_ready {
                     epoch += 1;

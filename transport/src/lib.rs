@@ -33,7 +33,7 @@ mod signal;
 pub use link_watch::SILENT_LINK_NOTICED;
 
 pub use backoff::Backoff;
-pub use connection::CloseReason;
+pub use connection::{CloseReason, Lane};
 pub use dealer::{Dealer, DealerConfig, DealerEvent, DealerSender};
 pub use notify::{notify_ready, notify_to};
 pub use open_files::{open_files_limit, raise_open_files, OpenFilesError};

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, Slot};
 use crate::budget::{message_bytes, InboundBudget};
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Up};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Up};
 use crate::outbound::Outbound;
 
 /// A connection's handle on this router. Never reused within one router.
@@ -45,6 +45,10 @@ pub struct RouterConfig {
     pub max_pending_per_ip: usize,
     /// A peer that does not read for this long is disconnected.
     pub write_timeout: Duration,
+    /// Connections held at once, at most: past it a new one is closed as soon as it is
+    /// accepted. An owner sets it below its descriptor limit, so that its own files (a
+    /// database's) still open when every descriptor a peer may take is taken.
+    pub max_connections: usize,
 }
 
 impl Default for RouterConfig {
@@ -61,6 +65,7 @@ impl Default for RouterConfig {
             max_pending_total: 4096,
             max_pending_per_ip: 256,
             write_timeout: Duration::from_secs(10),
+            max_connections: usize::MAX,
         }
     }
 }
@@ -114,11 +119,19 @@ struct PeerHandle {
 
 type Peers = Arc<Mutex<HashMap<PeerId, PeerHandle>>>;
 
+/// Priority events taken in a row before a waiting bulk one goes (see [`Lane`]).
+const PRIORITY_RUN: usize = 64;
+
 /// A listening ROUTER socket. Dropping it stops accepting and closes every connection.
 #[derive(Debug)]
 pub struct Router {
     local_addr: SocketAddr,
+    /// What peers on the priority lane sent (see [`Lane`]): read before `events`.
+    priority: mpsc::Receiver<RouterEvent>,
+    /// What peers moved to the bulk lane sent, and every disconnection.
     events: mpsc::Receiver<RouterEvent>,
+    /// Priority events taken in a row while bulk ones waited (see [`PRIORITY_RUN`]).
+    priority_run: usize,
     peers: Peers,
     inbound: InboundBudget,
     send_queue_bytes: usize,
@@ -141,11 +154,23 @@ impl Router {
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
         let (events_tx, events) = mpsc::channel(config.event_queue);
+        let (priority_tx, priority) = mpsc::channel(config.event_queue);
+        let lanes = Arc::new(Lanes { bulk: events_tx, priority: Some(priority_tx) });
         let peers: Peers = Arc::default();
         let inbound = InboundBudget::new(config.event_queue_bytes);
         let send_queue_bytes = config.send_queue_bytes;
-        let accept_task = tokio::spawn(accept_loop(listener, config, events_tx, peers.clone(), inbound.clone()));
-        Ok(Router { local_addr, events, peers, inbound, send_queue_bytes, held: Mutex::default(), accept_task })
+        let accept_task = tokio::spawn(accept_loop(listener, config, lanes, peers.clone(), inbound.clone()));
+        Ok(Router {
+            local_addr,
+            priority,
+            events,
+            priority_run: 0,
+            peers,
+            inbound,
+            send_queue_bytes,
+            held: Mutex::default(),
+            accept_task,
+        })
     }
 
     /// The address actually bound (useful after binding port 0).
@@ -153,20 +178,46 @@ impl Router {
         self.local_addr
     }
 
-    /// The next event; `None` only if the accept loop died.
+    /// The next event, the priority lane's first (but see [`PRIORITY_RUN`]); `None` only if the
+    /// accept loop died.
     pub async fn recv(&mut self) -> Option<RouterEvent> {
-        let event = self.events.recv().await;
-        self.taken(event)
+        if let Some(event) = self.try_recv() {
+            return Some(event);
+        }
+        let (event, lane) = tokio::select! {
+            biased;
+            Some(event) = self.priority.recv() => (Some(event), Lane::Priority),
+            event = self.events.recv() => (event, Lane::Bulk),
+        };
+        self.taken(event, lane)
     }
 
-    /// The next event if one is ready, without waiting (to handle bursts in one batch).
+    /// The next event if one is ready, without waiting (to handle bursts in one batch), the
+    /// priority lane's first, except that after [`PRIORITY_RUN`] of them in a row a waiting bulk
+    /// event goes: a peer that keeps the priority lane full never starves the others.
     pub fn try_recv(&mut self) -> Option<RouterEvent> {
-        let event = self.events.try_recv().ok();
-        self.taken(event)
+        if self.priority_run >= PRIORITY_RUN {
+            if let Ok(event) = self.events.try_recv() {
+                return self.taken(Some(event), Lane::Bulk);
+            }
+        }
+        match self.priority.try_recv() {
+            Ok(event) => self.taken(Some(event), Lane::Priority),
+            Err(_) => {
+                let event = self.events.try_recv().ok();
+                self.taken(event, Lane::Bulk)
+            }
+        }
     }
 
-    /// A message leaving the queue gives its bytes back to the inbound budget.
-    fn taken(&self, event: Option<RouterEvent>) -> Option<RouterEvent> {
+    /// A message leaving the queue gives its bytes back to the inbound budget; the run of
+    /// priority events is counted.
+    fn taken(&mut self, event: Option<RouterEvent>, lane: Lane) -> Option<RouterEvent> {
+        match (&event, lane) {
+            (None, _) => return None,
+            (Some(_), Lane::Priority) => self.priority_run += 1,
+            (Some(_), Lane::Bulk) => self.priority_run = 0,
+        }
         if let Some(RouterEvent::Message { parts, .. }) = &event {
             self.inbound.give_back(self.inbound.charge(message_bytes(parts)));
         }
@@ -206,9 +257,10 @@ impl Router {
         Ok(peers.get(&peer).ok_or(SendError::NotConnected)?.outbound.clone())
     }
 
-    /// Tells the connection its peer is authenticated (see [`Limits`]).
-    pub fn mark_authenticated(&self, peer: PeerId) -> Result<(), SendError> {
-        self.control(peer, Control::Authenticated)
+    /// Tells the connection its peer is authenticated (see [`Limits`]), and which lane its
+    /// messages take from now on (see [`Lane`]: a bulk peer never comes back to priority).
+    pub fn mark_authenticated(&self, peer: PeerId, lane: Lane) -> Result<(), SendError> {
+        self.control(peer, Control::Authenticated(lane))
     }
 
     /// Closes a peer's connection, sending it a ZMTP ERROR with `reason`.
@@ -239,14 +291,40 @@ fn map_send_error(error: mpsc::error::TrySendError<Control>) -> SendError {
     }
 }
 
+/// Connections refused for one reason, logged at most once a second with how many the line
+/// stands for: a storm of refusals (a fleet reconnecting at once) is not a storm of log lines.
+struct Refusals {
+    why: &'static str,
+    said_at: Option<std::time::Instant>,
+    unsaid: u64,
+}
+
+impl Refusals {
+    fn new(why: &'static str) -> Refusals {
+        Refusals { why, said_at: None, unsaid: 0 }
+    }
+
+    fn refused(&mut self, addr: SocketAddr, limit: usize) {
+        self.unsaid += 1;
+        let now = std::time::Instant::now();
+        if self.said_at.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            tracing::warn!(%addr, limit, refused = self.unsaid, "{}", self.why);
+            self.said_at = Some(now);
+            self.unsaid = 0;
+        }
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
     config: RouterConfig,
-    events: mpsc::Sender<RouterEvent>,
+    lanes: Arc<Lanes<RouterEvent>>,
     peers: Peers,
     inbound: InboundBudget,
 ) {
     let admission = Admission::new(config.max_pending_total, config.max_pending_per_ip);
+    let mut full = Refusals::new("as many connections as allowed (max_connections) are open; refusing");
+    let mut unauthenticated = Refusals::new("too many unauthenticated connections; refusing");
     let next_id = AtomicU64::new(1);
     let config = Arc::new(config);
     loop {
@@ -259,8 +337,13 @@ async fn accept_loop(
                 continue;
             }
         };
+        if peers.lock().unwrap_or_else(PoisonError::into_inner).len() >= config.max_connections {
+            full.refused(addr, config.max_connections);
+            drop(stream);
+            continue;
+        }
         let Some(slot) = admission.admit(addr.ip()) else {
-            tracing::warn!(%addr, "too many unauthenticated connections; refusing");
+            unauthenticated.refused(addr, config.max_pending_total);
             drop(stream);
             continue;
         };
@@ -280,7 +363,7 @@ async fn accept_loop(
             peer,
             slot,
             control_rx,
-            events.clone(),
+            lanes.clone(),
             peers.clone(),
             config.clone(),
             options,
@@ -295,7 +378,7 @@ async fn serve(
     peer: PeerId,
     slot: Slot,
     mut control: mpsc::Receiver<Control>,
-    events: mpsc::Sender<RouterEvent>,
+    lanes: Arc<Lanes<RouterEvent>>,
     peers: Peers,
     config: Arc<RouterConfig>,
     options: DriveOptions,
@@ -312,10 +395,11 @@ async fn serve(
         Up::Ready(info) => RouterEvent::Connected { peer, addr, info },
         Up::Message(parts) => RouterEvent::Message { peer, parts },
     };
-    let (reason, was_ready) = drive(stream, conn, &mut control, &events, wrap, Some(slot), &options).await;
+    let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, Some(slot), &options).await;
     peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
     tracing::debug!(%addr, peer = peer.0, %reason, "connection closed");
     if was_ready {
-        let _ = events.send(RouterEvent::Disconnected { peer, reason }).await;
+        // On the bulk lane: whatever the peer sent on the priority lane is read before it.
+        let _ = lanes.bulk.send(RouterEvent::Disconnected { peer, reason }).await;
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use halite_transport::{PeerId, RouterEvent, SendError};
+use halite_transport::{Lane, PeerId, RouterEvent, SendError};
 
 use crate::net::Net;
 
@@ -118,7 +118,7 @@ impl Net for MemNet {
         }
     }
 
-    fn mark_authenticated(&self, _peer: PeerId) {}
+    fn mark_authenticated(&self, _peer: PeerId, _lane: Lane) {}
 
     fn disconnect(&self, peer: PeerId, reason: &str) {
         self.state().closed.insert(peer, reason.to_owned());

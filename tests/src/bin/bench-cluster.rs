@@ -6,8 +6,9 @@
 //! 1. sequential `test.ping` jobs/s to one minion: SQLite, then PostgreSQL, each also as a share
 //!    of the floor this machine allows (`bench-floor`, measured first in the same run);
 //! 2. fan-out `test.ping`, publish → last return, N minions on one master with PostgreSQL;
-//! 3. the same with the N minions spread over two masters, published on one;
-//! 4. failover: kill -9 of the master serving half of them, until all N answer on the other.
+//! 3. the same with the N minions spread over three masters, published on one;
+//! 4. failover: kill -9 of one of the three, until its minions are connected to the other two
+//!    and all N answer `test.ping`.
 //!
 //! Prints a table and writes `target/bench-cluster.json` (median and p99 of repeated runs).
 
@@ -18,7 +19,7 @@ use std::time::Instant;
 
 use halite_protocol::message::RequestBody;
 use halite_tests::postgres::OwnServer;
-use halite_tests::swarm::{connect, ping, start_swarm, wait_connected, wait_reachable, Figures};
+use halite_tests::swarm::{connect, connected_count, ping, start_swarm, wait_connected, wait_reachable, Figures};
 use halite_tests::Cluster;
 
 /// Sequential single-minion jobs timed on `cluster` (one swarm minion), and their rate as a
@@ -55,13 +56,58 @@ fn floor(figures: &mut Figures) -> f64 {
     median
 }
 
-async fn fan_out(client: &halite_client::Client, n: usize, name: String, figures: &mut Figures) {
+/// Fan-outs timed; the database's work per targeted minion measured over them.
+async fn fan_out(client: &halite_client::Client, n: usize, name: String, figures: &mut Figures, server: &OwnServer) {
+    const RUNS: usize = 20;
     ping(client, "swarm-*", n, 0).await;
+    let before = DatabaseWork::read(server).await;
     let mut samples = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..RUNS {
         samples.push(ping(client, "swarm-*", n, 0).await.as_secs_f64() * 1000.0);
     }
-    figures.add(name, &mut samples, "ms");
+    let work = DatabaseWork::read(server).await.since(&before);
+    let per = (RUNS * n) as f64;
+    figures.add(&name, &mut samples, "ms");
+    figures.add(
+        format!("{name}: PostgreSQL transactions per 1,000 targeted minions"),
+        &mut [1000.0 * work.commits / per],
+        "",
+    );
+    figures.add(
+        format!("{name}: PostgreSQL rows written (inserted + updated) per targeted minion"),
+        &mut [work.rows / per],
+        "",
+    );
+    figures.add(format!("{name}: PostgreSQL WAL per targeted minion"), &mut [work.wal_bytes / per], "B");
+}
+
+/// What the database did so far: commits, rows written, WAL bytes (`pg_stat_database`, which the
+/// server updates within a second, and the WAL position).
+struct DatabaseWork {
+    commits: f64,
+    rows: f64,
+    wal_bytes: f64,
+}
+
+impl DatabaseWork {
+    async fn read(server: &OwnServer) -> DatabaseWork {
+        // The statistics of the masters' last transactions reach the view within a second.
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let row = server.sql(
+            "SELECT xact_commit, tup_inserted + tup_updated, pg_current_wal_lsn() - '0/0'::pg_lsn \
+             FROM pg_stat_database WHERE datname = current_database()",
+        );
+        let fields: Vec<f64> = row.split('|').map(|f| f.trim().parse().expect("a number")).collect();
+        DatabaseWork { commits: fields[0], rows: fields[1], wal_bytes: fields[2] }
+    }
+
+    fn since(&self, before: &DatabaseWork) -> DatabaseWork {
+        DatabaseWork {
+            commits: self.commits - before.commits,
+            rows: self.rows - before.rows,
+            wal_bytes: self.wal_bytes - before.wal_bytes,
+        }
+    }
 }
 
 fn main() {
@@ -104,41 +150,52 @@ fn main() {
         {
             let _swarm = start_swarm(&cluster, &cluster.config, 0, n, &[]);
             wait_connected(&client, n).await;
-            fan_out(&client, n, format!("PostgreSQL, one master: fan-out test.ping, {n} minions"), &mut figures).await;
+            let name = format!("PostgreSQL, one master: fan-out test.ping, {n} minions");
+            fan_out(&client, n, name, &mut figures, &server).await;
         }
         client.request(RequestBody::KeyDelete { pattern: "swarm-*".into() }).await.unwrap();
 
-        // Two masters, half the minions on each; published on the first.
-        let first = cluster.port;
-        let second = cluster.start_peer_master();
-        let second_config = cluster.config_of(second).to_owned();
-        let half = n / 2;
-        let _on_first = start_swarm(&cluster, &cluster.config, 0, half, &[format!("127.0.0.1:{second}")]);
-        let on_second = start_swarm(&cluster, &second_config, half, n - half, &[format!("127.0.0.1:{first}")]);
+        // Three masters, a third of the minions on each; published on the first.
+        let ports = [cluster.port, cluster.start_peer_master(), cluster.start_peer_master()];
+        let mut swarms = Vec::new();
+        for (i, port) in ports.iter().enumerate() {
+            let (from, to) = (i * n / 3, (i + 1) * n / 3);
+            let others: Vec<String> = ports.iter().filter(|p| *p != port).map(|p| format!("127.0.0.1:{p}")).collect();
+            swarms.push(start_swarm(&cluster, cluster.config_of(*port), from, to - from, &others));
+        }
         // Published on the first master once it knows where every minion is (it hears of the
-        // second's through the store, a few milliseconds after the second counts them).
-        wait_connected(&client, half).await;
+        // others' through the store, a few milliseconds after they count them).
+        wait_connected(&client, n / 3).await;
         wait_reachable(&client, n).await;
-        fan_out(&client, n, format!("PostgreSQL, two masters: fan-out test.ping, {n} minions"), &mut figures).await;
+        let name = format!("PostgreSQL, three masters: fan-out test.ping, {n} minions");
+        fan_out(&client, n, name, &mut figures, &server).await;
 
-        // Failover: the second master is killed; its minions move to the first.
+        // Failover: the third master is killed; its minions move to the other two.
+        let second = connect(cluster.config_of(ports[1])).await;
         let killed = Instant::now();
-        cluster.kill_peer_master(second);
-        wait_connected(&client, n).await;
+        cluster.kill_peer_master(ports[2]);
+        loop {
+            if connected_count(&client).await + connected_count(&second).await >= n {
+                break;
+            }
+            assert!(killed.elapsed().as_secs() < 300, "the killed master's minions did not move");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         let connected = killed.elapsed().as_secs_f64();
         ping(&client, "swarm-*", n, 60_000).await;
         let answered = killed.elapsed().as_secs_f64();
+        let moved = n - 2 * n / 3;
         figures.add(
-            format!("failover: kill -9 of a master → its {} minions connected to the other", n - half),
+            format!("failover: kill -9 of one of three masters → its {moved} minions connected to the others"),
             &mut [connected],
             "s",
         );
         figures.add(
-            format!("failover: kill -9 of a master → all {n} answer test.ping on the other"),
+            format!("failover: kill -9 of one of three masters → all {n} answer test.ping"),
             &mut [answered],
             "s",
         );
-        drop(on_second);
+        drop(swarms);
     });
     figures.write(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-cluster.json"));
     drop(server);

@@ -3,12 +3,20 @@
 //!
 //! `cargo build --release --bins && HALITE_BIN_DIR=target/release ./target/release/bench-swarm [--max 10000]`
 //!
-//! 1. fan-out latency, publish → last return of `test.ping`, at 1, 100, 1,000 and 10,000 minions,
-//!    and the master's CPU time per targeted minion over those fan-outs (`/proc/<pid>/stat`);
+//! 1. fan-out latency, publish → last return of `test.ping`, at 1, 100, 1,000 and `--max`
+//!    minions, and the master's CPU time per targeted minion over those fan-outs
+//!    (`/proc/<pid>/stat`); during the largest, how long the CLI (a whole `halite` process) and
+//!    the HTTP gateway take to answer a small request;
 //! 2. sequential jobs/s to one minion, and concurrent jobs/s across minions;
-//! 4. master RSS and RSS per connected minion at 1,000 and 10,000;
-//! 5. reconnect storm: master killed and restarted under 10,000 minions, time until every one
+//! 3. master RSS and RSS per connected minion at 1,000 and `--max`;
+//! 4. `halite minions list` of all `--max` minions (paged), and the answers to others meanwhile;
+//! 5. reconnect storm: master killed and restarted under `--max` minions, time until every one
 //!    answers `test.ping` again, and handshakes admitted per second.
+//!
+//! Each minion is one descriptor in the master: `--max` past the hard descriptor limit (less
+//! 1,024: the master keeps 512 for itself, and 512 are left for clients) is measured at that
+//! limit, with a note, unless this process may raise it (root with `CAP_SYS_RESOURCE`). The
+//! swarm minions run in as many processes as their own limit needs.
 //!
 //! Prints a table and writes `target/bench-swarm.json`; every figure is the median and p99 of
 //! repeated runs. `--max 100` is the quick smoke run CI uses.
@@ -18,7 +26,8 @@
 
 use std::time::{Duration, Instant};
 
-use halite_tests::bench::{cpu_time, rss_kib};
+use halite_tests::bench::{cpu_time, minions_per_process, rss_kib};
+use halite_tests::probe::Probe;
 use halite_tests::swarm::{connect, connected_count, ping, start_swarm, wait_connected, Figures};
 use halite_tests::Cluster;
 
@@ -27,15 +36,27 @@ fn main() {
         std::env::set_var("HALITE_BIN_DIR", concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release"));
     }
     let args: Vec<String> = std::env::args().collect();
-    let max: usize = args
+    let wanted: usize = args
         .iter()
         .position(|a| a == "--max")
         .and_then(|i| args.get(i + 1))
         .map_or(10_000, |v| v.parse().expect("--max N"));
+    // Each minion is a descriptor in the master (and in its swarm): the master can hold no more
+    // than the hard limit allows, and only a process with CAP_SYS_RESOURCE may raise it.
+    let (max, hard) = minions_per_process(wanted);
+    if max < wanted {
+        eprintln!(
+            "bench-swarm: --max {wanted} needs {} descriptors in the master, but the hard limit is {hard} and this \
+             process may not raise it (CAP_SYS_RESOURCE): measuring {max}, the most one master holds here",
+            wanted + 1024
+        );
+    }
     halite_transport::raise_open_files(Some(4096)).ok();
     // Every swarm minion connects from 127.0.0.1: let one address have as many handshakes in
-    // flight as the master allows in total, as distinct hosts would.
-    let mut cluster = Cluster::start_with("max_pending_handshakes_per_ip = 4096\n", "warn");
+    // flight as the master allows in total, as distinct hosts would. The gateway is there to be
+    // asked during the largest fan-out.
+    let tuning = "max_pending_handshakes_per_ip = 4096\n[gateway]\nlisten = \"127.0.0.1:0\"\n";
+    let mut cluster = Cluster::start_with(tuning, "warn");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let mut figures = Figures::default();
     Figures::header();
@@ -107,7 +128,13 @@ fn main() {
         figures.add(format!("master RSS with {first} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
 
         if max > 1000 {
-            let _swarm_b = start_swarm(&cluster, &cluster.config, 1000, max - 1000, &[]);
+            // As many swarm processes as their own descriptor limit needs: a swarm minion holds
+            // two, its connection and its journal.
+            let per_swarm = (hard.saturating_sub(512) / 2).max(1) as usize;
+            let _swarms: Vec<_> = (1000..max)
+                .step_by(per_swarm)
+                .map(|start| start_swarm(&cluster, &cluster.config, start, per_swarm.min(max - start), &[]))
+                .collect();
             let joined = wait_connected(&client, max).await;
             figures.add(
                 format!("{} more swarm minions enrolled and connected", max - 1000),
@@ -117,12 +144,21 @@ fn main() {
             tokio::time::sleep(Duration::from_secs(2)).await;
             ping(&client, "swarm-*", max, 0).await;
             let mut samples: Vec<f64> = Vec::new();
+            // Admins and engines are answered while the master fans out to every minion.
+            let probe = Probe::start(&cluster, "swarm-00000", Duration::from_millis(100));
             let cpu_before = cpu_time(master_pid);
             for _ in 0..10 {
                 samples.push(ping(&client, "swarm-*", max, 0).await.as_secs_f64() * 1000.0);
             }
             let cpu = cpu_time(master_pid).saturating_sub(cpu_before);
+            let mut answers = probe.stop();
             figures.add(format!("fan-out test.ping, publish → last return, {max} minions"), &mut samples, "ms");
+            figures.add(
+                format!("during fan-outs to {max}: the CLI's answer (a whole process)"),
+                &mut answers.cli_ms,
+                "ms",
+            );
+            figures.add(format!("during fan-outs to {max}: the gateway's answer"), &mut answers.gateway_ms, "ms");
             figures.add(
                 format!("fan-out test.ping, master CPU per targeted minion, {max} minions"),
                 &mut [cpu.as_secs_f64() * 1e6 / (10 * max) as f64],
@@ -131,6 +167,25 @@ fn main() {
             let per = (rss_kib(master_pid) as f64 - master_idle) / max as f64;
             figures.add(format!("master RSS per connected minion at {max}"), &mut [per], "KiB");
             figures.add(format!("master RSS with {max} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
+
+            // Listing every minion (paged by the CLI) while the others are answered.
+            let probe = Probe::start(&cluster, "swarm-00000", Duration::from_millis(20));
+            let mut listings: Vec<f64> = Vec::new();
+            for _ in 0..3 {
+                let started = Instant::now();
+                let listed = cluster.cli(&["--out", "json", "minions", "list", "swarm-*"]);
+                listings.push(started.elapsed().as_secs_f64());
+                let listed: Vec<serde_json::Value> = serde_json::from_str(&listed.stdout).expect("a JSON list");
+                assert_eq!(listed.len(), max, "every minion listed");
+            }
+            let mut answers = probe.stop();
+            figures.add(format!("`halite minions list` of all {max} (JSON, paged)"), &mut listings, "s");
+            figures.add(
+                format!("during listings of {max}: the CLI's answer (a whole process)"),
+                &mut answers.cli_ms,
+                "ms",
+            );
+            figures.add(format!("during listings of {max}: the gateway's answer"), &mut answers.gateway_ms, "ms");
 
             // Reconnect storm.
             drop(client);

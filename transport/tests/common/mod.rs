@@ -12,7 +12,7 @@ pub(crate) async fn connected(router: &mut Router) -> PeerId {
         if let Some(RouterEvent::Connected { peer, .. }) =
             timeout(Duration::from_secs(5), router.recv()).await.expect("a connection in time")
         {
-            router.mark_authenticated(peer).expect("peer still connected");
+            router.mark_authenticated(peer, halite_transport::Lane::Bulk).expect("peer still connected");
             tokio::time::sleep(Duration::from_millis(100)).await;
             return peer;
         }
