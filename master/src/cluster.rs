@@ -15,6 +15,9 @@ use crate::server::Master;
 use crate::store::trust::Trust;
 use crate::store::{ClusterChange, Store, StoreError};
 
+/// The most keys another master's change names that are reread one by one rather than all.
+const KEYS_READ_ONE_BY_ONE: usize = 64;
+
 impl<S: Store, N: Net> Master<S, N> {
     /// Queues a change for the other masters sharing the store (nothing without any): the loop
     /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
@@ -51,7 +54,11 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         match change {
             ClusterChange::Keys { ids } => {
-                self.reload_accepted().await?;
+                // The keys named, one read each; a change too wide for that rereads them all.
+                match &ids {
+                    Some(ids) if ids.len() <= KEYS_READ_ONE_BY_ONE => self.reload_accepted_of(ids).await?,
+                    _ => self.reload_accepted().await?,
+                }
                 let ids = ids.unwrap_or_else(|| self.sessions.online_ids().cloned().collect());
                 for id in ids {
                     self.drop_if_unaccepted(&id);

@@ -331,6 +331,19 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
+    /// Rereads the keys of `ids` only: those another master announced it changed. Rereading
+    /// every key (each row's signature checked) for each one changed elsewhere made enrolling N
+    /// minions through several masters cost N² checks on every master.
+    pub(crate) async fn reload_accepted_of(&mut self, ids: &[String]) -> Result<(), StoreError> {
+        for id in ids {
+            let keys = self.store.keys_for(id).await?;
+            let accepted = keys.into_iter().find(|k| k.state == halite_protocol::message::KeyState::Accepted);
+            self.registry.set_accepted_of(id, accepted.map(|k| k.public_key));
+        }
+        self.release_parked();
+        Ok(())
+    }
+
     /// Serves until `shutdown` completes, then writes what is pending.
     pub async fn serve(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), StoreError> {
         tokio::pin!(shutdown);

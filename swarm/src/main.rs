@@ -81,7 +81,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none())
         .init();
-    if let Err(error) = halite_transport::raise_open_files(Some(args.count as u64 + 256)) {
+    // Each minion holds two descriptors: its connection and its journal.
+    if let Err(error) = halite_transport::raise_open_files(Some(2 * args.count as u64 + 256)) {
         eprintln!("halite-swarm: {error}");
         return ExitCode::FAILURE;
     }

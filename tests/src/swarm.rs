@@ -41,6 +41,18 @@ pub fn start_swarm(cluster: &Cluster, config: &Path, start: usize, count: usize,
     Swarm(child)
 }
 
+/// Starts `count` swarm minions numbered from `start` as [`start_swarm`] does, in as many
+/// processes as their descriptors need: a swarm minion holds two (its connection and its
+/// journal), and a process may hold no more than its hard limit.
+pub fn start_swarms(cluster: &Cluster, config: &Path, start: usize, count: usize, also: &[String]) -> Vec<Swarm> {
+    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |(_, h)| h);
+    let per_process = (hard.saturating_sub(512) / 2).max(1) as usize;
+    (start..start + count)
+        .step_by(per_process)
+        .map(|from| start_swarm(cluster, config, from, per_process.min(start + count - from), also))
+        .collect()
+}
+
 /// Connects as root through a master config, retrying while the master starts.
 pub async fn connect(config: &Path) -> Client {
     let config = ClientConfig::from_master_config(config).unwrap_or_else(|e| panic!("client config: {e}"));

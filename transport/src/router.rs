@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -326,6 +326,7 @@ async fn accept_loop(
     let mut full = Refusals::new("as many connections as allowed (max_connections) are open; refusing");
     let mut unauthenticated = Refusals::new("too many unauthenticated connections; refusing");
     let next_id = AtomicU64::new(1);
+    let live = Arc::new(AtomicUsize::new(0));
     let config = Arc::new(config);
     loop {
         let (stream, addr) = match listener.accept().await {
@@ -337,7 +338,9 @@ async fn accept_loop(
                 continue;
             }
         };
-        if peers.lock().unwrap_or_else(PoisonError::into_inner).len() >= config.max_connections {
+        // Counted until each connection's socket is closed, not until the owner forgets it: a
+        // connection told to close may take its write timeout to go, holding its descriptor.
+        if live.load(Ordering::Relaxed) >= config.max_connections {
             full.refused(addr, config.max_connections);
             drop(stream);
             continue;
@@ -357,7 +360,9 @@ async fn accept_loop(
             outbound: Some(outbound.clone()),
         };
         peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, PeerHandle { control: control_tx, outbound });
+        let open = Open::counted(&live);
         tokio::spawn(serve(
+            open,
             stream,
             addr,
             peer,
@@ -371,8 +376,25 @@ async fn accept_loop(
     }
 }
 
+/// One connection counted as open; dropped (uncounted) once its socket is closed.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn counted(live: &Arc<AtomicUsize>) -> Open {
+        live.fetch_add(1, Ordering::Relaxed);
+        Open(live.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn serve(
+    open: Open,
     stream: TcpStream,
     addr: SocketAddr,
     peer: PeerId,
@@ -396,6 +418,8 @@ async fn serve(
         Up::Message(parts) => RouterEvent::Message { peer, parts },
     };
     let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, Some(slot), &options).await;
+    // The socket is closed (`drive` owned it): its descriptor is free again.
+    drop(open);
     peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
     tracing::debug!(%addr, peer = peer.0, %reason, "connection closed");
     if was_ready {

@@ -81,6 +81,17 @@ impl Registry {
         self.accepted_keys.insert(id.to_owned(), key);
     }
 
+    /// Sets (or, with `None`, removes) the accepted key of one id, as the store now has it.
+    pub(crate) fn set_accepted_of(&mut self, id: &str, key: Option<[u8; 32]>) {
+        match key {
+            Some(key) => self.accept(id, key),
+            None => {
+                self.accepted.remove(id);
+                self.accepted_keys.remove(id);
+            }
+        }
+    }
+
     /// Whether `id` has an accepted key.
     pub(crate) fn has_accepted(&self, id: &str) -> bool {
         self.accepted.contains(id)

@@ -19,7 +19,9 @@ use std::time::Instant;
 
 use halite_protocol::message::RequestBody;
 use halite_tests::postgres::OwnServer;
-use halite_tests::swarm::{connect, connected_count, ping, start_swarm, wait_connected, wait_reachable, Figures};
+use halite_tests::swarm::{
+    connect, connected_count, ping, start_swarm, start_swarms, wait_connected, wait_reachable, Figures,
+};
 use halite_tests::Cluster;
 
 /// Sequential single-minion jobs timed on `cluster` (one swarm minion), and their rate as a
@@ -148,7 +150,7 @@ fn main() {
         client.request(RequestBody::KeyDelete { pattern: "swarm-*".into() }).await.unwrap();
 
         {
-            let _swarm = start_swarm(&cluster, &cluster.config, 0, n, &[]);
+            let _swarms = start_swarms(&cluster, &cluster.config, 0, n, &[]);
             wait_connected(&client, n).await;
             let name = format!("PostgreSQL, one master: fan-out test.ping, {n} minions");
             fan_out(&client, n, name, &mut figures, &server).await;
@@ -161,7 +163,7 @@ fn main() {
         for (i, port) in ports.iter().enumerate() {
             let (from, to) = (i * n / 3, (i + 1) * n / 3);
             let others: Vec<String> = ports.iter().filter(|p| *p != port).map(|p| format!("127.0.0.1:{p}")).collect();
-            swarms.push(start_swarm(&cluster, cluster.config_of(*port), from, to - from, &others));
+            swarms.extend(start_swarms(&cluster, cluster.config_of(*port), from, to - from, &others));
         }
         // Published on the first master once it knows where every minion is (it hears of the
         // others' through the store, a few milliseconds after they count them).

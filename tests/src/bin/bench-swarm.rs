@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use halite_tests::bench::{cpu_time, minions_per_process, rss_kib};
 use halite_tests::probe::Probe;
-use halite_tests::swarm::{connect, connected_count, ping, start_swarm, wait_connected, Figures};
+use halite_tests::swarm::{connect, connected_count, ping, start_swarm, start_swarms, wait_connected, Figures};
 use halite_tests::Cluster;
 
 fn main() {
@@ -128,13 +128,7 @@ fn main() {
         figures.add(format!("master RSS with {first} minions"), &mut [rss_kib(master_pid) as f64 / 1024.0], "MiB");
 
         if max > 1000 {
-            // As many swarm processes as their own descriptor limit needs: a swarm minion holds
-            // two, its connection and its journal.
-            let per_swarm = (hard.saturating_sub(512) / 2).max(1) as usize;
-            let _swarms: Vec<_> = (1000..max)
-                .step_by(per_swarm)
-                .map(|start| start_swarm(&cluster, &cluster.config, start, per_swarm.min(max - start), &[]))
-                .collect();
+            let _swarms = start_swarms(&cluster, &cluster.config, 1000, max - 1000, &[]);
             let joined = wait_connected(&client, max).await;
             figures.add(
                 format!("{} more swarm minions enrolled and connected", max - 1000),
