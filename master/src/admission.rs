@@ -116,9 +116,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 };
                 if let Some(acl) = acl {
                     if let Ok((session, verdict)) = identified.accept(now) {
-                        let _ = self.net.send(peer, verdict);
                         // People and engines wait on their answers: read before minions' bulk.
                         self.net.mark_authenticated(peer, Lane::Priority);
+                        let _ = self.net.send(peer, verdict);
                         self.sessions.insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
@@ -167,10 +167,11 @@ impl<S: Store, N: Net> Master<S, N> {
                             );
                         }
                         let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
-                        let _ = self.net.send(peer, verdict);
                         // A minion's returns are bulk: a fan-out's burst of them must not queue
-                        // an administrator's request behind it.
+                        // an administrator's request behind it. Moved before the verdict leaves,
+                        // so that all the minion sends once it has the verdict is on bulk.
                         self.net.mark_authenticated(peer, Lane::Bulk);
+                        let _ = self.net.send(peer, verdict);
                         if let Some(old) = self.sessions.peer_of(&id) {
                             if old != peer {
                                 // A minion that lost its connection reconnects, and the new

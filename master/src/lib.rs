@@ -312,12 +312,15 @@ async fn serve<S: Store + Clone>(
 ) -> Result<(), MasterError> {
     // A damaged database is refused, never half-used.
     store.check().await.map_err(|error| MasterError::Database { place, error })?;
+    let max_connections = connection_budget();
     let router_config = RouterConfig {
-        max_pending_total: config.max_pending_handshakes,
+        // Handshakes in flight never take more than half the connections: the rest stay for
+        // peers that were admitted.
+        max_pending_total: config.max_pending_handshakes.min(max_connections / 2).max(1),
         max_pending_per_ip: config.max_pending_handshakes_per_ip,
         event_queue_bytes: config.max_receive_buffer_bytes,
         send_queue_bytes: config.max_peer_queue_bytes,
-        max_connections: connection_budget(),
+        max_connections,
         ..RouterConfig::default()
     };
     let router = Router::bind(&config.listen, router_config)

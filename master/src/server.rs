@@ -337,7 +337,8 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn reload_accepted_of(&mut self, ids: &[String]) -> Result<(), StoreError> {
         for id in ids {
             let keys = self.store.keys_for(id).await?;
-            let accepted = keys.into_iter().find(|k| k.state == halite_protocol::message::KeyState::Accepted);
+            // The last accepted row, as a full reread keeps it (`Registry::set_accepted`).
+            let accepted = keys.into_iter().rfind(|k| k.state == halite_protocol::message::KeyState::Accepted);
             self.registry.set_accepted_of(id, accepted.map(|k| k.public_key));
         }
         self.release_parked();
@@ -473,7 +474,6 @@ impl<S: Store, N: Net> Master<S, N> {
         self.next_timeout().map(|at| if woken_by_time && at <= now { now + RETRY_EVERY } else { at })
     }
 
-    /// Handles up to `limit` network events that are already waiting; how many it handled.
     /// Answers the gateway's requests already waiting, a batch at most.
     async fn answer_waiting_locals(&mut self) {
         for _ in 0..BATCH {
@@ -484,6 +484,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Handles up to `limit` network events that are already waiting; how many it handled.
     pub(crate) async fn drain_net(&mut self, limit: usize) -> usize {
         for handled in 0..limit {
             let Some(event) = self.net.try_recv() else { return handled };

@@ -31,25 +31,56 @@ pub(crate) enum Control {
     /// Send one multipart message; with an epoch, only on that connection (see
     /// `Dealer::send_on`), otherwise on whichever connection is up.
     Send(Vec<Vec<u8>>, Option<u64>),
-    /// The layer above authenticated the peer: switch to post-authentication limits, free the
-    /// pre-authentication admission slot, and report what comes next on this lane.
-    Authenticated(Lane),
+    /// The layer above authenticated the peer: switch to post-authentication limits and free
+    /// the pre-authentication admission slot.
+    Authenticated,
     /// Close, telling the peer why.
     Close(String),
 }
 
 /// Which of its owner's queues a connection reports to. The owner reads the priority lane
-/// first: a connection starts there (a handshake, an administrator's request), and the owner
-/// moves the peers whose traffic is bulk (minions' returns) to the bulk lane once it knows them,
-/// so that a burst of bulk never queues an administrator's request behind it. A connection only
-/// ever moves from priority to bulk, and the owner drains priority first, so one peer's
-/// messages keep their order.
+/// first: a connection starts there (its handshake, then an administrator's requests), and the
+/// owner moves the peers whose traffic is bulk (minions' returns) to the bulk lane as it admits
+/// them, before it tells them so, so a burst of bulk never queues an administrator's request
+/// behind it. A connection moves only from priority to bulk, never back; one still not admitted
+/// after [`PRE_AUTH_PRIORITY`] messages moves by itself (a peer that is refused or parked, or
+/// floods before its verdict, gets no more priority than a handshake needs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     /// Read first.
     Priority,
     /// Read when the priority lane is empty.
     Bulk,
+}
+
+/// Messages a connection not yet admitted sends on the priority lane: its handshake's.
+const PRE_AUTH_PRIORITY: u32 = 8;
+
+/// A connection's lane, set by the socket's owner (at once, not through the control queue) and
+/// read by the connection's task for every message it reports.
+#[derive(Debug)]
+pub(crate) struct LaneCell(std::sync::atomic::AtomicBool);
+
+impl LaneCell {
+    /// A cell starting on `lane`.
+    pub(crate) fn new(lane: Lane) -> LaneCell {
+        LaneCell(std::sync::atomic::AtomicBool::new(lane == Lane::Bulk))
+    }
+
+    /// The lane now.
+    pub(crate) fn get(&self) -> Lane {
+        match self.0.load(std::sync::atomic::Ordering::Acquire) {
+            true => Lane::Bulk,
+            false => Lane::Priority,
+        }
+    }
+
+    /// Moves to `lane` if that is bulk; nothing goes back from bulk to priority.
+    pub(crate) fn set(&self, lane: Lane) {
+        if lane == Lane::Bulk {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 /// The queues a connection task reports to: the bulk lane, and the priority lane where its
@@ -62,7 +93,7 @@ pub(crate) struct Lanes<T> {
 
 impl<T> Lanes<T> {
     /// The sender of `lane` (the bulk one where there is no priority lane).
-    fn sender(&self, lane: Lane) -> &mpsc::Sender<T> {
+    pub(crate) fn sender(&self, lane: Lane) -> &mpsc::Sender<T> {
         match (lane, &self.priority) {
             (Lane::Priority, Some(priority)) => priority,
             _ => &self.bulk,
@@ -107,8 +138,11 @@ pub(crate) struct DriveOptions {
     /// Which connection of its socket this is (1 for the first that completes the handshake).
     pub(crate) epoch: u64,
     /// Bytes of received messages not yet taken by the socket's owner, shared by its
-    /// connections (the router's); `None` bounds by message count only.
-    pub(crate) inbound: Option<InboundBudget>,
+    /// connections (the router's), one budget per lane (bulk, priority), so a bulk backlog never
+    /// holds a priority message at the door; `None` bounds by message count only.
+    pub(crate) inbound: Option<(InboundBudget, InboundBudget)>,
+    /// The lane this connection reports on (see [`Lane`]).
+    pub(crate) lane: Arc<LaneCell>,
     /// A router connection's outgoing bytes, written by the socket's owner as it sends (see
     /// [`Outbound`]); `None` for a dealer's, whose messages come through `control`.
     pub(crate) outbound: Option<Arc<Outbound>>,
@@ -147,7 +181,8 @@ async fn drive_stream<T>(
     options: &DriveOptions,
 ) -> (CloseReason, bool) {
     let mut was_ready = false;
-    let mut lane = Lane::Priority;
+    // Messages reported on the priority lane before the owner admitted the peer.
+    let mut unadmitted_on_priority = 0u32;
     let mut ending: Option<CloseReason> = None;
     // The shared outgoing buffer, once the connection is ready and the owner writes through it.
     let mut opened: Option<&Outbound> = None;
@@ -172,6 +207,9 @@ async fn drive_stream<T>(
             return (reason, was_ready);
         }
         while let Some(event) = conn.poll_event() {
+            // Read once: the message is charged to and sent on the same lane (the router gives
+            // its bytes back to the budget of the lane it came from).
+            let mut lane = options.lane.get();
             let message = match event {
                 Event::Ready(info) => {
                     was_ready = true;
@@ -187,7 +225,15 @@ async fn drive_stream<T>(
                     Up::Ready(info)
                 }
                 Event::Message(parts) => {
-                    if let Some(inbound) = &options.inbound {
+                    if slot.is_some() && lane == Lane::Priority {
+                        unadmitted_on_priority += 1;
+                        if unadmitted_on_priority > PRE_AUTH_PRIORITY {
+                            options.lane.set(Lane::Bulk);
+                            lane = Lane::Bulk;
+                        }
+                    }
+                    if let Some((bulk, priority)) = &options.inbound {
+                        let inbound = if lane == Lane::Priority { priority } else { bulk };
                         inbound.take(inbound.charge(message_bytes(&parts))).await;
                     }
                     Up::Message(parts)
@@ -239,7 +285,7 @@ async fn drive_stream<T>(
                 let mut command = command;
                 let mut batch = 0;
                 loop {
-                    match apply(&mut conn, &mut slot, &mut lane, options, command) {
+                    match apply(&mut conn, &mut slot, options, command) {
                         Ok(bytes) => batch += bytes,
                         Err(reason) => {
                             ending = Some(reason);
@@ -265,7 +311,6 @@ async fn drive_stream<T>(
 fn apply(
     conn: &mut Connection,
     slot: &mut Option<Slot>,
-    lane: &mut Lane,
     options: &DriveOptions,
     command: Option<Control>,
 ) -> Result<usize, CloseReason> {
@@ -278,13 +323,9 @@ fn apply(
             }
             Ok(size)
         }
-        Some(Control::Authenticated(next)) => {
+        Some(Control::Authenticated) => {
             conn.set_authenticated();
             drop(slot.take());
-            // Never back from bulk to priority: a later message must not pass an earlier one.
-            if next == Lane::Bulk {
-                *lane = Lane::Bulk;
-            }
             Ok(0)
         }
         Some(Control::Close(reason)) => {

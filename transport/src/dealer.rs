@@ -1,5 +1,6 @@
 //! DEALER: one outgoing connection, re-established with backoff whenever it drops.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::zmtp::{Connection, Heartbeat, Limits, PeerInfo, SocketType};
@@ -8,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Up};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, LaneCell, Lanes, Up};
 use crate::router::SendError;
 
 /// Dealer settings.
@@ -150,7 +151,7 @@ impl Dealer {
 
     /// Switches the current connection to post-authentication limits.
     pub async fn mark_authenticated(&self) -> Result<(), SendError> {
-        self.control.send(Control::Authenticated(Lane::Bulk)).await.map_err(|_| SendError::NotConnected)
+        self.control.send(Control::Authenticated).await.map_err(|_| SendError::NotConnected)
     }
 
     /// The next event.
@@ -197,6 +198,7 @@ async fn run(
                     epoch: epoch + 1,
                     inbound: None,
                     outbound: None,
+                    lane: Arc::new(LaneCell::new(Lane::Bulk)),
                 };
                 let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, None, &options).await;
                 tracing::debug!(%addr, %reason, "connection closed; reconnecting");

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, Slot};
 use crate::budget::{message_bytes, InboundBudget};
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Up};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, LaneCell, Lanes, Up};
 use crate::outbound::Outbound;
 
 /// A connection's handle on this router. Never reused within one router.
@@ -115,6 +115,7 @@ pub enum SendError {
 struct PeerHandle {
     control: mpsc::Sender<Control>,
     outbound: Arc<Outbound>,
+    lane: Arc<LaneCell>,
 }
 
 type Peers = Arc<Mutex<HashMap<PeerId, PeerHandle>>>;
@@ -133,7 +134,8 @@ pub struct Router {
     /// Priority events taken in a row while bulk ones waited (see [`PRIORITY_RUN`]).
     priority_run: usize,
     peers: Peers,
-    inbound: InboundBudget,
+    /// The byte budgets of received messages: the bulk lane's, then the priority lane's.
+    inbound: (InboundBudget, InboundBudget),
     send_queue_bytes: usize,
     /// Buffers holding messages until [`Router::release_held`], in the order they were held.
     held: Mutex<Vec<Arc<Outbound>>>,
@@ -157,7 +159,10 @@ impl Router {
         let (priority_tx, priority) = mpsc::channel(config.event_queue);
         let lanes = Arc::new(Lanes { bulk: events_tx, priority: Some(priority_tx) });
         let peers: Peers = Arc::default();
-        let inbound = InboundBudget::new(config.event_queue_bytes);
+        // The priority lane has a budget of its own (a quarter more), so a bulk backlog that
+        // fills the bulk one never keeps a priority message waiting at the door.
+        let inbound =
+            (InboundBudget::new(config.event_queue_bytes), InboundBudget::new((config.event_queue_bytes / 4).max(1)));
         let send_queue_bytes = config.send_queue_bytes;
         let accept_task = tokio::spawn(accept_loop(listener, config, lanes, peers.clone(), inbound.clone()));
         Ok(Router {
@@ -219,7 +224,8 @@ impl Router {
             (Some(_), Lane::Bulk) => self.priority_run = 0,
         }
         if let Some(RouterEvent::Message { parts, .. }) = &event {
-            self.inbound.give_back(self.inbound.charge(message_bytes(parts)));
+            let inbound = if lane == Lane::Priority { &self.inbound.1 } else { &self.inbound.0 };
+            inbound.give_back(inbound.charge(message_bytes(parts)));
         }
         event
     }
@@ -260,7 +266,11 @@ impl Router {
     /// Tells the connection its peer is authenticated (see [`Limits`]), and which lane its
     /// messages take from now on (see [`Lane`]: a bulk peer never comes back to priority).
     pub fn mark_authenticated(&self, peer: PeerId, lane: Lane) -> Result<(), SendError> {
-        self.control(peer, Control::Authenticated(lane))
+        // The lane at once, so that whatever the peer sends after a verdict sent next goes on it.
+        if let Some(handle) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get(&peer) {
+            handle.lane.set(lane);
+        }
+        self.control(peer, Control::Authenticated)
     }
 
     /// Closes a peer's connection, sending it a ZMTP ERROR with `reason`.
@@ -320,7 +330,7 @@ async fn accept_loop(
     config: RouterConfig,
     lanes: Arc<Lanes<RouterEvent>>,
     peers: Peers,
-    inbound: InboundBudget,
+    inbound: (InboundBudget, InboundBudget),
 ) {
     let admission = Admission::new(config.max_pending_total, config.max_pending_per_ip);
     let mut full = Refusals::new("as many connections as allowed (max_connections) are open; refusing");
@@ -353,13 +363,16 @@ async fn accept_loop(
         let peer = PeerId(next_id.fetch_add(1, Ordering::Relaxed));
         let (control_tx, control_rx) = mpsc::channel(config.send_queue);
         let outbound = Arc::new(Outbound::default());
+        let lane = Arc::new(LaneCell::new(Lane::Priority));
         let options = DriveOptions {
             write_timeout: config.write_timeout,
             epoch: 1,
             inbound: Some(inbound.clone()),
             outbound: Some(outbound.clone()),
+            lane: lane.clone(),
         };
-        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, PeerHandle { control: control_tx, outbound });
+        let handle = PeerHandle { control: control_tx, outbound, lane };
+        peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, handle);
         let open = Open::counted(&live);
         tokio::spawn(serve(
             open,
@@ -418,12 +431,13 @@ async fn serve(
         Up::Message(parts) => RouterEvent::Message { peer, parts },
     };
     let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, Some(slot), &options).await;
+    let lane = options.lane.get();
     // The socket is closed (`drive` owned it): its descriptor is free again.
     drop(open);
     peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);
     tracing::debug!(%addr, peer = peer.0, %reason, "connection closed");
     if was_ready {
-        // On the bulk lane: whatever the peer sent on the priority lane is read before it.
-        let _ = lanes.bulk.send(RouterEvent::Disconnected { peer, reason }).await;
+        // On the lane the peer's last messages took, so it is read after them.
+        let _ = lanes.sender(lane).send(RouterEvent::Disconnected { peer, reason }).await;
     }
 }

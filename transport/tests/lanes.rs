@@ -1,6 +1,8 @@
 //! The router's two lanes: what a peer on the priority lane sends is read before a backlog of
 //! bulk, one peer's messages keep their order across its move to bulk, and a full priority lane
-//! still lets bulk through. And its door: no more connections than `max_connections`.
+//! still lets bulk through, a peer never admitted gets no more priority than its handshake, and a
+//! disconnection comes after what the peer sent. And its door: no more connections than
+//! `max_connections`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -120,4 +122,67 @@ async fn connections_past_the_cap_are_closed_at_the_door() {
     let read = timeout(Duration::from_secs(2), another.read(&mut greeting)).await.expect("greeted in time");
     assert!(read.is_ok_and(|n| n > 0), "the connection after one went is kept and greeted");
     assert_eq!(router.connection_count(), 3);
+}
+
+/// A peer the owner has not admitted gets the priority lane for its handshake only: past a few
+/// messages the rest of what it sends waits behind the bulk already queued.
+#[tokio::test]
+async fn an_unadmitted_peer_gets_no_more_priority_than_a_handshake_needs() {
+    let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
+    let minion = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
+    let minion_peer = connected(&mut router).await;
+    router.mark_authenticated(minion_peer, Lane::Bulk).unwrap();
+    let stranger = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
+    let stranger_peer = connected(&mut router).await;
+    settle().await;
+    minion.send(vec![b"return".to_vec()]).await.unwrap();
+    settle().await;
+    for _ in 0..40 {
+        stranger.send(vec![b"noise".to_vec()]).await.unwrap();
+    }
+    settle().await;
+    let mut before = 0;
+    loop {
+        match next(&mut router).await {
+            RouterEvent::Message { peer, .. } if peer == minion_peer => break,
+            RouterEvent::Message { peer, .. } if peer == stranger_peer => before += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(before <= 8, "{before} messages of a peer never admitted were read before a minion's return");
+}
+
+/// A client's disconnection is read after what it sent, even when the priority lane is long
+/// enough that bulk takes its turn before the client's messages are reached.
+#[tokio::test]
+async fn a_clients_disconnection_comes_after_its_messages() {
+    let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
+    let busy = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
+    let busy_peer = connected(&mut router).await;
+    router.mark_authenticated(busy_peer, Lane::Priority).unwrap();
+    let client = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
+    let client_peer = connected(&mut router).await;
+    router.mark_authenticated(client_peer, Lane::Priority).unwrap();
+    settle().await;
+    for _ in 0..100u32 {
+        busy.send(vec![b"busy".to_vec()]).await.unwrap();
+    }
+    settle().await;
+    for i in 0..3u32 {
+        client.send(vec![format!("request-{i}").into_bytes()]).await.unwrap();
+    }
+    settle().await;
+    drop(client);
+    settle().await;
+    let mut from_client = Vec::new();
+    while from_client.last().map(String::as_str) != Some("gone") {
+        match next(&mut router).await {
+            RouterEvent::Message { peer, parts } if peer == client_peer => {
+                from_client.push(String::from_utf8(parts.concat()).unwrap())
+            }
+            RouterEvent::Disconnected { peer, .. } if peer == client_peer => from_client.push("gone".into()),
+            _ => {}
+        }
+    }
+    assert_eq!(from_client, ["request-0", "request-1", "request-2", "gone"]);
 }
