@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use halite_protocol::enrollment;
 use halite_protocol::message::{
-    ApiTokenInfo, JobFilter, JobSummary, KeyInfo, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody,
-    TokenInfo, TokenSummary,
+    ApiTokenInfo, JobFilter, JobSummary, KeyInfo, MinionInfo, MinionPages, PrincipalAcl, PrincipalInfo, RequestBody,
+    ResponseBody, TokenInfo, TokenSummary,
 };
 
 use crate::{Client, ClientError};
@@ -140,32 +140,19 @@ impl Client {
     /// presence, grains and functions, in id order. Asked for a page at a time
     /// ([`Client::minion_page`]), so a large fleet never holds the master's loop for long.
     pub async fn minions(&self, pattern: &str) -> Result<Vec<MinionInfo>, ClientError> {
-        let mut minions = Vec::new();
-        let mut after = None;
+        let mut pages = MinionPages::new();
         loop {
-            let page = self.minion_page(pattern, after.clone(), MINION_PAGE).await?;
-            // A master from before pages answers every match, from the first, whatever it is
-            // asked: what came first was all of them.
-            if let (Some(after), Some(first)) = (&after, page.first()) {
-                if first.id <= *after {
-                    return Ok(minions);
-                }
+            let page = self.minion_page(pattern, pages.after(), MINION_PAGE).await?;
+            if pages.add(page, MINION_PAGE) {
+                return Ok(pages.into_minions());
             }
-            // Shorter than asked: the last page. Longer: that master's whole answer.
-            let last = page.len() != MINION_PAGE as usize;
-            minions.extend(page);
-            if last {
-                return Ok(minions);
-            }
-            after = minions.last().map(|m| m.id.clone());
         }
     }
 
     /// One page of [`Client::minions`]: at most `limit` (the master caps it at
     /// [`MINION_LIST_PAGE_MAX`](halite_protocol::message::MINION_LIST_PAGE_MAX)) after the id
-    /// `after`, in id order. A page shorter than asked
-    /// for is the last; one longer is every match (a master from before pages ignores
-    /// `after` and `limit`). [`Client::minions`] pages through them all.
+    /// `after`, in id order; [`MinionPages`] tells when the list is whole (a master from before
+    /// pages ignores `after` and `limit`). [`Client::minions`] pages through them all.
     pub async fn minion_page(
         &self,
         pattern: &str,

@@ -409,11 +409,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // records a burst of returns.
                 self.drain_net(BATCH - 1).await;
             }
-            Input::Local(command) => {
-                if let Err(error) = self.on_local(command).await {
-                    warn!(%error, "store failure while handling a gateway request");
-                }
-            }
+            Input::Local(command) => self.answer_local(command).await,
             Input::Relay(done) => {
                 if let Err(error) = self.relay_finished(done).await {
                     warn!(%error, "recording a relay failed");
@@ -474,13 +470,18 @@ impl<S: Store, N: Net> Master<S, N> {
         self.next_timeout().map(|at| if woken_by_time && at <= now { now + RETRY_EVERY } else { at })
     }
 
+    /// Answers one gateway request.
+    async fn answer_local(&mut self, command: LocalCommand) {
+        if let Err(error) = self.on_local(command).await {
+            warn!(%error, "store failure while handling a gateway request");
+        }
+    }
+
     /// Answers the gateway's requests already waiting, a batch at most.
     async fn answer_waiting_locals(&mut self) {
         for _ in 0..BATCH {
             let Some(command) = self.local_rx.as_mut().and_then(|rx| rx.try_recv().ok()) else { return };
-            if let Err(error) = self.on_local(command).await {
-                warn!(%error, "store failure while handling a gateway request");
-            }
+            self.answer_local(command).await;
         }
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::swarm::Figures;
 use crate::{http, wait_for, Cluster};
 
 /// Answer times, milliseconds, of each way in.
@@ -18,6 +19,14 @@ pub struct Answers {
     pub cli_ms: Vec<f64>,
     /// `GET /v1/minions/<one id>` on the gateway.
     pub gateway_ms: Vec<f64>,
+}
+
+impl Answers {
+    /// Adds their figures (median and p99 of each way in), named for what went on `during`.
+    pub fn report(mut self, figures: &mut Figures, during: &str) {
+        figures.add(format!("during {during}: the CLI's answer (a whole process)"), &mut self.cli_ms, "ms");
+        figures.add(format!("during {during}: the gateway's answer"), &mut self.gateway_ms, "ms");
+    }
 }
 
 /// A running probe; [`Probe::stop`] ends it and gives its answer times.

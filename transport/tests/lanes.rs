@@ -24,6 +24,16 @@ async fn connected(router: &mut Router) -> PeerId {
     }
 }
 
+/// A dealer connected to `router`, its handle there, and (with `lane`) admitted to that lane.
+async fn dealer(router: &mut Router, lane: Option<Lane>) -> (Dealer, PeerId) {
+    let dealer = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
+    let peer = connected(router).await;
+    if let Some(lane) = lane {
+        router.mark_authenticated(peer, lane).unwrap();
+    }
+    (dealer, peer)
+}
+
 /// Lets what was sent reach the router's queues (it takes none meanwhile).
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -32,8 +42,7 @@ async fn settle() {
 #[tokio::test]
 async fn a_priority_peers_message_passes_a_bulk_backlog_and_each_peer_keeps_its_order() {
     let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
-    let minion = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let minion_peer = connected(&mut router).await;
+    let (minion, minion_peer) = dealer(&mut router, None).await;
     // Sent before the move: these stay on the priority lane.
     minion.send(vec![b"before-1".to_vec()]).await.unwrap();
     minion.send(vec![b"before-2".to_vec()]).await.unwrap();
@@ -67,12 +76,8 @@ async fn a_priority_peers_message_passes_a_bulk_backlog_and_each_peer_keeps_its_
 #[tokio::test]
 async fn a_full_priority_lane_still_lets_bulk_through() {
     let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
-    let minion = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let minion_peer = connected(&mut router).await;
-    router.mark_authenticated(minion_peer, Lane::Bulk).unwrap();
-    let flooder = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let flooder_peer = connected(&mut router).await;
-    router.mark_authenticated(flooder_peer, Lane::Priority).unwrap();
+    let (minion, minion_peer) = dealer(&mut router, Some(Lane::Bulk)).await;
+    let (flooder, _) = dealer(&mut router, Some(Lane::Priority)).await;
     settle().await;
     minion.send(vec![b"return".to_vec()]).await.unwrap();
     for _ in 0..1_000 {
@@ -129,11 +134,8 @@ async fn connections_past_the_cap_are_closed_at_the_door() {
 #[tokio::test]
 async fn an_unadmitted_peer_gets_no_more_priority_than_a_handshake_needs() {
     let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
-    let minion = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let minion_peer = connected(&mut router).await;
-    router.mark_authenticated(minion_peer, Lane::Bulk).unwrap();
-    let stranger = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let stranger_peer = connected(&mut router).await;
+    let (minion, minion_peer) = dealer(&mut router, Some(Lane::Bulk)).await;
+    let (stranger, stranger_peer) = dealer(&mut router, None).await;
     settle().await;
     minion.send(vec![b"return".to_vec()]).await.unwrap();
     settle().await;
@@ -157,12 +159,8 @@ async fn an_unadmitted_peer_gets_no_more_priority_than_a_handshake_needs() {
 #[tokio::test]
 async fn a_clients_disconnection_comes_after_its_messages() {
     let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
-    let busy = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let busy_peer = connected(&mut router).await;
-    router.mark_authenticated(busy_peer, Lane::Priority).unwrap();
-    let client = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
-    let client_peer = connected(&mut router).await;
-    router.mark_authenticated(client_peer, Lane::Priority).unwrap();
+    let (busy, _) = dealer(&mut router, Some(Lane::Priority)).await;
+    let (client, client_peer) = dealer(&mut router, Some(Lane::Priority)).await;
     settle().await;
     for _ in 0..100u32 {
         busy.send(vec![b"busy".to_vec()]).await.unwrap();

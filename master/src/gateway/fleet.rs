@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use halite_protocol::enrollment;
-use halite_protocol::message::{MinionInfo, RequestBody, ResponseBody};
+use halite_protocol::message::{MinionPages, RequestBody, ResponseBody};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -50,18 +50,14 @@ pub(super) struct Pattern {
 async fn list_minions(Authed(mut s): Authed, Query(q): Query<Pattern>) -> ApiResult {
     const PAGE: u32 = 1_000;
     let pattern = q.pattern.unwrap_or_else(|| "*".into());
-    let mut minions = Vec::new();
+    let mut pages = MinionPages::new();
     loop {
-        let after = minions.last().map(|m: &MinionInfo| m.id.clone());
-        let ResponseBody::Minions(page) =
-            s.request(RequestBody::MinionList { pattern: pattern.clone(), after, limit: Some(PAGE) }).await?
-        else {
+        let body = RequestBody::MinionList { pattern: pattern.clone(), after: pages.after(), limit: Some(PAGE) };
+        let ResponseBody::Minions(page) = s.request(body).await? else {
             return Err(unexpected());
         };
-        let last = page.len() < PAGE as usize;
-        minions.extend(page);
-        if last {
-            return ok("minions", minions);
+        if pages.add(page, PAGE) {
+            return ok("minions", pages.into_minions());
         }
     }
 }

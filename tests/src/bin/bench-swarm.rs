@@ -145,14 +145,9 @@ fn main() {
                 samples.push(ping(&client, "swarm-*", max, 0).await.as_secs_f64() * 1000.0);
             }
             let cpu = cpu_time(master_pid).saturating_sub(cpu_before);
-            let mut answers = probe.stop();
+            let answers = probe.stop();
             figures.add(format!("fan-out test.ping, publish → last return, {max} minions"), &mut samples, "ms");
-            figures.add(
-                format!("during fan-outs to {max}: the CLI's answer (a whole process)"),
-                &mut answers.cli_ms,
-                "ms",
-            );
-            figures.add(format!("during fan-outs to {max}: the gateway's answer"), &mut answers.gateway_ms, "ms");
+            answers.report(&mut figures, &format!("fan-outs to {max}"));
             figures.add(
                 format!("fan-out test.ping, master CPU per targeted minion, {max} minions"),
                 &mut [cpu.as_secs_f64() * 1e6 / (10 * max) as f64],
@@ -172,14 +167,9 @@ fn main() {
                 let listed: Vec<serde_json::Value> = serde_json::from_str(&listed.stdout).expect("a JSON list");
                 assert_eq!(listed.len(), max, "every minion listed");
             }
-            let mut answers = probe.stop();
+            let answers = probe.stop();
             figures.add(format!("`halite minions list` of all {max} (JSON, paged)"), &mut listings, "s");
-            figures.add(
-                format!("during listings of {max}: the CLI's answer (a whole process)"),
-                &mut answers.cli_ms,
-                "ms",
-            );
-            figures.add(format!("during listings of {max}: the gateway's answer"), &mut answers.gateway_ms, "ms");
+            answers.report(&mut figures, &format!("listings of {max}"));
 
             // Reconnect storm.
             drop(client);
