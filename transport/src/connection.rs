@@ -56,30 +56,46 @@ pub enum Lane {
 /// Messages a connection not yet admitted sends on the priority lane: its handshake's.
 const PRE_AUTH_PRIORITY: u32 = 8;
 
-/// A connection's lane, set by the socket's owner (at once, not through the control queue) and
-/// read by the connection's task for every message it reports.
+/// A connection's standing, set by the socket's owner at once (not through the control queue,
+/// which the connection task may read after the peer's next bytes) and read by the connection's
+/// task before it reads: its lane, for every message it reports, and whether the peer is
+/// authenticated, so a request the peer sends as soon as it has its verdict is held to the
+/// post-authentication limits even if the task has not yet seen the control queue.
 #[derive(Debug)]
-pub(crate) struct LaneCell(std::sync::atomic::AtomicBool);
+pub(crate) struct LaneCell(std::sync::atomic::AtomicU8);
+
+const BULK: u8 = 1;
+const AUTHENTICATED: u8 = 2;
 
 impl LaneCell {
-    /// A cell starting on `lane`.
+    /// A cell starting on `lane`, not authenticated.
     pub(crate) fn new(lane: Lane) -> LaneCell {
-        LaneCell(std::sync::atomic::AtomicBool::new(lane == Lane::Bulk))
+        LaneCell(std::sync::atomic::AtomicU8::new(if lane == Lane::Bulk { BULK } else { 0 }))
     }
 
     /// The lane now.
     pub(crate) fn get(&self) -> Lane {
-        match self.0.load(std::sync::atomic::Ordering::Acquire) {
-            true => Lane::Bulk,
-            false => Lane::Priority,
+        match self.0.load(std::sync::atomic::Ordering::Acquire) & BULK {
+            0 => Lane::Priority,
+            _ => Lane::Bulk,
         }
     }
 
     /// Moves to `lane` if that is bulk; nothing goes back from bulk to priority.
     pub(crate) fn set(&self, lane: Lane) {
         if lane == Lane::Bulk {
-            self.0.store(true, std::sync::atomic::Ordering::Release);
+            self.0.fetch_or(BULK, std::sync::atomic::Ordering::AcqRel);
         }
+    }
+
+    /// The owner authenticated the peer: from now on the post-authentication limits apply.
+    pub(crate) fn authenticate(&self) {
+        self.0.fetch_or(AUTHENTICATED, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether the owner authenticated the peer.
+    pub(crate) fn is_authenticated(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) & AUTHENTICATED != 0
     }
 }
 
@@ -267,6 +283,9 @@ async fn drive_stream<T>(
                 let read = READ_BUF.with(|buf| {
                     let mut buf = buf.borrow_mut();
                     let n = stream.try_read(&mut buf)?;
+                    if options.lane.is_authenticated() {
+                        authenticate(&mut conn, &mut slot);
+                    }
                     conn.handle_input(&buf[..n], std::time::Instant::now());
                     Ok::<usize, io::Error>(n)
                 });
@@ -324,8 +343,7 @@ fn apply(
             Ok(size)
         }
         Some(Control::Authenticated) => {
-            conn.set_authenticated();
-            drop(slot.take());
+            authenticate(conn, slot);
             Ok(0)
         }
         Some(Control::Close(reason)) => {
@@ -373,4 +391,10 @@ async fn sleep_until(deadline: Option<std::time::Instant>) {
     if let Some(deadline) = deadline {
         tokio::time::sleep_until(Instant::from_std(deadline)).await;
     }
+}
+
+/// Post-authentication limits from now on, and the pre-authentication admission slot freed.
+fn authenticate(conn: &mut Connection, slot: &mut Option<Slot>) {
+    conn.set_authenticated();
+    drop(slot.take());
 }

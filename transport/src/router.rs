@@ -266,11 +266,20 @@ impl Router {
     /// Tells the connection its peer is authenticated (see [`Limits`]), and which lane its
     /// messages take from now on (see [`Lane`]: a bulk peer never comes back to priority).
     pub fn mark_authenticated(&self, peer: PeerId, lane: Lane) -> Result<(), SendError> {
-        // The lane at once, so that whatever the peer sends after a verdict sent next goes on it.
+        self.set_standing(peer, lane);
+        // Also through the queue: the connection frees its admission slot without waiting
+        // for the peer's next bytes.
+        self.control(peer, Control::Authenticated)
+    }
+
+    /// The peer's lane and authentication, at once: whatever it sends once it has a verdict
+    /// sent next goes on this lane and is held to the post-authentication limits, even if its
+    /// connection's task reads those bytes before it reads the control queue.
+    fn set_standing(&self, peer: PeerId, lane: Lane) {
         if let Some(handle) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get(&peer) {
             handle.lane.set(lane);
+            handle.lane.authenticate();
         }
-        self.control(peer, Control::Authenticated)
     }
 
     /// Closes a peer's connection, sending it a ZMTP ERROR with `reason`.
@@ -439,5 +448,52 @@ async fn serve(
     if was_ready {
         // On the lane the peer's last messages took, so it is read after them.
         let _ = lanes.sender(lane).send(RouterEvent::Disconnected { peer, reason }).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use tokio::time::timeout;
+
+    use super::*;
+    use crate::{Dealer, DealerConfig, DealerEvent};
+
+    async fn next(router: &mut Router) -> RouterEvent {
+        timeout(Duration::from_secs(5), router.recv()).await.expect("an event in time").expect("the router runs")
+    }
+
+    /// The master admits a client and sends its verdict; the client sends a request larger
+    /// than the pre-authentication limit as soon as the verdict arrives. The connection's task
+    /// may read that request before it reads the admission from its control queue (both are
+    /// ready when it wakes): the request must still be taken. Here the control queue is never
+    /// told, which is the case where the task reads the request first, made certain.
+    #[tokio::test]
+    async fn a_request_read_before_the_admission_in_the_queue_is_held_to_the_admitted_limits() {
+        let mut router = Router::bind("127.0.0.1:0", RouterConfig::default()).await.unwrap();
+        let mut client = Dealer::connect(router.local_addr().to_string(), DealerConfig::default());
+        let peer = match next(&mut router).await {
+            RouterEvent::Connected { peer, .. } => peer,
+            other => panic!("{other:?}"),
+        };
+        router.set_standing(peer, Lane::Priority);
+        router.send(peer, vec![b"welcome".to_vec()]).unwrap();
+        loop {
+            match timeout(Duration::from_secs(5), client.recv()).await.expect("the verdict in time").unwrap() {
+                DealerEvent::Message(_) => break,
+                DealerEvent::Connected(_) => continue,
+                other => panic!("{other:?}"),
+            }
+        }
+        let request = vec![7u8; 64 * 1024];
+        assert!(request.len() as u64 > halite_protocol::zmtp::Limits::default().max_message_size_pre_auth);
+        client.send(vec![request.clone()]).await.unwrap();
+        match next(&mut router).await {
+            RouterEvent::Message { parts, .. } => assert_eq!(parts, vec![request]),
+            other => panic!("the request was refused: {other:?}"),
+        }
     }
 }
