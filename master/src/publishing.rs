@@ -106,16 +106,28 @@ impl<S: Store, N: Net> Master<S, N> {
                 &self.config.nodegroups,
             ),
         };
-        let targets: Vec<String> = self
-            .registry
-            .accepted_ids()
-            .iter()
-            .filter(|id| {
-                let grains = self.registry.grains(id);
-                view.contains(id, grains) && expr.matches(id, grains)
-            })
-            .cloned()
-            .collect();
+        let in_view = |id: &&str| {
+            let grains = self.registry.grains(id);
+            view.contains(id, grains) && expr.matches(id, grains)
+        };
+        // A target that names its minions outright (one id, a list) is looked up, not matched
+        // against the whole fleet: most jobs an engine sends go to one server. Sorted either
+        // way (the unknown ids are told apart by a binary search).
+        let targets: Vec<String> = match expr.named_ids() {
+            Some(named) => {
+                let mut targets: Vec<String> = named
+                    .into_iter()
+                    .filter(|id| self.registry.has_accepted(id))
+                    .filter(in_view)
+                    .map(str::to_owned)
+                    .collect();
+                targets.sort_unstable();
+                targets
+            }
+            None => {
+                self.registry.accepted_ids().iter().map(String::as_str).filter(in_view).map(str::to_owned).collect()
+            }
+        };
         // Ids the target names that match no minion in view: shown as unknown, each in its
         // own final slot, rather than silently left out. One outside the caller's view is
         // unknown to it exactly like one that does not exist.

@@ -98,14 +98,22 @@ impl OwnServer {
     }
 
     fn signal(&self, signal: &str) {
+        let pids: Vec<String> = self.pids().iter().map(u32::to_string).collect();
+        let status = Command::new("kill").arg(signal).args(&pids).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pids:?}");
+    }
+
+    /// The server's processes now: the postmaster and its children (one backend per
+    /// connection, and the server's own workers).
+    pub fn pids(&self) -> Vec<u32> {
         let pid_file = std::fs::read_to_string(self.dir.join("data/postmaster.pid")).unwrap_or_default();
         let postmaster = pid_file.lines().next().unwrap_or_default().trim().to_owned();
         assert!(!postmaster.is_empty(), "no postmaster.pid in {}", self.dir.display());
         let children = Command::new("pgrep").args(["-P", &postmaster]).output().map(|o| o.stdout).unwrap_or_default();
-        let mut pids = vec![postmaster];
-        pids.extend(String::from_utf8_lossy(&children).split_whitespace().map(str::to_owned));
-        let status = Command::new("kill").arg(signal).args(&pids).status();
-        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pids:?}");
+        std::iter::once(postmaster.as_str())
+            .chain(String::from_utf8_lossy(&children).split_whitespace())
+            .filter_map(|pid| pid.parse().ok())
+            .collect()
     }
 
     /// Starts it again on the same port.

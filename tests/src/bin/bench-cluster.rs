@@ -26,7 +26,7 @@ use halite_tests::Cluster;
 
 /// Sequential single-minion jobs timed on `cluster` (one swarm minion), and their rate as a
 /// share of the floor's (`floor`, jobs/s).
-async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str, floor: f64) {
+async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str, floor: f64, database: Option<&OwnServer>) {
     let _swarm = start_swarm(cluster, &cluster.config, 0, 1, &[]);
     let client = connect(&cluster.config).await;
     wait_connected(&client, 1).await;
@@ -35,11 +35,29 @@ async fn sequential(cluster: &Cluster, figures: &mut Figures, store: &str, floor
     }
     let jobs = std::env::var("HALITE_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let mut latencies = Vec::with_capacity(jobs);
+    // The master's CPU per job: unlike the rate, it hardly moves with what else the machine runs.
+    let master = cluster.master_pid().expect("the master runs");
+    let cpu_before = halite_tests::bench::cpu_time(master);
+    // The database server's too: its backends live as long as the master's connections.
+    let database_pids = database.map(OwnServer::pids).unwrap_or_default();
+    let database_cpu =
+        || database_pids.iter().map(|&pid| halite_tests::bench::cpu_time(pid)).sum::<std::time::Duration>();
+    let database_before = database_cpu();
     let started = Instant::now();
     for _ in 0..jobs {
         latencies.push(ping(&client, "swarm-00000", 1, 0).await.as_secs_f64() * 1000.0);
     }
     let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    let cpu = halite_tests::bench::cpu_time(master).saturating_sub(cpu_before);
+    figures.add(format!("{store}: sequential, master CPU per job"), &mut [cpu.as_secs_f64() * 1e6 / jobs as f64], "µs");
+    if database.is_some() {
+        let cpu = database_cpu().saturating_sub(database_before);
+        figures.add(
+            format!("{store}: sequential, database server CPU per job"),
+            &mut [cpu.as_secs_f64() * 1e6 / jobs as f64],
+            "µs",
+        );
+    }
     figures.add(format!("{store}: sequential test.ping to one minion, round trip"), &mut latencies, "ms");
     figures.add(format!("{store}: sequential test.ping to one minion, jobs/s"), &mut [rate], "jobs/s");
     figures.add(format!("{store}: sequential, halite / floor"), &mut [100.0 * rate / floor], "%");
@@ -139,10 +157,10 @@ fn main() {
         let floor = floor(&mut figures);
         {
             let sqlite = Cluster::start_with(tuning, "warn");
-            sequential(&sqlite, &mut figures, "SQLite", floor).await;
+            sequential(&sqlite, &mut figures, "SQLite", floor, None).await;
         }
         let mut cluster = Cluster::start_with(&format!("{tuning}[store]\nurl = {:?}\n", server.url), "warn");
-        sequential(&cluster, &mut figures, "PostgreSQL", floor).await;
+        sequential(&cluster, &mut figures, "PostgreSQL", floor, Some(&server)).await;
         if sequential_only {
             return;
         }
