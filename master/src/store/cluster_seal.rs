@@ -79,17 +79,56 @@ pub(crate) fn envelope(payload: &str) -> Result<Envelope<'_>, Refused> {
     Ok(Envelope { signer, signature, body })
 }
 
-/// Whether the envelope's body says it comes from the process `me`: this master hears its own
-/// announcements, and drops them before checking their signature (a verification costs more
-/// than the rest of a sequential job's work on the master). A forged one that claims to be
-/// from `me` is dropped all the same, as it would be once checked.
-pub(crate) fn claims_to_be_from(envelope: &Envelope<'_>, me: &str) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Sender<'a> {
-        #[serde(borrow)]
-        from: std::borrow::Cow<'a, str>,
+/// The announcements this process sent lately, by a keyed hash of their payload. A master
+/// hears its own announcements back through `LISTEN`: one it sent is dropped without checking
+/// its signature (a verification costs more than the rest of a sequential job's work on the
+/// master), while one that only claims to come from this process is checked, refused and
+/// counted as any other. One heard back after more than [`OWN_REMEMBERED`] later ones is
+/// checked too, and then dropped as this process's own.
+#[derive(Debug, Default)]
+pub(crate) struct OwnAnnouncements {
+    keys: std::collections::hash_map::RandomState,
+    recent: std::sync::Mutex<(std::collections::VecDeque<u64>, std::collections::HashSet<u64>)>,
+}
+
+/// How many of its own announcements a master remembers (two per job; heard back within
+/// milliseconds unless the listening connection lags).
+pub(crate) const OWN_REMEMBERED: usize = 8_192;
+
+impl OwnAnnouncements {
+    fn fingerprint(&self, payload: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.keys, payload)
     }
-    serde_json::from_str::<Sender<'_>>(envelope.body).is_ok_and(|body| body.from == me)
+
+    /// Remembers a payload this process is sending.
+    pub(crate) fn sent(&self, payload: &str) {
+        let fingerprint = self.fingerprint(payload);
+        let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (order, set) = &mut *recent;
+        if set.insert(fingerprint) {
+            order.push_back(fingerprint);
+        }
+        while order.len() > OWN_REMEMBERED {
+            if let Some(oldest) = order.pop_front() {
+                set.remove(&oldest);
+            }
+        }
+    }
+
+    /// Whether `payload` is one this process sent and has not heard back yet (it is then
+    /// forgotten: the same payload again is checked as any other).
+    pub(crate) fn heard(&self, payload: &str) -> bool {
+        let fingerprint = self.fingerprint(payload);
+        let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (order, set) = &mut *recent;
+        if !set.remove(&fingerprint) {
+            return false;
+        }
+        if let Some(at) = order.iter().position(|f| *f == fingerprint) {
+            order.remove(at);
+        }
+        true
+    }
 }
 
 /// Checks the signature of an envelope whose signer is trusted, and reads its body.
@@ -162,18 +201,25 @@ mod tests {
     }
 
     #[test]
-    fn only_a_body_from_this_process_is_taken_for_its_own() {
+    fn only_a_payload_this_process_sent_is_taken_for_its_own_and_once() {
+        let own = OwnAnnouncements::default();
         let one = trust(1);
-        let payload = seal(&one, &body(1, 5));
-        let sealed = envelope(&payload).unwrap();
-        assert!(claims_to_be_from(&sealed, "p1"));
-        assert!(!claims_to_be_from(&sealed, "p2"));
-        assert!(!claims_to_be_from(&sealed, "p"));
-        // A name escaped in JSON is compared as the name it stands for.
-        let escaped = format!("halite1 {} {} {}", "00".repeat(32), "00".repeat(64), r#"{"from":"p\u0031"}"#);
-        assert!(claims_to_be_from(&envelope(&escaped).unwrap(), "p1"));
-        let garbage = format!("halite1 {} {} not json", "00".repeat(32), "00".repeat(64));
-        assert!(!claims_to_be_from(&envelope(&garbage).unwrap(), "p1"));
+        let sent = seal(&one, &body(1, 5));
+        own.sent(&sent);
+        // A forgery claiming the same process (a database role knows its name): not taken.
+        let forged = format!("halite1 {} {} {}", "00".repeat(32), "00".repeat(64), body(1, 5));
+        assert!(!own.heard(&forged));
+        assert!(own.heard(&sent));
+        // The same payload again (a replay) is checked as any other.
+        assert!(!own.heard(&sent));
+        // Bounded: the oldest are forgotten.
+        let payloads: Vec<String> = (0..OWN_REMEMBERED as u64 + 1).map(|seq| body(seq + 2, 5)).collect();
+        for payload in &payloads {
+            own.sent(payload);
+        }
+        assert!(!own.heard(&payloads[0]));
+        assert!(own.heard(&payloads[1]));
+        assert!(own.heard(&payloads[OWN_REMEMBERED]));
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct PostgresStore {
     /// The number of this process's last announcement (see `cluster_seal.rs`); held while one
     /// is queued, so they are queued in the order of their numbers.
     announced: Arc<std::sync::Mutex<u64>>,
+    /// What this process announced lately, to know it when heard back (see `cluster_seal.rs`).
+    own: Arc<super::cluster_seal::OwnAnnouncements>,
 }
 
 /// Announcements queued at most; past it one is dropped with a warning (the database is then
@@ -223,6 +225,7 @@ impl PostgresStore {
             hot: Arc::new(Mutex::new(None)),
             trust: Arc::default(),
             announced: Arc::default(),
+            own: Arc::default(),
         };
         if signed.is_none() {
             store.trust.found_legacy_rows();
@@ -534,11 +537,11 @@ impl PostgresStore {
         me: &str,
         guard: &mut super::cluster_seal::ReplayGuard,
     ) -> Result<Option<super::Announcement>, super::cluster_seal::Refused> {
-        use super::cluster_seal::{claims_to_be_from, envelope, open, Refused};
-        let sealed = envelope(payload)?;
-        if claims_to_be_from(&sealed, me) {
+        use super::cluster_seal::{envelope, open, Refused};
+        if self.own.heard(payload) {
             return Ok(None);
         }
+        let sealed = envelope(payload)?;
         let trust = self.trust.get();
         let signer = match self.trusted_signer(&trust, Some(sealed.signer.as_slice())).await {
             Ok(signer) => signer?,
@@ -764,8 +767,10 @@ impl Store for PostgresStore {
             let at = self.database_ms();
             let mut seq = self.announced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let body = super::cluster::Announcement::payload(&self.instance, *seq + 1, at, change);
+            let payload = super::cluster_seal::seal(&trust, &body);
+            self.own.sent(&payload);
             self.announcements
-                .try_send(super::cluster_seal::seal(&trust, &body))
+                .try_send(payload)
                 .map_err(|_| StoreError::Unavailable("too many announcements waiting to be sent".into()))?;
             *seq += 1;
             Ok(())
