@@ -62,19 +62,19 @@ const PRE_AUTH_PRIORITY: u32 = 8;
 /// authenticated, so a request the peer sends as soon as it has its verdict is held to the
 /// post-authentication limits even if the task has not yet seen the control queue.
 #[derive(Debug)]
-pub(crate) struct LaneCell(std::sync::atomic::AtomicU8);
+pub(crate) struct Standing(std::sync::atomic::AtomicU8);
 
 const BULK: u8 = 1;
 const AUTHENTICATED: u8 = 2;
 
-impl LaneCell {
+impl Standing {
     /// A cell starting on `lane`, not authenticated.
-    pub(crate) fn new(lane: Lane) -> LaneCell {
-        LaneCell(std::sync::atomic::AtomicU8::new(if lane == Lane::Bulk { BULK } else { 0 }))
+    pub(crate) fn new(lane: Lane) -> Standing {
+        Standing(std::sync::atomic::AtomicU8::new(if lane == Lane::Bulk { BULK } else { 0 }))
     }
 
     /// The lane now.
-    pub(crate) fn get(&self) -> Lane {
+    pub(crate) fn lane(&self) -> Lane {
         match self.0.load(std::sync::atomic::Ordering::Acquire) & BULK {
             0 => Lane::Priority,
             _ => Lane::Bulk,
@@ -82,7 +82,7 @@ impl LaneCell {
     }
 
     /// Moves to `lane` if that is bulk; nothing goes back from bulk to priority.
-    pub(crate) fn set(&self, lane: Lane) {
+    pub(crate) fn move_to(&self, lane: Lane) {
         if lane == Lane::Bulk {
             self.0.fetch_or(BULK, std::sync::atomic::Ordering::AcqRel);
         }
@@ -158,7 +158,7 @@ pub(crate) struct DriveOptions {
     /// holds a priority message at the door; `None` bounds by message count only.
     pub(crate) inbound: Option<(InboundBudget, InboundBudget)>,
     /// The lane this connection reports on (see [`Lane`]).
-    pub(crate) lane: Arc<LaneCell>,
+    pub(crate) standing: Arc<Standing>,
     /// A router connection's outgoing bytes, written by the socket's owner as it sends (see
     /// [`Outbound`]); `None` for a dealer's, whose messages come through `control`.
     pub(crate) outbound: Option<Arc<Outbound>>,
@@ -225,7 +225,7 @@ async fn drive_stream<T>(
         while let Some(event) = conn.poll_event() {
             // Read once: the message is charged to and sent on the same lane (the router gives
             // its bytes back to the budget of the lane it came from).
-            let mut lane = options.lane.get();
+            let mut lane = options.standing.lane();
             let message = match event {
                 Event::Ready(info) => {
                     was_ready = true;
@@ -244,7 +244,7 @@ async fn drive_stream<T>(
                     if slot.is_some() && lane == Lane::Priority {
                         unadmitted_on_priority += 1;
                         if unadmitted_on_priority > PRE_AUTH_PRIORITY {
-                            options.lane.set(Lane::Bulk);
+                            options.standing.move_to(Lane::Bulk);
                             lane = Lane::Bulk;
                         }
                     }
@@ -283,7 +283,7 @@ async fn drive_stream<T>(
                 let read = READ_BUF.with(|buf| {
                     let mut buf = buf.borrow_mut();
                     let n = stream.try_read(&mut buf)?;
-                    if options.lane.is_authenticated() {
+                    if options.standing.is_authenticated() {
                         authenticate(&mut conn, &mut slot);
                     }
                     conn.handle_input(&buf[..n], std::time::Instant::now());

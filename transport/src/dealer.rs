@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, LaneCell, Lanes, Up};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Standing, Up};
 use crate::router::SendError;
 
 /// Dealer settings.
@@ -198,7 +198,7 @@ async fn run(
                     epoch: epoch + 1,
                     inbound: None,
                     outbound: None,
-                    lane: Arc::new(LaneCell::new(Lane::Bulk)),
+                    standing: Arc::new(Standing::new(Lane::Bulk)),
                 };
                 let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, None, &options).await;
                 tracing::debug!(%addr, %reason, "connection closed; reconnecting");

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, Slot};
 use crate::budget::{message_bytes, InboundBudget};
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, LaneCell, Lanes, Up};
+use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Standing, Up};
 use crate::outbound::Outbound;
 
 /// A connection's handle on this router. Never reused within one router.
@@ -115,7 +115,7 @@ pub enum SendError {
 struct PeerHandle {
     control: mpsc::Sender<Control>,
     outbound: Arc<Outbound>,
-    lane: Arc<LaneCell>,
+    standing: Arc<Standing>,
 }
 
 type Peers = Arc<Mutex<HashMap<PeerId, PeerHandle>>>;
@@ -277,8 +277,8 @@ impl Router {
     /// connection's task reads those bytes before it reads the control queue.
     fn set_standing(&self, peer: PeerId, lane: Lane) {
         if let Some(handle) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get(&peer) {
-            handle.lane.set(lane);
-            handle.lane.authenticate();
+            handle.standing.move_to(lane);
+            handle.standing.authenticate();
         }
     }
 
@@ -372,15 +372,15 @@ async fn accept_loop(
         let peer = PeerId(next_id.fetch_add(1, Ordering::Relaxed));
         let (control_tx, control_rx) = mpsc::channel(config.send_queue);
         let outbound = Arc::new(Outbound::default());
-        let lane = Arc::new(LaneCell::new(Lane::Priority));
+        let standing = Arc::new(Standing::new(Lane::Priority));
         let options = DriveOptions {
             write_timeout: config.write_timeout,
             epoch: 1,
             inbound: Some(inbound.clone()),
             outbound: Some(outbound.clone()),
-            lane: lane.clone(),
+            standing: standing.clone(),
         };
-        let handle = PeerHandle { control: control_tx, outbound, lane };
+        let handle = PeerHandle { control: control_tx, outbound, standing };
         peers.lock().unwrap_or_else(PoisonError::into_inner).insert(peer, handle);
         let open = Open::counted(&live);
         tokio::spawn(serve(
@@ -440,7 +440,7 @@ async fn serve(
         Up::Message(parts) => RouterEvent::Message { peer, parts },
     };
     let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, Some(slot), &options).await;
-    let lane = options.lane.get();
+    let lane = options.standing.lane();
     // The socket is closed (`drive` owned it): its descriptor is free again.
     drop(open);
     peers.lock().unwrap_or_else(PoisonError::into_inner).remove(&peer);

@@ -83,12 +83,15 @@ pub(crate) fn envelope(payload: &str) -> Result<Envelope<'_>, Refused> {
 /// hears its own announcements back through `LISTEN`: one it sent is dropped without checking
 /// its signature (a verification costs more than the rest of a sequential job's work on the
 /// master), while one that only claims to come from this process is checked, refused and
-/// counted as any other. One heard back after more than [`OWN_REMEMBERED`] later ones is
-/// checked too, and then dropped as this process's own.
+/// counted as any other. One heard back after more than [`OWN_REMEMBERED`] later ones were sent
+/// is checked too, and then dropped as this process's own.
 #[derive(Debug, Default)]
 pub(crate) struct OwnAnnouncements {
     keys: std::collections::hash_map::RandomState,
-    recent: std::sync::Mutex<(std::collections::VecDeque<u64>, std::collections::HashSet<u64>)>,
+    /// The fingerprints not heard back yet, and the last sent in the order they were sent (a
+    /// fingerprint heard back stays in the order until it is the oldest: payloads are unique,
+    /// each carrying its number).
+    recent: std::sync::Mutex<(std::collections::HashSet<u64>, std::collections::VecDeque<u64>)>,
 }
 
 /// How many of its own announcements a master remembers (two per job; heard back within
@@ -104,13 +107,12 @@ impl OwnAnnouncements {
     pub(crate) fn sent(&self, payload: &str) {
         let fingerprint = self.fingerprint(payload);
         let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (order, set) = &mut *recent;
-        if set.insert(fingerprint) {
-            order.push_back(fingerprint);
-        }
-        while order.len() > OWN_REMEMBERED {
+        let (unheard, order) = &mut *recent;
+        unheard.insert(fingerprint);
+        order.push_back(fingerprint);
+        if order.len() > OWN_REMEMBERED {
             if let Some(oldest) = order.pop_front() {
-                set.remove(&oldest);
+                unheard.remove(&oldest);
             }
         }
     }
@@ -119,15 +121,7 @@ impl OwnAnnouncements {
     /// forgotten: the same payload again is checked as any other).
     pub(crate) fn heard(&self, payload: &str) -> bool {
         let fingerprint = self.fingerprint(payload);
-        let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (order, set) = &mut *recent;
-        if !set.remove(&fingerprint) {
-            return false;
-        }
-        if let Some(at) = order.iter().position(|f| *f == fingerprint) {
-            order.remove(at);
-        }
-        true
+        self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.remove(&fingerprint)
     }
 }
 
