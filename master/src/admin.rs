@@ -435,7 +435,7 @@ impl<S: Store, N: Net> Master<S, N> {
             let event_state = to.map_or("deleted", |s| s.as_str());
             self.emit_shared(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
-                self.pending.minions.remove(&key.id);
+                self.pending.drop_minion(&key.id);
                 self.store.delete_minion(&key.id).await.map_err(RequestError::from)?;
                 self.registry.forget_minion(&key.id);
             }

@@ -314,9 +314,7 @@ impl<S: Store, N: Net> Master<S, N> {
             (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.unpark(peer),
             (Some(Conn::Minion { id, .. }), _) if self.sessions.went_offline(&id, peer) => {
                 self.touch(&id);
-                if self.cluster.shared {
-                    self.pending.left.push(id);
-                }
+                self.cluster.left_here(id);
             }
             // An in-process session is told why it ends (its queue closes right after).
             (Some(Conn::Local { tx, .. }), Some(reason)) => {

@@ -22,16 +22,14 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Queues a change for the other masters sharing the store (nothing without any): the loop
     /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
     pub(crate) fn tell_masters(&mut self, change: ClusterChange) {
-        if self.cluster.shared {
-            self.pending.announcements.push(change);
-        }
+        self.cluster.tell(change);
     }
 
     /// Tells the other masters what the step queued, in order. One that cannot be sent is
     /// logged, not an error of the request: the change is stored, and a master that missed an
     /// announcement rereads everything when its listening connection comes back.
     pub(crate) async fn send_announcements(&mut self) {
-        for change in std::mem::take(&mut self.pending.announcements) {
+        for change in self.cluster.take_told() {
             for part in change.split() {
                 if let Err(error) = self.store.announce(&part).await {
                     warn!(%error, "could not tell the other masters of a change");
@@ -102,14 +100,10 @@ impl<S: Store, N: Net> Master<S, N> {
     /// states of every job it holds, so each view (watchers, bus, deadlines) follows the store.
     pub(crate) async fn resync(&mut self) -> Result<(), StoreError> {
         // Said once per gap: while the store does not answer, this is tried again every 100 ms.
-        if self.cluster.resync_attempts == 0 {
+        let (first, gap_began) = self.cluster.resync_begins(self.clock.wall_ms());
+        if first {
             info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
         }
-        let lead = crate::core::cluster_view::GAP_LEAD.as_millis() as u64;
-        let noticed = self.clock.wall_ms();
-        let gap_began =
-            *self.cluster.gap_began_ms.get_or_insert(noticed.saturating_sub(lead).max(self.cluster.joined_ms));
-        self.cluster.resync_attempts += 1;
         self.reload_accepted().await?;
         self.reload_principals().await?;
         let online: Vec<String> = self.sessions.online_ids().cloned().collect();
@@ -133,7 +127,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // Slots this master decided are written first: its own view is then what the store says.
         self.flush().await;
-        if !self.pending.states.is_empty() {
+        if self.pending.has_states() {
             return Err(StoreError::Unavailable("job states could not be written".into()));
         }
         let held = self.jobs.jids();
@@ -145,9 +139,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // And those published and ended while this master heard nothing.
         self.adopt_jobs_published_since(gap_began).await?;
-        self.cluster.needs_resync = false;
-        self.cluster.resync_attempts = 0;
-        self.cluster.gap_began_ms = None;
+        self.cluster.resynced();
         Ok(())
     }
 
@@ -156,7 +148,7 @@ impl<S: Store, N: Net> Master<S, N> {
     fn drop_if_unaccepted(&mut self, id: &str) {
         if !self.registry.has_accepted(id) {
             self.registry.forget_minion(id);
-            self.pending.minions.remove(id);
+            self.pending.drop_minion(id);
         }
         let Some(peer) = self.sessions.peer_of(id) else { return };
         let key = match self.sessions.get(&peer) {

@@ -56,7 +56,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let job = LiveJob::new(record, slots, Vec::new());
         if job.rollout.is_some() && !job.is_done() {
             // This master starts the targets it serves by the same rule.
-            self.pending.rollouts_due.insert(job.record.jid.clone());
+            self.rollout_queue.due(&job.record.jid);
         }
         // Its rollout hears only the events published after it.
         self.hear_events();

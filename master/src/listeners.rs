@@ -21,7 +21,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// `deploy.apply` job (stored and announced now, so its group, which hears the
     /// announcement, moves on in the same step).
     pub(crate) async fn hear_moves(&mut self) {
-        for moved in std::mem::take(&mut self.pending.moved) {
+        for moved in self.hearing.take_moves() {
             self.count_slot_end(&moved);
             self.rollout_target_finished(&moved.jid, moved.at);
             if moved.deploy {
@@ -39,7 +39,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// rollout hears only the events published after it started, and an event about a job is
     /// judged (who may receive it) while the job lives.
     pub(crate) fn hear_events(&mut self) {
-        for (tag, data) in std::mem::take(&mut self.pending.heard) {
+        for (tag, data) in self.hearing.take_events() {
             self.rollouts_hear(&tag, &data);
             self.groups_hear(&tag, &data);
         }

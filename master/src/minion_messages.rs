@@ -82,7 +82,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             },
             Message::JobReturn(mut ret) => {
-                if !self.pending.may_hold_return(size) || self.store_in_doubt() {
+                if self.store_in_doubt() || !self.pending.hold_return(size) {
                     // The store does not answer (or the bound is reached): this return stays in
                     // the minion's outbox, and the minion is asked for it again once the store
                     // answers and this master has reread it. Nothing is told meanwhile that the
@@ -90,10 +90,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     if self.notices.ready("store:held_returns", std::time::Duration::from_secs(10), self.clock.now()) {
                         warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
                     }
-                    self.pending.owed.insert(id.to_owned());
+                    self.pending.owe(id);
                     return Ok(());
                 }
-                self.pending.held_return_bytes += size;
                 ret.minion = id.to_owned();
                 if let Some(why) = limits::oversized_return(&ret, size, self.config.max_return_bytes) {
                     warn!(minion = id, jid = %ret.jid, "{why}");
@@ -126,7 +125,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 // Acknowledged only once stored (at the end of this step): the minion keeps it
                 // in its outbox until then.
-                self.pending.acks.push((peer, jid));
+                self.pending.ack_once_stored(peer, jid);
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
@@ -305,6 +304,6 @@ impl<S: Store, N: Net> Master<S, N> {
             functions: entry.functions.clone(),
             last_seen_ms: entry.last_seen_ms,
         };
-        self.pending.minions.insert(id.to_owned(), record);
+        self.pending.put_minion(record);
     }
 }

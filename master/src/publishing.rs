@@ -324,7 +324,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.notify(&jid, &id, state, None);
         }
         if rolled_out {
-            self.pending.rollouts_due.insert(jid.clone());
+            self.rollout_queue.due(&jid);
         }
         self.finish_if_done(&jid);
         // Then the publisher's answer, still before any update of the job (those leave when

@@ -29,14 +29,14 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Decides every rollout whose job changed in this step, and when woken by time those whose wait
     /// has passed.
     pub(crate) async fn advance_rollouts(&mut self, tick: bool) {
-        for (jid, reason) in std::mem::take(&mut self.pending.rollout_aborts) {
+        for (jid, reason) in self.rollout_queue.take_aborts() {
             if let Err(error) = self.stop_rollout(&jid, reason).await {
                 warn!(%error, %jid, "stopping a rollout failed");
             }
         }
         // The targets the stopped rollouts skipped are heard before deciding what is due.
         self.hear_moves().await;
-        let mut due = std::mem::take(&mut self.pending.rollouts_due);
+        let mut due = self.rollout_queue.take_due();
         if tick {
             let now = self.clock.now();
             let waited = self
@@ -113,7 +113,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn rollout_target_finished(&mut self, jid: &str, at: Instant) {
         if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
             run.target_finished(at);
-            self.pending.rollouts_due.insert(jid.to_owned());
+            self.rollout_queue.due(jid);
         }
     }
 
@@ -161,7 +161,7 @@ impl<S: Store, N: Net> Master<S, N> {
         };
         self.emit(format!("halite/job/{jid}/rollout/{word}"), json!({ "reason": reason }));
         self.tell_masters(ClusterChange::Rollout { jid: jid.to_owned() });
-        self.pending.rollouts_due.insert(jid.to_owned());
+        self.rollout_queue.due(jid);
         Ok(true)
     }
 
@@ -180,7 +180,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if stopped {
             self.skip_queued(jid);
         }
-        self.pending.rollouts_due.insert(jid.to_owned());
+        self.rollout_queue.due(jid);
         Ok(())
     }
 
@@ -254,7 +254,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 aborts.push((jid.to_owned(), abort_reason(pattern, tag)));
             }
         }
-        self.pending.rollout_aborts.extend(aborts);
+        self.rollout_queue.abort(aborts);
     }
 }
 

@@ -41,7 +41,7 @@ use crate::gateway::local::LocalCommand;
 use crate::keys::PendingLimits;
 use crate::limits;
 use crate::net::Net;
-use crate::store::{ClusterChange, MinionRecord, Store, StoreError};
+use crate::store::{ClusterChange, Store, StoreError};
 
 /// The `request` an `error` refusing a subscription names.
 pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
@@ -113,10 +113,14 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) cluster: crate::core::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
     pub(crate) pending: PendingWrites,
+    /// Slot ends and events the step's listeners have not heard yet (`listeners.rs`).
+    pub(crate) hearing: crate::core::hearing::Hearing,
+    /// Rollouts the end of the step decides or stops.
+    pub(crate) rollout_queue: crate::core::rollout_queue::RolloutQueue,
     /// What each watching client is told at the end of the step.
     pub(crate) watchers: Watchers,
     /// Deployment groups this master drives.
-    pub(crate) groups: crate::deploy::groups::GroupRuns,
+    pub(crate) groups: crate::core::group_runs::GroupRuns,
     /// `deploy.apply` jobs in flight: jid → deployment id.
     pub(crate) deploy_jobs: HashMap<String, String>,
     /// Sends deployment signals to engines.
@@ -201,6 +205,8 @@ impl<S: Store, N: Net> Master<S, N> {
             pending_limits,
             keys_refused: 0,
             pending: PendingWrites::default(),
+            hearing: Default::default(),
+            rollout_queue: Default::default(),
             undelivered: HashMap::new(),
             cluster: crate::core::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
@@ -251,7 +257,7 @@ impl<S: Store, N: Net> Master<S, N> {
             let job = LiveJob::new(record, minions, Vec::new());
             if job.rollout.is_some() {
                 // A rollout goes on from where it was, at the first step.
-                master.pending.rollouts_due.insert(job.record.jid.clone());
+                master.rollout_queue.due(&job.record.jid);
             }
             master.jobs.insert(job);
         }
@@ -272,9 +278,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// sharing the store: for events no other master derives itself (minion events, keys,
     /// deployments; a job's returns and end are derived by each master from its slots).
     pub(crate) fn emit_shared(&mut self, tag: String, data: Value) {
-        if self.cluster.shared {
-            self.pending.shared_events.push((tag.clone(), data.clone()));
-        }
+        self.cluster.share_event(&tag, &data);
         self.emit(tag, data);
     }
 
@@ -285,8 +289,8 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
         // Kept for the listeners only while one exists: a fan-out's returns are not copied for
         // nobody (a listener that starts later hears only what comes after it).
-        if self.jobs.has_rollouts() || !self.groups.abort_on.is_empty() || !self.groups.of_deployment.is_empty() {
-            self.pending.heard.push((tag.clone(), data.clone()));
+        if self.jobs.has_rollouts() || self.groups.listening() {
+            self.hearing.event(tag.clone(), data.clone());
         }
         let seq = self.event_log.record(&tag, &data);
         if self.bus.is_empty() {
@@ -360,8 +364,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let (_cluster_tx, mut cluster) = mpsc::channel(1);
         if let Some(rx) = self.store.changes() {
             cluster = rx;
-            self.cluster = crate::core::cluster_view::ClusterView::shared();
-            self.cluster.joined_ms = self.clock.wall_ms();
+            self.cluster = crate::core::cluster_view::ClusterView::shared(self.clock.wall_ms());
             // Who is connected where: every running master answers.
             self.tell_masters(crate::store::ClusterChange::RollCall);
             self.send_announcements().await;
@@ -421,7 +424,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
                     // Not lost: everything is reread once the store answers (`on_tick`).
                     warn!(%error, "store failure while applying another master's change; rereading the store");
-                    self.cluster.needs_resync = true;
+                    self.cluster.lost_track();
                 }
             }
             Input::Tick => {
@@ -505,8 +508,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Writes the batched state changes in one transaction, then acknowledges the returns they
     /// include: a minion drops a return from its outbox only once it is stored.
     async fn write_pending(&mut self) {
-        if !self.pending.minions.is_empty() {
-            let records: Vec<MinionRecord> = self.pending.minions.drain().map(|(_, r)| r).collect();
+        let records = self.pending.take_minions();
+        if !records.is_empty() {
             let started = self.clock.now();
             let stored = self.store.put_minions(&records).await;
             self.metrics.store_call("put_minions", self.clock.now().saturating_duration_since(started), stored.is_ok());
@@ -515,12 +518,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     if self.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
                         warn!(%error, minions = records.len(), "recording presence failed; retrying every 100 ms");
                     }
-                    // Kept for the next flush, unless a newer entry of the same minion came meanwhile.
-                    for record in records {
-                        self.pending.minions.entry(record.id.clone()).or_insert(record);
-                    }
+                    self.pending.keep_minions(records);
                 }
-                Ok(()) if self.cluster.shared => {
+                Ok(()) if self.cluster.is_shared() => {
                     // Stored first, so the other masters read the entries they are told of.
                     let ids = records.into_iter().map(|r| r.id).filter(|id| self.sessions.is_online(id)).collect();
                     self.tell_masters(ClusterChange::Here { ids });
@@ -528,11 +528,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(()) => {}
             }
         }
-        if !self.pending.left.is_empty() {
-            let ids = std::mem::take(&mut self.pending.left);
+        let ids = self.cluster.take_left_here();
+        if !ids.is_empty() {
             self.tell_masters(ClusterChange::Left { ids });
         }
-        for (tag, data) in std::mem::take(&mut self.pending.shared_events) {
+        for (tag, data) in self.cluster.take_shared_events() {
             self.share_event(tag, data).await;
         }
         // Watchers first (sent means written to their sockets): what they are told is already
@@ -540,7 +540,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // only after it.
         self.send_watcher_batches();
         self.net.release_held();
-        if self.pending.states.is_empty() && self.pending.acks.is_empty() {
+        if !self.pending.has_states() {
             self.tell_stored_finals().await;
             self.ask_owed_returns();
             return;
@@ -558,22 +558,16 @@ impl<S: Store, N: Net> Master<S, N> {
             if self.notices.ready("store:states", Duration::from_secs(10), self.clock.now()) {
                 warn!(%error, changes = changes.len(), "recording job states failed; retrying every 100 ms");
             }
-            self.pending.restore_states(changes, acks);
-            self.pending.write_failed = true;
+            self.pending.write_failed_for(changes, acks);
             return;
         }
-        if std::mem::take(&mut self.pending.write_failed) {
-            // Decided while the store did not answer: another master may have recorded some of
-            // these slots first, and the store keeps the first final state.
-            self.pending.finals_in_doubt = true;
-        }
+        self.pending.written();
         for (peer, jid) in acks {
             self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
-        self.pending.held_return_bytes = 0;
         self.tell_stored_finals().await;
         self.ask_owed_returns();
-        if self.cluster.shared {
+        if self.cluster.is_shared() {
             self.tell_slots(&changes);
         }
     }
@@ -719,14 +713,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.tell_masters(ClusterChange::Alive);
         }
         self.follow_the_store(now).await;
-        let in_doubt = self.store_in_doubt();
-        if std::mem::replace(&mut self.pending.in_doubt, in_doubt) && !in_doubt {
-            self.pending.deadlines_resume_at = Some(now + crate::core::writes::RESEND_GRACE);
-        }
-        if self.pending.deadlines_resume_at.is_some_and(|at| now >= at) {
-            self.pending.deadlines_resume_at = None;
-        }
-        let deadlines_wait = in_doubt || self.pending.deadlines_resume_at.is_some();
+        let deadlines_wait = self.pending.deadlines_wait(self.store_in_doubt(), now);
         for (jid, minion, state) in self.jobs.expired(now) {
             // A master that cannot write decides nothing: another master may be storing this
             // slot's return meanwhile, and the store keeps the first final state. Once it can,
@@ -767,7 +754,7 @@ impl<S: Store, N: Net> Master<S, N> {
             now + Duration::from_millis(at_ms.saturating_sub(self.clock.wall_ms()))
         });
         let rollout_wait = self.jobs.rollout_jobs().filter_map(|job| job.rollout.as_ref()?.not_before).min();
-        let group_wait = self.groups.open.values().flatten().min().copied();
+        let group_wait = self.groups.next_wait();
         let retry = self.retrying().then_some(now + RETRY_EVERY);
         let left_for_next_step = self.left_for_next_step().then_some(now);
         [
@@ -778,7 +765,7 @@ impl<S: Store, N: Net> Master<S, N> {
             rollout_wait,
             group_wait,
             self.cluster.next_due(now),
-            self.pending.deadlines_resume_at,
+            self.pending.deadlines_resume_at(),
             retry,
             left_for_next_step,
         ]
@@ -791,23 +778,13 @@ impl<S: Store, N: Net> Master<S, N> {
     /// store's writes, jobs waiting for room in a send queue, a store to reread, minions owed
     /// a request to send their returns again, final states to tell once stored.
     fn retrying(&self) -> bool {
-        self.pending.write_failed
-            || !self.pending.minions.is_empty()
-            || !self.pending.owed.is_empty()
-            || !self.pending.unreported.is_empty()
-            || !self.undelivered.is_empty()
-            || self.store_in_doubt()
+        self.pending.retrying() || !self.undelivered.is_empty() || self.store_in_doubt()
     }
 
     /// Whether the step left work for the next one: slot ends and events its last part made,
     /// not heard yet, and rollouts or groups that hearing made due (see [`Master::step`]).
     fn left_for_next_step(&self) -> bool {
-        !self.pending.moved.is_empty()
-            || !self.pending.heard.is_empty()
-            || !self.pending.rollouts_due.is_empty()
-            || !self.pending.rollout_aborts.is_empty()
-            || !self.groups.due.is_empty()
-            || !self.groups.aborts.is_empty()
+        !self.hearing.is_empty() || !self.rollout_queue.is_empty() || self.groups.has_work()
     }
 
     /// How long a connection may take to finish its handshake.
@@ -819,14 +796,14 @@ impl<S: Store, N: Net> Master<S, N> {
     /// those written late are first compared with what the store kept, and told as it kept
     /// them. Nothing is told while they are not stored, or cannot be compared.
     async fn tell_stored_finals(&mut self) {
-        if self.pending.unreported.is_empty() || self.pending.write_failed {
+        if !self.pending.finals_to_tell() {
             return;
         }
-        if self.pending.finals_in_doubt {
+        if self.pending.finals_in_doubt() {
             if !self.follow_stored_finals().await {
                 return;
             }
-            self.pending.finals_in_doubt = false;
+            self.pending.finals_checked();
         }
         self.report_stored_finals();
         self.send_watcher_batches();
@@ -837,19 +814,21 @@ impl<S: Store, N: Net> Master<S, N> {
     /// master's came first, this master's view, and what it will tell, follow the store's.
     /// False if the store could not be read (a reread is then due).
     async fn follow_stored_finals(&mut self) -> bool {
-        let jids: Vec<String> = self.pending.unreported.keys().cloned().collect();
+        let jids = self.pending.unreported_jids();
         for jid in jids {
             let stored = match self.store.live_job(&jid).await {
                 Ok(Some((_, states))) => states,
                 Ok(None) => continue,
                 Err(error) => {
                     warn!(%error, %jid, "could not compare a job's final states with the store");
-                    self.cluster.needs_resync = true;
+                    self.cluster.lost_track();
                     return false;
                 }
             };
             // The slots the store kept otherwise, with what it kept.
-            let differing: Vec<(String, MinionJobState)> = self.pending.unreported[&jid]
+            let differing: Vec<(String, MinionJobState)> = self
+                .pending
+                .unreported_of(&jid)
                 .iter()
                 .filter_map(|slot| {
                     let (_, kept) = stored.iter().find(|(minion, _)| *minion == slot.minion)?;
@@ -861,17 +840,13 @@ impl<S: Store, N: Net> Master<S, N> {
                     Ok(mut returns) => returns.pop().map(|(_, ret)| ret),
                     Err(error) => {
                         warn!(%error, %jid, "could not read a return another master stored");
-                        self.cluster.needs_resync = true;
+                        self.cluster.lost_track();
                         return false;
                     }
                 };
                 info!(%jid, %minion, kept = kept.as_str(), "another master recorded this slot first; following the store");
                 self.jobs.correct_final(&jid, &minion, kept);
-                let slots = self.pending.unreported.get_mut(&jid).into_iter().flatten();
-                for slot in slots.filter(|slot| slot.minion == minion) {
-                    slot.state = kept;
-                    slot.ret = ret.clone();
-                }
+                self.pending.follow_stored(&jid, &minion, kept, ret);
             }
         }
         true
@@ -880,10 +855,10 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Minions whose returns were turned away while the store was in doubt send them again
     /// from their outbox when they reconnect: asked (their session closed) once it is not.
     fn ask_owed_returns(&mut self) {
-        if self.pending.owed.is_empty() || self.store_in_doubt() || !self.pending.states.is_empty() {
+        if self.store_in_doubt() {
             return;
         }
-        for id in std::mem::take(&mut self.pending.owed) {
+        for id in self.pending.take_owed_once_written() {
             if let Some(peer) = self.sessions.peer_of(&id) {
                 info!(minion = %id, "the store answers again; asking the minion to send its returns again");
                 self.forget(peer, Some("returns could not be stored; send them again"));
@@ -894,9 +869,9 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Whether the store may not hold what this master would decide now: its last write of job
     /// states failed, or the store was found not answering and has not been reread since.
     pub(crate) fn store_in_doubt(&self) -> bool {
-        self.pending.write_failed
-            || self.cluster.needs_resync
-            || (self.cluster.shared && self.store.interruptions() != self.cluster.interruptions_seen)
+        self.pending.write_failed()
+            || self.cluster.needs_resync()
+            || self.cluster.missed_interruptions(self.store.interruptions())
     }
 
     /// With other masters on the store: after any gap in what this master heard, it rereads the
@@ -904,15 +879,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// store answering again); and every few seconds it compares the jobs it holds with the
     /// store's live ones.
     async fn follow_the_store(&mut self, now: Instant) {
-        if !self.cluster.shared {
+        if !self.cluster.is_shared() {
             return;
         }
-        let interruptions = self.store.interruptions();
-        if interruptions != self.cluster.interruptions_seen {
-            self.cluster.interruptions_seen = interruptions;
-            self.cluster.needs_resync = true;
-        }
-        if self.cluster.needs_resync {
+        self.cluster.note_interruptions(self.store.interruptions());
+        if self.cluster.needs_resync() {
             if let Err(error) = self.resync().await {
                 if self.notices.ready("store:resync", Duration::from_secs(10), now) {
                     warn!(%error, "rereading the store failed; trying again every 100 ms");
@@ -925,7 +896,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.flush().await;
             if let Err(error) = self.sweep_jobs().await {
                 debug!(%error, "comparing live jobs with the store failed");
-                self.cluster.needs_resync = true;
+                self.cluster.lost_track();
             }
         }
     }

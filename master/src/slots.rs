@@ -29,7 +29,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) {
         let at_ms = self.clock.wall_ms();
         let change = StateChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret, at_ms, late };
-        self.pending.states.push(change);
+        self.pending.record(change);
     }
 
     /// Moves a minion's slot to `state` if the transition table allows it, queues it for the
@@ -45,12 +45,12 @@ impl<S: Store, N: Net> Master<S, N> {
         if state != MinionJobState::Running {
             self.record_state(jid, minion, state, ret.clone(), false);
         }
-        if state.is_final() && self.cluster.shared {
+        if state.is_final() && self.cluster.is_shared() {
             // Another master may store a final state for this slot first (the store keeps the
             // first): its watchers and bus hear the one stored, once, after the write.
             self.slot_ended(jid, minion, state, &ret);
             let slot = Unreported { minion: minion.to_owned(), state, ret };
-            self.pending.unreported.entry(jid.to_owned()).or_default().push(slot);
+            self.pending.hold_final(jid, slot);
             return;
         }
         self.slot_moved(jid, minion, state, ret);
@@ -81,7 +81,7 @@ impl<S: Store, N: Net> Master<S, N> {
             created_at_ms: job.record.created_at_ms,
             deploy,
         };
-        self.pending.moved.push(moved);
+        self.hearing.slot_ended(moved);
     }
 
     /// Tells the bus and the job's watchers of a slot's move, and ends the job when every
@@ -102,7 +102,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Tells of the final states decided here once they are stored (see [`Master::set_slot`]):
     /// each as the store holds it, then each job's end, after every one of its slots.
     pub(crate) fn report_stored_finals(&mut self) {
-        for (jid, slots) in std::mem::take(&mut self.pending.unreported) {
+        for (jid, slots) in self.pending.take_unreported() {
             for slot in slots {
                 self.tell_move(&jid, &slot.minion, slot.state, slot.ret);
             }
@@ -120,7 +120,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn finish_if_done(&mut self, jid: &str) {
         // A final state not yet told holds the job's end back (its `ret` comes first).
         let Some(job) = self.jobs.get(jid) else { return };
-        if job.is_done() && !self.pending.unreported.contains_key(jid) {
+        if job.is_done() && !self.pending.holds_final_of(jid) {
             // Announced while still live, so the bus can tell who may see it.
             let ended = crate::core::jobs::how_it_ended(job);
             self.emit(format!("halite/job/{jid}/done"), ended);

@@ -5,6 +5,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use halite_protocol::message::Value;
+
+use crate::store::ClusterChange;
+
 /// How often a master says it is alive.
 pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(2);
 
@@ -15,32 +19,40 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Silence after which a master is taken as gone (three missed heartbeats).
 pub(crate) const GONE_AFTER: Duration = Duration::from_secs(6);
 
-/// The other masters and the minions connected to them.
+/// The other masters and the minions connected to them, whether this master may have missed
+/// what they changed, and what it has to tell them.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterView {
     /// Whether other masters may exist at all (the store carries announcements).
-    pub(crate) shared: bool,
+    shared: bool,
     /// When each master was last heard from.
     heard: HashMap<String, Instant>,
     /// Which master each minion connected elsewhere is on.
     elsewhere: HashMap<String, String>,
     /// When this master last said it is alive.
-    pub(crate) last_alive: Option<Instant>,
+    last_alive: Option<Instant>,
     /// When this master last looked for live jobs it does not hold.
     last_sweep: Option<Instant>,
     /// Whether this master may have missed changes (its listener was cut, the store did not
     /// answer, an announcement could not be applied): it rereads the store until it succeeds.
-    pub(crate) needs_resync: bool,
+    needs_resync: bool,
     /// The store's count of interruptions last seen (see `Store::interruptions`).
-    pub(crate) interruptions_seen: u64,
+    interruptions_seen: u64,
     /// Rereads tried since the last that succeeded.
-    pub(crate) resync_attempts: u64,
+    resync_attempts: u64,
     /// The wall time (ms) from which this master may have missed jobs, while a reread is due:
     /// a little before the gap was noticed (see [`GAP_LEAD`]).
-    pub(crate) gap_began_ms: Option<u64>,
+    gap_began_ms: Option<u64>,
     /// The wall time (ms) this master began following the store: jobs older than that were
     /// never its subscribers' to hear of.
-    pub(crate) joined_ms: u64,
+    joined_ms: u64,
+    /// What to tell the other masters, in order: sent by the loop once the step's writes are
+    /// done (`Master::flush`), so each is already stored when it arrives.
+    told: Vec<ClusterChange>,
+    /// Minions that left this master, told together after the step's writes.
+    left_here: Vec<String>,
+    /// Events published here, for the other masters' subscribers.
+    shared_events: Vec<(String, Value)>,
 }
 
 /// How long before a gap is noticed it may have begun: a silent listener is found within a
@@ -53,9 +65,92 @@ pub(crate) const GAP_LEAD: Duration = Duration::from_secs(90);
 pub(crate) const GAP_JOBS_MAX: usize = 5_000;
 
 impl ClusterView {
-    /// A store other masters may share.
-    pub(crate) fn shared() -> Self {
-        ClusterView { shared: true, ..ClusterView::default() }
+    /// A store other masters may share, followed from `joined_ms` (wall time).
+    pub(crate) fn shared(joined_ms: u64) -> Self {
+        ClusterView { shared: true, joined_ms, ..ClusterView::default() }
+    }
+
+    /// Whether other masters may exist at all.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Queues a change for the other masters (nothing without any).
+    pub(crate) fn tell(&mut self, change: ClusterChange) {
+        if self.shared {
+            self.told.push(change);
+        }
+    }
+
+    /// The changes to tell, in order.
+    pub(crate) fn take_told(&mut self) -> Vec<ClusterChange> {
+        std::mem::take(&mut self.told)
+    }
+
+    /// `minion` left this master: told to the others (nothing without any).
+    pub(crate) fn left_here(&mut self, minion: String) {
+        if self.shared {
+            self.left_here.push(minion);
+        }
+    }
+
+    /// The minions that left this master since the last call.
+    pub(crate) fn take_left_here(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.left_here)
+    }
+
+    /// An event published here, for the other masters' subscribers (nothing without any).
+    pub(crate) fn share_event(&mut self, tag: &str, data: &Value) {
+        if self.shared {
+            self.shared_events.push((tag.to_owned(), data.clone()));
+        }
+    }
+
+    /// The events to share, in order.
+    pub(crate) fn take_shared_events(&mut self) -> Vec<(String, Value)> {
+        std::mem::take(&mut self.shared_events)
+    }
+
+    /// This master may have missed changes: it rereads the store until that succeeds.
+    pub(crate) fn lost_track(&mut self) {
+        self.needs_resync = true;
+    }
+
+    /// Whether a reread of the store is due.
+    pub(crate) fn needs_resync(&self) -> bool {
+        self.needs_resync
+    }
+
+    /// Whether the store was interrupted (its count is `interruptions`) since this master last
+    /// looked: it may have missed changes meanwhile.
+    pub(crate) fn missed_interruptions(&self, interruptions: u64) -> bool {
+        self.shared && interruptions != self.interruptions_seen
+    }
+
+    /// Looks at the store's count of interruptions: one not seen before makes a reread due.
+    pub(crate) fn note_interruptions(&mut self, interruptions: u64) {
+        if interruptions != self.interruptions_seen {
+            self.interruptions_seen = interruptions;
+            self.needs_resync = true;
+        }
+    }
+
+    /// A reread begins, noticed at `noticed_ms` (wall time): whether it is the first of its
+    /// gap, and the wall time from which jobs may have been missed (a little before the gap
+    /// was first noticed, never before this master joined).
+    pub(crate) fn resync_begins(&mut self, noticed_ms: u64) -> (bool, u64) {
+        let first = self.resync_attempts == 0;
+        self.resync_attempts += 1;
+        let lead = GAP_LEAD.as_millis() as u64;
+        let began = *self.gap_began_ms.get_or_insert(noticed_ms.saturating_sub(lead).max(self.joined_ms));
+        (first, began)
+    }
+
+    /// The reread succeeded: this master follows the store again.
+    pub(crate) fn resynced(&mut self) {
+        self.needs_resync = false;
+        self.resync_attempts = 0;
+        self.gap_began_ms = None;
     }
 
     /// Anything from `master` shows it is alive.
@@ -126,7 +221,7 @@ mod tests {
     #[test]
     fn a_minion_is_elsewhere_while_its_master_is_heard_from() {
         let start = Instant::now();
-        let mut view = ClusterView::shared();
+        let mut view = ClusterView::shared(0);
         view.heard_from("b", start);
         view.arrived("web1", "b");
         assert_eq!(view.master_of("web1", start + Duration::from_secs(5)), Some("b"));
@@ -147,9 +242,40 @@ mod tests {
         let start = Instant::now();
         let mut alone = ClusterView::default();
         assert!(!alone.alive_due(start));
-        let mut view = ClusterView::shared();
+        let mut view = ClusterView::shared(0);
         assert!(view.alive_due(start));
         assert!(!view.alive_due(start + Duration::from_secs(1)));
         assert!(view.alive_due(start + ALIVE_EVERY));
+    }
+
+    #[test]
+    fn a_gap_is_dated_from_its_first_notice_and_never_before_joining() {
+        let mut view = ClusterView::shared(1_000_000);
+        view.note_interruptions(0);
+        assert!(!view.needs_resync());
+        assert!(view.missed_interruptions(1));
+        view.note_interruptions(1);
+        assert!(view.needs_resync());
+        let lead = GAP_LEAD.as_millis() as u64;
+        assert_eq!(view.resync_begins(1_000_000 + lead + 5), (true, 1_000_005));
+        assert_eq!(view.resync_begins(9_999_999), (false, 1_000_005), "a retry keeps the gap's start");
+        view.resynced();
+        assert!(!view.needs_resync());
+        assert_eq!(view.resync_begins(1_000_010), (true, 1_000_000), "not before this master joined");
+    }
+
+    #[test]
+    fn nothing_is_told_when_no_other_master_can_exist() {
+        let mut alone = ClusterView::default();
+        alone.tell(ClusterChange::Alive);
+        alone.left_here("web1".into());
+        alone.share_event("t", &Value::Null);
+        assert!(alone.take_told().is_empty() && alone.take_left_here().is_empty());
+        assert!(alone.take_shared_events().is_empty());
+        let mut view = ClusterView::shared(0);
+        view.tell(ClusterChange::Alive);
+        view.left_here("web1".into());
+        assert_eq!(view.take_told(), [ClusterChange::Alive]);
+        assert_eq!(view.take_left_here(), ["web1"]);
     }
 }

@@ -8,9 +8,12 @@
 pub(crate) mod bus;
 pub(crate) mod cluster_view;
 pub(crate) mod event_log;
+pub(crate) mod group_runs;
+pub(crate) mod hearing;
 pub(crate) mod jobs;
 pub(crate) mod registry;
 pub(crate) mod rollout;
+pub(crate) mod rollout_queue;
 pub(crate) mod sessions;
 pub(crate) mod timers;
 pub(crate) mod watchers;

@@ -10,7 +10,7 @@
 //! each one (`Master::hear_events`) before it advances them.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use halite_protocol::message::{
     status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, ResponseBody,
@@ -29,21 +29,6 @@ use crate::store::{GroupRecord, Store, StoreError};
 
 /// Most servers one group deploys to.
 const MAX_GROUP_SERVERS: usize = 10_000;
-
-/// Groups this master drives: by group id, when the next member may start (the rollout's wait).
-#[derive(Debug, Default)]
-pub(crate) struct GroupRuns {
-    /// Open groups this master owns → not before when a member may start.
-    pub(crate) open: BTreeMap<String, Option<Instant>>,
-    /// Their members' deployments → the group.
-    pub(crate) of_deployment: BTreeMap<String, String>,
-    /// Groups to advance at the end of the step.
-    pub(crate) due: std::collections::BTreeSet<String>,
-    /// Open groups' creators and `abort_on` patterns.
-    pub(crate) abort_on: BTreeMap<String, (String, Vec<String>)>,
-    /// Groups an event aborted (group, why), stopped at the end of the step.
-    pub(crate) aborts: Vec<(String, String)>,
-}
 
 /// A member's status as a slot state, for the rollout's decision.
 fn as_slot_state(member_status: &str) -> MinionJobState {
@@ -112,7 +97,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let record = GroupRecord { group, spec, principal: who.name.to_owned(), owner: self.config.id.clone() };
         self.store.put_group(&record, now).await.map_err(RequestError::from)?;
         info!(group = %id, servers = servers.len(), "deployment group created");
-        self.groups.open.insert(id.clone(), None);
+        self.groups.open(&id, None);
         self.advance_group(&id).await.map_err(RequestError::from)?;
         let record = self.store.group(&id).await.map_err(RequestError::from)?;
         record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(&id))
@@ -190,7 +175,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.store.put_group(&record, now).await.map_err(RequestError::from)?;
         info!(group = %id, servers = servers.len(), action = %record.group.action, "deployment group updated in place");
         self.forget_group(id);
-        self.groups.open.insert(id.to_owned(), None);
+        self.groups.open(id, None);
         self.advance_group(id).await.map_err(RequestError::from)?;
         let record = self.store.group(id).await.map_err(RequestError::from)?;
         record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(id))
@@ -215,7 +200,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// An event aborts only groups whose creator may receive it (as for a job's rollout).
     pub(crate) fn groups_hear(&mut self, tag: &str, data: &Value) {
         let mut aborts = Vec::new();
-        for (group, (principal, patterns)) in &self.groups.abort_on {
+        for (group, (principal, patterns)) in self.groups.listeners() {
             // A group's own events never abort it.
             if tag.starts_with("halite/deployment_group/") && tag.contains(group.as_str()) {
                 continue;
@@ -228,39 +213,26 @@ impl<S: Store, N: Net> Master<S, N> {
                 aborts.push((group.clone(), crate::rollout_dispatch::abort_reason(pattern, tag)));
             }
         }
-        self.groups.aborts.extend(aborts);
+        self.groups.abort(aborts);
         let Some(rest) = tag.strip_prefix("halite/deployment/") else { return };
         let Some((deployment, state)) = rest.split_once('/') else { return };
         if state == status::IN_PROGRESS {
             return;
         }
-        if let Some(group) = self.groups.of_deployment.get(deployment).cloned() {
-            if self.groups.open.contains_key(&group) {
-                self.groups.due.insert(group);
-            }
-        }
+        self.groups.deployment_ended(deployment);
     }
 
     /// Advances the groups due (when woken by time, also those whose wait has passed).
     pub(crate) async fn advance_groups(&mut self, tick: bool) {
-        for (id, reason) in std::mem::take(&mut self.groups.aborts) {
+        for (id, reason) in self.groups.take_aborts() {
             if let Err(error) = self.stop_group(&id, reason).await {
                 warn!(%error, group = %id, "stopping a deployment group failed");
             }
         }
-        let mut due: Vec<String> = std::mem::take(&mut self.groups.due).into_iter().collect();
-        if tick {
-            let now = self.clock.now();
-            due.extend(
-                self.groups.open.iter().filter(|(_, at)| at.is_some_and(|at| at <= now)).map(|(g, _)| g.clone()),
-            );
-        }
-        due.sort();
-        due.dedup();
-        for id in due {
+        for id in self.groups.take_due(tick, self.clock.now()) {
             if let Err(error) = self.advance_group(&id).await {
                 warn!(%error, group = %id, "advancing a deployment group failed; tried again in a second");
-                self.groups.open.insert(id, Some(self.clock.now() + Duration::from_secs(1)));
+                self.groups.open(&id, Some(self.clock.now() + Duration::from_secs(1)));
             }
         }
     }
@@ -288,8 +260,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if !record.group.rollout.spec.abort_on.is_empty() {
             // A group hears only the events published after it listens.
             self.hear_events();
-            let abort_on = (record.principal.clone(), record.group.rollout.spec.abort_on.clone());
-            self.groups.abort_on.insert(id.to_owned(), abort_on);
+            self.groups.listen(id, record.principal.clone(), record.group.rollout.spec.abort_on.clone());
         }
         if record.group.status != status::IN_PROGRESS {
             self.forget_group(id);
@@ -304,7 +275,7 @@ impl<S: Store, N: Net> Master<S, N> {
             if is_final(&member.status) || member.status == status::QUEUED {
                 continue;
             }
-            self.groups.of_deployment.insert(deployment.clone(), id.to_owned());
+            self.groups.follow(deployment, id);
             member.status = match self.store.deployment(deployment).await? {
                 Some(d) => d.deployment.status,
                 None => status::FAILED.into(),
@@ -312,7 +283,7 @@ impl<S: Store, N: Net> Master<S, N> {
             finished_now |= is_final(&member.status);
         }
         let mut run = RolloutRun::new(record.group.rollout.clone());
-        let not_before = self.groups.open.get(id).copied().flatten();
+        let not_before = self.groups.not_before(id);
         run.not_before = not_before;
         if finished_now {
             run.target_finished(now);
@@ -348,7 +319,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         };
                         match deployment {
                             Ok(deployment) => {
-                                self.groups.of_deployment.insert(deployment.id.clone(), id.to_owned());
+                                self.groups.follow(&deployment.id, id);
                                 member.deployment_id = Some(deployment.id);
                                 member.status = deployment.status;
                             }
@@ -388,7 +359,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.forget_group(id);
         } else {
             // A wait still ahead wakes the loop when it ends; one passed is done with.
-            self.groups.open.insert(id.to_owned(), run.not_before.filter(|at| *at > now));
+            self.groups.open(id, run.not_before.filter(|at| *at > now));
         }
         Ok(())
     }
@@ -426,9 +397,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     fn forget_group(&mut self, id: &str) {
-        self.groups.open.remove(id);
-        self.groups.abort_on.remove(id);
-        self.groups.of_deployment.retain(|_, group| group != id);
+        self.groups.close(id);
     }
 
     /// After a restart: the groups this master owns go on.
@@ -440,11 +409,11 @@ impl<S: Store, N: Net> Master<S, N> {
             let id = record.group.id.clone();
             for member in &record.group.members {
                 if let Some(deployment) = &member.deployment_id {
-                    self.groups.of_deployment.insert(deployment.clone(), id.clone());
+                    self.groups.follow(deployment, &id);
                 }
             }
-            self.groups.open.insert(id.clone(), None);
-            self.groups.due.insert(id);
+            self.groups.open(&id, None);
+            self.groups.due(&id);
         }
         Ok(())
     }

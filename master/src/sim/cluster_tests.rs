@@ -92,7 +92,7 @@ async fn served_by_b(sim: &mut Sim, id: &str) {
 fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_return() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         served_by_b(&mut sim, "db9").await;
         // Targets resolve against the grains db9 announced on b.
         let mut root = sim.root().await;
@@ -139,7 +139,7 @@ fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_ret
 fn a_slot_whose_master_went_silent_times_out_here() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         served_by_b(&mut sim, "db9").await;
         let mut root = sim.root().await;
         let jid = sim.publish(&mut root, "db9", "test.ping", 1_000, 0).await.unwrap();
@@ -155,7 +155,7 @@ fn a_slot_whose_master_went_silent_times_out_here() {
 fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut web1 = sim.minion("web1").await;
         // Master b published a job to web1 (stored by b), then announced it.
         let job = job_of_b(&sim, "20261122000000000042");
@@ -176,7 +176,7 @@ fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
 fn a_job_whose_master_died_before_announcing_it_is_found_and_carried_out() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut web1 = sim.minion("web1").await;
         // Master b stored a job for web1 and an offline minion, then died before announcing it.
         let job = job_of_b(&sim, "20261122000000000077");
@@ -197,7 +197,7 @@ fn a_job_whose_master_died_before_announcing_it_is_found_and_carried_out() {
 fn a_job_that_ended_elsewhere_before_it_was_announced_here_is_still_heard_whole() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut root = sim.root().await;
         let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
         root.send(&mut sim, &Message::Subscribe(subscribe)).await;
@@ -260,7 +260,7 @@ async fn b_stores_return(sim: &Sim, jid: &str, minion: &str) {
 fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut root = job_watcher(&mut sim).await;
         let job = job_of_b(&sim, "20261122000000000061");
         let jid = job.jid.clone();
@@ -287,7 +287,7 @@ fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
 fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut root = job_watcher(&mut sim).await;
         let job = job_of_b(&sim, "20261122000000000062");
         let jid = job.jid.clone();
@@ -323,7 +323,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
 fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut root = job_watcher(&mut sim).await;
         let job = job_of_b(&sim, "20261122000000000063");
         let jid = job.jid.clone();
@@ -343,7 +343,7 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
 fn a_final_state_decided_while_the_store_was_away_is_told_once_as_the_store_kept_it() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut web1 = sim.minion("web1").await;
         let mut root = sim.root().await;
         let mut watcher = job_watcher(&mut sim).await;
@@ -356,7 +356,7 @@ fn a_final_state_decided_while_the_store_was_away_is_told_once_as_the_store_kept
             &Message::JobReturn(halite_protocol::message::JobReturn { minion: "web1".into(), ..super::ret(&jid) }),
         )
         .await;
-        assert!(sim.master.pending.write_failed);
+        assert!(sim.master.pending.write_failed());
         sim.advance(Duration::from_millis(500)).await;
         assert!(watcher.event_tags(&sim).is_empty(), "nothing is told before it is stored");
         // Meanwhile master b, which took this one for gone, recorded the slot timed out.
@@ -413,7 +413,7 @@ fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
 fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_listener_is_back() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let mut root = job_watcher(&mut sim).await;
         let wall_micros = crate::clock::Clock::wall_ms(&sim.clock) * 1_000;
         // Long before any gap: not this master's subscribers' to hear of.
@@ -451,7 +451,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
 fn finals_written_together_are_told_before_their_jobs_end() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared();
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let _web1 = sim.minion("web1").await;
         let _web2 = sim.minion("web2").await;
         let mut root = sim.root().await;

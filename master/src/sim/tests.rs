@@ -64,14 +64,14 @@ fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_
         let conn = sim.store().take_away().await.expect("open");
         web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
         assert!(!acked(&web1.recv(&sim), &jid), "acknowledged a return that was not stored");
-        assert_eq!(sim.master.pending.states.len(), 1, "the change is kept to be written again");
+        assert_eq!(sim.master.pending.states_waiting(), 1, "the change is kept to be written again");
         sim.store().give_back(conn).await;
         sim.step(Input::Tick).await;
         assert!(acked(&web1.recv(&sim), &jid));
         let (state, stored, _) = state_of(&sim, &jid, "web1").await;
         assert_eq!(state, MinionJobState::Returned);
         assert!(stored.is_some(), "the return is stored");
-        assert!(sim.master.pending.states.is_empty());
+        assert_eq!(sim.master.pending.states_waiting(), 0);
     });
 }
 
@@ -87,11 +87,11 @@ fn returns_past_the_bound_stay_on_the_minion_and_are_asked_for_again_once_the_st
         let jid = sim.publish(&mut root, "web*", "test.ping", 10_000, 0).await.expect("published");
         let conn = sim.store().take_away().await.expect("open");
         web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
-        assert_eq!(sim.master.pending.states.len(), 1, "held for the store");
+        assert_eq!(sim.master.pending.states_waiting(), 1, "held for the store");
         // The bound is reached: web2's return stays on web2.
-        sim.master.pending.held_returns_cap = Some(sim.master.pending.held_return_bytes);
+        sim.master.pending.cap_held_returns_here();
         web2.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web2".into(), ..ret(&jid) })).await;
-        assert_eq!(sim.master.pending.states.len(), 1, "not held: past the bound");
+        assert_eq!(sim.master.pending.states_waiting(), 1, "not held: past the bound");
         assert!(!acked(&web2.recv(&sim), &jid));
         assert_eq!(sim.net.closed(web2.peer), None, "the session stays while the store is away");
         sim.store().give_back(conn).await;
@@ -116,7 +116,7 @@ fn a_return_made_in_time_during_a_store_outage_wins_over_the_deadline_that_passe
         let conn = sim.store().take_away().await.expect("open");
         // web2's return is held; the bound is reached, so web1's stays on web1.
         web2.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web2".into(), ..ret(&jid) })).await;
-        sim.master.pending.held_returns_cap = Some(sim.master.pending.held_return_bytes);
+        sim.master.pending.cap_held_returns_here();
         web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
         // The deadline passes while the store is away.
         sim.advance(Duration::from_secs(20)).await;
@@ -887,10 +887,10 @@ fn work_a_step_leaves_for_the_next_wakes_the_loop_at_once() {
         let now = crate::clock::Clock::now(&sim.clock);
         assert!(sim.master.next_timeout().is_some_and(|at| at > now), "nothing is due now");
         // An event the step's last writes published, not heard by the rollouts and groups yet.
-        sim.master.pending.heard.push(("halite/minion/web1/custom".into(), serde_json::json!({})));
+        sim.master.hearing.event("halite/minion/web1/custom".into(), serde_json::json!({}));
         assert_eq!(sim.master.next_timeout(), Some(now));
         sim.step(Input::Tick).await;
-        assert!(sim.master.pending.heard.is_empty(), "heard at the next step");
+        assert!(sim.master.hearing.is_empty(), "heard at the next step");
         assert!(sim.master.wake_at.is_some_and(|at| at > now), "and nothing left to wake for");
     });
 }

@@ -1,0 +1,138 @@
+//! The deployment groups this master drives (`deploy/groups.rs` carries them out): which are
+//! open and when the next member may start, which deployment belongs to which group, what
+//! each listens for, and which the end of the step advances or stops.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+/// Groups this master drives.
+#[derive(Debug, Default)]
+pub(crate) struct GroupRuns {
+    /// Open groups → not before when a member may start.
+    open: BTreeMap<String, Option<Instant>>,
+    /// Their members' deployments → the group.
+    of_deployment: BTreeMap<String, String>,
+    /// Groups to advance at the end of the step.
+    due: BTreeSet<String>,
+    /// Open groups' creators and `abort_on` patterns.
+    abort_on: BTreeMap<String, (String, Vec<String>)>,
+    /// Groups an event aborted (group, why), stopped at the end of the step.
+    aborts: Vec<(String, String)>,
+}
+
+impl GroupRuns {
+    /// `group` is open; its next member may start `not_before` (at once without one).
+    pub(crate) fn open(&mut self, group: &str, not_before: Option<Instant>) {
+        self.open.insert(group.to_owned(), not_before);
+    }
+
+    /// When `group`'s next member may start, if it waits.
+    pub(crate) fn not_before(&self, group: &str) -> Option<Instant> {
+        self.open.get(group).copied().flatten()
+    }
+
+    /// `group` is advanced at the end of the step.
+    pub(crate) fn due(&mut self, group: &str) {
+        self.due.insert(group.to_owned());
+    }
+
+    /// `deployment` is a member of `group`: its end moves the group on.
+    pub(crate) fn follow(&mut self, deployment: &str, group: &str) {
+        self.of_deployment.insert(deployment.to_owned(), group.to_owned());
+    }
+
+    /// `group`'s creator, and the patterns of events that abort it.
+    pub(crate) fn listen(&mut self, group: &str, creator: String, patterns: Vec<String>) {
+        self.abort_on.insert(group.to_owned(), (creator, patterns));
+    }
+
+    /// The groups that listen for events: (group, (creator, patterns)).
+    pub(crate) fn listeners(&self) -> impl Iterator<Item = (&String, &(String, Vec<String>))> {
+        self.abort_on.iter()
+    }
+
+    /// Whether any group listens for events (its abort patterns, its members' deployments).
+    pub(crate) fn listening(&self) -> bool {
+        !self.abort_on.is_empty() || !self.of_deployment.is_empty()
+    }
+
+    /// These groups (group, why) are stopped at the end of the step.
+    pub(crate) fn abort(&mut self, aborts: impl IntoIterator<Item = (String, String)>) {
+        self.aborts.extend(aborts);
+    }
+
+    /// `deployment` ended: its group, if open here, is advanced at the end of the step.
+    pub(crate) fn deployment_ended(&mut self, deployment: &str) {
+        if let Some(group) = self.of_deployment.get(deployment) {
+            if self.open.contains_key(group) {
+                self.due.insert(group.clone());
+            }
+        }
+    }
+
+    /// The groups to stop.
+    pub(crate) fn take_aborts(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.aborts)
+    }
+
+    /// The groups to advance, in id order: those due and, `woken_by_time`, those whose wait
+    /// has passed at `now`.
+    pub(crate) fn take_due(&mut self, woken_by_time: bool, now: Instant) -> BTreeSet<String> {
+        let mut due = std::mem::take(&mut self.due);
+        if woken_by_time {
+            let waited = self.open.iter().filter(|(_, at)| at.is_some_and(|at| at <= now));
+            due.extend(waited.map(|(group, _)| group.clone()));
+        }
+        due
+    }
+
+    /// `group` is finished or forgotten here.
+    pub(crate) fn close(&mut self, group: &str) {
+        self.open.remove(group);
+        self.abort_on.remove(group);
+        self.of_deployment.retain(|_, of| of != group);
+    }
+
+    /// The earliest wait of an open group.
+    pub(crate) fn next_wait(&self) -> Option<Instant> {
+        self.open.values().flatten().min().copied()
+    }
+
+    /// Whether groups wait to be advanced or stopped.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.due.is_empty() || !self.aborts.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_members_end_moves_its_open_group_only() {
+        let mut groups = GroupRuns::default();
+        groups.open("g1", None);
+        groups.follow("d1", "g1");
+        groups.follow("d2", "g2");
+        groups.deployment_ended("d2");
+        groups.deployment_ended("d1");
+        let now = Instant::now();
+        assert_eq!(groups.take_due(false, now).into_iter().collect::<Vec<_>>(), ["g1"]);
+        groups.close("g1");
+        groups.deployment_ended("d1");
+        assert!(groups.take_due(false, now).is_empty(), "closed: its deployments are forgotten");
+        assert!(groups.listening(), "g2's deployment is still followed");
+    }
+
+    #[test]
+    fn a_wait_is_due_when_woken_by_time_after_it() {
+        let now = Instant::now();
+        let mut groups = GroupRuns::default();
+        groups.open("g1", Some(now + Duration::from_secs(1)));
+        assert_eq!(groups.next_wait(), Some(now + Duration::from_secs(1)));
+        assert!(groups.take_due(true, now).is_empty());
+        assert!(groups.take_due(false, now + Duration::from_secs(2)).is_empty(), "not woken by time");
+        assert_eq!(groups.take_due(true, now + Duration::from_secs(2)).len(), 1);
+    }
+}
