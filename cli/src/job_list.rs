@@ -103,9 +103,12 @@ mod tests {
     #[test]
     fn times_are_a_while_ago_or_a_utc_time_and_states_are_named() {
         assert_eq!(parse_when("1970-01-02"), Ok(86_400_000));
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let unix_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let before = unix_ms();
         let hour_ago = parse_when("1h").unwrap();
-        assert!(hour_ago <= now - 3_600_000 && hour_ago > now - 3_700_000, "{hour_ago} vs {now}");
+        let after = unix_ms();
+        // Read between the two clock readings, an hour back.
+        assert!((before - 3_600_000..=after - 3_600_000).contains(&hour_ago), "{hour_ago} vs {before}..{after}");
         assert!(parse_when("yesterday").unwrap_err().contains("neither a time ago"));
         assert_eq!(parse_state("timed_out"), Ok(MinionJobState::TimedOut));
         assert!(parse_state("broken").unwrap_err().contains("timed_out"));

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
+use crate::core::hearing::SlotChange;
 use crate::core::jobs::LiveJob;
 use crate::core::registry::MinionEntry;
 use crate::net::Net;
@@ -64,13 +65,10 @@ impl<S: Store, N: Net> Master<S, N> {
         self.emit(format!("halite/job/{jid}/new"), new);
         for (minion, state) in finals {
             let ret = returns.remove(&minion);
-            self.emit(
-                format!("halite/job/{jid}/ret/{minion}"),
-                serde_json::json!({ "state": state.as_str(), "ret": ret }),
-            );
+            self.hearing.slot_changed(SlotChange { jid: jid.to_owned(), minion, state, ret });
         }
         // It ended before this master heard of it: `done`, and it is forgotten at once.
-        self.finish_if_done(jid);
+        self.hearing.job_may_end(jid);
         for minion in here {
             if let Some(peer) = self.sessions.peer_of(&minion) {
                 self.deliver(jid, &minion, peer);

@@ -1,15 +1,20 @@
-//! What the loop hands, at the end of each step, to the concerns that listen to what the step
-//! decided: each slot that ended ([`SlotMoved`]) and each event published. The slot code
-//! records a slot's end and tells the bus and the job's watchers, and `emit` publishes on the
-//! bus; neither calls the metrics, the rollouts, the deployments or the groups. The loop
-//! (`Master::step`) hands them what was recorded here, in a fixed order.
+//! What the loop hands to the concerns that listen to what a step decided (recorded in
+//! `core/hearing.rs`): each slot that moved, to the bus and the job's watchers, then the job's
+//! end ([`Master::tell_moves`], after each input); each slot that ended ([`SlotMoved`]) to the
+//! metrics, rollouts and deployments, and each event published to the rollouts and groups (at
+//! the end of the step). The slot code and `emit` call none of them; the loop (`Master::step`)
+//! hands them what was recorded, in a fixed order.
 //!
 //! It decides nothing itself, nor advances rollouts or deployment groups: those run after it
 //! in the step, from what their listeners noted.
 
+use halite_protocol::message::{self, JobDone, JobUpdate, Message};
+use halite_transport::SendError;
+use serde_json::json;
 use tracing::warn;
 
 use crate::core::jobs::SlotMoved;
+use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::Store;
@@ -21,6 +26,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// `deploy.apply` job (stored and announced now, so its group, which hears the
     /// announcement, moves on in the same step).
     pub(crate) async fn hear_moves(&mut self) {
+        // Told first, as each was decided before its end is heard.
+        self.tell_moves();
         for moved in self.hearing.take_moves() {
             self.count_slot_end(&moved);
             self.rollout_target_finished(&moved.jid, moved.at);
@@ -32,16 +39,94 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Tells each slot move recorded since the last call to the bus (a final state) and the
+    /// job's watchers, then ends each job they finished: its `done` on the bus, its watchers
+    /// told (at the end of the step), and the job leaves the table.
+    pub(crate) fn tell_moves(&mut self) {
+        let (changes, may_end) = self.hearing.take_changes();
+        for change in changes {
+            if change.state.is_final() {
+                let data = json!({ "state": change.state.as_str(), "ret": change.ret });
+                self.emit(format!("halite/job/{}/ret/{}", change.jid, change.minion), data);
+            }
+            let Some(job) = self.jobs.get_mut(&change.jid) else { continue };
+            let update = JobUpdate { jid: change.jid, minion: change.minion, state: change.state, ret: change.ret };
+            self.watchers.update(&job.watchers, update);
+        }
+        for jid in may_end {
+            self.end_if_done(&jid);
+        }
+    }
+
+    /// Ends a job whose every slot is final and told.
+    fn end_if_done(&mut self, jid: &str) {
+        // A final state not yet told holds the job's end back (its `ret` comes first).
+        let Some(job) = self.jobs.get(jid) else { return };
+        if job.is_done() && !self.pending.holds_final_of(jid) {
+            // Announced while still live, so the bus can tell who may see it.
+            let ended = crate::core::jobs::how_it_ended(job);
+            self.emit(format!("halite/job/{jid}/done"), ended);
+            // Its events are heard while it lives (who may receive them depends on it).
+            self.hand_out_events();
+            if let Some(job) = self.jobs.remove(jid) {
+                self.watchers.done(job.watchers, jid);
+            }
+        }
+    }
+
     /// Hands each event published since the last call to the rollouts (their `abort_on`), then
-    /// to the deployment groups (their `abort_on`, and their members' deployments).
+    /// to the deployment groups (their `abort_on`, and their members' deployments); the slot
+    /// moves not yet told are told first, so their events are among them.
     ///
     /// Called at the end of the step, and also before a job joins or leaves the table: a
     /// rollout hears only the events published after it started, and an event about a job is
     /// judged (who may receive it) while the job lives.
     pub(crate) fn hear_events(&mut self) {
+        self.tell_moves();
+        self.hand_out_events();
+    }
+
+    fn hand_out_events(&mut self) {
         for (tag, data) in self.hearing.take_events() {
             self.rollouts_hear(&tag, &data);
             self.groups_hear(&tag, &data);
+        }
+    }
+
+    /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
+    /// slow to take are counted and reported in `job_done.missed` (the client then reads the
+    /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
+    /// partial result complete.
+    pub(crate) fn send_watcher_batches(&mut self) {
+        for (peer, batch) in self.watchers.take() {
+            // Several messages when the returns are large: each within the message cap.
+            let mut gone = false;
+            for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
+                let message = Message::JobUpdates(message::JobUpdates { updates });
+                match self.try_send(peer, &message) {
+                    Ok(()) => {}
+                    Err(SendError::Full) => {
+                        if let Message::JobUpdates(lost) = message {
+                            self.watchers.missed(peer, lost.updates);
+                        }
+                    }
+                    // Gone: nothing to report to anyone.
+                    Err(_) => gone = true,
+                }
+            }
+            if gone {
+                continue;
+            }
+            for jid in batch.done {
+                let missed = self.watchers.take_missed(peer, &jid);
+                if missed > 0 {
+                    warn!(peer = peer.0, %jid, missed, "a client missed job updates; told so in job_done");
+                }
+                if let Err(SendError::Full) = self.try_send(peer, &Message::JobDone(JobDone { jid, missed })) {
+                    warn!(peer = peer.0, "client too slow to take job_done; disconnecting it");
+                    self.forget(peer, Some("too slow to read job results"));
+                }
+            }
         }
     }
 

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
 use crate::authz::{Action, Asker, Denied, Granted, JobAccess, TargetView};
+use crate::core::hearing::SlotChange;
 use crate::core::jobs::{LiveJob, Slot};
 use crate::limits;
 use crate::net::Net;
@@ -317,16 +318,15 @@ impl<S: Store, N: Net> Master<S, N> {
             if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
                 self.send_job(minion_peer, &id, &jid, &job_message);
             }
-            if state.is_final() {
-                // Offline or unknown at publish: its final state, on the bus here as on every master.
-                self.emit(format!("halite/job/{jid}/ret/{id}"), json!({ "state": state.as_str(), "ret": null }));
-            }
-            self.notify(&jid, &id, state, None);
+            // Told to the job's watchers; offline or unknown at publish, its final state on the
+            // bus here as on every master.
+            self.hearing.slot_changed(SlotChange { jid: jid.clone(), minion: id, state, ret: None });
         }
         if rolled_out {
             self.rollout_queue.due(&jid);
         }
-        self.finish_if_done(&jid);
+        // Over at once when no target is live.
+        self.hearing.job_may_end(&jid);
         // Then the publisher's answer, still before any update of the job (those leave when
         // the step ends), and after the jobs: they are on their way before it is.
         if let Some((peer, published)) = published {

@@ -442,6 +442,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.on_tick().await;
             }
         }
+        // The bus and the watchers hear of the input's slot moves before anything else.
+        self.tell_moves();
         // The listeners hear what the step decided, in this order: each slot that ended (the
         // metrics, its rollout, the deployment riding on it; see `hear_moves`), then each event
         // published (rollouts, then deployment groups; see `hear_events`), the deployments'
@@ -478,6 +480,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Err(error) = self.on_local(command).await {
             warn!(%error, "store failure while handling a gateway request");
         }
+        self.tell_moves();
     }
 
     /// Answers the gateway's requests already waiting, a batch at most.
@@ -497,10 +500,18 @@ impl<S: Store, N: Net> Master<S, N> {
         limit
     }
 
+    /// Handles one network event, then tells the slot moves it made (`Master::tell_moves`):
+    /// the bus and the watchers hear of each input's moves before the next input.
+    pub(crate) async fn on_router_event(&mut self, event: RouterEvent) {
+        self.on_network(event).await;
+        self.tell_moves();
+    }
+
     /// Carries out what the step decided: writes it ([`Master::write_pending`]), then tells
     /// the other masters what it queued for them, each already stored. The one place the loop
     /// announces.
     pub(crate) async fn flush(&mut self) {
+        self.tell_moves();
         self.write_pending().await;
         self.send_announcements().await;
     }
@@ -572,7 +583,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    pub(crate) async fn on_router_event(&mut self, event: RouterEvent) {
+    async fn on_network(&mut self, event: RouterEvent) {
         match event {
             RouterEvent::Connected { peer, addr, .. } => {
                 debug!(peer = peer.0, %addr, "connection");
@@ -806,6 +817,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.pending.finals_checked();
         }
         self.report_stored_finals();
+        self.tell_moves();
         self.send_watcher_batches();
         self.net.release_held();
     }
