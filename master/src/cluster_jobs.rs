@@ -196,7 +196,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
-            self.slot_moved(jid, &minion, state, ret);
+            self.slots().moved(jid, &minion, state, ret);
         }
         Ok(())
     }

@@ -47,7 +47,6 @@ mod rollout_dispatch;
 mod server;
 #[cfg(test)]
 mod sim;
-mod slots;
 pub mod store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;

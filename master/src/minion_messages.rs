@@ -68,7 +68,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Message::JobAck(ack) if ack.accepted => {
-                self.set_slot(&ack.jid, id, MinionJobState::Running, None);
+                self.slots().set(&ack.jid, id, MinionJobState::Running, None);
             }
             Message::JobAck(ack) => {
                 let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
@@ -107,7 +107,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 };
                 let jid = ret.jid.clone();
                 match self.jobs.state(&jid, id) {
-                    Some(current) if !current.is_final() => self.set_slot(&jid, id, state, Some(ret)),
+                    Some(current) if !current.is_final() => self.slots().set(&jid, id, state, Some(ret)),
                     // The same end again (a minion that moved re-sends what was already stored):
                     // acknowledged, nothing more to tell.
                     Some(current) if current == state => {}
@@ -120,7 +120,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     // of jobs it never ran on anyone's bus.
                     None => {
                         info!(jid, minion = id, "return for a job not live here: acknowledged, not announced");
-                        self.record_state(&jid, id, state, Some(ret), true);
+                        self.slots().record(&jid, id, state, Some(ret), true);
                     }
                 }
                 // Acknowledged only once stored (at the end of this step): the minion keeps it
@@ -158,7 +158,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let message = self.job_message(&signed, deadline);
         self.send_job(peer, minion, jid, &message);
         if was == Some(MinionJobState::Waiting) {
-            self.set_slot(jid, minion, MinionJobState::Sent, None);
+            self.slots().set(jid, minion, MinionJobState::Sent, None);
         }
     }
 
@@ -239,7 +239,7 @@ impl<S: Store, N: Net> Master<S, N> {
             duration_ms: 0,
             outcome,
         };
-        self.set_slot(jid, minion, state, Some(ret));
+        self.slots().set(jid, minion, state, Some(ret));
     }
 
     /// A return for a slot that is already final: stored beside that state (which does not
@@ -250,7 +250,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.jobs.first_late_return(jid, minion) {
             self.emit_shared(format!("halite/job/{jid}/late/{minion}"), json!({ "state": state.as_str(), "ret": ret }));
         }
-        self.record_state(jid, minion, state, Some(ret), true);
+        self.slots().record(jid, minion, state, Some(ret), true);
     }
 
     /// A minion's `event.send`: checked against the `[[events]]` ACL, size and rate, then

@@ -384,7 +384,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     // The minion kills the job and returns it as cancelled.
                     self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
                 }
-                (s, _) if !s.is_final() => self.set_slot(jid, &minion, MinionJobState::Cancelled, None),
+                (s, _) if !s.is_final() => self.slots().set(jid, &minion, MinionJobState::Cancelled, None),
                 _ => {}
             }
         }

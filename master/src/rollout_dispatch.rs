@@ -97,14 +97,14 @@ impl<S: Store, N: Net> Master<S, N> {
         let ttl = Duration::from_millis(job.record.ttl_ms);
         match self.sessions.peer_of(minion) {
             Some(peer) => {
-                self.set_slot(jid, minion, MinionJobState::Sent, None);
+                self.slots().set(jid, minion, MinionJobState::Sent, None);
                 self.deliver(jid, minion, peer);
             }
             None if !ttl.is_zero() => {
-                self.set_slot(jid, minion, MinionJobState::Waiting, None);
+                self.slots().set(jid, minion, MinionJobState::Waiting, None);
                 self.jobs.set_deadline(jid, minion, Some(now + ttl));
             }
-            None => self.set_slot(jid, minion, MinionJobState::Offline, None),
+            None => self.slots().set(jid, minion, MinionJobState::Offline, None),
         }
     }
 
@@ -133,7 +133,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let queued: Vec<String> =
             job.slots().iter().filter(|(_, s)| s.state == MinionJobState::Queued).map(|(m, _)| m.clone()).collect();
         for minion in queued {
-            self.set_slot(jid, &minion, MinionJobState::Skipped, None);
+            self.slots().set(jid, &minion, MinionJobState::Skipped, None);
         }
     }
 

@@ -33,6 +33,7 @@ use crate::core::bus::Bus;
 use crate::core::jobs::{JobTable, LiveJob, Slot};
 use crate::core::registry::{MinionEntry, Registry};
 use crate::core::sessions::{Conn, Sessions};
+use crate::core::slot_moves::SlotMoves;
 use crate::core::timers::Timer;
 use crate::core::watchers::Watchers;
 use crate::core::writes::PendingWrites;
@@ -475,6 +476,18 @@ impl<S: Store, N: Net> Master<S, N> {
         self.next_timeout().map(|at| if woken_by_time && at <= now { now + RETRY_EVERY } else { at })
     }
 
+    /// The job table with what records its moves: the one way a slot changes state.
+    pub(crate) fn slots(&mut self) -> SlotMoves<'_> {
+        SlotMoves {
+            jobs: &mut self.jobs,
+            pending: &mut self.pending,
+            hearing: &mut self.hearing,
+            shared: self.cluster.is_shared(),
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+        }
+    }
+
     /// Answers one gateway request.
     async fn answer_local(&mut self, command: LocalCommand) {
         if let Err(error) = self.on_local(command).await {
@@ -739,7 +752,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 continue;
             }
             let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
-            self.set_slot(&jid, &minion, new, None);
+            self.slots().set(&jid, &minion, new, None);
         }
         if self.timers.expired(Timer::WallMark, now) {
             self.timers.set(Timer::WallMark, now + WALL_MARK_EVERY);
@@ -803,7 +816,7 @@ impl<S: Store, N: Net> Master<S, N> {
         Duration::from_secs(self.config.handshake_timeout_secs)
     }
 
-    /// Tells the final states decided here that are now stored (see `Master::set_slot`):
+    /// Tells the final states decided here that are now stored (see `SlotMoves::set`):
     /// those written late are first compared with what the store kept, and told as it kept
     /// them. Nothing is told while they are not stored, or cannot be compared.
     async fn tell_stored_finals(&mut self) {
@@ -816,7 +829,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             self.pending.finals_checked();
         }
-        self.report_stored_finals();
+        self.slots().report_stored_finals();
         self.tell_moves();
         self.send_watcher_batches();
         self.net.release_held();

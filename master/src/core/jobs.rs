@@ -328,12 +328,13 @@ impl JobTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use halite_protocol::message::{JobSpec, SignedJob, Target, TargetKind};
     use MinionJobState::*;
 
-    fn table(now: Instant) -> JobTable {
+    /// A table holding job `1` with two slots: `a` sent, `b` waiting.
+    pub(crate) fn table(now: Instant) -> JobTable {
         let spec = JobSpec {
             timeout_ms: 1000,
             ..JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping")

@@ -15,6 +15,7 @@ pub(crate) mod registry;
 pub(crate) mod rollout;
 pub(crate) mod rollout_queue;
 pub(crate) mod sessions;
+pub(crate) mod slot_moves;
 pub(crate) mod timers;
 pub(crate) mod watchers;
 pub(crate) mod writes;

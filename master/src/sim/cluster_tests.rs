@@ -463,7 +463,7 @@ fn finals_written_together_are_told_before_their_jobs_end() {
         // and tells them.
         for id in ["web1", "web2"] {
             let ret = halite_protocol::message::JobReturn { minion: id.into(), ..super::ret(&jid) };
-            sim.master.set_slot(&jid, id, MinionJobState::Returned, Some(ret));
+            sim.master.slots().set(&jid, id, MinionJobState::Returned, Some(ret));
         }
         sim.master.flush().await;
         assert_eq!(

@@ -1,0 +1,161 @@
+//! The one place a job's slot changes state. A move the transition table allows
+//! (`core/jobs.rs`) is recorded for the group commit (`core/writes.rs`) and, as values, for
+//! those that listen (`core/hearing.rs`): the move ([`SlotChange`]: the bus, the job's
+//! watchers, the job's end) and, for a final state, the end ([`SlotMoved`]: metrics, rollouts,
+//! deployments). The loop hands them to their listeners (`listeners.rs`); nothing here calls
+//! them, waits, or fails.
+
+use std::time::Instant;
+
+use halite_protocol::message::{JobReturn, MinionJobState};
+use tracing::debug;
+
+use crate::core::hearing::{Hearing, SlotChange};
+use crate::core::jobs::{JobTable, SlotMoved};
+use crate::core::writes::{PendingWrites, Unreported};
+use crate::store::StateChange;
+
+/// The job table with what records its moves, for the time of one change (`Master::slots`).
+pub(crate) struct SlotMoves<'a> {
+    pub(crate) jobs: &'a mut JobTable,
+    pub(crate) pending: &'a mut PendingWrites,
+    pub(crate) hearing: &'a mut Hearing,
+    /// Other masters may share the store: a final state decided here is told once stored, as
+    /// the store keeps it (another master may store one for the same slot first).
+    pub(crate) shared: bool,
+    /// When the change is made, by the monotonic and the wall clock (ms).
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+}
+
+impl SlotMoves<'_> {
+    /// Moves `minion`'s slot of `jid` to `state` if the transition table allows it, queues it
+    /// for the group commit and records the move for its listeners.
+    pub(crate) fn set(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        if !self.jobs.set_state(jid, minion, state) {
+            debug!(jid, minion, state = state.as_str(), "no change: the slot is gone, final, or already there");
+            return;
+        }
+        // `running` lives in memory only: a restarted master treats sent and running jobs alike,
+        // and job listings show the live state. One write less per job.
+        if state != MinionJobState::Running {
+            self.record(jid, minion, state, ret.clone(), false);
+        }
+        if state.is_final() && self.shared {
+            self.ended(jid, minion, state, &ret);
+            self.pending.hold_final(jid, Unreported { minion: minion.to_owned(), state, ret });
+            return;
+        }
+        self.moved(jid, minion, state, ret);
+    }
+
+    /// Queues a slot's new state (and return) for the group commit, without moving it: `late`
+    /// for a return that came after the slot ended, or for a job not live here.
+    pub(crate) fn record(
+        &mut self,
+        jid: &str,
+        minion: &str,
+        state: MinionJobState,
+        ret: Option<JobReturn>,
+        late: bool,
+    ) {
+        let (jid, minion) = (jid.to_owned(), minion.to_owned());
+        self.pending.record(StateChange { jid, minion, state, ret, at_ms: self.wall_ms, late });
+    }
+
+    /// Records a move already made, whichever master decided it, for the bus, the job's
+    /// watchers and the job's end, and its end for the listeners of slot ends.
+    pub(crate) fn moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        if state.is_final() {
+            self.ended(jid, minion, state, &ret);
+        }
+        self.hearing.slot_changed(SlotChange { jid: jid.to_owned(), minion: minion.to_owned(), state, ret });
+    }
+
+    /// Records a slot's end for its listeners, which hear it at the end of the step; the job
+    /// may have left the table by then.
+    fn ended(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: &Option<JobReturn>) {
+        let Some(job) = self.jobs.get(jid) else { return };
+        let deploy = job.record.function == crate::deploy::DEPLOY_FUNCTION;
+        self.hearing.slot_ended(SlotMoved {
+            jid: jid.to_owned(),
+            minion: minion.to_owned(),
+            state,
+            // A deployment reads its job's return; a fan-out's returns are not copied.
+            ret: if deploy { ret.clone() } else { None },
+            returned: ret.is_some(),
+            at: self.now,
+            at_ms: self.wall_ms,
+            created_at_ms: job.record.created_at_ms,
+            deploy,
+        });
+    }
+
+    /// Records the final states decided here once they are stored (see [`SlotMoves::set`]),
+    /// each as the store holds it, for the bus and the jobs' watchers; each job's end is looked
+    /// at after every one of its slots.
+    pub(crate) fn report_stored_finals(&mut self) {
+        for (jid, slots) in self.pending.take_unreported() {
+            for slot in slots {
+                let change = SlotChange { jid: jid.clone(), minion: slot.minion, state: slot.state, ret: slot.ret };
+                self.hearing.slot_changed(change);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::jobs::tests::table;
+    use MinionJobState::*;
+
+    struct Parts {
+        jobs: JobTable,
+        pending: PendingWrites,
+        hearing: Hearing,
+    }
+
+    impl Parts {
+        fn new() -> Self {
+            Parts { jobs: table(Instant::now()), pending: PendingWrites::default(), hearing: Hearing::default() }
+        }
+
+        fn slots(&mut self, shared: bool) -> SlotMoves<'_> {
+            let (jobs, pending, hearing) = (&mut self.jobs, &mut self.pending, &mut self.hearing);
+            SlotMoves { jobs, pending, hearing, shared, now: Instant::now(), wall_ms: 7 }
+        }
+    }
+
+    #[test]
+    fn a_move_is_written_told_and_its_end_heard_and_running_is_not_written() {
+        let mut parts = Parts::new();
+        parts.slots(false).set("1", "a", Running, None);
+        assert_eq!(parts.pending.states_waiting(), 0, "running lives in memory only");
+        parts.slots(false).set("1", "a", Returned, None);
+        parts.slots(false).set("1", "a", Failed, None);
+        assert_eq!(parts.pending.states_waiting(), 1, "a final state is kept: the second move is no move");
+        let (changes, may_end) = parts.hearing.take_changes();
+        let told: Vec<MinionJobState> = changes.iter().map(|c| c.state).collect();
+        assert_eq!(told, [Running, Returned]);
+        assert_eq!(may_end, ["1"]);
+        let ends = parts.hearing.take_moves();
+        assert_eq!(ends.len(), 1);
+        assert_eq!((ends[0].state, ends[0].at_ms), (Returned, 7));
+    }
+
+    #[test]
+    fn with_other_masters_a_final_state_is_told_only_once_stored() {
+        let mut parts = Parts::new();
+        parts.slots(true).set("1", "a", TimedOut, None);
+        assert_eq!(parts.hearing.take_moves().len(), 1, "its end is heard at once");
+        assert!(parts.hearing.take_changes().0.is_empty(), "not told before it is stored");
+        assert!(parts.pending.holds_final_of("1"));
+        parts.slots(true).report_stored_finals();
+        let (changes, may_end) = parts.hearing.take_changes();
+        assert_eq!(changes.len(), 1);
+        assert_eq!((changes[0].minion.as_str(), changes[0].state), ("a", TimedOut));
+        assert_eq!(may_end, ["1"]);
+        assert!(!parts.pending.holds_final_of("1"));
+    }
+}
