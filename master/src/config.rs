@@ -271,6 +271,25 @@ impl MasterConfig {
     pub fn database_path(&self) -> PathBuf {
         self.state_dir.join("master.db")
     }
+
+    /// SIGHUP: rereads the rules in the config file that may change while the master runs
+    /// (`[[events]]`, `[[peers]]`, `[nodegroups]`, `revoked_masters`, `[deploy] signal_hosts`);
+    /// everything else (addresses, store, limits) needs a restart. A file that no longer reads
+    /// is reported and the running rules are kept.
+    pub(crate) fn reread_rules(&mut self) {
+        let Some(path) = self.path.clone() else { return };
+        match MasterConfig::load(&path) {
+            Ok(new) => {
+                self.events = new.events;
+                self.peers = new.peers;
+                self.nodegroups = new.nodegroups;
+                self.revoked_masters = new.revoked_masters;
+                self.deploy = new.deploy;
+                tracing::info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups, revocations and signal hosts");
+            }
+            Err(error) => tracing::error!(%error, "SIGHUP: the config does not read; keeping the running rules"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -40,7 +40,6 @@ mod metrics_http;
 mod minion_messages;
 pub mod net;
 mod publishing;
-mod reload;
 mod request_error;
 mod requests;
 mod rollout_dispatch;

@@ -419,7 +419,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     warn!(%error, "recording a relay failed");
                 }
             }
-            Input::Reload => self.reload_rules(),
+            Input::Reload => self.config.reread_rules(),
             Input::File(served) => self.file_served(served),
             Input::Cluster((from, change)) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
