@@ -478,14 +478,8 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// The job table with what records its moves: the one way a slot changes state.
     pub(crate) fn slots(&mut self) -> SlotMoves<'_> {
-        SlotMoves {
-            jobs: &mut self.jobs,
-            pending: &mut self.pending,
-            hearing: &mut self.hearing,
-            shared: self.cluster.is_shared(),
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
-        }
+        let (now, wall_ms, shared) = (self.clock.now(), self.clock.wall_ms(), self.cluster.is_shared());
+        SlotMoves::new(&mut self.jobs, &mut self.pending, &mut self.hearing, shared, now, wall_ms)
     }
 
     /// Answers one gateway request.

@@ -17,18 +17,31 @@ use crate::store::StateChange;
 
 /// The job table with what records its moves, for the time of one change (`Master::slots`).
 pub(crate) struct SlotMoves<'a> {
-    pub(crate) jobs: &'a mut JobTable,
-    pub(crate) pending: &'a mut PendingWrites,
-    pub(crate) hearing: &'a mut Hearing,
+    jobs: &'a mut JobTable,
+    pending: &'a mut PendingWrites,
+    hearing: &'a mut Hearing,
     /// Other masters may share the store: a final state decided here is told once stored, as
     /// the store keeps it (another master may store one for the same slot first).
-    pub(crate) shared: bool,
+    shared: bool,
     /// When the change is made, by the monotonic and the wall clock (ms).
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
+    now: Instant,
+    wall_ms: u64,
 }
 
-impl SlotMoves<'_> {
+impl<'a> SlotMoves<'a> {
+    /// The table and its recorders, for a change made at `now` (`wall_ms` by the wall clock),
+    /// `shared` when other masters may share the store.
+    pub(crate) fn new(
+        jobs: &'a mut JobTable,
+        pending: &'a mut PendingWrites,
+        hearing: &'a mut Hearing,
+        shared: bool,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Self {
+        SlotMoves { jobs, pending, hearing, shared, now, wall_ms }
+    }
+
     /// Moves `minion`'s slot of `jid` to `state` if the transition table allows it, queues it
     /// for the group commit and records the move for its listeners.
     pub(crate) fn set(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
@@ -122,8 +135,20 @@ mod tests {
         }
 
         fn slots(&mut self, shared: bool) -> SlotMoves<'_> {
-            let (jobs, pending, hearing) = (&mut self.jobs, &mut self.pending, &mut self.hearing);
-            SlotMoves { jobs, pending, hearing, shared, now: Instant::now(), wall_ms: 7 }
+            SlotMoves::new(&mut self.jobs, &mut self.pending, &mut self.hearing, shared, Instant::now(), 7)
+        }
+    }
+
+    fn ret() -> JobReturn {
+        JobReturn {
+            jid: "1".into(),
+            minion: "a".into(),
+            success: true,
+            retcode: 0,
+            outputs: serde_json::Value::Null,
+            truncated: false,
+            duration_ms: 1,
+            outcome: halite_protocol::message::Outcome::Completed,
         }
     }
 
@@ -157,5 +182,34 @@ mod tests {
         assert_eq!((changes[0].minion.as_str(), changes[0].state), ("a", TimedOut));
         assert_eq!(may_end, ["1"]);
         assert!(!parts.pending.holds_final_of("1"));
+    }
+
+    #[test]
+    fn a_deployment_hears_its_return_a_fan_out_only_that_there_was_one() {
+        let mut parts = Parts::new();
+        parts.slots(false).set("1", "a", Returned, Some(ret()));
+        let ends = parts.hearing.take_moves();
+        assert!(ends[0].returned && ends[0].ret.is_none() && !ends[0].deploy, "a fan-out's returns are not copied");
+        let (changes, _) = parts.hearing.take_changes();
+        assert!(changes[0].ret.is_some(), "the bus and the watchers get the return");
+
+        let mut deploy = Parts::new();
+        deploy.jobs.get_mut("1").unwrap().record.function = crate::deploy::DEPLOY_FUNCTION.into();
+        deploy.slots(false).set("1", "a", Returned, Some(ret()));
+        let ends = deploy.hearing.take_moves();
+        assert!(ends[0].deploy && ends[0].ret.is_some(), "the deployment reads its job's return");
+    }
+
+    #[test]
+    fn a_return_recorded_without_a_move_is_written_late_and_told_to_nobody() {
+        let mut parts = Parts::new();
+        parts.slots(false).record("9", "a", Returned, Some(ret()), true);
+        let (changes, acks) = parts.pending.take_states();
+        assert!(acks.is_empty());
+        assert_eq!(changes.len(), 1);
+        let change = &changes[0];
+        assert_eq!((change.jid.as_str(), change.late, change.at_ms), ("9", true, 7));
+        assert!(change.ret.is_some());
+        assert!(parts.hearing.is_empty(), "nothing is told of a job not live here");
     }
 }
