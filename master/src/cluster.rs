@@ -191,7 +191,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Gives the store this master's keys: the rows it writes are signed with its key, and the
     /// rows and announcements it reads are taken only from masters it trusts (`store/trust.rs`);
     /// refusals are counted in `halite_denials_total` (`cluster_announcement`, `store_row`).
-    /// The revocations were checked against the cluster key when the master started.
+    /// The revocations were checked against the cluster key when the master started, or when
+    /// SIGHUP reread them.
     pub(crate) async fn trust_store(&self) -> Result<(), StoreError> {
         let revoked = self
             .config

@@ -43,20 +43,42 @@ pub(crate) fn certified(config: &MasterConfig, identity: LocalIdentity) -> Resul
             config.id
         ))
     })?;
-    for (i, text) in config.revoked_masters.iter().enumerate() {
+    check_revocations(&config.revoked_masters, &certificate, &identity.public())?;
+    tracing::info!(cluster = %certificate.cluster.fingerprint(), "serving with a certificate from the cluster key");
+    Ok(identity.with_certificate(certificate))
+}
+
+/// Whether `revoked` (a config's `revoked_masters`) may be used by the master `identity`:
+/// only with a certificate, each revocation signed by its cluster key, none of its own key.
+/// Checked when the master starts and when SIGHUP rereads the config.
+pub(crate) fn check_revocations_of(revoked: &[String], identity: &LocalIdentity) -> Result<(), MasterError> {
+    match identity.certificate() {
+        Some(certificate) => check_revocations(revoked, certificate, &identity.public()),
+        None if revoked.is_empty() => Ok(()),
+        None => Err(cluster_error(
+            "revoked_masters is set but this master has no certificate: run `halite-master cluster certify`".into(),
+        )),
+    }
+}
+
+fn check_revocations(
+    revoked: &[String],
+    certificate: &MasterCertificate,
+    own: &PublicIdentity,
+) -> Result<(), MasterError> {
+    for (i, text) in revoked.iter().enumerate() {
         let revocation = Revocation::from_hex(text).map_err(|e| cluster_error(format!("revoked_masters[{i}]: {e}")))?;
         revocation
             .verify(&certificate.cluster)
             .map_err(|_| cluster_error(format!("revoked_masters[{i}] is not signed by this master's cluster key")))?;
-        if revocation.master == identity.public() {
+        if revocation.master == *own {
             return Err(cluster_error(format!(
                 "this master's key {} is in revoked_masters: it may not serve",
-                identity.public().fingerprint()
+                own.fingerprint()
             )));
         }
     }
-    tracing::info!(cluster = %certificate.cluster.fingerprint(), "serving with a certificate from the cluster key");
-    Ok(identity.with_certificate(certificate))
+    Ok(())
 }
 
 fn read_certificate(path: &Path, text: &str) -> Result<MasterCertificate, MasterError> {
@@ -96,4 +118,38 @@ pub fn revoke(cluster_key: &Path, master_pub: &Path) -> Result<String, MasterErr
     let cluster = keyfile::read_secret(cluster_key)?;
     let master = keyfile::read_public(master_pub)?;
     Ok(Revocation::issue(&cluster, &master).to_hex())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_protocol::identity::IdentityKey;
+
+    fn master(cluster: Option<&IdentityKey>) -> LocalIdentity {
+        let identity = LocalIdentity::new(IdentityKey::generate_os()).unwrap();
+        match cluster {
+            Some(cluster) => identity.with_certificate(MasterCertificate::issue(cluster, &identity.public(), "m1")),
+            None => identity,
+        }
+    }
+
+    fn error(revoked: &[String], identity: &LocalIdentity) -> String {
+        check_revocations_of(revoked, identity).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn only_a_certified_master_takes_revocations_signed_by_its_cluster_key_and_never_its_own() {
+        let cluster = IdentityKey::generate_os();
+        let retired = IdentityKey::generate_os().public();
+        let revocation = Revocation::issue(&cluster, &retired).to_hex();
+        assert!(check_revocations_of(&[], &master(None)).is_ok());
+        assert!(error(std::slice::from_ref(&revocation), &master(None)).contains("no certificate"));
+        let certified = master(Some(&cluster));
+        assert!(check_revocations_of(std::slice::from_ref(&revocation), &certified).is_ok());
+        let foreign = Revocation::issue(&IdentityKey::generate_os(), &retired).to_hex();
+        assert!(error(&[revocation.clone(), foreign], &certified).contains("revoked_masters[1] is not signed"));
+        assert!(error(&["zz".into()], &certified).contains("revoked_masters[0]"));
+        let own = Revocation::issue(&cluster, &certified.public()).to_hex();
+        assert!(error(&[own], &certified).contains("may not serve"));
+    }
 }

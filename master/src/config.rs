@@ -274,21 +274,31 @@ impl MasterConfig {
 
     /// SIGHUP: rereads the rules in the config file that may change while the master runs
     /// (`[[events]]`, `[[peers]]`, `[nodegroups]`, `revoked_masters`, `[deploy] signal_hosts`);
-    /// everything else (addresses, store, limits) needs a restart. A file that no longer reads
-    /// is reported and the running rules are kept.
-    pub(crate) fn reread_rules(&mut self) {
-        let Some(path) = self.path.clone() else { return };
-        match MasterConfig::load(&path) {
-            Ok(new) => {
-                self.events = new.events;
-                self.peers = new.peers;
-                self.nodegroups = new.nodegroups;
-                self.revoked_masters = new.revoked_masters;
-                self.deploy = new.deploy;
-                tracing::info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups, revocations and signal hosts");
+    /// everything else (addresses, store, limits) needs a restart. A file that no longer reads,
+    /// or whose revocations this master (`identity`) may not use, is reported and the running
+    /// rules are kept. Returns whether the revocations changed: the store must then refuse what
+    /// a newly revoked master signs (`Master::trust_store`).
+    pub(crate) fn reread_rules(&mut self, identity: &halite_protocol::noise::LocalIdentity) -> bool {
+        let Some(path) = self.path.clone() else { return false };
+        let new = match MasterConfig::load(&path) {
+            Ok(new) => new,
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: the config does not read; keeping the running rules");
+                return false;
             }
-            Err(error) => tracing::error!(%error, "SIGHUP: the config does not read; keeping the running rules"),
+        };
+        if let Err(error) = crate::cluster_identity::check_revocations_of(&new.revoked_masters, identity) {
+            tracing::error!(%error, "SIGHUP: the config's revocations cannot be used; keeping the running rules");
+            return false;
         }
+        let revocations_changed = new.revoked_masters != self.revoked_masters;
+        self.events = new.events;
+        self.peers = new.peers;
+        self.nodegroups = new.nodegroups;
+        self.revoked_masters = new.revoked_masters;
+        self.deploy = new.deploy;
+        tracing::info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups, revocations and signal hosts");
+        revocations_changed
     }
 }
 
@@ -304,6 +314,24 @@ mod tests {
             (config.listen.as_str(), config.state_dir.as_path()),
             ("0.0.0.0:4506", Path::new("/var/lib/halite/master"))
         );
+    }
+
+    #[test]
+    fn sighup_keeps_the_running_rules_when_the_new_revocations_cannot_be_used() {
+        let path = std::env::temp_dir().join(format!("halite-reread-{}.toml", std::process::id()));
+        let write = |text: &str| std::fs::write(&path, text).unwrap();
+        write("[nodegroups]\nweb = \"web*\"\n");
+        let mut config = MasterConfig::load(&path).unwrap();
+        let identity =
+            halite_protocol::noise::LocalIdentity::new(halite_protocol::identity::IdentityKey::generate_os()).unwrap();
+        // This master has no certificate: a revocation is refused, and nothing else changes.
+        write("revoked_masters = [\"00\"]\n[nodegroups]\nweb = \"www*\"\n");
+        assert!(!config.reread_rules(&identity));
+        assert_eq!((config.nodegroups["web"].as_str(), config.revoked_masters.len()), ("web*", 0));
+        write("[nodegroups]\nweb = \"www*\"\n");
+        assert!(!config.reread_rules(&identity), "the revocations did not change");
+        assert_eq!(config.nodegroups["web"], "www*");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -419,7 +419,19 @@ impl<S: Store, N: Net> Master<S, N> {
                     warn!(%error, "recording a relay failed");
                 }
             }
-            Input::Reload => self.config.reread_rules(),
+            Input::Reload => {
+                // Rows and announcements a master revoked now signs are refused from now on, not
+                // only after a restart (the store takes the new trust even if it does not answer).
+                if self.config.reread_rules(&self.identity) {
+                    if let Err(error) = self.trust_store().await {
+                        warn!(%error, "registering this master's key again after new revocations failed");
+                    }
+                    // Keys and principals are reread under the new trust, as at a restart: what
+                    // a revoked master accepted or registered no longer counts, and the sessions
+                    // that stood on it end.
+                    self.cluster.lost_track();
+                }
+            }
             Input::File(served) => self.file_served(served),
             Input::Cluster((from, change)) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {

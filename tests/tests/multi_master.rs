@@ -344,12 +344,12 @@ fn prepend_setting(path: &std::path::Path, line: &str) {
     std::fs::write(path, format!("{line}\n{text}")).unwrap();
 }
 
-#[test]
-fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_refused() {
+/// Two masters on one database, each certified by the cluster key; returns the cluster, the
+/// two ports and the cluster key's path.
+fn certified_pair() -> (Cluster, u16, u16, std::path::PathBuf) {
     let url = fresh_database();
     let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
     let first = cluster.port;
-    // The second master has its own key: only the cluster key ties them.
     let second = cluster.add_peer_master(false);
     let keys = cluster.dir.join("cluster");
     let init = cluster.bin("halite-master", &["cluster", "init", keys.to_str().unwrap()]);
@@ -366,6 +366,21 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     cluster.kill_master();
     cluster.start_master();
     cluster.restart_peer_master(second);
+    (cluster, first, second, cluster_key)
+}
+
+/// The principals the master on `port` knows.
+fn principals_at(cluster: &Cluster, port: u16) -> Vec<String> {
+    let run = cluster.cli_at(port, &["principal", "list", "--out", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.json().as_array().unwrap().iter().filter_map(|p| p["name"].as_str().map(str::to_owned)).collect()
+}
+
+#[test]
+fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_refused() {
+    // The second master has its own key: only the cluster key ties them.
+    let (mut cluster, first, second, cluster_key) = certified_pair();
+    let keys = cluster.dir.join("cluster");
     let cluster_pub = std::fs::read_to_string(keys.join("cluster.pub")).unwrap();
     let cluster_hex = cluster_pub.lines().find(|l| !l.starts_with('#')).and_then(|l| l.split_whitespace().nth(1));
     let cluster_hex = cluster_hex.unwrap().to_owned();
@@ -445,6 +460,54 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     let refused = cluster.bin("halite-master", &["--config", &config]);
     assert_eq!(refused.code, 1);
     assert!(refused.stderr.contains("is in revoked_masters"), "{}", refused.stderr);
+}
+
+/// A revocation SIGHUP adds is in force at once, as after a restart: what the revoked master
+/// signed, before or after, is no longer taken as a master's word, though it still runs and
+/// writes to the database.
+#[test]
+fn a_master_revoked_through_sighup_is_no_longer_trusted_for_what_it_writes() {
+    let (mut cluster, first, second, cluster_key) = certified_pair();
+    let dir = cluster.dir.join("principals");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap().to_owned();
+    let add = |cluster: &Cluster, port: u16, name: &str| {
+        let run = cluster.cli_at(port, &["principal", "add", name, "--generate", &dir]);
+        assert_eq!(run.code, 0, "principal add {name}: {}", run.stderr);
+    };
+    // Trusted: a principal the second registers is known to the first.
+    add(&cluster, second, "before");
+    wait_for("before, known to the first", Duration::from_secs(20), || {
+        principals_at(&cluster, first).contains(&"before".to_owned()).then_some(())
+    });
+
+    // The second master's key is revoked in the first's config, which SIGHUP rereads.
+    let second_pub = cluster.dir.join("master-1/master.pub");
+    let revoke = cluster.bin(
+        "halite-master",
+        &["cluster", "revoke", "--cluster-key", cluster_key.to_str().unwrap(), second_pub.to_str().unwrap()],
+    );
+    assert_eq!(revoke.code, 0, "{}", revoke.stderr);
+    prepend_setting(&cluster.config, &format!("revoked_masters = [{:?}]", revoke.stdout.trim()));
+    let pid = i32::try_from(cluster.master_pid().unwrap()).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP).unwrap();
+    wait_for("the principal the revoked master signed, dropped", Duration::from_secs(20), || {
+        (!principals_at(&cluster, first).contains(&"before".to_owned())).then_some(())
+    });
+
+    // What it signs from now on is refused too: its announcements are dropped, its rows ignored.
+    add(&cluster, second, "after");
+    add(&cluster, first, "mine");
+    assert!(principals_at(&cluster, first).contains(&"mine".to_owned()));
+    let log = cluster.dir.join("master.log");
+    wait_for("the revoked master's announcements, dropped", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("dropped an announcement").then_some(())
+    });
+    let known = principals_at(&cluster, first);
+    assert!(!known.contains(&"after".to_owned()) && !known.contains(&"before".to_owned()), "{known:?}");
+    // The first master still serves, and the second's own view is its own.
+    assert!(principals_at(&cluster, second).contains(&"after".to_owned()));
+    cluster.kill_peer_master(second);
 }
 
 #[test]

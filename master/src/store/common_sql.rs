@@ -641,10 +641,10 @@ macro_rules! common_store_methods {
     }
 
     async fn set_trust(&self, trust: $crate::store::trust::Trust, now_ms: u64) -> Result<u64, $crate::store::StoreError> {
-        self.bounded(async move {
-            self.put_trust(trust.sharing(Self::SHARED), now_ms).await
-        })
-        .await
+        // In use at once, whether or not the database answers: what a master revoked now signs
+        // is refused from the next row or announcement read, not from the next registration.
+        self.trust.set(trust.sharing(Self::SHARED));
+        self.bounded(async move { self.put_trust(now_ms).await }).await
     }
 
     async fn delete_principal(&self, name: &str) -> Result<bool, $crate::store::StoreError> {

@@ -236,18 +236,13 @@ macro_rules! signed_row_helpers {
                 Ok(signed)
             }
 
-            /// Puts `trust` in use: registers this master in `masters` (its key, id and
+            /// With the trust in use (`set_trust`): registers this master in `masters` (its key, id and
             /// certificate, for the others to check its signatures), and signs the rows that
             /// predate signatures if this process applied the migration that added them (then
             /// they are the operator's rows from before the upgrade: the migration runs once, and
             /// nothing could write a row after it and before this, at the master's start).
             /// Returns how many rows it signed.
-            async fn put_trust(
-                &self,
-                trust: $crate::store::trust::Trust,
-                now_ms: u64,
-            ) -> Result<u64, $crate::store::StoreError> {
-                self.trust.set(trust);
+            async fn put_trust(&self, now_ms: u64) -> Result<u64, $crate::store::StoreError> {
                 let trust = self.trust.get();
                 let registration = trust.registration();
                 sqlx::query(&$sql(
