@@ -276,29 +276,29 @@ impl MasterConfig {
     /// (`[[events]]`, `[[peers]]`, `[nodegroups]`, `revoked_masters`, `[deploy] signal_hosts`);
     /// everything else (addresses, store, limits) needs a restart. A file that no longer reads,
     /// or whose revocations this master (`identity`) may not use, is reported and the running
-    /// rules are kept. Returns whether the revocations changed: the store must then refuse what
-    /// a newly revoked master signs (`Master::trust_store`).
-    pub(crate) fn reread_rules(&mut self, identity: &halite_protocol::noise::LocalIdentity) -> bool {
-        let Some(path) = self.path.clone() else { return false };
+    /// rules are kept. Returns the revocations that were in force when they changed: the store
+    /// must then refuse what a newly revoked master signs (`Master::trust_store`).
+    pub(crate) fn reread_rules(&mut self, identity: &halite_protocol::noise::LocalIdentity) -> Option<Vec<String>> {
+        let path = self.path.clone()?;
         let new = match MasterConfig::load(&path) {
             Ok(new) => new,
             Err(error) => {
                 tracing::error!(%error, "SIGHUP: the config does not read; keeping the running rules");
-                return false;
+                return None;
             }
         };
         if let Err(error) = crate::cluster_identity::check_revocations_of(&new.revoked_masters, identity) {
             tracing::error!(%error, "SIGHUP: the config's revocations cannot be used; keeping the running rules");
-            return false;
+            return None;
         }
-        let revocations_changed = new.revoked_masters != self.revoked_masters;
+        let before = (new.revoked_masters != self.revoked_masters).then(|| self.revoked_masters.clone());
         self.events = new.events;
         self.peers = new.peers;
         self.nodegroups = new.nodegroups;
         self.revoked_masters = new.revoked_masters;
         self.deploy = new.deploy;
         tracing::info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups, revocations and signal hosts");
-        revocations_changed
+        before
     }
 }
 
@@ -326,10 +326,10 @@ mod tests {
             halite_protocol::noise::LocalIdentity::new(halite_protocol::identity::IdentityKey::generate_os()).unwrap();
         // This master has no certificate: a revocation is refused, and nothing else changes.
         write("revoked_masters = [\"00\"]\n[nodegroups]\nweb = \"www*\"\n");
-        assert!(!config.reread_rules(&identity));
+        assert_eq!(config.reread_rules(&identity), None);
         assert_eq!((config.nodegroups["web"].as_str(), config.revoked_masters.len()), ("web*", 0));
         write("[nodegroups]\nweb = \"www*\"\n");
-        assert!(!config.reread_rules(&identity), "the revocations did not change");
+        assert_eq!(config.reread_rules(&identity), None, "the revocations did not change");
         assert_eq!(config.nodegroups["web"], "www*");
         std::fs::remove_file(&path).unwrap();
     }

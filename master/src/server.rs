@@ -422,14 +422,8 @@ impl<S: Store, N: Net> Master<S, N> {
             Input::Reload => {
                 // Rows and announcements a master revoked now signs are refused from now on, not
                 // only after a restart (the store takes the new trust even if it does not answer).
-                if self.config.reread_rules(&self.identity) {
-                    if let Err(error) = self.trust_store().await {
-                        warn!(%error, "registering this master's key again after new revocations failed");
-                    }
-                    // Keys and principals are reread under the new trust, as at a restart: what
-                    // a revoked master accepted or registered no longer counts, and the sessions
-                    // that stood on it end.
-                    self.cluster.lost_track();
+                if let Some(before) = self.config.reread_rules(&self.identity) {
+                    self.revocations_changed(&before).await;
                 }
             }
             Input::File(served) => self.file_served(served),
@@ -478,6 +472,28 @@ impl<S: Store, N: Net> Master<S, N> {
         self.metrics.alive();
         self.flush().await;
         self.wake_at = self.plan_wake(tick);
+    }
+
+    /// The revocations changed (from `before`): in force at once, as at a restart. The store
+    /// refuses what a newly revoked master signs (the new trust holds even while the database
+    /// does not answer); with other masters on it, keys and principals are reread under it, so
+    /// what a revoked master accepted or registered no longer counts and the sessions that stood
+    /// on it end; and every minion connected here reconnects, to learn the revocations in its
+    /// `welcome` (it refuses that master, and every job it signed, from then on).
+    async fn revocations_changed(&mut self, before: &[String]) {
+        if let Err(error) = self.trust_store().await {
+            warn!(%error, "registering this master's key again after new revocations failed");
+        }
+        if self.cluster.is_shared() {
+            self.cluster.lost_track();
+        }
+        if self.config.revoked_masters.iter().any(|revocation| !before.contains(revocation)) {
+            let minions: Vec<PeerId> = self.sessions.online_ids().filter_map(|id| self.sessions.peer_of(id)).collect();
+            info!(minions = minions.len(), "a master was revoked: its minions reconnect to learn it");
+            for peer in minions {
+                self.forget(peer, Some("the masters' revocations changed; reconnect"));
+            }
+        }
     }
 
     /// When the loop wakes next ([`Master::next_timeout`]). After a wake for time, whatever is

@@ -369,6 +369,21 @@ fn certified_pair() -> (Cluster, u16, u16, std::path::PathBuf) {
     (cluster, first, second, cluster_key)
 }
 
+/// The cluster key's public half, in hex (what minions pin).
+fn cluster_key_hex(cluster: &Cluster) -> String {
+    let cluster_pub = std::fs::read_to_string(cluster.dir.join("cluster/cluster.pub")).unwrap();
+    let hex = cluster_pub.lines().find(|l| !l.starts_with('#')).and_then(|l| l.split_whitespace().nth(1));
+    hex.unwrap().to_owned()
+}
+
+/// Prepares minion `id` (not started) pinning the cluster key, not any master's.
+fn prepare_cluster_minion(cluster: &Cluster, id: &str) {
+    cluster.prepare_minion(id, true, "");
+    let enrollment = cluster.minion_dir(id).join("enrollment.toml");
+    let text = std::fs::read_to_string(&enrollment).unwrap().replace(&cluster.master_key(), &cluster_key_hex(cluster));
+    std::fs::write(&enrollment, text).unwrap();
+}
+
 /// The principals the master on `port` knows.
 fn principals_at(cluster: &Cluster, port: u16) -> Vec<String> {
     let run = cluster.cli_at(port, &["principal", "list", "--out", "json"]);
@@ -380,10 +395,7 @@ fn principals_at(cluster: &Cluster, port: u16) -> Vec<String> {
 fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_refused() {
     // The second master has its own key: only the cluster key ties them.
     let (mut cluster, first, second, cluster_key) = certified_pair();
-    let keys = cluster.dir.join("cluster");
-    let cluster_pub = std::fs::read_to_string(keys.join("cluster.pub")).unwrap();
-    let cluster_hex = cluster_pub.lines().find(|l| !l.starts_with('#')).and_then(|l| l.split_whitespace().nth(1));
-    let cluster_hex = cluster_hex.unwrap().to_owned();
+    let cluster_hex = cluster_key_hex(&cluster);
     assert_ne!(cluster_hex, cluster.master_key());
 
     // Enrollment files made by a certified master pin the cluster key, and list the masters.
@@ -406,10 +418,7 @@ fn masters_certified_by_a_cluster_key_serve_its_minions_and_a_revoked_one_is_ref
     assert!(user_data.stdout.contains(&format!("master = [\"{a}\", \"{b}\"]")), "{}", user_data.stdout);
 
     // A minion pinning the cluster key, not any master's.
-    cluster.prepare_minion("cert1", true, "");
-    let enrollment = cluster.minion_dir("cert1").join("enrollment.toml");
-    let text = std::fs::read_to_string(&enrollment).unwrap().replace(&cluster.master_key(), &cluster_hex);
-    std::fs::write(&enrollment, text).unwrap();
+    prepare_cluster_minion(&cluster, "cert1");
     cluster.set_minion_masters("cert1", &[first, second]);
     cluster.start_minion("cert1");
     let serving = wait_for("cert1 on a certified master", Duration::from_secs(20), || {
@@ -475,6 +484,14 @@ fn a_master_revoked_through_sighup_is_no_longer_trusted_for_what_it_writes() {
         let run = cluster.cli_at(port, &["principal", "add", name, "--generate", &dir]);
         assert_eq!(run.code, 0, "principal add {name}: {}", run.stderr);
     };
+    // A minion on the first master, connected before the revocation.
+    prepare_cluster_minion(&cluster, "early1");
+    cluster.start_minion("early1");
+    wait_for("early1 on the first master", Duration::from_secs(20), || {
+        cluster.connected_at(first).contains(&"early1".to_owned()).then_some(())
+    });
+    let learned = cluster.minion_dir("early1").join("state/revoked_masters");
+    assert!(!learned.exists());
     // Trusted: a principal the second registers is known to the first.
     add(&cluster, second, "before");
     wait_for("before, known to the first", Duration::from_secs(20), || {
@@ -494,6 +511,12 @@ fn a_master_revoked_through_sighup_is_no_longer_trusted_for_what_it_writes() {
     wait_for("the principal the revoked master signed, dropped", Duration::from_secs(20), || {
         (!principals_at(&cluster, first).contains(&"before".to_owned())).then_some(())
     });
+    // The minion connected before it learns the revocation at once (it reconnects for it), so
+    // it refuses that master, and any job it signed, whoever delivers it.
+    wait_for("the revocation, learned by early1", Duration::from_secs(20), || learned.exists().then_some(()));
+    wait_for("early1 back on the first master", Duration::from_secs(20), || {
+        cluster.connected_at(first).contains(&"early1".to_owned()).then_some(())
+    });
 
     // What it signs from now on is refused too: its announcements are dropped, its rows ignored.
     add(&cluster, second, "after");
@@ -501,7 +524,9 @@ fn a_master_revoked_through_sighup_is_no_longer_trusted_for_what_it_writes() {
     assert!(principals_at(&cluster, first).contains(&"mine".to_owned()));
     let log = cluster.dir.join("master.log");
     wait_for("the revoked master's announcements, dropped", Duration::from_secs(20), || {
-        std::fs::read_to_string(&log).unwrap_or_default().contains("dropped an announcement").then_some(())
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let since_reload = text.rsplit_once("config reread").map_or("", |(_, after)| after);
+        since_reload.contains("dropped an announcement").then_some(())
     });
     let known = principals_at(&cluster, first);
     assert!(!known.contains(&"after".to_owned()) && !known.contains(&"before".to_owned()), "{known:?}");

@@ -894,3 +894,33 @@ fn work_a_step_leaves_for_the_next_wakes_the_loop_at_once() {
         assert!(sim.master.wake_at.is_some_and(|at| at > now), "and nothing left to wake for");
     });
 }
+
+/// A revocation SIGHUP adds is in force at once: the minions connected here reconnect to learn
+/// it in their welcome. A store no other master shares has nothing to reread, so the master
+/// goes on storing returns (it does not wait for a reread that never comes).
+#[test]
+fn a_revocation_reread_on_sighup_reconnects_the_minions_and_leaves_a_lone_store_trusted() {
+    use halite_protocol::identity::IdentityKey;
+    use halite_protocol::noise::{MasterCertificate, Revocation};
+    rt().block_on(async {
+        let (mut sim, mut web1, _root, jid) = web1_pinged(10_000).await;
+        web1.recv(&sim);
+        let cluster = IdentityKey::from_seed(&[9; 32]);
+        let identity = sim.master.identity.clone();
+        let certificate = MasterCertificate::issue(&cluster, &identity.public(), &sim.master.config.id);
+        sim.master.identity = identity.with_certificate(certificate);
+        let retired = Revocation::issue(&cluster, &IdentityKey::from_seed(&[8; 32]).public()).to_hex();
+        let path = std::env::temp_dir().join(format!("halite-sim-revoke-{}.toml", std::process::id()));
+        std::fs::write(&path, format!("revoked_masters = [{retired:?}]\n")).unwrap();
+        sim.master.config.path = Some(path.clone());
+        sim.step(Input::Reload).await;
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(sim.master.config.revoked_masters, [retired]);
+        assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("the masters' revocations changed; reconnect"));
+        assert!(!sim.master.store_in_doubt(), "nothing to reread: the store is this master's alone");
+        // Reconnected, it answers, and the return is stored and acknowledged.
+        let mut web1 = sim.minion("web1").await;
+        web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
+        assert!(acked(&web1.recv(&sim), &jid), "a return is stored as before the reload");
+    });
+}
