@@ -53,13 +53,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 entry.functions = hello.functions;
                 entry.installed = installed;
                 self.touch(id);
-                let welcome = Welcome {
-                    master_id: self.config.id.clone(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    now_ms: self.clock.wall_ms(),
-                    revoked: self.config.revoked_masters.clone(),
-                };
-                self.send(peer, &Message::Welcome(welcome));
+                self.send(peer, &Message::Welcome(self.welcome()));
                 self.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.undelivered.remove(id);
@@ -141,6 +135,17 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         Ok(())
+    }
+
+    /// What a minion is told when its session opens (or, for the revocations, when they change):
+    /// this master, its version and time, and the masters the cluster key revoked.
+    pub(crate) fn welcome(&self) -> Welcome {
+        Welcome {
+            master_id: self.config.id.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            now_ms: self.clock.wall_ms(),
+            revoked: self.config.revoked_masters.clone(),
+        }
     }
 
     /// Sends a live job to a connected minion and marks it sent.

@@ -478,8 +478,9 @@ impl<S: Store, N: Net> Master<S, N> {
     /// refuses what a newly revoked master signs (the new trust holds even while the database
     /// does not answer); with other masters on it, keys and principals are reread under it, so
     /// what a revoked master accepted or registered no longer counts and the sessions that stood
-    /// on it end; and every minion connected here reconnects, to learn the revocations in its
-    /// `welcome` (it refuses that master, and every job it signed, from then on).
+    /// on it end; and every minion connected here is told them in a `welcome` (it refuses that
+    /// master, and every new job it signed, from then on). Told, not reconnected: a minion
+    /// given several masters would move to the next on its list, maybe the revoked one.
     async fn revocations_changed(&mut self, before: &[String]) {
         if let Err(error) = self.trust_store().await {
             warn!(%error, "registering this master's key again after new revocations failed");
@@ -489,9 +490,10 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         if self.config.revoked_masters.iter().any(|revocation| !before.contains(revocation)) {
             let minions: Vec<PeerId> = self.sessions.online_ids().filter_map(|id| self.sessions.peer_of(id)).collect();
-            info!(minions = minions.len(), "a master was revoked: its minions reconnect to learn it");
+            info!(minions = minions.len(), "a master was revoked: telling the minions connected here");
+            let welcome = Message::Welcome(self.welcome());
             for peer in minions {
-                self.forget(peer, Some("the masters' revocations changed; reconnect"));
+                self.send(peer, &welcome);
             }
         }
     }

@@ -43,10 +43,6 @@ impl MinionCore {
             Ok(job) => job,
             Err(error) => return self.refuse(ErrorKind::BadSignature, error.to_string(), None),
         };
-        if signed.signer_key().is_some_and(|k| self.revocations.contains(&k)) {
-            let why = "signed by a master whose key the cluster key revoked".to_owned();
-            return self.refuse(ErrorKind::BadSignature, why, Some(job.jid));
-        }
         if let Err(error) = halite_protocol::id::validate(&job.jid) {
             return self.refuse(ErrorKind::BadRequest, format!("bad jid: {error}"), Some(job.jid));
         }
@@ -55,6 +51,12 @@ impl MinionCore {
         }
         if let Some(ret) = self.outbox.get(&job.jid).or_else(|| self.unsent.get(&job.jid).cloned()) {
             return self.send(&Message::JobReturn(ret));
+        }
+        // A job accepted before its master was revoked keeps its course (above: running, queued,
+        // or its return sent again); a new one it signed is refused.
+        if signed.signer_key().is_some_and(|k| self.revocations.contains(&k)) {
+            let why = "signed by a master whose key the cluster key revoked".to_owned();
+            return self.refuse(ErrorKind::BadSignature, why, Some(job.jid));
         }
         if self.outbox.started(&job.jid) {
             // Started before, not running now, no stored return: this minion restarted while it

@@ -224,13 +224,29 @@ impl MinionCore {
         }
     }
 
+    /// Keeps the revocations a master told (those the pinned cluster key signed), and leaves
+    /// this master if it is among them.
+    fn learn_revocations(&mut self, revoked: &[String]) {
+        if let Some(pinned) = self.master_key {
+            self.revocations.learn(revoked, &pinned);
+        }
+        if self.master_now.is_some_and(|m| self.revocations.contains(&m)) {
+            warn!("this master's key was revoked by the cluster key; moving to another master");
+            self.next_master("master key revoked");
+        }
+    }
+
     fn on_session_message(&mut self, msg: Message) {
         match msg {
             Message::Welcome(welcome) => {
                 debug!(master = %welcome.master_id, "welcomed");
                 // Dated from the hello it answers, never later: the master's time can then only be
                 // overestimated (by a round trip), so a job is never thought fresher than it is.
-                let asked = self.hello_sent_at.take().unwrap_or(self.now);
+                let Some(asked) = self.hello_sent_at.take() else {
+                    // Answering no hello: the master telling of revocations it has just read. Its
+                    // time is not taken (nothing dates it), its revocations are.
+                    return self.learn_revocations(&welcome.revoked);
+                };
                 let waited = self.now.saturating_duration_since(asked);
                 // A welcome long after its hello says little: the minion may have stopped before
                 // its hello left (the master's time is then later than the hello) or after the
@@ -245,13 +261,7 @@ impl MinionCore {
                 }
                 self.slow_welcomes = 0;
                 self.master_time = crate::freshness::MasterTime::learned(welcome.now_ms, asked);
-                if let Some(pinned) = self.master_key {
-                    self.revocations.learn(&welcome.revoked, &pinned);
-                }
-                if self.master_now.is_some_and(|m| self.revocations.contains(&m)) {
-                    warn!("this master's key was revoked by the cluster key; moving to another master");
-                    self.next_master("master key revoked");
-                }
+                self.learn_revocations(&welcome.revoked);
             }
             Message::Job(signed) => self.on_job(signed),
             Message::ReturnAck(ack) => self.acknowledged(&ack.jid),

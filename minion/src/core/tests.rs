@@ -431,3 +431,38 @@ fn a_reload_is_announced_events_need_a_session_and_a_lost_link_is_opened_again()
     assert!(!t.core.is_up());
     assert_eq!(t.input(Input::Shutdown), []);
 }
+
+#[test]
+fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_accepted() {
+    use halite_protocol::noise::{MasterCertificate, Revocation};
+    let mut t = Test::new("revoked", 1, 1);
+    t.up();
+    // A master of the cluster (the pinned key certified it) signs a job; it runs.
+    let other = IdentityKey::from_seed(&[7; 32]);
+    let certificate = MasterCertificate::issue(&t.master_key, &other.public(), "m2");
+    let signed_by_other = |t: &Test, jid: &str| {
+        let job = t.job(jid, 10_000).verify(&t.master_key.public()).expect("a job");
+        let mut signed = SignedJob::sign_certified(&job, &other, &certificate, "m2");
+        signed.start_by_ms = Some(t.master_ms() + 10_000);
+        signed
+    };
+    assert_eq!(ran(&t.master_sends(&Message::Job(signed_by_other(&t, JID)))), [JID]);
+    // The master tells of its revocation in a welcome answering no hello.
+    let revocation = Revocation::issue(&t.master_key, &other.public()).to_hex();
+    // Its time says ten hours later: taken, it would make every job look stale.
+    let later = t.master_ms() + 36_000_000;
+    let welcome = Welcome { master_id: "m".into(), version: "t".into(), now_ms: later, revoked: vec![revocation] };
+    assert_eq!(t.master_sends(&Message::Welcome(welcome)), [], "no hello was asked: nothing answered");
+    // The job it accepted before keeps its course: delivered again, it is not refused.
+    assert_eq!(t.master_sends(&Message::Job(signed_by_other(&t, JID))), []);
+    // A new one is refused; the master's own jobs still run (its time was not taken from the
+    // welcome: a job issued now is fresh).
+    let effects = t.master_sends(&Message::Job(signed_by_other(&t, JID2)));
+    let refused = t.messages(effects);
+    assert!(
+        matches!(refused.as_slice(), [Message::Error(e)] if e.request.as_deref() == Some(JID2) && e.message.contains("revoked")),
+        "{refused:?}"
+    );
+    let _ = t.input(Input::JobFinished(done(JID)));
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID3, 10_000)))), [JID3]);
+}
