@@ -137,14 +137,15 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
-    /// What a minion is told when its session opens (or, for the revocations, when they change):
-    /// this master, its version and time, and the masters the cluster key revoked.
+    /// What a minion (or client) is told when its session opens: this master, its version and
+    /// time, and the masters the cluster key revoked.
     pub(crate) fn welcome(&self) -> Welcome {
         Welcome {
             master_id: self.config.id.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             now_ms: self.clock.wall_ms(),
             revoked: self.config.revoked_masters.clone(),
+            revocations_only: false,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, Welcome};
+use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl};
 use halite_transport::PeerId;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -43,13 +43,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Message::ClientHello(_) => {
-                let welcome = Welcome {
-                    master_id: self.config.id.clone(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    now_ms: self.clock.wall_ms(),
-                    revoked: self.config.revoked_masters.clone(),
-                };
-                self.send(peer, &Message::Welcome(welcome));
+                self.send(peer, &Message::Welcome(self.welcome()));
             }
             Message::Publish(request) => {
                 let publisher = match acl {

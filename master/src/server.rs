@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{self, ErrorKind, ErrorMessage, Event, Message, MinionJobState, ReturnAck, Value};
+use halite_protocol::message::{
+    self, ErrorKind, ErrorMessage, Event, Message, MinionJobState, ReturnAck, Value, Welcome,
+};
 use halite_protocol::noise::LocalIdentity;
 use halite_transport::{PeerId, Router, RouterEvent, SendError};
 use serde_json::json;
@@ -491,7 +493,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.config.revoked_masters.iter().any(|revocation| !before.contains(revocation)) {
             let minions: Vec<PeerId> = self.sessions.online_ids().filter_map(|id| self.sessions.peer_of(id)).collect();
             info!(minions = minions.len(), "a master was revoked: telling the minions connected here");
-            let welcome = Message::Welcome(self.welcome());
+            let welcome = Message::Welcome(Welcome { revocations_only: true, ..self.welcome() });
             for peer in minions {
                 self.send(peer, &welcome);
             }

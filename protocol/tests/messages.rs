@@ -264,12 +264,11 @@ fn message() -> impl Strategy<Value = Message> {
                 functions,
             })),
         (".{0,10}", ".{0,6}").prop_map(|(principal, version)| Message::ClientHello(ClientHello { principal, version })),
-        (".{0,10}", ".{0,6}", any::<u64>()).prop_map(|(master_id, version, now_ms)| Message::Welcome(Welcome {
-            master_id,
-            version,
-            now_ms,
-            revoked: Vec::new()
-        })),
+        (".{0,10}", ".{0,6}", any::<u64>(), any::<bool>()).prop_map(
+            |(master_id, version, now_ms, revocations_only)| {
+                Message::Welcome(Welcome { master_id, version, now_ms, revoked: Vec::new(), revocations_only })
+            }
+        ),
         job().prop_map(move |j| Message::Job(SignedJob::sign(&j, &key))),
         (".{0,20}", any::<bool>(), ".{0,20}").prop_map(|(jid, accepted, reason)| Message::JobAck(JobAck {
             jid,

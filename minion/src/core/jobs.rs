@@ -52,18 +52,18 @@ impl MinionCore {
         if let Some(ret) = self.outbox.get(&job.jid).or_else(|| self.unsent.get(&job.jid).cloned()) {
             return self.send(&Message::JobReturn(ret));
         }
-        // A job accepted before its master was revoked keeps its course (above: running, queued,
-        // or its return sent again); a new one it signed is refused.
-        if signed.signer_key().is_some_and(|k| self.revocations.contains(&k)) {
-            let why = "signed by a master whose key the cluster key revoked".to_owned();
-            return self.refuse(ErrorKind::BadSignature, why, Some(job.jid));
-        }
         if self.outbox.started(&job.jid) {
             // Started before, not running now, no stored return: this minion restarted while it
             // ran. Running it again could do its side effects twice.
             warn!(jid = %job.jid, "job was interrupted by a restart; not running it again");
             let why = "the minion restarted while this job ran; it is not run twice".to_owned();
             return self.on_done(not_started(&job.jid, Outcome::Interrupted, why));
+        }
+        // A job accepted before its master was revoked keeps its course (above: running, queued,
+        // its return sent again, interrupted); a new one it signed is refused.
+        if signed.signer_key().is_some_and(|k| self.revocations.contains(&k)) {
+            let why = "signed by a master whose key the cluster key revoked".to_owned();
+            return self.refuse(ErrorKind::BadSignature, why, Some(job.jid));
         }
         if let Some(why) = crate::freshness::expired(&job, self.master_time, self.now) {
             warn!(jid = %job.jid, "{why}");

@@ -239,14 +239,16 @@ impl MinionCore {
     fn on_session_message(&mut self, msg: Message) {
         match msg {
             Message::Welcome(welcome) => {
+                if welcome.revocations_only {
+                    // Answering no hello: the master telling of revocations it has just read.
+                    // Its time dates nothing and is not taken; a hello waiting for its answer
+                    // still waits for it.
+                    return self.learn_revocations(&welcome.revoked);
+                }
                 debug!(master = %welcome.master_id, "welcomed");
                 // Dated from the hello it answers, never later: the master's time can then only be
                 // overestimated (by a round trip), so a job is never thought fresher than it is.
-                let Some(asked) = self.hello_sent_at.take() else {
-                    // Answering no hello: the master telling of revocations it has just read. Its
-                    // time is not taken (nothing dates it), its revocations are.
-                    return self.learn_revocations(&welcome.revoked);
-                };
+                let asked = self.hello_sent_at.take().unwrap_or(self.now);
                 let waited = self.now.saturating_duration_since(asked);
                 // A welcome long after its hello says little: the minion may have stopped before
                 // its hello left (the master's time is then later than the hello) or after the

@@ -125,6 +125,7 @@ impl Test {
             version: "test".into(),
             now_ms: self.master_ms(),
             revoked: Vec::new(),
+            revocations_only: false,
         };
         assert_eq!(self.master_sends(&Message::Welcome(welcome)), []);
         sent.into_iter().skip(1).collect()
@@ -175,6 +176,17 @@ impl Test {
         let mut signed = SignedJob::sign(&job, &self.master_key);
         signed.start_by_ms = Some(self.master_ms() + timeout_ms);
         signed
+    }
+}
+
+/// A master's answer to a hello, dated at the start of the test.
+fn welcome() -> Welcome {
+    Welcome {
+        master_id: "m".into(),
+        version: "t".into(),
+        now_ms: MASTER_MS,
+        revoked: Vec::new(),
+        revocations_only: false,
     }
 }
 
@@ -311,7 +323,7 @@ fn stale_late_and_unwelcomed_jobs_are_never_run() {
     let effects = t.handshake(Verdict::Accept);
     let _ = t.messages(effects);
     assert_eq!(t.master_sends(&Message::Job(t.job(JID, 10_000))), []);
-    let welcome = Welcome { master_id: "m".into(), version: "t".into(), now_ms: t.master_ms(), revoked: Vec::new() };
+    let welcome = Welcome { now_ms: t.master_ms(), ..welcome() };
     assert_eq!(t.master_sends(&Message::Welcome(welcome)), []);
     // Ten minutes on the master's clock: issued then, this job expired long ago.
     let old = t.job(JID, 10_000);
@@ -333,7 +345,7 @@ fn a_slow_welcome_is_asked_again_before_its_time_is_trusted() {
     let effects = t.handshake(Verdict::Accept);
     let _ = t.messages(effects);
     t.advance(Duration::from_secs(3));
-    let welcome = Welcome { master_id: "m".into(), version: "t".into(), now_ms: MASTER_MS, revoked: Vec::new() };
+    let welcome = Welcome { now_ms: MASTER_MS, ..welcome() };
     let effects = t.master_sends(&Message::Welcome(welcome.clone()));
     assert!(matches!(t.messages(effects).first(), Some(Message::Hello(_))), "asked again");
     assert_eq!(t.master_sends(&Message::Job(t.job(JID, 10_000))), [], "still waiting for the answer");
@@ -451,8 +463,8 @@ fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_a
     let revocation = Revocation::issue(&t.master_key, &other.public()).to_hex();
     // Its time says ten hours later: taken, it would make every job look stale.
     let later = t.master_ms() + 36_000_000;
-    let welcome = Welcome { master_id: "m".into(), version: "t".into(), now_ms: later, revoked: vec![revocation] };
-    assert_eq!(t.master_sends(&Message::Welcome(welcome)), [], "no hello was asked: nothing answered");
+    let told = Welcome { now_ms: later, revoked: vec![revocation], revocations_only: true, ..welcome() };
+    assert_eq!(t.master_sends(&Message::Welcome(told.clone())), [], "no hello was asked: nothing answered");
     // The job it accepted before keeps its course: delivered again, it is not refused.
     assert_eq!(t.master_sends(&Message::Job(signed_by_other(&t, JID))), []);
     // A new one is refused; the master's own jobs still run (its time was not taken from the
@@ -465,4 +477,15 @@ fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_a
     );
     let _ = t.input(Input::JobFinished(done(JID)));
     assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID3, 10_000)))), [JID3]);
+    let _ = t.input(Input::JobFinished(done(JID3)));
+
+    // A hello waiting for its answer keeps waiting: the notice is not taken for the answer.
+    let _ = t.input(Input::Disconnected(CloseReason::Eof));
+    let effects = t.handshake(Verdict::Accept);
+    let _ = t.messages(effects);
+    assert_eq!(t.master_sends(&Message::Welcome(told)), []);
+    const JID4: &str = "20261121000000000004";
+    assert!(ran(&t.master_sends(&Message::Job(t.job(JID4, 10_000)))).is_empty(), "before the answer to its hello");
+    assert_eq!(t.master_sends(&Message::Welcome(Welcome { now_ms: t.master_ms(), ..welcome() })), []);
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID4, 10_000)))), [JID4]);
 }

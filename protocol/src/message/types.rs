@@ -122,6 +122,10 @@ pub struct Welcome {
     /// signature): a minion checks them against the key it pins and refuses those masters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revoked: Vec<String>,
+    /// Answers no hello: the master tells a connected minion of revocations it has just read
+    /// (SIGHUP). Only `revoked` is meant; `now_ms` dates nothing and is not taken.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revocations_only: bool,
 }
 
 /// Acknowledgement of a job by a minion.
