@@ -918,7 +918,9 @@ fn a_revocation_reread_on_sighup_is_told_to_the_minions_and_leaves_a_lone_store_
         let _ = std::fs::remove_file(&path);
         assert_eq!(sim.master.config.revoked_masters, std::slice::from_ref(&retired));
         let told = web1.recv(&sim);
-        assert!(told.iter().any(|m| matches!(m, Message::Welcome(w) if w.revoked == [retired.clone()])), "{told:?}");
+        let notice =
+            |m: &Message| matches!(m, Message::Welcome(w) if w.revoked == [retired.clone()] && w.revocations_only);
+        assert!(told.iter().any(notice), "a notice answering no hello: {told:?}");
         assert_eq!(sim.net.closed(web1.peer), None, "told, not cut");
         assert!(!sim.master.store_in_doubt(), "nothing to reread: the store is this master's alone");
         // A reread that changes no revocation tells nobody.

@@ -245,10 +245,13 @@ impl MinionCore {
                     // still waits for it.
                     return self.learn_revocations(&welcome.revoked);
                 }
-                debug!(master = %welcome.master_id, "welcomed");
                 // Dated from the hello it answers, never later: the master's time can then only be
                 // overestimated (by a round trip), so a job is never thought fresher than it is.
-                let asked = self.hello_sent_at.take().unwrap_or(self.now);
+                // One answering no hello waiting (a second answer) dates nothing either.
+                let Some(asked) = self.hello_sent_at.take() else {
+                    return self.learn_revocations(&welcome.revoked);
+                };
+                debug!(master = %welcome.master_id, "welcomed");
                 let waited = self.now.saturating_duration_since(asked);
                 // A welcome long after its hello says little: the minion may have stopped before
                 // its hello left (the master's time is then later than the hello) or after the

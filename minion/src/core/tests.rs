@@ -485,7 +485,12 @@ fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_a
     let _ = t.messages(effects);
     assert_eq!(t.master_sends(&Message::Welcome(told)), []);
     const JID4: &str = "20261121000000000004";
-    assert!(ran(&t.master_sends(&Message::Job(t.job(JID4, 10_000)))).is_empty(), "before the answer to its hello");
+    assert_eq!(t.master_sends(&Message::Job(t.job(JID4, 10_000))), [], "left for the answer to its hello");
     assert_eq!(t.master_sends(&Message::Welcome(Welcome { now_ms: t.master_ms(), ..welcome() })), []);
     assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID4, 10_000)))), [JID4]);
+    let _ = t.input(Input::JobFinished(done(JID4)));
+    // A second answer, to no hello waiting, dates nothing either.
+    let _ = t.master_sends(&Message::Welcome(Welcome { now_ms: t.master_ms() + 36_000_000, ..welcome() }));
+    const JID5: &str = "20261121000000000005";
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID5, 10_000)))), [JID5]);
 }
