@@ -451,10 +451,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.on_tick().await;
             }
         }
-        // The bus and the watchers hear of the input's slot moves before anything else.
-        self.tell_moves();
-        // The listeners hear what the step decided, in this order: each slot that ended (the
-        // metrics, its rollout, the deployment riding on it; see `hear_moves`), then each event
+        // The listeners hear what the step decided, in this order: each slot move (the bus and
+        // the watchers, first thing in `hear_moves`), each slot that ended (the metrics, its
+        // rollout, the deployment riding on it; see `hear_moves`), then each event
         // published (rollouts, then deployment groups; see `hear_events`), the deployments'
         // announcements included. Only then do rollouts and groups act, so an abort event stops
         // them in the step that published it, and a target's end starts the next in the step

@@ -239,18 +239,15 @@ impl MinionCore {
     fn on_session_message(&mut self, msg: Message) {
         match msg {
             Message::Welcome(welcome) => {
-                if welcome.revocations_only {
-                    // Answering no hello: the master telling of revocations it has just read.
-                    // Its time dates nothing and is not taken; a hello waiting for its answer
-                    // still waits for it.
-                    return self.learn_revocations(&welcome.revoked);
-                }
                 // Dated from the hello it answers, never later: the master's time can then only be
                 // overestimated (by a round trip), so a job is never thought fresher than it is.
-                // One answering no hello waiting (a second answer) dates nothing either.
-                let Some(asked) = self.hello_sent_at.take() else {
+                // One that answers no hello (the master telling of revocations it has just read,
+                // or a second answer) dates nothing: only its revocations are taken, and a hello
+                // waiting for its answer keeps waiting.
+                let Some(asked) = self.hello_sent_at.filter(|_| !welcome.revocations_only) else {
                     return self.learn_revocations(&welcome.revoked);
                 };
+                self.hello_sent_at = None;
                 debug!(master = %welcome.master_id, "welcomed");
                 let waited = self.now.saturating_duration_since(asked);
                 // A welcome long after its hello says little: the minion may have stopped before
