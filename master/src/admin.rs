@@ -30,7 +30,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.show_job(jid, who).await?;
             return Err(RequestError::bad_request(format!("job {jid} has finished: nothing to pause or resume")));
         }
-        let access = self.job_access(who, jid);
+        let access = self.access().job_access(who, jid);
         self.pause_or_resume(jid, pause, access).await?;
         self.show_job(jid, who).await
     }
@@ -69,7 +69,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// A client follows a job it may see: while the job lives, its updates go to `peer` too;
     /// answered with the job as it is.
     pub(crate) async fn watch(&mut self, peer: PeerId, jid: &str, who: Who<'_>) -> Reply {
-        if self.may_see_live_job(who, jid) {
+        if self.access().may_see_live_job(who, jid) {
             if let Some(job) = self.jobs.get_mut(jid) {
                 if !job.watchers.contains(&peer) {
                     job.watchers.push(peer);
@@ -89,7 +89,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 .filter(|m| m.state != MinionJobState::Unknown)
                 .map(|m| m.minion.as_str())
                 .collect();
-            self.may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
+            self.access().may_see_job(who, &detail.summary.caller, &detail.summary.function, &minions)
         });
         match detail {
             Some(mut detail) => {
@@ -111,9 +111,9 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let asker = Asker::client(principal, acl);
         match RequestKind::of(&body) {
-            RequestKind::Administer => drop(self.policy().decide(&asker, &Action::Administer)?),
-            RequestKind::List => drop(self.policy().decide(&asker, &Action::List)?),
-            RequestKind::FireEvent => drop(self.policy().decide(&asker, &Action::FireEvent)?),
+            RequestKind::Administer => drop(self.access().decide(&asker, &Action::Administer)?),
+            RequestKind::List => drop(self.access().decide(&asker, &Action::List)?),
+            RequestKind::FireEvent => drop(self.access().decide(&asker, &Action::FireEvent)?),
             // Decided with the token's id (its minion, whether it replaces a key).
             RequestKind::Enroll => {}
             // Decided once the job is loaded.
@@ -239,7 +239,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::TokenCreate { minion, ttl_ms, replace } => {
                 halite_protocol::id::validate(&minion).map_err(|e| RequestError::bad_request(e.to_string()))?;
                 let enroll = Action::Enroll { minion: Some(&minion), replace };
-                self.policy().decide(&Asker::client(principal, acl), &enroll)?;
+                self.access().decide(&Asker::client(principal, acl), &enroll)?;
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
@@ -295,14 +295,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::ApiToken(token))
             }
             RequestBody::ApiTokenList => {
-                let owner = self.owned_by(Who { name: principal, acl });
+                let owner = self.access().owned_by(Who { name: principal, acl });
                 Ok(ResponseBody::ApiTokens(self.store.api_tokens(owner).await.map_err(RequestError::from)?))
             }
             RequestBody::ApiTokenRevoke { id } => {
                 // Whose it is, so the other masters recheck that principal's sessions.
                 let tokens = self.store.api_tokens(None).await.map_err(RequestError::from)?;
                 let acting_as = tokens.into_iter().find(|t| t.id == id).map(|t| t.principal);
-                let owner = self.owned_by(Who { name: principal, acl });
+                let owner = self.access().owned_by(Who { name: principal, acl });
                 if !self.store.delete_api_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
@@ -314,11 +314,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(ResponseBody::Changed(vec![id]))
             }
             RequestBody::TokenList => {
-                let owner = self.owned_by(Who { name: principal, acl });
+                let owner = self.access().owned_by(Who { name: principal, acl });
                 Ok(ResponseBody::Tokens(self.store.tokens(owner).await.map_err(RequestError::from)?))
             }
             RequestBody::TokenRevoke { id } => {
-                let owner = self.owned_by(Who { name: principal, acl });
+                let owner = self.access().owned_by(Who { name: principal, acl });
                 if !self.store.delete_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no enrollment token {id}")));
                 }
@@ -403,7 +403,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     return Ok(out);
                 }
                 let minions: Vec<&str> = listing.minions.iter().map(String::as_str).collect();
-                if !sees_all && !self.may_see_job(who, &listing.summary.caller, &listing.summary.function, &minions) {
+                if !sees_all
+                    && !self.access().may_see_job(who, &listing.summary.caller, &listing.summary.function, &minions)
+                {
                     continue;
                 }
                 self.overlay_live(&mut listing.summary, None);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, UnreadableMessage};
+use halite_protocol::message::{self, ErrorKind, Message, UnreadableMessage};
 use halite_protocol::noise::{Claim, IdentifiedPeer, Responder, Role, SessionConfig};
 use halite_transport::{Lane, PeerId};
 use serde_json::json;
@@ -343,17 +343,6 @@ impl<S: Store, N: Net> Master<S, N> {
         let peers = self.sessions.clients_of(principal);
         for peer in peers {
             self.forget(peer, Some("principal removed"));
-        }
-    }
-
-    /// The principal on a client connection and its ACL (`None` for root), for
-    /// [`crate::authz`].
-    pub(crate) fn principal_on(&self, peer: PeerId) -> Option<(String, Option<Arc<PrincipalAcl>>)> {
-        match self.sessions.get(&peer)? {
-            Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
-                Some((principal.clone(), acl.clone()))
-            }
-            _ => None,
         }
     }
 }

@@ -43,7 +43,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_cluster_change(&mut self, from: &str, change: ClusterChange) -> Result<(), StoreError> {
         // Another master's announcement: authenticated by the store layer before it got here,
         // decided like every other request.
-        if let Err(denied) = self.policy().decide(&Asker::ClusterPeer, &Action::Announce) {
+        if let Err(denied) = self.access().decide(&Asker::ClusterPeer, &Action::Announce) {
             warn!(master = from, %denied, "announcement refused");
             return Ok(());
         }

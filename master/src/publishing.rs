@@ -62,7 +62,7 @@ impl<S: Store, N: Net> Master<S, N> {
             let nothing =
                 Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &[] };
             if let Err(denied @ Denied::Forbidden(_)) =
-                self.policy().decide(&Asker::MinionPeer { id: source }, &nothing)
+                self.access().decide(&Asker::MinionPeer { id: source }, &nothing)
             {
                 self.metrics.get().denied("publish");
                 self.send_error(peer, denied.kind(), denied.message(), request_id);
@@ -403,7 +403,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) -> Result<Option<Vec<String>>, PublishRefused> {
         let ids: Vec<&str> = targets.iter().map(String::as_str).collect();
         let action = Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &ids };
-        let policy = self.policy();
+        let policy = self.access();
         let decide = |asker: &Asker<'_>| match policy.decide(asker, &action) {
             Ok(Granted::Reach(reach)) => Ok(reach),
             Ok(Granted::Yes) => Ok(None),

@@ -28,7 +28,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match msg {
             Message::Subscribe(subscribe) => {
                 let asker = Asker::client(principal, acl.as_deref());
-                match self.policy().decide(&asker, &Action::Subscribe(&subscribe.patterns)) {
+                match self.access().decide(&asker, &Action::Subscribe(&subscribe.patterns)) {
                     Ok(_) => {
                         let patterns = subscribe.patterns.clone();
                         self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
@@ -54,7 +54,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Message::Cancel(cancel) => {
                 let who = Who { name: principal, acl: acl.as_deref() };
-                let access = self.job_access(who, &cancel.jid);
+                let access = self.access().job_access(who, &cancel.jid);
                 self.cancel(peer, &cancel.jid, access).await?
             }
             Message::Request(request) => {

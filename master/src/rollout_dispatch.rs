@@ -247,9 +247,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 continue;
             };
             let caller = job.record.caller.as_str();
-            let hears = self
-                .caller_acl(caller)
-                .is_some_and(|acl| self.may_receive(crate::authz::Who { name: caller, acl }, tag, data));
+            let hears = self.access().caller_receives(caller, tag, data);
             if hears {
                 aborts.push((jid.to_owned(), abort_reason(pattern, tag)));
             }

@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::acl::{NoticeThrottle, RateLimiter};
+use crate::authz::{Access, Policy, Who};
 use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
 use crate::core::bus::Bus;
@@ -511,6 +512,25 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn slots(&mut self) -> SlotMoves<'_> {
         let (now, wall_ms, shared) = (self.clock.now(), self.clock.wall_ms(), self.cluster.is_shared());
         SlotMoves::new(&mut self.jobs, &mut self.pending, &mut self.hearing, shared, now, wall_ms)
+    }
+
+    /// Who may see, control and receive what: the rules read with the registry and the live
+    /// jobs (`crate::authz`).
+    pub(crate) fn access(&self) -> Access<'_> {
+        let policy =
+            Policy { nodegroups: &self.config.nodegroups, peers: &self.config.peers, registry: &self.registry };
+        Access::new(policy, &self.jobs)
+    }
+
+    /// Whether the client on `peer` may receive an event (its subscription patterns aside);
+    /// whether it sees the event's job is remembered for as long as the job lives.
+    pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
+        let Some((name, acl)) = self.sessions.principal_on(peer) else { return false };
+        let receipt = self.access().peer_receives(peer, Who { name: &name, acl: acl.as_deref() }, tag, data);
+        if let Some((jid, visible)) = receipt.learned {
+            self.jobs.remember_visibility(&jid, peer, visible);
+        }
+        receipt.allowed
     }
 
     /// Answers one gateway request.

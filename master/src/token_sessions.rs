@@ -56,7 +56,7 @@ impl<S: Store, N: Net> Master<S, N> {
             },
         };
         let asker = crate::authz::Asker::client(&grant.principal, acl.as_deref());
-        let reads_metrics = self.policy().decide(&asker, &crate::authz::Action::ReadMetrics).is_ok();
+        let reads_metrics = self.access().decide(&asker, &crate::authz::Action::ReadMetrics).is_ok();
         let peer = self.sessions.next_local();
         let token = LocalToken { hash, id: grant.id, expires_at_ms: grant.expires_at_ms };
         let principal = grant.principal;

@@ -30,9 +30,7 @@ use halite_protocol::message::{PrincipalAcl, TargetKind, Value};
 
 use halite_transport::PeerId;
 
-use crate::net::Net;
-use crate::server::Master;
-use crate::store::Store;
+use crate::core::jobs::JobTable;
 use crate::target::Expr;
 
 pub(crate) mod decide;
@@ -104,17 +102,37 @@ impl TargetView {
     }
 }
 
-impl<S: Store, N: Net> Master<S, N> {
-    /// The rules and registry decisions read.
-    pub(crate) fn policy(&self) -> Policy<'_> {
-        Policy { nodegroups: &self.config.nodegroups, peers: &self.config.peers, registry: &self.registry }
+/// What a principal may see, control and receive of the live jobs: [`Policy`] read with the
+/// job table. Lent by the loop (`Master::access`); it decides and changes nothing.
+pub(crate) struct Access<'a> {
+    policy: Policy<'a>,
+    jobs: &'a JobTable,
+}
+
+/// Whether a client may receive an event, and whether it sees the event's job, once decided
+/// (for the job table to remember while the job lives: see [`Access::peer_receives`]).
+#[cfg_attr(test, derive(Debug))]
+pub(crate) struct Receipt {
+    pub(crate) allowed: bool,
+    pub(crate) learned: Option<(String, bool)>,
+}
+
+impl<'a> Access<'a> {
+    /// The rules of `policy` over the live jobs of `jobs`.
+    pub(crate) fn new(policy: Policy<'a>, jobs: &'a JobTable) -> Self {
+        Access { policy, jobs }
+    }
+
+    /// May `asker` do `action`? ([`Policy::decide`])
+    pub(crate) fn decide(&self, asker: &Asker<'_>, action: &Action<'_>) -> Result<Granted, Denied> {
+        self.policy.decide(asker, action)
     }
 
     /// Whether `who` may see (read, watch) a job published by `caller` with `function` on
     /// `minions` (the ones it targeted: names it listed that are no minion's do not count).
     pub(crate) fn may_see_job(&self, who: Who<'_>, caller: &str, function: &str, minions: &[&str]) -> bool {
         let job = JobFacts { caller, function, minions };
-        self.policy().decide(&Asker::client(who.name, who.acl), &Action::SeeJob(job)).is_ok()
+        self.decide(&Asker::client(who.name, who.acl), &Action::SeeJob(job)).is_ok()
     }
 
     /// Whether `who` may see a live job.
@@ -130,38 +148,29 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(job) = self.jobs.get(jid) else { return JobAccess::None };
         let minions: Vec<&str> = job.targeted();
         let facts = JobFacts { caller: &job.record.caller, function: &job.record.function, minions: &minions };
-        let asker = Asker::client(who.name, who.acl);
-        let policy = self.policy();
-        match policy.decide(&asker, &Action::ControlJob(facts)) {
+        match self.decide(&Asker::client(who.name, who.acl), &Action::ControlJob(facts)) {
             Ok(_) => JobAccess::Control,
             Err(Denied::Forbidden(_)) => JobAccess::See,
             Err(_) => JobAccess::None,
         }
     }
 
-    /// Whether the client on `peer` may receive an event (its subscription patterns aside).
-    /// Whether it sees a job is remembered per connection while the job lives: its events come
-    /// once per minion, and deciding costs a match per targeted minion.
-    pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
-        let Some((name, acl)) = self.principal_on(peer) else { return false };
-        let who = Who { name: &name, acl: acl.as_deref() };
-        let mut decided = None;
+    /// Whether `who`, the client on `peer`, may receive an event (its subscription patterns
+    /// aside). Whether it sees a job is remembered per connection while the job lives (its
+    /// events come once per minion, and deciding costs a match per targeted minion): a
+    /// decision made here is returned for the job table to keep.
+    pub(crate) fn peer_receives(&self, peer: PeerId, who: Who<'_>, tag: &str, data: &Value) -> Receipt {
+        let mut learned = None;
         let about = decide::About::of(tag, data, |jid| {
             let Some(job) = self.jobs.get(jid) else { return false };
             if let Some(&known) = job.visible_to.get(&peer) {
                 return known;
             }
             let visible = self.may_see_live_job(who, jid);
-            decided = Some((jid.to_owned(), visible));
+            learned = Some((jid.to_owned(), visible));
             visible
         });
-        let allowed = self.receives(who, tag, about);
-        if let Some((jid, visible)) = decided {
-            if let Some(job) = self.jobs.get_mut(&jid) {
-                job.visible_to.insert(peer, visible);
-            }
-        }
-        allowed
+        Receipt { allowed: self.receives(who, tag, about), learned }
     }
 
     /// Whether `who` may receive an event (its subscription patterns aside): what a
@@ -173,19 +182,19 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// [`Action::Receive`] for `who`.
     fn receives(&self, who: Who<'_>, tag: &str, about: decide::About<'_>) -> bool {
-        self.policy().decide(&Asker::client(who.name, who.acl), &Action::Receive { tag, about }).is_ok()
+        self.decide(&Asker::client(who.name, who.acl), &Action::Receive { tag, about }).is_ok()
     }
 
     /// Whether `who` may see and act on something created by `owner` (a config, deployment,
     /// group or token); to anyone else it does not exist.
     pub(crate) fn may_own(&self, who: Who<'_>, owner: &str) -> bool {
-        self.policy().decide(&Asker::client(who.name, who.acl), &Action::Own { owner }).is_ok()
+        self.decide(&Asker::client(who.name, who.acl), &Action::Own { owner }).is_ok()
     }
 
     /// The owner a listing or bulk deletion in the store is narrowed to for `who`: `None`
     /// (everyone's) for root and administrators, else `who`'s own.
-    pub(crate) fn owned_by<'a>(&self, who: Who<'a>) -> Option<&'a str> {
-        match self.policy().decide(&Asker::client(who.name, who.acl), &Action::ListOwned) {
+    pub(crate) fn owned_by<'w>(&self, who: Who<'w>) -> Option<&'w str> {
+        match self.decide(&Asker::client(who.name, who.acl), &Action::ListOwned) {
             Ok(Granted::Yes) => None,
             _ => Some(who.name),
         }
@@ -194,11 +203,17 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Who a job's caller is, to decide what it may receive: root, a registered principal
     /// (as its ACL is now), or `None` for a caller that receives no events (a minion's
     /// `peer.publish`, a principal since removed).
-    pub(crate) fn caller_acl(&self, caller: &str) -> Option<Option<&PrincipalAcl>> {
+    pub(crate) fn caller_acl(&self, caller: &str) -> Option<Option<&'a PrincipalAcl>> {
         match caller {
             "root" => Some(None),
-            name => self.registry.principal(name).map(|p| Some(&p.acl)),
+            name => self.policy.registry.principal(name).map(|p| Some(&p.acl)),
         }
+    }
+
+    /// Whether the job's caller `caller` may receive an event: what a rollout's or a
+    /// group's `abort_on` hears (a caller that receives nothing hears nothing).
+    pub(crate) fn caller_receives(&self, caller: &str, tag: &str, data: &Value) -> bool {
+        self.caller_acl(caller).is_some_and(|acl| self.may_receive(Who { name: caller, acl }, tag, data))
     }
 }
 
@@ -230,5 +245,51 @@ mod tests {
         let long = "x".repeat(300);
         assert!(subscribe(&Asker::Root, &[long.as_str()]).unwrap_err().message().contains("longer than"));
         assert!(subscribe(&Asker::MinionPeer { id: "web1" }, &["minion/web1/*"]).is_err());
+    }
+
+    /// A principal sees a job only if every targeted minion is in its view, may control it
+    /// only with the function on all of them; whether a client sees a job's events is decided
+    /// once and returned for the job table to keep, then read back.
+    #[test]
+    fn job_access_follows_the_targeted_minions_and_a_visibility_is_decided_once() {
+        let rule = |targets: &str| halite_protocol::message::PrincipalRule {
+            targets: targets.into(),
+            functions: vec!["test.ping".into()],
+            args: BTreeMap::new(),
+        };
+        let acl = |targets: &[&str]| PrincipalAcl {
+            rules: targets.iter().map(|t| rule(t)).collect(),
+            events: vec!["*".into()],
+            ..PrincipalAcl::default()
+        };
+        let (half, whole) = (acl(&["a"]), acl(&["a", "b"]));
+        let registry = crate::core::registry::Registry::default();
+        let nodegroups = BTreeMap::new();
+        let mut jobs = crate::core::jobs::tests::table(std::time::Instant::now());
+        let policy = || Policy { nodegroups: &nodegroups, peers: &[], registry: &registry };
+        let (narrow, wide) = (Who { name: "narrow", acl: Some(&half) }, Who { name: "wide", acl: Some(&whole) });
+        assert_eq!(Access::new(policy(), &jobs).job_access(narrow, "1"), JobAccess::None);
+        assert_eq!(Access::new(policy(), &jobs).job_access(wide, "1"), JobAccess::Control);
+        assert_eq!(
+            Access::new(policy(), &jobs).job_access(wide, "2"),
+            JobAccess::None,
+            "a job not live here has no access to give"
+        );
+        assert_eq!(Access::new(policy(), &jobs).job_access(Who { name: "root", acl: None }, "1"), JobAccess::Control);
+
+        let data = serde_json::json!({ "jid": "1" });
+        let (peer, tag) = (PeerId(7), "halite/job/1/ret/a");
+        let first = Access::new(policy(), &jobs).peer_receives(peer, narrow, tag, &data);
+        assert!(!first.allowed);
+        assert_eq!(first.learned, Some(("1".to_owned(), false)));
+        // Remembered the other way round, the remembered answer is the one read back.
+        jobs.remember_visibility("1", peer, true);
+        let again = Access::new(policy(), &jobs).peer_receives(peer, narrow, tag, &data);
+        assert!(again.allowed, "the remembered visibility is read, not decided again");
+        assert_eq!(again.learned, None);
+        assert!(!Access::new(policy(), &jobs).may_receive(narrow, tag, &data), "a check without a peer decides afresh");
+        assert!(Access::new(policy(), &jobs).may_receive(wide, tag, &data));
+        assert!(Access::new(policy(), &jobs).caller_receives("root", tag, &data));
+        assert!(!Access::new(policy(), &jobs).caller_receives("gone", tag, &data), "a removed caller hears nothing");
     }
 }

@@ -70,7 +70,7 @@ pub(crate) struct LiveJob {
     /// Clients to stream updates to.
     pub watchers: Vec<PeerId>,
     /// Whether the client on each connection may see this job, once asked (see
-    /// `Master::peer_may_receive`).
+    /// `crate::authz::Access::peer_receives`).
     pub visible_to: HashMap<PeerId, bool>,
     /// How many minions are not yet in a final state (so finishing is O(1), not O(minions)).
     remaining: usize,
@@ -168,6 +168,14 @@ impl JobTable {
             self.rollouts.insert(job.record.jid.clone());
         }
         self.jobs.insert(job.record.jid.clone(), job);
+    }
+
+    /// Remembers whether the client on `peer` sees the live job `jid` (decided once per
+    /// connection while the job lives: see `crate::authz::Access::peer_receives`).
+    pub(crate) fn remember_visibility(&mut self, jid: &str, peer: PeerId, visible: bool) {
+        if let Some(job) = self.jobs.get_mut(jid) {
+            job.visible_to.insert(peer, visible);
+        }
     }
 
     /// A live job.

@@ -114,6 +114,17 @@ impl Sessions {
         self.conns.get(peer)
     }
 
+    /// The principal on a client connection and its ACL (`None` for root), for
+    /// `crate::authz`.
+    pub(crate) fn principal_on(&self, peer: PeerId) -> Option<(String, Option<Arc<PrincipalAcl>>)> {
+        match self.get(&peer)? {
+            Conn::Client { principal, acl, .. } | Conn::Local { principal, acl, .. } => {
+                Some((principal.clone(), acl.clone()))
+            }
+            _ => None,
+        }
+    }
+
     /// A connection's stage, to use its session (a stage is changed with [`Sessions::insert`]).
     pub(crate) fn get_mut(&mut self, peer: &PeerId) -> Option<&mut Conn> {
         self.conns.get_mut(peer)

@@ -185,7 +185,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// one of its servers.
     pub(crate) async fn show_group(&mut self, id: &str, who: Who<'_>) -> Reply {
         let record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
-        if !self.may_own(who, &record.principal)
+        if !self.access().may_own(who, &record.principal)
             || record.group.members.iter().any(|m| self.may_deploy(who.acl, Some(&m.server_id)).is_err())
         {
             // Answered like a group that does not exist: its id reveals nothing.
@@ -206,9 +206,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 continue;
             }
             let Some(pattern) = patterns.iter().find(|p| halite_protocol::glob::matches(p, tag)) else { continue };
-            let hears = self
-                .caller_acl(principal)
-                .is_some_and(|acl| self.may_receive(crate::authz::Who { name: principal, acl }, tag, data));
+            let hears = self.access().caller_receives(principal, tag, data);
             if hears {
                 aborts.push((group.clone(), crate::rollout_dispatch::abort_reason(pattern, tag)));
             }

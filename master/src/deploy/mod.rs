@@ -79,12 +79,12 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.may_deploy(acl, None)?;
                 let limit = limit.min(MAX_CONFIG_LIST);
                 Ok(ResponseBody::Configs(
-                    self.store.configs(self.owned_by(who), limit).await.map_err(RequestError::from)?,
+                    self.store.configs(self.access().owned_by(who), limit).await.map_err(RequestError::from)?,
                 ))
             }
             RequestBody::ConfigDelete { id } => {
                 self.may_deploy(acl, None)?;
-                if !self.store.delete_config(&id, self.owned_by(who)).await.map_err(RequestError::from)? {
+                if !self.store.delete_config(&id, self.access().owned_by(who)).await.map_err(RequestError::from)? {
                     return Err(no_config(&id));
                 }
                 info!(config = %id, "software config deleted");
@@ -116,7 +116,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 let visible = records
                     .into_iter()
                     .filter(|r| {
-                        self.may_own(who, &r.owner) && self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok()
+                        self.access().may_own(who, &r.owner)
+                            && self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok()
                     })
                     .map(|r| r.deployment)
                     .collect();
@@ -138,7 +139,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::ServerConfigs { server_id } => {
                 self.may_deploy(acl, Some(&server_id))?;
                 let mut records = self.store.deployments(Some(&server_id)).await.map_err(RequestError::from)?;
-                records.retain(|r| self.may_own(who, &r.owner));
+                records.retain(|r| self.access().may_own(who, &r.owner));
                 records.reverse();
                 Ok(ResponseBody::Items(records.into_iter().map(|r| r.item).collect()))
             }
@@ -155,7 +156,7 @@ impl<S: Store, N: Net> Master<S, N> {
             // Configs belong to no server: any rule for deploy.apply is enough.
             None => crate::authz::Action::UseConfigs,
         };
-        self.policy().decide(&asker, &action).map(drop).map_err(RequestError::from)
+        self.access().decide(&asker, &action).map(drop).map_err(RequestError::from)
     }
 
     async fn create_config(&mut self, new: NewSoftwareConfig, principal: &str) -> Reply {
@@ -180,7 +181,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// and administrators. Another's is answered like a config that does not exist.
     pub(crate) async fn readable_config(&self, id: &str, who: Who<'_>) -> Result<SoftwareConfig, RequestError> {
         let record = self.store.config(id).await.map_err(RequestError::from)?;
-        record.filter(|r| self.may_own(who, &r.owner)).map(|r| r.config).ok_or_else(|| no_config(id))
+        record.filter(|r| self.access().may_own(who, &r.owner)).map(|r| r.config).ok_or_else(|| no_config(id))
     }
 
     /// A deployment `who` owns (any, for root and administrators); another's is answered like
@@ -190,7 +191,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .deployment(id)
             .await
             .map_err(RequestError::from)?
-            .filter(|r| self.may_own(who, &r.owner))
+            .filter(|r| self.access().may_own(who, &r.owner))
             .ok_or_else(|| RequestError::not_found(format!("no deployment {id}")))
     }
 
