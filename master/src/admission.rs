@@ -330,6 +330,15 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Ends these sessions, telling each why (an in-process one hears it before its queue
+    /// closes).
+    pub(crate) fn end_sessions(&mut self, peers: Vec<PeerId>, why: &str) {
+        for peer in peers {
+            info!(peer = peer.0, why, "ending a session");
+            self.forget(peer, Some(why));
+        }
+    }
+
     /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
     pub(crate) fn cut_minion(&mut self, id: &str) {
         if let Some(peer) = self.sessions.peer_of(id) {

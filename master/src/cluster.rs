@@ -143,6 +143,21 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
+    /// Looks up again the tokens of `principal`'s in-process sessions and ends those whose
+    /// token is gone: another master revoked it (its announcement names the principal), or
+    /// announcements were missed and everything is reread.
+    async fn recheck_tokens(&mut self, principal: &str) -> Result<(), StoreError> {
+        let now = self.clock.wall_ms();
+        let mut gone = Vec::new();
+        for (peer, hash) in self.sessions.tokens_of(principal) {
+            if self.store.api_token_grant(&hash, now).await?.is_none() {
+                gone.push(peer);
+            }
+        }
+        self.end_sessions(gone, "token revoked");
+        Ok(())
+    }
+
     /// Cuts a minion whose session's key is no longer its accepted one (rejected, deleted,
     /// replaced by an enrollment elsewhere), and forgets what it announced if it has none.
     fn drop_if_unaccepted(&mut self, id: &str) {

@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
 use crate::core::sessions::Conn;
-use crate::gateway::local::LocalCommand;
+use crate::gateway::local::{LocalCommand, Opened};
 use crate::limits;
 use crate::net::Net;
 use crate::server::{Master, SUBSCRIBE_REQUEST};
@@ -116,7 +116,12 @@ impl<S: Store, N: Net> Master<S, N> {
         match command {
             LocalCommand::Connect { token_hash, to_client, reply } => {
                 let grant = self.store.api_token_grant(&token_hash, self.clock.wall_ms()).await?;
-                let _ = reply.send(self.open_local(token_hash, grant, to_client));
+                let opened = crate::token_sessions::session_for(token_hash, grant, &self.access()).map(|session| {
+                    let principal = session.principal.clone();
+                    let peer = self.sessions.open_local(session.principal, session.acl, to_client, session.token);
+                    Opened { peer, principal, reads_metrics: session.reads_metrics }
+                });
+                let _ = reply.send(opened);
             }
             LocalCommand::Message { peer, msg } => {
                 if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {

@@ -776,7 +776,9 @@ impl<S: Store, N: Net> Master<S, N> {
         for peer in due.lingered {
             self.forget(peer, Some("not accepted"));
         }
-        self.expire_token_sessions();
+        // A live event stream has a deadline, not only a check when it opens: the loop wakes
+        // when the first token expires.
+        self.end_sessions(self.sessions.expired_tokens(self.clock.wall_ms()), "token expired");
         self.send_backlogs();
         if self.cluster.alive_due(now) {
             self.tell_masters(ClusterChange::Alive);

@@ -6,15 +6,11 @@
 
 use std::sync::Arc;
 
-use halite_protocol::message::{ErrorKind, ErrorMessage, Message};
-use halite_transport::PeerId;
-use tracing::info;
+use halite_protocol::message::{ErrorKind, ErrorMessage, Message, PrincipalAcl};
 
-use crate::core::sessions::{Conn, LocalToken};
-use crate::gateway::local::Opened;
-use crate::net::Net;
-use crate::server::Master;
-use crate::store::{ApiTokenGrant, Store, StoreError};
+use crate::authz::{Access, Action, Asker};
+use crate::core::sessions::LocalToken;
+use crate::store::ApiTokenGrant;
 
 /// The `request` of the error that ends an in-process session (its `message` says why).
 pub(crate) const SESSION_ENDED: &str = "session";
@@ -39,73 +35,114 @@ pub(crate) enum TokenRefused {
     PrincipalGone(String),
 }
 
-impl<S: Store, N: Net> Master<S, N> {
-    /// Opens an in-process session for what a token grants (`None`: unknown or expired).
-    pub(crate) fn open_local(
-        &mut self,
-        hash: [u8; 32],
-        grant: Option<ApiTokenGrant>,
-        tx: crate::gateway::local_queue::LocalSender,
-    ) -> Result<Opened, TokenRefused> {
-        let Some(grant) = grant else { return Err(TokenRefused::Unknown) };
-        let acl = match grant.principal.as_str() {
-            "root" => None,
-            name => match self.registry.principal(name) {
-                Some(record) => Some(Arc::new(record.acl.clone())),
-                None => return Err(TokenRefused::PrincipalGone(name.to_owned())),
-            },
+/// What a session opened with a token is: whom it acts as, with what rules, bound to which
+/// token. Decided by [`session_for`]; the loop opens it (`Sessions::open_local`).
+pub(crate) struct LocalSession {
+    pub(crate) principal: String,
+    pub(crate) acl: Option<Arc<PrincipalAcl>>,
+    pub(crate) token: LocalToken,
+    /// Whether it may read the master's metrics (decided once, when it opens).
+    pub(crate) reads_metrics: bool,
+}
+
+/// The session a token opens (`grant`: what the store holds for its hash, `None` when it is
+/// unknown or expired). Its principal's rules are taken as they are now; a principal removed
+/// since the token was made opens nothing.
+pub(crate) fn session_for(
+    hash: [u8; 32],
+    grant: Option<ApiTokenGrant>,
+    access: &Access<'_>,
+) -> Result<LocalSession, TokenRefused> {
+    let Some(grant) = grant else { return Err(TokenRefused::Unknown) };
+    let acl = match grant.principal.as_str() {
+        "root" => None,
+        name => match access.principal(name) {
+            Some(record) => Some(Arc::new(record.acl.clone())),
+            None => return Err(TokenRefused::PrincipalGone(name.to_owned())),
+        },
+    };
+    let asker = Asker::client(&grant.principal, acl.as_deref());
+    let reads_metrics = access.decide(&asker, &Action::ReadMetrics).is_ok();
+    let token = LocalToken { hash, id: grant.id, expires_at_ms: grant.expires_at_ms };
+    Ok(LocalSession { principal: grant.principal, acl, token, reads_metrics })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::authz::Policy;
+    use crate::core::jobs::JobTable;
+    use crate::core::registry::Registry;
+    use crate::core::sessions::Sessions;
+    use crate::gateway::local_queue::local_queue;
+    use crate::store::PrincipalRecord;
+    use halite_transport::PeerId;
+
+    fn grant(id: &str, principal: &str, expires_at_ms: Option<u64>) -> Option<ApiTokenGrant> {
+        Some(ApiTokenGrant { id: id.into(), principal: principal.into(), expires_at_ms })
+    }
+
+    /// A token opens a session as its principal is now: root and administrators read the
+    /// metrics, others do not, and a token unknown or of a removed principal opens nothing.
+    #[test]
+    fn a_token_opens_a_session_as_its_principal_is_now() {
+        let mut registry = Registry::default();
+        let record = |name: &str, admin| PrincipalRecord {
+            name: name.into(),
+            public_key: [0; 32],
+            acl: PrincipalAcl { admin, ..PrincipalAcl::default() },
         };
-        let asker = crate::authz::Asker::client(&grant.principal, acl.as_deref());
-        let reads_metrics = self.access().decide(&asker, &crate::authz::Action::ReadMetrics).is_ok();
-        let peer = self.sessions.next_local();
-        let token = LocalToken { hash, id: grant.id, expires_at_ms: grant.expires_at_ms };
-        let principal = grant.principal;
-        self.sessions.insert(peer, Conn::Local { principal: principal.clone(), acl, tx, token });
-        Ok(Opened { peer, principal, reads_metrics })
+        registry.set_principals([record("heat", false), record("ops", true)]);
+        let (nodegroups, jobs) = (BTreeMap::new(), JobTable::default());
+        let access = Access::new(Policy { nodegroups: &nodegroups, peers: &[], registry: &registry }, &jobs);
+
+        let heat = session_for([1; 32], grant("t1", "heat", Some(5)), &access).unwrap();
+        assert_eq!((heat.principal.as_str(), heat.reads_metrics), ("heat", false));
+        assert_eq!((heat.token.hash, heat.token.id.as_str(), heat.token.expires_at_ms), ([1; 32], "t1", Some(5)));
+        assert!(heat.acl.is_some_and(|acl| !acl.admin));
+        assert!(session_for([2; 32], grant("t2", "ops", None), &access).unwrap().reads_metrics);
+        let root = session_for([3; 32], grant("t3", "root", None), &access).unwrap();
+        assert!(root.acl.is_none() && root.reads_metrics);
+        assert_eq!(session_for([4; 32], None, &access).err(), Some(TokenRefused::Unknown));
+        assert_eq!(
+            session_for([5; 32], grant("t5", "gone", None), &access).err(),
+            Some(TokenRefused::PrincipalGone("gone".into()))
+        );
     }
 
-    /// Ends the in-process sessions opened with the token `id` (revoked through this master).
-    pub(crate) fn cut_token_sessions(&mut self, id: &str) {
-        let peers = self.local_sessions(|token| token.id == id);
-        self.end_local(peers, "token revoked");
+    /// The sessions a token opened are found by its id, by its principal (with the hash to
+    /// look it up again) and by its expiry; each leaves every index when it ends.
+    #[test]
+    fn sessions_are_found_by_their_token_and_leave_with_it() {
+        let mut sessions = Sessions::default();
+        let token = |id: &str, hash: u8, expires_at_ms| LocalToken { hash: [hash; 32], id: id.into(), expires_at_ms };
+        let a = open(&mut sessions, "heat", token("t1", 1, Some(10)));
+        let b = open(&mut sessions, "heat", token("t1", 1, Some(10)));
+        let c = open(&mut sessions, "heat", token("t2", 2, None));
+        let d = open(&mut sessions, "ops", token("t3", 3, Some(20)));
+        assert_ne!(a, b);
+        assert_eq!(sorted(sessions.opened_with_token("t1")), sorted(vec![a, b]));
+        assert_eq!(sorted(sessions.tokens_of("heat")), sorted(vec![(a, [1; 32]), (b, [1; 32]), (c, [2; 32])]));
+        assert_eq!(sessions.tokens_of("ops"), vec![(d, [3; 32])]);
+        assert!(sessions.expired_tokens(9).is_empty());
+        assert_eq!(sorted(sessions.expired_tokens(10)), sorted(vec![a, b]));
+        assert_eq!(sessions.next_token_expiry_ms(), Some(10));
+        sessions.remove(&a);
+        sessions.remove(&b);
+        assert!(sessions.opened_with_token("t1").is_empty());
+        assert_eq!(sessions.next_token_expiry_ms(), Some(20));
+        assert_eq!(sessions.expired_tokens(u64::MAX), vec![d]);
     }
 
-    /// Ends the in-process sessions whose token has expired (the loop wakes when the first
-    /// one does: a live event stream has a deadline, not only a check when it opens).
-    pub(crate) fn expire_token_sessions(&mut self) {
-        let peers = self.sessions.expired_tokens(self.clock.wall_ms());
-        self.end_local(peers, "token expired");
+    fn open(sessions: &mut Sessions, principal: &str, token: LocalToken) -> PeerId {
+        let (tx, _inbox) = local_queue();
+        sessions.open_local(principal.into(), None, tx, token)
     }
 
-    /// Looks up again the tokens of `principal`'s in-process sessions and ends those whose
-    /// token is gone: another master revoked it (its announcement names the principal), or
-    /// announcements were missed and everything is reread.
-    pub(crate) async fn recheck_tokens(&mut self, principal: &str) -> Result<(), StoreError> {
-        let now = self.clock.wall_ms();
-        let mut gone = Vec::new();
-        for peer in self.sessions.clients_of(principal) {
-            let Some(Conn::Local { token, .. }) = self.sessions.get(&peer) else { continue };
-            if self.store.api_token_grant(&token.hash, now).await?.is_none() {
-                gone.push(peer);
-            }
-        }
-        self.end_local(gone, "token revoked");
-        Ok(())
-    }
-
-    /// The in-process sessions whose token `pick` selects.
-    fn local_sessions(&self, pick: impl Fn(&LocalToken) -> bool) -> Vec<PeerId> {
-        self.sessions
-            .iter()
-            .filter(|(_, conn)| matches!(conn, Conn::Local { token, .. } if pick(token)))
-            .map(|(peer, _)| *peer)
-            .collect()
-    }
-
-    fn end_local(&mut self, peers: Vec<PeerId>, why: &str) {
-        for peer in peers {
-            info!(peer = peer.0, why, "ending a gateway session");
-            self.forget(peer, Some(why));
-        }
+    fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+        v.sort();
+        v
     }
 }

@@ -200,13 +200,18 @@ impl<'a> Access<'a> {
         }
     }
 
+    /// A registered principal, as it is now.
+    pub(crate) fn principal(&self, name: &str) -> Option<&'a crate::store::PrincipalRecord> {
+        self.policy.registry.principal(name)
+    }
+
     /// Who a job's caller is, to decide what it may receive: root, a registered principal
     /// (as its ACL is now), or `None` for a caller that receives no events (a minion's
     /// `peer.publish`, a principal since removed).
     pub(crate) fn caller_acl(&self, caller: &str) -> Option<Option<&'a PrincipalAcl>> {
         match caller {
             "root" => Some(None),
-            name => self.policy.registry.principal(name).map(|p| Some(&p.acl)),
+            name => self.principal(name).map(|p| Some(&p.acl)),
         }
     }
 

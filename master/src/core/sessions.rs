@@ -275,11 +275,38 @@ impl Sessions {
         self.online.get(minion).copied()
     }
 
-    /// A new id for an in-process session.
-    pub(crate) fn next_local(&mut self) -> PeerId {
+    /// Opens an in-process session, bound to the token it was opened with; its id.
+    pub(crate) fn open_local(
+        &mut self,
+        principal: String,
+        acl: Option<Arc<PrincipalAcl>>,
+        tx: LocalSender,
+        token: LocalToken,
+    ) -> PeerId {
         let peer = PeerId(self.next_local_peer);
         self.next_local_peer -= 1;
+        self.insert(peer, Conn::Local { principal, acl, tx, token });
         peer
+    }
+
+    /// The in-process sessions opened with the token `id`.
+    pub(crate) fn opened_with_token(&self, id: &str) -> Vec<PeerId> {
+        self.local_tokens().filter(|(_, token)| token.id == id).map(|(peer, _)| peer).collect()
+    }
+
+    /// The in-process sessions of `principal`, with the hash of the token each was opened with
+    /// (to look each up again).
+    pub(crate) fn tokens_of(&self, principal: &str) -> Vec<(PeerId, [u8; 32])> {
+        let of =
+            |peer: &PeerId| matches!(self.conns.get(peer), Some(Conn::Local { principal: p, .. }) if p == principal);
+        self.local_tokens().filter(|(peer, _)| of(peer)).map(|(peer, token)| (peer, token.hash)).collect()
+    }
+
+    fn local_tokens(&self) -> impl Iterator<Item = (PeerId, &LocalToken)> {
+        self.conns.iter().filter_map(|(peer, conn)| match conn {
+            Conn::Local { token, .. } => Some((*peer, token)),
+            _ => None,
+        })
     }
 
     /// Every session of a principal (over the network or in-process).
