@@ -3,8 +3,9 @@
 //! in parts (`file_get` → `file_chunk`), each part carrying the whole file's SHA-256 so the
 //! minion can check what it assembled.
 //!
-//! Reading and hashing happen on tokio's blocking pool, never on the core's thread; the core
-//! only forwards the request and sends the answer ([`Master::serve_file`], `Input::File`).
+//! Reading and hashing happen on tokio's blocking pool, never on the core's thread: the core
+//! admits a request ([`FileServer::request`]), the loop starts the read it returns, and the
+//! answer comes back as an input (`Input::File`, [`FileServer::finished`]).
 //! Every accepted minion may read every file under the root (Salt's rule for its file
 //! roots); nothing outside it is reachable: paths are relative, without `..`, and opened
 //! beneath a descriptor of the root, links followed only while they stay inside it
@@ -26,15 +27,13 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use halite_protocol::message::{ErrorKind, FileChunk, FileGet, Message, FILE_CHUNK_BYTES};
+use halite_protocol::message::{ErrorKind, ErrorMessage, FileChunk, FileGet, Message, FILE_CHUNK_BYTES};
 use halite_transport::PeerId;
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
 
 use crate::config::MasterConfig;
 use crate::files_beneath::open_beneath;
-use crate::net::Net;
-use crate::server::Master;
-use crate::store::Store;
 
 /// `[files]`: the directory served to minions as `halite://`; off when unset.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
@@ -153,23 +152,21 @@ fn secret_files(config: &MasterConfig) -> Vec<PathBuf> {
     files
 }
 
-impl<S: Store, N: Net> Master<S, N> {
-    /// A minion's `file_get`: read on the blocking pool, answered when done.
-    pub(crate) fn serve_file(&mut self, peer: PeerId, minion: &str, request: FileGet) {
-        let refuse = |master: &mut Self, kind, why: String| {
-            master.send_error(peer, kind, why, Some(request.request_id.to_string()));
-        };
-        let Some(root) = self.config.files.root.clone() else {
-            return refuse(self, ErrorKind::NotFound, "this master serves no files ([files] root is not set)".into());
-        };
-        if let Err(why) = self.files.admit(minion) {
-            return refuse(self, ErrorKind::LimitExceeded, why.to_string());
-        }
-        tracing::debug!(%minion, path = %request.path, offset = request.offset, "file requested");
-        let digests = self.files.digests.clone();
-        let secrets = secret_files(&self.config);
-        let done = self.file_tx.clone();
-        let minion = minion.to_owned();
+/// A read the core admitted, for the loop to start on the blocking pool ([`FileRead::start`]).
+pub(crate) struct FileRead {
+    peer: PeerId,
+    minion: String,
+    request: FileGet,
+    root: PathBuf,
+    secrets: Vec<PathBuf>,
+    digests: Arc<Mutex<HashMap<DigestKey, String>>>,
+}
+
+impl FileRead {
+    /// Reads and hashes on tokio's blocking pool; the answer comes back to the core through
+    /// `done` (`Input::File`).
+    pub(crate) fn start(self, done: mpsc::UnboundedSender<FileServed>) {
+        let FileRead { peer, minion, request, root, secrets, digests } = self;
         tokio::spawn(async move {
             let FileGet { request_id, path, offset } = request;
             let read = tokio::task::spawn_blocking(move || read_part(&root, &path, offset, &digests, &secrets)).await;
@@ -179,17 +176,42 @@ impl<S: Store, N: Net> Master<S, N> {
             let _ = done.send(FileServed { peer, minion, request_id, answer });
         });
     }
+}
 
-    /// A read finished: its answer goes to the minion if it is still connected.
-    pub(crate) fn file_served(&mut self, served: FileServed) {
-        self.files.release(&served.minion);
-        if !self.sessions.contains(&served.peer) {
-            return;
+impl FileServer {
+    /// A minion's `file_get`: the read to start, or the error to answer at once (no file
+    /// root, or no place for one more read).
+    pub(crate) fn request(
+        &mut self,
+        config: &MasterConfig,
+        peer: PeerId,
+        minion: &str,
+        request: FileGet,
+    ) -> Result<FileRead, ErrorMessage> {
+        let refuse =
+            |kind, message: String| ErrorMessage { kind, message, request: Some(request.request_id.to_string()) };
+        let Some(root) = config.files.root.clone() else {
+            return Err(refuse(ErrorKind::NotFound, "this master serves no files ([files] root is not set)".into()));
+        };
+        if let Err(why) = self.admit(minion) {
+            return Err(refuse(ErrorKind::LimitExceeded, why.to_string()));
         }
-        match served.answer {
-            Ok(chunk) => self.send(served.peer, &Message::FileChunk(chunk)),
-            Err((kind, why)) => self.send_error(served.peer, kind, why, Some(served.request_id.to_string())),
-        }
+        tracing::debug!(%minion, path = %request.path, offset = request.offset, "file requested");
+        let (digests, secrets) = (self.digests.clone(), secret_files(config));
+        Ok(FileRead { peer, minion: minion.to_owned(), request, root, secrets, digests })
+    }
+
+    /// A read finished: its place is given back; the answer for its peer (the part, or an
+    /// error naming the request), to send if the peer is still connected.
+    pub(crate) fn finished(&mut self, served: FileServed) -> (PeerId, Message) {
+        self.release(&served.minion);
+        let answer = match served.answer {
+            Ok(chunk) => Message::FileChunk(chunk),
+            Err((kind, message)) => {
+                Message::Error(ErrorMessage { kind, message, request: Some(served.request_id.to_string()) })
+            }
+        };
+        (served.peer, answer)
     }
 }
 
@@ -609,6 +631,43 @@ mod tests {
             server.release("greedy");
         }
         assert!(!server.per_minion.contains_key("greedy"), "a minion with nothing in flight is forgotten");
+    }
+
+    /// Without a root, or past its cap, a request is answered at once with an error naming
+    /// it; an admitted read's answer goes to the peer that asked and gives its place back.
+    #[test]
+    fn a_request_is_admitted_as_a_read_or_refused_with_its_answer() {
+        let get = |request_id| FileGet { request_id, path: "app/conf".into(), offset: 0 };
+        let error_of = |message: Message| match message {
+            Message::Error(error) => (error.kind, error.request),
+            other => panic!("{other:?}"),
+        };
+        let mut server = FileServer::default();
+        let refused = server.request(&MasterConfig::default(), PeerId(1), "web1", get(7)).err().unwrap();
+        assert_eq!((refused.kind, refused.request), (ErrorKind::NotFound, Some("7".into())));
+        assert_eq!(server.in_flight, 0, "a refused request takes no place");
+
+        let dir = root("request");
+        let config = config(&dir.path().join("state"), &dir.path().join("root"));
+        let mut reads = Vec::new();
+        for id in 0..MAX_IN_FLIGHT_PER_MINION as u64 {
+            reads.push(server.request(&config, PeerId(1), "web1", get(id)).unwrap());
+        }
+        let refused = server.request(&config, PeerId(1), "web1", get(99)).err().unwrap();
+        assert_eq!((refused.kind, refused.request), (ErrorKind::LimitExceeded, Some("99".into())));
+        assert_eq!((reads[0].peer, reads[0].root.as_path()), (PeerId(1), dir.path().join("root").as_path()));
+        assert!(reads[0].secrets.contains(&config.key_path()), "the read knows the secrets it must refuse");
+
+        let part = FileChunk { request_id: 3, offset: 0, size: 5, sha256: "x".into(), data: b"hello".to_vec() };
+        let (peer, answer) =
+            server.finished(FileServed { peer: PeerId(1), minion: "web1".into(), request_id: 3, answer: Ok(part) });
+        assert!(matches!((peer, answer), (PeerId(1), Message::FileChunk(c)) if c.request_id == 3));
+        let failed = Err((ErrorKind::NotFound, "gone".into()));
+        let (_, answer) =
+            server.finished(FileServed { peer: PeerId(1), minion: "web1".into(), request_id: 4, answer: failed });
+        assert_eq!(error_of(answer), (ErrorKind::NotFound, Some("4".into())));
+        assert_eq!(server.in_flight, MAX_IN_FLIGHT_PER_MINION - 2, "each answer gives its place back");
+        assert!(server.request(&config, PeerId(1), "web1", get(100)).is_ok());
     }
 
     /// The same on the core: a minion sending more requests than its cap is told

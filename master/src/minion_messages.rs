@@ -123,7 +123,10 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
-            Message::FileGet(request) => self.serve_file(peer, id, request),
+            Message::FileGet(request) => match self.files.request(&self.config, peer, id, request) {
+                Ok(read) => read.start(self.file_tx.clone()),
+                Err(refused) => self.send(peer, &Message::Error(refused)),
+            },
             Message::Publish(request) => {
                 let caller = format!("minion:{id}");
                 self.publish(peer, &caller, Publisher::Peer(id.to_owned()), request).await?;

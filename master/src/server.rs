@@ -429,7 +429,13 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.revocations_changed(&before).await;
                 }
             }
-            Input::File(served) => self.file_served(served),
+            Input::File(served) => {
+                // Sent only if the minion is still connected on the session that asked.
+                let (peer, answer) = self.files.finished(served);
+                if self.sessions.contains(&peer) {
+                    self.send(peer, &answer);
+                }
+            }
             Input::Cluster((from, change)) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
                     // Not lost: everything is reread once the store answers (`on_tick`).
