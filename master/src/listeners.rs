@@ -88,8 +88,11 @@ impl<S: Store, N: Net> Master<S, N> {
 
     fn hand_out_events(&mut self) {
         for (tag, data) in self.hearing.take_events() {
-            self.rollouts_hear(&tag, &data);
-            self.groups_hear(&tag, &data);
+            let access = crate::authz::Access::of(&self.config, &self.registry, &self.jobs);
+            let receives = |caller: &str, tag: &str, data: &_| access.caller_receives(caller, tag, data);
+            let aborts = crate::core::rollout::aborted_by(&self.jobs, &tag, &data, receives);
+            self.groups.hear(&tag, &data, receives);
+            self.rollout_queue.abort(aborts);
         }
     }
 

@@ -226,38 +226,4 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn cancel_rollout(&mut self, jid: &str) -> Result<(), StoreError> {
         self.change_rollout(jid, RolloutState::Stopped, Some("cancelled".to_owned())).await.map(drop)
     }
-
-    /// An event on the bus, as the loop hands it (`Master::hear_events`): the rollouts it
-    /// aborts stop at the end of the step. A job's own
-    /// events never abort it, and an event aborts only the rollouts whose publisher may
-    /// receive it: abort_on must not listen to what its publisher could not subscribe to, nor
-    /// tell it (in the reason) a tag it may not see.
-    pub(crate) fn rollouts_hear(&mut self, tag: &str, data: &halite_protocol::message::Value) {
-        let mut aborts = Vec::new();
-        for job in self.jobs.rollout_jobs() {
-            let Some(run) = &job.rollout else { continue };
-            let jid = job.record.jid.as_str();
-            if run.status.state == RolloutState::Stopped
-                || run.status.spec.abort_on.is_empty()
-                || tag.strip_prefix("halite/job/").and_then(|rest| rest.strip_prefix(jid)).is_some()
-            {
-                continue;
-            }
-            let Some(pattern) = run.status.spec.abort_on.iter().find(|p| halite_protocol::glob::matches(p, tag)) else {
-                continue;
-            };
-            let caller = job.record.caller.as_str();
-            let hears = self.access().caller_receives(caller, tag, data);
-            if hears {
-                aborts.push((jid.to_owned(), abort_reason(pattern, tag)));
-            }
-        }
-        self.rollout_queue.abort(aborts);
-    }
-}
-
-/// Why an event stopped a rollout (or a deployment group); only ever for an event the
-/// publisher may receive, so the tag may be shown.
-pub(crate) fn abort_reason(pattern: &str, tag: &str) -> String {
-    format!("an event matching abort_on {pattern}: {tag}")
 }

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::acl::{NoticeThrottle, RateLimiter};
-use crate::authz::{Access, Policy, Who};
+use crate::authz::{Access, Who};
 use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
 use crate::core::bus::Bus;
@@ -523,9 +523,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Who may see, control and receive what: the rules read with the registry and the live
     /// jobs (`crate::authz`).
     pub(crate) fn access(&self) -> Access<'_> {
-        let policy =
-            Policy { nodegroups: &self.config.nodegroups, peers: &self.config.peers, registry: &self.registry };
-        Access::new(policy, &self.jobs)
+        Access::of(&self.config, &self.registry, &self.jobs)
     }
 
     /// Whether the client on `peer` may receive an event (its subscription patterns aside);

@@ -69,10 +69,7 @@ pub(crate) fn session_for(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::authz::Policy;
     use crate::core::jobs::JobTable;
     use crate::core::registry::Registry;
     use crate::core::sessions::Sessions;
@@ -95,8 +92,8 @@ mod tests {
             acl: PrincipalAcl { admin, ..PrincipalAcl::default() },
         };
         registry.set_principals([record("heat", false), record("ops", true)]);
-        let (nodegroups, jobs) = (BTreeMap::new(), JobTable::default());
-        let access = Access::new(Policy { nodegroups: &nodegroups, peers: &[], registry: &registry }, &jobs);
+        let (config, jobs) = (crate::config::MasterConfig::default(), JobTable::default());
+        let access = Access::of(&config, &registry, &jobs);
 
         let heat = session_for([1; 32], grant("t1", "heat", Some(5)), &access).unwrap();
         assert_eq!((heat.principal.as_str(), heat.reads_metrics), ("heat", false));

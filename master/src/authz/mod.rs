@@ -30,7 +30,9 @@ use halite_protocol::message::{PrincipalAcl, TargetKind, Value};
 
 use halite_transport::PeerId;
 
+use crate::config::MasterConfig;
 use crate::core::jobs::JobTable;
+use crate::core::registry::Registry;
 use crate::target::Expr;
 
 pub(crate) mod decide;
@@ -118,8 +120,9 @@ pub(crate) struct Receipt {
 }
 
 impl<'a> Access<'a> {
-    /// The rules of `policy` over the live jobs of `jobs`.
-    pub(crate) fn new(policy: Policy<'a>, jobs: &'a JobTable) -> Self {
+    /// The master's rules (`config`) over its registry and live jobs.
+    pub(crate) fn of(config: &'a MasterConfig, registry: &'a Registry, jobs: &'a JobTable) -> Self {
+        let policy = Policy { nodegroups: &config.nodegroups, peers: &config.peers, registry };
         Access { policy, jobs }
     }
 
@@ -269,32 +272,40 @@ mod tests {
         };
         let (half, whole) = (acl(&["a"]), acl(&["a", "b"]));
         let registry = crate::core::registry::Registry::default();
-        let nodegroups = BTreeMap::new();
         let mut jobs = crate::core::jobs::tests::table(std::time::Instant::now());
-        let policy = || Policy { nodegroups: &nodegroups, peers: &[], registry: &registry };
+        let config = MasterConfig::default();
         let (narrow, wide) = (Who { name: "narrow", acl: Some(&half) }, Who { name: "wide", acl: Some(&whole) });
-        assert_eq!(Access::new(policy(), &jobs).job_access(narrow, "1"), JobAccess::None);
-        assert_eq!(Access::new(policy(), &jobs).job_access(wide, "1"), JobAccess::Control);
+        assert_eq!(Access::of(&config, &registry, &jobs).job_access(narrow, "1"), JobAccess::None);
+        assert_eq!(Access::of(&config, &registry, &jobs).job_access(wide, "1"), JobAccess::Control);
         assert_eq!(
-            Access::new(policy(), &jobs).job_access(wide, "2"),
+            Access::of(&config, &registry, &jobs).job_access(wide, "2"),
             JobAccess::None,
             "a job not live here has no access to give"
         );
-        assert_eq!(Access::new(policy(), &jobs).job_access(Who { name: "root", acl: None }, "1"), JobAccess::Control);
+        assert_eq!(
+            Access::of(&config, &registry, &jobs).job_access(Who { name: "root", acl: None }, "1"),
+            JobAccess::Control
+        );
 
         let data = serde_json::json!({ "jid": "1" });
         let (peer, tag) = (PeerId(7), "halite/job/1/ret/a");
-        let first = Access::new(policy(), &jobs).peer_receives(peer, narrow, tag, &data);
+        let first = Access::of(&config, &registry, &jobs).peer_receives(peer, narrow, tag, &data);
         assert!(!first.allowed);
         assert_eq!(first.learned, Some(("1".to_owned(), false)));
         // Remembered the other way round, the remembered answer is the one read back.
         jobs.remember_visibility("1", peer, true);
-        let again = Access::new(policy(), &jobs).peer_receives(peer, narrow, tag, &data);
+        let again = Access::of(&config, &registry, &jobs).peer_receives(peer, narrow, tag, &data);
         assert!(again.allowed, "the remembered visibility is read, not decided again");
         assert_eq!(again.learned, None);
-        assert!(!Access::new(policy(), &jobs).may_receive(narrow, tag, &data), "a check without a peer decides afresh");
-        assert!(Access::new(policy(), &jobs).may_receive(wide, tag, &data));
-        assert!(Access::new(policy(), &jobs).caller_receives("root", tag, &data));
-        assert!(!Access::new(policy(), &jobs).caller_receives("gone", tag, &data), "a removed caller hears nothing");
+        assert!(
+            !Access::of(&config, &registry, &jobs).may_receive(narrow, tag, &data),
+            "a check without a peer decides afresh"
+        );
+        assert!(Access::of(&config, &registry, &jobs).may_receive(wide, tag, &data));
+        assert!(Access::of(&config, &registry, &jobs).caller_receives("root", tag, &data));
+        assert!(
+            !Access::of(&config, &registry, &jobs).caller_receives("gone", tag, &data),
+            "a removed caller hears nothing"
+        );
     }
 }

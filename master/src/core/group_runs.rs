@@ -5,6 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use halite_protocol::message::{status, Value};
+
+use crate::core::rollout::abort_reason;
+
 /// Groups this master drives.
 #[derive(Debug, Default)]
 pub(crate) struct GroupRuns {
@@ -46,9 +50,26 @@ impl GroupRuns {
         self.abort_on.insert(group.to_owned(), (creator, patterns));
     }
 
-    /// The groups that listen for events: (group, (creator, patterns)).
-    pub(crate) fn listeners(&self) -> impl Iterator<Item = (&String, &(String, Vec<String>))> {
-        self.abort_on.iter()
+    /// An event, as the loop hands it (`Master::hear_events`): the groups it aborts, whose
+    /// creator may receive it (`creator_receives`, as for a job's rollout; a group's own events
+    /// never abort it), stop at the end of the step. A deployment that changed status
+    /// (`halite/deployment/<id>/<status>`, from this master or another) moves its group on,
+    /// if this master drives it.
+    pub(crate) fn hear(&mut self, tag: &str, data: &Value, creator_receives: impl Fn(&str, &str, &Value) -> bool) {
+        for (group, (creator, patterns)) in &self.abort_on {
+            if tag.starts_with("halite/deployment_group/") && tag.contains(group.as_str()) {
+                continue;
+            }
+            let Some(pattern) = patterns.iter().find(|p| halite_protocol::glob::matches(p, tag)) else { continue };
+            if creator_receives(creator, tag, data) {
+                self.aborts.push((group.clone(), abort_reason(pattern, tag)));
+            }
+        }
+        let Some(rest) = tag.strip_prefix("halite/deployment/") else { return };
+        let Some((deployment, state)) = rest.split_once('/') else { return };
+        if state != status::IN_PROGRESS {
+            self.deployment_ended(deployment);
+        }
     }
 
     /// Whether any group listens for events (its abort patterns, its members' deployments).
@@ -56,13 +77,8 @@ impl GroupRuns {
         !self.abort_on.is_empty() || !self.of_deployment.is_empty()
     }
 
-    /// These groups (group, why) are stopped at the end of the step.
-    pub(crate) fn abort(&mut self, aborts: impl IntoIterator<Item = (String, String)>) {
-        self.aborts.extend(aborts);
-    }
-
     /// `deployment` ended: its group, if open here, is advanced at the end of the step.
-    pub(crate) fn deployment_ended(&mut self, deployment: &str) {
+    fn deployment_ended(&mut self, deployment: &str) {
         if let Some(group) = self.of_deployment.get(deployment) {
             if self.open.contains_key(group) {
                 self.due.insert(group.clone());
@@ -134,5 +150,32 @@ mod tests {
         assert!(groups.take_due(true, now).is_empty());
         assert!(groups.take_due(false, now + Duration::from_secs(2)).is_empty(), "not woken by time");
         assert_eq!(groups.take_due(true, now + Duration::from_secs(2)).len(), 1);
+    }
+
+    /// An event aborts the groups listening for it whose creator may receive it, never a
+    /// group by its own events; a deployment's end (not its start) moves its group on.
+    #[test]
+    fn an_event_aborts_the_groups_whose_creator_receives_it_and_a_deployments_end_moves_its_group() {
+        let mut groups = GroupRuns::default();
+        for group in ["g1", "g2", "g3"] {
+            groups.open(group, None);
+        }
+        groups.listen("g1", "heat".into(), vec!["minion/*/alarm".into(), "halite/deployment_group/*".into()]);
+        groups.listen("g2", "blind".into(), vec!["minion/*/alarm".into()]);
+        groups.follow("d3", "g3");
+        let receives = |creator: &str, _: &str, _: &Value| creator == "heat";
+        let data = Value::Null;
+        groups.hear("minion/web1/alarm", &data, receives);
+        groups.hear("halite/deployment_group/g1/IN_PROGRESS", &data, receives);
+        let aborts = groups.take_aborts();
+        assert_eq!(aborts.len(), 1, "{aborts:?}");
+        assert_eq!(aborts[0].0, "g1");
+        assert!(aborts[0].1.contains("minion/*/alarm") && aborts[0].1.contains("minion/web1/alarm"), "{aborts:?}");
+
+        let now = Instant::now();
+        groups.hear(&format!("halite/deployment/d3/{}", status::IN_PROGRESS), &data, receives);
+        assert!(groups.take_due(false, now).is_empty(), "a deployment in progress moves nothing");
+        groups.hear(&format!("halite/deployment/d3/{}", status::COMPLETE), &data, receives);
+        assert_eq!(groups.take_due(false, now).into_iter().collect::<Vec<_>>(), ["g3"]);
     }
 }

@@ -9,9 +9,45 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::{MinionJobState, Rollout, RolloutState, RolloutStatus};
+use halite_protocol::message::{MinionJobState, Rollout, RolloutState, RolloutStatus, Value};
 
-use crate::core::jobs::Slot;
+use crate::core::jobs::{JobTable, Slot};
+
+/// The rollouts an event on the bus aborts, each with why: those whose `abort_on` matches
+/// it, whose publisher may receive it (`caller_receives`: abort_on must not listen to what its
+/// publisher could not subscribe to, nor tell it, in the reason, a tag it may not see), and
+/// never by one of the job's own events. Stopped at the end of the step.
+pub(crate) fn aborted_by(
+    jobs: &JobTable,
+    tag: &str,
+    data: &Value,
+    caller_receives: impl Fn(&str, &str, &Value) -> bool,
+) -> Vec<(String, String)> {
+    let mut aborts = Vec::new();
+    for job in jobs.rollout_jobs() {
+        let Some(run) = &job.rollout else { continue };
+        let jid = job.record.jid.as_str();
+        if run.status.state == RolloutState::Stopped
+            || run.status.spec.abort_on.is_empty()
+            || tag.strip_prefix("halite/job/").and_then(|rest| rest.strip_prefix(jid)).is_some()
+        {
+            continue;
+        }
+        let Some(pattern) = run.status.spec.abort_on.iter().find(|p| halite_protocol::glob::matches(p, tag)) else {
+            continue;
+        };
+        if caller_receives(&job.record.caller, tag, data) {
+            aborts.push((jid.to_owned(), abort_reason(pattern, tag)));
+        }
+    }
+    aborts
+}
+
+/// Why an event stopped a rollout (or a deployment group); only ever for an event the
+/// publisher may receive, so the tag may be shown.
+pub(crate) fn abort_reason(pattern: &str, tag: &str) -> String {
+    format!("an event matching abort_on {pattern}: {tag}")
+}
 
 /// Whether a final state counts against the error budget: the target did not do the job.
 /// `cancelled` and `skipped` were decided by someone, not failures of the target.
@@ -147,6 +183,35 @@ impl RolloutRun {
 
 #[cfg(test)]
 mod tests {
+    /// An event aborts the rollouts whose `abort_on` matches it and whose publisher may
+    /// receive it; never one by its own job's events, nor one already stopped.
+    #[test]
+    fn an_event_aborts_the_rollouts_whose_publisher_receives_it_but_never_by_its_own_events() {
+        use crate::core::jobs::LiveJob;
+        use crate::store::JobRecord;
+        use halite_protocol::message::{JobSpec, SignedJob, Target, TargetKind};
+
+        let mut jobs = JobTable::default();
+        let job = |jid: &str, caller: &str, state| {
+            let spec = JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping");
+            let signed = SignedJob { body: Vec::new(), signature: Vec::new(), start_by_ms: None };
+            let mut record = JobRecord::new(jid.into(), spec, caller.into(), 0, signed);
+            let spec = Rollout { abort_on: vec!["minion/*/alarm".into(), "halite/job/*".into()], ..Rollout::default() };
+            record.rollout = Some(RolloutStatus { state, ..RolloutRun::status_of(spec) });
+            LiveJob::new(record, BTreeMap::new(), Vec::new())
+        };
+        jobs.insert(job("1", "heat", RolloutState::Running));
+        jobs.insert(job("2", "blind", RolloutState::Running));
+        jobs.insert(job("3", "heat", RolloutState::Stopped));
+        let receives = |caller: &str, _: &str, _: &Value| caller == "heat";
+        let aborts = aborted_by(&jobs, "minion/web1/alarm", &Value::Null, receives);
+        assert_eq!(aborts, vec![("1".to_owned(), abort_reason("minion/*/alarm", "minion/web1/alarm"))]);
+        let own = aborted_by(&jobs, "halite/job/1/ret/web1", &Value::Null, receives);
+        assert!(own.is_empty(), "a job's own events never abort its rollout: {own:?}");
+        let other = aborted_by(&jobs, "halite/job/9/done", &Value::Null, receives);
+        assert_eq!(other.len(), 1, "another job's event does: {other:?}");
+    }
+
     use super::*;
     use halite_protocol::message::Amount;
     use MinionJobState::*;

@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use halite_protocol::message::{
-    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, ResponseBody,
-    RolloutState, Value,
+    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, ResponseBody, RolloutState,
 };
 use tracing::{info, warn};
 
@@ -192,32 +191,6 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(no_group(id));
         }
         Ok(ResponseBody::DeploymentGroup(record.group))
-    }
-
-    /// An event, as the loop hands it (`Master::hear_events`). A deployment changed status
-    /// (`halite/deployment/<id>/<status>`, from this master or another): its group, if this
-    /// master drives one, moves on.
-    /// An event aborts only groups whose creator may receive it (as for a job's rollout).
-    pub(crate) fn groups_hear(&mut self, tag: &str, data: &Value) {
-        let mut aborts = Vec::new();
-        for (group, (principal, patterns)) in self.groups.listeners() {
-            // A group's own events never abort it.
-            if tag.starts_with("halite/deployment_group/") && tag.contains(group.as_str()) {
-                continue;
-            }
-            let Some(pattern) = patterns.iter().find(|p| halite_protocol::glob::matches(p, tag)) else { continue };
-            let hears = self.access().caller_receives(principal, tag, data);
-            if hears {
-                aborts.push((group.clone(), crate::rollout_dispatch::abort_reason(pattern, tag)));
-            }
-        }
-        self.groups.abort(aborts);
-        let Some(rest) = tag.strip_prefix("halite/deployment/") else { return };
-        let Some((deployment, state)) = rest.split_once('/') else { return };
-        if state == status::IN_PROGRESS {
-            return;
-        }
-        self.groups.deployment_ended(deployment);
     }
 
     /// Advances the groups due (when woken by time, also those whose wait has passed).
