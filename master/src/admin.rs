@@ -51,11 +51,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(RequestError::bad_request(format!("event data larger than {MAX_BYTES} bytes as JSON")));
         }
         let now = self.clock.now();
-        let bucket = self
-            .event_buckets
-            .entry(format!("principal:{principal}"))
-            .or_insert_with(|| crate::acl::RateLimiter::new(BURST, now));
-        if !bucket.allow(RATE_PER_SEC, BURST, now) {
+        if !self.event_gate.engine_event(principal, RATE_PER_SEC, BURST, now) {
             return Err(RequestError::new(
                 ErrorKind::LimitExceeded,
                 format!("more than {RATE_PER_SEC} events a second from {principal}; try again shortly"),

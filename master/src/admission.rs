@@ -313,7 +313,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match (self.sessions.remove(&peer), close) {
             (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.unpark(peer),
             (Some(Conn::Minion { id, .. }), _) if self.sessions.went_offline(&id, peer) => {
-                self.touch(&id);
+                self.pending.put_minion(self.registry.seen(&id, self.clock.wall_ms()));
                 self.cluster.left_here(id);
             }
             // An in-process session is told why it ends (its queue closes right after).

@@ -10,12 +10,11 @@ use halite_transport::{PeerId, SendError};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::acl::{self, RateLimiter};
 use crate::authz::publish::Publisher;
 use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
-use crate::store::{MinionRecord, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Handles a decoded message from an authenticated minion; `size` is its encoded length,
@@ -52,7 +51,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let entry = self.registry.minion_mut(id);
                 entry.functions = hello.functions;
                 entry.installed = installed;
-                self.touch(id);
+                self.pending.put_minion(self.registry.seen(id, self.clock.wall_ms()));
                 self.send(peer, &Message::Welcome(self.welcome()));
                 self.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
@@ -267,52 +266,22 @@ impl<S: Store, N: Net> Master<S, N> {
     /// the id is never taken from them.
     pub(crate) fn on_minion_event(&mut self, id: &str, event: Event) {
         let now = self.clock.now();
-        let size = serde_json::to_vec(&event.data).map_or(usize::MAX, |b| b.len());
-        // Borrowed, not cloned: this runs for every minion event.
-        let rule = self.config.events.iter().find(|r| acl::any_glob(&r.minions, id));
-        let refusal = if !acl::valid_tag(&event.tag) {
-            Some("malformed tag")
-        } else if acl::reserved_tag(&event.tag) {
-            Some("reserved namespace")
-        } else {
-            match rule {
-                None => Some("no event rule for this minion"),
-                Some(rule) if !acl::any_glob(&rule.allow, &event.tag) => Some("tag not allowed"),
-                Some(rule) if size > rule.max_bytes => Some("event too large"),
-                Some(rule) => {
-                    let bucket =
-                        self.event_buckets.entry(id.to_owned()).or_insert_with(|| RateLimiter::new(rule.burst, now));
-                    (!bucket.allow(rule.rate_per_sec, rule.burst, now)).then_some("rate limit exceeded")
-                }
+        match self.event_gate.minion_event(&self.config.events, id, &event.tag, &event.data, now) {
+            Ok(()) => {
+                self.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data }))
             }
-        };
-        match refusal {
-            None => self.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data })),
-            Some(reason) => {
-                self.events_denied += 1;
+            Err(reason) => {
                 self.metrics.get().denied("event");
                 debug!(minion = id, tag = %event.tag, reason, "minion event refused");
                 if self.notices.ready(id, Duration::from_secs(1), now) {
                     let tag: String = event.tag.chars().take(255).collect();
+                    let denied_total = self.event_gate.denied_total();
                     self.emit_shared(
                         "halite/acl/denied".into(),
-                        json!({ "minion": id, "tag": tag, "reason": reason, "denied_total": self.events_denied }),
+                        json!({ "minion": id, "tag": tag, "reason": reason, "denied_total": denied_total }),
                     );
                 }
             }
         }
-    }
-
-    /// Records presence; written with the next batch.
-    pub(crate) fn touch(&mut self, id: &str) {
-        let entry = self.registry.minion_mut(id);
-        entry.last_seen_ms = self.clock.wall_ms();
-        let record = MinionRecord {
-            id: id.to_owned(),
-            grains: entry.grains.clone(),
-            functions: entry.functions.clone(),
-            last_seen_ms: entry.last_seen_ms,
-        };
-        self.pending.put_minion(record);
     }
 }

@@ -28,11 +28,12 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::acl::{NoticeThrottle, RateLimiter};
+use crate::acl::NoticeThrottle;
 use crate::authz::{Access, Who};
 use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
 use crate::core::bus::Bus;
+use crate::core::event_gate::EventGate;
 use crate::core::jobs::{JobTable, LiveJob, Slot};
 use crate::core::registry::{MinionEntry, Registry};
 use crate::core::sessions::{Conn, Sessions};
@@ -102,10 +103,9 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) bus: Bus,
     /// The bus's recent past, for subscribers resuming after an event id.
     pub(crate) event_log: crate::core::event_log::EventLog,
-    pub(crate) event_buckets: HashMap<String, RateLimiter>,
+    /// Which minion and engine events reach the bus (rules, rates, refusals counted).
+    pub(crate) event_gate: EventGate,
     pub(crate) notices: NoticeThrottle,
-    /// Minion events refused since start (for operators and metrics).
-    pub(crate) events_denied: u64,
     /// The pending-key cap and arrival rate.
     pub(crate) pending_limits: PendingLimits,
     /// Unknown keys turned away by those limits since start.
@@ -203,9 +203,8 @@ impl<S: Store, N: Net> Master<S, N> {
             jids: JidGenerator::default(),
             bus: Bus::default(),
             event_log,
-            event_buckets: HashMap::new(),
+            event_gate: EventGate::default(),
             notices: NoticeThrottle::default(),
-            events_denied: 0,
             pending_limits,
             keys_refused: 0,
             pending: PendingWrites::default(),

@@ -7,6 +7,7 @@
 
 pub(crate) mod bus;
 pub(crate) mod cluster_view;
+pub(crate) mod event_gate;
 pub(crate) mod event_log;
 pub(crate) mod group_runs;
 pub(crate) mod hearing;

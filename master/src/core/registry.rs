@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use halite_protocol::message::Value;
 
-use crate::store::PrincipalRecord;
+use crate::store::{MinionRecord, PrincipalRecord};
 
 /// What the registry knows of a minion.
 #[derive(Debug, Clone, Default)]
@@ -117,6 +117,19 @@ impl Registry {
         self.minions.insert(id, entry);
     }
 
+    /// Minion `id` was seen at `wall_ms` (its hello, its session's end): its record as it is
+    /// now, to write with the next batch.
+    pub(crate) fn seen(&mut self, id: &str, wall_ms: u64) -> MinionRecord {
+        let entry = self.minion_mut(id);
+        entry.last_seen_ms = wall_ms;
+        MinionRecord {
+            id: id.to_owned(),
+            grains: entry.grains.clone(),
+            functions: entry.functions.clone(),
+            last_seen_ms: wall_ms,
+        }
+    }
+
     /// Forgets what a minion announced (its key was deleted or is no longer accepted).
     pub(crate) fn forget_minion(&mut self, id: &str) {
         self.minions.remove(id);
@@ -140,5 +153,25 @@ impl Registry {
     /// Whether `key` is the accepted key of `id`.
     pub(crate) fn is_accepted(&self, id: &str, key: &[u8; 32]) -> bool {
         self.accepted_keys.get(id) == Some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seeing a minion dates it and gives the record to write: what it announced, as it is now.
+    #[test]
+    fn a_minion_seen_is_dated_and_its_record_carries_what_it_announced() {
+        let mut registry = Registry::default();
+        let first = registry.seen("web1", 5);
+        assert_eq!((first.id.as_str(), first.last_seen_ms, first.functions.len()), ("web1", 5, 0));
+        let entry = registry.minion_mut("web1");
+        entry.functions = vec!["test.ping".into()];
+        entry.grains.insert("os".into(), Value::from("debian"));
+        let again = registry.seen("web1", 9);
+        assert_eq!(again.functions, ["test.ping"]);
+        assert_eq!(again.grains.get("os"), Some(&Value::from("debian")));
+        assert_eq!(registry.minion("web1").map(|m| m.last_seen_ms), Some(9));
     }
 }
