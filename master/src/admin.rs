@@ -302,7 +302,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 if !self.store.delete_api_token(&id, owner).await.map_err(RequestError::from)? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
-                self.end_sessions(self.sessions.opened_with_token(&id), "token revoked");
+                self.end_gateway_sessions(self.sessions.opened_with_token(&id), "token revoked");
                 if let Some(name) = acting_as {
                     self.tell_masters(ClusterChange::Principal { name });
                 }

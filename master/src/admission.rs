@@ -330,11 +330,11 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Ends these sessions, telling each why (an in-process one hears it before its queue
-    /// closes).
-    pub(crate) fn end_sessions(&mut self, peers: Vec<PeerId>, why: &str) {
+    /// Ends these in-process sessions (their token was revoked or expired), telling each why
+    /// before its queue closes.
+    pub(crate) fn end_gateway_sessions(&mut self, peers: Vec<PeerId>, why: &str) {
         for peer in peers {
-            info!(peer = peer.0, why, "ending a session");
+            info!(peer = peer.0, why, "ending a gateway session");
             self.forget(peer, Some(why));
         }
     }

@@ -154,7 +154,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 gone.push(peer);
             }
         }
-        self.end_sessions(gone, "token revoked");
+        self.end_gateway_sessions(gone, "token revoked");
         Ok(())
     }
 

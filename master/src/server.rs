@@ -781,7 +781,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // A live event stream has a deadline, not only a check when it opens: the loop wakes
         // when the first token expires.
-        self.end_sessions(self.sessions.expired_tokens(self.clock.wall_ms()), "token expired");
+        self.end_gateway_sessions(self.sessions.expired_tokens(self.clock.wall_ms()), "token expired");
         self.send_backlogs();
         if self.cluster.alive_due(now) {
             self.tell_masters(ClusterChange::Alive);

@@ -1,6 +1,6 @@
 //! Which events senders may put on the bus: a minion's by the `[[events]]` rule naming it (its
 //! tag, size and rate), an engine's (`fire_event`) by the engines' rate. One token bucket per
-//! sender; refusals are counted for operators. It decides; the master emits what passes and
+//! sender, minions' and engines' apart; refusals are counted for operators. It decides; the master emits what passes and
 //! reports what does not.
 
 use std::collections::HashMap;
@@ -13,8 +13,10 @@ use crate::acl::{self, EventRule, RateLimiter};
 /// The senders' token buckets and the count of minion events refused.
 #[derive(Debug, Default)]
 pub(crate) struct EventGate {
-    /// By sender: a minion's id, or `principal:<name>` for an engine.
-    buckets: HashMap<String, RateLimiter>,
+    /// By minion id.
+    minions: HashMap<String, RateLimiter>,
+    /// By engine principal: apart from the minions', whatever the names.
+    engines: HashMap<String, RateLimiter>,
     denied: u64,
 }
 
@@ -41,7 +43,9 @@ impl EventGate {
                 Some(rule) if serde_json::to_vec(data).map_or(usize::MAX, |b| b.len()) > rule.max_bytes => {
                     Some("event too large")
                 }
-                Some(rule) => (!self.allow(id, rule.rate_per_sec, rule.burst, now)).then_some("rate limit exceeded"),
+                Some(rule) => {
+                    (!allow(&mut self.minions, id, rule.rate_per_sec, rule.burst, now)).then_some("rate limit exceeded")
+                }
             }
         };
         match refusal {
@@ -55,20 +59,28 @@ impl EventGate {
 
     /// Whether engine `principal` may fire one more event now, at `rate_per_sec` with `burst`.
     pub(crate) fn engine_event(&mut self, principal: &str, rate_per_sec: f64, burst: f64, now: Instant) -> bool {
-        self.allow(&format!("principal:{principal}"), rate_per_sec, burst, now)
+        allow(&mut self.engines, principal, rate_per_sec, burst, now)
     }
 
     /// Minion events refused since start.
     pub(crate) fn denied_total(&self) -> u64 {
         self.denied
     }
+}
 
-    fn allow(&mut self, sender: &str, rate_per_sec: f64, burst: f64, now: Instant) -> bool {
-        if !self.buckets.contains_key(sender) {
-            self.buckets.insert(sender.to_owned(), RateLimiter::new(burst, now));
-        }
-        self.buckets.get_mut(sender).is_some_and(|bucket| bucket.allow(rate_per_sec, burst, now))
+/// Takes a token from `sender`'s bucket in `buckets` (a new one starts full); whether there was
+/// one.
+fn allow(
+    buckets: &mut HashMap<String, RateLimiter>,
+    sender: &str,
+    rate_per_sec: f64,
+    burst: f64,
+    now: Instant,
+) -> bool {
+    if !buckets.contains_key(sender) {
+        buckets.insert(sender.to_owned(), RateLimiter::new(burst, now));
     }
+    buckets.get_mut(sender).is_some_and(|bucket| bucket.allow(rate_per_sec, burst, now))
 }
 
 #[cfg(test)]
@@ -105,14 +117,15 @@ mod tests {
         assert_eq!(gate.denied_total(), 6);
     }
 
-    /// An engine's events have their own bucket, apart from any minion's of the same name.
+    /// An engine's events have their own bucket, apart from any minion's, whatever the names.
     #[test]
     fn an_engines_events_have_their_own_bucket() {
         let (mut gate, now) = (EventGate::default(), Instant::now());
         assert!(gate.engine_event("heat", 1.0, 1.0, now));
         assert!(!gate.engine_event("heat", 1.0, 1.0, now));
-        let rules = [rule("heat", "app/*", 64)];
+        let rules = [rule("*", "app/*", 64)];
         assert_eq!(gate.minion_event(&rules, "heat", "app/x", &Value::Null, now), Ok(()));
+        assert_eq!(gate.minion_event(&rules, "principal:heat", "app/x", &Value::Null, now), Ok(()));
         assert!(gate.engine_event("heat", 1.0, 1.0, now + Duration::from_secs(1)));
         assert_eq!(gate.denied_total(), 0, "an engine's refusal is the caller's to report");
     }
