@@ -16,7 +16,7 @@ use crate::core::jobs::LiveJob;
 use crate::core::registry::MinionEntry;
 use crate::net::Net;
 use crate::server::{loaded_slots, Master};
-use crate::store::{Announcement, ClusterChange, StateChange, Store, StoreError};
+use crate::store::{Announcement, ClusterChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Whether `minion` is served by another live master (and not by this one).
@@ -199,20 +199,6 @@ impl<S: Store, N: Net> Master<S, N> {
             self.slots().moved(jid, &minion, state, ret);
         }
         Ok(())
-    }
-
-    /// Announces the slots this master just stored, job by job.
-    pub(crate) fn tell_slots(&mut self, changes: &[StateChange]) {
-        let mut by_job: Vec<(String, Vec<(String, MinionJobState)>)> = Vec::new();
-        for change in changes.iter().filter(|c| !c.late) {
-            match by_job.iter_mut().find(|(jid, _)| *jid == change.jid) {
-                Some((_, states)) => states.push((change.minion.clone(), change.state)),
-                None => by_job.push((change.jid.clone(), vec![(change.minion.clone(), change.state)])),
-            }
-        }
-        for (jid, states) in by_job {
-            self.tell_masters(ClusterChange::Slots { jid, states });
-        }
     }
 
     /// Announces an event published here; one too large to announce is stored and announced

@@ -65,11 +65,11 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Message::JobAck(ack) => {
                 let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
-                self.minion_refused(id, &ack.jid, ErrorKind::Forbidden, reason);
+                self.slots().refused(&ack.jid, id, ErrorKind::Forbidden, reason);
             }
             Message::Error(error) => match error.request {
                 // A refusal of a job names its jid; nothing else a minion reports needs an answer.
-                Some(jid) => self.minion_refused(id, &jid, error.kind, error.message),
+                Some(jid) => self.slots().refused(&jid, id, error.kind, error.message),
                 None => {
                     warn!(minion = id, kind = ?error.kind, message = %error.message, "the minion reported an error")
                 }
@@ -222,32 +222,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.undelivered.remove(&minion);
             }
         }
-    }
-
-    /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):
-    /// its slot ends at once, `denied` when the refusal is about permission, else `failed`,
-    /// with the minion's reason as the result.
-    pub(crate) fn minion_refused(&mut self, minion: &str, jid: &str, kind: ErrorKind, reason: String) {
-        if self.jobs.state(jid, minion).is_none_or(MinionJobState::is_final) {
-            debug!(minion, jid, %reason, "refusal of a job that is not in flight there");
-            return;
-        }
-        warn!(minion, jid, ?kind, %reason, "the minion refused a job");
-        let (state, outcome) = match kind {
-            ErrorKind::Forbidden | ErrorKind::BadSignature => (MinionJobState::Denied, Outcome::Denied),
-            _ => (MinionJobState::Failed, Outcome::Refused),
-        };
-        let ret = JobReturn {
-            jid: jid.to_owned(),
-            minion: minion.to_owned(),
-            success: false,
-            retcode: 1,
-            outputs: json!({ "error": reason }),
-            truncated: false,
-            duration_ms: 0,
-            outcome,
-        };
-        self.slots().set(jid, minion, state, Some(ret));
     }
 
     /// A return for a slot that is already final: stored beside that state (which does not

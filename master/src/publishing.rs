@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
-use crate::authz::{Action, Asker, Denied, Granted, JobAccess, TargetView};
+use crate::authz::{Action, Asker, Denied, JobAccess, TargetView};
 use crate::core::hearing::SlotChange;
 use crate::core::jobs::{LiveJob, Slot};
 use crate::limits;
@@ -19,27 +19,6 @@ use crate::net::Net;
 use crate::server::{Master, NewJob};
 use crate::store::{JobRecord, Store, StoreError};
 
-/// Why a publish is refused (told to the publisher as is).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum PublishRefused {
-    /// The policy grants it only by ownership, which never covers a publish.
-    #[error("a publish is never granted by ownership")]
-    ByOwnership,
-    /// The policy refuses it.
-    #[error("{0}")]
-    Denied(Denied),
-    /// The caller a minion publishes on behalf of is not a principal.
-    #[error("{0}, on whose behalf this is published, is not a principal")]
-    NoPrincipal(String),
-    /// The caller a minion publishes on behalf of may not run it.
-    #[error("on behalf of {caller}: {why}")]
-    OnBehalf {
-        /// That caller.
-        caller: String,
-        /// Why not.
-        why: Box<PublishRefused>,
-    },
-}
 use crate::target::Expr;
 
 /// Most ids a job records as `unknown`: an inventory with some hosts not enrolled passes, while
@@ -174,7 +153,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // A minion that publishes gets its answer, not a stream of updates.
         let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
-        let reach = match self.authorize(caller, &publisher, &request, &targets) {
+        let reach = match self.access().authorize_publish(caller, &publisher, &request, &targets) {
             Ok(reach) => reach,
             Err(why) => {
                 warn!(%caller, function = %request.spec.function, %why, "publish refused");
@@ -183,7 +162,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 return Ok(());
             }
         };
-        if let Some(why) = self.function_missing(&request.spec.function, &targets) {
+        if let Some(why) = self.registry.function_missing(&request.spec.function, &targets) {
             self.send_error(peer, ErrorKind::NotFound, why, request_id);
             return Ok(());
         }
@@ -193,38 +172,6 @@ impl<S: Store, N: Net> Master<S, N> {
         let took = self.clock.now().saturating_duration_since(received);
         self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         Ok(())
-    }
-
-    /// Why `function` cannot be sent: none of the targeted minions has it, as each said which
-    /// functions it has when it connected here (one that did not say may have it: the job
-    /// goes). Named, with the nearest name they have or halite's way for a Salt name, so a
-    /// typo is not sent to every minion to fail there. On a mixed fleet, the minions that have
-    /// it run it and the others answer for themselves.
-    fn function_missing(&self, function: &str, targets: &[String]) -> Option<String> {
-        let mut lacking: Vec<&str> = Vec::new();
-        let mut known: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-        for id in targets {
-            // One that did not say may have it.
-            let installed = self.registry.minion(id).and_then(|m| m.installed.as_ref())?;
-            if installed.contains(function) {
-                return None;
-            }
-            lacking.push(id);
-            known.extend(installed.iter().map(String::as_str));
-        }
-        if lacking.is_empty() {
-            return None;
-        }
-        const SHOWN: usize = 10;
-        let mut named = lacking.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
-        if lacking.len() > SHOWN {
-            named.push_str(&format!(" and {} more", lacking.len() - SHOWN));
-        }
-        let hint = halite_protocol::function_names::hint(function, known);
-        Some(format!(
-            "{function} is not a function of {} targeted minion(s): {named}; nothing was sent{hint}",
-            lacking.len()
-        ))
     }
 
     /// Creates, stores and sends a job to already resolved and authorised `targets`. The
@@ -389,43 +336,5 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         Ok(())
-    }
-
-    /// Whether `publisher` may run `request` on `targets` (already resolved, never empty):
-    /// what the job may reach if so (see [`publish::authorize`]). A minion publishing on behalf
-    /// of its job's caller needs that caller's permission too.
-    pub(crate) fn authorize(
-        &self,
-        caller: &str,
-        publisher: &Publisher,
-        request: &PublishRequest,
-        targets: &[String],
-    ) -> Result<Option<Vec<String>>, PublishRefused> {
-        let ids: Vec<&str> = targets.iter().map(String::as_str).collect();
-        let action = Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &ids };
-        let policy = self.access();
-        let decide = |asker: &Asker<'_>| match policy.decide(asker, &action) {
-            Ok(Granted::Reach(reach)) => Ok(reach),
-            Ok(Granted::Yes) => Ok(None),
-            Ok(Granted::OwnedBy(_)) => Err(PublishRefused::ByOwnership),
-            Err(denied) => Err(PublishRefused::Denied(denied)),
-        };
-        let reach = decide(&publisher.asker(caller))?;
-        let (Publisher::Peer(_), Some(caller)) = (publisher, &request.on_behalf_of) else { return Ok(reach) };
-        let on_behalf = match caller.as_str() {
-            "root" => Asker::Root,
-            // A local call on the minion (`halite-minion call`): its own administrator.
-            "local" => return Ok(reach),
-            name => match name.strip_prefix("minion:") {
-                Some(minion) => Asker::MinionPeer { id: minion },
-                None => match self.registry.principal(name) {
-                    Some(principal) => Asker::Principal { name, acl: &principal.acl },
-                    None => return Err(PublishRefused::NoPrincipal(caller.clone())),
-                },
-            },
-        };
-        let theirs = decide(&on_behalf)
-            .map_err(|why| PublishRefused::OnBehalf { caller: caller.clone(), why: Box::new(why) })?;
-        Ok(publish::both(reach, theirs))
     }
 }

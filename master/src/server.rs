@@ -640,7 +640,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.tell_stored_finals().await;
         self.ask_owed_returns();
         if self.cluster.is_shared() {
-            self.tell_slots(&changes);
+            self.cluster.tell_slots(&changes);
         }
     }
 

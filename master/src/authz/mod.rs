@@ -30,6 +30,7 @@ use halite_protocol::message::{PrincipalAcl, TargetKind, Value};
 
 use halite_transport::PeerId;
 
+use crate::authz::publish::Publisher;
 use crate::config::MasterConfig;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
@@ -102,6 +103,28 @@ impl TargetView {
         self.tenant.as_deref().is_none_or(|tenant| halite_protocol::message::tenant_holds(tenant, id))
             && self.exprs.as_ref().is_none_or(|exprs| exprs.iter().any(|e| e.matches(id, grains)))
     }
+}
+
+/// Why a publish is refused (told to the publisher as is).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PublishRefused {
+    /// The policy grants it only by ownership, which never covers a publish.
+    #[error("a publish is never granted by ownership")]
+    ByOwnership,
+    /// The policy refuses it.
+    #[error("{0}")]
+    Denied(Denied),
+    /// The caller a minion publishes on behalf of is not a principal.
+    #[error("{0}, on whose behalf this is published, is not a principal")]
+    NoPrincipal(String),
+    /// The caller a minion publishes on behalf of may not run it.
+    #[error("on behalf of {caller}: {why}")]
+    OnBehalf {
+        /// That caller.
+        caller: String,
+        /// Why not.
+        why: Box<PublishRefused>,
+    },
 }
 
 /// What a principal may see, control and receive of the live jobs: [`Policy`] read with the
@@ -201,6 +224,43 @@ impl<'a> Access<'a> {
             Ok(Granted::Yes) => None,
             _ => Some(who.name),
         }
+    }
+
+    /// Whether `publisher` may run `request` on `targets` (already resolved, never empty):
+    /// what the job may reach if so (see [`publish::authorize`]). A minion publishing on behalf
+    /// of its job's caller needs that caller's permission too.
+    pub(crate) fn authorize_publish(
+        &self,
+        caller: &str,
+        publisher: &Publisher,
+        request: &halite_protocol::message::PublishRequest,
+        targets: &[String],
+    ) -> Result<Option<Vec<String>>, PublishRefused> {
+        let ids: Vec<&str> = targets.iter().map(String::as_str).collect();
+        let action = Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &ids };
+        let decide = |asker: &Asker<'_>| match self.decide(asker, &action) {
+            Ok(Granted::Reach(reach)) => Ok(reach),
+            Ok(Granted::Yes) => Ok(None),
+            Ok(Granted::OwnedBy(_)) => Err(PublishRefused::ByOwnership),
+            Err(denied) => Err(PublishRefused::Denied(denied)),
+        };
+        let reach = decide(&publisher.asker(caller))?;
+        let (Publisher::Peer(_), Some(caller)) = (publisher, &request.on_behalf_of) else { return Ok(reach) };
+        let on_behalf = match caller.as_str() {
+            "root" => Asker::Root,
+            // A local call on the minion (`halite-minion call`): its own administrator.
+            "local" => return Ok(reach),
+            name => match name.strip_prefix("minion:") {
+                Some(minion) => Asker::MinionPeer { id: minion },
+                None => match self.principal(name) {
+                    Some(principal) => Asker::Principal { name, acl: &principal.acl },
+                    None => return Err(PublishRefused::NoPrincipal(caller.clone())),
+                },
+            },
+        };
+        let theirs = decide(&on_behalf)
+            .map_err(|why| PublishRefused::OnBehalf { caller: caller.clone(), why: Box::new(why) })?;
+        Ok(publish::both(reach, theirs))
     }
 
     /// A registered principal, as it is now.

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::Value;
+use halite_protocol::message::{MinionJobState, Value};
 
-use crate::store::ClusterChange;
+use crate::store::{ClusterChange, StateChange};
 
 /// How often a master says it is alive.
 pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(2);
@@ -79,6 +79,20 @@ impl ClusterView {
     pub(crate) fn tell(&mut self, change: ClusterChange) {
         if self.shared {
             self.told.push(change);
+        }
+    }
+
+    /// Announces the slots this master just stored, job by job.
+    pub(crate) fn tell_slots(&mut self, changes: &[StateChange]) {
+        let mut by_job: Vec<(String, Vec<(String, MinionJobState)>)> = Vec::new();
+        for change in changes.iter().filter(|c| !c.late) {
+            match by_job.iter_mut().find(|(jid, _)| *jid == change.jid) {
+                Some((_, states)) => states.push((change.minion.clone(), change.state)),
+                None => by_job.push((change.jid.clone(), vec![(change.minion.clone(), change.state)])),
+            }
+        }
+        for (jid, states) in by_job {
+            self.tell(ClusterChange::Slots { jid, states });
         }
     }
 
@@ -277,5 +291,45 @@ mod tests {
         view.left_here("web1".into());
         assert_eq!(view.take_told(), [ClusterChange::Alive]);
         assert_eq!(view.take_left_here(), ["web1"]);
+    }
+
+    /// Stored slots are told job by job, late returns left out, and only with other masters.
+    #[test]
+    fn stored_slots_are_told_job_by_job_without_late_returns() {
+        use halite_protocol::message::MinionJobState::*;
+        let change = |jid: &str, minion: &str, state, late| StateChange {
+            jid: jid.into(),
+            minion: minion.into(),
+            state,
+            ret: None,
+            at_ms: 0,
+            late,
+        };
+        let changes = [
+            change("1", "a", Returned, false),
+            change("2", "a", Failed, false),
+            change("1", "b", Sent, false),
+            change("1", "c", Returned, true),
+        ];
+        let mut alone = ClusterView::default();
+        alone.tell_slots(&changes);
+        assert!(alone.take_told().is_empty(), "nobody to tell");
+        let mut view = ClusterView::shared(0);
+        view.tell_slots(&changes);
+        let told = view.take_told();
+        let slots: Vec<(String, Vec<(String, MinionJobState)>)> = told
+            .into_iter()
+            .filter_map(|c| match c {
+                ClusterChange::Slots { jid, states } => Some((jid, states)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            slots,
+            [
+                ("1".to_owned(), vec![("a".to_owned(), Returned), ("b".to_owned(), Sent)]),
+                ("2".to_owned(), vec![("a".to_owned(), Failed)]),
+            ]
+        );
     }
 }

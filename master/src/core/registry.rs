@@ -117,6 +117,38 @@ impl Registry {
         self.minions.insert(id, entry);
     }
 
+    /// Why `function` cannot be sent: none of the targeted minions has it, as each said which
+    /// functions it has when it connected here (one that did not say may have it: the job
+    /// goes). Named, with the nearest name they have or halite's way for a Salt name, so a
+    /// typo is not sent to every minion to fail there. On a mixed fleet, the minions that have
+    /// it run it and the others answer for themselves.
+    pub(crate) fn function_missing(&self, function: &str, targets: &[String]) -> Option<String> {
+        let mut lacking: Vec<&str> = Vec::new();
+        let mut known: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+        for id in targets {
+            // One that did not say may have it.
+            let installed = self.minion(id).and_then(|m| m.installed.as_ref())?;
+            if installed.contains(function) {
+                return None;
+            }
+            lacking.push(id);
+            known.extend(installed.iter().map(String::as_str));
+        }
+        if lacking.is_empty() {
+            return None;
+        }
+        const SHOWN: usize = 10;
+        let mut named = lacking.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+        if lacking.len() > SHOWN {
+            named.push_str(&format!(" and {} more", lacking.len() - SHOWN));
+        }
+        let hint = halite_protocol::function_names::hint(function, known);
+        Some(format!(
+            "{function} is not a function of {} targeted minion(s): {named}; nothing was sent{hint}",
+            lacking.len()
+        ))
+    }
+
     /// Minion `id` was seen at `wall_ms` (its hello, its session's end): its record as it is
     /// now, to write with the next batch.
     pub(crate) fn seen(&mut self, id: &str, wall_ms: u64) -> MinionRecord {
@@ -173,5 +205,24 @@ mod tests {
         assert_eq!(again.functions, ["test.ping"]);
         assert_eq!(again.grains.get("os"), Some(&Value::from("debian")));
         assert_eq!(registry.minion("web1").map(|m| m.last_seen_ms), Some(9));
+    }
+
+    /// A function is missing only when every targeted minion said what it has and none has
+    /// it; the message names them (ten at most) with the nearest name they have.
+    #[test]
+    fn a_function_is_missing_only_when_every_target_said_it_lacks_it() {
+        let mut registry = Registry::default();
+        let installed = registry.intern_installed(vec!["test.ping".into(), "cmd.run".into()]);
+        for i in 0..12 {
+            registry.minion_mut(&format!("m{i:02}")).installed = installed.clone();
+        }
+        let targets: Vec<String> = (0..12).map(|i| format!("m{i:02}")).collect();
+        assert_eq!(registry.function_missing("test.ping", &targets), None);
+        let why = registry.function_missing("test.pong", &targets).unwrap();
+        assert!(why.starts_with("test.pong is not a function of 12 targeted minion(s): m00, m01"), "{why}");
+        assert!(why.contains("m09 and 2 more; nothing was sent") && why.contains("test.ping"), "{why}");
+        registry.minion_mut("silent");
+        let with_silent = [targets[0].clone(), "silent".to_owned()];
+        assert_eq!(registry.function_missing("test.pong", &with_silent), None, "one that did not say may have it");
     }
 }

@@ -7,7 +7,8 @@
 
 use std::time::Instant;
 
-use halite_protocol::message::{JobReturn, MinionJobState};
+use halite_protocol::message::{ErrorKind, JobReturn, MinionJobState, Outcome};
+use serde_json::json;
 use tracing::debug;
 
 use crate::core::hearing::{Hearing, SlotChange};
@@ -60,6 +61,32 @@ impl<'a> SlotMoves<'a> {
             return;
         }
         self.moved(jid, minion, state, ret);
+    }
+
+    /// A minion refused a job (`job_ack` with `accepted: false`, or an `error` naming the jid):
+    /// its slot ends at once, `denied` when the refusal is about permission, else `failed`,
+    /// with the minion's reason as the result.
+    pub(crate) fn refused(&mut self, jid: &str, minion: &str, kind: ErrorKind, reason: String) {
+        if self.jobs.state(jid, minion).is_none_or(MinionJobState::is_final) {
+            debug!(minion, jid, %reason, "refusal of a job that is not in flight there");
+            return;
+        }
+        tracing::warn!(minion, jid, ?kind, %reason, "the minion refused a job");
+        let (state, outcome) = match kind {
+            ErrorKind::Forbidden | ErrorKind::BadSignature => (MinionJobState::Denied, Outcome::Denied),
+            _ => (MinionJobState::Failed, Outcome::Refused),
+        };
+        let ret = JobReturn {
+            jid: jid.to_owned(),
+            minion: minion.to_owned(),
+            success: false,
+            retcode: 1,
+            outputs: json!({ "error": reason }),
+            truncated: false,
+            duration_ms: 0,
+            outcome,
+        };
+        self.set(jid, minion, state, Some(ret));
     }
 
     /// Queues a slot's new state (and return) for the group commit, without moving it: `late`
@@ -211,5 +238,24 @@ mod tests {
         assert_eq!((change.jid.as_str(), change.late, change.at_ms), ("9", true, 7));
         assert!(change.ret.is_some());
         assert!(parts.hearing.is_empty(), "nothing is told of a job not live here");
+    }
+
+    /// A minion's refusal ends its slot at once: `denied` for a refusal about permission, else
+    /// `failed`, the reason as the result; a refusal of a slot already ended, or of a job not
+    /// live here, changes nothing.
+    #[test]
+    fn a_refusal_ends_a_slot_in_flight_denied_or_failed_and_nothing_else() {
+        let mut parts = Parts::new();
+        parts.slots(false).refused("1", "a", halite_protocol::message::ErrorKind::BadSignature, "bad".into());
+        parts.slots(false).refused("1", "b", halite_protocol::message::ErrorKind::Internal, "broken".into());
+        parts.slots(false).refused("1", "a", halite_protocol::message::ErrorKind::Internal, "again".into());
+        parts.slots(false).refused("9", "a", halite_protocol::message::ErrorKind::Forbidden, "not live".into());
+        let (changes, _) = parts.hearing.take_changes();
+        let told: Vec<(&str, MinionJobState, Option<&serde_json::Value>)> =
+            changes.iter().map(|c| (c.minion.as_str(), c.state, c.ret.as_ref().map(|r| &r.outputs))).collect();
+        let (bad, broken) = (serde_json::json!({ "error": "bad" }), serde_json::json!({ "error": "broken" }));
+        assert_eq!(told, [("a", Denied, Some(&bad)), ("b", Failed, Some(&broken))]);
+        let outcomes: Vec<_> = changes.iter().filter_map(|c| c.ret.as_ref().map(|r| r.outcome)).collect();
+        assert_eq!(outcomes, [halite_protocol::message::Outcome::Denied, halite_protocol::message::Outcome::Refused]);
     }
 }
