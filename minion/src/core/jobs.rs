@@ -1,10 +1,12 @@
-//! Jobs, from their delivery to their acknowledged return: the signature and the revoked keys,
-//! run-once (a jid whose marker is on disk never runs again), freshness on the master's clock,
-//! the queue while every slot is taken, and returns kept in the outbox (or in memory, when the
-//! disk refuses them) until the master acknowledges them.
+//! Jobs, from their delivery to their acknowledged return: the signature and the revoked keys
+//! (checked again before a queued job starts), run-once (a jid whose marker is on disk never
+//! runs again), freshness on the master's clock, the queue while every slot is taken, and
+//! returns kept in the outbox (or in memory, when the disk refuses them) until the master
+//! acknowledges them.
 
 use std::time::{Duration, Instant};
 
+use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{ErrorKind, ErrorMessage, Job, JobAck, JobReturn, Message, Outcome, SignedJob};
 use serde_json::json;
 use tracing::{debug, error, info, warn};
@@ -18,6 +20,9 @@ pub(super) struct Queued {
     job: Job,
     arrived: Instant,
     start_by: Option<Instant>,
+    /// The master key that signed it, when not the pinned one: if the cluster key revokes it
+    /// while the job waits, the job never starts.
+    signer: Option<PublicIdentity>,
 }
 
 impl MinionCore {
@@ -59,9 +64,11 @@ impl MinionCore {
             let why = "the minion restarted while this job ran; it is not run twice".to_owned();
             return self.on_done(not_started(&job.jid, Outcome::Interrupted, why));
         }
-        // A job accepted before its master was revoked keeps its course (above: running, queued,
-        // its return sent again, interrupted); a new one it signed is refused.
-        if signed.signer_key().is_some_and(|k| self.revocations.contains(&k)) {
+        // A job accepted before its master was revoked keeps its course (above: running, its
+        // return sent again, interrupted; a queued one never starts, see `start_queued`); a new
+        // one it signed is refused.
+        let signer = signed.signer_key();
+        if signer.is_some_and(|k| self.revocations.contains(&k)) {
             let why = "signed by a master whose key the cluster key revoked".to_owned();
             return self.refuse(ErrorKind::BadSignature, why, Some(job.jid));
         }
@@ -78,7 +85,7 @@ impl MinionCore {
             }
         };
         self.send(&Message::JobAck(JobAck { jid: job.jid.clone(), accepted: true, reason: String::new() }));
-        self.queued.insert(job.jid.clone(), Queued { job, arrived: self.now, start_by });
+        self.queued.insert(job.jid.clone(), Queued { job, arrived: self.now, start_by, signer });
         self.start_queued();
     }
 
@@ -87,7 +94,16 @@ impl MinionCore {
     /// gets only the time it has left, and its run-once marker is written (and synced) first.
     fn start_queued(&mut self) {
         while self.free_slots > 0 {
-            let Some((jid, Queued { mut job, arrived, start_by })) = self.queued.pop_first() else { return };
+            let Some((jid, Queued { mut job, arrived, start_by, signer })) = self.queued.pop_first() else { return };
+            // Nothing has run yet: a job whose master was revoked while it waited is denied, not
+            // started on that master's word.
+            if signer.is_some_and(|k| self.revocations.contains(&k)) {
+                let why =
+                    "not started: the master that signed it was revoked by the cluster key while it waited for a slot";
+                warn!(%jid, "{why}");
+                self.on_done(not_started(&jid, Outcome::Denied, why.to_owned()));
+                continue;
+            }
             if let Some(late) = start_by.and_then(|by| self.now.checked_duration_since(by)) {
                 let why = format!(
                     "not started: it waited for a free slot until {} ms past the time the master gave to start it \

@@ -444,6 +444,43 @@ fn a_reload_is_announced_events_need_a_session_and_a_lost_link_is_opened_again()
     assert_eq!(t.input(Input::Shutdown), []);
 }
 
+/// A job a master signed, accepted and queued behind another, never starts once the cluster
+/// key revokes that master: it ends denied, and the pinned master's jobs still run.
+#[test]
+fn a_queued_job_of_a_master_revoked_while_it_waited_never_starts() {
+    use halite_protocol::noise::{MasterCertificate, Revocation};
+    let mut t = Test::new("revoked-queued", 1, 1);
+    t.up();
+    let other = IdentityKey::from_seed(&[7; 32]);
+    let certificate = MasterCertificate::issue(&t.master_key, &other.public(), "m2");
+    let signed_by_other = |t: &Test, jid: &str| {
+        let job = t.job(jid, 10_000).verify(&t.master_key.public()).expect("a job");
+        let mut signed = SignedJob::sign_certified(&job, &other, &certificate, "m2");
+        signed.start_by_ms = Some(t.master_ms() + 10_000);
+        signed
+    };
+    // One slot: the pinned master's job runs, the other master's waits, accepted.
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID, 10_000)))), [JID]);
+    let effects = t.master_sends(&Message::Job(signed_by_other(&t, JID2)));
+    let acked = t.messages(effects);
+    assert!(matches!(acked.as_slice(), [Message::JobAck(a)] if a.jid == JID2 && a.accepted), "{acked:?}");
+    let revocation = Revocation::issue(&t.master_key, &other.public()).to_hex();
+    let told = Welcome { revoked: vec![revocation], revocations_only: true, ..welcome() };
+    assert_eq!(t.master_sends(&Message::Welcome(told)), []);
+    // The slot frees: the queued job is denied, not run.
+    let effects = t.input(Input::JobFinished(done(JID)));
+    assert!(ran(&effects).is_empty(), "{effects:?}");
+    let sent = t.messages(effects);
+    let denied = sent.iter().find_map(|m| match m {
+        Message::JobReturn(r) if r.jid == JID2 => Some(r),
+        _ => None,
+    });
+    let denied = denied.unwrap_or_else(|| panic!("no return for the queued job: {sent:?}"));
+    assert_eq!(denied.outcome, Outcome::Denied);
+    assert!(denied.outputs["error"].as_str().is_some_and(|e| e.contains("revoked")), "{denied:?}");
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID3, 10_000)))), [JID3]);
+}
+
 #[test]
 fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_accepted() {
     use halite_protocol::noise::{MasterCertificate, Revocation};
