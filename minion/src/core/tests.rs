@@ -444,27 +444,43 @@ fn a_reload_is_announced_events_need_a_session_and_a_lost_link_is_opened_again()
     assert_eq!(t.input(Input::Shutdown), []);
 }
 
+/// A second master of the cluster: its key, certified by the pinned key.
+struct OtherMaster {
+    key: IdentityKey,
+    certificate: halite_protocol::noise::MasterCertificate,
+}
+
+impl OtherMaster {
+    fn certified_by(t: &Test) -> Self {
+        let key = IdentityKey::from_seed(&[7; 32]);
+        let certificate = halite_protocol::noise::MasterCertificate::issue(&t.master_key, &key.public(), "m2");
+        OtherMaster { key, certificate }
+    }
+
+    /// Job `jid` as it signs it, to start within ten seconds.
+    fn signs(&self, t: &Test, jid: &str) -> SignedJob {
+        let job = t.job(jid, 10_000).verify(&t.master_key.public()).expect("a job");
+        let mut signed = SignedJob::sign_certified(&job, &self.key, &self.certificate, "m2");
+        signed.start_by_ms = Some(t.master_ms() + 10_000);
+        signed
+    }
+}
+
 /// A job a master signed, accepted and queued behind another, never starts once the cluster
 /// key revokes that master: it ends denied, and the pinned master's jobs still run.
 #[test]
 fn a_queued_job_of_a_master_revoked_while_it_waited_never_starts() {
-    use halite_protocol::noise::{MasterCertificate, Revocation};
+    use halite_protocol::noise::Revocation;
     let mut t = Test::new("revoked-queued", 1, 1);
     t.up();
-    let other = IdentityKey::from_seed(&[7; 32]);
-    let certificate = MasterCertificate::issue(&t.master_key, &other.public(), "m2");
-    let signed_by_other = |t: &Test, jid: &str| {
-        let job = t.job(jid, 10_000).verify(&t.master_key.public()).expect("a job");
-        let mut signed = SignedJob::sign_certified(&job, &other, &certificate, "m2");
-        signed.start_by_ms = Some(t.master_ms() + 10_000);
-        signed
-    };
+    let other = OtherMaster::certified_by(&t);
+    let signed_by_other = |t: &Test, jid: &str| other.signs(t, jid);
     // One slot: the pinned master's job runs, the other master's waits, accepted.
     assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID, 10_000)))), [JID]);
     let effects = t.master_sends(&Message::Job(signed_by_other(&t, JID2)));
     let acked = t.messages(effects);
     assert!(matches!(acked.as_slice(), [Message::JobAck(a)] if a.jid == JID2 && a.accepted), "{acked:?}");
-    let revocation = Revocation::issue(&t.master_key, &other.public()).to_hex();
+    let revocation = Revocation::issue(&t.master_key, &other.key.public()).to_hex();
     let told = Welcome { revoked: vec![revocation], revocations_only: true, ..welcome() };
     assert_eq!(t.master_sends(&Message::Welcome(told)), []);
     // The slot frees: the queued job is denied, not run.
@@ -483,21 +499,15 @@ fn a_queued_job_of_a_master_revoked_while_it_waited_never_starts() {
 
 #[test]
 fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_accepted() {
-    use halite_protocol::noise::{MasterCertificate, Revocation};
+    use halite_protocol::noise::Revocation;
     let mut t = Test::new("revoked", 1, 1);
     t.up();
     // A master of the cluster (the pinned key certified it) signs a job; it runs.
-    let other = IdentityKey::from_seed(&[7; 32]);
-    let certificate = MasterCertificate::issue(&t.master_key, &other.public(), "m2");
-    let signed_by_other = |t: &Test, jid: &str| {
-        let job = t.job(jid, 10_000).verify(&t.master_key.public()).expect("a job");
-        let mut signed = SignedJob::sign_certified(&job, &other, &certificate, "m2");
-        signed.start_by_ms = Some(t.master_ms() + 10_000);
-        signed
-    };
+    let other = OtherMaster::certified_by(&t);
+    let signed_by_other = |t: &Test, jid: &str| other.signs(t, jid);
     assert_eq!(ran(&t.master_sends(&Message::Job(signed_by_other(&t, JID)))), [JID]);
     // The master tells of its revocation in a welcome answering no hello.
-    let revocation = Revocation::issue(&t.master_key, &other.public()).to_hex();
+    let revocation = Revocation::issue(&t.master_key, &other.key.public()).to_hex();
     // Its time says ten hours later: taken, it would make every job look stale.
     let later = t.master_ms() + 36_000_000;
     let told = Welcome { now_ms: later, revoked: vec![revocation], revocations_only: true, ..welcome() };
