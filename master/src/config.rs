@@ -209,6 +209,16 @@ impl Default for MasterConfig {
 }
 
 impl MasterConfig {
+    /// The master keys `revoked_masters` names (entries that do not read are left out: the
+    /// rules were checked when read, `cluster_identity::check_revocations_of`).
+    pub(crate) fn revoked_keys(&self) -> Vec<halite_protocol::identity::PublicIdentity> {
+        self.revoked_masters
+            .iter()
+            .filter_map(|text| halite_protocol::noise::Revocation::from_hex(text).ok())
+            .map(|revocation| revocation.master)
+            .collect()
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let mut config = halite_transport::config_file::load(path, Self::parse)?;

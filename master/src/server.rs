@@ -46,7 +46,7 @@ use crate::gateway::local::LocalCommand;
 use crate::keys::PendingLimits;
 use crate::limits;
 use crate::net::Net;
-use crate::store::{ClusterChange, Store, StoreError};
+use crate::store::{ClusterChange, Heard, Store, StoreError};
 
 /// The `request` an `error` refusing a subscription names.
 pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
@@ -368,6 +368,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rx) = self.store.changes() {
             cluster = rx;
             self.cluster = crate::core::cluster_view::ClusterView::shared(self.clock.wall_ms());
+            self.cluster.set_revoked(self.config.revoked_keys());
             // Who is connected where: every running master answers.
             self.tell_masters(crate::store::ClusterChange::RollCall);
             self.send_announcements().await;
@@ -435,7 +436,15 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.send(peer, &answer);
                 }
             }
-            Input::Cluster((from, change)) => {
+            Input::Cluster(heard) if !self.cluster.heeds(heard.signer.as_ref()) => {
+                // Counted as the listener counts the announcements it refuses; logged once a
+                // second at most (up to a queue of them may be waiting).
+                self.metrics.get().denied("cluster_announcement");
+                if self.notices.ready("cluster:revoked", Duration::from_secs(1), self.clock.now()) {
+                    warn!(from = %heard.from, "announcements of a master revoked while they waited are dropped");
+                }
+            }
+            Input::Cluster(Heard { from, change, .. }) => {
                 if let Err(error) = self.on_cluster_change(&from, change).await {
                     // Not lost: everything is reread once the store answers (`on_tick`).
                     warn!(%error, "store failure while applying another master's change; rereading the store");
@@ -492,6 +501,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Err(error) = self.trust_store().await {
             warn!(%error, "registering this master's key again after new revocations failed");
         }
+        self.cluster.set_revoked(self.config.revoked_keys());
         if self.cluster.is_shared() {
             self.cluster.lost_track();
         }

@@ -9,7 +9,7 @@ use halite_protocol::message::{KeyState, Message, MinionJobState, PrincipalAcl};
 
 use super::Sim;
 use crate::server::Input;
-use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, StateChange, Store};
+use crate::store::{ClusterChange, Heard, KeyRecord, PrincipalRecord, StateChange, Store};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -23,8 +23,11 @@ fn a_key_rejected_on_another_master_cuts_the_minion_here_and_the_others_stay() {
         let web2 = sim.minion("web2").await;
         let key = sim.store().keys_for("web1").await.unwrap().remove(0);
         sim.store().put_key(&KeyRecord { state: KeyState::Rejected, ..key }, 1).await.unwrap();
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Keys { ids: Some(vec!["web1".into(), "web2".into()]) })))
-            .await;
+        sim.step(Input::Cluster(Heard::new(
+            "b".into(),
+            ClusterChange::Keys { ids: Some(vec!["web1".into(), "web2".into()]) },
+        )))
+        .await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("key no longer accepted"));
         assert_eq!(sim.net.closed(web2.peer), None, "web2's key did not change");
         assert!(!sim.master.registry.has_accepted("web1"));
@@ -41,7 +44,7 @@ fn a_key_replaced_by_an_enrollment_elsewhere_cuts_the_old_session_after_a_resync
         let used = sim.store().enroll_with_token(&[7; 32], "web1", &[9; 32], 1).await.unwrap();
         assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: true });
         // The announcement was lost with the listening connection: the resync still finds it.
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Resync))).await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("key no longer accepted"));
         assert!(sim.master.registry.is_accepted("web1", &[9; 32]));
     });
@@ -60,7 +63,7 @@ fn a_principal_removed_or_narrowed_on_another_master_loses_its_sessions_here() {
         narrowed.acl.rules[0].functions = vec!["test.version".into()];
         sim.store().put_principal(&narrowed, 2).await.unwrap();
         for name in ["heat", "trove", "murano"] {
-            sim.step(Input::Cluster(("b".into(), ClusterChange::Principal { name: name.into() }))).await;
+            sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Principal { name: name.into() }))).await;
         }
         assert_eq!(sim.net.closed(heat.peer).as_deref(), Some("principal changed"));
         assert_eq!(sim.net.closed(trove.peer).as_deref(), Some("principal changed"));
@@ -84,8 +87,8 @@ async fn served_by_b(sim: &mut Sim, id: &str) {
         last_seen_ms: 1,
     };
     sim.store().put_minions(&[entry]).await.unwrap();
-    sim.step(Input::Cluster(("b".into(), ClusterChange::Keys { ids: Some(vec![id.into()]) }))).await;
-    sim.step(Input::Cluster(("b".into(), ClusterChange::Here { ids: vec![id.into()] }))).await;
+    sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Keys { ids: Some(vec![id.into()]) }))).await;
+    sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Here { ids: vec![id.into()] }))).await;
 }
 
 #[test]
@@ -106,7 +109,7 @@ fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_ret
         // Past the timeout, b still alive: b decides the slot, not this master.
         for _ in 0..20 {
             sim.advance(Duration::from_secs(1)).await;
-            sim.step(Input::Cluster(("b".into(), ClusterChange::Alive))).await;
+            sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Alive))).await;
         }
         assert_eq!(sim.master.jobs.state(&jid, "db9"), Some(MinionJobState::Sent));
         // b stores the return, then announces it: the watcher here gets it, and the job's end.
@@ -121,7 +124,7 @@ fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_ret
         };
         sim.store().set_states(&[change]).await.unwrap();
         let states = vec![("db9".to_owned(), MinionJobState::Returned)];
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Slots { jid: jid.clone(), states }))).await;
         let messages = root.recv(&sim);
         let update = messages.iter().find_map(|m| match m {
             Message::JobUpdates(u) => u.updates.iter().find(|u| u.minion == "db9").cloned(),
@@ -160,7 +163,7 @@ fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
         // Master b published a job to web1 (stored by b), then announced it.
         let job = job_of_b(&sim, "20261122000000000042");
         sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
         let sent = web1.jobs(&sim);
         assert_eq!(sent.len(), 1, "the job reached the minion connected here");
         // Its return is stored and acknowledged here, and announced for b's watchers.
@@ -214,9 +217,10 @@ fn a_job_that_ended_elsewhere_before_it_was_announced_here_is_still_heard_whole(
             late: false,
         };
         sim.store().set_states(&[change]).await.unwrap();
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
         let slots = vec![("web9".to_owned(), MinionJobState::Returned)];
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: job.jid.clone(), states: slots }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Slots { jid: job.jid.clone(), states: slots })))
+            .await;
         let tags: Vec<String> = root
             .recv(&sim)
             .into_iter()
@@ -268,16 +272,24 @@ fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
         sim.store().insert_job(&job, &states).await.unwrap();
         // web9's return is stored (and announced) before this master adopts the job.
         b_stores_return(&sim, &jid, "web9").await;
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         let web9 = vec![("web9".to_owned(), MinionJobState::Returned)];
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new(
+            "b".into(),
+            ClusterChange::Slots { jid: jid.clone(), states: web9.clone() },
+        )))
+        .await;
         assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9")]);
         b_stores_return(&sim, &jid, "web8").await;
         let web8 = vec![("web8".to_owned(), MinionJobState::Returned)];
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web8.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new(
+            "b".into(),
+            ClusterChange::Slots { jid: jid.clone(), states: web8.clone() },
+        )))
+        .await;
         // Announcements that come again (or late) tell nothing twice, and bring nothing back.
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9 }))).await;
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9 }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/ret/web8"), format!("halite/job/{jid}/done")]);
         assert!(sim.master.jobs.get(&jid).is_none());
     });
@@ -293,14 +305,14 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
         let jid = job.jid.clone();
         let states = [("web8".to_owned(), MinionJobState::Sent), ("web9".to_owned(), MinionJobState::Sent)];
         sim.store().insert_job(&job, &states).await.unwrap();
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/new")]);
         // Both returns are stored by b; their announcement arrives while the store does not answer.
         b_stores_return(&sim, &jid, "web8").await;
         b_stores_return(&sim, &jid, "web9").await;
         let away = sim.store().take_away().await.expect("open");
         let both = vec![("web8".to_owned(), MinionJobState::Returned), ("web9".to_owned(), MinionJobState::Returned)];
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Slots { jid: jid.clone(), states: both }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Slots { jid: jid.clone(), states: both }))).await;
         sim.advance(Duration::from_millis(500)).await;
         assert!(root.event_tags(&sim).is_empty(), "nothing known yet");
         assert_eq!(sim.master.jobs.state(&jid, "web8"), Some(MinionJobState::Sent));
@@ -328,7 +340,7 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
         let job = job_of_b(&sim, "20261122000000000063");
         let jid = job.jid.clone();
         sim.store().insert_job(&job, &[("web9".to_owned(), MinionJobState::Sent)]).await.unwrap();
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         // b stores the return; its announcement is lost on the way (no error here to notice).
         b_stores_return(&sim, &jid, "web9").await;
         sim.advance(crate::core::cluster_view::SWEEP_EVERY + crate::server::RETRY_EVERY).await;
@@ -429,7 +441,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
         b_stores_return(&sim, &jid, "web9").await;
         assert!(root.event_tags(&sim).is_empty(), "nothing heard");
         // The listener is back: its reconnection asks for a reread.
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Resync))).await;
         sim.advance(crate::server::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
@@ -441,7 +453,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
             ]
         );
         // Another gap tells nothing twice.
-        sim.step(Input::Cluster(("b".into(), ClusterChange::Resync))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Resync))).await;
         sim.advance(crate::server::RETRY_EVERY).await;
         assert!(root.event_tags(&sim).is_empty());
     });
@@ -485,5 +497,31 @@ fn finals_written_together_are_told_before_their_jobs_end() {
             .sum();
         assert_eq!(updates, 2, "the publisher hears both before the job's end: {told:?}");
         assert!(matches!(told.last(), Some(Message::JobDone(_))), "{told:?}");
+    });
+}
+
+/// An announcement signed by a master the cluster key revoked while it waited to be applied
+/// is dropped (and counted); one of a master still trusted, or the store's own notice, is
+/// applied.
+#[test]
+fn an_announcement_of_a_master_revoked_while_it_waited_is_dropped() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        let revoked = halite_protocol::identity::IdentityKey::from_seed(&[41; 32]).public();
+        let trusted = halite_protocol::identity::IdentityKey::from_seed(&[42; 32]).public();
+        sim.master.cluster.set_revoked(vec![revoked]);
+        let mut root = sim.root().await;
+        let subscribe = halite_protocol::message::Subscribe { patterns: vec!["engine/*".into()], after: None };
+        root.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        let _ = root.recv(&sim);
+        let event = |tag: &str| ClusterChange::Event { tag: tag.into(), data: serde_json::json!({}) };
+        let signed = |signer, tag: &str| Heard { from: "b".into(), signer: Some(signer), change: event(tag) };
+        sim.step(Input::Cluster(signed(revoked, "engine/heat/forged"))).await;
+        sim.step(Input::Cluster(signed(trusted, "engine/heat/real"))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), event("engine/heat/unsigned")))).await;
+        assert_eq!(root.event_tags(&sim), ["engine/heat/real", "engine/heat/unsigned"]);
+        let denied = sim.master.metrics().encode();
+        assert!(denied.contains("kind=\"cluster_announcement\"} 1"), "{denied}");
     });
 }

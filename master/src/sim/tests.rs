@@ -11,7 +11,7 @@ use halite_protocol::message::{
 
 use super::{ret, Sim, SimPeer};
 use crate::server::Input;
-use crate::store::Store;
+use crate::store::{Heard, Store};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -807,7 +807,7 @@ fn a_waiting_minion_is_told_to_connect_again_the_moment_its_key_is_accepted() {
         };
         sim.store().put_key(&record, 1).await.expect("store");
         let change = crate::store::ClusterChange::Keys { ids: Some(vec!["other".into()]) };
-        sim.step(Input::Cluster(("b".into(), change))).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), change))).await;
         assert_eq!(sim.net.closed(peer).as_deref(), Some(halite_protocol::noise::KEY_ACCEPTED_REASON));
     });
 }

@@ -86,7 +86,24 @@ pub enum ClusterChange {
 }
 
 /// A change and the master that announced it.
-pub type Heard = (String, ClusterChange);
+#[derive(Debug, Clone)]
+pub struct Heard {
+    /// The announcing master's id.
+    pub from: String,
+    /// The key that signed the announcement (`None`: a notice of the store itself, such as
+    /// [`ClusterChange::Resync`] after its connection came back). Checked again when the change
+    /// is applied: a master revoked while its announcement waited is not taken at its word.
+    pub signer: Option<halite_protocol::identity::PublicIdentity>,
+    /// What it announced.
+    pub change: ClusterChange,
+}
+
+impl Heard {
+    /// A change no master signed: the store's own notice (or a test's).
+    pub fn new(from: String, change: ClusterChange) -> Self {
+        Heard { from, signer: None, change }
+    }
+}
 
 /// The NOTIFY channel every master of a cluster listens on.
 pub(crate) const CHANNEL: &str = "halite_cluster";

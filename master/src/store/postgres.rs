@@ -462,7 +462,8 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
                 continue;
             }
         };
-        if !std::mem::take(&mut first) && tx.send((me.clone(), super::ClusterChange::Resync)).await.is_err() {
+        let resync = super::Heard::new(me.clone(), super::ClusterChange::Resync);
+        if !std::mem::take(&mut first) && tx.send(resync).await.is_err() {
             return;
         }
         let mut reachable = store.reachable.subscribe();
@@ -488,8 +489,10 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
             match received {
                 Ok(Some(notification)) => match store.open(notification.payload(), &me, &mut guard).await {
                     Ok(None) => {}
-                    Ok(Some(announcement)) => {
-                        if tx.send((announcement.from, announcement.change)).await.is_err() {
+                    Ok(Some((announcement, signer))) => {
+                        let heard =
+                            super::Heard { from: announcement.from, signer: Some(signer), change: announcement.change };
+                        if tx.send(heard).await.is_err() {
                             return;
                         }
                     }
@@ -536,7 +539,8 @@ impl PostgresStore {
         payload: &str,
         me: &str,
         guard: &mut super::cluster_seal::ReplayGuard,
-    ) -> Result<Option<super::Announcement>, super::cluster_seal::Refused> {
+    ) -> Result<Option<(super::Announcement, halite_protocol::identity::PublicIdentity)>, super::cluster_seal::Refused>
+    {
         use super::cluster_seal::{envelope, open, Refused};
         if self.own.heard(payload) {
             return Ok(None);
@@ -558,7 +562,7 @@ impl PostgresStore {
         // The database's time, as every master stamps its announcements with.
         let now = self.database_ms();
         guard.take(&signer, &announcement, now)?;
-        Ok(Some(announcement))
+        Ok(Some((announcement, signer)))
     }
 }
 
