@@ -200,9 +200,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.forget(peer, Some("principal changed"));
         }
     }
-}
 
-impl<S: Store, N: Net> Master<S, N> {
     /// Gives the store this master's keys: the rows it writes are signed with its key, and the
     /// rows and announcements it reads are taken only from masters it trusts (`store/trust.rs`);
     /// refusals are counted in `halite_denials_total` (`cluster_announcement`, `store_row`).
