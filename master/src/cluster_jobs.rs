@@ -34,6 +34,12 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         let Some((record, states)) = self.store.live_job(jid).await? else { return Ok(()) };
+        // A job signed by a master the cluster key revoked is not taken up (the rows are that
+        // master's word, and its minions would refuse it).
+        if record.signed.signer_key().is_some_and(|key| !self.cluster.heeds(Some(&key))) {
+            warn!(jid, "a job signed by a revoked master is not taken up");
+            return Ok(());
+        }
         let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
         let mut returns: HashMap<String, JobReturn> = if ended.is_empty() {
             HashMap::new()

@@ -525,3 +525,31 @@ fn an_announcement_of_a_master_revoked_while_it_waited_is_dropped() {
         assert!(denied.contains("kind=\"cluster_announcement\"} 1"), "{denied}");
     });
 }
+
+/// A job in the store signed by a master the cluster key revoked is not taken up (whatever
+/// announces it, a reread included): not sent, not told; once no longer revoked, it is.
+#[test]
+fn a_job_signed_by_a_revoked_master_is_not_taken_up() {
+    use halite_protocol::identity::IdentityKey;
+    use halite_protocol::noise::MasterCertificate;
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        let mut web1 = sim.minion("web1").await;
+        web1.recv(&sim);
+        let retired = IdentityKey::from_seed(&[43; 32]);
+        let certificate = MasterCertificate::issue(&IdentityKey::from_seed(&[44; 32]), &retired.public(), "m2");
+        let mut job = job_of_b(&sim, "20261122000000000043");
+        let body = job.signed.verify(&sim.master_public()).expect("a job");
+        job.signed = halite_protocol::message::SignedJob::sign_certified(&body, &retired, &certificate, "m2");
+        sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+        sim.master.cluster.set_revoked(vec![retired.public()]);
+        let announce = || Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }));
+        sim.step(announce()).await;
+        assert!(web1.jobs(&sim).is_empty(), "not sent");
+        assert!(sim.master.jobs.get(&job.jid).is_none(), "not taken up");
+        sim.master.cluster.set_revoked(Vec::new());
+        sim.step(announce()).await;
+        assert_eq!(web1.jobs(&sim).len(), 1, "taken up once its master is not revoked");
+    });
+}

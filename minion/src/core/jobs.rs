@@ -101,7 +101,7 @@ impl MinionCore {
                 let why =
                     "not started: the master that signed it was revoked by the cluster key while it waited for a slot";
                 warn!(%jid, "{why}");
-                self.on_done(not_started(&jid, Outcome::Denied, why.to_owned()));
+                self.finish(not_started(&jid, Outcome::Denied, why.to_owned()));
                 continue;
             }
             if let Some(late) = start_by.and_then(|by| self.now.checked_duration_since(by)) {
@@ -111,7 +111,7 @@ impl MinionCore {
                     late.as_millis()
                 );
                 warn!(%jid, "{why}");
-                self.on_done(not_started(&jid, Outcome::TimedOut, why));
+                self.finish(not_started(&jid, Outcome::TimedOut, why));
                 continue;
             }
             let waited = self.now.saturating_duration_since(arrived);
@@ -123,7 +123,7 @@ impl MinionCore {
                     job.timeout_ms
                 );
                 warn!(%jid, "{why}");
-                self.on_done(not_started(&jid, Outcome::TimedOut, why));
+                self.finish(not_started(&jid, Outcome::TimedOut, why));
                 continue;
             }
             match self.outbox.claim(&jid) {
@@ -131,13 +131,13 @@ impl MinionCore {
                 Ok(Claim::New) => self.sync_at = self.sync_at.filter(|_| self.outbox.unsynced()),
                 Ok(Claim::Seen) => {
                     let why = "the minion restarted while this job ran; it is not run twice".to_owned();
-                    self.on_done(not_started(&jid, Outcome::Interrupted, why));
+                    self.finish(not_started(&jid, Outcome::Interrupted, why));
                     continue;
                 }
                 Err(error) => {
                     let why = format!("not started: the run-once marker could not be written ({error})");
                     error!(%jid, "{why}");
-                    self.on_done(not_started(&jid, Outcome::Refused, why));
+                    self.finish(not_started(&jid, Outcome::Refused, why));
                     continue;
                 }
             }
@@ -154,8 +154,17 @@ impl MinionCore {
         }
     }
 
-    /// A job finished: outbox it (durably) first, then send it.
+    /// A job ended (ran, or never started): its return is outboxed (durably) first, then sent,
+    /// and the queue moves.
     pub(super) fn on_done(&mut self, ret: JobReturn) {
+        self.finish(ret);
+        self.start_queued();
+    }
+
+    /// Keeps and sends a job's return, freeing its slot if it ran. Moves no queue: a queued
+    /// job that ends unstarted is finished here from `start_queued`'s loop, never recursing
+    /// once per job however many end that way.
+    fn finish(&mut self, ret: JobReturn) {
         // Cut to what a message may carry before it is stored: a return that cannot be sealed
         // would never leave the outbox.
         let ret = crate::fit::fit(ret);
@@ -183,8 +192,6 @@ impl MinionCore {
         if self.outbox.unsynced() && self.sync_at.is_none() {
             self.sync_at = Some(self.now + crate::outbox::RETURN_SYNC_DELAY);
         }
-        // Starting a queued job may end one at once (not started), which ends here again.
-        self.start_queued();
     }
 
     /// The master stored `jid`'s return: it leaves memory and the disk.

@@ -444,6 +444,36 @@ fn a_reload_is_announced_events_need_a_session_and_a_lost_link_is_opened_again()
     assert_eq!(t.input(Input::Shutdown), []);
 }
 
+/// However many queued jobs end unstarted when a slot frees (here: every one waited past its
+/// timeout), each ends once and in jid order, in one pass over the queue, not one nested call
+/// per job.
+#[test]
+fn a_long_queue_that_ends_unstarted_ends_in_one_pass() {
+    const QUEUED: usize = 3_000;
+    let mut t = Test::new("long-queue", 1, 1);
+    t.up();
+    assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID, 0)))), [JID]);
+    let jids: Vec<String> = (0..QUEUED).map(|i| format!("2026112200000{i:07}")).collect();
+    for jid in &jids {
+        let _ = t.master_sends(&Message::Job(t.job(jid, 1_000)));
+    }
+    t.advance(Duration::from_secs(2));
+    // A thread with a small stack: a call per queued job would overflow it.
+    let effects = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn_scoped(scope, || t.input(Input::JobFinished(done(JID))))
+            .expect("a thread")
+            .join()
+            .expect("no overflow")
+    });
+    let messages = t.messages(effects);
+    let ended: Vec<(&str, Outcome)> = returns(&messages).into_iter().filter(|(jid, _)| *jid != JID).collect();
+    assert_eq!(ended.len(), QUEUED);
+    assert!(ended.iter().all(|(_, outcome)| *outcome == Outcome::TimedOut), "{:?}", &ended[..3]);
+    assert!(ended.iter().map(|(jid, _)| *jid).eq(jids.iter().map(String::as_str)), "in jid order");
+}
+
 /// A second master of the cluster: its key, certified by the pinned key.
 struct OtherMaster {
     key: IdentityKey,
