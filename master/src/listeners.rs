@@ -13,7 +13,6 @@ use halite_transport::SendError;
 use serde_json::json;
 use tracing::warn;
 
-use crate::core::jobs::SlotMoved;
 use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
@@ -29,7 +28,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // Told first, as each was decided before its end is heard.
         self.tell_moves();
         for moved in self.hearing.take_moves() {
-            self.count_slot_end(&moved);
+            self.metrics.get().slot_ended(&moved);
             self.rollout_target_finished(&moved.jid, moved.at);
             if moved.deploy {
                 if let Err(error) = self.deploy_job_finished(&moved.jid, moved.state, moved.ret.as_ref()).await {
@@ -130,16 +129,6 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.forget(peer, Some("too slow to read job results"));
                 }
             }
-        }
-    }
-
-    /// Counts a slot's end, and the round trip of one that ended with a return.
-    fn count_slot_end(&self, moved: &SlotMoved) {
-        let metrics = self.metrics.get();
-        metrics.slots_final.get_or_create(&crate::metrics::State { state: moved.state.as_str() }).inc();
-        if moved.returned {
-            let ms = moved.at_ms.saturating_sub(moved.created_at_ms);
-            metrics.round_trip_seconds.observe(ms as f64 / 1000.0);
         }
     }
 }

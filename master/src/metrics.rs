@@ -227,6 +227,15 @@ impl Inner {
     pub(crate) fn denied(&self, kind: &'static str) {
         self.denials.get_or_create(&Kind { kind }).inc();
     }
+
+    /// Counts a slot's end, and the round trip of one that ended with a return.
+    pub(crate) fn slot_ended(&self, moved: &crate::core::jobs::SlotMoved) {
+        self.slots_final.get_or_create(&State { state: moved.state.as_str() }).inc();
+        if moved.returned {
+            let ms = moved.at_ms.saturating_sub(moved.created_at_ms);
+            self.round_trip_seconds.observe(ms as f64 / 1000.0);
+        }
+    }
 }
 
 #[cfg(test)]

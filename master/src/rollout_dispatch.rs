@@ -123,18 +123,8 @@ impl<S: Store, N: Net> Master<S, N> {
             return Ok(());
         }
         info!(%jid, %reason, "rollout stopped");
-        self.skip_queued(jid);
+        self.slots().skip_queued(jid);
         Ok(())
-    }
-
-    /// Ends the queued targets of a stopped rollout `skipped`.
-    fn skip_queued(&mut self, jid: &str) {
-        let Some(job) = self.jobs.get(jid) else { return };
-        let queued: Vec<String> =
-            job.slots().iter().filter(|(_, s)| s.state == MinionJobState::Queued).map(|(m, _)| m.clone()).collect();
-        for minion in queued {
-            self.slots().set(jid, &minion, MinionJobState::Skipped, None);
-        }
     }
 
     /// Moves a live rollout to `state` (a stopped one stays stopped): stored, announced on the
@@ -178,7 +168,7 @@ impl<S: Store, N: Net> Master<S, N> {
             run.status = status;
         }
         if stopped {
-            self.skip_queued(jid);
+            self.slots().skip_queued(jid);
         }
         self.rollout_queue.due(jid);
         Ok(())

@@ -89,6 +89,16 @@ impl<'a> SlotMoves<'a> {
         self.set(jid, minion, state, Some(ret));
     }
 
+    /// Ends the queued targets of a stopped rollout `skipped`.
+    pub(crate) fn skip_queued(&mut self, jid: &str) {
+        let Some(job) = self.jobs.get(jid) else { return };
+        let queued: Vec<String> =
+            job.slots().iter().filter(|(_, s)| s.state == MinionJobState::Queued).map(|(m, _)| m.clone()).collect();
+        for minion in queued {
+            self.set(jid, &minion, MinionJobState::Skipped, None);
+        }
+    }
+
     /// Queues a slot's new state (and return) for the group commit, without moving it: `late`
     /// for a return that came after the slot ended, or for a job not live here.
     pub(crate) fn record(
