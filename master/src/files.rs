@@ -4,8 +4,8 @@
 //! minion can check what it assembled.
 //!
 //! Reading and hashing happen on tokio's blocking pool, never on the core's thread: the core
-//! admits a request ([`FileServer::request`]), the loop starts the read it returns, and the
-//! answer comes back as an input (`Input::File`, [`FileServer::finished`]).
+//! admits a request (`FileServer::request`), the loop starts the read it returns, and the
+//! answer comes back as an input (`Input::File`, `FileServer::finished`).
 //! Every accepted minion may read every file under the root (Salt's rule for its file
 //! roots); nothing outside it is reachable: paths are relative, without `..`, and opened
 //! beneath a descriptor of the root, links followed only while they stay inside it

@@ -1,12 +1,14 @@
 //! What the loop hands to the concerns that listen to what a step decided (recorded in
 //! `core/hearing.rs`): each slot that moved, to the bus and the job's watchers, then the job's
-//! end ([`Master::tell_moves`], after each input); each slot that ended ([`SlotMoved`]) to the
-//! metrics, rollouts and deployments, and each event published to the rollouts and groups (at
+//! end ([`Master::tell_moves`], after each input); each slot that ended
+//! ([`crate::core::jobs::SlotMoved`]) to the metrics, rollouts and deployments, and each event
+//! published to the rollouts and groups (at
 //! the end of the step). The slot code and `emit` call none of them; the loop (`Master::step`)
 //! hands them what was recorded, in a fixed order.
 //!
-//! It decides nothing itself, nor advances rollouts or deployment groups: those run after it
-//! in the step, from what their listeners noted.
+//! It decides nothing itself and awaits nothing, nor records deployments or advances rollouts
+//! and deployment groups: the loop does those after it in the step, from what their listeners
+//! noted.
 
 use halite_protocol::message::{self, JobDone, JobUpdate, Message};
 use halite_transport::SendError;
@@ -22,18 +24,17 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Hands each slot end recorded since the last call to its listeners, move by move, in
     /// this order: the metrics; the job's rollout (its next targets may start: decided by
     /// `advance_rollouts`, after the wait counted from the move); the deployment riding on a
-    /// `deploy.apply` job (stored and announced now, so its group, which hears the
-    /// announcement, moves on in the same step).
-    pub(crate) async fn hear_moves(&mut self) {
+    /// `deploy.apply` job (noted for the loop, which stores and announces it right after:
+    /// `Master::record_deployment_ends`, so its group, which hears the announcement, moves on
+    /// in the same step).
+    pub(crate) fn hear_moves(&mut self) {
         // Told first, as each was decided before its end is heard.
         self.tell_moves();
         for moved in self.hearing.take_moves() {
             self.metrics.get().slot_ended(&moved);
             self.rollout_target_finished(&moved.jid, moved.at);
             if moved.deploy {
-                if let Err(error) = self.deploy_job_finished(&moved.jid, moved.state, moved.ret.as_ref()).await {
-                    warn!(%error, jid = %moved.jid, minion = %moved.minion, "recording a deployment's result failed");
-                }
+                self.hearing.deployment_ended(moved);
             }
         }
     }

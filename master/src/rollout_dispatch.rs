@@ -35,7 +35,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         // The targets the stopped rollouts skipped are heard before deciding what is due.
-        self.hear_moves().await;
+        self.hear_moves();
+        self.record_deployment_ends().await;
         let mut due = self.rollout_queue.take_due();
         if tick {
             let now = self.clock.now();
@@ -82,7 +83,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     }
                     // A target that ended at once (offline) is heard before deciding again: the
                     // rollout's wait counts from its end.
-                    self.hear_moves().await;
+                    self.hear_moves();
+                    self.record_deployment_ends().await;
                     self.emit_shared(format!("halite/job/{jid}/rollout/started"), json!({ "minions": mine }));
                 }
             }

@@ -468,19 +468,21 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // The listeners hear what the step decided, in this order: each slot move (the bus and
         // the watchers, first thing in `hear_moves`), each slot that ended (the metrics, its
-        // rollout, the deployment riding on it; see `hear_moves`), then each event
-        // published (rollouts, then deployment groups; see `hear_events`), the deployments'
-        // announcements included. Only then do rollouts and groups act, so an abort event stops
-        // them in the step that published it, and a target's end starts the next in the step
-        // that ended it.
-        self.hear_moves().await;
+        // rollout, the deployment riding on it; see `hear_moves`), the deployments then
+        // recorded by the loop, then each event published (rollouts, then deployment groups;
+        // see `hear_events`), the deployments' announcements included. Only then do rollouts
+        // and groups act, so an abort event stops them in the step that published it, and a
+        // target's end starts the next in the step that ended it. The listeners await nothing.
+        self.hear_moves();
+        self.record_deployment_ends().await;
         self.hear_events();
         // Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
         self.advance_rollouts(tick).await;
         // What the rollouts ended (skipped, offline targets) and announced: groups hear it before
         // they act; an abort it carries stops a rollout at the next step. The deployment jobs
         // the groups start are heard at the next step's end, as the deployments always heard them.
-        self.hear_moves().await;
+        self.hear_moves();
+        self.record_deployment_ends().await;
         self.hear_events();
         self.advance_groups(tick).await;
         // What the groups announced: heard now, acted upon at the next step.

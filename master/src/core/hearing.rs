@@ -27,6 +27,8 @@ pub(crate) struct Hearing {
     may_end: Vec<String>,
     moves: Vec<SlotMoved>,
     events: Vec<(String, Value)>,
+    /// Ends of `deploy.apply` jobs heard, whose deployments the loop records next.
+    deployment_ends: Vec<SlotMoved>,
 }
 
 impl Hearing {
@@ -66,6 +68,17 @@ impl Hearing {
         std::mem::take(&mut self.moves)
     }
 
+    /// A `deploy.apply` job's slot ended: the deployment riding on it is recorded (stored and
+    /// announced) by the loop right after the slot ends are heard.
+    pub(crate) fn deployment_ended(&mut self, moved: SlotMoved) {
+        self.deployment_ends.push(moved);
+    }
+
+    /// The deployments' jobs that ended, for the loop to record.
+    pub(crate) fn take_deployment_ends(&mut self) -> Vec<SlotMoved> {
+        std::mem::take(&mut self.deployment_ends)
+    }
+
     /// The events to hand to their listeners.
     pub(crate) fn take_events(&mut self) -> Vec<(String, Value)> {
         std::mem::take(&mut self.events)
@@ -73,7 +86,11 @@ impl Hearing {
 
     /// Whether nothing waits to be heard.
     pub(crate) fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.may_end.is_empty() && self.moves.is_empty() && self.events.is_empty()
+        self.changes.is_empty()
+            && self.may_end.is_empty()
+            && self.moves.is_empty()
+            && self.events.is_empty()
+            && self.deployment_ends.is_empty()
     }
 }
 

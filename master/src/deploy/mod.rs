@@ -361,6 +361,16 @@ impl<S: Store, N: Net> Master<S, N> {
         );
     }
 
+    /// Records the deployments whose `deploy.apply` jobs ended since the last call (heard by
+    /// `Master::hear_moves`): each stored and announced in the order its job ended.
+    pub(crate) async fn record_deployment_ends(&mut self) {
+        for moved in self.hearing.take_deployment_ends() {
+            if let Err(error) = self.deploy_job_finished(&moved.jid, moved.state, moved.ret.as_ref()).await {
+                warn!(%error, jid = %moved.jid, minion = %moved.minion, "recording a deployment's result failed");
+            }
+        }
+    }
+
     /// A `deploy.apply` job reached a final state: the deployment takes the signal's status
     /// (or fails with the reason the job gives), is stored and announced, and the signal is
     /// relayed when the engine gave a URL.
