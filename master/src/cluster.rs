@@ -207,7 +207,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The revocations were checked against the cluster key when the master started, or when
     /// SIGHUP reread them.
     pub(crate) async fn trust_store(&self) -> Result<(), StoreError> {
-        let revoked = self.config.revoked_keys();
+        let revoked = self.config.revoked_keys().collect();
         // One counter at a time: the family's guard must be gone before the next is made.
         let denials = &self.metrics.get().denials;
         let announcements = denials.get_or_create(&Kind { kind: "cluster_announcement" }).clone();

@@ -36,7 +36,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some((record, states)) = self.store.live_job(jid).await? else { return Ok(()) };
         // A job signed by a master the cluster key revoked is not taken up (the rows are that
         // master's word, and its minions would refuse it).
-        if record.signed.signer_key().is_some_and(|key| !self.cluster.heeds(Some(&key))) {
+        if record.signed.signer_key().is_some_and(|key| self.config.revokes(&key)) {
             warn!(jid, "a job signed by a revoked master is not taken up");
             return Ok(());
         }

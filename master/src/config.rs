@@ -211,12 +211,18 @@ impl Default for MasterConfig {
 impl MasterConfig {
     /// The master keys `revoked_masters` names (entries that do not read are left out: the
     /// rules were checked when read, `cluster_identity::check_revocations_of`).
-    pub(crate) fn revoked_keys(&self) -> Vec<halite_protocol::identity::PublicIdentity> {
+    pub(crate) fn revoked_keys(&self) -> impl Iterator<Item = halite_protocol::identity::PublicIdentity> + '_ {
         self.revoked_masters
             .iter()
             .filter_map(|text| halite_protocol::noise::Revocation::from_hex(text).ok())
             .map(|revocation| revocation.master)
-            .collect()
+    }
+
+    /// Whether `revoked_masters` names `key`: what a master revoked signs is not taken, an
+    /// announcement that waited across the reread included. Read from the rules each time: a
+    /// handful of entries, most often none.
+    pub(crate) fn revokes(&self, key: &halite_protocol::identity::PublicIdentity) -> bool {
+        self.revoked_keys().any(|revoked| revoked == *key)
     }
 
     /// Reads and validates a config file.

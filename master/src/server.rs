@@ -368,7 +368,6 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(rx) = self.store.changes() {
             cluster = rx;
             self.cluster = crate::core::cluster_view::ClusterView::shared(self.clock.wall_ms());
-            self.cluster.set_revoked(self.config.revoked_keys());
             // Who is connected where: every running master answers.
             self.tell_masters(crate::store::ClusterChange::RollCall);
             self.send_announcements().await;
@@ -436,7 +435,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.send(peer, &answer);
                 }
             }
-            Input::Cluster(heard) if !self.cluster.heeds(heard.signer.as_ref()) => {
+            // The listener checked the signer when the announcement arrived, but a SIGHUP may
+            // have revoked that master while it waited here (`None`: the store's own notice).
+            Input::Cluster(heard) if heard.signer.is_some_and(|key| self.config.revokes(&key)) => {
                 // Counted as the listener counts the announcements it refuses; logged once a
                 // second at most (up to a queue of them may be waiting).
                 self.metrics.get().denied("cluster_announcement");
@@ -503,7 +504,6 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Err(error) = self.trust_store().await {
             warn!(%error, "registering this master's key again after new revocations failed");
         }
-        self.cluster.set_revoked(self.config.revoked_keys());
         if self.cluster.is_shared() {
             self.cluster.lost_track();
         }

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{MinionJobState, Value};
 
 use crate::store::{ClusterChange, StateChange};
@@ -54,8 +53,6 @@ pub(crate) struct ClusterView {
     left_here: Vec<String>,
     /// Events published here, for the other masters' subscribers.
     shared_events: Vec<(String, Value)>,
-    /// The master keys the cluster key revoked, as this master's rules say now.
-    revoked: Vec<PublicIdentity>,
 }
 
 /// How long before a gap is noticed it may have begun: a silent listener is found within a
@@ -71,18 +68,6 @@ impl ClusterView {
     /// A store other masters may share, followed from `joined_ms` (wall time).
     pub(crate) fn shared(joined_ms: u64) -> Self {
         ClusterView { shared: true, joined_ms, ..ClusterView::default() }
-    }
-
-    /// The master keys the cluster key revoked (at start, and again when the rules are reread).
-    pub(crate) fn set_revoked(&mut self, revoked: Vec<PublicIdentity>) {
-        self.revoked = revoked;
-    }
-
-    /// Whether an announcement signed by `signer` (`None`: the store's own notice) may be
-    /// applied: the listener checked its signer when it arrived, but the cluster key may have
-    /// revoked that master while the announcement waited to be applied.
-    pub(crate) fn heeds(&self, signer: Option<&PublicIdentity>) -> bool {
-        signer.is_none_or(|key| !self.revoked.contains(key))
     }
 
     /// Whether other masters may exist at all.

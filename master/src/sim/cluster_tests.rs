@@ -510,7 +510,7 @@ fn an_announcement_of_a_master_revoked_while_it_waited_is_dropped() {
         sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
         let revoked = halite_protocol::identity::IdentityKey::from_seed(&[41; 32]).public();
         let trusted = halite_protocol::identity::IdentityKey::from_seed(&[42; 32]).public();
-        sim.master.cluster.set_revoked(vec![revoked]);
+        sim.master.config.revoked_masters = vec![revocation_of(&revoked)];
         let mut root = sim.root().await;
         let subscribe = halite_protocol::message::Subscribe { patterns: vec!["engine/*".into()], after: None };
         root.send(&mut sim, &Message::Subscribe(subscribe)).await;
@@ -543,13 +543,19 @@ fn a_job_signed_by_a_revoked_master_is_not_taken_up() {
         let body = job.signed.verify(&sim.master_public()).expect("a job");
         job.signed = halite_protocol::message::SignedJob::sign_certified(&body, &retired, &certificate, "m2");
         sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
-        sim.master.cluster.set_revoked(vec![retired.public()]);
+        sim.master.config.revoked_masters = vec![revocation_of(&retired.public())];
         let announce = || Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }));
         sim.step(announce()).await;
         assert!(web1.jobs(&sim).is_empty(), "not sent");
         assert!(sim.master.jobs.get(&job.jid).is_none(), "not taken up");
-        sim.master.cluster.set_revoked(Vec::new());
+        sim.master.config.revoked_masters.clear();
         sim.step(announce()).await;
         assert_eq!(web1.jobs(&sim).len(), 1, "taken up once its master is not revoked");
     });
+}
+
+/// A revocation of `master` by a cluster key of the test's.
+fn revocation_of(master: &halite_protocol::identity::PublicIdentity) -> String {
+    let cluster = halite_protocol::identity::IdentityKey::from_seed(&[45; 32]);
+    halite_protocol::noise::Revocation::issue(&cluster, master).to_hex()
 }
