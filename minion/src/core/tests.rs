@@ -487,6 +487,13 @@ impl OtherMaster {
         OtherMaster { key, certificate }
     }
 
+    /// The notice a master sends its connected minions when the cluster key revokes this one
+    /// (answering no hello), dated `now_ms`.
+    fn revoked_notice(&self, t: &Test, now_ms: u64) -> Welcome {
+        let revocation = halite_protocol::noise::Revocation::issue(&t.master_key, &self.key.public()).to_hex();
+        Welcome { now_ms, revoked: vec![revocation], revocations_only: true, ..welcome() }
+    }
+
     /// Job `jid` as it signs it, to start within ten seconds.
     fn signs(&self, t: &Test, jid: &str) -> SignedJob {
         let job = t.job(jid, 10_000).verify(&t.master_key.public()).expect("a job");
@@ -500,18 +507,15 @@ impl OtherMaster {
 /// key revokes that master: it ends denied, and the pinned master's jobs still run.
 #[test]
 fn a_queued_job_of_a_master_revoked_while_it_waited_never_starts() {
-    use halite_protocol::noise::Revocation;
     let mut t = Test::new("revoked-queued", 1, 1);
     t.up();
     let other = OtherMaster::certified_by(&t);
-    let signed_by_other = |t: &Test, jid: &str| other.signs(t, jid);
     // One slot: the pinned master's job runs, the other master's waits, accepted.
     assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID, 10_000)))), [JID]);
-    let effects = t.master_sends(&Message::Job(signed_by_other(&t, JID2)));
+    let effects = t.master_sends(&Message::Job(other.signs(&t, JID2)));
     let acked = t.messages(effects);
     assert!(matches!(acked.as_slice(), [Message::JobAck(a)] if a.jid == JID2 && a.accepted), "{acked:?}");
-    let revocation = Revocation::issue(&t.master_key, &other.key.public()).to_hex();
-    let told = Welcome { revoked: vec![revocation], revocations_only: true, ..welcome() };
+    let told = other.revoked_notice(&t, MASTER_MS);
     assert_eq!(t.master_sends(&Message::Welcome(told)), []);
     // The slot frees: the queued job is denied, not run.
     let effects = t.input(Input::JobFinished(done(JID)));
@@ -529,24 +533,20 @@ fn a_queued_job_of_a_master_revoked_while_it_waited_never_starts() {
 
 #[test]
 fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_accepted() {
-    use halite_protocol::noise::Revocation;
     let mut t = Test::new("revoked", 1, 1);
     t.up();
     // A master of the cluster (the pinned key certified it) signs a job; it runs.
     let other = OtherMaster::certified_by(&t);
-    let signed_by_other = |t: &Test, jid: &str| other.signs(t, jid);
-    assert_eq!(ran(&t.master_sends(&Message::Job(signed_by_other(&t, JID)))), [JID]);
+    assert_eq!(ran(&t.master_sends(&Message::Job(other.signs(&t, JID)))), [JID]);
     // The master tells of its revocation in a welcome answering no hello.
-    let revocation = Revocation::issue(&t.master_key, &other.key.public()).to_hex();
     // Its time says ten hours later: taken, it would make every job look stale.
-    let later = t.master_ms() + 36_000_000;
-    let told = Welcome { now_ms: later, revoked: vec![revocation], revocations_only: true, ..welcome() };
+    let told = other.revoked_notice(&t, t.master_ms() + 36_000_000);
     assert_eq!(t.master_sends(&Message::Welcome(told.clone())), [], "no hello was asked: nothing answered");
     // The job it accepted before keeps its course: delivered again, it is not refused.
-    assert_eq!(t.master_sends(&Message::Job(signed_by_other(&t, JID))), []);
+    assert_eq!(t.master_sends(&Message::Job(other.signs(&t, JID))), []);
     // A new one is refused; the master's own jobs still run (its time was not taken from the
     // welcome: a job issued now is fresh).
-    let effects = t.master_sends(&Message::Job(signed_by_other(&t, JID2)));
+    let effects = t.master_sends(&Message::Job(other.signs(&t, JID2)));
     let refused = t.messages(effects);
     assert!(
         matches!(refused.as_slice(), [Message::Error(e)] if e.request.as_deref() == Some(JID2) && e.message.contains("revoked")),
