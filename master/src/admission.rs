@@ -11,8 +11,9 @@ use halite_transport::{Lane, PeerId};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use crate::core::asks::{Admitting, Ask};
 use crate::core::sessions::Conn;
-use crate::keys::{decide, Decision};
+use crate::keys::Decision;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::{ClusterChange, Store, StoreError};
@@ -44,16 +45,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Conn::AwaitIdentity { state, .. } => match state.read_identity(single(&parts).unwrap_or_default()) {
-                Ok(identified) => {
-                    if let Err(error) = self.admit(peer, identified).await {
-                        // No verdict could be reached: the peer knocks again later, rather than
-                        // wait on a connection nobody holds any more.
-                        if !self.sessions.contains(&peer) {
-                            self.net.disconnect(peer, "the master's store is unavailable; try again");
-                        }
-                        return Err(error);
-                    }
-                }
+                Ok(identified) => self.admit(peer, identified),
                 Err(error) => self.drop_peer(peer, &error.to_string()),
             },
             Conn::Minion { id, mut session } => {
@@ -63,7 +55,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     .map_err(UnreadableMessage::from)
                     .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(UnreadableMessage::from));
                 match decoded {
-                    Ok((msg, size)) => self.on_minion_message(peer, &id, msg, size).await?,
+                    Ok((msg, size)) => self.on_minion_message(peer, &id, msg, size),
                     Err(error) => {
                         warn!(minion = %id, %error, "undecodable message");
                         self.send_error(peer, ErrorKind::BadRequest, error.to_string(), None);
@@ -101,7 +93,10 @@ impl<S: Store, N: Net> Master<S, N> {
         Ok(())
     }
 
-    pub(crate) async fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) -> Result<(), StoreError> {
+    /// A peer that proved its identity: a client is admitted (or refused) on the principals
+    /// known here; a minion whose key is not accepted here waits on the key registry's verdict
+    /// ([`Master::key_decided`]).
+    pub(crate) fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) {
         let now = self.clock.now();
         let who = identified.peer().clone();
         match who.role {
@@ -132,113 +127,141 @@ impl<S: Store, N: Net> Master<S, N> {
                 if let Err(error) = halite_protocol::id::validate(&id) {
                     warn!(%error, "minion with an invalid id refused");
                     self.refuse(peer, identified.reject(&format!("invalid minion id: {error}"), now));
-                    return Ok(());
+                    return;
                 }
-                let decision = if self.registry.is_accepted(&id, who.identity.as_bytes()) {
-                    Decision::Accept
+                let admitting = Admitting { peer, identified, id };
+                if self.registry.is_accepted(&admitting.id, who.identity.as_bytes()) {
+                    self.key_decided(admitting, Ok(Decision::Accept));
                 } else {
-                    let token = identified.enrollment_token();
-                    let at = (self.clock.wall_ms(), now);
-                    decide(&self.store, &id, who.identity.as_bytes(), token, at, &mut self.pending_limits).await?
-                };
-                match decision {
-                    Decision::Accept | Decision::Replaced => {
-                        if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
-                            let fingerprint = who.identity.fingerprint();
-                            if decision == Decision::Replaced {
-                                // Only a token an administrator made with --replace does this.
-                                // The old key's session here ends now, as on the other masters.
-                                self.cut_minion(&id);
-                                warn!(minion = %id, %fingerprint, "an enrollment token replaced the minion's accepted key");
-                                self.emit_shared(
-                                    format!("halite/key/{id}/replaced"),
-                                    json!({ "fingerprint": fingerprint, "by": "token" }),
-                                );
-                            } else {
-                                info!(minion = %id, "minion enrolled with a token");
-                            }
-                            self.registry.accept(&id, *who.identity.as_bytes());
-                            // Enrolling denied any other key of the id: a session with it on
-                            // another master ends there.
-                            self.tell_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) });
-                            self.emit_shared(
-                                format!("halite/key/{id}/accepted"),
-                                json!({ "fingerprint": fingerprint, "by": "token" }),
-                            );
-                        }
-                        let Ok((session, verdict)) = identified.accept(now) else { return Ok(()) };
-                        // A minion's returns are bulk: a fan-out's burst of them must not queue
-                        // an administrator's request behind it. Moved before the verdict leaves,
-                        // so that all the minion sends once it has the verdict is on bulk.
-                        self.net.mark_authenticated(peer, Lane::Bulk);
-                        let _ = self.net.send(peer, verdict);
-                        if let Some(old) = self.sessions.peer_of(&id) {
-                            if old != peer {
-                                // A minion that lost its connection reconnects, and the new
-                                // session wins; two live processes with one key (a cloned
-                                // image) would replace each other forever: say so, loudly.
-                                if self.notices.ready(&format!("duplicate:{id}"), Duration::from_secs(10), now) {
-                                    warn!(minion = %id, "a second session for this minion replaces the first; \
-                                           two processes sharing one key and id will replace each other");
-                                    self.emit_shared(format!("halite/minion/{id}/replaced"), json!({}));
-                                }
-                                self.forget(old, Some(halite_protocol::noise::REPLACED_REASON));
-                            }
-                        }
-                        self.sessions.went_online(&id, peer);
-                        info!(minion = %id, "minion authenticated");
-                        self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
-                        self.sessions.insert(peer, Conn::Minion { id, session });
-                    }
-                    Decision::Pending => {
-                        // A token that did not enroll the minion is why it waits: both sides say so.
-                        let problem = match identified.enrollment_token() {
-                            Some(token) => {
-                                crate::keys::token_problem(&self.store, token, &id, self.clock.wall_ms()).await?
-                            }
-                            None => None,
-                        };
-                        let reason = match &problem {
-                            Some(problem) => format!("key pending acceptance: {problem}"),
-                            None => "key pending acceptance".to_owned(),
-                        };
-                        info!(minion = %id, fingerprint = %who.identity.fingerprint(), %reason, "minion key pending");
-                        self.emit_shared(
-                            format!("halite/key/{id}/pending"),
-                            json!({ "fingerprint": who.identity.fingerprint(), "reason": reason }),
-                        );
-                        let verdict = identified.defer(&reason, now);
-                        self.refuse_and_park(peer, &id, verdict);
-                    }
-                    Decision::Reject(reason) => {
-                        let verdict = identified.reject(&reason, now);
-                        self.refuse_and_park(peer, &id, verdict);
-                    }
-                    Decision::Busy(reason) => {
-                        self.keys_refused += 1;
-                        warn!(minion = %id, "{reason}");
-                        if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
-                            self.emit_shared(
-                                "halite/key/refused".into(),
-                                json!({ "id": id, "reason": reason, "refused_total": self.keys_refused }),
-                            );
-                        }
-                        self.refuse(peer, identified.defer(&reason, now));
-                    }
-                    Decision::Denied => {
-                        warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
-                              "a different key for a known minion id was denied");
-                        self.emit_shared(
-                            format!("halite/key/{id}/denied"),
-                            json!({ "fingerprint": who.identity.fingerprint() }),
-                        );
-                        self.refuse(peer, identified.reject("denied: another key is registered for this id", now));
-                    }
+                    self.asks.push(Ask::KeyDecision(Box::new(admitting)));
                 }
             }
             Role::Master => self.refuse(peer, identified.reject("a master cannot connect as a peer", now)),
         }
-        Ok(())
+    }
+
+    /// The key registry's verdict on a minion's key: it gets a session, waits for acceptance,
+    /// or is refused. No verdict (the store failed) closes the connection: the minion knocks
+    /// again later rather than wait on a connection nobody holds.
+    pub(crate) fn key_decided(&mut self, admitting: Admitting, decided: Result<Decision, StoreError>) {
+        let decision = match decided {
+            Ok(decision) => decision,
+            Err(error) => return self.no_verdict(admitting.peer, &error),
+        };
+        let Admitting { peer, identified, id } = admitting;
+        let now = self.clock.now();
+        let who = identified.peer().clone();
+        match decision {
+            Decision::Accept | Decision::Replaced => {
+                if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
+                    let fingerprint = who.identity.fingerprint();
+                    if decision == Decision::Replaced {
+                        // Only a token an administrator made with --replace does this.
+                        // The old key's session here ends now, as on the other masters.
+                        self.cut_minion(&id);
+                        warn!(minion = %id, %fingerprint, "an enrollment token replaced the minion's accepted key");
+                        self.emit_shared(
+                            format!("halite/key/{id}/replaced"),
+                            json!({ "fingerprint": fingerprint, "by": "token" }),
+                        );
+                    } else {
+                        info!(minion = %id, "minion enrolled with a token");
+                    }
+                    self.registry.accept(&id, *who.identity.as_bytes());
+                    // Enrolling denied any other key of the id: a session with it on
+                    // another master ends there.
+                    self.tell_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) });
+                    self.emit_shared(
+                        format!("halite/key/{id}/accepted"),
+                        json!({ "fingerprint": fingerprint, "by": "token" }),
+                    );
+                }
+                let Ok((session, verdict)) = identified.accept(now) else { return };
+                // A minion's returns are bulk: a fan-out's burst of them must not queue
+                // an administrator's request behind it. Moved before the verdict leaves,
+                // so that all the minion sends once it has the verdict is on bulk.
+                self.net.mark_authenticated(peer, Lane::Bulk);
+                let _ = self.net.send(peer, verdict);
+                if let Some(old) = self.sessions.peer_of(&id) {
+                    if old != peer {
+                        // A minion that lost its connection reconnects, and the new
+                        // session wins; two live processes with one key (a cloned
+                        // image) would replace each other forever: say so, loudly.
+                        if self.notices.ready(&format!("duplicate:{id}"), Duration::from_secs(10), now) {
+                            warn!(minion = %id, "a second session for this minion replaces the first; \
+                                   two processes sharing one key and id will replace each other");
+                            self.emit_shared(format!("halite/minion/{id}/replaced"), json!({}));
+                        }
+                        self.forget(old, Some(halite_protocol::noise::REPLACED_REASON));
+                    }
+                }
+                self.sessions.went_online(&id, peer);
+                info!(minion = %id, "minion authenticated");
+                self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
+                self.sessions.insert(peer, Conn::Minion { id, session });
+            }
+            Decision::Pending => {
+                let admitting = Admitting { peer, identified, id };
+                if admitting.identified.enrollment_token().is_some() {
+                    // A token that did not enroll the minion is why it waits: both sides say so.
+                    self.asks.push(Ask::TokenProblem(Box::new(admitting)));
+                } else {
+                    self.pending_explained(admitting, Ok(None));
+                }
+            }
+            Decision::Reject(reason) => {
+                let verdict = identified.reject(&reason, now);
+                self.refuse_and_park(peer, &id, verdict);
+            }
+            Decision::Busy(reason) => {
+                self.keys_refused += 1;
+                warn!(minion = %id, "{reason}");
+                if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
+                    self.emit_shared(
+                        "halite/key/refused".into(),
+                        json!({ "id": id, "reason": reason, "refused_total": self.keys_refused }),
+                    );
+                }
+                self.refuse(peer, identified.defer(&reason, now));
+            }
+            Decision::Denied => {
+                warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
+                      "a different key for a known minion id was denied");
+                self.emit_shared(
+                    format!("halite/key/{id}/denied"),
+                    json!({ "fingerprint": who.identity.fingerprint() }),
+                );
+                self.refuse(peer, identified.reject("denied: another key is registered for this id", now));
+            }
+        }
+    }
+
+    /// A minion's key waits for acceptance, with the `problem` of the enrollment token it
+    /// presented, if any: told to it and on the bus, then its connection is parked.
+    pub(crate) fn pending_explained(&mut self, admitting: Admitting, problem: Result<Option<String>, StoreError>) {
+        let problem = match problem {
+            Ok(problem) => problem,
+            Err(error) => return self.no_verdict(admitting.peer, &error),
+        };
+        let Admitting { peer, identified, id } = admitting;
+        let fingerprint = identified.peer().identity.fingerprint();
+        let reason = match &problem {
+            Some(problem) => format!("key pending acceptance: {problem}"),
+            None => "key pending acceptance".to_owned(),
+        };
+        info!(minion = %id, %fingerprint, %reason, "minion key pending");
+        self.emit_shared(format!("halite/key/{id}/pending"), json!({ "fingerprint": fingerprint, "reason": reason }));
+        let verdict = identified.defer(&reason, self.clock.now());
+        self.refuse_and_park(peer, &id, verdict);
+    }
+
+    /// No verdict could be reached on a handshake (the store failed): the peer knocks again
+    /// later, rather than wait on a connection nobody holds any more.
+    fn no_verdict(&mut self, peer: PeerId, error: &StoreError) {
+        warn!(%error, "store failure while handling a message");
+        if !self.sessions.contains(&peer) {
+            self.net.disconnect(peer, "the master's store is unavailable; try again");
+        }
     }
 
     /// Sends a refusal verdict, then closes.

@@ -14,18 +14,12 @@ use crate::authz::publish::Publisher;
 use crate::limits;
 use crate::net::Net;
 use crate::server::Master;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Handles a decoded message from an authenticated minion; `size` is its encoded length,
     /// which bounds what the caps below must measure.
-    pub(crate) async fn on_minion_message(
-        &mut self,
-        peer: PeerId,
-        id: &str,
-        msg: Message,
-        size: usize,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn on_minion_message(&mut self, peer: PeerId, id: &str, msg: Message, size: usize) {
         match msg {
             Message::Hello(hello) => {
                 if hello.id != id {
@@ -84,7 +78,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
                     }
                     self.pending.owe(id);
-                    return Ok(());
+                    return;
                 }
                 ret.minion = id.to_owned();
                 if let Some(why) = limits::oversized_return(&ret, size, self.config.max_return_bytes) {
@@ -128,7 +122,7 @@ impl<S: Store, N: Net> Master<S, N> {
             },
             Message::Publish(request) => {
                 let caller = format!("minion:{id}");
-                self.publish(peer, &caller, Publisher::Peer(id.to_owned()), request).await?;
+                self.publish(peer, &caller, Publisher::Peer(id.to_owned()), request);
             }
             other => {
                 let what = format!("{other:?}");
@@ -136,7 +130,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.send_error(peer, ErrorKind::BadRequest, format!("{what} is not a minion message"), None);
             }
         }
-        Ok(())
     }
 
     /// What a minion (or client) is told when its session opens: this master, its version and

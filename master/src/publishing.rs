@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
 use crate::authz::{Action, Asker, Denied, JobAccess, TargetView};
+use crate::core::asks::{Ask, JobPublisher, PreparedJob};
 use crate::core::hearing::SlotChange;
 use crate::core::jobs::{LiveJob, Slot};
 use crate::limits;
@@ -27,13 +28,9 @@ use crate::target::Expr;
 const MAX_UNKNOWN_IDS: usize = 1_000;
 
 impl<S: Store, N: Net> Master<S, N> {
-    pub(crate) async fn publish(
-        &mut self,
-        peer: PeerId,
-        caller: &str,
-        publisher: Publisher,
-        request: PublishRequest,
-    ) -> Result<(), StoreError> {
+    /// Decides a publish and, if it stands, asks for its job to be stored
+    /// ([`Master::job_stored`] sends it); whatever refuses it is answered at once.
+    pub(crate) fn publish(&mut self, peer: PeerId, caller: &str, publisher: Publisher, request: PublishRequest) {
         let request_id = Some(request.request_id.to_string());
         let received = self.clock.now();
         // A minion no peer rule names may publish nothing: refused before its target is read.
@@ -45,12 +42,12 @@ impl<S: Store, N: Net> Master<S, N> {
             {
                 self.metrics.get().denied("publish");
                 self.send_error(peer, denied.kind(), denied.message(), request_id);
-                return Ok(());
+                return;
             }
         }
         if let Some(why) = request.spec.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
-            return Ok(());
+            return;
         }
         if message::encoded_len(&request.spec.args) + message::encoded_len(&request.spec.kwargs)
             > limits::MESSAGE_BUDGET
@@ -58,7 +55,7 @@ impl<S: Store, N: Net> Master<S, N> {
             let why =
                 format!("the arguments take more than {} bytes; pass large data as files", limits::MESSAGE_BUDGET);
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
-            return Ok(());
+            return;
         }
         if !publish::valid_function(&request.spec.function) {
             self.send_error(
@@ -67,13 +64,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 format!("bad function name {:?}", request.spec.function),
                 request_id,
             );
-            return Ok(());
+            return;
         }
         let expr = match Expr::parse(request.spec.target.kind, &request.spec.target.expr, &self.config.nodegroups) {
             Ok(expr) => expr,
             Err(error) => {
                 self.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
-                return Ok(());
+                return;
             }
         };
         // Resolved within what the publisher can see: a minion outside its view is never
@@ -130,7 +127,7 @@ impl<S: Store, N: Net> Master<S, N> {
         {
             let why = format!("the target names {id:?}, which is not a minion id: {error}");
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
-            return Ok(());
+            return;
         }
         if unknown.len() > MAX_UNKNOWN_IDS {
             let why = format!(
@@ -140,7 +137,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 unknown.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
             );
             self.send_error(peer, ErrorKind::BadRequest, why, request_id);
-            return Ok(());
+            return;
         }
         if targets.is_empty() {
             let why = match publisher {
@@ -149,7 +146,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Publisher::Peer(_) => "no minions matched the target among those a peer rule lets this minion target",
             };
             self.send_error(peer, ErrorKind::NotFound, why.into(), request_id);
-            return Ok(());
+            return;
         }
         // A minion that publishes gets its answer, not a stream of updates.
         let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
@@ -159,30 +156,36 @@ impl<S: Store, N: Net> Master<S, N> {
                 warn!(%caller, function = %request.spec.function, %why, "publish refused");
                 self.metrics.get().denied("publish");
                 self.send_error(peer, ErrorKind::Forbidden, why.to_string(), request_id);
-                return Ok(());
+                return;
             }
         };
         if let Some(why) = self.registry.function_missing(&request.spec.function, &targets) {
             self.send_error(peer, ErrorKind::NotFound, why, request_id);
-            return Ok(());
+            return;
         }
 
         let job = NewJob { spec: request.spec, reach, unknown };
-        self.start_job(caller, job, targets, Some((peer, request.request_id, watchers))).await?;
-        let took = self.clock.now().saturating_duration_since(received);
-        self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
-        Ok(())
+        let mut prepared = self.prepare_job(caller, job, targets);
+        prepared.publisher = Some(JobPublisher { peer, request_id: request.request_id, watchers, received });
+        self.asks.push(Ask::InsertJob(Box::new(prepared)));
     }
 
-    /// Creates, stores and sends a job to already resolved and authorised `targets`. The
-    /// publishing client (when there is one) gets `published` before any update.
+    /// Creates, stores and sends a job to already resolved and authorised `targets`, awaiting the
+    /// store inline (for the handlers not yet split at their store calls; the others ask).
     pub(crate) async fn start_job(
         &mut self,
         caller: &str,
         new: NewJob,
         targets: Vec<String>,
-        publisher: Option<(PeerId, u64, Vec<PeerId>)>,
     ) -> Result<String, StoreError> {
+        let prepared = self.prepare_job(caller, new, targets);
+        let stored = self.insert_job(&prepared).await;
+        self.job_stored(prepared, stored)
+    }
+
+    /// Creates and signs a job to already resolved and authorised `targets`, and lays out its
+    /// slots: what is stored before anything of it is sent.
+    pub(crate) fn prepare_job(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
         let NewJob { spec, reach, unknown } = new;
         let jid = self.jids.next(self.clock.wall_micros());
         let created_at_ms = self.clock.wall_ms();
@@ -192,7 +195,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Some(certificate) => SignedJob::sign_certified(&job, self.identity.key(), certificate, &self.config.id),
             None => SignedJob::sign(&job, self.identity.key()),
         };
-        let record = JobRecord::new(jid.clone(), spec, caller.to_owned(), created_at_ms, signed);
+        let record = JobRecord::new(jid, spec, caller.to_owned(), created_at_ms, signed);
         let now = self.clock.now();
         let run_deadline = crate::core::jobs::run_deadline(
             record.timeout_ms,
@@ -221,14 +224,24 @@ impl<S: Store, N: Net> Master<S, N> {
             slots.insert(id.clone(), Slot { state: MinionJobState::Unknown, deadline: None });
             states.push((id.clone(), MinionJobState::Unknown));
         }
-        // Stored before anything is sent: a master killed right after sending still knows the job.
-        // A publisher whose job could not be stored is told so: it must never wait for a reply.
-        let started = self.clock.now();
-        let stored = self.store.insert_job(&record, &states).await;
-        self.metrics.store_call("insert_job", self.clock.now().saturating_duration_since(started), stored.is_ok());
+        PreparedJob { record, states, slots, run_deadline, targets, unknown, publisher: None }
+    }
+
+    /// A job's row was written (or not): stored, it goes live and is sent to its targets that are
+    /// online here, and its publisher gets `published` before any update. Not stored, nothing
+    /// of it was sent, and its publisher is told so: it must never wait for a reply.
+    pub(crate) fn job_stored(
+        &mut self,
+        job: PreparedJob,
+        stored: Result<(), StoreError>,
+    ) -> Result<String, StoreError> {
+        let PreparedJob { record, states, slots, run_deadline, targets, unknown, publisher } = job;
+        let jid = record.jid.clone();
+        let rolled_out = record.rollout.is_some();
+        let caller = record.caller.clone();
         if let Err(error) = stored {
             warn!(%jid, %error, "storing a new job failed");
-            if let Some((peer, request_id, _)) = &publisher {
+            if let Some(publisher) = &publisher {
                 let why = if error.is_indeterminate() {
                     // The statement was on its way when the database stopped answering: it may
                     // still commit, and the job then runs (found by the masters' sweep).
@@ -240,7 +253,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 } else {
                     format!("the job could not be stored ({}); nothing was sent", error.class())
                 };
-                self.send_error(*peer, ErrorKind::Internal, why, Some(request_id.to_string()));
+                self.send_error(publisher.peer, ErrorKind::Internal, why, Some(publisher.request_id.to_string()));
             }
             return Err(error);
         }
@@ -249,9 +262,10 @@ impl<S: Store, N: Net> Master<S, N> {
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
         let job_message = self.job_message(&record.signed, run_deadline);
-        let (watchers, published) = match publisher {
-            Some((peer, request_id, watchers)) => {
-                (watchers, Some((peer, Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown })))
+        let (watchers, answer) = match publisher {
+            Some(JobPublisher { peer, request_id, watchers, received }) => {
+                let published = Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown };
+                (watchers, Some((peer, published, received)))
             }
             None => (Vec::new(), None),
         };
@@ -276,8 +290,10 @@ impl<S: Store, N: Net> Master<S, N> {
         self.hearing.job_may_end(&jid);
         // Then the publisher's answer, still before any update of the job (those leave when
         // the step ends), and after the jobs: they are on their way before it is.
-        if let Some((peer, published)) = published {
+        if let Some((peer, published, received)) = answer {
             self.send(peer, &Message::Published(published));
+            let took = self.clock.now().saturating_duration_since(received);
+            self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         }
         Ok(jid)
     }

@@ -10,12 +10,13 @@ use tracing::warn;
 
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
+use crate::core::asks::{Ask, TokenGrant};
 use crate::core::sessions::Conn;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::limits;
 use crate::net::Net;
 use crate::server::{Master, SUBSCRIBE_REQUEST};
-use crate::store::{Store, StoreError};
+use crate::store::{ApiTokenGrant, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_client_message(
@@ -50,7 +51,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     None => Publisher::Root,
                     Some(acl) => Publisher::Principal(acl),
                 };
-                self.publish(peer, principal, publisher, request).await?
+                self.publish(peer, principal, publisher, request)
             }
             Message::Cancel(cancel) => {
                 let who = Who { name: principal, acl: acl.as_deref() };
@@ -115,13 +116,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn on_local(&mut self, command: LocalCommand) -> Result<(), StoreError> {
         match command {
             LocalCommand::Connect { token_hash, to_client, reply } => {
-                let grant = self.store.api_token_grant(&token_hash, self.clock.wall_ms()).await?;
-                let opened = crate::token_sessions::session_for(token_hash, grant, &self.access()).map(|session| {
-                    let principal = session.principal.clone();
-                    let peer = self.sessions.open_local(session.principal, session.acl, to_client, session.token);
-                    Opened { peer, principal, reads_metrics: session.reads_metrics }
-                });
-                let _ = reply.send(opened);
+                self.asks.push(Ask::TokenGrant(Box::new(TokenGrant { token_hash, to_client, reply })));
             }
             LocalCommand::Message { peer, msg } => {
                 if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {
@@ -136,6 +131,22 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         Ok(())
+    }
+
+    /// What a gateway token grants, read from the store: the session it opens, or why it opens
+    /// none. A store failure drops the reply, which the gateway answers as unavailable.
+    pub(crate) fn token_granted(&mut self, asked: TokenGrant, granted: Result<Option<ApiTokenGrant>, StoreError>) {
+        let TokenGrant { token_hash, to_client, reply } = asked;
+        let grant = match granted {
+            Ok(grant) => grant,
+            Err(error) => return warn!(%error, "store failure while handling a gateway request"),
+        };
+        let opened = crate::token_sessions::session_for(token_hash, grant, &self.access()).map(|session| {
+            let principal = session.principal.clone();
+            let peer = self.sessions.open_local(session.principal, session.acl, to_client, session.token);
+            Opened { peer, principal, reads_metrics: session.reads_metrics }
+        });
+        let _ = reply.send(opened);
     }
 
     /// Where in-process clients send commands (see [`crate::gateway`]).

@@ -5,6 +5,7 @@
 //! files beside this folder, and the loop (`server.rs`) is what awaits the store and the
 //! network (checked by `scripts/check-architecture.sh`).
 
+pub(crate) mod asks;
 pub(crate) mod bus;
 pub(crate) mod cluster_view;
 pub(crate) mod event_gate;

@@ -339,7 +339,7 @@ impl<S: Store, N: Net> Master<S, N> {
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
             unknown: Vec::new(),
         };
-        let jid = self.start_job(principal, job, vec![server.clone()], None).await.map_err(RequestError::from)?;
+        let jid = self.start_job(principal, job, vec![server.clone()]).await.map_err(RequestError::from)?;
         record.deployment.derived_config_id = derived_id;
         record.jid = jid.clone();
         record.item = item;

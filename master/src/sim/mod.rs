@@ -3,6 +3,7 @@
 //! only the sockets are missing. Each input goes through [`Master::step`], exactly as the
 //! daemon's loop feeds it.
 
+mod ask_tests;
 mod cluster_tests;
 mod delete_tests;
 mod listener_tests;
@@ -281,6 +282,15 @@ impl Sim {
             }
         }
         Err("no answer, or an unfinished one".into())
+    }
+
+    /// An enrollment token `client` makes for `minion`, good for a minute.
+    pub(crate) async fn enrollment_token(&mut self, client: &mut SimPeer, minion: &str) -> String {
+        let body = RequestBody::TokenCreate { minion: minion.into(), ttl_ms: 60_000, replace: false };
+        match self.request(client, body).await {
+            Ok(ResponseBody::Token(token)) => token.token,
+            other => panic!("no token for {minion}: {other:?}"),
+        }
     }
 }
 

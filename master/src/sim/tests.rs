@@ -480,18 +480,13 @@ fn a_minion_id_bound_to_a_token_cannot_be_taken_by_connecting_first() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
         let mut root = sim.root().await;
-        let Ok(ResponseBody::Token(token)) = sim
-            .request(&mut root, RequestBody::TokenCreate { minion: "db9".into(), ttl_ms: 60_000, replace: false })
-            .await
-        else {
-            panic!("a token");
-        };
+        let token = sim.enrollment_token(&mut root, "db9").await;
         let squatter = halite_protocol::identity::IdentityKey::from_seed(&[66; 32]);
         let refused = sim.connect_minion("db9", &squatter, None).await.err().expect("refused");
         assert!(refused.contains("enrollment token"), "{refused}");
         assert!(sim.store().keys_for("db9").await.expect("store").is_empty(), "nothing recorded as pending");
         let real = halite_protocol::identity::IdentityKey::from_seed(&super::seed_of("db9"));
-        assert!(sim.connect_minion("db9", &real, Some(&token.token)).await.is_ok());
+        assert!(sim.connect_minion("db9", &real, Some(&token)).await.is_ok());
         assert!(sim.master.registry.has_accepted("db9"));
     });
 }

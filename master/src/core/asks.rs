@@ -1,0 +1,127 @@
+//! What the step asks of the store, in the order asked.
+//!
+//! A handler that needs the store does not await it: it queues an [`Ask`] naming the call and
+//! everything it goes on with, and returns. The loop alone awaits (`Master::answer_asks` in
+//! `server.rs`) and hands each answer to the handler's continuation before the next input is
+//! handled, so nothing happens in between, exactly as if the handler had awaited. A
+//! continuation may ask again; the loop answers until nothing is asked.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use halite_protocol::message::MinionJobState;
+use halite_protocol::noise::IdentifiedPeer;
+use halite_transport::PeerId;
+use tokio::sync::oneshot;
+
+use crate::core::jobs::Slot;
+use crate::gateway::local::Opened;
+use crate::gateway::local_queue::LocalSender;
+use crate::store::JobRecord;
+use crate::token_sessions::TokenRefused;
+
+/// One store call a handler waits on, with what its continuation needs.
+pub(crate) enum Ask {
+    /// A new job, stored before anything of it is sent (`Master::job_stored` goes on).
+    InsertJob(Box<PreparedJob>),
+    /// Whether a minion key not accepted here may be: enrolled with a token, pending, refused
+    /// (`Master::key_decided` goes on).
+    KeyDecision(Box<Admitting>),
+    /// Why the enrollment token a pending minion presented did not enroll it
+    /// (`Master::pending_explained` goes on).
+    TokenProblem(Box<Admitting>),
+    /// What a gateway token grants: the session opened for it, or why not
+    /// (`Master::token_granted` goes on).
+    TokenGrant(Box<TokenGrant>),
+}
+
+/// A job created, signed and laid out, not stored yet: nothing of it is live or sent until its
+/// row is (`Master::job_stored`).
+#[derive(Debug)]
+pub(crate) struct PreparedJob {
+    pub(crate) record: JobRecord,
+    /// Each slot as first stored, targets then unknown ids.
+    pub(crate) states: Vec<(String, MinionJobState)>,
+    pub(crate) slots: BTreeMap<String, Slot>,
+    /// When a minion sent it must have answered by.
+    pub(crate) run_deadline: Option<Instant>,
+    pub(crate) targets: Vec<String>,
+    /// Ids the target named that no minion has, told to the publisher.
+    pub(crate) unknown: Vec<String>,
+    /// The client that published it, if any, answered once it is stored.
+    pub(crate) publisher: Option<JobPublisher>,
+}
+
+/// Who published a job and waits on its answer.
+#[derive(Debug)]
+pub(crate) struct JobPublisher {
+    pub(crate) peer: PeerId,
+    pub(crate) request_id: u64,
+    /// Who follows the job's updates (the publisher, unless a minion published it).
+    pub(crate) watchers: Vec<PeerId>,
+    /// When its request arrived: the dispatch time is counted once the job is sent.
+    pub(crate) received: Instant,
+}
+
+/// A minion's handshake, past the Noise identity stage, waiting on the key registry's verdict.
+/// Its connection has no session meanwhile: the verdict gives it one, or closes it.
+pub(crate) struct Admitting {
+    pub(crate) peer: PeerId,
+    pub(crate) identified: IdentifiedPeer,
+    /// The minion id it claims, already valid.
+    pub(crate) id: String,
+}
+
+/// A gateway session asked for with a token (`LocalCommand::Connect`).
+pub(crate) struct TokenGrant {
+    pub(crate) token_hash: [u8; 32],
+    pub(crate) to_client: LocalSender,
+    pub(crate) reply: oneshot::Sender<Result<Opened, TokenRefused>>,
+}
+
+/// The asks not answered yet, oldest first.
+#[derive(Default)]
+pub(crate) struct Asks {
+    waiting: VecDeque<Ask>,
+}
+
+impl Asks {
+    pub(crate) fn push(&mut self, ask: Ask) {
+        self.waiting.push_back(ask);
+    }
+
+    /// The oldest ask, to answer now.
+    pub(crate) fn next(&mut self) -> Option<Ask> {
+        self.waiting.pop_front()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_are_answered_in_the_order_asked() {
+        let mut asks = Asks::default();
+        assert!(asks.is_empty());
+        let grant = |byte: u8| {
+            let (to_client, _) = crate::gateway::local_queue::local_queue();
+            let (reply, _) = oneshot::channel();
+            Ask::TokenGrant(Box::new(TokenGrant { token_hash: [byte; 32], to_client, reply }))
+        };
+        asks.push(grant(1));
+        asks.push(grant(2));
+        let hashes: Vec<u8> = std::iter::from_fn(|| asks.next())
+            .map(|ask| match ask {
+                Ask::TokenGrant(grant) => grant.token_hash[0],
+                _ => panic!("only token grants were asked"),
+            })
+            .collect();
+        assert_eq!(hashes, [1, 2]);
+        assert!(asks.is_empty());
+    }
+}
