@@ -9,14 +9,14 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::{info, warn};
 
-use crate::authz::{Action, Asker, RequestKind, Who};
+use crate::authz::{Action, Asker, JobAccess, RequestKind, Who};
 use crate::keys::token_hash;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::{ClusterChange, KeyRecord, PrincipalRecord, Store, StoreError};
 use crate::target::glob;
-use halite_protocol::message::{JobFilter, JobSummary, MinionJobState};
+use halite_protocol::message::{JobFilter, JobSummary, MinionJobState, RolloutState};
 use halite_transport::PeerId;
 
 /// Most jobs one listing returns.
@@ -33,6 +33,42 @@ impl<S: Store, N: Net> Master<S, N> {
         let access = self.access().job_access(who, jid);
         self.pause_or_resume(jid, pause, access).await?;
         self.show_job(jid, who).await
+    }
+
+    /// A client's pause or resume of a job it may see: stored, then announced.
+    async fn pause_or_resume(&mut self, jid: &str, pause: bool, access: JobAccess) -> Result<(), RequestError> {
+        let job = match access {
+            JobAccess::None => None,
+            JobAccess::See => {
+                let verb = if pause { "pause" } else { "resume" };
+                return Err(RequestError::forbidden(format!(
+                    "not allowed to {verb} job {jid}: only its publisher, an administrator or rules allowing its function on every target may"
+                )));
+            }
+            JobAccess::Control => self.jobs.get(jid),
+        };
+        let Some(job) = job else {
+            return Err(RequestError::not_found(format!("no running job {jid}")));
+        };
+        let Some(run) = &job.rollout else {
+            return Err(RequestError::bad_request(format!(
+                "job {jid} has no rollout to pause or resume (it was sent to every target at once)"
+            )));
+        };
+        if run.status.state == RolloutState::Stopped {
+            let why = run.status.reason.clone().unwrap_or_default();
+            return Err(RequestError::bad_request(format!("the rollout of job {jid} has stopped: {why}")));
+        }
+        let (state, reason) = if pause {
+            (RolloutState::Paused, Some("paused by a client".to_owned()))
+        } else {
+            (RolloutState::Running, None)
+        };
+        if let Some(status) = self.rollout_change(jid, state, reason) {
+            self.store.set_rollout(jid, &status).await.map_err(RequestError::from)?;
+            self.rollout_changed(jid, status);
+        }
+        Ok(())
     }
 
     /// A principal's own event on the bus, under `engine/<principal>/`: any principal may fire

@@ -70,7 +70,7 @@ impl<S: Store, N: Net> Master<S, N> {
             ClusterChange::Resync => self.resync().await?,
             ClusterChange::Job { jid } => self.adopt_job(&jid).await?,
             // A job not live here has nothing to stop here (its announcement came first).
-            ClusterChange::Cancel { jid } => self.cancel_here(&jid).await?,
+            ClusterChange::Cancel { jid } => self.cancel_here(&jid),
             ClusterChange::Event { tag, data } => self.emit(tag, data),
             ClusterChange::StoredEvent { id, digest } => {
                 if let Some((tag, data)) = self.store.shared_event(id, &digest).await? {
@@ -78,7 +78,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states).await?,
-            ClusterChange::Rollout { jid } => self.rollout_changed_elsewhere(&jid).await?,
+            ClusterChange::Rollout { jid } => self.rollout_changed_elsewhere(&jid),
             ClusterChange::Here { ids } => self.arrived_elsewhere(from, ids).await?,
             ClusterChange::Left { ids } => {
                 for id in ids {

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
 use crate::authz::{Action, Asker, Denied, JobAccess, TargetView};
-use crate::core::asks::{Ask, JobPublisher, PreparedJob};
+use crate::core::asks::{Ask, JobPublisher, PreparedJob, RolloutCause};
 use crate::core::hearing::SlotChange;
 use crate::core::jobs::{LiveJob, Slot};
 use crate::limits;
@@ -170,19 +170,6 @@ impl<S: Store, N: Net> Master<S, N> {
         self.asks.push(Ask::InsertJob(Box::new(prepared)));
     }
 
-    /// Creates, stores and sends a job to already resolved and authorised `targets`, awaiting the
-    /// store inline (for the handlers not yet split at their store calls; the others ask).
-    pub(crate) async fn start_job(
-        &mut self,
-        caller: &str,
-        new: NewJob,
-        targets: Vec<String>,
-    ) -> Result<String, StoreError> {
-        let prepared = self.prepare_job(caller, new, targets);
-        let stored = self.insert_job(&prepared).await;
-        self.job_stored(prepared, stored)
-    }
-
     /// Creates and signs a job to already resolved and authorised `targets`, and lays out its
     /// slots: what is stored before anything of it is sent.
     pub(crate) fn prepare_job(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
@@ -300,7 +287,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// A client's cancel: only of a job it may see (`visible`); another principal's job is
     /// answered exactly like a job that does not exist, so its jid reveals nothing.
-    pub(crate) async fn cancel(&mut self, peer: PeerId, jid: &str, access: JobAccess) -> Result<(), StoreError> {
+    pub(crate) fn cancel(&mut self, peer: PeerId, jid: &str, access: JobAccess) {
         let job = match access {
             JobAccess::Control => self.jobs.get_mut(jid),
             JobAccess::See => {
@@ -308,34 +295,41 @@ impl<S: Store, N: Net> Master<S, N> {
                     "not allowed to cancel job {jid}: only its publisher, an administrator or rules allowing its function on every target may"
                 );
                 self.send_error(peer, ErrorKind::Forbidden, why, Some(jid.to_owned()));
-                return Ok(());
+                return;
             }
             JobAccess::None => None,
         };
         let Some(job) = job else {
             self.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
-            return Ok(());
+            return;
         };
         if !job.watchers.contains(&peer) {
             job.watchers.push(peer);
         }
-        self.cancel_live(jid).await
+        self.cancel_live(jid);
     }
 
     /// Cancels a job if it is still live: running minions are told to stop, the others'
     /// slots end cancelled; the other masters sharing the store do the same for the minions
-    /// they serve.
-    pub(crate) async fn cancel_live(&mut self, jid: &str) -> Result<(), StoreError> {
-        self.cancel_rollout(jid).await?;
+    /// they serve. A rollout's stop is stored first, and the cancel goes on from there
+    /// ([`Master::rollout_stored`]).
+    pub(crate) fn cancel_live(&mut self, jid: &str) {
+        if !self.stop_rollout(jid, "cancelled".to_owned(), RolloutCause::Cancelled) {
+            self.cancel_after_rollout(jid);
+        }
+    }
+
+    /// [`Master::cancel_live`] once the job's rollout, if any, is stopped.
+    pub(crate) fn cancel_after_rollout(&mut self, jid: &str) {
         if self.jobs.get(jid).is_some() {
             self.tell_masters(crate::store::ClusterChange::Cancel { jid: jid.to_owned() });
         }
-        self.cancel_here(jid).await
+        self.cancel_here(jid);
     }
 
     /// [`Master::cancel_live`] for the minions this master serves (and those nobody serves).
-    pub(crate) async fn cancel_here(&mut self, jid: &str) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get_mut(jid) else { return Ok(()) };
+    pub(crate) fn cancel_here(&mut self, jid: &str) {
+        let Some(job) = self.jobs.get_mut(jid) else { return };
         let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
         for (minion, state) in slots {
             if self.served_elsewhere(&minion) {
@@ -351,6 +345,5 @@ impl<S: Store, N: Net> Master<S, N> {
                 _ => {}
             }
         }
-        Ok(())
     }
 }

@@ -56,7 +56,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Message::Cancel(cancel) => {
                 let who = Who { name: principal, acl: acl.as_deref() };
                 let access = self.access().job_access(who, &cancel.jid);
-                self.cancel(peer, &cancel.jid, access).await?
+                self.cancel(peer, &cancel.jid, access)
             }
             Message::Request(request) => {
                 // Requests read the store: they see every state change made before them.

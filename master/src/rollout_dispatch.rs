@@ -18,25 +18,28 @@ use halite_protocol::message::{MinionJobState, RolloutState, RolloutStatus};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::authz::JobAccess;
+use crate::core::asks::{Ask, RolloutCause, RolloutChange};
 use crate::core::rollout::Decision;
 use crate::net::Net;
-use crate::request_error::RequestError;
 use crate::server::Master;
 use crate::store::{ClusterChange, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
-    /// Decides every rollout whose job changed in this step, and when woken by time those whose wait
-    /// has passed.
-    pub(crate) async fn advance_rollouts(&mut self, tick: bool) {
+    /// Stops the rollouts an event aborted in this step. Each stop is stored before it acts
+    /// ([`Master::rollout_stored`]): the loop answers it before any rollout is decided.
+    pub(crate) fn stop_aborted_rollouts(&mut self) {
+        let mut stopping = std::collections::HashSet::new();
         for (jid, reason) in self.rollout_queue.take_aborts() {
-            if let Err(error) = self.stop_rollout(&jid, reason).await {
-                warn!(%error, %jid, "stopping a rollout failed");
+            // Stopped for the first event that aborted it: the others find it stopped.
+            if !stopping.contains(&jid) && self.stop_rollout(&jid, reason, RolloutCause::Aborted) {
+                stopping.insert(jid);
             }
         }
-        // The targets the stopped rollouts skipped are heard before deciding what is due.
-        self.hear_moves();
-        self.record_deployment_ends().await;
+    }
+
+    /// Decides every rollout whose job changed in this step, and when woken by time those whose
+    /// wait has passed.
+    pub(crate) fn advance_rollouts(&mut self, tick: bool) {
         let mut due = self.rollout_queue.take_due();
         if tick {
             let now = self.clock.now();
@@ -47,19 +50,13 @@ impl<S: Store, N: Net> Master<S, N> {
             due.extend(waited.map(|job| job.record.jid.clone()));
         }
         for jid in due {
-            if let Err(error) = self.advance_rollout(&jid).await {
-                warn!(%error, %jid, "advancing a rollout failed; tried again in a second");
-                let retry = self.clock.now() + Duration::from_secs(1);
-                if let Some(run) = self.jobs.get_mut(&jid).and_then(|job| job.rollout.as_mut()) {
-                    run.not_before = Some(retry);
-                }
-            }
+            self.advance_rollout(&jid);
         }
     }
 
     /// Carries out what the rollout decides, again until it decides nothing: a target that
     /// started offline (waiting for its TTL, or ended `offline`) leaves its place to the next.
-    async fn advance_rollout(&mut self, jid: &str) -> Result<(), StoreError> {
+    fn advance_rollout(&mut self, jid: &str) {
         // A wait that has passed is done with: it no longer wakes the loop.
         let now = self.clock.now();
         if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
@@ -67,24 +64,27 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         loop {
             let now = self.clock.now();
-            let Some(job) = self.jobs.get(jid) else { return Ok(()) };
-            let Some(run) = &job.rollout else { return Ok(()) };
+            let Some(job) = self.jobs.get(jid) else { return };
+            let Some(run) = &job.rollout else { return };
             match run.decide(job.slots(), now) {
-                Decision::Nothing => return Ok(()),
-                Decision::Stop(reason) => return self.stop_rollout(jid, reason).await,
+                Decision::Nothing => return,
+                Decision::Stop(reason) => {
+                    self.stop_rollout(jid, reason, RolloutCause::Decided);
+                    return;
+                }
                 Decision::Start(ids) => {
                     let mine: Vec<String> = ids.into_iter().filter(|id| !self.served_elsewhere(id)).collect();
                     if mine.is_empty() {
                         // The masters serving them start them.
-                        return Ok(());
+                        return;
                     }
                     for id in &mine {
                         self.start_target(jid, id);
                     }
                     // A target that ended at once (offline) is heard before deciding again: the
-                    // rollout's wait counts from its end.
+                    // rollout's wait counts from its end. (A rollout's job is never a
+                    // deployment's: the loop records deployments after the rollouts.)
                     self.hear_moves();
-                    self.record_deployment_ends().await;
                     self.emit_shared(format!("halite/job/{jid}/rollout/started"), json!({ "minions": mine }));
                 }
             }
@@ -119,33 +119,68 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Stops a rollout for good: its queued targets end `skipped`.
-    pub(crate) async fn stop_rollout(&mut self, jid: &str, reason: String) -> Result<(), StoreError> {
-        if !self.change_rollout(jid, RolloutState::Stopped, Some(reason.clone())).await? {
-            return Ok(());
-        }
-        info!(%jid, %reason, "rollout stopped");
-        self.slots().skip_queued(jid);
-        Ok(())
+    /// Stops a rollout for good, once stored: its queued targets end `skipped` (or, for a
+    /// cancelled job, cancelled by the cancel that follows). Whether a stop was asked for (a
+    /// rollout already stopped, or none, asks nothing).
+    pub(crate) fn stop_rollout(&mut self, jid: &str, reason: String, cause: RolloutCause) -> bool {
+        let Some(status) = self.rollout_change(jid, RolloutState::Stopped, Some(reason)) else { return false };
+        self.asks.push(Ask::SetRollout(Box::new(RolloutChange { jid: jid.to_owned(), status, cause })));
+        true
     }
 
-    /// Moves a live rollout to `state` (a stopped one stays stopped): stored, announced on the
-    /// bus and to the other masters. Whether it changed.
-    async fn change_rollout(
-        &mut self,
+    /// Where a live rollout goes if moved to `state` (a stopped one stays stopped), or `None`
+    /// when nothing would change.
+    pub(crate) fn rollout_change(
+        &self,
         jid: &str,
         state: RolloutState,
         reason: Option<String>,
-    ) -> Result<bool, StoreError> {
-        let Some(run) = self.jobs.get(jid).and_then(|job| job.rollout.as_ref()) else { return Ok(false) };
+    ) -> Option<RolloutStatus> {
+        let run = self.jobs.get(jid).and_then(|job| job.rollout.as_ref())?;
         if run.status.state == RolloutState::Stopped || run.status.state == state {
-            return Ok(false);
+            return None;
         }
-        let status = RolloutStatus { spec: run.status.spec.clone(), state, reason: reason.clone() };
-        self.store.set_rollout(jid, &status).await?;
-        if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
-            run.status = status;
+        Some(RolloutStatus { spec: run.status.spec.clone(), state, reason })
+    }
+
+    /// A rollout's move was written (or not): stored, it is taken, announced on the bus and to
+    /// the other masters, and what caused it goes on.
+    pub(crate) fn rollout_stored(&mut self, change: RolloutChange, stored: Result<(), StoreError>) {
+        let RolloutChange { jid, status, cause } = change;
+        if let Err(error) = stored {
+            match cause {
+                RolloutCause::Aborted => warn!(%error, %jid, "stopping a rollout failed"),
+                RolloutCause::Decided => {
+                    warn!(%error, %jid, "advancing a rollout failed; tried again in a second");
+                    let retry = self.clock.now() + Duration::from_secs(1);
+                    if let Some(run) = self.jobs.get_mut(&jid).and_then(|job| job.rollout.as_mut()) {
+                        run.not_before = Some(retry);
+                    }
+                }
+                // Nothing was cancelled: the client may cancel again.
+                RolloutCause::Cancelled => warn!(%error, %jid, "store failure while cancelling a job"),
+            }
+            return;
         }
+        let reason = status.reason.clone().unwrap_or_default();
+        if self.rollout_change(&jid, status.state, status.reason.clone()).is_some() {
+            self.rollout_changed(&jid, status);
+        }
+        match cause {
+            RolloutCause::Aborted | RolloutCause::Decided => {
+                info!(%jid, %reason, "rollout stopped");
+                self.slots().skip_queued(&jid);
+            }
+            RolloutCause::Cancelled => self.cancel_after_rollout(&jid),
+        }
+    }
+
+    /// A live rollout's stored move (`status`): taken, announced on the bus and to the other
+    /// masters, and the rollout decided again.
+    pub(crate) fn rollout_changed(&mut self, jid: &str, status: RolloutStatus) {
+        let (state, reason) = (status.state, status.reason.clone());
+        let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) else { return };
+        run.status = status;
         let word = match state {
             RolloutState::Running => "resumed",
             RolloutState::Paused => "paused",
@@ -154,68 +189,32 @@ impl<S: Store, N: Net> Master<S, N> {
         self.emit(format!("halite/job/{jid}/rollout/{word}"), json!({ "reason": reason }));
         self.tell_masters(ClusterChange::Rollout { jid: jid.to_owned() });
         self.rollout_queue.due(jid);
-        Ok(true)
     }
 
-    /// Another master changed a rollout: reread where it is.
-    pub(crate) async fn rollout_changed_elsewhere(&mut self, jid: &str) -> Result<(), StoreError> {
-        if self.jobs.get(jid).is_none_or(|job| job.rollout.is_none()) {
-            return Ok(());
+    /// Another master changed a rollout: where it is is reread ([`Master::rollout_reread`]).
+    pub(crate) fn rollout_changed_elsewhere(&mut self, jid: &str) {
+        if self.jobs.get(jid).is_some_and(|job| job.rollout.is_some()) {
+            self.asks.push(Ask::ReadRollout { jid: jid.to_owned() });
         }
-        let Some(status) = self.store.job(jid).await?.and_then(|detail| detail.summary.rollout) else {
-            return Ok(());
+    }
+
+    /// Where a rollout another master changed is, as stored (`None`: gone): taken. A store that
+    /// did not answer means the other masters' changes may be missed: everything is reread.
+    pub(crate) fn rollout_reread(&mut self, jid: &str, stored: Result<Option<RolloutStatus>, StoreError>) {
+        let status = match stored {
+            Ok(Some(status)) => status,
+            Ok(None) => return,
+            Err(error) => {
+                warn!(%error, "store failure while applying another master's change; rereading the store");
+                return self.cluster.lost_track();
+            }
         };
         let stopped = status.state == RolloutState::Stopped;
-        if let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) {
-            run.status = status;
-        }
+        let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) else { return };
+        run.status = status;
         if stopped {
             self.slots().skip_queued(jid);
         }
         self.rollout_queue.due(jid);
-        Ok(())
-    }
-
-    /// A client's pause or resume of a job it may see.
-    pub(crate) async fn pause_or_resume(
-        &mut self,
-        jid: &str,
-        pause: bool,
-        access: JobAccess,
-    ) -> Result<(), RequestError> {
-        let job = match access {
-            JobAccess::None => None,
-            JobAccess::See => {
-                let verb = if pause { "pause" } else { "resume" };
-                return Err(RequestError::forbidden(format!(
-                    "not allowed to {verb} job {jid}: only its publisher, an administrator or rules allowing its function on every target may"
-                )));
-            }
-            JobAccess::Control => self.jobs.get(jid),
-        };
-        let Some(job) = job else {
-            return Err(RequestError::not_found(format!("no running job {jid}")));
-        };
-        let Some(run) = &job.rollout else {
-            return Err(RequestError::bad_request(format!(
-                "job {jid} has no rollout to pause or resume (it was sent to every target at once)"
-            )));
-        };
-        if run.status.state == RolloutState::Stopped {
-            let why = run.status.reason.clone().unwrap_or_default();
-            return Err(RequestError::bad_request(format!("the rollout of job {jid} has stopped: {why}")));
-        }
-        let (state, reason) = if pause {
-            (RolloutState::Paused, Some("paused by a client".to_owned()))
-        } else {
-            (RolloutState::Running, None)
-        };
-        self.change_rollout(jid, state, reason).await.map_err(RequestError::from)?;
-        Ok(())
-    }
-
-    /// A cancelled rollout starts nothing more.
-    pub(crate) async fn cancel_rollout(&mut self, jid: &str) -> Result<(), StoreError> {
-        self.change_rollout(jid, RolloutState::Stopped, Some("cancelled".to_owned())).await.map(drop)
     }
 }

@@ -480,11 +480,20 @@ impl<S: Store, N: Net> Master<S, N> {
         // see `hear_events`), the deployments' announcements included. Only then do rollouts
         // and groups act, so an abort event stops them in the step that published it, and a
         // target's end starts the next in the step that ended it. The listeners await nothing.
+        // What the input's handling asked of the store is answered before anything hears of it.
+        self.answer_asks().await;
         self.hear_moves();
         self.record_deployment_ends().await;
         self.hear_events();
+        // The rollouts an event aborted stop (each stop stored first), and the targets they
+        // skipped are heard, before any rollout is decided.
+        self.stop_aborted_rollouts();
+        self.answer_asks().await;
+        self.hear_moves();
+        self.record_deployment_ends().await;
         // Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
-        self.advance_rollouts(tick).await;
+        self.advance_rollouts(tick);
+        self.answer_asks().await;
         // What the rollouts ended (skipped, offline targets) and announced: groups hear it before
         // they act; an abort it carries stops a rollout at the next step. The deployment jobs
         // the groups start are heard at the next step's end, as the deployments always heard them.
@@ -492,6 +501,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.record_deployment_ends().await;
         self.hear_events();
         self.advance_groups(tick).await;
+        self.answer_asks().await;
         // What the groups announced: heard now, acted upon at the next step.
         self.hear_events();
         self.metrics.alive();
@@ -593,6 +603,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::TokenGrant(grant) => {
                     let granted = self.store.api_token_grant(&grant.token_hash, self.clock.wall_ms()).await;
                     self.token_granted(*grant, granted);
+                }
+                Ask::SetRollout(change) => {
+                    let stored = self.store.set_rollout(&change.jid, &change.status).await;
+                    self.rollout_stored(*change, stored);
+                }
+                Ask::ReadRollout { jid } => {
+                    let stored = self.store.job(&jid).await.map(|job| job.and_then(|job| job.summary.rollout));
+                    self.rollout_reread(&jid, stored);
                 }
             }
         }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use halite_protocol::message::MinionJobState;
+use halite_protocol::message::{MinionJobState, RolloutStatus};
 use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
 use tokio::sync::oneshot;
@@ -33,6 +33,31 @@ pub(crate) enum Ask {
     /// What a gateway token grants: the session opened for it, or why not
     /// (`Master::token_granted` goes on).
     TokenGrant(Box<TokenGrant>),
+    /// Where a live rollout now is, stored before it is announced (`Master::rollout_stored`
+    /// goes on).
+    SetRollout(Box<RolloutChange>),
+    /// Where a rollout another master changed now is, reread (`Master::rollout_reread` goes on).
+    ReadRollout { jid: String },
+}
+
+/// A live rollout moving to a new state, and why.
+#[derive(Debug)]
+pub(crate) struct RolloutChange {
+    pub(crate) jid: String,
+    pub(crate) status: RolloutStatus,
+    pub(crate) cause: RolloutCause,
+}
+
+/// What moved a rollout, which says what follows once the move is stored (or could not be).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RolloutCause {
+    /// An `abort_on` event stopped it: its queued targets are skipped.
+    Aborted,
+    /// It decided to stop (too many failures): its queued targets are skipped; a failed write
+    /// is decided again a second later.
+    Decided,
+    /// Its job was cancelled: the job's cancel goes on once the stop is stored.
+    Cancelled,
 }
 
 /// A job created, signed and laid out, not stored yet: nothing of it is live or sent until its

@@ -127,7 +127,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let record = self.load_deployment(&id, who).await?;
                 self.may_deploy(acl, Some(&record.deployment.server_id))?;
                 self.deploy_jobs.remove(&record.jid);
-                self.cancel_live(&record.jid).await.map_err(RequestError::from)?;
+                self.cancel_live(&record.jid);
                 self.store.delete_deployment(&id).await.map_err(RequestError::from)?;
                 info!(deployment = %id, "deployment deleted");
                 self.emit_shared(
@@ -257,7 +257,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .ok_or_else(|| no_config(&record.spec.config_id))?;
         // The previous derived config is superseded: its job is cancelled if still pending.
         self.deploy_jobs.remove(&record.jid);
-        self.cancel_live(&record.jid).await.map_err(RequestError::from)?;
+        self.cancel_live(&record.jid);
         let now = self.clock.wall_ms();
         record.deployment.config_id = config.id.clone();
         record.deployment.input_values = record.spec.input_values.clone();
@@ -339,7 +339,10 @@ impl<S: Store, N: Net> Master<S, N> {
             reach: Some(vec![DEPLOY_FUNCTION.into()]),
             unknown: Vec::new(),
         };
-        let jid = self.start_job(principal, job, vec![server.clone()]).await.map_err(RequestError::from)?;
+        // Stored before the deployment that names it (awaited here: deployments still await the store).
+        let prepared = self.prepare_job(principal, job, vec![server.clone()]);
+        let stored = self.insert_job(&prepared).await;
+        let jid = self.job_stored(prepared, stored).map_err(RequestError::from)?;
         record.deployment.derived_config_id = derived_id;
         record.jid = jid.clone();
         record.item = item;

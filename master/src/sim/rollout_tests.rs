@@ -290,3 +290,65 @@ fn a_restarted_master_resumes_the_rollout_where_it_was_and_sends_nothing_twice()
         assert_eq!(states(&sim, &jid).await, [MinionJobState::Returned; 3]);
     });
 }
+
+/// Two events abort one rollout in the same step: it stops once, for the first, and says so
+/// once; each stop is stored before it is announced.
+#[test]
+fn two_aborting_events_in_one_step_stop_the_rollout_once_for_the_first() {
+    rt().block_on(async {
+        let rule = EventRule {
+            minions: vec!["web*".into()],
+            allow: vec!["alarm/*".into()],
+            rate_per_sec: 100.0,
+            burst: 100.0,
+            max_bytes: 1024,
+        };
+        let mut sim = Sim::with_config(|c| c.events = vec![rule]).await;
+        let mut web = fleet(&mut sim, 3).await;
+        let mut root = sim.root().await;
+        let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
+        root.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        let rollout = Rollout { abort_on: vec!["minion/*/alarm/*".into()], ..batch(1) };
+        let jid = sim.publish_rollout(&mut root, "web*", 0, rollout).await.expect("published");
+        assert_eq!(sent_to(&sim, &mut web), [0]);
+        root.recv(&sim);
+        let alarm = |tag: &str| Message::Event(Event { tag: tag.into(), data: serde_json::json!({}), id: None });
+        // Handled in one step: the input that wakes it (web2's), then what waited (web1's).
+        web[1].queue(&sim, &alarm("alarm/cpu"));
+        web[2].send(&mut sim, &alarm("alarm/disk")).await;
+        let stopped = format!("halite/job/{jid}/rollout/stopped");
+        let tags = root.event_tags(&sim);
+        assert_eq!(tags.iter().filter(|tag| **tag == stopped).count(), 1, "{tags:?}");
+        let status = rollout_of(&mut sim, &mut root, &jid).await;
+        assert_eq!(
+            status.reason.as_deref(),
+            Some("an event matching abort_on minion/*/alarm/*: minion/web2/alarm/disk")
+        );
+        use MinionJobState::*;
+        assert_eq!(states(&sim, &jid).await, [Sent, Skipped, Skipped]);
+    });
+}
+
+/// A cancel whose rollout's stop cannot be stored cancels nothing (the client may cancel
+/// again); once the store answers, the cancel goes through.
+#[test]
+fn a_cancel_whose_rollout_stop_cannot_be_stored_cancels_nothing_until_it_can() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut web = fleet(&mut sim, 3).await;
+        let mut root = sim.root().await;
+        let jid = sim.publish_rollout(&mut root, "web*", 0, batch(1)).await.expect("published");
+        assert_eq!(sent_to(&sim, &mut web), [0]);
+        let away = sim.store().take_away().await.expect("open");
+        root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;
+        assert!(web[0].recv(&sim).is_empty(), "nothing cancelled");
+        let run = sim.master.jobs.get(&jid).and_then(|job| job.rollout.as_ref()).expect("live rollout");
+        assert_eq!(run.status.state, RolloutState::Running);
+        sim.store().give_back(away).await;
+        root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;
+        assert!(web[0].recv(&sim).iter().any(|m| matches!(m, Message::Cancel(c) if c.jid == jid)));
+        use MinionJobState::*;
+        assert_eq!(states(&sim, &jid).await, [Sent, Cancelled, Cancelled]);
+        assert_eq!(rollout_of(&mut sim, &mut root, &jid).await.state, RolloutState::Stopped);
+    });
+}
