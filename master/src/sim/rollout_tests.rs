@@ -51,6 +51,18 @@ async fn rollout_of(sim: &mut Sim, client: &mut SimPeer, jid: &str) -> RolloutSt
     }
 }
 
+/// A master that lets the `web*` minions send `alarm/*` events.
+async fn alarmed() -> Sim {
+    let rule = EventRule {
+        minions: vec!["web*".into()],
+        allow: vec!["alarm/*".into()],
+        rate_per_sec: 100.0,
+        burst: 100.0,
+        max_bytes: 1024,
+    };
+    Sim::with_config(|c| c.events = vec![rule]).await
+}
+
 fn batch(n: u32) -> Rollout {
     Rollout { batch: Some(Amount::Count(n)), ..Rollout::default() }
 }
@@ -174,14 +186,7 @@ fn canaries_run_alone_and_a_failed_canary_stops_the_rest() {
 #[test]
 fn a_matching_event_aborts_the_rollout_and_its_own_events_do_not() {
     rt().block_on(async {
-        let rule = EventRule {
-            minions: vec!["web*".into()],
-            allow: vec!["alarm/*".into()],
-            rate_per_sec: 100.0,
-            burst: 100.0,
-            max_bytes: 1024,
-        };
-        let mut sim = Sim::with_config(|c| c.events = vec![rule]).await;
+        let mut sim = alarmed().await;
         let mut web = fleet(&mut sim, 3).await;
         let mut root = sim.root().await;
         // `halite/job/*` matches the job's own return events: they do not abort it.
@@ -296,14 +301,7 @@ fn a_restarted_master_resumes_the_rollout_where_it_was_and_sends_nothing_twice()
 #[test]
 fn two_aborting_events_in_one_step_stop_the_rollout_once_for_the_first() {
     rt().block_on(async {
-        let rule = EventRule {
-            minions: vec!["web*".into()],
-            allow: vec!["alarm/*".into()],
-            rate_per_sec: 100.0,
-            burst: 100.0,
-            max_bytes: 1024,
-        };
-        let mut sim = Sim::with_config(|c| c.events = vec![rule]).await;
+        let mut sim = alarmed().await;
         let mut web = fleet(&mut sim, 3).await;
         let mut root = sim.root().await;
         let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
