@@ -10,6 +10,7 @@ use rand_core::RngCore;
 use tracing::{info, warn};
 
 use crate::authz::{Action, Asker, JobAccess, RequestKind, Who};
+use crate::core::asks::ClientRequest;
 use crate::keys::token_hash;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
@@ -23,6 +24,24 @@ use halite_transport::PeerId;
 const MAX_JOB_LIST: u32 = 1000;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Answers a client's request (or says why not), in parts when large. The handlers here
+    /// still await the store inline.
+    pub(crate) async fn answer_request(&mut self, asked: ClientRequest) {
+        let ClientRequest { peer, principal, acl, request } = asked;
+        let id = request.request_id;
+        let answer = match request.body {
+            RequestBody::JobWatch { jid } => {
+                let who = Who { name: &principal, acl: acl.as_deref() };
+                self.watch(peer, &jid, who).await
+            }
+            body => self.handle_request(body, &principal, acl.as_deref()).await,
+        };
+        match answer {
+            Ok(body) => self.respond(peer, id, body),
+            Err(error) => self.send_error(peer, error.kind, error.message, Some(id.to_string())),
+        }
+    }
+
     /// Pauses or resumes a job's rollout; the job as it then is.
     async fn pause_then_show(&mut self, jid: &str, pause: bool, who: Who<'_>) -> Reply {
         if self.jobs.get(jid).is_none() {

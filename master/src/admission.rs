@@ -23,8 +23,8 @@ const ACCEPTED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "ac
 const REFUSED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "refused" };
 
 impl<S: Store, N: Net> Master<S, N> {
-    pub(crate) async fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), StoreError> {
-        let Some(conn) = self.sessions.remove(&peer) else { return Ok(()) };
+    pub(crate) fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) {
+        let Some(conn) = self.sessions.remove(&peer) else { return };
         match conn {
             // In-process sessions never arrive from the router; a refused peer is not listened to.
             kept @ (Conn::Local { .. } | Conn::Refused { .. }) => {
@@ -81,7 +81,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     },
                 );
                 match decoded {
-                    Ok(msg) if greeted || greets => self.on_client_message(peer, &principal, acl, msg).await?,
+                    Ok(msg) if greeted || greets => self.on_client_message(peer, &principal, acl, msg),
                     Ok(_) => {
                         let why = "send client_hello first: nothing is served before it".to_owned();
                         self.send_error(peer, ErrorKind::BadRequest, why, None);
@@ -90,7 +90,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
         }
-        Ok(())
     }
 
     /// A peer that proved its identity: a client is admitted (or refused) on the principals

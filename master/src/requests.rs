@@ -1,5 +1,7 @@
 //! What clients send once in session (over the network or in-process through the gateway):
-//! subscriptions, publishes, cancels and requests, answered in parts when large.
+//! subscriptions, publishes, cancels and requests. A request is asked of the loop, which
+//! answers it once the step's changes so far are written (`Master::answer_request`, in parts
+//! when large).
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use tracing::warn;
 
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
-use crate::core::asks::{Ask, TokenGrant};
+use crate::core::asks::{Ask, ClientRequest, TokenGrant};
 use crate::core::sessions::Conn;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::limits;
@@ -19,13 +21,13 @@ use crate::server::{Master, SUBSCRIBE_REQUEST};
 use crate::store::{ApiTokenGrant, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
-    pub(crate) async fn on_client_message(
+    pub(crate) fn on_client_message(
         &mut self,
         peer: PeerId,
         principal: &str,
         acl: Option<Arc<PrincipalAcl>>,
         msg: Message,
-    ) -> Result<(), StoreError> {
+    ) {
         match msg {
             Message::Subscribe(subscribe) => {
                 let asker = Asker::client(principal, acl.as_deref());
@@ -59,24 +61,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.cancel(peer, &cancel.jid, access)
             }
             Message::Request(request) => {
-                // Requests read the store: they see every state change made before them.
-                self.flush().await;
-                let id = request.request_id;
-                let answer = match request.body {
-                    message::RequestBody::JobWatch { jid } => {
-                        let who = Who { name: principal, acl: acl.as_deref() };
-                        self.watch(peer, &jid, who).await
-                    }
-                    body => self.handle_request(body, principal, acl.as_deref()).await,
-                };
-                match answer {
-                    Ok(body) => self.respond(peer, id, body),
-                    Err(error) => self.send_error(peer, error.kind, error.message, Some(id.to_string())),
-                }
+                let principal = principal.to_owned();
+                self.asks.push(Ask::Request(Box::new(ClientRequest { peer, principal, acl, request })));
             }
             _ => self.send_error(peer, ErrorKind::BadRequest, "not a client message".into(), None),
         }
-        Ok(())
     }
 
     /// Sends a resuming subscriber what it missed after event `after`: the logged events its
@@ -113,7 +102,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    pub(crate) async fn on_local(&mut self, command: LocalCommand) -> Result<(), StoreError> {
+    pub(crate) fn on_local(&mut self, command: LocalCommand) {
         match command {
             LocalCommand::Connect { token_hash, to_client, reply } => {
                 self.asks.push(Ask::TokenGrant(Box::new(TokenGrant { token_hash, to_client, reply })));
@@ -121,7 +110,7 @@ impl<S: Store, N: Net> Master<S, N> {
             LocalCommand::Message { peer, msg } => {
                 if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {
                     let (principal, acl) = (principal.clone(), acl.clone());
-                    self.on_client_message(peer, &principal, acl, *msg).await?;
+                    self.on_client_message(peer, &principal, acl, *msg);
                 }
             }
             LocalCommand::Disconnect { peer } => {
@@ -130,7 +119,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
         }
-        Ok(())
     }
 
     /// What a gateway token grants, read from the store: the session it opens, or why it opens

@@ -567,16 +567,16 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Answers one gateway request.
     async fn answer_local(&mut self, command: LocalCommand) {
-        if let Err(error) = self.on_local(command).await {
-            warn!(%error, "store failure while handling a gateway request");
-        }
+        self.on_local(command);
         self.answer_asks().await;
         self.tell_moves();
     }
 
     /// Answers what the handlers asked of the store, oldest first, handing each answer to its
     /// continuation before the next (which may ask again): the one place a handler's store call
-    /// is awaited. Called right after each input's handler, so nothing else happens in between.
+    /// is awaited (a client's request is answered by `admin.rs` and `deploy/`, which still await
+    /// inline). Called right after each input's handler and each stage of the step, so nothing
+    /// else happens in between.
     pub(crate) async fn answer_asks(&mut self) {
         while let Some(ask) = self.asks.next() {
             match ask {
@@ -607,6 +607,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::SetRollout(change) => {
                     let stored = self.store.set_rollout(&change.jid, &change.status).await;
                     self.rollout_stored(*change, stored);
+                }
+                Ask::Request(asked) => {
+                    // Requests read the store: they see every state change made before them.
+                    self.flush().await;
+                    self.answer_request(*asked).await;
                 }
                 Ask::ReadRollout { jid } => {
                     let stored = self.store.job(&jid).await.map(|job| job.and_then(|job| job.summary.rollout));
@@ -734,9 +739,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.sessions.watch(peer, now + self.handshake_timeout());
             }
             RouterEvent::Message { peer, parts } => {
-                if let Err(error) = self.on_message(peer, parts).await {
-                    warn!(%error, "store failure while handling a message");
-                }
+                self.on_message(peer, parts);
             }
             RouterEvent::Disconnected { peer, reason } => {
                 match self.sessions.get(&peer) {

@@ -7,9 +7,10 @@
 //! continuation may ask again; the loop answers until nothing is asked.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
-use halite_protocol::message::{MinionJobState, RolloutStatus};
+use halite_protocol::message::{MinionJobState, PrincipalAcl, Request, RolloutStatus};
 use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
 use tokio::sync::oneshot;
@@ -38,6 +39,18 @@ pub(crate) enum Ask {
     SetRollout(Box<RolloutChange>),
     /// Where a rollout another master changed now is, reread (`Master::rollout_reread` goes on).
     ReadRollout { jid: String },
+    /// A client's request: it reads the store, so it is answered once the step's changes so
+    /// far are written (`Master::answer_request`).
+    Request(Box<ClientRequest>),
+}
+
+/// A request from a client in session, and who asks.
+pub(crate) struct ClientRequest {
+    pub(crate) peer: PeerId,
+    pub(crate) principal: String,
+    /// `None` for root.
+    pub(crate) acl: Option<Arc<PrincipalAcl>>,
+    pub(crate) request: Request,
 }
 
 /// A live rollout moving to a new state, and why.
