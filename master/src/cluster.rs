@@ -1,19 +1,25 @@
 //! Several masters on one store: what one master changes in what every master keeps in memory
 //! is announced through the store and applied by the others at once. Here: accepted keys and
 //! principals (rejecting a key through one master cuts the minion's live session on another),
-//! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`.
+//! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`. An
+//! announcement that needs the store asks for it (`core/asks.rs`) and goes on with the answer;
+//! the reread of everything after missed announcements (`resync`) still awaits the store.
 
 use std::sync::Arc;
 
+use halite_protocol::message::Value;
+use halite_transport::PeerId;
 use tracing::{info, warn};
 
 use crate::authz::{Action, Asker};
+use crate::core::asks::Ask;
 use crate::core::sessions::Conn;
 use crate::metrics::Kind;
 use crate::net::Net;
 use crate::server::Master;
+use crate::store::reads::AcceptedKeys;
 use crate::store::trust::Trust;
-use crate::store::{ClusterChange, Store, StoreError};
+use crate::store::{ClusterChange, PrincipalRecord, Store, StoreError};
 
 /// The most keys another master's change names that are reread one by one rather than all.
 const KEYS_READ_ONE_BY_ONE: usize = 64;
@@ -39,13 +45,16 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Applies a change the master `from` made.
-    pub(crate) async fn on_cluster_change(&mut self, from: &str, change: ClusterChange) -> Result<(), StoreError> {
+    /// Applies a change the master `from` made. What needs the store is asked for; each answer
+    /// carries the change on (a store that fails it means changes may be missed: everything is
+    /// reread, [`Master::cluster_read_failed`]). Whether everything is to be reread now (the
+    /// loop does it: [`Master::resync`]).
+    pub(crate) fn on_cluster_change(&mut self, from: &str, change: ClusterChange) -> bool {
         // Another master's announcement: authenticated by the store layer before it got here,
         // decided like every other request.
         if let Err(denied) = self.access().decide(&Asker::ClusterPeer, &Action::Announce) {
             warn!(master = from, %denied, "announcement refused");
-            return Ok(());
+            return false;
         }
         if change != ClusterChange::Resync {
             self.cluster.heard_from(from, self.clock.now());
@@ -53,33 +62,24 @@ impl<S: Store, N: Net> Master<S, N> {
         match change {
             ClusterChange::Keys { ids } => {
                 // The keys named, one read each; a change too wide for that rereads them all.
-                match &ids {
-                    Some(ids) if ids.len() <= KEYS_READ_ONE_BY_ONE => self.reload_accepted_of(ids).await?,
-                    _ => self.reload_accepted().await?,
-                }
-                let ids = ids.unwrap_or_else(|| self.sessions.online_ids().cloned().collect());
-                for id in ids {
-                    self.drop_if_unaccepted(&id);
-                }
+                let ids = ids.filter(|ids| ids.len() <= KEYS_READ_ONE_BY_ONE);
+                self.asks.push(Ask::ReadKeys { ids });
             }
-            ClusterChange::Principal { name } => {
-                self.reload_principals().await?;
-                self.drop_clients_if_changed(&name);
-                self.recheck_tokens(&name).await?;
-            }
-            ClusterChange::Resync => self.resync().await?,
-            ClusterChange::Job { jid } => self.adopt_job(&jid).await?,
+            ClusterChange::Principal { name } => self.asks.push(Ask::ReadPrincipals { name }),
+            ClusterChange::Resync => return true,
+            ClusterChange::Job { jid } => self.adopt_job(&jid),
             // A job not live here has nothing to stop here (its announcement came first).
             ClusterChange::Cancel { jid } => self.cancel_here(&jid),
             ClusterChange::Event { tag, data } => self.emit(tag, data),
-            ClusterChange::StoredEvent { id, digest } => {
-                if let Some((tag, data)) = self.store.shared_event(id, &digest).await? {
-                    self.emit(tag, data);
-                }
-            }
-            ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states).await?,
+            ClusterChange::StoredEvent { id, digest } => self.asks.push(Ask::ReadSharedEvent { id, digest }),
+            ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states),
             ClusterChange::Rollout { jid } => self.rollout_changed_elsewhere(&jid),
-            ClusterChange::Here { ids } => self.arrived_elsewhere(from, ids).await?,
+            ClusterChange::Here { ids } => {
+                for id in &ids {
+                    self.cluster.arrived(id, from);
+                }
+                self.asks.push(Ask::ReadMinions { ids });
+            }
             ClusterChange::Left { ids } => {
                 for id in ids {
                     self.cluster.left(&id, from);
@@ -91,7 +91,70 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.tell_masters(ClusterChange::Here { ids });
             }
         }
-        Ok(())
+        false
+    }
+
+    /// A read another master's change needed failed: changes may have been missed, so the
+    /// store is reread (`on_tick`) once it answers.
+    pub(crate) fn cluster_read_failed(&mut self, error: &StoreError) {
+        warn!(%error, "store failure while applying another master's change; rereading the store");
+        self.cluster.read_failed();
+    }
+
+    /// The keys another master changed, as reread (those of the ids it named, or all): taken,
+    /// and a session whose key is no longer accepted ends.
+    pub(crate) fn keys_reread(&mut self, read: Result<AcceptedKeys, StoreError>) {
+        let keys = match read {
+            Ok(keys) => keys,
+            Err(error) => return self.cluster_read_failed(&error),
+        };
+        let ids: Vec<String> = match &keys {
+            AcceptedKeys::Of(of) => of.iter().map(|(id, _)| id.clone()).collect(),
+            AcceptedKeys::All(_) => self.sessions.online_ids().cloned().collect(),
+        };
+        self.take_accepted(keys);
+        for id in ids {
+            self.drop_if_unaccepted(&id);
+        }
+    }
+
+    /// The principals as reread after another master changed `name`: its sessions end if it
+    /// changed or went, and its gateway sessions' tokens are looked up again.
+    pub(crate) fn principals_reread(&mut self, name: &str, read: Result<Vec<PrincipalRecord>, StoreError>) {
+        match read {
+            Ok(principals) => self.registry.set_principals(principals),
+            Err(error) => return self.cluster_read_failed(&error),
+        }
+        self.drop_clients_if_changed(name);
+        self.recheck_tokens(name);
+    }
+
+    /// Looks up again the tokens of `principal`'s in-process sessions: those whose token is
+    /// gone (another master revoked it; its announcement names the principal) end
+    /// ([`Master::tokens_rechecked`]).
+    fn recheck_tokens(&mut self, principal: &str) {
+        let tokens = self.sessions.tokens_of(principal);
+        if !tokens.is_empty() {
+            self.asks.push(Ask::RecheckTokens { tokens });
+        }
+    }
+
+    /// The gateway sessions whose token no longer grants anything, as read: they end.
+    pub(crate) fn tokens_rechecked(&mut self, gone: Result<Vec<PeerId>, StoreError>) {
+        match gone {
+            Ok(gone) => self.end_gateway_sessions(gone, "token revoked"),
+            Err(error) => self.cluster_read_failed(&error),
+        }
+    }
+
+    /// An event another master stored to share, as read (`None`: gone, or not the one
+    /// announced): published here.
+    pub(crate) fn shared_event_read(&mut self, read: Result<Option<(String, Value)>, StoreError>) {
+        match read {
+            Ok(Some((tag, data))) => self.emit(tag, data),
+            Ok(None) => {}
+            Err(error) => self.cluster_read_failed(&error),
+        }
     }
 
     /// Rereads everything another master may have changed without this one hearing of it
@@ -123,7 +186,7 @@ impl<S: Store, N: Net> Master<S, N> {
         principals.dedup();
         for name in principals {
             self.drop_clients_if_changed(&name);
-            self.recheck_tokens(&name).await?;
+            self.recheck_tokens(&name);
         }
         // Slots this master decided are written first: its own view is then what the store says.
         self.flush().await;
@@ -135,26 +198,18 @@ impl<S: Store, N: Net> Master<S, N> {
         // Who is where, and the jobs published meanwhile.
         self.tell_masters(ClusterChange::RollCall);
         for jid in self.store.unfinished_jids().await? {
-            self.adopt_job(&jid).await?;
+            self.adopt_job(&jid);
         }
         // And those published and ended while this master heard nothing.
         self.adopt_jobs_published_since(gap_began).await?;
-        self.cluster.resynced();
-        Ok(())
-    }
-
-    /// Looks up again the tokens of `principal`'s in-process sessions and ends those whose
-    /// token is gone: another master revoked it (its announcement names the principal), or
-    /// announcements were missed and everything is reread.
-    async fn recheck_tokens(&mut self, principal: &str) -> Result<(), StoreError> {
-        let now = self.clock.wall_ms();
-        let mut gone = Vec::new();
-        for (peer, hash) in self.sessions.tokens_of(principal) {
-            if self.store.api_token_grant(&hash, now).await?.is_none() {
-                gone.push(peer);
-            }
+        // The jobs and returns asked for are read before the reread counts as done: one that
+        // fails leaves the gap open for the next.
+        self.cluster.take_read_failed();
+        self.answer_asks().await;
+        if self.cluster.take_read_failed() {
+            return Err(StoreError::Unavailable("jobs could not be reread".into()));
         }
-        self.end_gateway_sessions(gone, "token revoked");
+        self.cluster.resynced();
         Ok(())
     }
 

@@ -11,12 +11,14 @@ use std::collections::HashMap;
 use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
+use crate::core::asks::Ask;
 use crate::core::hearing::SlotChange;
 use crate::core::jobs::LiveJob;
 use crate::core::registry::MinionEntry;
 use crate::net::Net;
 use crate::server::{loaded_slots, Master};
-use crate::store::{Announcement, ClusterChange, Store, StoreError};
+use crate::store::reads::StoredJob;
+use crate::store::{Announcement, ClusterChange, MinionRecord, Store, StoreError};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Whether `minion` is served by another live master (and not by this one).
@@ -25,27 +27,38 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
-    /// the targeted minions connected here. Its subscribers here hear of it as they would of a
-    /// job published here, once, whenever this master adopts it: its `new`, then a `ret` for
-    /// every slot already final in the store (announced before this master held the job, those
-    /// are not announced again), and its `done` if it already ended.
-    pub(crate) async fn adopt_job(&mut self, jid: &str) -> Result<(), StoreError> {
-        if self.jobs.get(jid).is_some() || self.jobs.finished_lately(jid) {
-            return Ok(());
+    /// the targeted minions connected here ([`Master::job_loaded`] goes on once it is read).
+    pub(crate) fn adopt_job(&mut self, jid: &str) {
+        if !self.holds_or_finished(jid) {
+            self.asks.push(Ask::LoadJob { jid: jid.to_owned() });
         }
-        let Some((record, states)) = self.store.live_job(jid).await? else { return Ok(()) };
+    }
+
+    fn holds_or_finished(&self, jid: &str) -> bool {
+        self.jobs.get(jid).is_some() || self.jobs.finished_lately(jid)
+    }
+
+    /// A job to adopt, as read. Its subscribers here hear of it as they would of a job
+    /// published here, once, whenever this master adopts it: its `new`, then a `ret` for every
+    /// slot already final in the store (announced before this master held the job, those are
+    /// not announced again), and its `done` if it already ended.
+    pub(crate) fn job_loaded(&mut self, jid: &str, loaded: Result<Option<StoredJob>, StoreError>) {
+        let stored = match loaded {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return,
+            Err(error) => return self.cluster_read_failed(&error),
+        };
+        // Asked for twice in one step (a reread finds it twice): taken once.
+        if self.holds_or_finished(jid) {
+            return;
+        }
+        let StoredJob { record, states, mut returns } = stored;
         // A job signed by a master the cluster key revoked is not taken up (the rows are that
         // master's word, and its minions would refuse it).
         if record.signed.signer_key().is_some_and(|key| self.config.revokes(&key)) {
             warn!(jid, "a job signed by a revoked master is not taken up");
-            return Ok(());
+            return;
         }
-        let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
-        let mut returns: HashMap<String, JobReturn> = if ended.is_empty() {
-            HashMap::new()
-        } else {
-            self.store.returns_of(jid, &ended).await?.into_iter().collect()
-        };
         let minions: Vec<&String> = states.iter().map(|(minion, _)| minion).collect();
         let new = serde_json::json!({ "function": record.function, "target": record.target, "caller": record.caller,
                                       "minions": minions });
@@ -80,7 +93,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.deliver(jid, &minion, peer);
             }
         }
-        Ok(())
     }
 
     /// Tells this master's subscribers of the jobs published from `since_ms` on that it neither
@@ -120,7 +132,7 @@ impl<S: Store, N: Net> Master<S, N> {
             debug!(jobs = missed.len(), "jobs published while this master heard nothing");
         }
         for jid in missed.iter().rev() {
-            self.adopt_job(jid).await?;
+            self.adopt_job(jid);
         }
         Ok(())
     }
@@ -140,7 +152,7 @@ impl<S: Store, N: Net> Master<S, N> {
         unknown.sort();
         for jid in unknown {
             debug!(%jid, "a live job nobody announced; loaded");
-            self.adopt_job(&jid).await?;
+            self.adopt_job(&jid);
         }
         Ok(())
     }
@@ -159,7 +171,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         .filter(|(minion, state)| self.jobs.state(jid, minion) != Some(*state))
                         .collect();
                     if !changed.is_empty() {
-                        self.apply_remote_slots(jid, changed).await?;
+                        self.apply_remote_slots(jid, changed);
                     }
                 }
                 // Purged from the store meanwhile: nothing can still come of it.
@@ -176,20 +188,32 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Slots another master decided (and stored): this master's copy of the job follows, with
-    /// the returns read from the store for its watchers and bus.
-    pub(crate) async fn apply_remote_slots(
+    /// the returns read from the store for its watchers and bus ([`Master::remote_slots_read`]).
+    pub(crate) fn apply_remote_slots(&mut self, jid: &str, states: Vec<(String, MinionJobState)>) {
+        if self.jobs.get(jid).is_none() {
+            // Not known here yet (the announcements crossed): loaded as stored, these included.
+            return self.adopt_job(jid);
+        }
+        // The returns of the slots that ended, in one read: of those minions only, not the whole
+        // job (a fan-out's returns come in many announcements). None ended: no read.
+        if states.iter().any(|(_, state)| state.is_final()) {
+            self.asks.push(Ask::ReadReturns { jid: jid.to_owned(), states });
+        } else {
+            self.remote_slots_read(jid, states, Ok(HashMap::new()));
+        }
+    }
+
+    /// Slots another master decided, with the returns of those that ended, as read.
+    pub(crate) fn remote_slots_read(
         &mut self,
         jid: &str,
         states: Vec<(String, MinionJobState)>,
-    ) -> Result<(), StoreError> {
-        if self.jobs.get(jid).is_none() {
-            // Not known here yet (the announcements crossed): loaded as stored, these included.
-            return self.adopt_job(jid).await;
-        }
-        // The returns of the slots that ended, in one read: of those minions only, not the whole
-        // job (a fan-out's returns come in many announcements). None ended: no query.
-        let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
-        let mut returns: HashMap<String, JobReturn> = self.store.returns_of(jid, &ended).await?.into_iter().collect();
+        returns: Result<HashMap<String, JobReturn>, StoreError>,
+    ) {
+        let mut returns = match returns {
+            Ok(returns) => returns,
+            Err(error) => return self.cluster_read_failed(&error),
+        };
         for (minion, state) in states {
             let was = self.jobs.state(jid, &minion);
             if was.is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {
@@ -204,7 +228,6 @@ impl<S: Store, N: Net> Master<S, N> {
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
             self.slots().moved(jid, &minion, state, ret);
         }
-        Ok(())
     }
 
     /// Announces an event published here; one too large to announce is stored and announced
@@ -222,13 +245,14 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Minions connected to `master`: noted, and their entries (grains) reread, so targets
-    /// resolve against what they announced there.
-    pub(crate) async fn arrived_elsewhere(&mut self, master: &str, ids: Vec<String>) -> Result<(), StoreError> {
-        for id in &ids {
-            self.cluster.arrived(id, master);
-        }
-        for record in self.store.minions_named(&ids).await? {
+    /// What minions connected to another master announced there, as read: targets resolve
+    /// against it here.
+    pub(crate) fn minions_read(&mut self, read: Result<Vec<MinionRecord>, StoreError>) {
+        let records = match read {
+            Ok(records) => records,
+            Err(error) => return self.cluster_read_failed(&error),
+        };
+        for record in records {
             let entry = MinionEntry {
                 grains: record.grains,
                 functions: record.functions,
@@ -237,6 +261,5 @@ impl<S: Store, N: Net> Master<S, N> {
             };
             self.registry.set_minion(record.id, entry);
         }
-        Ok(())
     }
 }

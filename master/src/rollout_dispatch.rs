@@ -204,10 +204,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let status = match stored {
             Ok(Some(status)) => status,
             Ok(None) => return,
-            Err(error) => {
-                warn!(%error, "store failure while applying another master's change; rereading the store");
-                return self.cluster.lost_track();
-            }
+            Err(error) => return self.cluster_read_failed(&error),
         };
         let stopped = status.state == RolloutState::Stopped;
         let Some(run) = self.jobs.get_mut(jid).and_then(|job| job.rollout.as_mut()) else { return };

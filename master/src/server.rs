@@ -49,6 +49,7 @@ use crate::gateway::local::LocalCommand;
 use crate::keys::PendingLimits;
 use crate::limits;
 use crate::net::Net;
+use crate::store::reads::{self, AcceptedKeys};
 use crate::store::{ClusterChange, Heard, Store, StoreError};
 
 /// The `request` an `error` refusing a subscription names.
@@ -333,29 +334,25 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Rereads every accepted key.
     pub(crate) async fn reload_accepted(&mut self) -> Result<(), StoreError> {
-        let keys = self.store.keys().await?;
-        self.registry.set_accepted(
-            keys.into_iter()
-                .filter(|k| k.state == halite_protocol::message::KeyState::Accepted)
-                .map(|k| (k.id, k.public_key)),
-        );
-        self.release_parked();
+        let keys = reads::accepted_keys(&self.store, None).await?;
+        self.take_accepted(keys);
         Ok(())
     }
 
-    /// Rereads the keys of `ids` only: those another master announced it changed. Rereading
-    /// every key (each row's signature checked) for each one changed elsewhere made enrolling N
-    /// minions through several masters cost N² checks on every master.
-    pub(crate) async fn reload_accepted_of(&mut self, ids: &[String]) -> Result<(), StoreError> {
-        for id in ids {
-            let keys = self.store.keys_for(id).await?;
-            // The last accepted row, as a full reread keeps it (`Registry::set_accepted`).
-            let accepted = keys.into_iter().rfind(|k| k.state == halite_protocol::message::KeyState::Accepted);
-            self.registry.set_accepted_of(id, accepted.map(|k| k.public_key));
+    /// Accepted keys as read: the registry takes them, and minions parked while their key was
+    /// pending knock again if theirs is now accepted.
+    pub(crate) fn take_accepted(&mut self, keys: AcceptedKeys) {
+        match keys {
+            AcceptedKeys::All(keys) => self.registry.set_accepted(keys),
+            AcceptedKeys::Of(of) => {
+                for (id, key) in of {
+                    self.registry.set_accepted_of(&id, key);
+                }
+            }
         }
         self.release_parked();
-        Ok(())
     }
 
     /// Serves until `shutdown` completes, then writes what is pending.
@@ -452,10 +449,11 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Input::Cluster(Heard { from, change, .. }) => {
-                if let Err(error) = self.on_cluster_change(&from, change).await {
-                    // Not lost: everything is reread once the store answers (`on_tick`).
-                    warn!(%error, "store failure while applying another master's change; rereading the store");
-                    self.cluster.lost_track();
+                if self.on_cluster_change(&from, change) {
+                    if let Err(error) = self.resync().await {
+                        // Not lost: everything is reread once the store answers (`on_tick`).
+                        self.cluster_read_failed(&error);
+                    }
                 }
             }
             Input::Tick => {
@@ -505,7 +503,8 @@ impl<S: Store, N: Net> Master<S, N> {
         // What the groups announced: heard now, acted upon at the next step.
         self.hear_events();
         self.metrics.alive();
-        debug_assert!(self.asks.is_empty(), "every ask is answered right after the handler that asked");
+        // Every stage above had its asks answered; none is ever left for a later input.
+        self.answer_asks().await;
         self.flush().await;
         self.wake_at = self.plan_wake(tick);
     }
@@ -607,6 +606,36 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::SetRollout(change) => {
                     let stored = self.store.set_rollout(&change.jid, &change.status).await;
                     self.rollout_stored(*change, stored);
+                }
+                Ask::ReadKeys { ids } => {
+                    let read = reads::accepted_keys(&self.store, ids.as_deref()).await;
+                    self.keys_reread(read);
+                }
+                Ask::ReadPrincipals { name } => {
+                    let read = self.store.principals().await;
+                    self.principals_reread(&name, read);
+                }
+                Ask::RecheckTokens { tokens } => {
+                    let gone = reads::tokens_gone(&self.store, &tokens, self.clock.wall_ms()).await;
+                    self.tokens_rechecked(gone);
+                }
+                Ask::LoadJob { jid } => {
+                    let loaded = reads::job_with_returns(&self.store, &jid).await;
+                    self.job_loaded(&jid, loaded);
+                }
+                Ask::ReadReturns { jid, states } => {
+                    let ended: Vec<String> =
+                        states.iter().filter(|(_, s)| s.is_final()).map(|(m, _)| m.clone()).collect();
+                    let returns = reads::returns_of(&self.store, &jid, &ended).await;
+                    self.remote_slots_read(&jid, states, returns);
+                }
+                Ask::ReadSharedEvent { id, digest } => {
+                    let read = self.store.shared_event(id, &digest).await;
+                    self.shared_event_read(read);
+                }
+                Ask::ReadMinions { ids } => {
+                    let read = self.store.minions_named(&ids).await;
+                    self.minions_read(read);
                 }
                 Ask::Request(asked) => {
                     // Requests read the store: they see every state change made before them.

@@ -42,6 +42,24 @@ pub(crate) enum Ask {
     /// A client's request: it reads the store, so it is answered once the step's changes so
     /// far are written (`Master::answer_request`).
     Request(Box<ClientRequest>),
+    /// Keys another master changed, reread: those of `ids`, or every key
+    /// (`Master::keys_reread` goes on).
+    ReadKeys { ids: Option<Vec<String>> },
+    /// Principals another master changed, reread; `name`'s sessions follow
+    /// (`Master::principals_reread` goes on).
+    ReadPrincipals { name: String },
+    /// Whether the tokens of these gateway sessions still grant anything
+    /// (`Master::tokens_rechecked` goes on).
+    RecheckTokens { tokens: Vec<(PeerId, [u8; 32])> },
+    /// A job this master does not hold, as stored, with the returns of its ended slots
+    /// (`Master::job_loaded` goes on).
+    LoadJob { jid: String },
+    /// The returns of the slots another master ended (`Master::remote_slots_read` goes on).
+    ReadReturns { jid: String, states: Vec<(String, MinionJobState)> },
+    /// An event another master stored to share (`Master::shared_event_read` goes on).
+    ReadSharedEvent { id: i64, digest: String },
+    /// What minions connected to another master announced there (`Master::minions_read` goes on).
+    ReadMinions { ids: Vec<String> },
 }
 
 /// A request from a client in session, and who asks.
@@ -133,6 +151,7 @@ impl Asks {
         self.waiting.pop_front()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }

@@ -36,6 +36,9 @@ pub(crate) struct ClusterView {
     /// Whether this master may have missed changes (its listener was cut, the store did not
     /// answer, an announcement could not be applied): it rereads the store until it succeeds.
     needs_resync: bool,
+    /// Whether a read an announcement or a reread asked for failed since the last look
+    /// ([`ClusterView::take_read_failed`]): a reread that asked for it did not succeed.
+    read_failed: bool,
     /// The store's count of interruptions last seen (see `Store::interruptions`).
     interruptions_seen: u64,
     /// Rereads tried since the last that succeeded.
@@ -128,6 +131,19 @@ impl ClusterView {
     /// This master may have missed changes: it rereads the store until that succeeds.
     pub(crate) fn lost_track(&mut self) {
         self.needs_resync = true;
+    }
+
+    /// A read another master's change, or a reread, asked for failed: changes may have been
+    /// missed.
+    pub(crate) fn read_failed(&mut self) {
+        self.read_failed = true;
+        self.needs_resync = true;
+    }
+
+    /// Whether a read failed since the last call. A reread whose reads failed is not done: the
+    /// gap it covers stays open for the next.
+    pub(crate) fn take_read_failed(&mut self) -> bool {
+        std::mem::take(&mut self.read_failed)
     }
 
     /// Whether a reread of the store is due.
@@ -276,6 +292,16 @@ mod tests {
         view.resynced();
         assert!(!view.needs_resync());
         assert_eq!(view.resync_begins(1_000_010), (true, 1_000_000), "not before this master joined");
+    }
+
+    #[test]
+    fn a_failed_read_makes_a_reread_due_and_is_told_once() {
+        let mut view = ClusterView::shared(0);
+        assert!(!view.take_read_failed());
+        view.read_failed();
+        assert!(view.needs_resync());
+        assert!(view.take_read_failed());
+        assert!(!view.take_read_failed(), "told once");
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! is granted once read, and each outcome, failures included, reaches the one who asked within
 //! the step that asked.
 
-use halite_protocol::message::{ErrorKind, JobSpec, Message, PublishRequest};
+use halite_protocol::message::{ErrorKind, JobSpec, Message, PublishRequest, RequestBody, ResponseBody};
 use halite_protocol::message::{MinionJobState, Target, TargetKind};
 
 use super::Sim;
+use crate::core::sessions::Conn;
 use crate::gateway::local::LocalCommand;
 use crate::gateway::local_queue::local_queue;
 use crate::server::Input;
@@ -54,6 +55,7 @@ fn a_job_a_minion_publishes_that_cannot_be_stored_is_refused_to_it_and_sent_nowh
                 && e.message.contains("could not be stored") && e.request.as_deref() == Some("7"))),
             "{answer:?}"
         );
+        assert!(!answer.iter().any(|m| matches!(m, Message::Published(_))), "{answer:?}");
         assert!(db1.jobs(&sim).is_empty(), "nothing of the job was sent");
         assert!(sim.master.jobs.get(&clash).is_none(), "the refused publish never went live");
         assert_eq!(sim.master.jobs.len(), 1, "only root's first job is live");
@@ -99,27 +101,41 @@ fn a_knock_with_a_token_while_the_store_is_away_closes_then_is_told_the_tokens_p
     });
 }
 
-/// A gateway token is read from the store before a session opens: unknown, it is refused; with
-/// the store away, the reply is dropped (the gateway answers that as unavailable), never left
-/// waiting.
+/// A gateway token is read from the store before a session opens: a known one opens a session
+/// as its principal, an unknown one is refused, and with the store away the reply is dropped
+/// (the gateway answers that as unavailable) and no session opens: never left waiting.
 #[test]
 fn a_gateway_token_opens_a_session_only_once_the_store_granted_it() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        let connect = |byte: u8| {
+        let mut root = sim.root().await;
+        let body = RequestBody::ApiTokenCreate { principal: "root".into(), ttl_ms: Some(60_000) };
+        let Ok(ResponseBody::ApiToken(token)) = sim.request(&mut root, body).await else { panic!("a gateway token") };
+        let connect = |hash: [u8; 32]| {
             let (to_client, _inbox) = local_queue();
             let (reply, answer) = tokio::sync::oneshot::channel();
-            (Input::Local(LocalCommand::Connect { token_hash: [byte; 32], to_client, reply }), answer)
+            (Input::Local(LocalCommand::Connect { token_hash: hash, to_client, reply }), answer)
         };
-        let (input, answer) = connect(1);
+        let local_sessions =
+            |sim: &Sim| sim.master.sessions.iter().filter(|(_, c)| matches!(c, Conn::Local { .. })).count();
+
+        let (input, mut answer) = connect(crate::keys::token_hash(&token));
         sim.step(input).await;
-        assert_eq!(answer.await.expect("answered").err(), Some(TokenRefused::Unknown));
+        let opened = answer.try_recv().expect("answered within the step").expect("granted");
+        assert_eq!(opened.principal, "root");
+        assert_eq!(local_sessions(&sim), 1);
+
+        let (input, mut answer) = connect([1; 32]);
+        sim.step(input).await;
+        assert_eq!(answer.try_recv().expect("answered within the step").err(), Some(TokenRefused::Unknown));
 
         let away = sim.store().take_away().await.expect("open");
-        let (input, answer) = connect(2);
+        let (input, mut answer) = connect(crate::keys::token_hash(&token));
         sim.step(input).await;
-        assert!(answer.await.is_err(), "no grant could be read: the reply is dropped");
+        let dropped = matches!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed));
+        assert!(dropped, "dropped, not pending");
         sim.store().give_back(away).await;
+        assert_eq!(local_sessions(&sim), 1, "no session opened without a grant");
         assert!(sim.master.asks.is_empty());
     });
 }

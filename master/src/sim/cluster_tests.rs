@@ -559,3 +559,26 @@ fn revocation_of(master: &halite_protocol::identity::PublicIdentity) -> String {
     let cluster = halite_protocol::identity::IdentityKey::from_seed(&[45; 32]);
     halite_protocol::noise::Revocation::issue(&cluster, master).to_hex()
 }
+
+/// A job another master announced, read while the store does not answer: not lost. The read's
+/// failure makes a reread of the store due, and the reread, once the store answers, takes the
+/// job up and sends it to the minion connected here.
+#[test]
+fn a_job_announced_while_the_store_is_away_is_taken_up_by_the_reread() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        let mut web1 = sim.minion("web1").await;
+        let job = job_of_b(&sim, "20261122000000000063");
+        sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+        let away = sim.store().take_away().await.expect("open");
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
+        assert!(web1.jobs(&sim).is_empty());
+        assert!(sim.master.jobs.get(&job.jid).is_none());
+        assert!(sim.master.cluster.needs_resync(), "a reread is due");
+        sim.store().give_back(away).await;
+        sim.advance(Duration::from_millis(200)).await;
+        assert!(!sim.master.cluster.needs_resync(), "the reread succeeded");
+        assert_eq!(web1.jobs(&sim).len(), 1, "the job reached the minion connected here");
+    });
+}

@@ -12,6 +12,7 @@ mod deploy_records;
 mod deploy_sql;
 mod migrate;
 mod postgres;
+pub(crate) mod reads;
 mod records;
 mod select;
 mod signed_rows;

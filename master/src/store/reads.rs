@@ -1,0 +1,79 @@
+//! Reads that answer one ask with more than one store call: the keys another master changed,
+//! a job with the returns of its ended slots, the gateway tokens that no longer grant anything.
+//! The loop makes them (`Master::answer_asks`); they touch nothing but the store.
+
+use std::collections::HashMap;
+
+use halite_protocol::message::{JobReturn, KeyState, MinionJobState};
+use halite_transport::PeerId;
+
+use super::{JobRecord, Store, StoreError};
+
+/// Accepted keys as reread.
+#[derive(Debug)]
+pub(crate) enum AcceptedKeys {
+    /// Every accepted key.
+    All(Vec<(String, [u8; 32])>),
+    /// The accepted key of each id named (the last accepted row, as a full reread keeps it),
+    /// `None` for an id with none.
+    Of(Vec<(String, Option<[u8; 32]>)>),
+}
+
+/// The accepted keys of `ids`, one read each, or all of them (`None`).
+pub(crate) async fn accepted_keys<S: Store>(store: &S, ids: Option<&[String]>) -> Result<AcceptedKeys, StoreError> {
+    let Some(ids) = ids else {
+        let keys = store.keys().await?;
+        let accepted = keys.into_iter().filter(|k| k.state == KeyState::Accepted).map(|k| (k.id, k.public_key));
+        return Ok(AcceptedKeys::All(accepted.collect()));
+    };
+    let mut of = Vec::with_capacity(ids.len());
+    for id in ids {
+        let keys = store.keys_for(id).await?;
+        let accepted = keys.into_iter().rfind(|k| k.state == KeyState::Accepted);
+        of.push((id.clone(), accepted.map(|k| k.public_key)));
+    }
+    Ok(AcceptedKeys::Of(of))
+}
+
+/// A job as stored, with the returns of its slots already final.
+#[derive(Debug)]
+pub(crate) struct StoredJob {
+    pub(crate) record: JobRecord,
+    pub(crate) states: Vec<(String, MinionJobState)>,
+    pub(crate) returns: HashMap<String, JobReturn>,
+}
+
+/// Job `jid` if it is stored, with the returns of its ended slots (none read when none ended).
+pub(crate) async fn job_with_returns<S: Store>(store: &S, jid: &str) -> Result<Option<StoredJob>, StoreError> {
+    let Some((record, states)) = store.live_job(jid).await? else { return Ok(None) };
+    let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
+    let returns = if ended.is_empty() { HashMap::new() } else { returns_of(store, jid, &ended).await? };
+    Ok(Some(StoredJob { record, states, returns }))
+}
+
+/// The returns of `minions`' slots of job `jid`, by minion (no query for none).
+pub(crate) async fn returns_of<S: Store>(
+    store: &S,
+    jid: &str,
+    minions: &[String],
+) -> Result<HashMap<String, JobReturn>, StoreError> {
+    if minions.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(store.returns_of(jid, minions).await?.into_iter().collect())
+}
+
+/// Of the sessions' tokens, those that grant nothing any more (revoked, expired) at `now_ms`.
+pub(crate) async fn tokens_gone<S: Store>(
+    store: &S,
+    tokens: &[(PeerId, [u8; 32])],
+    now_ms: u64,
+) -> Result<Vec<PeerId>, StoreError> {
+    let mut gone = Vec::new();
+    for (peer, hash) in tokens {
+        if store.api_token_grant(hash, now_ms).await?.is_none() {
+            gone.push(*peer);
+        }
+    }
+    Ok(gone)
+}
