@@ -60,11 +60,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.cluster.heard_from(from, self.clock.now());
         }
         match change {
-            ClusterChange::Keys { ids } => {
-                // The keys named, one read each; a change too wide for that rereads them all.
-                let ids = ids.filter(|ids| ids.len() <= KEYS_READ_ONE_BY_ONE);
-                self.asks.push(Ask::ReadKeys { ids });
-            }
+            ClusterChange::Keys { ids } => self.asks.push(Ask::ReadKeys { ids }),
             ClusterChange::Principal { name } => self.asks.push(Ask::ReadPrincipals { name }),
             ClusterChange::Resync => return true,
             ClusterChange::Job { jid } => self.adopt_job(&jid),
@@ -97,21 +93,27 @@ impl<S: Store, N: Net> Master<S, N> {
     /// A read another master's change needed failed: changes may have been missed, so the
     /// store is reread (`on_tick`) once it answers.
     pub(crate) fn cluster_read_failed(&mut self, error: &StoreError) {
-        warn!(%error, "store failure while applying another master's change; rereading the store");
+        // Said once in a while: a read that keeps failing is tried at every reread (100 ms).
+        if self.notices.ready("store:cluster_read", std::time::Duration::from_secs(10), self.clock.now()) {
+            warn!(%error, "store failure while applying another master's change; rereading the store");
+        }
         self.cluster.read_failed();
     }
 
-    /// The keys another master changed, as reread (those of the ids it named, or all): taken,
-    /// and a session whose key is no longer accepted ends.
-    pub(crate) fn keys_reread(&mut self, read: Result<AcceptedKeys, StoreError>) {
+    /// Which keys to reread for a change naming `ids` (`None`: any): those named, one read
+    /// each, or all of them when the change is too wide for that.
+    pub(crate) fn keys_to_read(ids: Option<&[String]>) -> Option<&[String]> {
+        ids.filter(|ids| ids.len() <= KEYS_READ_ONE_BY_ONE)
+    }
+
+    /// The keys another master changed (those of `ids`, or any), as reread: taken, and a minion
+    /// named (or, for any, one online) whose key is no longer accepted is forgotten and cut.
+    pub(crate) fn keys_reread(&mut self, ids: Option<Vec<String>>, read: Result<AcceptedKeys, StoreError>) {
         let keys = match read {
             Ok(keys) => keys,
             Err(error) => return self.cluster_read_failed(&error),
         };
-        let ids: Vec<String> = match &keys {
-            AcceptedKeys::Of(of) => of.iter().map(|(id, _)| id.clone()).collect(),
-            AcceptedKeys::All(_) => self.sessions.online_ids().cloned().collect(),
-        };
+        let ids = ids.unwrap_or_else(|| self.sessions.online_ids().cloned().collect());
         self.take_accepted(keys);
         for id in ids {
             self.drop_if_unaccepted(&id);
@@ -188,6 +190,8 @@ impl<S: Store, N: Net> Master<S, N> {
             self.drop_clients_if_changed(&name);
             self.recheck_tokens(&name);
         }
+        // A read failed before this reread is covered by it; one failed during it is not.
+        self.cluster.take_read_failed();
         // Slots this master decided are written first: its own view is then what the store says.
         self.flush().await;
         if self.pending.has_states() {
@@ -200,11 +204,12 @@ impl<S: Store, N: Net> Master<S, N> {
         for jid in self.store.unfinished_jids().await? {
             self.adopt_job(&jid);
         }
+        // Taken up before the gap is looked at, so a live job is not counted among those missed.
+        self.answer_asks().await;
         // And those published and ended while this master heard nothing.
         self.adopt_jobs_published_since(gap_began).await?;
         // The jobs and returns asked for are read before the reread counts as done: one that
         // fails leaves the gap open for the next.
-        self.cluster.take_read_failed();
         self.answer_asks().await;
         if self.cluster.take_read_failed() {
             return Err(StoreError::Unavailable("jobs could not be reread".into()));

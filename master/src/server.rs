@@ -608,8 +608,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.rollout_stored(*change, stored);
                 }
                 Ask::ReadKeys { ids } => {
-                    let read = reads::accepted_keys(&self.store, ids.as_deref()).await;
-                    self.keys_reread(read);
+                    let read = reads::accepted_keys(&self.store, Self::keys_to_read(ids.as_deref())).await;
+                    self.keys_reread(ids, read);
                 }
                 Ask::ReadPrincipals { name } => {
                     let read = self.store.principals().await;
@@ -620,7 +620,11 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.tokens_rechecked(gone);
                 }
                 Ask::LoadJob { jid } => {
-                    let loaded = reads::job_with_returns(&self.store, &jid).await;
+                    // A revoked master's job is refused before anything more of it is read.
+                    let revoked = |record: &crate::store::JobRecord| {
+                        record.signed.signer_key().is_some_and(|key| self.config.revokes(&key))
+                    };
+                    let loaded = reads::job_with_returns(&self.store, &jid, revoked).await;
                     self.job_loaded(&jid, loaded);
                 }
                 Ask::ReadReturns { jid, states } => {
@@ -1086,6 +1090,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 debug!(%error, "comparing live jobs with the store failed");
                 self.cluster.lost_track();
             }
+            // What the sweep found is taken before any deadline here is judged.
+            self.answer_asks().await;
         }
     }
 

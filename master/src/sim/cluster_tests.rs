@@ -582,3 +582,30 @@ fn a_job_announced_while_the_store_is_away_is_taken_up_by_the_reread() {
         assert_eq!(web1.jobs(&sim).len(), 1, "the job reached the minion connected here");
     });
 }
+
+/// Another master deleted more keys at once than are reread one by one: every key is reread,
+/// and each minion the change names, online or not, is forgotten here.
+#[test]
+fn a_wide_key_change_forgets_every_minion_it_names_offline_ones_included() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        let ids: Vec<String> = (0..70).map(|i| format!("web{i}")).collect();
+        for id in &ids {
+            let minion = sim.minion(id).await;
+            minion.disconnect(&mut sim).await;
+        }
+        for id in &ids {
+            for key in sim.store().keys_for(id).await.unwrap() {
+                sim.store().delete_key(id, &key.public_key).await.unwrap();
+            }
+        }
+        assert!(sim.master.registry.minion("web69").is_some());
+        let change = ClusterChange::Keys { ids: Some(ids.clone()) };
+        sim.step(Input::Cluster(Heard::new("b".into(), change))).await;
+        for id in &ids {
+            assert!(!sim.master.registry.has_accepted(id), "{id}");
+            assert!(sim.master.registry.minion(id).is_none(), "{id} forgotten");
+        }
+    });
+}

@@ -43,9 +43,18 @@ pub(crate) struct StoredJob {
     pub(crate) returns: HashMap<String, JobReturn>,
 }
 
-/// Job `jid` if it is stored, with the returns of its ended slots (none read when none ended).
-pub(crate) async fn job_with_returns<S: Store>(store: &S, jid: &str) -> Result<Option<StoredJob>, StoreError> {
+/// Job `jid` if it is stored, with the returns of its ended slots: none read when none ended,
+/// nor for a job `refused` refuses (it is not taken up: reading more of it is work its writer
+/// could make fail).
+pub(crate) async fn job_with_returns<S: Store>(
+    store: &S,
+    jid: &str,
+    refused: impl Fn(&JobRecord) -> bool,
+) -> Result<Option<StoredJob>, StoreError> {
     let Some((record, states)) = store.live_job(jid).await? else { return Ok(None) };
+    if refused(&record) {
+        return Ok(Some(StoredJob { record, states, returns: HashMap::new() }));
+    }
     let ended: Vec<String> = states.iter().filter(|(_, state)| state.is_final()).map(|(m, _)| m.clone()).collect();
     let returns = if ended.is_empty() { HashMap::new() } else { returns_of(store, jid, &ended).await? };
     Ok(Some(StoredJob { record, states, returns }))
@@ -76,4 +85,43 @@ pub(crate) async fn tokens_gone<S: Store>(
         }
     }
     Ok(gone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{SqliteStore, StateChange};
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    }
+
+    /// A job is read with the returns of its ended slots, unless it is refused: then nothing
+    /// more of it is read.
+    #[test]
+    fn a_job_is_read_with_its_returns_unless_refused() {
+        rt().block_on(async {
+            let store = SqliteStore::in_memory().await.expect("store");
+            let job = crate::store::test_job("20261127000000000001", 1_000);
+            let states = [("web1".to_owned(), MinionJobState::Sent), ("web2".to_owned(), MinionJobState::Sent)];
+            store.insert_job(&job, &states).await.expect("insert");
+            let ret = JobReturn { minion: "web1".into(), ..crate::sim::ret(&job.jid) };
+            let change = StateChange {
+                jid: job.jid.clone(),
+                minion: "web1".into(),
+                state: MinionJobState::Returned,
+                ret: Some(ret.clone()),
+                at_ms: 2_000,
+                late: false,
+            };
+            store.set_states(&[change]).await.expect("states");
+
+            let read = job_with_returns(&store, &job.jid, |_| false).await.expect("read").expect("stored");
+            assert_eq!(read.returns.get("web1"), Some(&ret));
+            let refused = job_with_returns(&store, &job.jid, |_| true).await.expect("read").expect("stored");
+            assert!(refused.returns.is_empty(), "nothing more read of a refused job");
+            assert_eq!(refused.states.len(), 2);
+            assert!(job_with_returns(&store, "20261127000000000002", |_| false).await.expect("read").is_none());
+        });
+    }
 }
