@@ -3,7 +3,8 @@
 //! principals (rejecting a key through one master cuts the minion's live session on another),
 //! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`. An
 //! announcement that needs the store asks for it (`core/asks.rs`) and goes on with the answer;
-//! the reread of everything after missed announcements (`resync`) still awaits the store.
+//! the reread of everything after missed announcements (`resync`), the loop's announcements
+//! and the store's trust still await the store here.
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use crate::net::Net;
 use crate::server::Master;
 use crate::store::reads::AcceptedKeys;
 use crate::store::trust::Trust;
-use crate::store::{ClusterChange, PrincipalRecord, Store, StoreError};
+use crate::store::{Announcement, ClusterChange, PrincipalRecord, Store, StoreError};
 
 /// The most keys another master's change names that are reread one by one rather than all.
 const KEYS_READ_ONE_BY_ONE: usize = 64;
@@ -42,6 +43,21 @@ impl<S: Store, N: Net> Master<S, N> {
                     break;
                 }
             }
+        }
+    }
+
+    /// Announces an event published here; one too large to announce is stored and announced
+    /// by id.
+    pub(crate) async fn share_event(&mut self, tag: String, data: halite_protocol::message::Value) {
+        let change = ClusterChange::Event { tag, data };
+        if Announcement::fits(self.store.instance(), &change) {
+            return self.tell_masters(change);
+        }
+        let ClusterChange::Event { tag, data } = change else { return };
+        let digest = crate::store::event_digest(&tag, &serde_json::to_string(&data).unwrap_or_else(|_| "null".into()));
+        match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
+            Ok(id) => self.tell_masters(ClusterChange::StoredEvent { id, digest }),
+            Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
     }
 
@@ -198,7 +214,7 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(StoreError::Unavailable("job states could not be written".into()));
         }
         let held = self.jobs.jids();
-        self.reread_jobs(&held).await?;
+        self.reread_jobs(&held);
         // Who is where, and the jobs published meanwhile.
         self.tell_masters(ClusterChange::RollCall);
         for jid in self.store.unfinished_jids().await? {
@@ -207,7 +223,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // Taken up before the gap is looked at, so a live job is not counted among those missed.
         self.answer_asks().await;
         // And those published and ended while this master heard nothing.
-        self.adopt_jobs_published_since(gap_began).await?;
+        self.adopt_jobs_published_since(gap_began);
         // The jobs and returns asked for are read before the reread counts as done: one that
         // fails leaves the gap open for the next.
         self.answer_asks().await;

@@ -18,7 +18,7 @@ use crate::core::registry::MinionEntry;
 use crate::net::Net;
 use crate::server::{loaded_slots, Master};
 use crate::store::reads::StoredJob;
-use crate::store::{Announcement, ClusterChange, MinionRecord, Store, StoreError};
+use crate::store::{MinionRecord, Store, StoreError, UnfinishedJob};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Whether `minion` is served by another live master (and not by this one).
@@ -96,37 +96,25 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Tells this master's subscribers of the jobs published from `since_ms` on that it neither
-    /// holds nor finished: one that began and ended while it heard nothing (its listener cut,
-    /// the store away) is adopted like any other, its `new`, `ret`s and `done` once, oldest
-    /// first. At most [`GAP_JOBS_MAX`](crate::core::cluster_view::GAP_JOBS_MAX), the newest.
-    pub(crate) async fn adopt_jobs_published_since(&mut self, since_ms: u64) -> Result<(), StoreError> {
-        const PAGE: u32 = 500;
-        let first = halite_protocol::time::compact_utc(since_ms.saturating_mul(1_000));
-        let mut missed: Vec<String> = Vec::new();
-        let mut before: Option<String> = None;
-        'pages: loop {
-            let page = self.store.jobs(before.as_deref(), PAGE, false).await?;
-            for listing in &page {
-                let jid = &listing.summary.jid;
-                if *jid < first {
-                    break 'pages;
-                }
-                if self.jobs.get(jid).is_none() && !self.jobs.finished_lately(jid) {
-                    missed.push(jid.clone());
-                    if missed.len() == crate::core::cluster_view::GAP_JOBS_MAX {
-                        warn!(
-                            jobs = missed.len(),
-                            "more jobs were published while this master heard nothing; \
-                               its subscribers are told of the newest only"
-                        );
-                        break 'pages;
-                    }
-                }
-            }
-            match page.last() {
-                Some(last) if page.len() == PAGE as usize => before = Some(last.summary.jid.clone()),
-                _ => break,
-            }
+    /// holds nor finished ([`Master::missed_jobs_read`] goes on once they are read).
+    pub(crate) fn adopt_jobs_published_since(&mut self, since_ms: u64) {
+        self.asks.push(Ask::ReadMissedJobs { since_ms });
+    }
+
+    /// The jobs this master missed, newest first (and whether there were more than it takes
+    /// up): one that began and ended while it heard nothing (its listener cut, the store away)
+    /// is adopted like any other, its `new`, `ret`s and `done` once, oldest first. At most
+    /// [`GAP_JOBS_MAX`](crate::core::cluster_view::GAP_JOBS_MAX), the newest.
+    pub(crate) fn missed_jobs_read(&mut self, read: Result<(Vec<String>, bool), StoreError>) {
+        let (missed, more) = match read {
+            Ok(read) => read,
+            Err(error) => return self.cluster_read_failed(&error),
+        };
+        if more {
+            warn!(
+                jobs = missed.len(),
+                "more jobs were published while this master heard nothing; its subscribers are told of the newest only"
+            );
         }
         if !missed.is_empty() {
             debug!(jobs = missed.len(), "jobs published while this master heard nothing");
@@ -134,19 +122,30 @@ impl<S: Store, N: Net> Master<S, N> {
         for jid in missed.iter().rev() {
             self.adopt_job(jid);
         }
-        Ok(())
     }
 
-    /// Compares the jobs this master holds with the store's live ones: a job live in the store
-    /// that it does not hold is loaded (a master that died between storing a job and
-    /// announcing it leaves it to the others, who find it here), and one it holds that the
-    /// store has ended is reread (an announcement lost on the way).
-    pub(crate) async fn sweep_jobs(&mut self) -> Result<(), StoreError> {
-        let live: std::collections::HashSet<String> = self.store.unfinished_jids().await?.into_iter().collect();
+    /// Compares the jobs this master holds with the store's live ones
+    /// ([`Master::live_jobs_read`] goes on once they are read).
+    pub(crate) fn sweep_jobs(&mut self) {
+        self.asks.push(Ask::ReadLiveJobs);
+    }
+
+    /// The jobs live in the store, as read: one live there that this master does not hold is
+    /// loaded (a master that died between storing a job and announcing it leaves it to the
+    /// others, who find it here), and one it holds that the store has ended is reread (an
+    /// announcement lost on the way).
+    pub(crate) fn live_jobs_read(&mut self, read: Result<Vec<String>, StoreError>) {
+        let live: std::collections::HashSet<String> = match read {
+            Ok(live) => live.into_iter().collect(),
+            Err(error) => {
+                debug!(%error, "comparing live jobs with the store failed");
+                return self.cluster.lost_track();
+            }
+        };
         let ended_elsewhere: Vec<String> = self.jobs.jids().into_iter().filter(|jid| !live.contains(jid)).collect();
         if !ended_elsewhere.is_empty() {
             debug!(jobs = ended_elsewhere.len(), "jobs ended in the store but live here; reread");
-            self.reread_jobs(&ended_elsewhere).await?;
+            self.reread_jobs(&ended_elsewhere);
         }
         let mut unknown: Vec<String> = live.into_iter().filter(|jid| self.jobs.get(jid).is_none()).collect();
         unknown.sort();
@@ -154,37 +153,44 @@ impl<S: Store, N: Net> Master<S, N> {
             debug!(%jid, "a live job nobody announced; loaded");
             self.adopt_job(&jid);
         }
-        Ok(())
     }
 
     /// Brings this master's copy of each job in `jids` to the states the store holds (the
-    /// changes it missed are applied as if announced).
-    pub(crate) async fn reread_jobs(&mut self, jids: &[String]) -> Result<(), StoreError> {
+    /// changes it missed are applied as if announced: [`Master::job_reread`]).
+    pub(crate) fn reread_jobs(&mut self, jids: &[String]) {
         for jid in jids {
-            if self.jobs.get(jid).is_none() {
-                continue;
+            if self.jobs.get(jid).is_some() {
+                self.asks.push(Ask::RereadJob { jid: jid.clone() });
             }
-            match self.store.live_job(jid).await? {
-                Some((_, states)) => {
-                    let changed: Vec<(String, MinionJobState)> = states
-                        .into_iter()
-                        .filter(|(minion, state)| self.jobs.state(jid, minion) != Some(*state))
-                        .collect();
-                    if !changed.is_empty() {
-                        self.apply_remote_slots(jid, changed);
-                    }
+        }
+    }
+
+    /// A job held here, as the store holds it (`None`: purged).
+    pub(crate) fn job_reread(&mut self, jid: &str, read: Result<Option<UnfinishedJob>, StoreError>) {
+        let stored = match read {
+            Ok(stored) => stored,
+            Err(error) => return self.cluster_read_failed(&error),
+        };
+        if self.jobs.get(jid).is_none() {
+            return;
+        }
+        match stored {
+            Some((_, states)) => {
+                let changed: Vec<(String, MinionJobState)> =
+                    states.into_iter().filter(|(minion, state)| self.jobs.state(jid, minion) != Some(*state)).collect();
+                if !changed.is_empty() {
+                    self.apply_remote_slots(jid, changed);
                 }
-                // Purged from the store meanwhile: nothing can still come of it.
-                None => {
-                    // Its events are heard while it lives (who may receive them depends on it).
-                    self.hear_events();
-                    if let Some(job) = self.jobs.remove(jid) {
-                        self.watchers.done(job.watchers, jid);
-                    }
+            }
+            // Purged from the store meanwhile: nothing can still come of it.
+            None => {
+                // Its events are heard while it lives (who may receive them depends on it).
+                self.hear_events();
+                if let Some(job) = self.jobs.remove(jid) {
+                    self.watchers.done(job.watchers, jid);
                 }
             }
         }
-        Ok(())
     }
 
     /// Slots another master decided (and stored): this master's copy of the job follows, with
@@ -227,21 +233,6 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
             self.slots().moved(jid, &minion, state, ret);
-        }
-    }
-
-    /// Announces an event published here; one too large to announce is stored and announced
-    /// by id.
-    pub(crate) async fn share_event(&mut self, tag: String, data: halite_protocol::message::Value) {
-        let change = ClusterChange::Event { tag, data };
-        if Announcement::fits(self.store.instance(), &change) {
-            return self.tell_masters(change);
-        }
-        let ClusterChange::Event { tag, data } = change else { return };
-        let digest = crate::store::event_digest(&tag, &serde_json::to_string(&data).unwrap_or_else(|_| "null".into()));
-        match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
-            Ok(id) => self.tell_masters(ClusterChange::StoredEvent { id, digest }),
-            Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
     }
 

@@ -641,6 +641,21 @@ impl<S: Store, N: Net> Master<S, N> {
                     let read = self.store.minions_named(&ids).await;
                     self.minions_read(read);
                 }
+                Ask::ReadLiveJobs => {
+                    let read = self.store.unfinished_jids().await;
+                    self.live_jobs_read(read);
+                }
+                Ask::RereadJob { jid } => {
+                    let read = self.store.live_job(&jid).await;
+                    self.job_reread(&jid, read);
+                }
+                Ask::ReadMissedJobs { since_ms } => {
+                    let jobs = &self.jobs;
+                    let missed = |jid: &str| jobs.get(jid).is_none() && !jobs.finished_lately(jid);
+                    let max = crate::core::cluster_view::GAP_JOBS_MAX;
+                    let read = reads::jobs_missed(&self.store, since_ms, max, missed).await;
+                    self.missed_jobs_read(read);
+                }
                 Ask::Request(asked) => {
                     // Requests read the store: they see every state change made before them.
                     self.flush().await;
@@ -1086,11 +1101,8 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.sweep_due(now) {
             // Slots this master ended are written first: a job it finished must not look live.
             self.flush().await;
-            if let Err(error) = self.sweep_jobs().await {
-                debug!(%error, "comparing live jobs with the store failed");
-                self.cluster.lost_track();
-            }
-            // What the sweep found is taken before any deadline here is judged.
+            self.sweep_jobs();
+            // What the sweep finds is taken before any deadline here is judged.
             self.answer_asks().await;
         }
     }

@@ -60,6 +60,14 @@ pub(crate) enum Ask {
     ReadSharedEvent { id: i64, digest: String },
     /// What minions connected to another master announced there (`Master::minions_read` goes on).
     ReadMinions { ids: Vec<String> },
+    /// The jobs live in the store, to compare with those held here (`Master::live_jobs_read`
+    /// goes on).
+    ReadLiveJobs,
+    /// A job held here, reread as stored (`Master::job_reread` goes on).
+    RereadJob { jid: String },
+    /// The jobs published from `since_ms` (wall time) on that this master neither holds nor
+    /// finished (`Master::missed_jobs_read` goes on).
+    ReadMissedJobs { since_ms: u64 },
 }
 
 /// A request from a client in session, and who asks.

@@ -609,3 +609,24 @@ fn a_wide_key_change_forgets_every_minion_it_names_offline_ones_included() {
         }
     });
 }
+
+/// The sweep that compares the jobs held here with the store's live ones cannot read them:
+/// a reread is due, and once the store answers, the job nobody announced is found and sent.
+#[test]
+fn a_sweep_that_cannot_read_the_store_makes_a_reread_due_that_finds_the_job() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        let mut web1 = sim.minion("web1").await;
+        let job = job_of_b(&sim, "20261122000000000091");
+        sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+        let away = sim.store().take_away().await.expect("open");
+        sim.advance(Duration::from_secs(6)).await;
+        assert!(web1.jobs(&sim).is_empty());
+        assert!(sim.master.cluster.needs_resync(), "a reread is due");
+        sim.store().give_back(away).await;
+        sim.advance(Duration::from_millis(200)).await;
+        assert!(!sim.master.cluster.needs_resync());
+        assert_eq!(web1.jobs(&sim).len(), 1, "found in the store and sent to the minion here");
+    });
+}

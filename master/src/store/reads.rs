@@ -87,6 +87,39 @@ pub(crate) async fn tokens_gone<S: Store>(
     Ok(gone)
 }
 
+/// The jobs published from `since_ms` (wall time) on that `missed` says this master missed,
+/// newest first, at most `max`; and whether there were more.
+pub(crate) async fn jobs_missed<S: Store>(
+    store: &S,
+    since_ms: u64,
+    max: usize,
+    missed: impl Fn(&str) -> bool,
+) -> Result<(Vec<String>, bool), StoreError> {
+    const PAGE: u32 = 500;
+    let first = halite_protocol::time::compact_utc(since_ms.saturating_mul(1_000));
+    let mut found: Vec<String> = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let page = store.jobs(before.as_deref(), PAGE, false).await?;
+        for listing in &page {
+            let jid = &listing.summary.jid;
+            if *jid < first {
+                return Ok((found, false));
+            }
+            if missed(jid) {
+                found.push(jid.clone());
+                if found.len() == max {
+                    return Ok((found, true));
+                }
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE as usize => before = Some(last.summary.jid.clone()),
+            _ => return Ok((found, false)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
