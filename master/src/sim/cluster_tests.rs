@@ -402,6 +402,17 @@ fn a_final_state_decided_while_the_store_was_away_is_told_once_as_the_store_kept
 }
 
 /// A job to `test.ping` as master "b" stores it (signed with the cluster's shared key).
+/// A master sharing its store, `web1` connected to it, and job `jid` that master b stored
+/// for `web1` (not announced).
+async fn shared_with_a_job_of_b_for_web1(jid: &str) -> (Sim, super::SimPeer, crate::store::JobRecord) {
+    let mut sim = Sim::new().await;
+    sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+    let web1 = sim.minion("web1").await;
+    let job = job_of_b(&sim, jid);
+    sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+    (sim, web1, job)
+}
+
 fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
     let wall = crate::clock::Clock::wall_ms(&sim.clock);
     let mut job = crate::store::test_job(jid, wall);
@@ -566,11 +577,7 @@ fn revocation_of(master: &halite_protocol::identity::PublicIdentity) -> String {
 #[test]
 fn a_job_announced_while_the_store_is_away_is_taken_up_by_the_reread() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
-        let mut web1 = sim.minion("web1").await;
-        let job = job_of_b(&sim, "20261122000000000063");
-        sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+        let (mut sim, mut web1, job) = shared_with_a_job_of_b_for_web1("20261122000000000063").await;
         let away = sim.store().take_away().await.expect("open");
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
         assert!(web1.jobs(&sim).is_empty());
@@ -615,11 +622,7 @@ fn a_wide_key_change_forgets_every_minion_it_names_offline_ones_included() {
 #[test]
 fn a_sweep_that_cannot_read_the_store_makes_a_reread_due_that_finds_the_job() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
-        let mut web1 = sim.minion("web1").await;
-        let job = job_of_b(&sim, "20261122000000000091");
-        sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
+        let (mut sim, mut web1, _job) = shared_with_a_job_of_b_for_web1("20261122000000000091").await;
         let away = sim.store().take_away().await.expect("open");
         sim.advance(Duration::from_secs(6)).await;
         assert!(web1.jobs(&sim).is_empty());

@@ -63,6 +63,17 @@ async fn alarmed() -> Sim {
     Sim::with_config(|c| c.events = vec![rule]).await
 }
 
+/// Three connected minions, root, and a rollout to them one at a time whose first target was
+/// sent.
+async fn one_at_a_time() -> (Sim, Vec<SimPeer>, SimPeer, String) {
+    let mut sim = Sim::new().await;
+    let mut web = fleet(&mut sim, 3).await;
+    let mut root = sim.root().await;
+    let jid = sim.publish_rollout(&mut root, "web*", 0, batch(1)).await.expect("published");
+    assert_eq!(sent_to(&sim, &mut web), [0]);
+    (sim, web, root, jid)
+}
+
 fn batch(n: u32) -> Rollout {
     Rollout { batch: Some(Amount::Count(n)), ..Rollout::default() }
 }
@@ -212,11 +223,7 @@ fn a_matching_event_aborts_the_rollout_and_its_own_events_do_not() {
 #[test]
 fn a_paused_rollout_starts_nothing_until_resumed() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web = fleet(&mut sim, 3).await;
-        let mut root = sim.root().await;
-        let jid = sim.publish_rollout(&mut root, "web*", 0, batch(1)).await.expect("published");
-        assert_eq!(sent_to(&sim, &mut web), [0]);
+        let (mut sim, mut web, mut root, jid) = one_at_a_time().await;
         let paused = sim.request(&mut root, RequestBody::JobPause { jid: jid.clone() }).await;
         assert!(matches!(paused, Ok(ResponseBody::Job(d)) if d.summary.rollout.as_ref().unwrap().state == RolloutState::Paused));
         web[0].send(&mut sim, &Message::JobReturn(ret(&jid))).await;
@@ -253,11 +260,7 @@ fn an_offline_target_with_a_ttl_waits_without_holding_a_place_in_the_window() {
 #[test]
 fn cancel_stops_dispatching_and_cancels_the_running_targets() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web = fleet(&mut sim, 3).await;
-        let mut root = sim.root().await;
-        let jid = sim.publish_rollout(&mut root, "web*", 0, batch(1)).await.expect("published");
-        assert_eq!(sent_to(&sim, &mut web), [0]);
+        let (mut sim, mut web, mut root, jid) = one_at_a_time().await;
         root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;
         assert!(web[0].recv(&sim).iter().any(|m| matches!(m, Message::Cancel(c) if c.jid == jid)));
         use MinionJobState::*;
@@ -269,11 +272,7 @@ fn cancel_stops_dispatching_and_cancels_the_running_targets() {
 #[test]
 fn a_restarted_master_resumes_the_rollout_where_it_was_and_sends_nothing_twice() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web = fleet(&mut sim, 3).await;
-        let mut root = sim.root().await;
-        let jid = sim.publish_rollout(&mut root, "web*", 0, batch(1)).await.expect("published");
-        assert_eq!(sent_to(&sim, &mut web), [0]);
+        let (mut sim, mut web, _root, jid) = one_at_a_time().await;
         web[0].send(&mut sim, &Message::JobReturn(ret(&jid))).await;
         assert_eq!(sent_to(&sim, &mut web), [1]);
 
@@ -332,11 +331,7 @@ fn two_aborting_events_in_one_step_stop_the_rollout_once_for_the_first() {
 #[test]
 fn a_cancel_whose_rollout_stop_cannot_be_stored_cancels_nothing_until_it_can() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut web = fleet(&mut sim, 3).await;
-        let mut root = sim.root().await;
-        let jid = sim.publish_rollout(&mut root, "web*", 0, batch(1)).await.expect("published");
-        assert_eq!(sent_to(&sim, &mut web), [0]);
+        let (mut sim, mut web, mut root, jid) = one_at_a_time().await;
         let away = sim.store().take_away().await.expect("open");
         root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;
         assert!(web[0].recv(&sim).is_empty(), "nothing cancelled");
