@@ -24,6 +24,27 @@ use halite_transport::PeerId;
 const MAX_JOB_LIST: u32 = 1000;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Replaces stored states with live ones for a job still in flight (`running` is not
+    /// written, and the latest changes may still be in the batch).
+    pub(crate) fn overlay_live(
+        &mut self,
+        summary: &mut halite_protocol::message::JobSummary,
+        minions: Option<&mut Vec<halite_protocol::message::MinionJob>>,
+    ) {
+        let Some(job) = self.jobs.get_mut(&summary.jid) else { return };
+        summary.states.clear();
+        for slot in job.slots().values() {
+            *summary.states.entry(slot.state).or_default() += 1;
+        }
+        for minion in minions.into_iter().flatten() {
+            if let Some(slot) = job.slots().get(&minion.minion) {
+                if !minion.state.is_final() {
+                    minion.state = slot.state;
+                }
+            }
+        }
+    }
+
     /// Answers a client's request (or says why not), in parts when large. The handlers here
     /// still await the store inline.
     pub(crate) async fn answer_request(&mut self, asked: ClientRequest) {

@@ -3,9 +3,8 @@
 //! principals (rejecting a key through one master cuts the minion's live session on another),
 //! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`. An
 //! announcement that needs the store asks for it (`core/asks.rs`) and goes on with the answer;
-//! the reread of everything after missed announcements (`resync`), the loop's announcements
-//! and the store's trust still await the store here.
-
+//! nothing here awaits. The loop sends the announcements (`server/writes.rs`) and rereads the
+//! store after a gap (`server/resync.rs`), handing what it read to `Master::views_reread`.
 use std::sync::Arc;
 
 use halite_protocol::message::Value;
@@ -15,12 +14,10 @@ use tracing::{info, warn};
 use crate::authz::{Action, Asker};
 use crate::core::asks::Ask;
 use crate::core::sessions::Conn;
-use crate::metrics::Kind;
 use crate::net::Net;
 use crate::server::Master;
 use crate::store::reads::AcceptedKeys;
-use crate::store::trust::Trust;
-use crate::store::{Announcement, ClusterChange, PrincipalRecord, Store, StoreError};
+use crate::store::{ClusterChange, PrincipalRecord, Store, StoreError};
 
 /// The most keys another master's change names that are reread one by one rather than all.
 const KEYS_READ_ONE_BY_ONE: usize = 64;
@@ -30,35 +27,6 @@ impl<S: Store, N: Net> Master<S, N> {
     /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
     pub(crate) fn tell_masters(&mut self, change: ClusterChange) {
         self.cluster.tell(change);
-    }
-
-    /// Tells the other masters what the step queued, in order. One that cannot be sent is
-    /// logged, not an error of the request: the change is stored, and a master that missed an
-    /// announcement rereads everything when its listening connection comes back.
-    pub(crate) async fn send_announcements(&mut self) {
-        for change in self.cluster.take_told() {
-            for part in change.split() {
-                if let Err(error) = self.store.announce(&part).await {
-                    warn!(%error, "could not tell the other masters of a change");
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Announces an event published here; one too large to announce is stored and announced
-    /// by id.
-    pub(crate) async fn share_event(&mut self, tag: String, data: halite_protocol::message::Value) {
-        let change = ClusterChange::Event { tag, data };
-        if Announcement::fits(self.store.instance(), &change) {
-            return self.tell_masters(change);
-        }
-        let ClusterChange::Event { tag, data } = change else { return };
-        let digest = crate::store::event_digest(&tag, &serde_json::to_string(&data).unwrap_or_else(|_| "null".into()));
-        match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
-            Ok(id) => self.tell_masters(ClusterChange::StoredEvent { id, digest }),
-            Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
-        }
     }
 
     /// Applies a change the master `from` made. What needs the store is asked for; each answer
@@ -175,18 +143,13 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Rereads everything another master may have changed without this one hearing of it
-    /// (its listening connection was lost, the store did not answer, an announcement could not
-    /// be applied): keys, principals, who is where, the live jobs it does not hold, and the
-    /// states of every job it holds, so each view (watchers, bus, deadlines) follows the store.
-    pub(crate) async fn resync(&mut self) -> Result<(), StoreError> {
-        // Said once per gap: while the store does not answer, this is tried again every 100 ms.
-        let (first, gap_began) = self.cluster.resync_begins(self.clock.wall_ms());
-        if first {
-            info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
-        }
-        self.reload_accepted().await?;
-        self.reload_principals().await?;
+    /// Every key and principal, as reread after a gap in what this master heard: taken, and
+    /// each session that stood on what changed meanwhile ends (a minion whose key is no longer
+    /// its accepted one, a client whose principal changed or went); the gateway sessions' tokens
+    /// are looked up again.
+    pub(crate) fn views_reread(&mut self, keys: AcceptedKeys, principals: Vec<PrincipalRecord>) {
+        self.take_accepted(keys);
+        self.registry.set_principals(principals);
         let online: Vec<String> = self.sessions.online_ids().cloned().collect();
         for id in online {
             self.drop_if_unaccepted(&id);
@@ -206,32 +169,6 @@ impl<S: Store, N: Net> Master<S, N> {
             self.drop_clients_if_changed(&name);
             self.recheck_tokens(&name);
         }
-        // A read failed before this reread is covered by it; one failed during it is not.
-        self.cluster.take_read_failed();
-        // Slots this master decided are written first: its own view is then what the store says.
-        self.flush().await;
-        if self.pending.has_states() {
-            return Err(StoreError::Unavailable("job states could not be written".into()));
-        }
-        let held = self.jobs.jids();
-        self.reread_jobs(&held);
-        // Who is where, and the jobs published meanwhile.
-        self.tell_masters(ClusterChange::RollCall);
-        for jid in self.store.unfinished_jids().await? {
-            self.adopt_job(&jid);
-        }
-        // Taken up before the gap is looked at, so a live job is not counted among those missed.
-        self.answer_asks().await;
-        // And those published and ended while this master heard nothing.
-        self.adopt_jobs_published_since(gap_began);
-        // The jobs and returns asked for are read before the reread counts as done: one that
-        // fails leaves the gap open for the next.
-        self.answer_asks().await;
-        if self.cluster.take_read_failed() {
-            return Err(StoreError::Unavailable("jobs could not be reread".into()));
-        }
-        self.cluster.resynced();
-        Ok(())
     }
 
     /// Cuts a minion whose session's key is no longer its accepted one (rejected, deleted,
@@ -275,23 +212,5 @@ impl<S: Store, N: Net> Master<S, N> {
             info!(principal = name, "principal changed or removed; disconnecting its session");
             self.forget(peer, Some("principal changed"));
         }
-    }
-
-    /// Gives the store this master's keys: the rows it writes are signed with its key, and the
-    /// rows and announcements it reads are taken only from masters it trusts (`store/trust.rs`);
-    /// refusals are counted in `halite_denials_total` (`cluster_announcement`, `store_row`).
-    /// The revocations were checked against the cluster key when the master started, or when
-    /// SIGHUP reread them.
-    pub(crate) async fn trust_store(&self) -> Result<(), StoreError> {
-        let revoked = self.config.revoked_keys().collect();
-        // One counter at a time: the family's guard must be gone before the next is made.
-        let denials = &self.metrics.get().denials;
-        let announcements = denials.get_or_create(&Kind { kind: "cluster_announcement" }).clone();
-        let rows = denials.get_or_create(&Kind { kind: "store_row" }).clone();
-        let key = halite_protocol::identity::IdentityKey::from_seed(self.identity.key().seed());
-        let certificate = self.identity.certificate().cloned();
-        let trust = Trust::new(key, certificate, &self.config.id, revoked).counting(announcements, rows);
-        self.store.set_trust(trust, self.clock.wall_ms()).await?;
-        Ok(())
     }
 }

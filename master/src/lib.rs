@@ -33,7 +33,6 @@ mod files_beneath;
 pub mod gateway;
 mod keys;
 mod limits;
-mod listeners;
 pub mod memory;
 pub mod metrics;
 mod metrics_http;

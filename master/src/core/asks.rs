@@ -2,8 +2,8 @@
 //!
 //! A handler that needs the store does not await it: it queues an [`Ask`] naming the call and
 //! everything it goes on with, and returns. The loop alone awaits (`Master::answer_asks` in
-//! `server.rs`) and hands each answer to the handler's continuation before the next input is
-//! handled, so nothing happens in between, exactly as if the handler had awaited. A
+//! `server/answers.rs`) and hands each answer to the handler's continuation before the next
+//! input is handled, so nothing happens in between, exactly as if the handler had awaited. A
 //! continuation may ask again; the loop answers until nothing is asked.
 
 use std::collections::{BTreeMap, VecDeque};

@@ -2,7 +2,7 @@
 //! keeps that concern's invariants (a slot only moves forward, a deadline is indexed by when it
 //! comes due, a subscriber's queue is bounded). None of them does I/O, awaits, reads a clock
 //! (time is given as `now`) or holds `impl Master`: what the master does with them is in the
-//! files beside this folder, and the loop (`server.rs`) is what awaits the store and the
+//! files beside this folder, and the loop (`server/`) is what awaits the store and the
 //! network (checked by `scripts/check-architecture.sh`).
 
 pub(crate) mod asks;

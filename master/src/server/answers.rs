@@ -1,0 +1,177 @@
+//! Where the loop hands inputs to their handlers and answers what the handlers asked of the
+//! store (`core/asks.rs`): the one place a handler's store call is awaited. Each answer goes to
+//! the handler's synchronous continuation before anything else happens.
+
+use halite_transport::RouterEvent;
+use tracing::{debug, info};
+
+use crate::core::asks::{Ask, PreparedJob};
+use crate::core::sessions::Conn;
+use crate::gateway::local::LocalCommand;
+use crate::net::Net;
+use crate::store::reads;
+use crate::store::{Store, StoreError};
+
+use super::{Master, BATCH};
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Answers one gateway request.
+    pub(super) async fn answer_local(&mut self, command: LocalCommand) {
+        self.on_local(command);
+        self.answer_asks().await;
+        self.tell_moves();
+    }
+
+    /// Answers what the handlers asked of the store, oldest first, handing each answer to its
+    /// continuation before the next (which may ask again): the one place a handler's store call
+    /// is awaited (a client's request is answered by `admin.rs` and `deploy/`, which still await
+    /// inline). Called right after each input's handler and each stage of the step, so nothing
+    /// else happens in between.
+    pub(crate) async fn answer_asks(&mut self) {
+        while let Some(ask) = self.asks.next() {
+            match ask {
+                Ask::InsertJob(job) => {
+                    let stored = self.insert_job(&job).await;
+                    // A failure is logged and told to the publisher by the continuation.
+                    let _ = self.job_stored(*job, stored);
+                }
+                Ask::KeyDecision(admitting) => {
+                    let who = admitting.identified.peer();
+                    let (key, token) = (*who.identity.as_bytes(), admitting.identified.enrollment_token());
+                    let at = (self.clock.wall_ms(), self.clock.now());
+                    let decided =
+                        crate::keys::decide(&self.store, &admitting.id, &key, token, at, &mut self.pending_limits)
+                            .await;
+                    self.key_decided(*admitting, decided);
+                }
+                Ask::TokenProblem(admitting) => {
+                    let token = admitting.identified.enrollment_token().unwrap_or_default();
+                    let problem =
+                        crate::keys::token_problem(&self.store, token, &admitting.id, self.clock.wall_ms()).await;
+                    self.pending_explained(*admitting, problem);
+                }
+                Ask::TokenGrant(grant) => {
+                    let granted = self.store.api_token_grant(&grant.token_hash, self.clock.wall_ms()).await;
+                    self.token_granted(*grant, granted);
+                }
+                Ask::SetRollout(change) => {
+                    let stored = self.store.set_rollout(&change.jid, &change.status).await;
+                    self.rollout_stored(*change, stored);
+                }
+                Ask::ReadKeys { ids } => {
+                    let read = reads::accepted_keys(&self.store, Self::keys_to_read(ids.as_deref())).await;
+                    self.keys_reread(ids, read);
+                }
+                Ask::ReadPrincipals { name } => {
+                    let read = self.store.principals().await;
+                    self.principals_reread(&name, read);
+                }
+                Ask::RecheckTokens { tokens } => {
+                    let gone = reads::tokens_gone(&self.store, &tokens, self.clock.wall_ms()).await;
+                    self.tokens_rechecked(gone);
+                }
+                Ask::LoadJob { jid } => {
+                    // A revoked master's job is refused before anything more of it is read.
+                    let revoked = |record: &crate::store::JobRecord| {
+                        record.signed.signer_key().is_some_and(|key| self.config.revokes(&key))
+                    };
+                    let loaded = reads::job_with_returns(&self.store, &jid, revoked).await;
+                    self.job_loaded(&jid, loaded);
+                }
+                Ask::ReadReturns { jid, states } => {
+                    let ended: Vec<String> =
+                        states.iter().filter(|(_, s)| s.is_final()).map(|(m, _)| m.clone()).collect();
+                    let returns = reads::returns_of(&self.store, &jid, &ended).await;
+                    self.remote_slots_read(&jid, states, returns);
+                }
+                Ask::ReadSharedEvent { id, digest } => {
+                    let read = self.store.shared_event(id, &digest).await;
+                    self.shared_event_read(read);
+                }
+                Ask::ReadMinions { ids } => {
+                    let read = self.store.minions_named(&ids).await;
+                    self.minions_read(read);
+                }
+                Ask::ReadLiveJobs => {
+                    let read = self.store.unfinished_jids().await;
+                    self.live_jobs_read(read);
+                }
+                Ask::RereadJob { jid } => {
+                    let read = self.store.live_job(&jid).await;
+                    self.job_reread(&jid, read);
+                }
+                Ask::ReadMissedJobs { since_ms } => {
+                    let jobs = &self.jobs;
+                    let missed = |jid: &str| jobs.get(jid).is_none() && !jobs.finished_lately(jid);
+                    let max = crate::core::cluster_view::GAP_JOBS_MAX;
+                    let read = reads::jobs_missed(&self.store, since_ms, max, missed).await;
+                    self.missed_jobs_read(read);
+                }
+                Ask::Request(asked) => {
+                    // Requests read the store: they see every state change made before them.
+                    self.flush().await;
+                    self.answer_request(*asked).await;
+                }
+                Ask::ReadRollout { jid } => {
+                    let stored = self.store.job(&jid).await.map(|job| job.and_then(|job| job.summary.rollout));
+                    self.rollout_reread(&jid, stored);
+                }
+            }
+        }
+    }
+
+    /// Stores a new job's row, counting the call.
+    pub(crate) async fn insert_job(&mut self, job: &PreparedJob) -> Result<(), StoreError> {
+        let started = self.clock.now();
+        let stored = self.store.insert_job(&job.record, &job.states).await;
+        self.metrics.store_call("insert_job", self.clock.now().saturating_duration_since(started), stored.is_ok());
+        stored
+    }
+
+    /// Answers the gateway's requests already waiting, a batch at most.
+    pub(super) async fn answer_waiting_locals(&mut self) {
+        for _ in 0..BATCH {
+            let Some(command) = self.local_rx.as_mut().and_then(|rx| rx.try_recv().ok()) else { return };
+            self.answer_local(command).await;
+        }
+    }
+
+    /// Handles up to `limit` network events that are already waiting; how many it handled.
+    pub(crate) async fn drain_net(&mut self, limit: usize) -> usize {
+        for handled in 0..limit {
+            let Some(event) = self.net.try_recv() else { return handled };
+            self.on_router_event(event).await;
+        }
+        limit
+    }
+
+    /// Handles one network event, then tells the slot moves it made (`Master::tell_moves`):
+    /// the bus and the watchers hear of each input's moves before the next input.
+    pub(crate) async fn on_router_event(&mut self, event: RouterEvent) {
+        self.on_network(event).await;
+        self.answer_asks().await;
+        self.tell_moves();
+    }
+
+    async fn on_network(&mut self, event: RouterEvent) {
+        match event {
+            RouterEvent::Connected { peer, addr, .. } => {
+                debug!(peer = peer.0, %addr, "connection");
+                let now = self.clock.now();
+                self.sessions.insert(peer, Conn::AwaitHello { since: now });
+                self.sessions.watch(peer, now + self.handshake_timeout());
+            }
+            RouterEvent::Message { peer, parts } => {
+                self.on_message(peer, parts);
+            }
+            RouterEvent::Disconnected { peer, reason } => {
+                match self.sessions.get(&peer) {
+                    Some(Conn::Minion { id, .. }) => info!(minion = %id, %reason, "minion disconnected"),
+                    Some(Conn::Client { principal, .. }) => debug!(%principal, %reason, "client disconnected"),
+                    _ => debug!(peer = peer.0, %reason, "unauthenticated connection closed"),
+                }
+                self.forget(peer, None);
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! What the loop sends: events published on the bus (and shared with the other masters), and
+//! messages sealed for a connection. Handlers call these; nothing here awaits: a message that
+//! does not fit a peer's send queue is reported, never waited for.
+
+use halite_protocol::message::{self, ErrorKind, ErrorMessage, Event, Message, Value};
+use halite_transport::{PeerId, SendError};
+use serde_json::json;
+use tracing::warn;
+
+use crate::authz::Who;
+use crate::core::sessions::Conn;
+use crate::net::Net;
+use crate::store::Store;
+
+use super::Master;
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Publishes an event on the bus here and, after this step's writes, on every master
+    /// sharing the store: for events no other master derives itself (minion events, keys,
+    /// deployments; a job's returns and end are derived by each master from its slots).
+    pub(crate) fn emit_shared(&mut self, tag: String, data: Value) {
+        self.cluster.share_event(&tag, &data);
+        self.emit(tag, data);
+    }
+
+    /// Publishes an event on the bus. Each subscriber's queue is bounded: what does not fit is
+    /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
+    /// The concerns that listen to events (rollouts' and groups' `abort_on`, groups following
+    /// their deployments) hear it later in the step, from the loop (`Master::hear_events`).
+    pub(crate) fn emit(&mut self, tag: String, data: Value) {
+        // Kept for the listeners only while one exists: a fan-out's returns are not copied for
+        // nobody (a listener that starts later hears only what comes after it).
+        if self.jobs.has_rollouts() || self.groups.listening() {
+            self.hearing.event(tag.clone(), data.clone());
+        }
+        let seq = self.event_log.record(&tag, &data);
+        if self.bus.is_empty() {
+            return;
+        }
+        let mut recipients = self.bus.recipients(&tag);
+        recipients.retain(|peer| self.peer_may_receive(*peer, &tag, &data));
+        if recipients.is_empty() {
+            return;
+        }
+        let event = Message::Event(Event { tag, data, id: Some(self.event_log.id(seq)) });
+        for peer in recipients {
+            let missed = self.bus.take_dropped(peer);
+            if missed > 0 {
+                let notice = Message::Event(Event {
+                    tag: "halite/bus/dropped".into(),
+                    data: json!({ "dropped": missed }),
+                    id: None,
+                });
+                if self.try_send(peer, &notice).is_err() {
+                    self.bus.restore_dropped(peer, missed);
+                    self.bus.dropped(peer);
+                    self.metrics.get().bus_dropped.inc();
+                    continue;
+                }
+            }
+            if self.try_send(peer, &event).is_err() {
+                self.bus.dropped(peer);
+                self.metrics.get().bus_dropped.inc();
+            }
+        }
+    }
+
+    /// Whether the client on `peer` may receive an event (its subscription patterns aside);
+    /// whether it sees the event's job is remembered for as long as the job lives.
+    pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
+        let Some((name, acl)) = self.sessions.principal_on(peer) else { return false };
+        let receipt = self.access().peer_receives(peer, Who { name: &name, acl: acl.as_deref() }, tag, data);
+        if let Some((jid, visible)) = receipt.learned {
+            self.jobs.remember_visibility(&jid, peer, visible);
+        }
+        receipt.allowed
+    }
+
+    /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
+    /// that can no longer seal (expired, nonces exhausted) ends the connection.
+    pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
+        if let Some(Conn::Local { tx, .. }) = self.sessions.get(&peer) {
+            return tx.try_send(msg.clone());
+        }
+        let Some(conn) = self.sessions.get_mut(&peer) else { return Err(SendError::NotConnected) };
+        // A client's messages of one step leave together at its end, in one write that wakes
+        // it once (a publish's answer and first updates; a return's update and the job's end).
+        // A minion's leave at once: its job is on the way of every fan-out.
+        let held = matches!(conn, Conn::Client { .. });
+        let Some(session) = conn.session_mut() else { return Err(SendError::NotConnected) };
+        match session.seal(&message::encode(msg), self.clock.now()) {
+            Ok(parts) if held => self.net.send_held(peer, parts),
+            Ok(parts) => self.net.send(peer, parts),
+            Err(error) => {
+                warn!(peer = peer.0, %error, "session cannot seal; disconnecting");
+                self.net.disconnect(peer, "session ended");
+                Err(SendError::NotConnected)
+            }
+        }
+    }
+
+    /// [`Master::try_send`] for messages whose loss the peer recovers from (it retries, or its
+    /// job times out): a full queue is logged, a vanished peer ignored.
+    pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
+        if let Err(SendError::Full) = self.try_send(peer, msg) {
+            warn!(peer = peer.0, "send queue full; message dropped");
+        }
+    }
+
+    pub(crate) fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
+        self.send(peer, &Message::Error(ErrorMessage { kind, message, request }));
+    }
+}

@@ -1,0 +1,213 @@
+//! When the loop wakes and what it does then: [`Master::next_timeout`] over every owner's
+//! deadlines, and [`Master::on_tick`], which does what came due (handshakes, refusals, tokens,
+//! job deadlines, the other masters, the periodic duties).
+
+use std::time::{Duration, Instant};
+
+use halite_protocol::message::MinionJobState;
+use tracing::{info, warn};
+
+use crate::core::timers::Timer;
+use crate::net::Net;
+use crate::store::{ClusterChange, Store};
+
+use super::{Master, RETRY_EVERY};
+
+/// How often the figures that are counted rather than kept are counted.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
+/// How often the wall clock reached is recorded (TTLs resume from it after a restart).
+const WALL_MARK_EVERY: Duration = Duration::from_secs(5);
+/// How often old jobs are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(3600);
+/// Waking this much later than planned means the master itself was not running (SIGSTOP, a VM
+/// migration, a long swap storm): the time it lost is not charged to the minions' jobs.
+const PAUSE_THRESHOLD: Duration = Duration::from_secs(1);
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Sessions by role, live jobs and the clock's offset, for `/metrics` (counted every
+    /// [`GAUGES_EVERY`]); an offset past `max_clock_offset_secs` is logged.
+    fn count_sessions(&mut self) {
+        let clients = self.sessions.client_count();
+        let metrics = self.metrics.get();
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics
+            .sessions
+            .get_or_create(&crate::metrics::Role { role: "minion" })
+            .set(gauge(self.sessions.online_count()));
+        metrics.sessions.get_or_create(&crate::metrics::Role { role: "client" }).set(gauge(clients));
+        metrics.jobs_live.set(gauge(self.jobs.len()));
+        let offset = self.clock.offset_ms();
+        metrics.clock_offset_seconds.set(offset as f64 / 1000.0);
+        let bound = self.config.max_clock_offset_secs.saturating_mul(1000);
+        if offset.unsigned_abs() > bound
+            && self.notices.ready("clock:offset", Duration::from_secs(60), self.clock.now())
+        {
+            warn!(
+                offset_ms = offset,
+                max_clock_offset_secs = self.config.max_clock_offset_secs,
+                "this host's clock differs from the database's; the master uses the database's time (fix NTP here)"
+            );
+        }
+    }
+
+    /// Waking far later than planned means the master was not running: minions' returns may be
+    /// waiting unread in socket buffers. The lost time is added to every deadline, so a pause of
+    /// the master never turns a minion's result into `timed_out`. Measured as the wake begins: a
+    /// step that then works through a burst of inputs for seconds is the master running.
+    pub(super) fn notice_pause(&mut self) {
+        if let Some(planned) = self.wake_at {
+            let late = self.clock.now().saturating_duration_since(planned);
+            if late > PAUSE_THRESHOLD {
+                warn!(paused_ms = late.as_millis() as u64, "the master was not running; deadlines moved by that long");
+                self.jobs.postpone_deadlines(late);
+            }
+        }
+    }
+
+    /// Does what has come due: closes handshakes and refusals past their time, ends sessions
+    /// whose token expired, decides job slots past their deadline, and the periodic duties.
+    pub(crate) async fn on_tick(&mut self) {
+        let now = self.clock.now();
+        if self.timers.expired(Timer::Gauges, now) {
+            self.count_sessions();
+            self.timers.set(Timer::Gauges, now + GAUGES_EVERY);
+        }
+        let due = self.sessions.due(now, self.handshake_timeout());
+        for peer in due.stale_handshakes {
+            self.drop_peer(peer, "handshake timed out");
+        }
+        for peer in due.lingered {
+            self.forget(peer, Some("not accepted"));
+        }
+        // A live event stream has a deadline, not only a check when it opens: the loop wakes
+        // when the first token expires.
+        self.end_gateway_sessions(self.sessions.expired_tokens(self.clock.wall_ms()), "token expired");
+        self.send_backlogs();
+        if self.cluster.alive_due(now) {
+            self.tell_masters(ClusterChange::Alive);
+        }
+        self.follow_the_store(now).await;
+        let deadlines_wait = self.pending.deadlines_wait(self.store_in_doubt(), now);
+        for (jid, minion, state) in self.jobs.expired(now) {
+            // A master that cannot write decides nothing: another master may be storing this
+            // slot's return meanwhile, and the store keeps the first final state. Once it can,
+            // the returns minions kept meanwhile come first.
+            if deadlines_wait {
+                self.jobs.set_deadline(&jid, &minion, Some(now + RETRY_EVERY));
+                continue;
+            }
+            if self.served_elsewhere(&minion) {
+                // Its master decides the slot; looked at again once it may have gone.
+                self.jobs.set_deadline(&jid, &minion, Some(now + crate::core::cluster_view::ALIVE_EVERY));
+                continue;
+            }
+            let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
+            self.slots().set(&jid, &minion, new, None);
+        }
+        if self.timers.expired(Timer::WallMark, now) {
+            self.timers.set(Timer::WallMark, now + WALL_MARK_EVERY);
+            if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
+                warn!(%error, "recording the wall clock failed");
+            }
+        }
+        if self.timers.expired(Timer::Purge, now) {
+            self.timers.set(Timer::Purge, now + PURGE_EVERY);
+            self.purge().await;
+        }
+    }
+
+    /// When the loop must next wake, whatever arrives meanwhile: the earliest of the master's
+    /// own timers, the owners' deadlines (job slots, handshakes and refusals, tokens, rollout
+    /// and group waits, the other masters), now when the last step left work for the next, and,
+    /// while something is being retried, the retry.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        let now = self.clock.now();
+        let token_expiry = self.sessions.next_token_expiry_ms().map(|at_ms| {
+            // Tokens expire by the wall clock; the loop sleeps on the monotonic one. Recomputed
+            // at every wake, so a step of the wall clock is followed.
+            now + Duration::from_millis(at_ms.saturating_sub(self.clock.wall_ms()))
+        });
+        let rollout_wait = self.jobs.rollout_jobs().filter_map(|job| job.rollout.as_ref()?.not_before).min();
+        let group_wait = self.groups.next_wait();
+        let retry = self.retrying().then_some(now + RETRY_EVERY);
+        let left_for_next_step = self.left_for_next_step().then_some(now);
+        [
+            self.timers.next_timeout(),
+            self.jobs.next_deadline(),
+            self.sessions.next_timeout(),
+            token_expiry,
+            rollout_wait,
+            group_wait,
+            self.cluster.next_due(now),
+            self.pending.deadlines_resume_at(),
+            retry,
+            left_for_next_step,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Whether something failed or could not be done yet, and is tried again at each wake: the
+    /// store's writes, jobs waiting for room in a send queue, a store to reread, minions owed
+    /// a request to send their returns again, final states to tell once stored.
+    fn retrying(&self) -> bool {
+        self.pending.retrying() || !self.undelivered.is_empty() || self.store_in_doubt()
+    }
+
+    /// Whether the step left work for the next one: slot ends and events its last part made,
+    /// not heard yet, and rollouts or groups that hearing made due (see [`Master::step`]).
+    fn left_for_next_step(&self) -> bool {
+        !self.hearing.is_empty() || !self.rollout_queue.is_empty() || self.groups.has_work()
+    }
+
+    /// How long a connection may take to finish its handshake.
+    pub(crate) fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.handshake_timeout_secs)
+    }
+
+    /// Whether the store may not hold what this master would decide now: its last write of job
+    /// states failed, or the store was found not answering and has not been reread since.
+    pub(crate) fn store_in_doubt(&self) -> bool {
+        self.pending.write_failed()
+            || self.cluster.needs_resync()
+            || self.cluster.missed_interruptions(self.store.interruptions())
+    }
+
+    /// With other masters on the store: after any gap in what this master heard, it rereads the
+    /// store every 100 ms until that succeeds (so its views converge within 100 ms of the
+    /// store answering again); and every few seconds it compares the jobs it holds with the
+    /// store's live ones.
+    async fn follow_the_store(&mut self, now: Instant) {
+        if !self.cluster.is_shared() {
+            return;
+        }
+        self.cluster.note_interruptions(self.store.interruptions());
+        if self.cluster.needs_resync() {
+            if let Err(error) = self.resync().await {
+                if self.notices.ready("store:resync", Duration::from_secs(10), now) {
+                    warn!(%error, "rereading the store failed; trying again every 100 ms");
+                }
+            }
+            return;
+        }
+        if self.cluster.sweep_due(now) {
+            // Slots this master ended are written first: a job it finished must not look live.
+            self.flush().await;
+            self.sweep_jobs();
+            // What the sweep finds is taken before any deadline here is judged.
+            self.answer_asks().await;
+        }
+    }
+
+    /// Retention: deletes finished jobs older than `keep_jobs_hours` by the wall clock. A job
+    /// with any minion not yet in a final state is never deleted, whatever the clock says.
+    pub(crate) async fn purge(&mut self) {
+        let before = self.clock.wall_ms().saturating_sub(self.config.keep_jobs_hours * 3_600_000);
+        match self.store.purge_jobs(before).await {
+            Ok(0) => {}
+            Ok(n) => info!(jobs = n, "purged jobs past retention"),
+            Err(error) => warn!(%error, "purging old jobs failed"),
+        }
+    }
+}
