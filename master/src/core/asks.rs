@@ -16,9 +16,11 @@ use halite_transport::PeerId;
 use tokio::sync::oneshot;
 
 use crate::core::jobs::Slot;
+use crate::deploy::ending::DeploymentEnd;
+use crate::deploy::relay::RelayDone;
 use crate::gateway::local::Opened;
 use crate::gateway::local_queue::LocalSender;
-use crate::store::JobRecord;
+use crate::store::{DeploymentRecord, JobRecord};
 use crate::token_sessions::TokenRefused;
 
 /// One store call a handler waits on, with what its continuation needs.
@@ -68,6 +70,17 @@ pub(crate) enum Ask {
     /// The jobs published from `since_ms` (wall time) on that this master neither holds nor
     /// finished (`Master::missed_jobs_read` goes on).
     ReadMissedJobs { since_ms: u64 },
+    /// The deployment a `deploy.apply` job's end is for, with what the end needs read
+    /// (`Master::deployment_end_read` goes on).
+    ReadDeploymentEnd(Box<DeploymentEnd>),
+    /// A deployment finished by its job's end, stored unless another master finished it first
+    /// (`Master::deployment_finished` goes on).
+    FinishDeployment(Box<(DeploymentEnd, DeploymentRecord)>),
+    /// The deployment a finished relay was for (`Master::relayed_read` goes on).
+    ReadRelayed(Box<RelayDone>),
+    /// A deployment whose signal was relayed, stored as no longer pending
+    /// (`Master::relay_recorded` goes on).
+    StoreRelayed(Box<(DeploymentRecord, RelayDone)>),
 }
 
 /// A request from a client in session, and who asks.

@@ -8,6 +8,7 @@
 pub(crate) mod asks;
 pub(crate) mod bus;
 pub(crate) mod cluster_view;
+pub(crate) mod deploy_jobs;
 pub(crate) mod event_gate;
 pub(crate) mod event_log;
 pub(crate) mod group_runs;

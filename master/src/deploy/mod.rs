@@ -8,23 +8,26 @@
 //! side.
 
 pub(crate) mod derive;
+pub(crate) mod ending;
 pub(crate) mod groups;
 pub(crate) mod relay;
 pub(crate) mod signal_hosts;
 mod validate;
 
 use halite_protocol::message::{
-    status, DeploymentUpdate, JobReturn, JobSpec, MinionJobState, NewDeployment, NewSoftwareConfig, PrincipalAcl,
-    RequestBody, ResponseBody, SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
+    status, DeploymentUpdate, JobSpec, NewDeployment, NewSoftwareConfig, PrincipalAcl, RequestBody, ResponseBody,
+    SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
 };
 use serde_json::{json, Map};
 use tracing::{info, warn};
 
 use crate::authz::Who;
 use crate::clock::new_uuid;
+use crate::core::asks::Ask;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
 use crate::server::{Master, NewJob};
+use crate::store::reads::DeploymentEnding;
 use crate::store::{DeploymentRecord, Store, StoreError};
 use relay::RelayRequest;
 use signal_hosts::SignalHosts;
@@ -126,7 +129,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::DeploymentDelete { id } => {
                 let record = self.load_deployment(&id, who).await?;
                 self.may_deploy(acl, Some(&record.deployment.server_id))?;
-                self.deploy_jobs.remove(&record.jid);
+                self.deploy_jobs.forget(&record.jid);
                 self.cancel_live(&record.jid);
                 self.store.delete_deployment(&id).await.map_err(RequestError::from)?;
                 info!(deployment = %id, "deployment deleted");
@@ -256,7 +259,7 @@ impl<S: Store, N: Net> Master<S, N> {
             .map(|r| r.config)
             .ok_or_else(|| no_config(&record.spec.config_id))?;
         // The previous derived config is superseded: its job is cancelled if still pending.
-        self.deploy_jobs.remove(&record.jid);
+        self.deploy_jobs.forget(&record.jid);
         self.cancel_live(&record.jid);
         let now = self.clock.wall_ms();
         record.deployment.config_id = config.id.clone();
@@ -347,7 +350,7 @@ impl<S: Store, N: Net> Master<S, N> {
         record.jid = jid.clone();
         record.item = item;
         self.store.put_deployment(&record, now).await.map_err(RequestError::from)?;
-        self.deploy_jobs.insert(jid.clone(), record.deployment.id.clone());
+        self.deploy_jobs.carries(&jid, &record.deployment.id);
         info!(deployment = %record.deployment.id, server = %server, %jid, action = %record.deployment.action, "deployment pushed");
         self.announce(&record.deployment, &record.owner);
         // A server that is not a known minion cannot receive it until it enrolls: the job waits.
@@ -365,124 +368,70 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Records the deployments whose `deploy.apply` jobs ended since the last call (heard by
-    /// `Master::hear_moves`): each stored and announced in the order its job ended.
-    pub(crate) async fn record_deployment_ends(&mut self) {
+    /// `Master::hear_moves`): each read, stored and announced in the order its job ended. The
+    /// loop answers what this asks right away, so the deployments' groups hear the
+    /// announcements in the same step.
+    pub(crate) fn record_deployment_ends(&mut self) {
+        // Those the store could not take before come first, in the order their jobs ended.
+        for end in self.deploy_jobs.take_due(self.clock.now()) {
+            self.asks.push(Ask::ReadDeploymentEnd(Box::new(end)));
+        }
         for moved in self.hearing.take_deployment_ends() {
-            if let Err(error) = self.deploy_job_finished(&moved.jid, moved.state, moved.ret.as_ref()).await {
-                warn!(%error, jid = %moved.jid, minion = %moved.minion, "recording a deployment's result failed");
-            }
+            let id = self.deploy_jobs.ended(&moved.jid);
+            let end = ending::DeploymentEnd::new(&self.config, moved, id);
+            self.asks.push(Ask::ReadDeploymentEnd(Box::new(end)));
         }
     }
 
-    /// A `deploy.apply` job reached a final state: the deployment takes the signal's status
-    /// (or fails with the reason the job gives), is stored and announced, and the signal is
-    /// relayed when the engine gave a URL.
-    pub(crate) async fn deploy_job_finished(
+    /// A job end whose deployment the store could not read or write: tried again a second
+    /// later (`DeployJobs::retry`), so the deployment is not left in progress.
+    fn record_deployment_later(&mut self, end: ending::DeploymentEnd, error: &StoreError) {
+        let now = self.clock.now();
+        if self.notices.ready("store:deployment_end", std::time::Duration::from_secs(10), now) {
+            let (jid, minion) = (&end.moved.jid, &end.moved.minion);
+            warn!(%error, %jid, %minion, "recording a deployment's result failed; trying again every second");
+        }
+        self.deploy_jobs.retry(end, now);
+    }
+
+    /// The deployment a job's end is for, as read (`None`: nothing waits on that job): it takes
+    /// the end's outcome (`ending::finished`), which is stored before anything is said of it.
+    pub(crate) fn deployment_end_read(
         &mut self,
-        jid: &str,
-        state: MinionJobState,
-        ret: Option<&JobReturn>,
-    ) -> Result<(), StoreError> {
-        let id = match self.deploy_jobs.remove(jid) {
-            Some(id) => id,
-            // Published on another master (which may since have died), or adopted before that
-            // master recorded which deployment the job carries: found by its jid now.
-            None => match self.store.open_deployments().await?.into_iter().find(|d| d.jid == jid) {
-                Some(open) => open.deployment.id,
-                None => return Ok(()),
-            },
-        };
-        let Some(mut record) = self.store.deployment(&id).await? else { return Ok(()) };
-        if record.jid != jid || record.deployment.status != status::IN_PROGRESS {
-            return Ok(());
+        end: ending::DeploymentEnd,
+        read: Result<Option<DeploymentEnding>, StoreError>,
+    ) {
+        match read {
+            Ok(Some(ending)) => {
+                let record = ending::finished(&self.config, &end, ending, self.clock.wall_ms());
+                self.asks.push(Ask::FinishDeployment(Box::new((end, record))));
+            }
+            Ok(None) => {}
+            Err(error) => self.record_deployment_later(end, &error),
         }
-        let signal = match (state, ret.map(|r| &r.outputs)) {
-            (MinionJobState::Returned, Some(Value::Object(signal))) => Some(signal.clone()),
-            (MinionJobState::Failed, Some(Value::Object(signal))) if signal.contains_key("deploy_status_code") => {
-                Some(signal.clone())
-            }
-            _ => None,
-        };
-        let outcome = match &signal {
-            Some(signal) => {
-                let config = self.store.config(&record.deployment.config_id).await?;
-                let outputs = config.map(|c| c.config.outputs).unwrap_or_default();
-                derive::apply_signal(&outputs, signal, &record.deployment.output_values)
-            }
-            None => {
-                let mut reason = self.failure_reason(&record, state, ret);
-                if state == MinionJobState::Expired && self.waited_as_unenrolled(jid, &record).await? {
-                    reason = format!(
-                        "server {} never enrolled: no minion has a key as {0}, and no enrollment token for it was \
-                         outstanding when the deployment was made (with Heat, the Nova server's name must be its \
-                         OS::Halite::EnrollmentUserData's server_name)",
-                        record.deployment.server_id
-                    );
+    }
+
+    /// A deployment finished by its job's end, as stored: announced, and its signal relayed
+    /// when the engine gave a URL. Not when another master sharing the store finished it
+    /// first (`Ok(false)`): that one announces and relays.
+    pub(crate) fn deployment_finished(
+        &mut self,
+        end: ending::DeploymentEnd,
+        record: DeploymentRecord,
+        stored: Result<bool, StoreError>,
+    ) {
+        match stored {
+            Ok(true) => {
+                let deployment = &record.deployment;
+                info!(deployment = %deployment.id, status = %deployment.status, reason = %deployment.status_reason, "deployment signalled");
+                self.announce(&record.deployment, &record.owner);
+                if record.relay_pending {
+                    self.start_relay(&record);
                 }
-                let mut output_values = record.deployment.output_values.clone();
-                output_values.insert("deploy_stdout".into(), json!(""));
-                output_values.insert("deploy_stderr".into(), json!(reason));
-                output_values.insert("deploy_status_code".into(), json!(1));
-                derive::Outcome { status: status::FAILED, reason, output_values }
             }
-        };
-        let now = self.clock.wall_ms();
-        record.deployment.status = outcome.status.into();
-        record.deployment.status_reason = outcome.reason;
-        record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
-        // A failure with no signal still reaches the engine, so Heat fails at once instead of
-        // waiting for its timeout.
-        let relayed_signal = signal.unwrap_or_else(|| {
-            let mut made_up = Map::new();
-            for key in ["deploy_stdout", "deploy_stderr", "deploy_status_code"] {
-                made_up.insert(key.into(), outcome.output_values.get(key).cloned().unwrap_or(Value::Null));
-            }
-            made_up
-        });
-        record.deployment.output_values = outcome.output_values;
-        record.last_signal = Some(Value::Object(relayed_signal));
-        record.relay_pending = record.spec.signal_id.is_some();
-        if !self.store.finish_deployment(&record, now).await? {
-            // Another master sharing the store finished it first; it announces and relays.
-            return Ok(());
-        }
-        info!(deployment = %id, status = %record.deployment.status, reason = %record.deployment.status_reason, "deployment signalled");
-        self.announce(&record.deployment, &record.owner);
-        if record.relay_pending {
-            self.start_relay(&record);
-        }
-        Ok(())
-    }
-
-    /// Whether a deployment's job waited only `deployment_unenrolled_wait_secs` (nobody was
-    /// enrolling as its server when it was made) and its server still has no key.
-    async fn waited_as_unenrolled(&self, jid: &str, record: &DeploymentRecord) -> Result<bool, StoreError> {
-        let short = self.config.deployment_unenrolled_wait_secs.saturating_mul(1000);
-        if short >= self.config.deployment_ttl_secs.saturating_mul(1000) {
-            return Ok(false);
-        }
-        let Some((job, _)) = self.store.live_job(jid).await? else { return Ok(false) };
-        Ok(job.ttl_ms == short && self.store.keys_for(&record.deployment.server_id).await?.is_empty())
-    }
-
-    fn failure_reason(&self, record: &DeploymentRecord, state: MinionJobState, ret: Option<&JobReturn>) -> String {
-        let error = ret.and_then(|r| r.outputs.get("error")).and_then(Value::as_str);
-        match (state, error) {
-            (MinionJobState::Expired, _) if record.deployment.action == "DELETE" => format!(
-                "server {} did not connect within {} s of the DELETE (deployment_delete_wait_secs); nothing was run on it",
-                record.deployment.server_id,
-                self.config.deployment_delete_wait_secs.min(self.config.deployment_ttl_secs)
-            ),
-            (MinionJobState::Expired, _) => format!(
-                "server {} did not connect within {} s of the deployment",
-                record.deployment.server_id, self.config.deployment_ttl_secs
-            ),
-            (MinionJobState::TimedOut, _) => "deploy.apply did not finish before its timeout".into(),
-            (MinionJobState::Cancelled, _) => "deployment cancelled".into(),
-            (MinionJobState::Offline, _) => format!("server {} is offline", record.deployment.server_id),
-            (MinionJobState::Denied, Some(error)) => format!("the server's policy refused deploy.apply: {error}"),
-            (_, Some(error)) => error.to_owned(),
-            (state, None) => format!("deploy.apply ended {}", state.as_str()),
+            Ok(false) => {}
+            // Read and decided again: another master may finish it meanwhile.
+            Err(error) => self.record_deployment_later(end, &error),
         }
     }
 
@@ -529,17 +478,39 @@ impl<S: Store, N: Net> Master<S, N> {
         relay::spawn(self.signal_hosts(), request, self.relay_tx.clone());
     }
 
-    /// A relay ended: recorded, announced. The announcement says only `relayed` (the engine's
-    /// URL answered 2xx) or `refused` (anything else): a status code or connection error would
-    /// tell whoever chose the URL what answers where the master stands. Those go to the log.
-    pub(crate) async fn relay_finished(&mut self, done: relay::RelayDone) -> Result<(), StoreError> {
-        let id = &done.request.deployment_id;
-        let Some(mut record) = self.store.deployment(id).await? else { return Ok(()) };
-        if record.deployment.derived_config_id != done.request.derived_config_id {
-            return Ok(());
+    /// A relay ended: its deployment is read, then recorded as relayed
+    /// ([`Master::relayed_read`]).
+    pub(crate) fn relay_finished(&mut self, done: relay::RelayDone) {
+        self.asks.push(Ask::ReadRelayed(Box::new(done)));
+    }
+
+    /// The deployment a relay was for, as read: no longer pending, unless it has been derived
+    /// again since (a newer signal is on its way).
+    pub(crate) fn relayed_read(&mut self, done: relay::RelayDone, read: Result<Option<DeploymentRecord>, StoreError>) {
+        match read {
+            Ok(Some(mut record)) if record.deployment.derived_config_id == done.request.derived_config_id => {
+                record.relay_pending = false;
+                self.asks.push(Ask::StoreRelayed(Box::new((record, done))));
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, deployment = %done.request.deployment_id, "recording a relay failed"),
         }
-        record.relay_pending = false;
-        self.store.put_deployment(&record, self.clock.wall_ms()).await?;
+    }
+
+    /// A relay recorded, as stored: announced. The announcement says only `relayed` (the
+    /// engine's URL answered 2xx) or `refused` (anything else): a status code or connection
+    /// error would tell whoever chose the URL what answers where the master stands. Those go
+    /// to the log.
+    pub(crate) fn relay_recorded(
+        &mut self,
+        record: DeploymentRecord,
+        done: relay::RelayDone,
+        stored: Result<(), StoreError>,
+    ) {
+        let id = &done.request.deployment_id;
+        if let Err(error) = stored {
+            return warn!(%error, deployment = %id, "recording a relay failed");
+        }
         let relayed = match &done.result {
             Ok(code @ 200..=299) => {
                 info!(deployment = %id, status = code, "signal relayed");
@@ -557,7 +528,6 @@ impl<S: Store, N: Net> Master<S, N> {
         let outcome = if relayed { "relayed" } else { "refused" };
         let data = json!({ "ok": relayed, "outcome": outcome, "server_id": record.deployment.server_id, "owner": record.owner });
         self.emit_shared(format!("halite/deployment/{id}/relayed"), data);
-        Ok(())
     }
 
     /// After a restart: in-progress deployments are linked to their jobs again and pending
@@ -565,7 +535,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn resume_deployments(&mut self) -> Result<(), StoreError> {
         for record in self.store.open_deployments().await? {
             if record.deployment.status == status::IN_PROGRESS {
-                self.deploy_jobs.insert(record.jid.clone(), record.deployment.id.clone());
+                self.deploy_jobs.carries(&record.jid, &record.deployment.id);
             }
             if record.relay_pending {
                 self.start_relay(&record);

@@ -112,6 +112,26 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.flush().await;
                     self.answer_request(*asked).await;
                 }
+                Ask::ReadDeploymentEnd(end) => {
+                    let (jid, id) = (&end.moved.jid, end.id.as_deref());
+                    let read =
+                        reads::deployment_ending(&self.store, jid, id, end.signal.is_some(), end.short_wait_ms).await;
+                    self.deployment_end_read(*end, read);
+                }
+                Ask::FinishDeployment(finishing) => {
+                    let (end, record) = *finishing;
+                    let stored = self.store.finish_deployment(&record, self.clock.wall_ms()).await;
+                    self.deployment_finished(end, record, stored);
+                }
+                Ask::ReadRelayed(done) => {
+                    let read = self.store.deployment(&done.request.deployment_id).await;
+                    self.relayed_read(*done, read);
+                }
+                Ask::StoreRelayed(relayed) => {
+                    let (record, done) = *relayed;
+                    let stored = self.store.put_deployment(&record, self.clock.wall_ms()).await;
+                    self.relay_recorded(record, done, stored);
+                }
                 Ask::ReadRollout { jid } => {
                     let stored = self.store.job(&jid).await.map(|job| job.and_then(|job| job.summary.rollout));
                     self.rollout_reread(&jid, stored);

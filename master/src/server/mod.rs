@@ -133,8 +133,9 @@ pub struct Master<S: Store, N: Net = Router> {
     pub(crate) watchers: Watchers,
     /// Deployment groups this master drives.
     pub(crate) groups: crate::core::group_runs::GroupRuns,
-    /// `deploy.apply` jobs in flight: jid → deployment id.
-    pub(crate) deploy_jobs: HashMap<String, String>,
+    /// `deploy.apply` jobs in flight and the deployment each carries; job ends whose deployment
+    /// is to be recorded again.
+    pub(crate) deploy_jobs: crate::core::deploy_jobs::DeployJobs,
     /// Sends deployment signals to engines.
     pub(crate) relay_tx: mpsc::UnboundedSender<RelayDone>,
     pub(crate) relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
@@ -222,7 +223,7 @@ impl<S: Store, N: Net> Master<S, N> {
             undelivered: HashMap::new(),
             cluster: crate::core::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
-            deploy_jobs: HashMap::new(),
+            deploy_jobs: Default::default(),
             groups: Default::default(),
             metrics: crate::metrics::Metrics::new(),
             relay_tx,
@@ -389,11 +390,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.drain_net(BATCH - 1).await;
             }
             Input::Local(command) => self.answer_local(command).await,
-            Input::Relay(done) => {
-                if let Err(error) = self.relay_finished(done).await {
-                    warn!(%error, "recording a relay failed");
-                }
-            }
+            Input::Relay(done) => self.relay_finished(done),
             Input::Reload => {
                 // Rows and announcements a master revoked now signs are refused from now on, not
                 // only after a restart (the store takes the new trust even if it does not answer).
@@ -451,14 +448,16 @@ impl<S: Store, N: Net> Master<S, N> {
         // What the input's handling asked of the store is answered before anything hears of it.
         self.answer_asks().await;
         self.hear_moves();
-        self.record_deployment_ends().await;
+        self.record_deployment_ends();
+        self.answer_asks().await;
         self.hear_events();
         // The rollouts an event aborted stop (each stop stored first), and the targets they
         // skipped are heard, before any rollout is decided.
         self.stop_aborted_rollouts();
         self.answer_asks().await;
         self.hear_moves();
-        self.record_deployment_ends().await;
+        self.record_deployment_ends();
+        self.answer_asks().await;
         // Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
         self.advance_rollouts(tick);
         self.answer_asks().await;
@@ -466,7 +465,8 @@ impl<S: Store, N: Net> Master<S, N> {
         // they act; an abort it carries stops a rollout at the next step. The deployment jobs
         // the groups start are heard at the next step's end, as the deployments always heard them.
         self.hear_moves();
-        self.record_deployment_ends().await;
+        self.record_deployment_ends();
+        self.answer_asks().await;
         self.hear_events();
         self.advance_groups(tick).await;
         self.answer_asks().await;

@@ -129,6 +129,7 @@ impl<S: Store, N: Net> Master<S, N> {
         });
         let rollout_wait = self.jobs.rollout_jobs().filter_map(|job| job.rollout.as_ref()?.not_before).min();
         let group_wait = self.groups.next_wait();
+        let deployment_retry = self.deploy_jobs.next_retry();
         let retry = self.retrying().then_some(now + RETRY_EVERY);
         let left_for_next_step = self.left_for_next_step().then_some(now);
         [
@@ -138,6 +139,7 @@ impl<S: Store, N: Net> Master<S, N> {
             token_expiry,
             rollout_wait,
             group_wait,
+            deployment_retry,
             self.cluster.next_due(now),
             self.pending.deadlines_resume_at(),
             retry,

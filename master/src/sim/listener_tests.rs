@@ -58,26 +58,7 @@ fn returned() -> crate::metrics::State {
 #[test]
 fn the_deployment_riding_on_a_deploy_job_hears_its_end_once() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut vm = sim.minion("vm-1").await;
-        vm.recv(&sim);
-        let mut root = sim.root().await;
-        let mut watcher = sim.root().await;
-        subscribe(&mut sim, &mut watcher, "halite/deployment/*").await;
-        let new = serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"}))
-            .expect("config");
-        let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
-            panic!("a config")
-        };
-        let spec = serde_json::from_value(json!({"config_id": config.id, "server_id": "vm-1"})).expect("spec");
-        let Ok(ResponseBody::Deployment(created)) = sim.request(&mut root, RequestBody::DeploymentCreate(spec)).await
-        else {
-            panic!("a deployment")
-        };
-        let sent = vm.jobs(&sim);
-        assert_eq!(sent.len(), 1, "the deploy.apply job is sent to its server");
-        let jid = sent[0].verify(&sim.master_public()).expect("signed").jid;
-        events(&mut watcher, &sim);
+        let Deployed { mut sim, mut vm, mut root, mut watcher, id, jid } = deployed_on_vm1().await;
 
         let signal = halite_protocol::message::JobReturn {
             minion: "vm-1".into(),
@@ -88,13 +69,79 @@ fn the_deployment_riding_on_a_deploy_job_hears_its_end_once() {
         vm.send(&mut sim, &Message::JobReturn(signal.clone())).await;
         vm.send(&mut sim, &Message::JobReturn(signal)).await;
         let tags: Vec<String> = events(&mut watcher, &sim).into_iter().map(|e| e.tag).collect();
-        let complete = format!("halite/deployment/{}/{}", created.id, status::COMPLETE);
+        let complete = format!("halite/deployment/{}/{}", id, status::COMPLETE);
         assert_eq!(tags, [complete], "told once, in the step that ended the job");
         let Ok(ResponseBody::Deployment(shown)) =
-            sim.request(&mut root, RequestBody::DeploymentShow { id: created.id.clone() }).await
+            sim.request(&mut root, RequestBody::DeploymentShow { id: id.clone() }).await
         else {
             panic!("a deployment")
         };
         assert_eq!(shown.status, status::COMPLETE, "{shown:?}");
     });
+}
+
+/// A deployment whose job ends while the store is away is recorded once the store answers
+/// again: not left in progress, and told once.
+#[test]
+fn a_deployment_whose_job_ends_while_the_store_is_away_is_recorded_once_it_answers() {
+    rt().block_on(async {
+        let Deployed { mut sim, mut vm, mut root, mut watcher, id, jid } = deployed_on_vm1().await;
+
+        let away = sim.store().take_away().await.expect("open");
+        let signal = halite_protocol::message::JobReturn {
+            minion: "vm-1".into(),
+            outputs: json!({ "deploy_status_code": 0, "deploy_stdout": "done", "deploy_stderr": "" }),
+            ..ret(&jid)
+        };
+        vm.send(&mut sim, &Message::JobReturn(signal)).await;
+        assert!(events(&mut watcher, &sim).is_empty(), "nothing told while nothing is stored");
+        sim.advance(std::time::Duration::from_secs(2)).await;
+        sim.store().give_back(away).await;
+        sim.advance(std::time::Duration::from_secs(2)).await;
+
+        let tags: Vec<String> = events(&mut watcher, &sim).into_iter().map(|e| e.tag).collect();
+        let complete = format!("halite/deployment/{}/{}", id, status::COMPLETE);
+        assert_eq!(tags, [complete], "told once, once stored");
+        let Ok(ResponseBody::Deployment(shown)) =
+            sim.request(&mut root, RequestBody::DeploymentShow { id: id.clone() }).await
+        else {
+            panic!("a deployment")
+        };
+        assert_eq!(shown.status, status::COMPLETE, "{shown:?}");
+    });
+}
+
+/// A master with minion `vm-1`, root, a watcher of deployment events, and a deployment to
+/// `vm-1` whose `deploy.apply` job was sent (its events so far read).
+struct Deployed {
+    sim: Sim,
+    vm: SimPeer,
+    root: SimPeer,
+    watcher: SimPeer,
+    id: String,
+    jid: String,
+}
+
+async fn deployed_on_vm1() -> Deployed {
+    let mut sim = Sim::new().await;
+    let mut vm = sim.minion("vm-1").await;
+    vm.recv(&sim);
+    let mut root = sim.root().await;
+    let mut watcher = sim.root().await;
+    subscribe(&mut sim, &mut watcher, "halite/deployment/*").await;
+    let new =
+        serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"})).expect("config");
+    let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
+        panic!("a config")
+    };
+    let spec = serde_json::from_value(json!({"config_id": config.id, "server_id": "vm-1"})).expect("spec");
+    let Ok(ResponseBody::Deployment(created)) = sim.request(&mut root, RequestBody::DeploymentCreate(spec)).await
+    else {
+        panic!("a deployment")
+    };
+    let sent = vm.jobs(&sim);
+    assert_eq!(sent.len(), 1, "the deploy.apply job is sent to its server");
+    let jid = sent[0].verify(&sim.master_public()).expect("signed").jid;
+    events(&mut watcher, &sim);
+    Deployed { sim, vm, root, watcher, id: created.id, jid }
 }

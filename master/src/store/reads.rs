@@ -1,13 +1,14 @@
 //! Reads that answer one ask with more than one store call: the keys another master changed,
-//! a job with the returns of its ended slots, the gateway tokens that no longer grant anything.
+//! a job with the returns of its ended slots, the gateway tokens that no longer grant anything,
+//! the deployment a `deploy.apply` job's end is for.
 //! The loop makes them (`Master::answer_asks`); they touch nothing but the store.
 
 use std::collections::HashMap;
 
-use halite_protocol::message::{JobReturn, KeyState, MinionJobState};
+use halite_protocol::message::{status, ConfigOutput, JobReturn, KeyState, MinionJobState};
 use halite_transport::PeerId;
 
-use super::{JobRecord, Store, StoreError};
+use super::{DeploymentRecord, JobRecord, Store, StoreError};
 
 /// Accepted keys as reread.
 #[derive(Debug)]
@@ -118,6 +119,53 @@ pub(crate) async fn jobs_missed<S: Store>(
             _ => return Ok((found, false)),
         }
     }
+}
+
+/// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.
+#[derive(Debug)]
+pub(crate) struct DeploymentEnding {
+    pub(crate) record: DeploymentRecord,
+    /// The outputs its config declares (read only for a job that signalled).
+    pub(crate) outputs: Vec<ConfigOutput>,
+    /// Whether the job waited only the short wait for a server nobody enrolls as, and its
+    /// server still has no key (read only for such a job).
+    pub(crate) never_enrolled: bool,
+}
+
+/// The deployment `id` (or, unknown here, the open one whose job is `jid`) if it still waits on
+/// job `jid`: none when it is gone, in progress on another job, or finished. `signalled`: the
+/// config's outputs are read; `short_wait_ms`: whether the job waited only that long and the
+/// server still has no key.
+pub(crate) async fn deployment_ending<S: Store>(
+    store: &S,
+    jid: &str,
+    id: Option<&str>,
+    signalled: bool,
+    short_wait_ms: Option<u64>,
+) -> Result<Option<DeploymentEnding>, StoreError> {
+    let id = match id {
+        Some(id) => id.to_owned(),
+        None => match store.open_deployments().await?.into_iter().find(|open| open.jid == jid) {
+            Some(open) => open.deployment.id,
+            None => return Ok(None),
+        },
+    };
+    let Some(record) = store.deployment(&id).await? else { return Ok(None) };
+    if record.jid != jid || record.deployment.status != status::IN_PROGRESS {
+        return Ok(None);
+    }
+    let outputs = match signalled {
+        true => store.config(&record.deployment.config_id).await?.map(|c| c.config.outputs).unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let never_enrolled = match short_wait_ms {
+        Some(short) => match store.live_job(jid).await? {
+            Some((job, _)) => job.ttl_ms == short && store.keys_for(&record.deployment.server_id).await?.is_empty(),
+            None => false,
+        },
+        None => false,
+    };
+    Ok(Some(DeploymentEnding { record, outputs, never_enrolled }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,96 @@
+//! The `deploy.apply` jobs in flight here, each with the deployment it carries, and the job
+//! ends whose deployment could not be recorded yet because the store did not answer: those are
+//! tried again a second later, so a deployment is never left in progress by a store that came
+//! back.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::deploy::ending::DeploymentEnd;
+
+/// How long a job end whose deployment could not be recorded waits before it is tried again.
+pub(crate) const RECORD_RETRY: Duration = Duration::from_secs(1);
+
+/// See the module docs.
+#[derive(Default)]
+pub(crate) struct DeployJobs {
+    /// jid → the deployment it carries.
+    carried: HashMap<String, String>,
+    /// Job ends to record again, each with when.
+    retries: Vec<(Instant, DeploymentEnd)>,
+}
+
+impl DeployJobs {
+    /// Job `jid` carries deployment `id`.
+    pub(crate) fn carries(&mut self, jid: &str, id: &str) {
+        self.carried.insert(jid.to_owned(), id.to_owned());
+    }
+
+    /// Job `jid` no longer carries anything (its deployment was deleted or derived again).
+    pub(crate) fn forget(&mut self, jid: &str) {
+        self.carried.remove(jid);
+    }
+
+    /// Job `jid` ended: the deployment it carried, if this master knows it.
+    pub(crate) fn ended(&mut self, jid: &str) -> Option<String> {
+        self.carried.remove(jid)
+    }
+
+    /// A job end whose deployment could not be recorded at `now`: tried again later.
+    pub(crate) fn retry(&mut self, end: DeploymentEnd, now: Instant) {
+        self.retries.push((now + RECORD_RETRY, end));
+    }
+
+    /// The job ends due to be recorded again at `now`, oldest first.
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<DeploymentEnd> {
+        if self.retries.iter().all(|(at, _)| *at > now) {
+            return Vec::new();
+        }
+        let (due, waiting) = std::mem::take(&mut self.retries).into_iter().partition(|(at, _)| *at <= now);
+        self.retries = waiting;
+        due.into_iter().map(|(_, end)| end).collect()
+    }
+
+    /// When the next job end is to be recorded again.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        self.retries.iter().map(|(at, _)| *at).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::jobs::SlotMoved;
+    use halite_protocol::message::MinionJobState;
+
+    fn end(jid: &str, now: Instant) -> DeploymentEnd {
+        let moved = SlotMoved {
+            jid: jid.into(),
+            minion: "vm-1".into(),
+            state: MinionJobState::Returned,
+            ret: None,
+            returned: true,
+            at: now,
+            at_ms: 0,
+            created_at_ms: 0,
+            deploy: true,
+        };
+        DeploymentEnd { moved, id: Some("d1".into()), signal: None, short_wait_ms: None }
+    }
+
+    #[test]
+    fn a_job_end_is_tried_again_once_its_wait_is_over_and_only_then() {
+        let now = Instant::now();
+        let mut jobs = DeployJobs::default();
+        jobs.carries("j1", "d1");
+        assert_eq!(jobs.ended("j1").as_deref(), Some("d1"));
+        assert_eq!(jobs.ended("j1"), None, "an end is the job's last");
+        jobs.retry(end("j1", now), now);
+        jobs.retry(end("j2", now + RECORD_RETRY), now + RECORD_RETRY);
+        assert_eq!(jobs.next_retry(), Some(now + RECORD_RETRY));
+        assert!(jobs.take_due(now).is_empty(), "not before its wait is over");
+        let due: Vec<String> = jobs.take_due(now + RECORD_RETRY).into_iter().map(|e| e.moved.jid).collect();
+        assert_eq!(due, ["j1"]);
+        assert_eq!(jobs.next_retry(), Some(now + 2 * RECORD_RETRY));
+    }
+}
