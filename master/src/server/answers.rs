@@ -1,18 +1,28 @@
 //! Where the loop hands inputs to their handlers and answers what the handlers asked of the
 //! store (`core/asks.rs`): the one place a handler's store call is awaited. Each answer goes to
 //! the handler's synchronous continuation before anything else happens.
+//!
+//! What clients send once in session (over the network or in-process through the gateway) is
+//! handed out here too: subscriptions, publishes, cancels and requests. A request is asked of
+//! the loop, which answers it once the step's changes so far are written
+//! (`Master::answer_request`, in parts when large).
 
-use halite_transport::RouterEvent;
-use tracing::{debug, info};
+use std::sync::Arc;
 
-use crate::core::asks::{Ask, PreparedJob};
+use halite_protocol::message::{ErrorKind, Message, PrincipalAcl};
+use halite_transport::{PeerId, RouterEvent};
+use tracing::{debug, info, warn};
+
+use crate::authz::publish::Publisher;
+use crate::authz::{Action, Asker, Who};
+use crate::core::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::core::sessions::Conn;
-use crate::gateway::local::LocalCommand;
+use crate::gateway::local::{LocalCommand, Opened};
 use crate::net::Net;
 use crate::store::reads;
-use crate::store::{Store, StoreError};
+use crate::store::{ApiTokenGrant, Store, StoreError};
 
-use super::{Master, BATCH};
+use super::{Master, BATCH, SUBSCRIBE_REQUEST};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Answers one gateway request.
@@ -193,5 +203,87 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.forget(peer, None);
             }
         }
+    }
+
+    pub(crate) fn on_client_message(
+        &mut self,
+        peer: PeerId,
+        principal: &str,
+        acl: Option<Arc<PrincipalAcl>>,
+        msg: Message,
+    ) {
+        match msg {
+            Message::Subscribe(subscribe) => {
+                let asker = Asker::client(principal, acl.as_deref());
+                match self.access().decide(&asker, &Action::Subscribe(&subscribe.patterns)) {
+                    Ok(_) => {
+                        let patterns = subscribe.patterns.clone();
+                        self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
+                        if let Some(after) = subscribe.after {
+                            self.replay_events(peer, &patterns, &after);
+                        }
+                    }
+                    Err(denied) => {
+                        warn!(%principal, why = %denied, "subscription refused");
+                        self.send_error(peer, denied.kind(), denied.message(), Some(SUBSCRIBE_REQUEST.into()));
+                    }
+                }
+            }
+            Message::ClientHello(_) => {
+                self.send(peer, &Message::Welcome(self.welcome()));
+            }
+            Message::Publish(request) => {
+                let publisher = match acl {
+                    None => Publisher::Root,
+                    Some(acl) => Publisher::Principal(acl),
+                };
+                self.publish(peer, principal, publisher, request)
+            }
+            Message::Cancel(cancel) => {
+                let who = Who { name: principal, acl: acl.as_deref() };
+                let access = self.access().job_access(who, &cancel.jid);
+                self.cancel(peer, &cancel.jid, access)
+            }
+            Message::Request(request) => {
+                let principal = principal.to_owned();
+                self.asks.push(Ask::Request(Box::new(ClientRequest { peer, principal, acl, request })));
+            }
+            _ => self.send_error(peer, ErrorKind::BadRequest, "not a client message".into(), None),
+        }
+    }
+
+    pub(crate) fn on_local(&mut self, command: LocalCommand) {
+        match command {
+            LocalCommand::Connect { token_hash, to_client, reply } => {
+                self.asks.push(Ask::TokenGrant(Box::new(TokenGrant { token_hash, to_client, reply })));
+            }
+            LocalCommand::Message { peer, msg } => {
+                if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {
+                    let (principal, acl) = (principal.clone(), acl.clone());
+                    self.on_client_message(peer, &principal, acl, *msg);
+                }
+            }
+            LocalCommand::Disconnect { peer } => {
+                if matches!(self.sessions.get(&peer), Some(Conn::Local { .. })) {
+                    self.forget(peer, None);
+                }
+            }
+        }
+    }
+
+    /// What a gateway token grants, read from the store: the session it opens, or why it opens
+    /// none. A store failure drops the reply, which the gateway answers as unavailable.
+    pub(crate) fn token_granted(&mut self, asked: TokenGrant, granted: Result<Option<ApiTokenGrant>, StoreError>) {
+        let TokenGrant { token_hash, to_client, reply } = asked;
+        let grant = match granted {
+            Ok(grant) => grant,
+            Err(error) => return warn!(%error, "store failure while handling a gateway request"),
+        };
+        let opened = crate::token_sessions::session_for(token_hash, grant, &self.access()).map(|session| {
+            let principal = session.principal.clone();
+            let peer = self.sessions.open_local(session.principal, session.acl, to_client, session.token);
+            Opened { peer, principal, reads_metrics: session.reads_metrics }
+        });
+        let _ = reply.send(opened);
     }
 }

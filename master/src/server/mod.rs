@@ -14,7 +14,7 @@
 //! is stored, and requests see every change made before them.
 //!
 //! The loop's files, one duty each: this one (start-up, `serve`, the step's order),
-//! `answers.rs` (inputs handed to handlers, asks answered), `hearing.rs` (what the step decided,
+//! `answers.rs` (inputs, clients' messages included, handed to handlers; asks answered), `hearing.rs` (what the step decided,
 //! handed to its listeners), `sending.rs` (events and sealed messages out), `writes.rs` (the
 //! group commit, then acknowledgements and announcements), `timers.rs` (`next_timeout` and what
 //! comes due), `resync.rs` (the reread after a gap in what other masters announced).
@@ -178,6 +178,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The figures this master keeps (shared: the metrics endpoints read them).
     pub fn metrics(&self) -> crate::metrics::Metrics {
         self.metrics.clone()
+    }
+
+    /// Where in-process clients send commands (see [`crate::gateway`]).
+    pub(crate) fn local_commands(&self) -> mpsc::Sender<LocalCommand> {
+        self.local_tx.clone()
     }
 
     /// Loads the registry and unfinished jobs from the store.

@@ -9,6 +9,7 @@ use tracing::warn;
 
 use crate::authz::Who;
 use crate::core::sessions::Conn;
+use crate::limits;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -109,5 +110,52 @@ impl<S: Store, N: Net> Master<S, N> {
 
     pub(crate) fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
         self.send(peer, &Message::Error(ErrorMessage { kind, message, request }));
+    }
+
+    /// Sends a resuming subscriber what it missed after event `after`: the logged events its
+    /// patterns match and it may see, oldest first, after a `halite/bus/gap` notice if some
+    /// may be missing. Each goes through the subscriber's bounded queue like a live event.
+    pub(super) fn replay_events(&mut self, peer: PeerId, patterns: &[String], after: &str) {
+        let since = self.event_log.since(after);
+        let gap = since.gap.clone();
+        let events: Vec<(String, halite_protocol::message::Value, String)> = since
+            .events
+            .into_iter()
+            .filter(|e| patterns.iter().any(|p| halite_protocol::glob::matches(p, &e.tag)))
+            .map(|e| (e.tag.clone(), e.data(), self.event_log.id(e.seq)))
+            .collect();
+        if let Some(why) = gap {
+            let notice = halite_protocol::message::Event {
+                tag: "halite/bus/gap".into(),
+                data: serde_json::json!({ "after": after, "reason": why }),
+                id: None,
+            };
+            self.send(peer, &Message::Event(notice));
+        }
+        for (tag, data, id) in events {
+            if !self.peer_may_receive(peer, &tag, &data) {
+                continue;
+            }
+            if self
+                .try_send(peer, &Message::Event(halite_protocol::message::Event { tag, data, id: Some(id) }))
+                .is_err()
+            {
+                self.bus.dropped(peer);
+                self.metrics.get().bus_dropped.inc();
+            }
+        }
+    }
+
+    /// Answers a request; over a connection, a listing too large for one message goes in
+    /// parts (`more`), each within the message cap, so no answer ever drops its client.
+    pub(crate) fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
+        let parts = match self.sessions.get(&peer) {
+            Some(Conn::Local { .. }) => vec![body],
+            _ => body.into_parts(limits::MESSAGE_BUDGET),
+        };
+        let last = parts.len().saturating_sub(1);
+        for (index, body) in parts.into_iter().enumerate() {
+            self.send(peer, &Message::Response(message::Response { request_id, body, more: index < last }));
+        }
     }
 }
