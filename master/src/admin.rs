@@ -104,9 +104,10 @@ impl<S: Store, N: Net> Master<S, N> {
         } else {
             (RolloutState::Running, None)
         };
-        if let Some(status) = self.rollout_change(jid, state, reason) {
+        if let Some(status) = self.rollouts().change(jid, state, reason) {
             self.store.set_rollout(jid, &status).await.map_err(RequestError::from)?;
-            self.rollout_changed(jid, status);
+            let effects = self.rollouts().changed(jid, status);
+            self.apply(effects);
         }
         Ok(())
     }

@@ -53,7 +53,10 @@ impl<S: Store, N: Net> Master<S, N> {
             ClusterChange::Event { tag, data } => self.emit(tag, data),
             ClusterChange::StoredEvent { id, digest } => self.asks.push(Ask::ReadSharedEvent { id, digest }),
             ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states),
-            ClusterChange::Rollout { jid } => self.rollout_changed_elsewhere(&jid),
+            ClusterChange::Rollout { jid } => {
+                let reread = self.rollouts().changed_elsewhere(&jid);
+                self.apply(reread);
+            }
             ClusterChange::Here { ids } => {
                 for id in &ids {
                     self.cluster.arrived(id, from);

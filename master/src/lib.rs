@@ -40,7 +40,6 @@ mod minion_messages;
 pub mod net;
 mod publishing;
 mod request_error;
-mod rollout_dispatch;
 mod server;
 #[cfg(test)]
 mod sim;

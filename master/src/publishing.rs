@@ -312,10 +312,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Cancels a job if it is still live: running minions are told to stop, the others'
     /// slots end cancelled; the other masters sharing the store do the same for the minions
     /// they serve. A rollout's stop is stored first, and the cancel goes on from there
-    /// ([`Master::rollout_stored`]).
+    /// (`Rollouts::stored`).
     pub(crate) fn cancel_live(&mut self, jid: &str) {
-        if !self.stop_rollout(jid, "cancelled".to_owned(), RolloutCause::Cancelled) {
-            self.cancel_after_rollout(jid);
+        match self.rollouts().stop(jid, "cancelled".to_owned(), RolloutCause::Cancelled) {
+            Some(stop) => self.apply([stop]),
+            None => self.cancel_after_rollout(jid),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Rollouts: which of a job's targets start when. [`RolloutRun`] holds a job's rollout and,
 //! from the job's slots, decides what happens next ([`RolloutRun::decide`]); it changes
-//! nothing itself. The master carries the decision out (`rollout_dispatch.rs`).
+//! nothing itself. [`Rollouts`](crate::core::rollouts::Rollouts) turns it into effects, which
+//! the loop carries out (`server/rollouts.rs`).
 //!
 //! Targets are taken in id order, the first `canary` of them being the canaries. A target is
 //! `queued` until it is started; started, it is `sent` (or `waiting` while offline with a TTL,

@@ -14,16 +14,21 @@
 //! is stored, and requests see every change made before them.
 //!
 //! The loop's files, one duty each: this one (start-up, `serve`, the step's order),
-//! `answers.rs` (inputs, clients' messages included, handed to handlers; asks answered), `hearing.rs` (what the step decided,
-//! handed to its listeners), `sending.rs` (events and sealed messages out), `writes.rs` (the
-//! group commit, then acknowledgements and announcements), `timers.rs` (`next_timeout` and what
-//! comes due), `resync.rs` (the reread after a gap in what other masters announced).
+//! `answers.rs` (inputs, clients' messages included, handed to their handlers; asks answered),
+//! `hearing.rs` (what the step decided, handed to its listeners), `sending.rs` (events and
+//! sealed messages out), `writes.rs` (the group commit, then acknowledgements and
+//! announcements), `effects.rs` (what owners decided, carried out), `rollouts.rs` (the rollouts
+//! let act at the end of the step), `timers.rs` (`next_timeout` and what comes due),
+//! `resync.rs` (the reread after a gap in what the other masters announced).
 //!
 //! The core reads time only from its [`Clock`] and talks to connections only through its
 //! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
+
 mod answers;
+mod effects;
 pub(crate) mod hearing;
 mod resync;
+mod rollouts;
 mod sending;
 mod timers;
 mod writes;

@@ -1,0 +1,78 @@
+//! Where the loop lets the rollouts act (`core/rollouts.rs` decides): at the end of a step it
+//! stops those an event aborted, then decides those due, carrying out each decision and letting
+//! the targets that ended at once be heard before deciding again.
+
+use std::time::Instant;
+
+use halite_protocol::message::RolloutStatus;
+
+use crate::core::asks::RolloutChange;
+use crate::core::effects::Effect;
+use crate::core::rollouts::Rollouts;
+use crate::net::Net;
+use crate::store::{Store, StoreError};
+
+use super::Master;
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// The live rollouts, now.
+    pub(crate) fn rollouts(&mut self) -> Rollouts<'_> {
+        let now = self.clock.now();
+        Rollouts::new(&mut self.jobs, &mut self.rollout_queue, now)
+    }
+
+    /// Stops the rollouts an event aborted in this step. Each stop is stored before it acts
+    /// ([`Rollouts::stored`]): the loop answers it before any rollout is decided.
+    pub(crate) fn stop_aborted_rollouts(&mut self) {
+        let stops = self.rollouts().aborted();
+        self.apply(stops);
+    }
+
+    /// Decides every rollout whose job changed in this step and, when woken by time, those
+    /// whose wait has passed; each again until it decides nothing: a target that started
+    /// offline (waiting for its TTL, or ended `offline`) leaves its place to the next.
+    pub(crate) fn advance_rollouts(&mut self, woken_by_time: bool) {
+        for jid in self.rollouts().due(woken_by_time) {
+            loop {
+                let now = self.clock.now();
+                // Those served by another live master are started there (`Master::served_elsewhere`).
+                let (cluster, sessions) = (&self.cluster, &self.sessions);
+                let serves = |id: &str| sessions.is_online(id) || cluster.master_of(id, now).is_none();
+                let effects = Rollouts::new(&mut self.jobs, &mut self.rollout_queue, now).decide(&jid, serves);
+                let started = effects.iter().any(|effect| matches!(effect, Effect::StartTarget { .. }));
+                self.apply(effects);
+                if !started {
+                    break;
+                }
+                // A target that ended at once (offline) is heard before deciding again: the
+                // rollout's wait counts from its end. (A rollout's job is never a deployment's:
+                // the loop records deployments after the rollouts.)
+                self.hear_moves();
+            }
+        }
+    }
+
+    /// A target of a rollout job reached a final state `at` (a listener of slot ends: see
+    /// `Master::hear_moves`).
+    pub(crate) fn rollout_target_finished(&mut self, jid: &str, at: Instant) {
+        self.rollouts().target_finished(jid, at);
+    }
+
+    /// A rollout's move, as stored (or not): what follows is carried out.
+    pub(crate) fn rollout_stored(&mut self, change: RolloutChange, stored: Result<(), StoreError>) {
+        let effects = self.rollouts().stored(change, stored);
+        self.apply(effects);
+    }
+
+    /// Where a rollout another master changed is, as reread. A store that did not answer means
+    /// the other masters' changes may be missed: everything is reread.
+    pub(crate) fn rollout_reread(&mut self, jid: &str, stored: Result<Option<RolloutStatus>, StoreError>) {
+        match stored {
+            Ok(status) => {
+                let effects = self.rollouts().reread(jid, status);
+                self.apply(effects);
+            }
+            Err(error) => self.cluster_read_failed(&error),
+        }
+    }
+}
