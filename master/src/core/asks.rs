@@ -15,6 +15,7 @@ use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
 use tokio::sync::oneshot;
 
+use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::Slot;
 use crate::deploy::ending::DeploymentEnd;
 use crate::deploy::relay::RelayDone;
@@ -73,6 +74,9 @@ pub(crate) enum Ask {
     /// The deployment a `deploy.apply` job's end is for, with what the end needs read
     /// (`Master::deployment_end_read` goes on).
     ReadDeploymentEnd(Box<DeploymentEnd>),
+    /// A `deploy.apply` job's end to record again, reread from the store
+    /// (`Master::deployment_end_reread` goes on).
+    RereadDeploymentEnd(Box<EndToRecord>),
     /// A deployment finished by its job's end, stored unless another master finished it first
     /// (`Master::deployment_finished` goes on).
     FinishDeployment(Box<(DeploymentEnd, DeploymentRecord)>),

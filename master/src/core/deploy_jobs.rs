@@ -1,15 +1,27 @@
 //! The `deploy.apply` jobs in flight here, each with the deployment it carries, and the job
 //! ends whose deployment could not be recorded yet because the store did not answer: those are
-//! tried again a second later, so a deployment is never left in progress by a store that came
-//! back.
+//! tried again a second later, reread from the store (the job's end is stored with it), so a
+//! deployment is never left in progress by a store that came back. What is kept of each is a
+//! few ids: a long outage holds no returns in memory.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::deploy::ending::DeploymentEnd;
+use crate::store::DeploymentRecord;
 
 /// How long a job end whose deployment could not be recorded waits before it is tried again.
 pub(crate) const RECORD_RETRY: Duration = Duration::from_secs(1);
+
+/// A `deploy.apply` job's end whose deployment is still to be recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EndToRecord {
+    pub(crate) jid: String,
+    /// The deployment, if this master knows it.
+    pub(crate) id: Option<String>,
+    /// The deployment as a write whose outcome is unknown left it (see
+    /// `DeploymentEnd::written`).
+    pub(crate) written: Option<DeploymentRecord>,
+}
 
 /// See the module docs.
 #[derive(Default)]
@@ -17,7 +29,7 @@ pub(crate) struct DeployJobs {
     /// jid → the deployment it carries.
     carried: HashMap<String, String>,
     /// Job ends to record again, each with when.
-    retries: Vec<(Instant, DeploymentEnd)>,
+    retries: Vec<(Instant, EndToRecord)>,
 }
 
 impl DeployJobs {
@@ -37,12 +49,17 @@ impl DeployJobs {
     }
 
     /// A job end whose deployment could not be recorded at `now`: tried again later.
-    pub(crate) fn retry(&mut self, end: DeploymentEnd, now: Instant) {
+    pub(crate) fn retry(&mut self, end: EndToRecord, now: Instant) {
         self.retries.push((now + RECORD_RETRY, end));
     }
 
+    /// A job end found unrecorded when the master started: recorded at the first step.
+    pub(crate) fn recover(&mut self, end: EndToRecord, now: Instant) {
+        self.retries.push((now, end));
+    }
+
     /// The job ends due to be recorded again at `now`, oldest first.
-    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<DeploymentEnd> {
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<EndToRecord> {
         if self.retries.iter().all(|(at, _)| *at > now) {
             return Vec::new();
         }
@@ -60,22 +77,9 @@ impl DeployJobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::jobs::SlotMoved;
-    use halite_protocol::message::MinionJobState;
 
-    fn end(jid: &str, now: Instant) -> DeploymentEnd {
-        let moved = SlotMoved {
-            jid: jid.into(),
-            minion: "vm-1".into(),
-            state: MinionJobState::Returned,
-            ret: None,
-            returned: true,
-            at: now,
-            at_ms: 0,
-            created_at_ms: 0,
-            deploy: true,
-        };
-        DeploymentEnd { moved, id: Some("d1".into()), signal: None, short_wait_ms: None }
+    fn end(jid: &str) -> EndToRecord {
+        EndToRecord { jid: jid.into(), id: Some("d1".into()), written: None }
     }
 
     #[test]
@@ -85,11 +89,11 @@ mod tests {
         jobs.carries("j1", "d1");
         assert_eq!(jobs.ended("j1").as_deref(), Some("d1"));
         assert_eq!(jobs.ended("j1"), None, "an end is the job's last");
-        jobs.retry(end("j1", now), now);
-        jobs.retry(end("j2", now + RECORD_RETRY), now + RECORD_RETRY);
+        jobs.retry(end("j1"), now);
+        jobs.retry(end("j2"), now + RECORD_RETRY);
         assert_eq!(jobs.next_retry(), Some(now + RECORD_RETRY));
         assert!(jobs.take_due(now).is_empty(), "not before its wait is over");
-        let due: Vec<String> = jobs.take_due(now + RECORD_RETRY).into_iter().map(|e| e.moved.jid).collect();
+        let due: Vec<String> = jobs.take_due(now + RECORD_RETRY).into_iter().map(|e| e.jid).collect();
         assert_eq!(due, ["j1"]);
         assert_eq!(jobs.next_retry(), Some(now + 2 * RECORD_RETRY));
     }

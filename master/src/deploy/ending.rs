@@ -8,6 +8,7 @@ use serde_json::{json, Map};
 
 use super::derive;
 use crate::config::MasterConfig;
+use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::SlotMoved;
 use crate::store::reads::DeploymentEnding;
 use crate::store::DeploymentRecord;
@@ -15,27 +16,80 @@ use crate::store::DeploymentRecord;
 /// A `deploy.apply` job that ended, and what was known of it before the store was read.
 #[derive(Debug)]
 pub(crate) struct DeploymentEnd {
-    pub(crate) moved: SlotMoved,
+    pub(crate) jid: String,
+    /// The server whose slot ended (the job's one target).
+    pub(crate) minion: String,
+    /// How the job ended.
+    pub(crate) state: MinionJobState,
     /// The deployment this master published the job for (`None`: published on another master,
     /// or adopted before that master recorded which deployment the job carries).
     pub(crate) id: Option<String>,
     /// What the hook signalled, if it did.
     pub(crate) signal: Option<Map<String, Value>>,
+    /// What the job's return said went wrong, for a job that sent no signal.
+    pub(crate) error: Option<String>,
     /// Set when the job expired after the short wait for a server nobody was enrolling as: how
     /// short (ms). The reason then says the server never enrolled, if it still has no key.
     pub(crate) short_wait_ms: Option<u64>,
+    /// The deployment as an earlier write of this end left it, if that write's outcome is
+    /// unknown: found stored as written, the write was made and what follows it is still due.
+    pub(crate) written: Option<DeploymentRecord>,
 }
 
 impl DeploymentEnd {
-    /// The end of `moved`, the job of deployment `id` if this master knows it.
-    pub(crate) fn new(config: &MasterConfig, moved: SlotMoved, id: Option<String>) -> Self {
-        let signal = signal_of(moved.state, moved.ret.as_ref());
+    /// The end of job `jid` on `minion` in `state` with `ret`, the job of deployment `id` if
+    /// this master knows it.
+    pub(crate) fn new(
+        config: &MasterConfig,
+        (jid, minion): (String, String),
+        (state, ret): (MinionJobState, Option<&JobReturn>),
+        id: Option<String>,
+    ) -> Self {
+        let signal = signal_of(state, ret);
+        let error = match &signal {
+            Some(_) => None,
+            None => ret.and_then(|r| r.outputs.get("error")).and_then(Value::as_str).map(str::to_owned),
+        };
         let short = config.deployment_unenrolled_wait_secs.saturating_mul(1000);
         let shorter = short < config.deployment_ttl_secs.saturating_mul(1000);
-        let expired = moved.state == MinionJobState::Expired && signal.is_none();
+        let expired = state == MinionJobState::Expired && signal.is_none();
         let short_wait_ms = (expired && shorter).then_some(short);
-        DeploymentEnd { moved, id, signal, short_wait_ms }
+        DeploymentEnd { jid, minion, state, id, signal, error, short_wait_ms, written: None }
     }
+
+    /// The end as a slot's move tells it.
+    pub(crate) fn of_move(config: &MasterConfig, moved: SlotMoved, id: Option<String>) -> Self {
+        DeploymentEnd::new(config, (moved.jid, moved.minion), (moved.state, moved.ret.as_ref()), id)
+    }
+
+    /// What is kept of it to record it again later: it is reread from the store then.
+    pub(crate) fn to_retry(&self, written: Option<DeploymentRecord>) -> EndToRecord {
+        EndToRecord { jid: self.jid.clone(), id: self.id.clone(), written }
+    }
+}
+
+/// Whether deployment `record` still waits on `end`'s job: in progress on that job, on the
+/// server whose slot ended (a row naming the job for another server is not its deployment).
+fn waits_on(record: &DeploymentRecord, end: &DeploymentEnd) -> bool {
+    record.jid == end.jid
+        && record.deployment.status == status::IN_PROGRESS
+        && record.deployment.server_id == end.minion
+}
+
+/// The end of job `jid`, as the store keeps it: the first slot that ended (a deployment's job
+/// has one target), with its return unless it came late (the end was decided without it).
+/// `None` while no slot's end is stored yet.
+pub(crate) fn stored_end(
+    config: &MasterConfig,
+    retry: &EndToRecord,
+    minions: &[halite_protocol::message::MinionJob],
+) -> Option<DeploymentEnd> {
+    let ended = minions.iter().find(|m| m.state.is_final())?;
+    let ret = if ended.late { None } else { ended.ret.as_ref() };
+    let slot = (retry.jid.clone(), ended.minion.clone());
+    let mut end = DeploymentEnd::new(config, slot, (ended.state, ret), retry.id.clone());
+    end.written = retry.written.clone();
+    Some(end)
 }
 
 /// The signal a job's end carries: a return's outputs, or a failure's when the hook reported
@@ -50,21 +104,44 @@ fn signal_of(state: MinionJobState, ret: Option<&JobReturn>) -> Option<Map<Strin
     }
 }
 
-/// The deployment as its job's end leaves it, at `now_ms`: the signal's status (or a failure
-/// with the reason the job gives), and the signal to relay when the engine gave a URL. A
-/// failure with no signal still reaches the engine, so Heat fails at once instead of waiting
-/// for its timeout.
-pub(crate) fn finished(
+/// What to do with the deployment a job's end is for, as read.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Recording {
+    /// An earlier write of this end, of unknown outcome, was made (the deployment is stored
+    /// exactly as written): what follows the write (announcing, relaying) is still to do.
+    Written(DeploymentRecord),
+    /// The deployment waits on this job: it is to be stored as this.
+    Finish(DeploymentRecord),
+    /// It no longer waits on this job (finished, updated, deleted, another server's).
+    Nothing,
+}
+
+/// What `end` does to its deployment, as stored (`ending`), at `now_ms`.
+pub(crate) fn recording(
     config: &MasterConfig,
     end: &DeploymentEnd,
     ending: DeploymentEnding,
     now_ms: u64,
-) -> DeploymentRecord {
+) -> Recording {
+    if end.written.as_ref() == Some(&ending.record) {
+        return Recording::Written(ending.record);
+    }
+    if !waits_on(&ending.record, end) {
+        return Recording::Nothing;
+    }
+    Recording::Finish(finished(config, end, ending, now_ms))
+}
+
+/// The deployment as its job's end leaves it, at `now_ms`: the signal's status (or a failure
+/// with the reason the job gives), and the signal to relay when the engine gave a URL. A
+/// failure with no signal still reaches the engine, so Heat fails at once instead of waiting
+/// for its timeout.
+fn finished(config: &MasterConfig, end: &DeploymentEnd, ending: DeploymentEnding, now_ms: u64) -> DeploymentRecord {
     let mut record = ending.record;
     let outcome = match &end.signal {
         Some(signal) => derive::apply_signal(&ending.outputs, signal, &record.deployment.output_values),
         None => {
-            let mut reason = failure_reason(config, &record, end.moved.state, end.moved.ret.as_ref());
+            let mut reason = failure_reason(config, &record, end.state, end.error.as_deref());
             if ending.never_enrolled {
                 reason = format!(
                     "server {} never enrolled: no minion has a key as {0}, and no enrollment token for it was \
@@ -101,9 +178,8 @@ fn failure_reason(
     config: &MasterConfig,
     record: &DeploymentRecord,
     state: MinionJobState,
-    ret: Option<&JobReturn>,
+    error: Option<&str>,
 ) -> String {
-    let error = ret.and_then(|r| r.outputs.get("error")).and_then(Value::as_str);
     match (state, error) {
         (MinionJobState::Expired, _) if record.deployment.action == "DELETE" => format!(
             "server {} did not connect within {} s of the DELETE (deployment_delete_wait_secs); nothing was run on it",
@@ -125,8 +201,6 @@ fn failure_reason(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use halite_protocol::message::{NewDeployment, SoftwareDeployment};
 
     use super::*;
@@ -160,18 +234,7 @@ mod tests {
 
     fn end_of(config: &MasterConfig, state: MinionJobState, outputs: Option<Value>) -> DeploymentEnd {
         let ret = outputs.map(|outputs| JobReturn { minion: "vm-1".into(), outputs, ..crate::sim::ret("j1") });
-        let moved = SlotMoved {
-            jid: "j1".into(),
-            minion: "vm-1".into(),
-            state,
-            ret,
-            returned: true,
-            at: Instant::now(),
-            at_ms: 0,
-            created_at_ms: 0,
-            deploy: true,
-        };
-        DeploymentEnd::new(config, moved, Some("d1".into()))
+        DeploymentEnd::new(config, ("j1".into(), "vm-1".into()), (state, ret.as_ref()), Some("d1".into()))
     }
 
     #[test]
@@ -222,5 +285,27 @@ mod tests {
 
         let no_short_wait = MasterConfig { deployment_unenrolled_wait_secs: 3600, ..config };
         assert_eq!(end_of(&no_short_wait, MinionJobState::Expired, None).short_wait_ms, None);
+    }
+
+    #[test]
+    fn an_end_records_only_the_deployment_that_waits_on_its_job_on_its_server() {
+        let config = MasterConfig::default();
+        let end = end_of(&config, MinionJobState::Returned, Some(json!({ "deploy_status_code": 0 })));
+        let read = |record| DeploymentEnding { record, outputs: Vec::new(), never_enrolled: false };
+        let Recording::Finish(done) = recording(&config, &end, read(in_progress(None)), 0) else {
+            panic!("the deployment waits on this job")
+        };
+        assert_eq!(done.deployment.status, status::COMPLETE);
+
+        let updated = DeploymentRecord { jid: "j2".into(), ..in_progress(None) };
+        assert_eq!(recording(&config, &end, read(updated), 0), Recording::Nothing, "updated meanwhile");
+        assert_eq!(recording(&config, &end, read(done.clone()), 0), Recording::Nothing, "finished already");
+        let mut elsewhere = in_progress(None);
+        elsewhere.deployment.server_id = "vm-2".into();
+        assert_eq!(recording(&config, &end, read(elsewhere), 0), Recording::Nothing, "another server's");
+
+        // A write whose outcome was unknown, found stored as written: it was made.
+        let retried = DeploymentEnd { written: Some(done.clone()), ..end };
+        assert_eq!(recording(&config, &retried, read(done.clone()), 0), Recording::Written(done));
     }
 }

@@ -19,16 +19,18 @@ use halite_protocol::message::{
     SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
 };
 use serde_json::{json, Map};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::authz::Who;
 use crate::clock::new_uuid;
 use crate::core::asks::Ask;
+use crate::core::deploy_jobs::EndToRecord;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
 use crate::server::{Master, NewJob};
 use crate::store::reads::DeploymentEnding;
 use crate::store::{DeploymentRecord, Store, StoreError};
+use ending::Recording;
 use relay::RelayRequest;
 use signal_hosts::SignalHosts;
 
@@ -370,50 +372,75 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Records the deployments whose `deploy.apply` jobs ended since the last call (heard by
     /// `Master::hear_moves`): each read, stored and announced in the order its job ended. The
     /// loop answers what this asks right away, so the deployments' groups hear the
-    /// announcements in the same step.
+    /// announcements in the same step. Ends the store could not take before come first.
     pub(crate) fn record_deployment_ends(&mut self) {
-        // Those the store could not take before come first, in the order their jobs ended.
-        for end in self.deploy_jobs.take_due(self.clock.now()) {
-            self.asks.push(Ask::ReadDeploymentEnd(Box::new(end)));
+        for retry in self.deploy_jobs.take_due(self.clock.now()) {
+            self.asks.push(Ask::RereadDeploymentEnd(Box::new(retry)));
         }
         for moved in self.hearing.take_deployment_ends() {
             let id = self.deploy_jobs.ended(&moved.jid);
-            let end = ending::DeploymentEnd::new(&self.config, moved, id);
+            let end = ending::DeploymentEnd::of_move(&self.config, moved, id);
             self.asks.push(Ask::ReadDeploymentEnd(Box::new(end)));
         }
     }
 
     /// A job end whose deployment the store could not read or write: tried again a second
-    /// later (`DeployJobs::retry`), so the deployment is not left in progress.
-    fn record_deployment_later(&mut self, end: ending::DeploymentEnd, error: &StoreError) {
+    /// later (`DeployJobs::retry`), so the deployment is not left in progress, unless the store
+    /// refused it for good (a conflict, a row it cannot decode: trying again fails again).
+    fn record_deployment_later(&mut self, retry: EndToRecord, error: &StoreError) {
         let now = self.clock.now();
-        if self.notices.ready("store:deployment_end", std::time::Duration::from_secs(10), now) {
-            let (jid, minion) = (&end.moved.jid, &end.moved.minion);
-            warn!(%error, %jid, %minion, "recording a deployment's result failed; trying again every second");
+        if !error.is_transient() {
+            return error!(%error, jid = %retry.jid, "a deployment's result cannot be recorded; it is left as stored");
         }
-        self.deploy_jobs.retry(end, now);
+        if self.notices.ready("store:deployment_end", std::time::Duration::from_secs(10), now) {
+            warn!(%error, jid = %retry.jid, "recording a deployment's result failed; trying again every second");
+        }
+        self.deploy_jobs.retry(retry, now);
     }
 
-    /// The deployment a job's end is for, as read (`None`: nothing waits on that job): it takes
-    /// the end's outcome (`ending::finished`), which is stored before anything is said of it.
+    /// A job end to record again, as the store keeps its job: recorded as when it was first
+    /// heard. A job whose end is not stored yet (its state is still being written) waits.
+    pub(crate) fn deployment_end_reread(
+        &mut self,
+        retry: EndToRecord,
+        read: Result<Option<halite_protocol::message::JobDetail>, StoreError>,
+    ) {
+        match read {
+            Ok(Some(job)) => match ending::stored_end(&self.config, &retry, &job.minions) {
+                Some(end) => self.asks.push(Ask::ReadDeploymentEnd(Box::new(end))),
+                None => self.deploy_jobs.retry(retry, self.clock.now()),
+            },
+            Ok(None) => {
+                warn!(jid = %retry.jid, "a deployment's job is no longer stored; its result cannot be recorded")
+            }
+            Err(error) => self.record_deployment_later(retry, &error),
+        }
+    }
+
+    /// The deployment a job's end is for, as read (`None`: none): if it still waits on that
+    /// job, it takes the end's outcome (`ending::finished`), stored before anything is said of
+    /// it. Found exactly as an earlier write of unknown outcome left it, that write was made:
+    /// what follows it is done now.
     pub(crate) fn deployment_end_read(
         &mut self,
         end: ending::DeploymentEnd,
         read: Result<Option<DeploymentEnding>, StoreError>,
     ) {
-        match read {
-            Ok(Some(ending)) => {
-                let record = ending::finished(&self.config, &end, ending, self.clock.wall_ms());
-                self.asks.push(Ask::FinishDeployment(Box::new((end, record))));
-            }
-            Ok(None) => {}
-            Err(error) => self.record_deployment_later(end, &error),
+        let ending = match read {
+            Ok(Some(ending)) => ending,
+            Ok(None) => return,
+            Err(error) => return self.record_deployment_later(end.to_retry(end.written.clone()), &error),
+        };
+        match ending::recording(&self.config, &end, ending, self.clock.wall_ms()) {
+            Recording::Written(record) => self.deployment_finished(end, record, Ok(true)),
+            Recording::Finish(record) => self.asks.push(Ask::FinishDeployment(Box::new((end, record)))),
+            Recording::Nothing => {}
         }
     }
 
     /// A deployment finished by its job's end, as stored: announced, and its signal relayed
     /// when the engine gave a URL. Not when another master sharing the store finished it
-    /// first (`Ok(false)`): that one announces and relays.
+    /// first, or it was updated meanwhile (`Ok(false)`): that master announces and relays.
     pub(crate) fn deployment_finished(
         &mut self,
         end: ending::DeploymentEnd,
@@ -430,8 +457,12 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Ok(false) => {}
-            // Read and decided again: another master may finish it meanwhile.
-            Err(error) => self.record_deployment_later(end, &error),
+            // Read and decided again (another master may finish it meanwhile); if the write
+            // may have been made, what it wrote is looked for first.
+            Err(error) => {
+                let written = error.is_indeterminate().then_some(record);
+                self.record_deployment_later(end.to_retry(written), &error);
+            }
         }
     }
 
@@ -533,8 +564,15 @@ impl<S: Store, N: Net> Master<S, N> {
     /// After a restart: in-progress deployments are linked to their jobs again and pending
     /// relays resume.
     pub(crate) async fn resume_deployments(&mut self) -> Result<(), StoreError> {
+        let now = self.clock.now();
         for record in self.store.open_deployments().await? {
-            if record.deployment.status == status::IN_PROGRESS {
+            if record.deployment.status == status::IN_PROGRESS && self.jobs.get(&record.jid).is_none() {
+                // Its job ended but the deployment was not recorded (the store did not answer,
+                // or the master stopped first): recorded at the first step, from the store.
+                let end =
+                    EndToRecord { jid: record.jid.clone(), id: Some(record.deployment.id.clone()), written: None };
+                self.deploy_jobs.recover(end, now);
+            } else if record.deployment.status == status::IN_PROGRESS {
                 self.deploy_jobs.carries(&record.jid, &record.deployment.id);
             }
             if record.relay_pending {

@@ -122,8 +122,12 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.flush().await;
                     self.answer_request(*asked).await;
                 }
+                Ask::RereadDeploymentEnd(retry) => {
+                    let read = self.store.job(&retry.jid).await;
+                    self.deployment_end_reread(*retry, read);
+                }
                 Ask::ReadDeploymentEnd(end) => {
-                    let (jid, id) = (&end.moved.jid, end.id.as_deref());
+                    let (jid, id) = (&end.jid, end.id.as_deref());
                     let read =
                         reads::deployment_ending(&self.store, jid, id, end.signal.is_some(), end.short_wait_ms).await;
                     self.deployment_end_read(*end, read);

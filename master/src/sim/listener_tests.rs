@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::relay_trust_tests::{events, subscribe};
 use super::{ret, Sim, SimPeer};
-use crate::store::Store;
+use crate::store::{DeployStore, Store};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -144,4 +144,36 @@ async fn deployed_on_vm1() -> Deployed {
     let jid = sent[0].verify(&sim.master_public()).expect("signed").jid;
     events(&mut watcher, &sim);
     Deployed { sim, vm, root, watcher, id: created.id, jid }
+}
+
+/// A master stopped after its deployment's job ended but before it recorded the deployment
+/// (killed, or the store failing at that moment) records it once it starts again.
+#[test]
+fn a_deployment_whose_job_ended_unrecorded_is_recorded_when_the_master_starts_again() {
+    rt().block_on(async {
+        let Deployed { sim, id, jid, .. } = deployed_on_vm1().await;
+        let signal = halite_protocol::message::JobReturn {
+            minion: "vm-1".into(),
+            outputs: json!({ "deploy_status_code": 0, "deploy_stdout": "done", "deploy_stderr": "" }),
+            ..ret(&jid)
+        };
+        // The return is stored, then the master is gone before it records the deployment.
+        let change = crate::store::StateChange {
+            jid: jid.clone(),
+            minion: "vm-1".into(),
+            state: MinionJobState::Returned,
+            ret: Some(signal),
+            at_ms: 5,
+            late: false,
+        };
+        sim.store().set_states(&[change]).await.expect("stored");
+        let (store, clock) = (sim.store().clone(), sim.clock.clone());
+        drop(sim);
+
+        let mut sim = Sim::with_store(store, clock, |_| {}).await;
+        sim.advance(std::time::Duration::from_millis(10)).await;
+        let stored = sim.store().deployment(&id).await.expect("read").expect("stored");
+        assert_eq!(stored.deployment.status, status::COMPLETE, "{stored:?}");
+        assert_eq!(stored.deployment.output_values["deploy_stdout"], json!("done"));
+    });
 }

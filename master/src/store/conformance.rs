@@ -412,7 +412,12 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     let mut open: Vec<String> = store.open_deployments().await.unwrap().into_iter().map(|r| r.deployment.id).collect();
     open.sort();
     assert_eq!(open, ["d1", "d2"], "in progress, or a signal still to relay");
-    // Finishing is a transition from in progress: the first master to finish it wins.
+    // Finishing is a transition from in progress, on the job the deployment waits on: the end of
+    // a job it no longer waits on (updated meanwhile) finishes nothing...
+    let superseded = DeploymentRecord { jid: "0".into(), ..record("d1", "web1", status::FAILED, true) };
+    assert!(!store.finish_deployment(&superseded, 4).await.unwrap());
+    assert_eq!(store.deployment("d1").await.unwrap(), Some(record("d1", "web1", status::IN_PROGRESS, false)));
+    // ...and the first master to finish it wins.
     assert!(store.finish_deployment(&record("d1", "web1", status::FAILED, true), 4).await.unwrap());
     assert!(!store.finish_deployment(&record("d1", "web1", status::COMPLETE, false), 5).await.unwrap());
     assert_eq!(store.deployment("d1").await.unwrap(), Some(record("d1", "web1", status::FAILED, true)));

@@ -100,8 +100,9 @@ pub trait DeployStore: Send + Sync + 'static {
         record: &DeploymentRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Records a deployment's end, only if it is still in progress: of several masters
-    /// finishing one deployment, one wins (and it alone announces and relays). Whether it did.
+    /// Records a deployment's end, only if it is still in progress on `record.jid` (not updated
+    /// since, with a new job): of several masters finishing one deployment, one wins (and it
+    /// alone announces and relays). Whether it did.
     fn finish_deployment(
         &self,
         record: &DeploymentRecord,

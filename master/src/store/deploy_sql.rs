@@ -86,10 +86,11 @@ macro_rules! deploy_store {
             ) -> Result<(), $crate::store::StoreError> {
                 self.bounded(async move {
                     sqlx::query(&$sql(
-                        "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner, jid)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                          ON CONFLICT(id) DO UPDATE SET server_id = excluded.server_id, status = excluded.status,
-                           relay_pending = excluded.relay_pending, body = excluded.body, updated_at = excluded.updated_at",
+                           relay_pending = excluded.relay_pending, body = excluded.body, updated_at = excluded.updated_at,
+                           jid = excluded.jid",
                     ))
                     .bind(&record.deployment.id)
                     .bind(&record.deployment.server_id)
@@ -99,6 +100,7 @@ macro_rules! deploy_store {
                     .bind($crate::store::sqlite::db_int(now_ms))
                     .bind($crate::store::sqlite::db_int(now_ms))
                     .bind(&record.owner)
+                    .bind(&record.jid)
                     .execute(&mut *self.conn().await?)
                     .await?;
                     Ok(())
@@ -114,7 +116,7 @@ macro_rules! deploy_store {
                 self.bounded(async move {
                     let done = sqlx::query(&$sql(
                         "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
-                         WHERE id = ? AND status = ?",
+                         WHERE id = ? AND status = ? AND (jid = ? OR jid = '')",
                     ))
                     .bind(&record.deployment.status)
                     .bind(record.relay_pending)
@@ -122,6 +124,7 @@ macro_rules! deploy_store {
                     .bind($crate::store::sqlite::db_int(now_ms))
                     .bind(&record.deployment.id)
                     .bind(halite_protocol::message::status::IN_PROGRESS)
+                    .bind(&record.jid)
                     .execute(&mut *self.conn().await?)
                     .await?;
                     Ok(done.rows_affected() == 1)

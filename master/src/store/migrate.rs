@@ -102,6 +102,7 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("created_at", Int),
             ("updated_at", Int),
             ("owner", Text),
+            ("jid", Text),
         ],
     ),
     (

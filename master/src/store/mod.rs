@@ -70,6 +70,12 @@ impl StoreError {
         matches!(self, StoreError::Indeterminate(_))
     }
 
+    /// Whether the same call may succeed later: the database did not answer (or not in time),
+    /// rather than refusing what it was given.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Indeterminate(_))
+    }
+
     /// The class, as a word for messages to clients (which do not get the database's text).
     pub fn class(&self) -> &'static str {
         match self {

@@ -125,17 +125,20 @@ pub(crate) async fn jobs_missed<S: Store>(
 #[derive(Debug)]
 pub(crate) struct DeploymentEnding {
     pub(crate) record: DeploymentRecord,
-    /// The outputs its config declares (read only for a job that signalled).
+    /// The outputs its config declares (read only for a job that signalled, and only while the
+    /// deployment waits on that job).
     pub(crate) outputs: Vec<ConfigOutput>,
     /// Whether the job waited only the short wait for a server nobody enrolls as, and its
-    /// server still has no key (read only for such a job).
+    /// server still has no key (read only for such a job, and only while the deployment waits
+    /// on it).
     pub(crate) never_enrolled: bool,
 }
 
-/// The deployment `id` (or, unknown here, the open one whose job is `jid`) if it still waits on
-/// job `jid`: none when it is gone, in progress on another job, or finished. `signalled`: the
-/// config's outputs are read; `short_wait_ms`: whether the job waited only that long and the
-/// server still has no key.
+/// The deployment `id` (or, unknown here, the open one whose job is `jid`), as stored; while it
+/// still waits on job `jid` (in progress on it), with what the end needs: for a job that
+/// `signalled`, its config's outputs; for one that expired after `short_wait_ms`, whether it
+/// waited only that long and the server still has no key. `None` when there is no such
+/// deployment.
 pub(crate) async fn deployment_ending<S: Store>(
     store: &S,
     jid: &str,
@@ -151,14 +154,12 @@ pub(crate) async fn deployment_ending<S: Store>(
         },
     };
     let Some(record) = store.deployment(&id).await? else { return Ok(None) };
-    if record.jid != jid || record.deployment.status != status::IN_PROGRESS {
-        return Ok(None);
-    }
-    let outputs = match signalled {
+    let waits = record.jid == jid && record.deployment.status == status::IN_PROGRESS;
+    let outputs = match signalled && waits {
         true => store.config(&record.deployment.config_id).await?.map(|c| c.config.outputs).unwrap_or_default(),
         false => Vec::new(),
     };
-    let never_enrolled = match short_wait_ms {
+    let never_enrolled = match short_wait_ms.filter(|_| waits) {
         Some(short) => match store.live_job(jid).await? {
             Some((job, _)) => job.ttl_ms == short && store.keys_for(&record.deployment.server_id).await?.is_empty(),
             None => false,
