@@ -82,7 +82,7 @@ pub(crate) enum Ask {
     FinishDeployment(Box<(DeploymentEnd, DeploymentRecord)>),
     /// The deployment a finished relay was for (`Master::relayed_read` goes on).
     ReadRelayed(Box<RelayDone>),
-    /// A deployment whose signal was relayed, stored as no longer pending
+    /// A deployment whose signal was relayed, stored as no longer pending if it still was
     /// (`Master::relay_recorded` goes on).
     StoreRelayed(Box<(DeploymentRecord, RelayDone)>),
 }

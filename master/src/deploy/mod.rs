@@ -536,11 +536,14 @@ impl<S: Store, N: Net> Master<S, N> {
         &mut self,
         record: DeploymentRecord,
         done: relay::RelayDone,
-        stored: Result<(), StoreError>,
+        stored: Result<bool, StoreError>,
     ) {
         let id = &done.request.deployment_id;
-        if let Err(error) = stored {
-            return warn!(%error, deployment = %id, "recording a relay failed");
+        match stored {
+            Ok(true) => {}
+            // Deleted or updated meanwhile, or recorded already: nothing to tell about it.
+            Ok(false) => return,
+            Err(error) => return warn!(%error, deployment = %id, "recording a relay failed"),
         }
         let relayed = match &done.result {
             Ok(code @ 200..=299) => {

@@ -143,7 +143,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::StoreRelayed(relayed) => {
                     let (record, done) = *relayed;
-                    let stored = self.store.put_deployment(&record, self.clock.wall_ms()).await;
+                    let stored = self.store.record_relayed(&record, self.clock.wall_ms()).await;
                     self.relay_recorded(record, done, stored);
                 }
                 Ask::ReadRollout { jid } => {

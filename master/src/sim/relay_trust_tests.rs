@@ -17,7 +17,7 @@ use super::{ret, seed_of, Sim, SimPeer};
 use crate::acl::EventRule;
 use crate::deploy::relay::{Failure, RelayDone, RelayRequest};
 use crate::server::Input;
-use crate::store::Store;
+use crate::store::{DeployStore, Store};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -112,13 +112,8 @@ fn a_signal_url_the_allowlist_does_not_name_is_refused_when_the_deployment_is_ma
 #[test]
 fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
     rt().block_on(async {
-        let mut sim = Sim::with_config(|c| c.deploy.signal_hosts = vec!["127.0.0.1".into()]).await;
-        let (mut heat, config) = engine(&mut sim).await;
         let url = "http://127.0.0.1:8080/admin";
-        let Ok(ResponseBody::Deployment(deployment)) = sim.request(&mut heat, new_deployment(&config, url)).await
-        else {
-            panic!("a deployment");
-        };
+        let (mut sim, mut heat, deployment) = signalling_to(url).await;
         subscribe(&mut sim, &mut heat, "halite/deployment/*").await;
         let finished = |deployment: &SoftwareDeployment, result| RelayDone {
             request: RelayRequest {
@@ -137,6 +132,8 @@ fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
             (Ok(200), "relayed"),
         ];
         for (result, outcome) in outcomes {
+            // Each relay ends one the deployment has pending.
+            relay_pending(&sim, &deployment.id).await;
             sim.step(Input::Relay(finished(&deployment, result))).await;
             let seen = events(&mut heat, &sim);
             let [event] = seen.as_slice() else { panic!("one relayed event: {seen:?}") };
@@ -146,6 +143,52 @@ fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
             assert_eq!(event.data, expected, "no status code or error text reaches the engine");
         }
     });
+}
+
+/// A relay whose deployment another master deletes while its end is being recorded (read
+/// before the delete, written after) brings nothing back and tells nothing.
+#[test]
+fn a_relay_recorded_after_its_deployment_was_deleted_brings_it_not_back() {
+    rt().block_on(async {
+        let url = "http://127.0.0.1:8080/signal";
+        let (mut sim, mut heat, deployment) = signalling_to(url).await;
+        relay_pending(&sim, &deployment.id).await;
+        subscribe(&mut sim, &mut heat, "halite/deployment/*").await;
+
+        // The relay's end reads the deployment; then it is deleted (as another master would).
+        let request = RelayRequest {
+            deployment_id: deployment.id.clone(),
+            derived_config_id: deployment.derived_config_id.clone(),
+            url: url.into(),
+            verb: "PUT",
+            body: Vec::new(),
+        };
+        let read = sim.store().deployment(&deployment.id).await;
+        assert!(sim.store().delete_deployment(&deployment.id).await.expect("deleted"));
+        sim.master.relayed_read(RelayDone { request, result: Ok(200) }, read);
+        sim.master.answer_asks().await;
+        sim.master.flush().await;
+        assert_eq!(sim.store().deployment(&deployment.id).await.expect("read"), None);
+        assert!(events(&mut heat, &sim).is_empty(), "nothing told of a deployment that is gone");
+    });
+}
+
+/// A master that may signal loopback, an engine, and its deployment to `vm-1` with `url` to
+/// signal.
+async fn signalling_to(url: &str) -> (Sim, SimPeer, SoftwareDeployment) {
+    let mut sim = Sim::with_config(|c| c.deploy.signal_hosts = vec!["127.0.0.1".into()]).await;
+    let (mut heat, config) = engine(&mut sim).await;
+    let Ok(ResponseBody::Deployment(deployment)) = sim.request(&mut heat, new_deployment(&config, url)).await else {
+        panic!("a deployment");
+    };
+    (sim, heat, deployment)
+}
+
+/// Deployment `id` has a signal to relay, as it has once its job ended.
+async fn relay_pending(sim: &Sim, id: &str) {
+    let mut record = sim.store().deployment(id).await.expect("read").expect("stored");
+    record.relay_pending = true;
+    sim.store().put_deployment(&record, 1).await.expect("stored");
 }
 
 /// `web0`, `web1` and `db1`, connected; minions may fire `alarm/*` events.

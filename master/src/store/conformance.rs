@@ -421,8 +421,18 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert!(store.finish_deployment(&record("d1", "web1", status::FAILED, true), 4).await.unwrap());
     assert!(!store.finish_deployment(&record("d1", "web1", status::COMPLETE, false), 5).await.unwrap());
     assert_eq!(store.deployment("d1").await.unwrap(), Some(record("d1", "web1", status::FAILED, true)));
+    // A relay is recorded once, on the job it relayed for, and never brings back a deployment.
+    assert!(!store
+        .record_relayed(&DeploymentRecord { jid: "0".into(), ..record("d1", "web1", status::FAILED, false) }, 5)
+        .await
+        .unwrap());
+    assert!(store.record_relayed(&record("d1", "web1", status::FAILED, false), 5).await.unwrap());
+    assert!(!store.record_relayed(&record("d1", "web1", status::FAILED, false), 6).await.unwrap(), "no longer pending");
+    assert_eq!(store.deployment("d1").await.unwrap(), Some(record("d1", "web1", status::FAILED, false)));
     assert!(store.delete_deployment("d1").await.unwrap());
     assert!(!store.delete_deployment("d1").await.unwrap());
+    assert!(!store.record_relayed(&record("d1", "web1", status::FAILED, false), 7).await.unwrap());
+    assert_eq!(store.deployment("d1").await.unwrap(), None, "a relay recorded late brings nothing back");
 
     store.create_api_token(&[4; 32], "heat", "root", 1, None).await.unwrap();
     let grant = |principal: &str, id: &str, expires_at_ms| crate::store::ApiTokenGrant {

@@ -108,6 +108,14 @@ pub trait DeployStore: Send + Sync + 'static {
         record: &DeploymentRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Records that `record`'s signal was relayed (`record`, with `relay_pending` cleared), only
+    /// if its relay is still pending on the same job: a deployment deleted or updated meanwhile
+    /// (by another master too) is neither brought back nor overwritten. Whether it did.
+    fn record_relayed(
+        &self,
+        record: &DeploymentRecord,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// One deployment.
     fn deployment(&self, id: &str) -> impl Future<Output = Result<Option<DeploymentRecord>, StoreError>> + Send;
     /// Deployments (of one server when given), newest first.

@@ -132,6 +132,29 @@ macro_rules! deploy_store {
                 .await
             }
 
+            async fn record_relayed(
+                &self,
+                record: &$crate::store::DeploymentRecord,
+                now_ms: u64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                self.bounded(async move {
+                    let done = sqlx::query(&$sql(
+                        "UPDATE deployments SET relay_pending = ?, body = ?, updated_at = ?
+                         WHERE id = ? AND relay_pending = ? AND (jid = ? OR jid = '')",
+                    ))
+                    .bind(false)
+                    .bind($crate::store::deploy_records::record_json(record))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind(&record.deployment.id)
+                    .bind(true)
+                    .bind(&record.jid)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+                .await
+            }
+
             async fn deployment(
                 &self,
                 id: &str,
