@@ -62,9 +62,12 @@ impl DeploymentEnd {
         DeploymentEnd::new(config, (moved.jid, moved.minion), (moved.state, moved.ret.as_ref()), id)
     }
 
-    /// What is kept of it to record it again later: it is reread from the store then.
+    /// What is kept of it to record it again later: it is reread from the store then. A
+    /// deployment `written` names is looked up by its id, even if this master did not know it
+    /// (finished, it is no longer among the open deployments the job's id is searched in).
     pub(crate) fn to_retry(&self, written: Option<DeploymentRecord>) -> EndToRecord {
-        EndToRecord { jid: self.jid.clone(), id: self.id.clone(), written }
+        let id = self.id.clone().or_else(|| written.as_ref().map(|record| record.deployment.id.clone()));
+        EndToRecord { jid: self.jid.clone(), id, written }
     }
 }
 
@@ -116,12 +119,14 @@ pub(crate) enum Recording {
     Nothing,
 }
 
-/// What `end` does to its deployment, as stored (`ending`), at `now_ms`.
+/// What `end` does to its deployment, as stored (`ending`), at `now_ms`; a write that
+/// finishes it is marked `finish_id` (unique per write). Found exactly as an earlier write left
+/// it, mark included, that write was made: two masters' writes of one end differ in their mark.
 pub(crate) fn recording(
     config: &MasterConfig,
     end: &DeploymentEnd,
     ending: DeploymentEnding,
-    now_ms: u64,
+    (now_ms, finish_id): (u64, String),
 ) -> Recording {
     if end.written.as_ref() == Some(&ending.record) {
         return Recording::Written(ending.record);
@@ -129,7 +134,9 @@ pub(crate) fn recording(
     if !waits_on(&ending.record, end) {
         return Recording::Nothing;
     }
-    Recording::Finish(finished(config, end, ending, now_ms))
+    let mut record = finished(config, end, ending, now_ms);
+    record.finish_id = finish_id;
+    Recording::Finish(record)
 }
 
 /// The deployment as its job's end leaves it, at `now_ms`: the signal's status (or a failure
@@ -229,6 +236,7 @@ mod tests {
             item: json!({}),
             relay_pending: false,
             last_signal: None,
+            finish_id: String::new(),
         }
     }
 
@@ -292,20 +300,28 @@ mod tests {
         let config = MasterConfig::default();
         let end = end_of(&config, MinionJobState::Returned, Some(json!({ "deploy_status_code": 0 })));
         let read = |record| DeploymentEnding { record, outputs: Vec::new(), never_enrolled: false };
-        let Recording::Finish(done) = recording(&config, &end, read(in_progress(None)), 0) else {
+        let Recording::Finish(done) = recording(&config, &end, read(in_progress(None)), (0, "w1".into())) else {
             panic!("the deployment waits on this job")
         };
         assert_eq!(done.deployment.status, status::COMPLETE);
 
         let updated = DeploymentRecord { jid: "j2".into(), ..in_progress(None) };
-        assert_eq!(recording(&config, &end, read(updated), 0), Recording::Nothing, "updated meanwhile");
-        assert_eq!(recording(&config, &end, read(done.clone()), 0), Recording::Nothing, "finished already");
+        assert_eq!(recording(&config, &end, read(updated), (0, "w2".into())), Recording::Nothing, "updated meanwhile");
+        assert_eq!(
+            recording(&config, &end, read(done.clone()), (0, "w3".into())),
+            Recording::Nothing,
+            "finished already"
+        );
         let mut elsewhere = in_progress(None);
         elsewhere.deployment.server_id = "vm-2".into();
-        assert_eq!(recording(&config, &end, read(elsewhere), 0), Recording::Nothing, "another server's");
+        assert_eq!(recording(&config, &end, read(elsewhere), (0, "w4".into())), Recording::Nothing, "another server's");
 
-        // A write whose outcome was unknown, found stored as written: it was made.
+        assert_eq!(done.finish_id, "w1", "a finishing write is marked");
+        // A write whose outcome was unknown, found stored as written: it was made. Another
+        // master's write of the same end, identical but for its mark, was not this one.
         let retried = DeploymentEnd { written: Some(done.clone()), ..end };
-        assert_eq!(recording(&config, &retried, read(done.clone()), 0), Recording::Written(done));
+        let theirs = DeploymentRecord { finish_id: "w9".into(), ..done.clone() };
+        assert_eq!(recording(&config, &retried, read(theirs), (0, "w5".into())), Recording::Nothing);
+        assert_eq!(recording(&config, &retried, read(done.clone()), (0, "w6".into())), Recording::Written(done));
     }
 }

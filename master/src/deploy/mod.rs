@@ -233,6 +233,7 @@ impl<S: Store, N: Net> Master<S, N> {
             item: Value::Null,
             relay_pending: false,
             last_signal: None,
+            finish_id: String::new(),
         };
         let record = self.push(record, &config, principal).await?;
         Ok(ResponseBody::Deployment(record.deployment))
@@ -431,7 +432,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(None) => return,
             Err(error) => return self.record_deployment_later(end.to_retry(end.written.clone()), &error),
         };
-        match ending::recording(&self.config, &end, ending, self.clock.wall_ms()) {
+        match ending::recording(&self.config, &end, ending, (self.clock.wall_ms(), new_uuid())) {
             Recording::Written(record) => self.deployment_finished(end, record, Ok(true)),
             Recording::Finish(record) => self.asks.push(Ask::FinishDeployment(Box::new((end, record)))),
             Recording::Nothing => {}

@@ -39,15 +39,21 @@ impl<S: Store, N: Net> Master<S, N> {
                 let (cluster, sessions) = (&self.cluster, &self.sessions);
                 let serves = |id: &str| sessions.is_online(id) || cluster.master_of(id, now).is_none();
                 let effects = Rollouts::new(&mut self.jobs, &mut self.rollout_queue, now).decide(&jid, serves);
-                let started = effects.iter().any(|effect| matches!(effect, Effect::StartTarget { .. }));
-                self.apply(effects);
+                let (starts, rest): (Vec<Effect>, Vec<Effect>) =
+                    effects.into_iter().partition(|effect| matches!(effect, Effect::StartTarget { .. }));
+                let started = !starts.is_empty();
+                self.apply(starts);
+                if started {
+                    // A target that ended at once (offline) is heard before the start is
+                    // announced and the rollout decided again: the rollout's wait counts from
+                    // its end. (A rollout's job is never a deployment's: the loop records
+                    // deployments after the rollouts.)
+                    self.hear_moves();
+                }
+                self.apply(rest);
                 if !started {
                     break;
                 }
-                // A target that ended at once (offline) is heard before deciding again: the
-                // rollout's wait counts from its end. (A rollout's job is never a deployment's:
-                // the loop records deployments after the rollouts.)
-                self.hear_moves();
             }
         }
     }

@@ -241,12 +241,7 @@ fn a_paused_rollout_starts_nothing_until_resumed() {
 #[test]
 fn an_offline_target_with_a_ttl_waits_without_holding_a_place_in_the_window() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let away = sim.minion("web0").await;
-        away.disconnect(&mut sim).await;
-        let mut web1 = sim.minion("web1").await;
-        web1.recv(&sim);
-        let mut root = sim.root().await;
+        let (mut sim, mut web1, mut root) = web0_away_web1_here().await;
         let jid = sim.publish_rollout(&mut root, "web*", 60_000, batch(1)).await.expect("published");
         assert_eq!(web1.jobs(&sim).len(), 1, "web0 waits offline; web1 runs meanwhile");
         use MinionJobState::*;
@@ -344,4 +339,43 @@ fn a_cancel_whose_rollout_stop_cannot_be_stored_cancels_nothing_until_it_can() {
         assert_eq!(states(&sim, &jid).await, [Sent, Cancelled, Cancelled]);
         assert_eq!(rollout_of(&mut sim, &mut root, &jid).await.state, RolloutState::Stopped);
     });
+}
+
+/// A target that ends at once when started (offline, no TTL) is told before the start that
+/// sent it is announced: a subscriber hears `ret/web0`, then `rollout/started` for it, then
+/// the next start.
+#[test]
+fn a_target_that_ends_at_once_is_told_before_its_start_is_announced() {
+    rt().block_on(async {
+        let (mut sim, mut web1, mut root) = web0_away_web1_here().await;
+        let mut watcher = sim.root().await;
+        super::relay_trust_tests::subscribe(&mut sim, &mut watcher, "halite/job/*").await;
+        let rollout = Rollout { max_errors: Some(Amount::Count(1)), ..batch(1) };
+        let jid = sim.publish_rollout(&mut root, "web*", 0, rollout).await.expect("published");
+        assert_eq!(web1.jobs(&sim).len(), 1, "web0 ended offline; web1 started");
+        let tags: Vec<String> = super::relay_trust_tests::events(&mut watcher, &sim)
+            .into_iter()
+            .map(|event| event.tag.replace(&jid, "J"))
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                "halite/job/J/new",
+                "halite/job/J/ret/web0",
+                "halite/job/J/rollout/started",
+                "halite/job/J/rollout/started"
+            ]
+        );
+    });
+}
+
+/// `web0` known but offline, `web1` connected, and root.
+async fn web0_away_web1_here() -> (Sim, SimPeer, SimPeer) {
+    let mut sim = Sim::new().await;
+    let away = sim.minion("web0").await;
+    away.disconnect(&mut sim).await;
+    let mut web1 = sim.minion("web1").await;
+    web1.recv(&sim);
+    let root = sim.root().await;
+    (sim, web1, root)
 }

@@ -395,6 +395,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
             item: json!({}),
             relay_pending,
             last_signal: None,
+            finish_id: String::new(),
         }
     };
     store.put_deployment(&record("d1", "web1", status::IN_PROGRESS, false), 1).await.unwrap();

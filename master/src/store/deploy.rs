@@ -50,6 +50,9 @@ pub struct DeploymentRecord {
     pub relay_pending: bool,
     /// The last signal received (or made up for a failure), for the relay.
     pub last_signal: Option<Value>,
+    /// Which write finished it (unique per write; empty before it finished): a master whose
+    /// write's outcome is unknown recognises its own by it.
+    pub finish_id: String,
 }
 
 /// A deployment group with what the master needs to carry it out (stored as one JSON document).

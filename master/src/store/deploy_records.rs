@@ -116,6 +116,7 @@ struct StoredRecord {
     item: Value,
     relay_pending: bool,
     last_signal: Option<Value>,
+    finish_id: String,
 }
 
 mirror!(ConfigInput <=> StoredInput { name, kind, default, description, replace_on_change });
@@ -130,7 +131,7 @@ mirror!(SoftwareDeployment <=> StoredDeployment {
     creation_time, updated_time
 });
 
-mirror!(DeploymentRecord <=> StoredRecord { owner, jid, item, relay_pending, last_signal } nested { deployment, spec });
+mirror!(DeploymentRecord <=> StoredRecord { owner, jid, item, relay_pending, last_signal, finish_id } nested { deployment, spec });
 
 pub(super) fn config_json(config: &SoftwareConfig) -> String {
     to_json(&StoredConfig::from(config.clone()))
@@ -217,6 +218,7 @@ mod tests {
             item: json!({"id": "c1-d"}),
             relay_pending: false,
             last_signal: None,
+            finish_id: String::new(),
         };
         let text = record_json(&record);
         assert_eq!(record_from_json(&text).unwrap(), record);

@@ -305,6 +305,7 @@ mod tests {
             item: json!({}),
             relay_pending: true,
             last_signal: None,
+            finish_id: String::new(),
         };
         store.put_deployment(&record, 4).await.unwrap();
         store.create_api_token(&[4; 32], "heat", "ops", 5, None).await.unwrap();
