@@ -413,6 +413,9 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     let mut open: Vec<String> = store.open_deployments().await.unwrap().into_iter().map(|r| r.deployment.id).collect();
     open.sort();
     assert_eq!(open, ["d1", "d2"], "in progress, or a signal still to relay");
+    // A job's deployment is found by the job while it waits on it.
+    assert_eq!(store.deployment_waiting_on("1").await.unwrap().map(|r| r.deployment.id), Some("d1".into()));
+    assert_eq!(store.deployment_waiting_on("0").await.unwrap(), None);
     // Finishing is a transition from in progress, on the job the deployment waits on: the end of
     // a job it no longer waits on (updated meanwhile) finishes nothing...
     let superseded = DeploymentRecord { jid: "0".into(), ..record("d1", "web1", status::FAILED, true) };

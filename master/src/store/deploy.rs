@@ -119,6 +119,11 @@ pub trait DeployStore: Send + Sync + 'static {
         record: &DeploymentRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// The deployment in progress on job `jid`, if any.
+    fn deployment_waiting_on(
+        &self,
+        jid: &str,
+    ) -> impl Future<Output = Result<Option<DeploymentRecord>, StoreError>> + Send;
     /// One deployment.
     fn deployment(&self, id: &str) -> impl Future<Output = Result<Option<DeploymentRecord>, StoreError>> + Send;
     /// Deployments (of one server when given), newest first.

@@ -197,6 +197,31 @@ macro_rules! deploy_store {
                 .await
             }
 
+            async fn deployment_waiting_on(
+                &self,
+                jid: &str,
+            ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+                self.bounded(async move {
+                    // Rows written before the job had a column of its own have it empty, and
+                    // are matched on their document.
+                    let rows = sqlx::query(&$sql(
+                        "SELECT body, owner FROM deployments WHERE jid IN (?, '') AND status = ?",
+                    ))
+                    .bind(jid)
+                    .bind(halite_protocol::message::status::IN_PROGRESS)
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
+                    for row in &rows {
+                        let record = $crate::store::deploy_records::record_from_row(row)?;
+                        if record.jid == jid {
+                            return Ok(Some(record));
+                        }
+                    }
+                    Ok(None)
+                })
+                .await
+            }
+
             async fn put_group(
                 &self,
                 record: &$crate::store::GroupRecord,

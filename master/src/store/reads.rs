@@ -134,7 +134,7 @@ pub(crate) struct DeploymentEnding {
     pub(crate) never_enrolled: bool,
 }
 
-/// The deployment `id` (or, unknown here, the open one whose job is `jid`), as stored; while it
+/// The deployment `id` (or, unknown here, the one in progress on job `jid`), as stored; while it
 /// still waits on job `jid` (in progress on it), with what the end needs: for a job that
 /// `signalled`, its config's outputs; for one that expired after `short_wait_ms`, whether it
 /// waited only that long and the server still has no key. `None` when there is no such
@@ -146,14 +146,11 @@ pub(crate) async fn deployment_ending<S: Store>(
     signalled: bool,
     short_wait_ms: Option<u64>,
 ) -> Result<Option<DeploymentEnding>, StoreError> {
-    let id = match id {
-        Some(id) => id.to_owned(),
-        None => match store.open_deployments().await?.into_iter().find(|open| open.jid == jid) {
-            Some(open) => open.deployment.id,
-            None => return Ok(None),
-        },
+    let found = match id {
+        Some(id) => store.deployment(id).await?,
+        None => store.deployment_waiting_on(jid).await?,
     };
-    let Some(record) = store.deployment(&id).await? else { return Ok(None) };
+    let Some(record) = found else { return Ok(None) };
     let waits = record.jid == jid && record.deployment.status == status::IN_PROGRESS;
     let outputs = match signalled && waits {
         true => store.config(&record.deployment.config_id).await?.map(|c| c.config.outputs).unwrap_or_default(),
