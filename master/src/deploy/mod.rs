@@ -272,6 +272,8 @@ impl<S: Store, N: Net> Master<S, N> {
         record.deployment.status_reason = "Deploy data available".into();
         record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
         record.relay_pending = false;
+        // Not finished any more: no write has finished it yet.
+        record.finish_id.clear();
         if record.deployment.action == "DELETE" && !self.registry.has_accepted(&record.deployment.server_id) {
             // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
             let reason = format!(

@@ -543,25 +543,12 @@ mod tests {
     fn rows_from_before_owners_belong_to_root() {
         use crate::store::DeployStore;
         rt().block_on(async {
-            let dir = scratch("owners");
-            let path = dir.join("master.db");
-            {
-                let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true);
-                let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
-                for migration in MIGRATOR.iter().take_while(|m| m.version <= 7) {
-                    sqlx::raw_sql(&migration.sql).execute(&mut conn).await.unwrap();
-                }
-                sqlx::raw_sql("PRAGMA user_version = 7").execute(&mut conn).await.unwrap();
-                sqlx::raw_sql(
-                    "INSERT INTO software_configs VALUES ('c0', '{\"id\": \"c0\"}', 1);
-                     INSERT INTO deployments VALUES ('d0', 'web1', 'COMPLETE', 0, '{\"deployment\": {\"id\": \"d0\"}}', 1, 1);
-                     INSERT INTO tokens (token_hash, minion, expires_at, id) VALUES (x'07', 'web2', 100, '07');
-                     INSERT INTO api_tokens (token_hash, principal, created_at, id) VALUES (x'04', 'heat', 1, '04');",
-                )
-                .execute(&mut conn)
-                .await
-                .unwrap();
-            }
+            let path = scratch("owners").join("master.db");
+            let rows = "INSERT INTO software_configs VALUES ('c0', '{\"id\": \"c0\"}', 1);
+                 INSERT INTO deployments VALUES ('d0', 'web1', 'COMPLETE', 0, '{\"deployment\": {\"id\": \"d0\"}}', 1, 1);
+                 INSERT INTO tokens (token_hash, minion, expires_at, id) VALUES (x'07', 'web2', 100, '07');
+                 INSERT INTO api_tokens (token_hash, principal, created_at, id) VALUES (x'04', 'heat', 1, '04');";
+            database_at_version(&path, 7, rows).await;
             let store = SqliteStore::open(&path).await.unwrap();
             assert_eq!(store.config("c0").await.unwrap().unwrap().owner, "root");
             assert_eq!(store.deployment("d0").await.unwrap().unwrap().owner, "root");
@@ -570,5 +557,39 @@ mod tests {
             assert!(store.tokens(Some("heat")).await.unwrap().is_empty());
             assert_eq!(store.api_tokens(Some("root")).await.unwrap().len(), 1);
         });
+    }
+
+    /// A deployment stored before deployments kept their job in a column is still found by its
+    /// job, and finished by its job's end.
+    #[test]
+    fn deployments_from_before_the_job_column_are_found_and_finished_by_their_job() {
+        use crate::store::DeployStore;
+        rt().block_on(async {
+            let path = scratch("deployment-jobs").join("master.db");
+            let row = "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner)
+                 VALUES ('d0', 'web1', 'IN_PROGRESS', 0,
+                   '{\"deployment\": {\"id\": \"d0\", \"server_id\": \"web1\", \"status\": \"IN_PROGRESS\"}, \"jid\": \"j0\"}',
+                   1, 1, 'heat');";
+            database_at_version(&path, 12, row).await;
+            let store = SqliteStore::open(&path).await.unwrap();
+            let mut found = store.deployment_waiting_on("j0").await.unwrap().expect("found by its document's job");
+            assert_eq!(found.deployment.id, "d0");
+            assert_eq!(store.deployment_waiting_on("j1").await.unwrap(), None);
+            found.deployment.status = "COMPLETE".into();
+            assert!(store.finish_deployment(&found, 2).await.unwrap(), "finished as before the column");
+            assert_eq!(store.deployment_waiting_on("j0").await.unwrap(), None);
+        });
+    }
+
+    /// A database at `path` migrated up to schema `version`, with `rows` inserted as an older
+    /// master would have stored them.
+    async fn database_at_version(path: &std::path::Path, version: i64, rows: &str) {
+        let options = SqliteConnectOptions::new().filename(path).create_if_missing(true);
+        let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
+        for migration in MIGRATOR.iter().take_while(|m| m.version <= version) {
+            sqlx::raw_sql(&migration.sql).execute(&mut conn).await.unwrap();
+        }
+        sqlx::raw_sql(&format!("PRAGMA user_version = {version}")).execute(&mut conn).await.unwrap();
+        sqlx::raw_sql(rows).execute(&mut conn).await.unwrap();
     }
 }
