@@ -32,7 +32,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.tell_moves();
         for moved in self.hearing.take_moves() {
             self.metrics.get().slot_ended(&moved);
-            self.rollout_target_finished(&moved.jid, moved.at);
+            self.rollouts().target_finished(&moved.jid, moved.at);
             if moved.deploy {
                 self.hearing.deployment_ended(moved);
             }

@@ -2,8 +2,6 @@
 //! stops those an event aborted, then decides those due, carrying out each decision and letting
 //! the targets that ended at once be heard before deciding again.
 
-use std::time::Instant;
-
 use halite_protocol::message::RolloutStatus;
 
 use crate::core::asks::RolloutChange;
@@ -56,12 +54,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
         }
-    }
-
-    /// A target of a rollout job reached a final state `at` (a listener of slot ends: see
-    /// `Master::hear_moves`).
-    pub(crate) fn rollout_target_finished(&mut self, jid: &str, at: Instant) {
-        self.rollouts().target_finished(jid, at);
     }
 
     /// A rollout's move, as stored (or not): what follows is carried out.

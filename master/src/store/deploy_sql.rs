@@ -113,23 +113,8 @@ macro_rules! deploy_store {
                 record: &$crate::store::DeploymentRecord,
                 now_ms: u64,
             ) -> Result<bool, $crate::store::StoreError> {
-                self.bounded(async move {
-                    let done = sqlx::query(&$sql(
-                        "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
-                         WHERE id = ? AND status = ? AND (jid = ? OR jid = '')",
-                    ))
-                    .bind(&record.deployment.status)
-                    .bind(record.relay_pending)
-                    .bind($crate::store::deploy_records::record_json(record))
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .bind(&record.deployment.id)
-                    .bind(halite_protocol::message::status::IN_PROGRESS)
-                    .bind(&record.jid)
-                    .execute(&mut *self.conn().await?)
-                    .await?;
-                    Ok(done.rows_affected() == 1)
-                })
-                .await
+                let in_progress = format!("status = '{}'", halite_protocol::message::status::IN_PROGRESS);
+                self.overwrite_deployment_if(record, record.relay_pending, now_ms, &in_progress).await
             }
 
             async fn record_relayed(
@@ -137,22 +122,7 @@ macro_rules! deploy_store {
                 record: &$crate::store::DeploymentRecord,
                 now_ms: u64,
             ) -> Result<bool, $crate::store::StoreError> {
-                self.bounded(async move {
-                    let done = sqlx::query(&$sql(
-                        "UPDATE deployments SET relay_pending = ?, body = ?, updated_at = ?
-                         WHERE id = ? AND relay_pending = ? AND (jid = ? OR jid = '')",
-                    ))
-                    .bind(false)
-                    .bind($crate::store::deploy_records::record_json(record))
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .bind(&record.deployment.id)
-                    .bind(true)
-                    .bind(&record.jid)
-                    .execute(&mut *self.conn().await?)
-                    .await?;
-                    Ok(done.rows_affected() == 1)
-                })
-                .await
+                self.overwrite_deployment_if(record, false, now_ms, "relay_pending").await
             }
 
             async fn deployment(
@@ -383,6 +353,37 @@ macro_rules! deploy_store {
                         .execute(&mut *self.conn().await?)
                         .await?;
                     Ok(done.rows_affected() > 0)
+                })
+                .await
+            }
+        }
+
+        impl $store {
+            /// Writes `record` over its deployment's row (status, relay flag `relay_pending`,
+            /// document) only where `guard` (SQL) holds and the row is still on `record.jid`
+            /// (rows from before the job had a column have it empty): whether it did.
+            async fn overwrite_deployment_if(
+                &self,
+                record: &$crate::store::DeploymentRecord,
+                relay_pending: bool,
+                now_ms: u64,
+                guard: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let sql = format!(
+                    "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
+                     WHERE id = ? AND {guard} AND (jid = ? OR jid = '')"
+                );
+                self.bounded(async move {
+                    let done = sqlx::query(&$sql(&sql))
+                        .bind(&record.deployment.status)
+                        .bind(relay_pending)
+                        .bind($crate::store::deploy_records::record_json(record))
+                        .bind($crate::store::sqlite::db_int(now_ms))
+                        .bind(&record.deployment.id)
+                        .bind(&record.jid)
+                        .execute(&mut *self.conn().await?)
+                        .await?;
+                    Ok(done.rows_affected() == 1)
                 })
                 .await
             }
