@@ -48,6 +48,23 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Optio
     }
 }
 
+/// libfaketime's library, where Debian puts it. Tests preload it themselves rather than run
+/// the `faketime` wrapper: the wrapper keeps a semaphore and shared memory named by its pid in
+/// `/dev/shm`, which a killed wrapper leaves behind and a later wrapper given the same pid
+/// refuses to start on ("sem_open: File exists").
+pub fn libfaketime() -> String {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists());
+    match found {
+        Some(path) => path.display().to_string(),
+        None => panic!("libfaketime is not installed (Debian package faketime)"),
+    }
+}
+
 /// Stops process `pid` with SIGSTOP and returns once every one of its threads is stopped:
 /// `kill` returns before a thread running on another CPU has stopped, and meanwhile it could
 /// still answer a request sent after.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use halite_tests::link::Link;
 use halite_tests::postgres::{fresh_database, OwnServer};
-use halite_tests::{wait_for, Cluster};
+use halite_tests::{libfaketime, wait_for, Cluster};
 
 /// Starts `ids` on the masters at `ports` (each minion given those masters) and waits for them.
 fn start_minions_on(cluster: &mut Cluster, ids: &[&str], ports: &[u16]) {
@@ -223,17 +223,6 @@ fn a_master_whose_database_link_goes_silent_keeps_answering_and_its_views_follow
     drop(link);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// libfaketime's library, where Debian puts it.
-fn libfaketime() -> String {
-    let found = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
-        .find(|path| path.exists());
-    found.expect("libfaketime (Debian package faketime)").display().to_string()
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use halite_client::{Client, ClientConfig, PublishSpec};
 use halite_protocol::message::{RequestBody, ResponseBody, Target, TargetKind};
-use halite_tests::{wait_for, Cluster};
+use halite_tests::{libfaketime, wait_for, Cluster};
 use tokio::time::timeout;
 
 /// A burst of jobs far larger than the minion's queues (its loop used to wait on a full send
@@ -302,24 +302,27 @@ fn a_full_disk_loses_no_result_and_says_why() {
 /// A guest whose clock is a month off: jobs still run (their freshness is judged by the
 /// master's clock), and a job interrupted by a kill and redelivered after a restart with the
 /// clock 31 days ahead is not run a second time (run-once markers are not pruned by the local
-/// clock). Uses libfaketime (Debian's `faketime`).
+/// clock). Uses libfaketime (Debian's `faketime`), preloaded.
 #[test]
 fn a_minion_whose_clock_jumps_runs_fresh_jobs_and_never_runs_a_jid_twice() {
     let cluster = Cluster::start("");
     cluster.prepare_minion("web1", true, "");
     let dir = cluster.minion_dir("web1");
+    let preload = libfaketime();
     let start_with_clock = |offset: &str| {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("minion.log")).unwrap();
-        // faketime runs the minion as its child: a process group of their own, killed whole.
-        std::process::Command::new("faketime")
+        // Only the wall clock is off, as on a guest whose clock is wrong; its process group
+        // (the minion and the job it runs) is killed whole.
+        std::process::Command::new(cluster.bins().join("halite-minion"))
             .process_group(0)
-            .args(["-f", offset])
-            .arg(cluster.bins().join("halite-minion"))
+            .env("LD_PRELOAD", &preload)
+            .env("FAKETIME", offset)
+            .env("DONT_FAKE_MONOTONIC", "1")
             .arg("--config")
             .arg(dir.join("minion.toml"))
             .stderr(log)
             .spawn()
-            .expect("faketime (Debian package faketime) runs the minion")
+            .expect("the minion starts")
     };
     let mut minion = start_with_clock("-40d");
     cluster.wait_connected(&["web1"]);
