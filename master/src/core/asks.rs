@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use halite_protocol::message::{MinionJobState, PrincipalAcl, Request, RolloutStatus};
+use halite_protocol::message::{MinionJobState, PrincipalAcl, Request, RequestBody, RolloutStatus};
 use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
 use tokio::sync::oneshot;
 
+use crate::admin::calls::{AdminAsk, JobsAsk, RequestFrom};
 use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::Slot;
 use crate::deploy::ending::DeploymentEnd;
@@ -45,6 +46,14 @@ pub(crate) enum Ask {
     /// A client's request: it reads the store, so it is answered once the step's changes so
     /// far are written (`Master::answer_request`).
     Request(Box<ClientRequest>),
+    /// An administrative request's store calls, decided and allowed (`Master::admin_answered`
+    /// goes on).
+    Admin(Box<AdminAsk>),
+    /// A job listing, read with what the asker may see of each job (answered with it).
+    ListJobs(Box<JobsAsk>),
+    /// A request for configs, deployments or their groups (`Master::handle_deploy_request`,
+    /// which still awaits the store inline, answers it).
+    DeployRequest(Box<(RequestFrom, RequestBody)>),
     /// Keys another master changed, reread: those of `ids`, or every key
     /// (`Master::keys_reread` goes on).
     ReadKeys { ids: Option<Vec<String>> },

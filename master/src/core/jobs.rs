@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::{JobReturn, MinionJobState};
+use halite_protocol::message::{JobReturn, JobSummary, MinionJob, MinionJobState};
 use halite_transport::PeerId;
 
 use crate::core::rollout::RolloutRun;
@@ -181,6 +181,24 @@ impl JobTable {
     /// A live job.
     pub(crate) fn get(&self, jid: &str) -> Option<&LiveJob> {
         self.jobs.get(jid)
+    }
+
+    /// Lays a job's live states over its stored ones while it is in flight: `running` is not
+    /// written, and the latest changes may still wait in the batch. A finished job is left as
+    /// stored.
+    pub(crate) fn overlay_live(&self, summary: &mut JobSummary, minions: Option<&mut Vec<MinionJob>>) {
+        let Some(job) = self.jobs.get(&summary.jid) else { return };
+        summary.states.clear();
+        for slot in job.slots().values() {
+            *summary.states.entry(slot.state).or_default() += 1;
+        }
+        for minion in minions.into_iter().flatten() {
+            if let Some(slot) = job.slots().get(&minion.minion) {
+                if !minion.state.is_final() {
+                    minion.state = slot.state;
+                }
+            }
+        }
     }
 
     /// A live job, to change its watchers.

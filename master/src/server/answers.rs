@@ -9,16 +9,18 @@
 
 use std::sync::Arc;
 
-use halite_protocol::message::{ErrorKind, Message, PrincipalAcl};
+use halite_protocol::message::{ErrorKind, Message, PrincipalAcl, ResponseBody};
 use halite_transport::{PeerId, RouterEvent};
 use tracing::{debug, info, warn};
 
+use crate::admin::calls::{AdminAsk, JobsAsk};
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
 use crate::core::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::core::sessions::Conn;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::net::Net;
+use crate::request_error::RequestError;
 use crate::store::reads;
 use crate::store::{ApiTokenGrant, Store, StoreError};
 
@@ -34,7 +36,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Answers what the handlers asked of the store, oldest first, handing each answer to its
     /// continuation before the next (which may ask again): the one place a handler's store call
-    /// is awaited (a client's request is answered by `admin.rs` and `deploy/`, which still await
+    /// is awaited (a request for deployments is answered by `deploy/`, which still awaits
     /// inline). Called right after each input's handler and each stage of the step, so nothing
     /// else happens in between.
     pub(crate) async fn answer_asks(&mut self) {
@@ -120,7 +122,34 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::Request(asked) => {
                     // Requests read the store: they see every state change made before them.
                     self.flush().await;
-                    self.answer_request(*asked).await;
+                    self.answer_request(*asked);
+                }
+                Ask::Admin(asked) => {
+                    let AdminAsk { from, call } = *asked;
+                    let done = crate::store::requests::run(&self.store, call, self.clock.wall_ms()).await;
+                    self.admin_answered(from, done);
+                }
+                Ask::ListJobs(asked) => {
+                    let JobsAsk { from, limit, filter } = *asked;
+                    let (who, jobs) = (from.who(), &self.jobs);
+                    let access = crate::authz::Access::of(&self.config, &self.registry, jobs);
+                    let shown = |listing: &mut crate::store::JobListing| {
+                        let (summary, minions) = (&mut listing.summary, &listing.minions);
+                        let minions: Vec<&str> = minions.iter().map(String::as_str).collect();
+                        if !who.sees_all() && !access.may_see_job(who, &summary.caller, &summary.function, &minions) {
+                            return false;
+                        }
+                        jobs.overlay_live(summary, None);
+                        filter.keeps(summary)
+                    };
+                    let read = reads::jobs_shown(&self.store, limit, &filter, who.sees_all(), shown).await;
+                    let answer = read.map(ResponseBody::Jobs).map_err(RequestError::from);
+                    self.reply(from.peer, from.request_id, answer);
+                }
+                Ask::DeployRequest(asked) => {
+                    let (from, body) = *asked;
+                    let answer = self.handle_deploy_request(body, &from.principal, from.acl.as_deref()).await;
+                    self.reply(from.peer, from.request_id, answer);
                 }
                 Ask::RereadDeploymentEnd(retry) => {
                     let read = self.store.job(&retry.jid).await;

@@ -146,6 +146,14 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Answers a client's request: with the response (in parts when large), or the error.
+    pub(crate) fn reply(&mut self, peer: PeerId, request_id: u64, answer: crate::request_error::Reply) {
+        match answer {
+            Ok(body) => self.respond(peer, request_id, body),
+            Err(error) => self.send_error(peer, error.kind, error.message, Some(request_id.to_string())),
+        }
+    }
+
     /// Answers a request; over a connection, a listing too large for one message goes in
     /// parts (`more`), each within the message cap, so no answer ever drops its client.
     pub(crate) fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {

@@ -3,6 +3,7 @@
 //! only the sockets are missing. Each input goes through [`Master::step`], exactly as the
 //! daemon's loop feeds it.
 
+mod admin_tests;
 mod ask_tests;
 mod cluster_tests;
 mod delete_tests;

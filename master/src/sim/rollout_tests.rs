@@ -65,7 +65,7 @@ async fn alarmed() -> Sim {
 
 /// Three connected minions, root, and a rollout to them one at a time whose first target was
 /// sent.
-async fn one_at_a_time() -> (Sim, Vec<SimPeer>, SimPeer, String) {
+pub(super) async fn one_at_a_time() -> (Sim, Vec<SimPeer>, SimPeer, String) {
     let mut sim = Sim::new().await;
     let mut web = fleet(&mut sim, 3).await;
     let mut root = sim.root().await;

@@ -14,6 +14,7 @@ mod migrate;
 mod postgres;
 pub(crate) mod reads;
 mod records;
+pub(crate) mod requests;
 mod select;
 mod signed_rows;
 mod signed_rows_tests;

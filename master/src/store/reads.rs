@@ -1,14 +1,14 @@
 //! Reads that answer one ask with more than one store call: the keys another master changed,
 //! a job with the returns of its ended slots, the gateway tokens that no longer grant anything,
-//! the deployment a `deploy.apply` job's end is for.
+//! the deployment a `deploy.apply` job's end is for, the jobs a client is shown.
 //! The loop makes them (`Master::answer_asks`); they touch nothing but the store.
 
 use std::collections::HashMap;
 
-use halite_protocol::message::{status, ConfigOutput, JobReturn, KeyState, MinionJobState};
+use halite_protocol::message::{status, ConfigOutput, JobFilter, JobReturn, JobSummary, KeyState, MinionJobState};
 use halite_transport::PeerId;
 
-use super::{DeploymentRecord, JobRecord, Store, StoreError};
+use super::{DeploymentRecord, JobListing, JobRecord, Store, StoreError};
 
 /// Accepted keys as reread.
 #[derive(Debug)]
@@ -119,6 +119,51 @@ pub(crate) async fn jobs_missed<S: Store>(
             _ => return Ok((found, false)),
         }
     }
+}
+
+/// The newest `limit` jobs that `shown` keeps (it may lay live states over a listing first),
+/// with `filter.until_ms` and `filter.since_ms` bounding the jids read. Without a filter, for a
+/// principal that sees every job (`sees_all`), one page is read. Otherwise pages are read until
+/// `limit` jobs are kept, the jobs grow older than `since_ms`, or a bounded number of pages is
+/// read: a principal that sees few jobs gets fewer, not a stall.
+pub(crate) async fn jobs_shown<S: Store>(
+    store: &S,
+    limit: u32,
+    filter: &JobFilter,
+    sees_all: bool,
+    mut shown: impl FnMut(&mut JobListing) -> bool,
+) -> Result<Vec<JobSummary>, StoreError> {
+    const PAGE: u32 = 500;
+    const MAX_PAGES: usize = 20;
+    if sees_all && filter.is_empty() {
+        let page = store.jobs(None, limit, false).await?;
+        return Ok(page.into_iter().filter_map(|mut listing| shown(&mut listing).then_some(listing.summary)).collect());
+    }
+    let mut out = Vec::new();
+    // Jids begin with their publication time: the newest job published before `until` is the
+    // first one below that time's jid.
+    let mut before: Option<String> =
+        filter.until_ms.map(|until| halite_protocol::time::compact_utc(until.saturating_mul(1000)));
+    for _ in 0..MAX_PAGES {
+        let page = store.jobs(before.as_deref(), PAGE, !sees_all).await?;
+        let full = page.len() == PAGE as usize;
+        before = page.last().map(|l| l.summary.jid.clone());
+        for mut listing in page {
+            if filter.since_ms.is_some_and(|since| listing.summary.created_at_ms < since) {
+                return Ok(out);
+            }
+            if shown(&mut listing) {
+                out.push(listing.summary);
+                if out.len() == limit as usize {
+                    return Ok(out);
+                }
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.

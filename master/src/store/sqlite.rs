@@ -141,6 +141,15 @@ impl SqliteStore {
         *self.hot_slot() = Some(hot);
     }
 
+    /// Runs `sql` on the database behind the store's back (a trigger that refuses one write,
+    /// say: a store that fails part way through a request).
+    #[cfg(test)]
+    pub(crate) async fn execute_for_test(&self, sql: &str) {
+        let mut conn = self.conn.lock().await;
+        let conn = conn.as_mut().expect("the store's connection is here");
+        sqlx::raw_sql(sql).execute(&mut *conn).await.expect("test SQL runs");
+    }
+
     /// Runs one call of the store. SQLite lives in this process, on a local file that one master
     /// uses: nothing for a call to wait on that a deadline would end sooner.
     pub(super) async fn bounded<T>(

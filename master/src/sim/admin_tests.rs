@@ -1,0 +1,78 @@
+//! Administrative requests in simulated time: decided without the store, their store calls
+//! made by the loop, and memory brought in line with what was stored, even when the store
+//! fails part way (`admin/`).
+
+use halite_protocol::message::{Message, RequestBody, ResponseBody, RolloutState, Subscribe};
+
+use super::rollout_tests::one_at_a_time;
+use super::Sim;
+use crate::store::Store;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+/// A key delete the store refuses part way: the keys deleted before the refusal are gone from
+/// memory too (announced, their minions cut off and forgotten), the refused one and those
+/// after it stay, and the client is told why.
+#[test]
+fn a_key_delete_refused_part_way_acts_on_what_was_deleted_and_says_why() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut a1 = sim.minion("a1").await;
+        let mut b1 = sim.minion("b1").await;
+        let mut c1 = sim.minion("c1").await;
+        let mut root = sim.root().await;
+        let mut watcher = sim.root().await;
+        let subscribe = Subscribe { patterns: vec!["halite/key/*".into()], after: None };
+        watcher.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        for peer in [&mut a1, &mut b1, &mut c1, &mut watcher] {
+            peer.recv(&sim);
+        }
+        // Keys are deleted in id order: a1's goes, b1's is refused, c1's is never tried.
+        sim.store()
+            .execute_for_test(
+                "CREATE TRIGGER refuse_b1 BEFORE DELETE ON keys WHEN old.id = 'b1' \
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+            )
+            .await;
+
+        let refused = sim.request(&mut root, RequestBody::KeyDelete { pattern: "*1".into() }).await;
+        let why = refused.expect_err("the delete failed part way");
+        assert!(why.contains("could not complete"), "{why}");
+        assert_eq!(watcher.event_tags(&sim), ["halite/key/a1/deleted"], "only what was deleted is told");
+        assert!(sim.net.closed(a1.peer).is_some(), "a1 lost its key: cut off");
+        assert_eq!(sim.net.closed(b1.peer), None, "b1 keeps its key and its session");
+        assert_eq!(sim.net.closed(c1.peer), None);
+        assert!(!sim.master.registry.accepted_ids().contains("a1"), "a1's key is gone from memory");
+        assert!(sim.master.registry.accepted_ids().contains("b1"));
+        let Ok(ResponseBody::Minions(left)) =
+            sim.request(&mut root, RequestBody::MinionList { pattern: "*".into(), after: None, limit: None }).await
+        else {
+            panic!("a minion list")
+        };
+        let ids: Vec<&str> = left.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["b1", "c1"]);
+    });
+}
+
+/// A pause the store cannot take changes nothing and says so; once the store is back, a
+/// pause is stored and answered with the job as paused.
+#[test]
+fn a_pause_the_store_cannot_take_changes_nothing_and_a_stored_one_is_answered_paused() {
+    rt().block_on(async {
+        let (mut sim, _web, mut root, jid) = one_at_a_time().await;
+        let away = sim.store().take_away().await.expect("open");
+        let refused = sim.request(&mut root, RequestBody::JobPause { jid: jid.clone() }).await;
+        assert!(refused.is_err(), "{refused:?}");
+        let live = sim.master.jobs.get(&jid).and_then(|job| job.rollout.as_ref()).map(|run| run.status.state);
+        assert_eq!(live, Some(RolloutState::Running), "nothing changed in memory");
+        sim.store().give_back(away).await;
+
+        let paused = sim.request(&mut root, RequestBody::JobPause { jid: jid.clone() }).await;
+        let Ok(ResponseBody::Job(detail)) = paused else { panic!("the job: {paused:?}") };
+        assert_eq!(detail.summary.rollout.map(|r| r.state), Some(RolloutState::Paused));
+        let stored = sim.store().job(&jid).await.expect("read").expect("the job");
+        assert_eq!(stored.summary.rollout.map(|r| r.state), Some(RolloutState::Paused), "stored");
+    });
+}
