@@ -42,12 +42,12 @@ enum Decided {
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Answers a client's request (or says why not), or asks the store what it needs: the
-    /// answer then comes from `admin_answered` (or the deployments' handler).
+    /// answer then comes from `admin_answered` (or `deploy/`'s).
     pub(crate) fn answer_request(&mut self, asked: ClientRequest) {
         let ClientRequest { peer, principal, acl, request } = asked;
         let from = RequestFrom { peer, request_id: request.request_id, principal, acl };
         if crate::deploy::is_deploy_request(&request.body) {
-            return self.asks.push(Ask::DeployRequest(Box::new((from, request.body))));
+            return self.answer_deploy_request(from, request.body);
         }
         match self.decide_request(&from, request.body) {
             Ok(Decided::Answer(body)) => self.respond(from.peer, from.request_id, *body),

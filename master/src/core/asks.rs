@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use crate::admin::calls::{AdminAsk, JobsAsk, RequestFrom};
 use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::Slot;
+use crate::deploy::calls::DeployAsk;
 use crate::deploy::ending::DeploymentEnd;
 use crate::deploy::relay::RelayDone;
 use crate::gateway::local::Opened;
@@ -51,9 +52,15 @@ pub(crate) enum Ask {
     Admin(Box<AdminAsk>),
     /// A job listing, read with what the asker may see of each job (answered with it).
     ListJobs(Box<JobsAsk>),
-    /// A request for configs, deployments or their groups (`Master::handle_deploy_request`,
-    /// which still awaits the store inline, answers it).
-    DeployRequest(Box<(RequestFrom, RequestBody)>),
+    /// A request for configs or deployments' store calls, decided and allowed
+    /// (`Master::deploy_answered` goes on).
+    Deploy(Box<DeployAsk>),
+    /// A pushed deployment's job, stored before the deployment that names it
+    /// (`Master::deployment_job_stored` goes on).
+    InsertDeploymentJob(Box<(PreparedJob, RequestFrom, DeploymentRecord)>),
+    /// A request about deployment groups (`Master::answer_group_request`, which still awaits
+    /// the store inline, answers it).
+    GroupRequest(Box<(RequestFrom, RequestBody)>),
     /// Keys another master changed, reread: those of `ids`, or every key
     /// (`Master::keys_reread` goes on).
     ReadKeys { ids: Option<Vec<String>> },

@@ -13,10 +13,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use halite_protocol::message::{
-    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, ResponseBody, RolloutState,
+    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, RequestBody, ResponseBody,
+    RolloutState, SoftwareDeployment,
 };
 use tracing::{info, warn};
 
+use super::calls::Push;
+use super::Pushing;
 use crate::authz::Who;
 use crate::clock::new_uuid;
 use crate::core::jobs::Slot;
@@ -24,7 +27,7 @@ use crate::core::rollout::{Decision, RolloutRun};
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
-use crate::store::{GroupRecord, Store, StoreError};
+use crate::store::{reads, GroupRecord, Store, StoreError};
 
 /// Most servers one group deploys to.
 const MAX_GROUP_SERVERS: usize = 10_000;
@@ -54,6 +57,23 @@ fn is_final(member_status: &str) -> bool {
 }
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Answers a request about deployment groups.
+    pub(crate) async fn answer_group_request(&mut self, body: RequestBody, who: Who<'_>) -> Reply {
+        match body {
+            RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, who).await,
+            RequestBody::DeploymentGroupShow { id } => self.show_group(&id, who).await,
+            RequestBody::DeploymentGroupUpdate { id, update } => self.update_group(&id, update, who).await,
+            _ => Err(RequestError::bad_request("not a deployment group request")),
+        }
+    }
+
+    /// A config `who` may read (and reference from a group): its own, or any for root and
+    /// administrators. Another's is answered like a config that does not exist.
+    async fn readable_config(&self, id: &str, who: Who<'_>) -> Result<(), RequestError> {
+        let record = self.store.config(id).await.map_err(RequestError::from)?;
+        record.filter(|r| self.access().may_own(who, &r.owner)).map(drop).ok_or_else(|| super::no_config(id))
+    }
+
     /// Creates a group and starts its first members; answered with the group.
     pub(crate) async fn create_group(&mut self, spec: NewDeploymentGroup, who: Who<'_>) -> Reply {
         let mut servers = spec.servers.clone();
@@ -336,15 +356,13 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Starts one member's deployment.
-    async fn start_member(
-        &mut self,
-        record: &GroupRecord,
-        server: &str,
-    ) -> Result<halite_protocol::message::SoftwareDeployment, RequestError> {
-        match self.create_deployment(member_spec(&record.spec, server), &record.principal).await? {
-            ResponseBody::Deployment(deployment) => Ok(deployment),
-            _ => Err(RequestError::bad_request("unexpected answer creating a deployment")),
-        }
+    async fn start_member(&mut self, record: &GroupRecord, server: &str) -> Result<SoftwareDeployment, RequestError> {
+        let spec = member_spec(&record.spec, server);
+        super::validate::deployment(&spec)?;
+        self.check_signal_url(&spec)?;
+        let deployment = super::records::new_deployment(spec, &record.principal, self.clock.wall_ms());
+        let push = Push { record: deployment, update: false, config_checked: false };
+        self.push_member(push, &record.principal).await
     }
 
     /// Runs a kept member's deployment again with the group's config, inputs and action.
@@ -352,7 +370,7 @@ impl<S: Store, N: Net> Master<S, N> {
         &mut self,
         record: &GroupRecord,
         deployment: &str,
-    ) -> Result<halite_protocol::message::SoftwareDeployment, RequestError> {
+    ) -> Result<SoftwareDeployment, RequestError> {
         let update = halite_protocol::message::DeploymentUpdate {
             config_id: Some(record.spec.config_id.clone()),
             input_values: Some(record.spec.input_values.clone()),
@@ -361,10 +379,31 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(existing) = self.store.deployment(deployment).await.map_err(RequestError::from)? else {
             return Err(RequestError::not_found(format!("no deployment {deployment}")));
         };
-        match self.update_deployment(existing, update, &record.principal).await? {
-            ResponseBody::Deployment(deployment) => Ok(deployment),
-            _ => Err(RequestError::bad_request("unexpected answer updating a deployment")),
-        }
+        let push = Push {
+            record: super::records::updated(existing, update, self.clock.wall_ms())?,
+            update: true,
+            config_checked: false,
+        };
+        self.push_member(push, &record.principal).await
+    }
+
+    /// Pushes a member's deployment as a client's request would (`Master::prepare_push`),
+    /// awaiting each store call in turn.
+    async fn push_member(&mut self, push: Push, principal: &str) -> Result<SoftwareDeployment, RequestError> {
+        let deployment = &push.record.deployment;
+        let (config, server, action) = (&deployment.config_id, &deployment.server_id, &deployment.action);
+        let inputs = reads::push_inputs(&self.store, config, server, action, self.clock.wall_ms()).await?;
+        let (record, pushed) = match self.prepare_push(push, inputs, principal)? {
+            Pushing::Job(job, record) => {
+                let stored = self.insert_job(&job).await;
+                self.job_stored(job, stored)?;
+                (record, true)
+            }
+            Pushing::Finished(record) => (record, false),
+        };
+        self.store.put_deployment(&record, self.clock.wall_ms()).await?;
+        self.deployment_stored(&record, pushed);
+        Ok(record.deployment)
     }
 
     fn forget_group(&mut self, id: &str) {

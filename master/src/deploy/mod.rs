@@ -7,37 +7,55 @@
 //! token or not yet), at-most-once execution, and a return that survives restarts of either
 //! side.
 
+pub(crate) mod calls;
 pub(crate) mod derive;
 pub(crate) mod ending;
 pub(crate) mod groups;
+mod records;
 pub(crate) mod relay;
 pub(crate) mod signal_hosts;
 mod validate;
 
 use halite_protocol::message::{
-    status, DeploymentUpdate, JobSpec, NewDeployment, NewSoftwareConfig, PrincipalAcl, RequestBody, ResponseBody,
-    SoftwareConfig, SoftwareDeployment, Target, TargetKind, Value,
+    status, NewDeployment, PrincipalAcl, RequestBody, ResponseBody, SoftwareDeployment, Value,
 };
-use serde_json::{json, Map};
+use serde_json::json;
 use tracing::{error, info, warn};
 
-use crate::authz::Who;
+use crate::admin::calls::RequestFrom;
 use crate::clock::new_uuid;
-use crate::core::asks::Ask;
+use crate::core::asks::{Ask, PreparedJob};
 use crate::core::deploy_jobs::EndToRecord;
 use crate::net::Net;
-use crate::request_error::{Reply, RequestError};
-use crate::server::{Master, NewJob};
+use crate::request_error::RequestError;
+use crate::server::Master;
 use crate::store::reads::DeploymentEnding;
 use crate::store::{DeploymentRecord, Store, StoreError};
+use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, Listing, Push, PushInputs};
 use ending::Recording;
 use relay::RelayRequest;
 use signal_hosts::SignalHosts;
 
 /// Most configs one listing returns.
 const MAX_CONFIG_LIST: u32 = 1000;
-/// Extra time the job gets past the hook's own timeout, for the minion to report it.
-const JOB_MARGIN_MS: u64 = 30_000;
+
+/// What a deployment request's answer from the store leads to.
+enum Next {
+    Answer(Box<ResponseBody>),
+    Ask(DeployCall),
+    /// A push's job, to store before the deployment that names it.
+    InsertJob(Box<PreparedJob>, Box<DeploymentRecord>),
+}
+
+/// A push prepared ([`Master::prepare_push`]).
+// Made once per push and taken apart at once: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Pushing {
+    /// Its job, to store first, and the deployment naming it, to store next.
+    Job(PreparedJob, DeploymentRecord),
+    /// Finished without a job (a DELETE on a server that is gone), to store.
+    Finished(DeploymentRecord),
+}
 
 /// Whether a request is about configs or deployments.
 pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
@@ -61,94 +79,241 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
 
 /// The minion function a deployment's job runs.
 pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
+
 impl<S: Store, N: Net> Master<S, N> {
-    /// Serves a config or deployment request for `principal`.
-    pub(crate) async fn handle_deploy_request(
-        &mut self,
-        body: RequestBody,
-        principal: &str,
-        acl: Option<&PrincipalAcl>,
-    ) -> Reply {
+    /// Answers a request for configs or deployments, or asks the store what it needs: the
+    /// answer then comes from `deploy_answered`. Groups' requests are answered by `groups.rs`,
+    /// which still awaits the store inline.
+    pub(crate) fn answer_deploy_request(&mut self, from: RequestFrom, body: RequestBody) {
+        if matches!(
+            body,
+            RequestBody::DeploymentGroupCreate(_)
+                | RequestBody::DeploymentGroupShow { .. }
+                | RequestBody::DeploymentGroupUpdate { .. }
+        ) {
+            return self.asks.push(Ask::GroupRequest(Box::new((from, body))));
+        }
+        match self.decide_deploy_request(&from, body) {
+            Ok(call) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call }))),
+            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+        }
+    }
+
+    /// Who may make the request and whether it is valid; what it needs of the store.
+    fn decide_deploy_request(&mut self, from: &RequestFrom, body: RequestBody) -> Result<DeployCall, RequestError> {
+        let acl = from.acl.as_deref();
         // What the principal created is its own; another's is answered as if it did not exist.
-        let who = Who { name: principal, acl };
-        match body {
+        let owner = || self.access().owned_by(from.who()).map(str::to_owned);
+        Ok(match body {
             RequestBody::ConfigCreate(new) => {
                 self.may_deploy(acl, None)?;
-                self.create_config(new, principal).await
+                validate::config(&new)?;
+                let config = records::new_config(new, self.clock.wall_ms());
+                DeployCall::PutConfig { config: Box::new(config), owner: from.principal.clone() }
             }
             RequestBody::ConfigShow { id } => {
                 self.may_deploy(acl, None)?;
-                Ok(ResponseBody::Config(self.readable_config(&id, who).await?))
+                DeployCall::ReadConfig { id }
             }
             RequestBody::ConfigList { limit } => {
                 self.may_deploy(acl, None)?;
-                let limit = limit.min(MAX_CONFIG_LIST);
-                Ok(ResponseBody::Configs(
-                    self.store.configs(self.access().owned_by(who), limit).await.map_err(RequestError::from)?,
-                ))
+                DeployCall::ListConfigs { owner: owner(), limit: limit.min(MAX_CONFIG_LIST) }
             }
             RequestBody::ConfigDelete { id } => {
                 self.may_deploy(acl, None)?;
-                if !self.store.delete_config(&id, self.access().owned_by(who)).await.map_err(RequestError::from)? {
+                DeployCall::DeleteConfig { id, owner: owner() }
+            }
+            RequestBody::DeploymentCreate(spec) => {
+                self.may_deploy(acl, Some(&spec.server_id))?;
+                validate::deployment(&spec)?;
+                self.check_signal_url(&spec)?;
+                let record = records::new_deployment(spec, &from.principal, self.clock.wall_ms());
+                DeployCall::ReadPush(Box::new(Push { record, update: false, config_checked: true }))
+            }
+            RequestBody::DeploymentUpdate { id, update } => {
+                DeployCall::ReadDeployment { id, then: DeploymentRead::Update(update) }
+            }
+            RequestBody::DeploymentShow { id } => DeployCall::ReadDeployment { id, then: DeploymentRead::Show },
+            RequestBody::DeploymentDelete { id } => DeployCall::ReadDeployment { id, then: DeploymentRead::Delete },
+            RequestBody::DeploymentList { server_id } => {
+                DeployCall::ListDeployments { server_id, then: Listing::Deployments }
+            }
+            RequestBody::ServerConfigs { server_id } => {
+                self.may_deploy(acl, Some(&server_id))?;
+                DeployCall::ListDeployments { server_id: Some(server_id), then: Listing::ServerConfigs }
+            }
+            _ => return Err(RequestError::bad_request("not a deployment request")),
+        })
+    }
+
+    /// What the store answered a request for configs or deployments: answered, or asked on.
+    pub(crate) fn deploy_answered(&mut self, from: RequestFrom, done: DeployDone) {
+        match self.deploy_answer(&from, done) {
+            Ok(Next::Answer(body)) => self.respond(from.peer, from.request_id, *body),
+            Ok(Next::Ask(call)) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call }))),
+            Ok(Next::InsertJob(job, record)) => {
+                self.asks.push(Ask::InsertDeploymentJob(Box::new((*job, from, *record))));
+            }
+            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+        }
+    }
+
+    fn deploy_answer(&mut self, from: &RequestFrom, done: DeployDone) -> Result<Next, RequestError> {
+        let who = from.who();
+        let answer = |body: ResponseBody| Ok(Next::Answer(Box::new(body)));
+        match done {
+            DeployDone::ConfigPut { config, stored } => {
+                stored?;
+                info!(config = %config.id, name = %config.name, group = %config.group, "software config created");
+                answer(ResponseBody::Config(*config))
+            }
+            DeployDone::Config { id, read } => {
+                let readable = read?.filter(|r| self.access().may_own(who, &r.owner));
+                answer(ResponseBody::Config(readable.map(|r| r.config).ok_or_else(|| no_config(&id))?))
+            }
+            DeployDone::Configs(configs) => answer(ResponseBody::Configs(configs?)),
+            DeployDone::ConfigDeleted { id, deleted } => {
+                if !deleted? {
                     return Err(no_config(&id));
                 }
                 info!(config = %id, "software config deleted");
-                Ok(ResponseBody::Deleted(id))
+                answer(ResponseBody::Deleted(id))
             }
-            RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, who).await,
-            RequestBody::DeploymentGroupShow { id } => self.show_group(&id, who).await,
-            RequestBody::DeploymentGroupUpdate { id, update } => self.update_group(&id, update, who).await,
-            RequestBody::DeploymentCreate(spec) => {
-                self.may_deploy(acl, Some(&spec.server_id))?;
-                self.readable_config(&spec.config_id, who).await?;
-                self.create_deployment(spec, principal).await
-            }
-            RequestBody::DeploymentUpdate { id, update } => {
-                let record = self.load_deployment(&id, who).await?;
-                self.may_deploy(acl, Some(&record.deployment.server_id))?;
-                if let Some(config_id) = &update.config_id {
-                    self.readable_config(config_id, who).await?;
+            DeployDone::Deployment { id, then, read } => {
+                let Some(record) = read?.filter(|r| self.access().may_own(who, &r.owner)) else {
+                    return Err(RequestError::not_found(format!("no deployment {id}")));
+                };
+                self.may_deploy(who.acl, Some(&record.deployment.server_id))?;
+                match then {
+                    DeploymentRead::Show => answer(ResponseBody::Deployment(record.deployment)),
+                    DeploymentRead::Delete => {
+                        self.deploy_jobs.forget(&record.jid);
+                        self.cancel_live(&record.jid);
+                        Ok(Next::Ask(DeployCall::DeleteDeployment(Box::new(record))))
+                    }
+                    DeploymentRead::Update(update) => {
+                        let config_checked = update.config_id.is_some();
+                        let record = records::updated(record, update, self.clock.wall_ms())?;
+                        Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked }))))
+                    }
                 }
-                self.update_deployment(record, update, principal).await
             }
-            RequestBody::DeploymentShow { id } => {
-                let record = self.load_deployment(&id, who).await?;
-                self.may_deploy(acl, Some(&record.deployment.server_id))?;
-                Ok(ResponseBody::Deployment(record.deployment))
+            DeployDone::Deployments { then, read } => {
+                let mut records = read?;
+                records.retain(|r| {
+                    self.access().may_own(who, &r.owner)
+                        && (then == Listing::ServerConfigs
+                            || self.may_deploy(who.acl, Some(&r.deployment.server_id)).is_ok())
+                });
+                match then {
+                    Listing::Deployments => {
+                        answer(ResponseBody::Deployments(records.into_iter().map(|r| r.deployment).collect()))
+                    }
+                    Listing::ServerConfigs => {
+                        answer(ResponseBody::Items(records.into_iter().rev().map(|r| r.item).collect()))
+                    }
+                }
             }
-            RequestBody::DeploymentList { server_id } => {
-                let records = self.store.deployments(server_id.as_deref()).await.map_err(RequestError::from)?;
-                let visible = records
-                    .into_iter()
-                    .filter(|r| {
-                        self.access().may_own(who, &r.owner)
-                            && self.may_deploy(acl, Some(&r.deployment.server_id)).is_ok()
-                    })
-                    .map(|r| r.deployment)
-                    .collect();
-                Ok(ResponseBody::Deployments(visible))
-            }
-            RequestBody::DeploymentDelete { id } => {
-                let record = self.load_deployment(&id, who).await?;
-                self.may_deploy(acl, Some(&record.deployment.server_id))?;
-                self.deploy_jobs.forget(&record.jid);
-                self.cancel_live(&record.jid);
-                self.store.delete_deployment(&id).await.map_err(RequestError::from)?;
+            DeployDone::DeploymentDeleted { record, deleted } => {
+                deleted?;
+                let id = record.deployment.id;
                 info!(deployment = %id, "deployment deleted");
                 self.emit_shared(
                     format!("halite/deployment/{id}/DELETED"),
                     json!({ "server_id": record.deployment.server_id, "owner": record.owner }),
                 );
-                Ok(ResponseBody::Deleted(id))
+                answer(ResponseBody::Deleted(id))
             }
-            RequestBody::ServerConfigs { server_id } => {
-                self.may_deploy(acl, Some(&server_id))?;
-                let mut records = self.store.deployments(Some(&server_id)).await.map_err(RequestError::from)?;
-                records.retain(|r| self.access().may_own(who, &r.owner));
-                records.reverse();
-                Ok(ResponseBody::Items(records.into_iter().map(|r| r.item).collect()))
+            DeployDone::PushRead { push, read } => {
+                let config_checked = push.config_checked;
+                let readable =
+                    |config: &crate::store::ConfigRecord| !config_checked || self.access().may_own(who, &config.owner);
+                let read = read.map(|mut inputs| {
+                    inputs.config = inputs.config.filter(readable);
+                    inputs
+                });
+                match self.prepare_push(*push, read?, &from.principal)? {
+                    Pushing::Job(job, record) => Ok(Next::InsertJob(Box::new(job), Box::new(record))),
+                    Pushing::Finished(record) => {
+                        Ok(Next::Ask(DeployCall::PutDeployment { record: Box::new(record), pushed: false }))
+                    }
+                }
             }
-            _ => Err(RequestError::bad_request("not a deployment request")),
+            DeployDone::DeploymentPut { record, pushed, stored } => {
+                stored?;
+                self.deployment_stored(&record, pushed);
+                answer(ResponseBody::Deployment(record.deployment))
+            }
+        }
+    }
+
+    /// A push job stored (or not): the deployment that names it is stored next.
+    pub(crate) fn deployment_job_stored(
+        &mut self,
+        job: PreparedJob,
+        from: RequestFrom,
+        record: DeploymentRecord,
+        stored: Result<(), StoreError>,
+    ) {
+        match self.job_stored(job, stored) {
+            Ok(_) => {
+                let call = DeployCall::PutDeployment { record: Box::new(record), pushed: true };
+                self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
+            }
+            Err(error) => self.reply(from.peer, from.request_id, Err(error.into())),
+        }
+    }
+
+    /// A deployment to push, with what the store said of its config and server: its
+    /// `deploy.apply` job, prepared, and the deployment naming it; or, for a DELETE on a server
+    /// that is gone, the deployment finished without a job. An update supersedes the
+    /// deployment's previous job (cancelled if still pending).
+    pub(crate) fn prepare_push(
+        &mut self,
+        push: Push,
+        inputs: PushInputs,
+        principal: &str,
+    ) -> Result<Pushing, RequestError> {
+        let Push { mut record, update, .. } = push;
+        let config = inputs.config.map(|r| r.config).ok_or_else(|| no_config(&record.spec.config_id))?;
+        let now = self.clock.wall_ms();
+        if update {
+            self.deploy_jobs.forget(&record.jid);
+            self.cancel_live(&record.jid);
+            if record.deployment.action == "DELETE" && !self.registry.has_accepted(&record.deployment.server_id) {
+                // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
+                let reason = format!(
+                    "DELETE skipped: server {} has no accepted key (deleted, or never enrolled)",
+                    record.deployment.server_id
+                );
+                records::finish_without_job(&mut record, &reason, now);
+                return Ok(Pushing::Finished(record));
+            }
+        }
+        let wait_secs = self.deployment_wait_secs(&record.deployment.action, inputs.server_unknown);
+        let default_timeout = self.config.deployment_timeout_secs;
+        let (job, derived) = records::deployment_job(&record, &config, wait_secs, default_timeout, now)?;
+        let server = record.deployment.server_id.clone();
+        let prepared = self.prepare_job(principal, job, vec![server]);
+        record.deployment.derived_config_id = derived.id;
+        record.jid = prepared.record.jid.clone();
+        record.item = derived.item;
+        Ok(Pushing::Job(prepared, record))
+    }
+
+    /// A deployment stored: pushed (its job is carried from now on) or finished without a
+    /// job (its signal relayed where the engine gave a URL); announced either way.
+    pub(crate) fn deployment_stored(&mut self, record: &DeploymentRecord, pushed: bool) {
+        let deployment = &record.deployment;
+        if pushed {
+            self.deploy_jobs.carries(&record.jid, &deployment.id);
+            info!(deployment = %deployment.id, server = %deployment.server_id, jid = %record.jid, action = %deployment.action, "deployment pushed");
+        } else {
+            info!(deployment = %deployment.id, server = %deployment.server_id, reason = %deployment.status_reason, "deployment finished");
+        }
+        self.announce(&record.deployment, &record.owner);
+        if !pushed && record.relay_pending {
+            self.start_relay(record);
         }
     }
 
@@ -162,204 +327,6 @@ impl<S: Store, N: Net> Master<S, N> {
             None => crate::authz::Action::UseConfigs,
         };
         self.access().decide(&asker, &action).map(drop).map_err(RequestError::from)
-    }
-
-    async fn create_config(&mut self, new: NewSoftwareConfig, principal: &str) -> Reply {
-        validate::config(&new)?;
-        let now = self.clock.wall_ms();
-        let config = SoftwareConfig {
-            id: new_uuid(),
-            name: new.name,
-            group: new.group,
-            config: new.config,
-            inputs: new.inputs,
-            outputs: new.outputs,
-            options: new.options,
-            creation_time: halite_protocol::time::iso8601_utc(now),
-        };
-        self.store.put_config(&config, principal, now).await.map_err(RequestError::from)?;
-        info!(config = %config.id, name = %config.name, group = %config.group, "software config created");
-        Ok(ResponseBody::Config(config))
-    }
-
-    /// A config `who` may read (and reference from a deployment): its own, or any for root
-    /// and administrators. Another's is answered like a config that does not exist.
-    pub(crate) async fn readable_config(&self, id: &str, who: Who<'_>) -> Result<SoftwareConfig, RequestError> {
-        let record = self.store.config(id).await.map_err(RequestError::from)?;
-        record.filter(|r| self.access().may_own(who, &r.owner)).map(|r| r.config).ok_or_else(|| no_config(id))
-    }
-
-    /// A deployment `who` owns (any, for root and administrators); another's is answered like
-    /// a deployment that does not exist.
-    async fn load_deployment(&self, id: &str, who: Who<'_>) -> Result<DeploymentRecord, RequestError> {
-        self.store
-            .deployment(id)
-            .await
-            .map_err(RequestError::from)?
-            .filter(|r| self.access().may_own(who, &r.owner))
-            .ok_or_else(|| RequestError::not_found(format!("no deployment {id}")))
-    }
-
-    pub(crate) async fn create_deployment(&mut self, spec: NewDeployment, principal: &str) -> Reply {
-        validate::deployment(&spec)?;
-        self.check_signal_url(&spec)?;
-        let config = self
-            .store
-            .config(&spec.config_id)
-            .await
-            .map_err(RequestError::from)?
-            .map(|r| r.config)
-            .ok_or_else(|| no_config(&spec.config_id))?;
-        let action = spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase();
-        let now = self.clock.wall_ms();
-        let deployment = SoftwareDeployment {
-            id: new_uuid(),
-            config_id: config.id.clone(),
-            server_id: spec.server_id.clone(),
-            input_values: spec.input_values.clone(),
-            output_values: Map::new(),
-            action,
-            status: status::IN_PROGRESS.into(),
-            status_reason: "Deploy data available".into(),
-            derived_config_id: String::new(),
-            creation_time: halite_protocol::time::iso8601_utc(now),
-            updated_time: None,
-        };
-        let record = DeploymentRecord {
-            owner: principal.to_owned(),
-            deployment,
-            spec,
-            jid: String::new(),
-            item: Value::Null,
-            relay_pending: false,
-            last_signal: None,
-            finish_id: String::new(),
-        };
-        let record = self.push(record, &config, principal).await?;
-        Ok(ResponseBody::Deployment(record.deployment))
-    }
-
-    async fn update_deployment(
-        &mut self,
-        mut record: DeploymentRecord,
-        update: DeploymentUpdate,
-        principal: &str,
-    ) -> Reply {
-        if let Some(config_id) = update.config_id {
-            record.spec.config_id = config_id;
-        }
-        if let Some(values) = update.input_values {
-            record.spec.input_values = values;
-        }
-        let action = update.action.unwrap_or_else(|| "UPDATE".into()).to_ascii_uppercase();
-        record.spec.action = Some(action.clone());
-        validate::deployment(&record.spec)?;
-        let config = self
-            .store
-            .config(&record.spec.config_id)
-            .await
-            .map_err(RequestError::from)?
-            .map(|r| r.config)
-            .ok_or_else(|| no_config(&record.spec.config_id))?;
-        // The previous derived config is superseded: its job is cancelled if still pending.
-        self.deploy_jobs.forget(&record.jid);
-        self.cancel_live(&record.jid);
-        let now = self.clock.wall_ms();
-        record.deployment.config_id = config.id.clone();
-        record.deployment.input_values = record.spec.input_values.clone();
-        record.deployment.action = action;
-        record.deployment.status = status::IN_PROGRESS.into();
-        record.deployment.status_reason = "Deploy data available".into();
-        record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
-        record.relay_pending = false;
-        // Not finished any more: no write has finished it yet.
-        record.finish_id.clear();
-        if record.deployment.action == "DELETE" && !self.registry.has_accepted(&record.deployment.server_id) {
-            // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
-            let reason = format!(
-                "DELETE skipped: server {} has no accepted key (deleted, or never enrolled)",
-                record.deployment.server_id
-            );
-            return self.finish_without_job(record, &reason).await;
-        }
-        let record = self.push(record, &config, principal).await?;
-        Ok(ResponseBody::Deployment(record.deployment))
-    }
-
-    /// Finishes a deployment COMPLETE without running anything on its server, with `reason`:
-    /// stored, announced, and signalled where the engine gave a URL.
-    async fn finish_without_job(&mut self, mut record: DeploymentRecord, reason: &str) -> Reply {
-        let now = self.clock.wall_ms();
-        record.deployment.status = status::COMPLETE.into();
-        record.deployment.status_reason = reason.to_owned();
-        record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now));
-        let signal: Map<String, Value> = [
-            ("deploy_stdout".to_owned(), json!("")),
-            ("deploy_stderr".to_owned(), json!(reason)),
-            ("deploy_status_code".to_owned(), json!(0)),
-        ]
-        .into_iter()
-        .collect();
-        record.deployment.output_values.extend(signal.clone());
-        record.last_signal = Some(Value::Object(signal));
-        record.relay_pending = record.spec.signal_id.is_some();
-        self.store.put_deployment(&record, now).await.map_err(RequestError::from)?;
-        info!(deployment = %record.deployment.id, server = %record.deployment.server_id, %reason, "deployment finished");
-        self.announce(&record.deployment, &record.owner);
-        if record.relay_pending {
-            self.start_relay(&record);
-        }
-        Ok(ResponseBody::Deployment(record.deployment))
-    }
-
-    /// Derives the config for the deployment's current action and starts its `deploy.apply`
-    /// job on the server; stores the deployment and announces it.
-    async fn push(
-        &mut self,
-        mut record: DeploymentRecord,
-        config: &SoftwareConfig,
-        principal: &str,
-    ) -> Result<DeploymentRecord, RequestError> {
-        let derived_id = new_uuid();
-        let now = self.clock.wall_ms();
-        let item = derive::derived_item(
-            config,
-            &record.spec,
-            &record.deployment.action,
-            &derived_id,
-            &halite_protocol::time::iso8601_utc(now),
-        )?;
-        let timeout_secs = record.spec.timeout_secs.unwrap_or(self.config.deployment_timeout_secs).max(1);
-        let mut kwargs = std::collections::BTreeMap::new();
-        kwargs.insert("item".to_owned(), item.clone());
-        kwargs.insert("timeout".to_owned(), json!(timeout_secs));
-        let server = record.deployment.server_id.clone();
-        let wait_secs = self.deployment_wait_secs(&record.deployment.action, &server).await?;
-        let target = Target { kind: TargetKind::List, expr: server.clone() };
-        let job = NewJob {
-            spec: JobSpec {
-                kwargs,
-                timeout_ms: timeout_secs * 1000 + JOB_MARGIN_MS,
-                ttl_ms: wait_secs * 1000,
-                ..JobSpec::new(target, DEPLOY_FUNCTION)
-            },
-            // The hook runs the deployment's own config; it calls no other function.
-            reach: Some(vec![DEPLOY_FUNCTION.into()]),
-            unknown: Vec::new(),
-        };
-        // Stored before the deployment that names it (awaited here: deployments still await the store).
-        let prepared = self.prepare_job(principal, job, vec![server.clone()]);
-        let stored = self.insert_job(&prepared).await;
-        let jid = self.job_stored(prepared, stored).map_err(RequestError::from)?;
-        record.deployment.derived_config_id = derived_id;
-        record.jid = jid.clone();
-        record.item = item;
-        self.store.put_deployment(&record, now).await.map_err(RequestError::from)?;
-        self.deploy_jobs.carries(&jid, &record.deployment.id);
-        info!(deployment = %record.deployment.id, server = %server, %jid, action = %record.deployment.action, "deployment pushed");
-        self.announce(&record.deployment, &record.owner);
-        // A server that is not a known minion cannot receive it until it enrolls: the job waits.
-        Ok(record)
     }
 
     /// A deployment's new status, on the bus for its creator (`owner`).
@@ -470,17 +437,17 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// How long a deployment's job waits for its server to connect: a DELETE no longer than
-    /// `deployment_delete_wait_secs`; a server nobody is enrolling as (no key of any state, no
-    /// outstanding token) no longer than `deployment_unenrolled_wait_secs`.
-    async fn deployment_wait_secs(&self, action: &str, server: &str) -> Result<u64, RequestError> {
+    /// `deployment_delete_wait_secs`; a server nobody is enrolling as (`server_unknown`) no
+    /// longer than `deployment_unenrolled_wait_secs`.
+    fn deployment_wait_secs(&self, action: &str, server_unknown: bool) -> u64 {
         let ttl = self.config.deployment_ttl_secs;
         if action == "DELETE" {
-            return Ok(self.config.deployment_delete_wait_secs.min(ttl));
+            self.config.deployment_delete_wait_secs.min(ttl)
+        } else if server_unknown {
+            self.config.deployment_unenrolled_wait_secs.min(ttl)
+        } else {
+            ttl
         }
-        let now = self.clock.wall_ms();
-        let unknown = self.store.keys_for(server).await.map_err(RequestError::from)?.is_empty()
-            && !self.store.token_outstanding(server, now).await.map_err(RequestError::from)?;
-        Ok(if unknown { self.config.deployment_unenrolled_wait_secs.min(ttl) } else { ttl })
     }
 
     /// The `[deploy] signal_hosts` allowlist (checked when the config was read; an entry that
@@ -567,11 +534,11 @@ impl<S: Store, N: Net> Master<S, N> {
         self.emit_shared(format!("halite/deployment/{id}/relayed"), data);
     }
 
-    /// After a restart: in-progress deployments are linked to their jobs again and pending
-    /// relays resume.
-    pub(crate) async fn resume_deployments(&mut self) -> Result<(), StoreError> {
+    /// After a restart: the open deployments as read (`Store::open_deployments`) are linked to
+    /// their jobs again and pending relays resume.
+    pub(crate) fn resume_deployments(&mut self, open: Vec<DeploymentRecord>) {
         let now = self.clock.now();
-        for record in self.store.open_deployments().await? {
+        for record in open {
             if record.deployment.status == status::IN_PROGRESS && self.jobs.get(&record.jid).is_none() {
                 // Its job ended but the deployment was not recorded (the store did not answer,
                 // or the master stopped first): recorded at the first step, from the store.
@@ -585,7 +552,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.start_relay(&record);
             }
         }
-        Ok(())
     }
 }
 

@@ -18,6 +18,7 @@ use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
 use crate::core::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::core::sessions::Conn;
+use crate::deploy::calls::DeployAsk;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::net::Net;
 use crate::request_error::RequestError;
@@ -36,8 +37,8 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Answers what the handlers asked of the store, oldest first, handing each answer to its
     /// continuation before the next (which may ask again): the one place a handler's store call
-    /// is awaited (a request for deployments is answered by `deploy/`, which still awaits
-    /// inline). Called right after each input's handler and each stage of the step, so nothing
+    /// is awaited (a request about deployment groups is answered by `deploy/groups.rs`, which
+    /// still awaits inline). Called right after each input's handler and each stage of the step, so nothing
     /// else happens in between.
     pub(crate) async fn answer_asks(&mut self) {
         while let Some(ask) = self.asks.next() {
@@ -146,9 +147,19 @@ impl<S: Store, N: Net> Master<S, N> {
                     let answer = read.map(ResponseBody::Jobs).map_err(RequestError::from);
                     self.reply(from.peer, from.request_id, answer);
                 }
-                Ask::DeployRequest(asked) => {
+                Ask::Deploy(asked) => {
+                    let DeployAsk { from, call } = *asked;
+                    let done = crate::store::requests::run_deploy(&self.store, call, self.clock.wall_ms()).await;
+                    self.deploy_answered(from, done);
+                }
+                Ask::InsertDeploymentJob(pushed) => {
+                    let (job, from, record) = *pushed;
+                    let stored = self.insert_job(&job).await;
+                    self.deployment_job_stored(job, from, record, stored);
+                }
+                Ask::GroupRequest(asked) => {
                     let (from, body) = *asked;
-                    let answer = self.handle_deploy_request(body, &from.principal, from.acl.as_deref()).await;
+                    let answer = self.answer_group_request(body, from.who()).await;
                     self.reply(from.peer, from.request_id, answer);
                 }
                 Ask::RereadDeploymentEnd(retry) => {

@@ -284,7 +284,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             master.jobs.insert(job);
         }
-        master.resume_deployments().await?;
+        let open = master.store.open_deployments().await?;
+        master.resume_deployments(open);
         // What the deployments announced is heard before the groups listen again.
         master.hear_events();
         master.resume_groups().await?;

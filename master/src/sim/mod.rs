@@ -3,7 +3,6 @@
 //! only the sockets are missing. Each input goes through [`Master::step`], exactly as the
 //! daemon's loop feeds it.
 
-mod admin_tests;
 mod ask_tests;
 mod cluster_tests;
 mod delete_tests;
@@ -12,6 +11,7 @@ mod minion_pair_tests;
 mod net;
 mod ownership_tests;
 mod relay_trust_tests;
+mod request_tests;
 mod rollout_tests;
 mod tests;
 mod trust_tests;

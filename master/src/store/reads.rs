@@ -9,6 +9,7 @@ use halite_protocol::message::{status, ConfigOutput, JobFilter, JobReturn, JobSu
 use halite_transport::PeerId;
 
 use super::{DeploymentRecord, JobListing, JobRecord, Store, StoreError};
+use crate::deploy::calls::PushInputs;
 
 /// Accepted keys as reread.
 #[derive(Debug)]
@@ -164,6 +165,22 @@ pub(crate) async fn jobs_shown<S: Store>(
         }
     }
     Ok(out)
+}
+
+/// What pushing a deployment needs read: its config, and whether anyone is enrolling as its
+/// server (a DELETE's job waits the same either way: not read).
+pub(crate) async fn push_inputs<S: Store>(
+    store: &S,
+    config_id: &str,
+    server: &str,
+    action: &str,
+    now_ms: u64,
+) -> Result<PushInputs, StoreError> {
+    let config = store.config(config_id).await?;
+    let server_unknown = action != "DELETE"
+        && store.keys_for(server).await?.is_empty()
+        && !store.token_outstanding(server, now_ms).await?;
+    Ok(PushInputs { config, server_unknown })
 }
 
 /// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.

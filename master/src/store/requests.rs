@@ -1,5 +1,5 @@
-//! The store calls of clients' administrative requests (`admin/calls.rs`), each one or a few
-//! store calls made in order. The loop makes them (`Master::answer_asks`); they touch nothing
+//! The store calls of clients' requests (`admin/calls.rs`, `deploy/calls.rs`), each one or
+//! a few store calls made in order. The loop makes them (`Master::answer_asks`); they touch nothing
 //! but the store, and a failure stops the calls after it.
 
 use halite_protocol::message::KeyState;
@@ -7,6 +7,7 @@ use halite_protocol::message::KeyState;
 use super::reads::{self, AcceptedKeys};
 use super::{KeyRecord, Store, StoreError};
 use crate::admin::calls::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
+use crate::deploy::calls::{DeployCall, DeployDone};
 use crate::keys::token_hash;
 use crate::target::glob;
 
@@ -81,6 +82,47 @@ pub(crate) async fn run<S: Store>(store: &S, call: AdminCall, now_ms: u64) -> Ad
         AdminCall::RevokeToken { id, owner } => {
             let revoked = store.delete_token(&id, owner.as_deref()).await;
             AdminDone::TokenRevoked { id, revoked }
+        }
+    }
+}
+
+/// Makes a deployment request's store calls; `now_ms` (wall time) stamps what they write.
+pub(crate) async fn run_deploy<S: Store>(store: &S, call: DeployCall, now_ms: u64) -> DeployDone {
+    match call {
+        DeployCall::PutConfig { config, owner } => {
+            let stored = store.put_config(&config, &owner, now_ms).await;
+            DeployDone::ConfigPut { config, stored }
+        }
+        DeployCall::ReadConfig { id } => {
+            let read = store.config(&id).await;
+            DeployDone::Config { id, read }
+        }
+        DeployCall::ListConfigs { owner, limit } => DeployDone::Configs(store.configs(owner.as_deref(), limit).await),
+        DeployCall::DeleteConfig { id, owner } => {
+            let deleted = store.delete_config(&id, owner.as_deref()).await;
+            DeployDone::ConfigDeleted { id, deleted }
+        }
+        DeployCall::ReadDeployment { id, then } => {
+            let read = store.deployment(&id).await;
+            DeployDone::Deployment { id, then, read }
+        }
+        DeployCall::ListDeployments { server_id, then } => {
+            DeployDone::Deployments { then, read: store.deployments(server_id.as_deref()).await }
+        }
+        DeployCall::DeleteDeployment(record) => {
+            let deleted = store.delete_deployment(&record.deployment.id).await;
+            DeployDone::DeploymentDeleted { record, deleted }
+        }
+        DeployCall::ReadPush(push) => {
+            let deployment = &push.record.deployment;
+            let read =
+                reads::push_inputs(store, &deployment.config_id, &deployment.server_id, &deployment.action, now_ms)
+                    .await;
+            DeployDone::PushRead { push, read }
+        }
+        DeployCall::PutDeployment { record, pushed } => {
+            let stored = store.put_deployment(&record, now_ms).await;
+            DeployDone::DeploymentPut { record, pushed, stored }
         }
     }
 }

@@ -1,12 +1,13 @@
-//! Administrative requests in simulated time: decided without the store, their store calls
-//! made by the loop, and memory brought in line with what was stored, even when the store
-//! fails part way (`admin/`).
+//! Clients' requests in simulated time: decided without the store, their store calls made by
+//! the loop, and memory brought in line with what was stored, even when the store fails part
+//! way (`admin/`, `deploy/`).
 
-use halite_protocol::message::{Message, RequestBody, ResponseBody, RolloutState, Subscribe};
+use halite_protocol::message::{status, Message, RequestBody, ResponseBody, RolloutState, Subscribe};
+use serde_json::json;
 
 use super::rollout_tests::one_at_a_time;
 use super::Sim;
-use crate::store::Store;
+use crate::store::{DeployStore, Store};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -74,5 +75,44 @@ fn a_pause_the_store_cannot_take_changes_nothing_and_a_stored_one_is_answered_pa
         assert_eq!(detail.summary.rollout.map(|r| r.state), Some(RolloutState::Paused));
         let stored = sim.store().job(&jid).await.expect("read").expect("the job");
         assert_eq!(stored.summary.rollout.map(|r| r.state), Some(RolloutState::Paused), "stored");
+    });
+}
+
+/// A deployment is pushed through its asks: its config and server read, its job stored, then
+/// the deployment naming it. A job the store refuses is told to the engine, and neither the
+/// job nor the deployment exists; once the store takes it, the same request pushes it.
+#[test]
+fn a_deployment_whose_job_cannot_be_stored_is_refused_and_leaves_nothing() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut vm = sim.minion("vm-1").await;
+        vm.recv(&sim);
+        let mut root = sim.root().await;
+        let new = serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"}))
+            .expect("config");
+        let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
+            panic!("a config")
+        };
+        let spec = || serde_json::from_value(json!({"config_id": config.id, "server_id": "vm-1"})).expect("spec");
+        sim.store()
+            .execute_for_test(
+                "CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+            )
+            .await;
+
+        let refused = sim.request(&mut root, RequestBody::DeploymentCreate(spec())).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(vm.jobs(&sim).is_empty(), "nothing sent");
+        assert!(sim.store().deployments(None).await.expect("read").is_empty(), "no deployment stored");
+
+        sim.store().execute_for_test("DROP TRIGGER refuse_jobs").await;
+        let pushed = sim.request(&mut root, RequestBody::DeploymentCreate(spec())).await;
+        let Ok(ResponseBody::Deployment(deployment)) = pushed else { panic!("a deployment: {pushed:?}") };
+        assert_eq!(deployment.status, status::IN_PROGRESS);
+        let sent = vm.jobs(&sim);
+        assert_eq!(sent.len(), 1, "its job reached the server");
+        let stored = sim.store().deployment(&deployment.id).await.expect("read").expect("stored");
+        let job = sent[0].verify(&sim.master_public()).expect("signed by the master");
+        assert_eq!(stored.jid, job.jid, "the deployment names the job sent");
     });
 }

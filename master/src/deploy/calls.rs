@@ -1,0 +1,108 @@
+//! What a request for configs or deployments asks of the store, and what the store answered.
+//!
+//! A request is decided without the store (`deploy/requests.rs`); its store calls are a
+//! [`DeployCall`], made by the loop (`store/requests.rs`), and the [`DeployDone`] goes on in
+//! `Master::deploy_answered`, which may ask again: a push reads its config and server, its
+//! job is stored (`Ask::InsertDeploymentJob`), then the deployment that names the job.
+
+use halite_protocol::message::{DeploymentUpdate, SoftwareConfig};
+
+use crate::admin::calls::RequestFrom;
+use crate::store::{ConfigRecord, DeploymentRecord, StoreError};
+
+/// A deployment request's store calls, and who asked.
+pub(crate) struct DeployAsk {
+    pub(crate) from: RequestFrom,
+    pub(crate) call: DeployCall,
+}
+
+/// What a request for configs or deployments needs of the store, already allowed.
+#[derive(Debug)]
+pub(crate) enum DeployCall {
+    PutConfig {
+        config: Box<SoftwareConfig>,
+        owner: String,
+    },
+    ReadConfig {
+        id: String,
+    },
+    ListConfigs {
+        owner: Option<String>,
+        limit: u32,
+    },
+    DeleteConfig {
+        id: String,
+        owner: Option<String>,
+    },
+    ReadDeployment {
+        id: String,
+        then: DeploymentRead,
+    },
+    /// Deployments, of one server when given.
+    ListDeployments {
+        server_id: Option<String>,
+        then: Listing,
+    },
+    DeleteDeployment(Box<DeploymentRecord>),
+    /// What a push needs read: its config, and whether anyone is enrolling as its server.
+    ReadPush(Box<Push>),
+    /// A deployment stored: pushed (its job stored first) or finished without a job.
+    PutDeployment {
+        record: Box<DeploymentRecord>,
+        pushed: bool,
+    },
+}
+
+/// What a deployment read is for.
+#[derive(Debug)]
+pub(crate) enum DeploymentRead {
+    Show,
+    Delete,
+    Update(DeploymentUpdate),
+}
+
+/// What a deployment listing answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    /// The deployments themselves.
+    Deployments,
+    /// Their derived configs, oldest first (what a server's agent polls for).
+    ServerConfigs,
+}
+
+/// A deployment to push: its job waits on what the store says of its config and server.
+#[derive(Debug)]
+pub(crate) struct Push {
+    pub(crate) record: DeploymentRecord,
+    /// An existing deployment run again: its previous job is superseded.
+    pub(crate) update: bool,
+    /// The config must be one the asker may read (a client's create, or its update naming a
+    /// config; a group checked its config once, when it was made).
+    pub(crate) config_checked: bool,
+}
+
+/// What a push needs read.
+#[derive(Debug)]
+pub(crate) struct PushInputs {
+    pub(crate) config: Option<ConfigRecord>,
+    /// Nobody is enrolling as the server (no key of any state, no outstanding token): its job
+    /// waits less (`deployment_unenrolled_wait_secs`).
+    pub(crate) server_unknown: bool,
+}
+
+/// What the store answered a [`DeployCall`], with what the answer needs.
+// Made once per store call and moved at once into its continuation: boxing the larger
+// variants would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum DeployDone {
+    ConfigPut { config: Box<SoftwareConfig>, stored: Result<(), StoreError> },
+    Config { id: String, read: Result<Option<ConfigRecord>, StoreError> },
+    Configs(Result<Vec<SoftwareConfig>, StoreError>),
+    ConfigDeleted { id: String, deleted: Result<bool, StoreError> },
+    Deployment { id: String, then: DeploymentRead, read: Result<Option<DeploymentRecord>, StoreError> },
+    Deployments { then: Listing, read: Result<Vec<DeploymentRecord>, StoreError> },
+    DeploymentDeleted { record: Box<DeploymentRecord>, deleted: Result<bool, StoreError> },
+    PushRead { push: Box<Push>, read: Result<PushInputs, StoreError> },
+    DeploymentPut { record: Box<DeploymentRecord>, pushed: bool, stored: Result<(), StoreError> },
+}
