@@ -17,6 +17,7 @@ use crate::store::reads::AcceptedKeys;
 use crate::store::{KeyRecord, PrincipalRecord, StoreError};
 
 /// Who asked, to answer them and to decide what they may see.
+#[derive(Debug)]
 pub(crate) struct RequestFrom {
     pub(crate) peer: PeerId,
     pub(crate) request_id: u64,
@@ -66,7 +67,7 @@ pub(crate) enum AdminCall {
     /// Stores a rollout's change first when there is one, then reads the job.
     ReadJob { jid: String, then: JobRead, change: Option<RolloutStatus> },
     /// Records a gateway token (by its hash) acting as `acting_as`.
-    CreateApiToken { token: String, acting_as: String, owner: String, expires_at_ms: Option<u64> },
+    CreateApiToken { token: Secret, acting_as: String, owner: String, expires_at_ms: Option<u64> },
     /// The gateway tokens of `owner`, or everyone's.
     ListApiTokens { owner: Option<String> },
     /// Deletes a gateway token (of `owner` when given), naming whom it acted as.
@@ -80,11 +81,20 @@ pub(crate) enum AdminCall {
 /// An enrollment token to record; the token itself goes only to the client.
 #[derive(Debug)]
 pub(crate) struct NewToken {
-    pub(crate) token: String,
+    pub(crate) token: Secret,
     pub(crate) minion: String,
     pub(crate) expires_at_ms: u64,
     pub(crate) replace: bool,
     pub(crate) owner: String,
+}
+
+/// A token to hand out once: only its hash is stored, and it never shows in `Debug` output.
+pub(crate) struct Secret(pub(crate) String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 /// What a job read answers.
@@ -154,7 +164,7 @@ pub(crate) enum AdminDone {
     /// failed).
     JobRead(Box<JobReadDone>),
     ApiTokenCreated {
-        token: String,
+        token: Secret,
         acting_as: String,
         owner: String,
         expires_at_ms: Option<u64>,

@@ -25,7 +25,7 @@ use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::{ClusterChange, KeyRecord, Store};
 use crate::target::glob;
-use calls::{AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom};
+use calls::{AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom, Secret};
 
 /// Most jobs one listing returns.
 const MAX_JOB_LIST: u32 = 1000;
@@ -136,7 +136,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
                 let owner = principal.to_owned();
-                AdminCall::CreateToken(NewToken { token: new_secret(), minion, expires_at_ms, replace, owner })
+                let token = Secret(new_secret());
+                AdminCall::CreateToken(NewToken { token, minion, expires_at_ms, replace, owner })
             }
             RequestBody::MinionList { pattern, after, limit } => {
                 let minions = self.list_minions(acl, &pattern, after.as_deref(), limit);
@@ -162,7 +163,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // 0 (given, or as the configured default) means a token that never expires.
                 let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
                 let expires_at_ms = (ttl_ms > 0).then(|| self.clock.wall_ms().saturating_add(ttl_ms));
-                let (token, owner) = (format!("hal_{}", new_secret()), principal.to_owned());
+                let (token, owner) = (Secret(format!("hal_{}", new_secret())), principal.to_owned());
                 AdminCall::CreateApiToken { token, acting_as, owner, expires_at_ms }
             }
             RequestBody::ApiTokenList => AdminCall::ListApiTokens { owner: owner() },
@@ -242,7 +243,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 } else {
                     info!(%minion, "enrollment token created");
                 }
-                Ok(ResponseBody::Token(TokenInfo { token, minion, expires_at_ms }))
+                Ok(ResponseBody::Token(TokenInfo { token: token.0, minion, expires_at_ms }))
             }
             AdminDone::JobRead(done) => {
                 let JobReadDone { jid, then, changed, read } = *done;
@@ -263,7 +264,7 @@ impl<S: Store, N: Net> Master<S, N> {
             AdminDone::ApiTokenCreated { token, acting_as, owner, expires_at_ms, stored } => {
                 stored?;
                 info!(principal = %acting_as, created_by = %owner, ?expires_at_ms, "gateway token created");
-                Ok(ResponseBody::ApiToken(token))
+                Ok(ResponseBody::ApiToken(token.0))
             }
             AdminDone::ApiTokens(tokens) => Ok(ResponseBody::ApiTokens(tokens?)),
             AdminDone::ApiTokenRevoked { id, acting_as, revoked } => {
@@ -358,7 +359,9 @@ impl<S: Store, N: Net> Master<S, N> {
             JobAccess::Control => self.jobs.get(&jid),
         };
         let Some(job) = job else {
-            return Err(RequestError::not_found(format!("no running job {jid}")));
+            // Answered as a job that does not exist: another principal's live job is not told
+            // apart from one there never was.
+            return Err(RequestError::not_found(format!("no job {jid}")));
         };
         let Some(run) = &job.rollout else {
             return Err(RequestError::bad_request(format!(
@@ -374,6 +377,8 @@ impl<S: Store, N: Net> Master<S, N> {
         } else {
             (RolloutState::Running, None)
         };
+        // Applied once stored (`admin_answered`) without deciding again: the asks are answered
+        // before any other input, so nothing changes the rollout in between.
         let change = self.rollouts().change(&jid, state, reason);
         Ok(AdminCall::ReadJob { jid, then: JobRead::Show, change })
     }

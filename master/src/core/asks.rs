@@ -10,16 +10,17 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use halite_protocol::message::{MinionJobState, PrincipalAcl, Request, RequestBody, RolloutStatus};
+use halite_protocol::message::{MinionJobState, PrincipalAcl, Request, RolloutStatus};
 use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
 use tokio::sync::oneshot;
 
-use crate::admin::calls::{AdminAsk, JobsAsk, RequestFrom};
+use crate::admin::calls::{AdminAsk, JobsAsk};
 use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::Slot;
-use crate::deploy::calls::DeployAsk;
+use crate::deploy::calls::{DeployAsk, Requester};
 use crate::deploy::ending::DeploymentEnd;
+use crate::deploy::group_calls::GroupAsk;
 use crate::deploy::relay::RelayDone;
 use crate::gateway::local::Opened;
 use crate::gateway::local_queue::LocalSender;
@@ -57,10 +58,10 @@ pub(crate) enum Ask {
     Deploy(Box<DeployAsk>),
     /// A pushed deployment's job, stored before the deployment that names it
     /// (`Master::deployment_job_stored` goes on).
-    InsertDeploymentJob(Box<(PreparedJob, RequestFrom, DeploymentRecord)>),
-    /// A request about deployment groups (`Master::answer_group_request`, which still awaits
-    /// the store inline, answers it).
-    GroupRequest(Box<(RequestFrom, RequestBody)>),
+    InsertDeploymentJob(Box<(PreparedJob, Requester, DeploymentRecord)>),
+    /// A deployment group's store calls, for its work or a client's request
+    /// (`Master::group_answered` goes on).
+    Group(Box<GroupAsk>),
     /// Keys another master changed, reread: those of `ids`, or every key
     /// (`Master::keys_reread` goes on).
     ReadKeys { ids: Option<Vec<String>> },

@@ -2,12 +2,14 @@
 //! open and when the next member may start, which deployment belongs to which group, what
 //! each listens for, and which the end of the step advances or stops.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-use halite_protocol::message::{status, Value};
+use halite_protocol::message::{status, DeploymentGroup, Value};
 
-use crate::core::rollout::abort_reason;
+use crate::admin::calls::RequestFrom;
+use crate::core::rollout::{abort_reason, RolloutRun};
+use crate::store::GroupRecord;
 
 /// Groups this master drives.
 #[derive(Debug, Default)]
@@ -22,6 +24,34 @@ pub(crate) struct GroupRuns {
     abort_on: BTreeMap<String, (String, Vec<String>)>,
     /// Groups an event aborted (group, why), stopped at the end of the step.
     aborts: Vec<(String, String)>,
+    /// Work waiting, in order; one piece is under way at a time (`busy`): each is a chain of
+    /// asks, and the next reads what the one before stored.
+    work: VecDeque<GroupWork>,
+    busy: bool,
+    /// The advance under way while its members start.
+    advancing: Option<GroupAdvance>,
+}
+
+/// A piece of work on one group.
+#[derive(Debug)]
+pub(crate) enum GroupWork {
+    /// Advance it; answer `reply` with it once advanced (a client's create or update).
+    Advance { id: String, reply: Option<RequestFrom> },
+    /// Stop its rollout (an abort event), then advance it.
+    Stop { id: String, reason: String },
+}
+
+/// A group being advanced: as read, with its rollout deciding, waiting on the members it
+/// started (`starting`).
+#[derive(Debug)]
+pub(crate) struct GroupAdvance {
+    pub(crate) id: String,
+    pub(crate) record: GroupRecord,
+    /// The group as read, to tell whether anything changed.
+    pub(crate) before: DeploymentGroup,
+    pub(crate) run: RolloutRun,
+    pub(crate) starting: usize,
+    pub(crate) reply: Option<RequestFrom>,
 }
 
 impl GroupRuns {
@@ -114,6 +144,37 @@ impl GroupRuns {
         self.open.values().flatten().min().copied()
     }
 
+    /// Queues a piece of work, done after those before it.
+    pub(crate) fn queue(&mut self, work: GroupWork) {
+        self.work.push_back(work);
+    }
+
+    /// The next piece of work to start, unless one is under way: it is under way until
+    /// [`GroupRuns::work_done`].
+    pub(crate) fn next_work(&mut self) -> Option<GroupWork> {
+        if self.busy {
+            return None;
+        }
+        let work = self.work.pop_front()?;
+        self.busy = true;
+        Some(work)
+    }
+
+    /// The piece of work under way is done.
+    pub(crate) fn work_done(&mut self) {
+        self.busy = false;
+    }
+
+    /// Keeps the advance under way while its members start.
+    pub(crate) fn wait_on_members(&mut self, advance: GroupAdvance) {
+        self.advancing = Some(advance);
+    }
+
+    /// The advance whose members were starting.
+    pub(crate) fn take_advancing(&mut self) -> Option<GroupAdvance> {
+        self.advancing.take()
+    }
+
     /// Whether groups wait to be advanced or stopped.
     pub(crate) fn has_work(&self) -> bool {
         !self.due.is_empty() || !self.aborts.is_empty()
@@ -139,6 +200,19 @@ mod tests {
         groups.deployment_ended("d1");
         assert!(groups.take_due(false, now).is_empty(), "closed: its deployments are forgotten");
         assert!(groups.listening(), "g2's deployment is still followed");
+    }
+
+    #[test]
+    fn work_is_handed_out_one_piece_at_a_time_in_order() {
+        let mut groups = GroupRuns::default();
+        groups.queue(GroupWork::Stop { id: "g1".into(), reason: "alarm".into() });
+        groups.queue(GroupWork::Advance { id: "g2".into(), reply: None });
+        assert!(matches!(groups.next_work(), Some(GroupWork::Stop { id, .. }) if id == "g1"));
+        assert!(groups.next_work().is_none(), "g1's stop is under way");
+        groups.work_done();
+        assert!(matches!(groups.next_work(), Some(GroupWork::Advance { id, .. }) if id == "g2"));
+        groups.work_done();
+        assert!(groups.next_work().is_none());
     }
 
     #[test]

@@ -8,12 +8,50 @@
 use halite_protocol::message::{DeploymentUpdate, SoftwareConfig};
 
 use crate::admin::calls::RequestFrom;
+use crate::authz::Who;
 use crate::store::{ConfigRecord, DeploymentRecord, StoreError};
 
 /// A deployment request's store calls, and who asked.
 pub(crate) struct DeployAsk {
-    pub(crate) from: RequestFrom,
+    pub(crate) from: Requester,
     pub(crate) call: DeployCall,
+}
+
+/// Who waits on a deployment request.
+pub(crate) enum Requester {
+    /// A client: answered.
+    Client(RequestFrom),
+    /// A deployment group, starting one of its members: told (`Master::member_pushed`).
+    Member(Member),
+}
+
+/// A group's member being started.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub(crate) group: String,
+    pub(crate) server: String,
+    /// Who created the group: its members' deployments are theirs.
+    pub(crate) principal: String,
+}
+
+impl Requester {
+    /// Who the request is made as. A group's member is started as the group decided, which
+    /// was checked when the group was made (its creator may deploy to each server and read its
+    /// config): no check is made again as it starts.
+    pub(crate) fn who(&self) -> Who<'_> {
+        match self {
+            Requester::Client(from) => from.who(),
+            Requester::Member(member) => Who { name: &member.principal, acl: None },
+        }
+    }
+
+    /// The principal the request is made as (the caller of a pushed deployment's job).
+    pub(crate) fn principal(&self) -> &str {
+        match self {
+            Requester::Client(from) => &from.principal,
+            Requester::Member(member) => &member.principal,
+        }
+    }
 }
 
 /// What a request for configs or deployments needs of the store, already allowed.
@@ -59,6 +97,8 @@ pub(crate) enum DeploymentRead {
     Show,
     Delete,
     Update(DeploymentUpdate),
+    /// A group's kept member run again with the group's config, inputs and action.
+    Restart(DeploymentUpdate),
 }
 
 /// What a deployment listing answers.

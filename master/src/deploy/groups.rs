@@ -8,26 +8,33 @@
 //! after every step in which one of its deployments ended and when its wait ends; a
 //! restarted master resumes the groups it owns. Groups listen to events: the loop hands them
 //! each one (`Master::hear_events`) before it advances them.
+//!
+//! Nothing here awaits the store. Work on groups (an advance, a stop) is done one piece at a
+//! time (`core/group_runs.rs`), each a chain of asks (`group_calls.rs`): the group read, its
+//! members started as deployments are pushed (`deploy/calls.rs`, told back through
+//! `Master::member_pushed`), the group stored.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use halite_protocol::message::{
-    status, DeploymentGroup, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup, RequestBody, ResponseBody,
-    RolloutState, SoftwareDeployment,
+    status, DeploymentGroup, DeploymentGroupUpdate, GroupMember, MinionJobState, NewDeployment, NewDeploymentGroup,
+    RequestBody, ResponseBody, RolloutState, SoftwareDeployment,
 };
 use tracing::{info, warn};
 
-use super::calls::Push;
-use super::Pushing;
-use crate::authz::Who;
+use super::calls::{DeployAsk, DeployCall, DeploymentRead, Member, Push, Requester};
+use super::group_calls::{ConfigFor, GroupAdvancing, GroupAsk, GroupCall, GroupDone, GroupPut, GroupRequest};
+use crate::admin::calls::RequestFrom;
 use crate::clock::new_uuid;
+use crate::core::asks::Ask;
+use crate::core::group_runs::{GroupAdvance, GroupWork};
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
 use crate::net::Net;
-use crate::request_error::{Reply, RequestError};
+use crate::request_error::RequestError;
 use crate::server::Master;
-use crate::store::{reads, GroupRecord, Store, StoreError};
+use crate::store::{GroupRecord, Store, StoreError};
 
 /// Most servers one group deploys to.
 const MAX_GROUP_SERVERS: usize = 10_000;
@@ -57,38 +64,42 @@ fn is_final(member_status: &str) -> bool {
 }
 
 impl<S: Store, N: Net> Master<S, N> {
-    /// Answers a request about deployment groups.
-    pub(crate) async fn answer_group_request(&mut self, body: RequestBody, who: Who<'_>) -> Reply {
-        match body {
-            RequestBody::DeploymentGroupCreate(spec) => self.create_group(spec, who).await,
-            RequestBody::DeploymentGroupShow { id } => self.show_group(&id, who).await,
-            RequestBody::DeploymentGroupUpdate { id, update } => self.update_group(&id, update, who).await,
-            _ => Err(RequestError::bad_request("not a deployment group request")),
-        }
+    /// Answers a request about deployment groups, or asks the store what it needs.
+    pub(crate) fn answer_group_request(&mut self, from: RequestFrom, body: RequestBody) {
+        let id = match &body {
+            RequestBody::DeploymentGroupShow { id } | RequestBody::DeploymentGroupUpdate { id, .. } => id.clone(),
+            _ => String::new(),
+        };
+        let call = match body {
+            RequestBody::DeploymentGroupCreate(spec) => match self.new_group(spec, &from) {
+                Ok(record) => {
+                    let config_id = record.spec.config_id.clone();
+                    let id = record.group.id.clone();
+                    let then = ConfigFor::Create(Box::new(record), from);
+                    return self
+                        .asks
+                        .push(Ask::Group(Box::new(GroupAsk { id, call: GroupCall::ReadConfig { config_id, then } })));
+                }
+                Err(error) => return self.reply(from.peer, from.request_id, Err(error)),
+            },
+            RequestBody::DeploymentGroupShow { .. } => GroupCall::ReadForRequest(GroupRequest::Show(from)),
+            RequestBody::DeploymentGroupUpdate { update, .. } => {
+                GroupCall::ReadForRequest(GroupRequest::Update(Box::new(update), from))
+            }
+            _ => {
+                let why = RequestError::bad_request("not a deployment group request");
+                return self.reply(from.peer, from.request_id, Err(why));
+            }
+        };
+        self.asks.push(Ask::Group(Box::new(GroupAsk { id, call })));
     }
 
-    /// A config `who` may read (and reference from a group): its own, or any for root and
-    /// administrators. Another's is answered like a config that does not exist.
-    async fn readable_config(&self, id: &str, who: Who<'_>) -> Result<(), RequestError> {
-        let record = self.store.config(id).await.map_err(RequestError::from)?;
-        record.filter(|r| self.access().may_own(who, &r.owner)).map(drop).ok_or_else(|| super::no_config(id))
-    }
-
-    /// Creates a group and starts its first members; answered with the group.
-    pub(crate) async fn create_group(&mut self, spec: NewDeploymentGroup, who: Who<'_>) -> Reply {
-        let mut servers = spec.servers.clone();
-        servers.sort();
-        servers.dedup();
-        if servers.is_empty() || servers.len() > MAX_GROUP_SERVERS {
-            return Err(RequestError::bad_request(format!(
-                "a deployment group needs from 1 to {MAX_GROUP_SERVERS} servers"
-            )));
-        }
-        if servers.len() != spec.servers.len() {
-            return Err(RequestError::bad_request("a server is listed twice in the group"));
-        }
+    /// A new group as asked for, if valid and allowed, not stored yet (its config is checked
+    /// next).
+    fn new_group(&mut self, spec: NewDeploymentGroup, from: &RequestFrom) -> Result<GroupRecord, RequestError> {
+        let servers = valid_servers(spec.servers.clone())?;
         for server in &servers {
-            self.may_deploy(who.acl, Some(server))?;
+            self.may_deploy(from.acl.as_deref(), Some(server))?;
         }
         if let Some(why) = spec.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             return Err(RequestError::bad_request(why));
@@ -96,8 +107,6 @@ impl<S: Store, N: Net> Master<S, N> {
         // What each member's deployment will be is checked once, before anything starts.
         super::validate::deployment(&member_spec(&spec, &servers[0]))?;
         self.check_signal_url(&member_spec(&spec, &servers[0]))?;
-        // Its members may reference only a config the group's creator may read.
-        self.readable_config(&spec.config_id, who).await?;
         let now = self.clock.wall_ms();
         let group = DeploymentGroup {
             id: new_uuid(),
@@ -112,45 +121,25 @@ impl<S: Store, N: Net> Master<S, N> {
                 .collect(),
             creation_time: halite_protocol::time::iso8601_utc(now),
         };
-        let id = group.id.clone();
-        let record = GroupRecord { group, spec, principal: who.name.to_owned(), owner: self.config.id.clone() };
-        self.store.put_group(&record, now).await.map_err(RequestError::from)?;
-        info!(group = %id, servers = servers.len(), "deployment group created");
-        self.groups.open(&id, None);
-        self.advance_group(&id).await.map_err(RequestError::from)?;
-        let record = self.store.group(&id).await.map_err(RequestError::from)?;
-        record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(&id))
+        Ok(GroupRecord { group, spec, principal: from.principal.clone(), owner: self.config.id.clone() })
     }
 
-    /// Changes a group in place (Heat's group update): the servers it keeps run the action
+    /// A group changed in place (Heat's group update): the servers it keeps run the action
     /// (`UPDATE` by default) with the new config and inputs, the servers it gains `CREATE`, as
-    /// the rollout allows; the servers it loses leave it. Answered with the group.
-    pub(crate) async fn update_group(
+    /// the rollout allows; the servers it loses leave it. Not stored yet.
+    fn updated_group(
         &mut self,
-        id: &str,
-        update: halite_protocol::message::DeploymentGroupUpdate,
-        who: Who<'_>,
-    ) -> Reply {
-        // Only what its creator (or an administrator) may see: another's is not found.
-        self.show_group(id, who).await?;
-        let mut record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
-        let mut servers = update
+        mut record: GroupRecord,
+        update: DeploymentGroupUpdate,
+        from: &RequestFrom,
+    ) -> Result<GroupRecord, RequestError> {
+        let listed = update
             .servers
             .clone()
             .unwrap_or_else(|| record.group.members.iter().map(|m| m.server_id.clone()).collect());
-        let listed = servers.len();
-        servers.sort();
-        servers.dedup();
-        if servers.is_empty() || servers.len() > MAX_GROUP_SERVERS {
-            return Err(RequestError::bad_request(format!(
-                "a deployment group needs from 1 to {MAX_GROUP_SERVERS} servers"
-            )));
-        }
-        if servers.len() != listed {
-            return Err(RequestError::bad_request("a server is listed twice in the group"));
-        }
+        let servers = valid_servers(listed)?;
         for server in &servers {
-            self.may_deploy(who.acl, Some(server))?;
+            self.may_deploy(from.acl.as_deref(), Some(server))?;
         }
         if let Some(why) = update.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             return Err(RequestError::bad_request(why));
@@ -162,7 +151,6 @@ impl<S: Store, N: Net> Master<S, N> {
             )));
         }
         if let Some(config_id) = &update.config_id {
-            self.readable_config(config_id, who).await?;
             record.spec.config_id = config_id.clone();
         }
         if let Some(values) = update.input_values {
@@ -190,139 +178,321 @@ impl<S: Store, N: Net> Master<S, N> {
         record.group.status_reason = "Deploy data available".into();
         record.group.rollout = RolloutRun::status_of(record.spec.rollout.clone().unwrap_or_default());
         record.owner = self.config.id.clone();
-        let now = self.clock.wall_ms();
-        self.store.put_group(&record, now).await.map_err(RequestError::from)?;
-        info!(group = %id, servers = servers.len(), action = %record.group.action, "deployment group updated in place");
-        self.forget_group(id);
-        self.groups.open(id, None);
-        self.advance_group(id).await.map_err(RequestError::from)?;
-        let record = self.store.group(id).await.map_err(RequestError::from)?;
-        record.map(|r| ResponseBody::DeploymentGroup(r.group)).ok_or_else(|| no_group(id))
+        Ok(record)
     }
 
-    /// One group, for its creator (or root, or an administrator) while it may deploy to every
-    /// one of its servers.
-    pub(crate) async fn show_group(&mut self, id: &str, who: Who<'_>) -> Reply {
-        let record = self.store.group(id).await.map_err(RequestError::from)?.ok_or_else(|| no_group(id))?;
-        if !self.access().may_own(who, &record.principal)
-            || record.group.members.iter().any(|m| self.may_deploy(who.acl, Some(&m.server_id)).is_err())
-        {
-            // Answered like a group that does not exist: its id reveals nothing.
-            return Err(no_group(id));
-        }
-        Ok(ResponseBody::DeploymentGroup(record.group))
+    /// Whether `from` may see a group: its creator (or root, or an administrator) while it
+    /// may deploy to every one of its servers. Another's is answered like a group that does
+    /// not exist: its id reveals nothing.
+    fn may_see_group(&self, record: &GroupRecord, from: &RequestFrom) -> bool {
+        self.access().may_own(from.who(), &record.principal)
+            && record.group.members.iter().all(|m| self.may_deploy(from.acl.as_deref(), Some(&m.server_id)).is_ok())
     }
 
-    /// Advances the groups due (when woken by time, also those whose wait has passed).
-    pub(crate) async fn advance_groups(&mut self, tick: bool) {
-        for (id, reason) in self.groups.take_aborts() {
-            if let Err(error) = self.stop_group(&id, reason).await {
-                warn!(%error, group = %id, "stopping a deployment group failed");
+    /// What the store answered a group's work or request: it goes on, or is answered.
+    pub(crate) fn group_answered(&mut self, id: String, done: GroupDone) {
+        match done {
+            GroupDone::ReadForAdvance { reply, read } => self.group_read(id, reply, read),
+            GroupDone::ReadForStop { reason, read } => self.group_read_for_stop(id, reason, read),
+            GroupDone::ReadForRequest { then, read } => {
+                let (from, update) = match then {
+                    GroupRequest::Show(from) => (from, None),
+                    GroupRequest::Update(update, from) => (from, Some(*update)),
+                };
+                let answer = match read {
+                    Err(error) => Err(error.into()),
+                    Ok(Some(record)) if self.may_see_group(&record, &from) => Ok(record),
+                    Ok(_) => Err(no_group(&id)),
+                };
+                match (answer, update) {
+                    (Ok(record), None) => {
+                        self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group))
+                    }
+                    (Ok(record), Some(update)) => {
+                        let named = update.config_id.clone();
+                        match self.updated_group(record, update, &from) {
+                            Ok(record) => match named {
+                                Some(config_id) => {
+                                    let then = ConfigFor::Update(Box::new(record), from);
+                                    self.ask_group(id, GroupCall::ReadConfig { config_id, then });
+                                }
+                                None => self.ask_group(
+                                    id,
+                                    GroupCall::Put { record: Box::new(record), then: GroupPut::Updated(from) },
+                                ),
+                            },
+                            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+                        }
+                    }
+                    (Err(error), _) => self.reply(from.peer, from.request_id, Err(error)),
+                }
             }
+            GroupDone::Config { then, read } => {
+                let (record, from, put) = match then {
+                    ConfigFor::Create(record, from) => (record, from, true),
+                    ConfigFor::Update(record, from) => (record, from, false),
+                };
+                // Its members may reference only a config the group's creator may read.
+                let readable = match read {
+                    Err(error) => Err(error.into()),
+                    Ok(Some(config)) if self.access().may_own(from.who(), &config.owner) => Ok(()),
+                    Ok(_) => Err(super::no_config(&record.spec.config_id)),
+                };
+                match readable {
+                    Ok(()) => {
+                        let then = if put { GroupPut::Created(from) } else { GroupPut::Updated(from) };
+                        self.ask_group(id, GroupCall::Put { record, then });
+                    }
+                    Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+                }
+            }
+            GroupDone::Put { record, then, stored } => self.group_stored(id, *record, then, stored),
+        }
+    }
+
+    fn ask_group(&mut self, id: String, call: GroupCall) {
+        self.asks.push(Ask::Group(Box::new(GroupAsk { id, call })));
+    }
+
+    /// A group stored (or not), and what follows.
+    fn group_stored(&mut self, id: String, record: GroupRecord, then: GroupPut, stored: Result<(), StoreError>) {
+        match then {
+            GroupPut::Created(from) => self.group_request_stored(id, &record, from, true, stored),
+            GroupPut::Updated(from) => self.group_request_stored(id, &record, from, false, stored),
+            GroupPut::Stopped => match stored {
+                Ok(()) => {
+                    self.announce_group(&record);
+                    self.ask_group(id, GroupCall::ReadForAdvance { reply: None });
+                }
+                Err(error) => {
+                    warn!(%error, group = %id, "stopping a deployment group failed");
+                    self.group_work_done();
+                }
+            },
+            GroupPut::Advanced { announce, not_before, reply } => match stored {
+                Ok(()) => {
+                    if announce {
+                        self.announce_group(&record);
+                    }
+                    self.group_advanced(&id, record, not_before, reply);
+                }
+                Err(error) => self.advance_failed(&id, error.into(), reply),
+            },
+        }
+    }
+
+    /// A group a client created or updated, stored (or not): advanced, then the client is
+    /// answered with it.
+    fn group_request_stored(
+        &mut self,
+        id: String,
+        record: &GroupRecord,
+        from: RequestFrom,
+        created: bool,
+        stored: Result<(), StoreError>,
+    ) {
+        if let Err(error) = stored {
+            return self.reply(from.peer, from.request_id, Err(error.into()));
+        }
+        let servers = record.group.members.len();
+        if created {
+            info!(group = %id, servers, "deployment group created");
+        } else {
+            info!(group = %id, servers, action = %record.group.action, "deployment group updated in place");
+            // It starts over under its new action: members heard so far are forgotten, and
+            // what it listens for is set again as it advances.
+            self.forget_group(&id);
+        }
+        self.groups.open(&id, None);
+        self.groups.queue(GroupWork::Advance { id, reply: Some(from) });
+        self.start_group_work();
+    }
+
+    /// A group's new status or rollout, on the bus for its creator.
+    fn announce_group(&mut self, record: &GroupRecord) {
+        self.emit_shared(
+            format!("halite/deployment_group/{}/{}", record.group.id, record.group.status),
+            super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
+        );
+    }
+
+    /// Queues the groups an event aborted and those due (woken by time, also those whose wait
+    /// has passed), and starts the first piece of work.
+    pub(crate) fn advance_groups(&mut self, tick: bool) {
+        for (id, reason) in self.groups.take_aborts() {
+            self.groups.queue(GroupWork::Stop { id, reason });
         }
         for id in self.groups.take_due(tick, self.clock.now()) {
-            if let Err(error) = self.advance_group(&id).await {
-                warn!(%error, group = %id, "advancing a deployment group failed; tried again in a second");
-                self.groups.open(&id, Some(self.clock.now() + Duration::from_secs(1)));
-            }
+            self.groups.queue(GroupWork::Advance { id, reply: None });
+        }
+        self.start_group_work();
+    }
+
+    /// Starts the next piece of work on a group, unless one is under way.
+    fn start_group_work(&mut self) {
+        let Some(work) = self.groups.next_work() else { return };
+        match work {
+            GroupWork::Advance { id, reply } => self.ask_group(id, GroupCall::ReadForAdvance { reply }),
+            GroupWork::Stop { id, reason } => self.ask_group(id, GroupCall::ReadForStop { reason }),
         }
     }
 
-    /// An abort event stops a group's rollout: its queued servers end `SKIPPED`.
-    async fn stop_group(&mut self, id: &str, reason: String) -> Result<(), StoreError> {
-        let Some(mut record) = self.store.group(id).await? else { return Ok(()) };
+    /// The piece of work under way is done: the next starts.
+    fn group_work_done(&mut self) {
+        self.groups.work_done();
+        self.start_group_work();
+    }
+
+    /// An abort event stops a group's rollout, as read: its queued servers end `SKIPPED`, then
+    /// it is advanced.
+    fn group_read_for_stop(&mut self, id: String, reason: String, read: Result<Option<GroupRecord>, StoreError>) {
+        let mut record = match read {
+            Ok(Some(record)) => record,
+            Ok(None) => return self.group_work_done(),
+            Err(error) => {
+                warn!(%error, group = %id, "stopping a deployment group failed");
+                return self.group_work_done();
+            }
+        };
         if record.group.status != status::IN_PROGRESS || record.group.rollout.state == RolloutState::Stopped {
-            return Ok(());
+            return self.group_work_done();
         }
         info!(group = %id, %reason, "deployment group's rollout stopped");
         stop(&mut record.group.rollout, &mut record.group.members, reason);
-        self.store.put_group(&record, self.clock.wall_ms()).await?;
-        self.emit_shared(
-            format!("halite/deployment_group/{id}/{}", record.group.status),
-            super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
-        );
-        self.advance_group(id).await
+        self.ask_group(id, GroupCall::Put { record: Box::new(record), then: GroupPut::Stopped });
     }
 
-    /// Rereads a group's members, starts what its rollout allows or stops it, and finishes it
-    /// when every member is final.
-    async fn advance_group(&mut self, id: &str) -> Result<(), StoreError> {
-        let Some(mut record) = self.store.group(id).await? else { return Ok(()) };
+    /// A group to advance, as read with its members' deployments: their statuses are taken,
+    /// then its rollout decides.
+    fn group_read(&mut self, id: String, reply: Option<RequestFrom>, read: Result<Option<GroupAdvancing>, StoreError>) {
+        let GroupAdvancing { mut record, statuses } = match read {
+            Ok(Some(advancing)) => advancing,
+            Ok(None) => {
+                if let Some(from) = reply {
+                    self.reply(from.peer, from.request_id, Err(no_group(&id)));
+                }
+                return self.group_work_done();
+            }
+            Err(error) => return self.advance_failed(&id, error.into(), reply),
+        };
         if !record.group.rollout.spec.abort_on.is_empty() {
             // A group hears only the events published after it listens.
             self.hear_events();
-            self.groups.listen(id, record.principal.clone(), record.group.rollout.spec.abort_on.clone());
+            self.groups.listen(&id, record.principal.clone(), record.group.rollout.spec.abort_on.clone());
         }
         if record.group.status != status::IN_PROGRESS {
-            self.forget_group(id);
-            return Ok(());
+            self.forget_group(&id);
+            return self.group_advanced(&id, record, None, reply);
         }
         let before = record.group.clone();
         let now = self.clock.now();
         let mut finished_now = false;
         for member in &mut record.group.members {
             let Some(deployment) = &member.deployment_id else { continue };
-            // Queued with a deployment: kept by an update, not started again yet.
-            if is_final(&member.status) || member.status == status::QUEUED {
-                continue;
-            }
-            self.groups.follow(deployment, id);
-            member.status = match self.store.deployment(deployment).await? {
-                Some(d) => d.deployment.status,
-                None => status::FAILED.into(),
-            };
+            let Some(read) = statuses.get(deployment) else { continue };
+            self.groups.follow(deployment, &id);
+            member.status = read.clone().unwrap_or_else(|| status::FAILED.into());
             finished_now |= is_final(&member.status);
         }
         let mut run = RolloutRun::new(record.group.rollout.clone());
-        let not_before = self.groups.not_before(id);
-        run.not_before = not_before;
+        run.not_before = self.groups.not_before(&id);
         if finished_now {
             run.target_finished(now);
         }
+        self.group_decide(GroupAdvance { id, record, before, run, starting: 0, reply });
+    }
+
+    /// The group's rollout decides until it starts nothing more: the members it starts are
+    /// waited on (`member_pushed`), then it decides again.
+    fn group_decide(&mut self, mut advance: GroupAdvance) {
+        let now = self.clock.now();
         loop {
-            let slots: BTreeMap<String, Slot> = record
+            let slots: BTreeMap<String, Slot> = advance
+                .record
                 .group
                 .members
                 .iter()
                 .map(|m| (m.server_id.clone(), Slot { state: as_slot_state(&m.status), deadline: None }))
                 .collect();
-            match run.decide(&slots, now) {
+            match advance.run.decide(&slots, now) {
                 Decision::Nothing => break,
                 Decision::Stop(reason) => {
-                    info!(group = %id, %reason, "deployment group's rollout stopped");
-                    stop(&mut run.status, &mut record.group.members, reason);
+                    info!(group = %advance.id, %reason, "deployment group's rollout stopped");
+                    stop(&mut advance.run.status, &mut advance.record.group.members, reason);
                     break;
                 }
                 Decision::Start(servers) => {
                     for server in servers {
-                        let existing = record
-                            .group
-                            .members
-                            .iter()
-                            .find(|m| m.server_id == server)
-                            .and_then(|m| m.deployment_id.clone());
-                        let deployment = match existing {
-                            Some(deployment) => self.restart_member(&record, &deployment).await,
-                            None => self.start_member(&record, &server).await,
-                        };
-                        let Some(member) = record.group.members.iter_mut().find(|m| m.server_id == server) else {
-                            continue;
-                        };
-                        match deployment {
-                            Ok(deployment) => {
-                                self.groups.follow(&deployment.id, id);
-                                member.deployment_id = Some(deployment.id);
-                                member.status = deployment.status;
-                            }
-                            Err(error) => {
-                                warn!(group = %id, %server, error = %error.message, "a group member could not be deployed");
-                                member.status = status::FAILED.into();
-                            }
-                        }
+                        self.start_member(&mut advance, server);
+                    }
+                    if advance.starting > 0 {
+                        return self.groups.wait_on_members(advance);
                     }
                 }
             }
         }
+        self.group_decided(advance);
+    }
+
+    /// Starts one member's deployment: a new one, or a kept member's run again with the
+    /// group's config, inputs and action. One that cannot start fails at once.
+    fn start_member(&mut self, advance: &mut GroupAdvance, server: String) {
+        let record = &advance.record;
+        let Some(member) = record.group.members.iter().find(|m| m.server_id == server) else { return };
+        let (existing, principal) = (member.deployment_id.clone(), record.principal.clone());
+        let call = match existing {
+            Some(deployment) => {
+                let update = halite_protocol::message::DeploymentUpdate {
+                    config_id: Some(record.spec.config_id.clone()),
+                    input_values: Some(record.spec.input_values.clone()),
+                    action: Some(record.group.action.clone()),
+                };
+                DeployCall::ReadDeployment { id: deployment, then: DeploymentRead::Restart(update) }
+            }
+            None => {
+                let spec = member_spec(&record.spec, &server);
+                let valid = super::validate::deployment(&spec)
+                    .map_err(RequestError::from)
+                    .and_then(|()| self.check_signal_url(&spec));
+                if let Err(error) = valid {
+                    return member_failed(advance, &server, &error);
+                }
+                let deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
+                DeployCall::ReadPush(Box::new(Push { record: deployment, update: false, config_checked: false }))
+            }
+        };
+        let from = Requester::Member(Member { group: advance.id.clone(), server, principal });
+        self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
+        advance.starting += 1;
+    }
+
+    /// A member's deployment pushed (or not): the group it starts follows it, and decides
+    /// again once every member it started is heard of.
+    pub(crate) fn member_pushed(&mut self, member: Member, pushed: Result<SoftwareDeployment, RequestError>) {
+        let Some(mut advance) = self.groups.take_advancing() else {
+            return warn!(group = %member.group, server = %member.server, "a member started for no group under way");
+        };
+        match pushed {
+            Ok(deployment) => {
+                self.groups.follow(&deployment.id, &advance.id);
+                if let Some(slot) = advance.record.group.members.iter_mut().find(|m| m.server_id == member.server) {
+                    slot.deployment_id = Some(deployment.id);
+                    slot.status = deployment.status;
+                }
+            }
+            Err(error) => member_failed(&mut advance, &member.server, &error),
+        }
+        advance.starting = advance.starting.saturating_sub(1);
+        if advance.starting > 0 {
+            return self.groups.wait_on_members(advance);
+        }
+        self.group_decide(advance);
+    }
+
+    /// The rollout decided all it could: the group finishes when every member is final, and
+    /// is stored if anything changed.
+    fn group_decided(&mut self, advance: GroupAdvance) {
+        let GroupAdvance { id, mut record, before, run, reply, .. } = advance;
         record.group.rollout = run.status.clone();
         if record.group.members.iter().all(|m| is_final(&m.status)) {
             let failed = record.group.members.iter().filter(|m| m.status != status::COMPLETE).count();
@@ -336,83 +506,54 @@ impl<S: Store, N: Net> Master<S, N> {
                 record.group.status_reason = format!("{failed} of {total} deployments did not complete{why}");
             }
         }
-        if record.group != before {
-            self.store.put_group(&record, self.clock.wall_ms()).await?;
-            if record.group.status != before.status || record.group.rollout != before.rollout {
-                self.emit_shared(
-                    format!("halite/deployment_group/{id}/{}", record.group.status),
-                    super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
-                );
-            }
+        if record.group == before {
+            return self.group_advanced(&id, record, run.not_before, reply);
         }
+        let announce = record.group.status != before.status || record.group.rollout != before.rollout;
+        let then = GroupPut::Advanced { announce, not_before: run.not_before, reply };
+        self.ask_group(id, GroupCall::Put { record: Box::new(record), then });
+    }
+
+    /// A group advanced (and stored, if it changed): finished, or open until its wait; the
+    /// client that created or updated it is answered with it.
+    fn group_advanced(
+        &mut self,
+        id: &str,
+        record: GroupRecord,
+        not_before: Option<Instant>,
+        reply: Option<RequestFrom>,
+    ) {
         if record.group.status != status::IN_PROGRESS {
             info!(group = %id, status = %record.group.status, reason = %record.group.status_reason, "deployment group finished");
             self.forget_group(id);
         } else {
             // A wait still ahead wakes the loop when it ends; one passed is done with.
-            self.groups.open(id, run.not_before.filter(|at| *at > now));
+            let now = self.clock.now();
+            self.groups.open(id, not_before.filter(|at| *at > now));
         }
-        Ok(())
+        if let Some(from) = reply {
+            self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group));
+        }
+        self.group_work_done();
     }
 
-    /// Starts one member's deployment.
-    async fn start_member(&mut self, record: &GroupRecord, server: &str) -> Result<SoftwareDeployment, RequestError> {
-        let spec = member_spec(&record.spec, server);
-        super::validate::deployment(&spec)?;
-        self.check_signal_url(&spec)?;
-        let deployment = super::records::new_deployment(spec, &record.principal, self.clock.wall_ms());
-        let push = Push { record: deployment, update: false, config_checked: false };
-        self.push_member(push, &record.principal).await
-    }
-
-    /// Runs a kept member's deployment again with the group's config, inputs and action.
-    async fn restart_member(
-        &mut self,
-        record: &GroupRecord,
-        deployment: &str,
-    ) -> Result<SoftwareDeployment, RequestError> {
-        let update = halite_protocol::message::DeploymentUpdate {
-            config_id: Some(record.spec.config_id.clone()),
-            input_values: Some(record.spec.input_values.clone()),
-            action: Some(record.group.action.clone()),
-        };
-        let Some(existing) = self.store.deployment(deployment).await.map_err(RequestError::from)? else {
-            return Err(RequestError::not_found(format!("no deployment {deployment}")));
-        };
-        let push = Push {
-            record: super::records::updated(existing, update, self.clock.wall_ms())?,
-            update: true,
-            config_checked: false,
-        };
-        self.push_member(push, &record.principal).await
-    }
-
-    /// Pushes a member's deployment as a client's request would (`Master::prepare_push`),
-    /// awaiting each store call in turn.
-    async fn push_member(&mut self, push: Push, principal: &str) -> Result<SoftwareDeployment, RequestError> {
-        let deployment = &push.record.deployment;
-        let (config, server, action) = (&deployment.config_id, &deployment.server_id, &deployment.action);
-        let inputs = reads::push_inputs(&self.store, config, server, action, self.clock.wall_ms()).await?;
-        let (record, pushed) = match self.prepare_push(push, inputs, principal)? {
-            Pushing::Job(job, record) => {
-                let stored = self.insert_job(&job).await;
-                self.job_stored(job, stored)?;
-                (record, true)
-            }
-            Pushing::Finished(record) => (record, false),
-        };
-        self.store.put_deployment(&record, self.clock.wall_ms()).await?;
-        self.deployment_stored(&record, pushed);
-        Ok(record.deployment)
+    /// An advance the store failed: tried again a second later; a client waiting on it is told.
+    fn advance_failed(&mut self, id: &str, error: RequestError, reply: Option<RequestFrom>) {
+        warn!(error = %error.message, group = %id, "advancing a deployment group failed; tried again in a second");
+        self.groups.open(id, Some(self.clock.now() + Duration::from_secs(1)));
+        if let Some(from) = reply {
+            self.reply(from.peer, from.request_id, Err(error));
+        }
+        self.group_work_done();
     }
 
     fn forget_group(&mut self, id: &str) {
         self.groups.close(id);
     }
 
-    /// After a restart: the groups this master owns go on.
-    pub(crate) async fn resume_groups(&mut self) -> Result<(), StoreError> {
-        for record in self.store.open_groups().await? {
+    /// After a restart: the groups this master owns, as read (`Store::open_groups`), go on.
+    pub(crate) fn resume_groups(&mut self, open: Vec<GroupRecord>) {
+        for record in open {
             if record.owner != self.config.id {
                 continue;
             }
@@ -425,8 +566,31 @@ impl<S: Store, N: Net> Master<S, N> {
             self.groups.open(&id, None);
             self.groups.due(&id);
         }
-        Ok(())
     }
+}
+
+/// A member that could not be started fails.
+fn member_failed(advance: &mut GroupAdvance, server: &str, error: &RequestError) {
+    warn!(group = %advance.id, %server, error = %error.message, "a group member could not be deployed");
+    if let Some(member) = advance.record.group.members.iter_mut().find(|m| m.server_id == server) {
+        member.status = status::FAILED.into();
+    }
+}
+
+/// A group's servers, sorted, if there are from 1 to [`MAX_GROUP_SERVERS`] and none twice.
+fn valid_servers(mut servers: Vec<String>) -> Result<Vec<String>, RequestError> {
+    let listed = servers.len();
+    servers.sort();
+    servers.dedup();
+    if servers.is_empty() || servers.len() > MAX_GROUP_SERVERS {
+        return Err(RequestError::bad_request(format!(
+            "a deployment group needs from 1 to {MAX_GROUP_SERVERS} servers"
+        )));
+    }
+    if servers.len() != listed {
+        return Err(RequestError::bad_request("a server is listed twice in the group"));
+    }
+    Ok(servers)
 }
 
 /// The deployment a group makes for one of its servers.

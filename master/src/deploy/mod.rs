@@ -10,6 +10,7 @@
 pub(crate) mod calls;
 pub(crate) mod derive;
 pub(crate) mod ending;
+pub(crate) mod group_calls;
 pub(crate) mod groups;
 mod records;
 pub(crate) mod relay;
@@ -27,11 +28,11 @@ use crate::clock::new_uuid;
 use crate::core::asks::{Ask, PreparedJob};
 use crate::core::deploy_jobs::EndToRecord;
 use crate::net::Net;
-use crate::request_error::RequestError;
+use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::reads::DeploymentEnding;
 use crate::store::{DeploymentRecord, Store, StoreError};
-use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, Listing, Push, PushInputs};
+use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, Listing, Push, PushInputs, Requester};
 use ending::Recording;
 use relay::RelayRequest;
 use signal_hosts::SignalHosts;
@@ -91,10 +92,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 | RequestBody::DeploymentGroupShow { .. }
                 | RequestBody::DeploymentGroupUpdate { .. }
         ) {
-            return self.asks.push(Ask::GroupRequest(Box::new((from, body))));
+            return self.answer_group_request(from, body);
         }
         match self.decide_deploy_request(&from, body) {
-            Ok(call) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call }))),
+            Ok(call) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from: Requester::Client(from), call }))),
             Err(error) => self.reply(from.peer, from.request_id, Err(error)),
         }
     }
@@ -147,18 +148,32 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// What the store answered a request for configs or deployments: answered, or asked on.
-    pub(crate) fn deploy_answered(&mut self, from: RequestFrom, done: DeployDone) {
+    pub(crate) fn deploy_answered(&mut self, from: Requester, done: DeployDone) {
         match self.deploy_answer(&from, done) {
-            Ok(Next::Answer(body)) => self.respond(from.peer, from.request_id, *body),
+            Ok(Next::Answer(body)) => self.deploy_reply(from, Ok(*body)),
             Ok(Next::Ask(call)) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call }))),
             Ok(Next::InsertJob(job, record)) => {
                 self.asks.push(Ask::InsertDeploymentJob(Box::new((*job, from, *record))));
             }
-            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+            Err(error) => self.deploy_reply(from, Err(error)),
         }
     }
 
-    fn deploy_answer(&mut self, from: &RequestFrom, done: DeployDone) -> Result<Next, RequestError> {
+    /// A deployment request's answer, to the client, or to the group whose member it starts.
+    fn deploy_reply(&mut self, from: Requester, answer: Reply) {
+        match from {
+            Requester::Client(from) => self.reply(from.peer, from.request_id, answer),
+            Requester::Member(member) => {
+                let pushed = answer.and_then(|body| match body {
+                    ResponseBody::Deployment(deployment) => Ok(deployment),
+                    _ => Err(RequestError::bad_request("unexpected answer pushing a deployment")),
+                });
+                self.member_pushed(member, pushed);
+            }
+        }
+    }
+
+    fn deploy_answer(&mut self, from: &Requester, done: DeployDone) -> Result<Next, RequestError> {
         let who = from.who();
         let answer = |body: ResponseBody| Ok(Next::Answer(Box::new(body)));
         match done {
@@ -179,6 +194,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 info!(config = %id, "software config deleted");
                 answer(ResponseBody::Deleted(id))
             }
+            DeployDone::Deployment { id, then: DeploymentRead::Restart(update), read } => {
+                let Some(record) = read? else {
+                    return Err(RequestError::not_found(format!("no deployment {id}")));
+                };
+                let record = records::updated(record, update, self.clock.wall_ms())?;
+                Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked: false }))))
+            }
             DeployDone::Deployment { id, then, read } => {
                 let Some(record) = read?.filter(|r| self.access().may_own(who, &r.owner)) else {
                     return Err(RequestError::not_found(format!("no deployment {id}")));
@@ -191,7 +213,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.cancel_live(&record.jid);
                         Ok(Next::Ask(DeployCall::DeleteDeployment(Box::new(record))))
                     }
-                    DeploymentRead::Update(update) => {
+                    DeploymentRead::Update(update) | DeploymentRead::Restart(update) => {
                         let config_checked = update.config_id.is_some();
                         let record = records::updated(record, update, self.clock.wall_ms())?;
                         Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked }))))
@@ -232,7 +254,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     inputs.config = inputs.config.filter(readable);
                     inputs
                 });
-                match self.prepare_push(*push, read?, &from.principal)? {
+                match self.prepare_push(*push, read?, from.principal())? {
                     Pushing::Job(job, record) => Ok(Next::InsertJob(Box::new(job), Box::new(record))),
                     Pushing::Finished(record) => {
                         Ok(Next::Ask(DeployCall::PutDeployment { record: Box::new(record), pushed: false }))
@@ -251,7 +273,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn deployment_job_stored(
         &mut self,
         job: PreparedJob,
-        from: RequestFrom,
+        from: Requester,
         record: DeploymentRecord,
         stored: Result<(), StoreError>,
     ) {
@@ -260,7 +282,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let call = DeployCall::PutDeployment { record: Box::new(record), pushed: true };
                 self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
             }
-            Err(error) => self.reply(from.peer, from.request_id, Err(error.into())),
+            Err(error) => self.deploy_reply(from, Err(error.into())),
         }
     }
 

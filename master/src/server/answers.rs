@@ -19,6 +19,7 @@ use crate::authz::{Action, Asker, Who};
 use crate::core::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::core::sessions::Conn;
 use crate::deploy::calls::DeployAsk;
+use crate::deploy::group_calls::GroupAsk;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::net::Net;
 use crate::request_error::RequestError;
@@ -37,8 +38,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Answers what the handlers asked of the store, oldest first, handing each answer to its
     /// continuation before the next (which may ask again): the one place a handler's store call
-    /// is awaited (a request about deployment groups is answered by `deploy/groups.rs`, which
-    /// still awaits inline). Called right after each input's handler and each stage of the step, so nothing
+    /// is awaited. Called right after each input's handler and each stage of the step, so nothing
     /// else happens in between.
     pub(crate) async fn answer_asks(&mut self) {
         while let Some(ask) = self.asks.next() {
@@ -157,10 +157,10 @@ impl<S: Store, N: Net> Master<S, N> {
                     let stored = self.insert_job(&job).await;
                     self.deployment_job_stored(job, from, record, stored);
                 }
-                Ask::GroupRequest(asked) => {
-                    let (from, body) = *asked;
-                    let answer = self.answer_group_request(body, from.who()).await;
-                    self.reply(from.peer, from.request_id, answer);
+                Ask::Group(asked) => {
+                    let GroupAsk { id, call } = *asked;
+                    let done = crate::store::requests::run_group(&self.store, &id, call, self.clock.wall_ms()).await;
+                    self.group_answered(id, done);
                 }
                 Ask::RereadDeploymentEnd(retry) => {
                     let read = self.store.job(&retry.jid).await;

@@ -288,7 +288,8 @@ impl<S: Store, N: Net> Master<S, N> {
         master.resume_deployments(open);
         // What the deployments announced is heard before the groups listen again.
         master.hear_events();
-        master.resume_groups().await?;
+        let open = master.store.open_groups().await?;
+        master.resume_groups(open);
         Ok(master)
     }
 
@@ -479,7 +480,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.record_deployment_ends();
         self.answer_asks().await;
         self.hear_events();
-        self.advance_groups(tick).await;
+        self.advance_groups(tick);
         self.answer_asks().await;
         // What the groups announced: heard now, acted upon at the next step.
         self.hear_events();

@@ -6,8 +6,15 @@ use halite_protocol::message::{status, Message, RequestBody, ResponseBody, Rollo
 use serde_json::json;
 
 use super::rollout_tests::one_at_a_time;
-use super::Sim;
+use super::{ret, Sim};
 use crate::store::{DeployStore, Store};
+
+/// Makes the store refuse a write from now on: a trigger `name` run `when`
+/// (`BEFORE DELETE ON keys WHEN old.id = 'b1'`, say), until dropped.
+async fn refuse(sim: &Sim, name: &str, when: &str) {
+    let sql = format!("CREATE TRIGGER {name} {when} BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+    sim.store().execute_for_test(&sql).await;
+}
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
@@ -31,12 +38,7 @@ fn a_key_delete_refused_part_way_acts_on_what_was_deleted_and_says_why() {
             peer.recv(&sim);
         }
         // Keys are deleted in id order: a1's goes, b1's is refused, c1's is never tried.
-        sim.store()
-            .execute_for_test(
-                "CREATE TRIGGER refuse_b1 BEFORE DELETE ON keys WHEN old.id = 'b1' \
-                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
-            )
-            .await;
+        refuse(&sim, "refuse_b1", "BEFORE DELETE ON keys WHEN old.id = 'b1'").await;
 
         let refused = sim.request(&mut root, RequestBody::KeyDelete { pattern: "*1".into() }).await;
         let why = refused.expect_err("the delete failed part way");
@@ -94,11 +96,7 @@ fn a_deployment_whose_job_cannot_be_stored_is_refused_and_leaves_nothing() {
             panic!("a config")
         };
         let spec = || serde_json::from_value(json!({"config_id": config.id, "server_id": "vm-1"})).expect("spec");
-        sim.store()
-            .execute_for_test(
-                "CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
-            )
-            .await;
+        refuse(&sim, "refuse_jobs", "BEFORE INSERT ON jobs").await;
 
         let refused = sim.request(&mut root, RequestBody::DeploymentCreate(spec())).await;
         assert!(refused.is_err(), "{refused:?}");
@@ -114,5 +112,81 @@ fn a_deployment_whose_job_cannot_be_stored_is_refused_and_leaves_nothing() {
         let stored = sim.store().deployment(&deployment.id).await.expect("read").expect("stored");
         let job = sent[0].verify(&sim.master_public()).expect("signed by the master");
         assert_eq!(stored.jid, job.jid, "the deployment names the job sent");
+    });
+}
+
+/// A deployment group goes through asks, one piece of work at a time: created, it starts its
+/// member at once; when the member's deployment completes, the group finishes; a finish the
+/// store refuses is tried again a second later, and then stored and announced.
+#[test]
+fn a_group_finish_the_store_refuses_is_tried_again_a_second_later() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut vm = sim.minion("vm-1").await;
+        vm.recv(&sim);
+        let mut root = sim.root().await;
+        let mut watcher = sim.root().await;
+        let subscribe = Subscribe { patterns: vec!["halite/deployment_group/*".into()], after: None };
+        watcher.send(&mut sim, &Message::Subscribe(subscribe)).await;
+        watcher.recv(&sim);
+        let new = serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"}))
+            .expect("config");
+        let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
+            panic!("a config")
+        };
+        let spec = serde_json::from_value(json!({"config_id": config.id, "servers": ["vm-1"]})).expect("group");
+        let created = sim.request(&mut root, RequestBody::DeploymentGroupCreate(spec)).await;
+        let Ok(ResponseBody::DeploymentGroup(group)) = created else { panic!("a group: {created:?}") };
+        assert_eq!(group.members[0].status, status::IN_PROGRESS, "started at once: {group:?}");
+        let sent = vm.jobs(&sim);
+        assert_eq!(sent.len(), 1, "the member's job reached its server");
+        let jid = sent[0].verify(&sim.master_public()).expect("signed").jid;
+
+        refuse(&sim, "refuse_groups", "BEFORE UPDATE ON deployment_groups").await;
+        let outputs = json!({ "deploy_status_code": 0, "deploy_stdout": "done", "deploy_stderr": "" });
+        let done = halite_protocol::message::JobReturn { minion: "vm-1".into(), outputs, ..ret(&jid) };
+        vm.send(&mut sim, &Message::JobReturn(done)).await;
+        assert!(watcher.event_tags(&sim).is_empty(), "nothing told of a finish not stored");
+        let shown = sim.request(&mut root, RequestBody::DeploymentGroupShow { id: group.id.clone() }).await;
+        assert!(matches!(&shown, Ok(ResponseBody::DeploymentGroup(g)) if g.status == status::IN_PROGRESS), "{shown:?}");
+
+        sim.store().execute_for_test("DROP TRIGGER refuse_groups").await;
+        sim.advance(std::time::Duration::from_secs(2)).await;
+        let complete = format!("halite/deployment_group/{}/{}", group.id, status::COMPLETE);
+        assert_eq!(watcher.event_tags(&sim), [complete], "stored, then told once");
+        let shown = sim.request(&mut root, RequestBody::DeploymentGroupShow { id: group.id.clone() }).await;
+        assert!(matches!(&shown, Ok(ResponseBody::DeploymentGroup(g)) if g.status == status::COMPLETE), "{shown:?}");
+    });
+}
+
+/// Another principal's live job is not told apart from a job there never was: a pause or
+/// resume of either is answered alike.
+#[test]
+fn a_pause_of_another_principals_live_job_is_answered_as_of_no_job() {
+    rt().block_on(async {
+        let (mut sim, _web, _root, jid) = one_at_a_time().await;
+        let mut other = sim.principal("other", "db*", &["test.ping"]).await;
+        let hidden = sim.request(&mut other, RequestBody::JobPause { jid: jid.clone() }).await;
+        assert_eq!(hidden, Err(format!("no job {jid}")));
+        let unknown = "20200101000000000000".to_owned();
+        let never = sim.request(&mut other, RequestBody::JobResume { jid: unknown.clone() }).await;
+        assert_eq!(never, Err(format!("no job {unknown}")));
+    });
+}
+
+/// A key deleted whose minion's entry the store then refuses to delete is still gone from
+/// memory: its minion is cut off and told of, though the request fails.
+#[test]
+fn a_key_deleted_whose_minion_entry_stays_still_cuts_its_minion() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        let mut a1 = sim.minion("a1").await;
+        let mut root = sim.root().await;
+        a1.recv(&sim);
+        refuse(&sim, "refuse_a1", "BEFORE DELETE ON minions WHEN old.id = 'a1'").await;
+        let refused = sim.request(&mut root, RequestBody::KeyDelete { pattern: "a1".into() }).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(sim.net.closed(a1.peer).is_some(), "a1 lost its key: cut off");
+        assert!(!sim.master.registry.accepted_ids().contains("a1"), "a1's key is gone from memory");
     });
 }

@@ -3,13 +3,14 @@
 //! the deployment a `deploy.apply` job's end is for, the jobs a client is shown.
 //! The loop makes them (`Master::answer_asks`); they touch nothing but the store.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use halite_protocol::message::{status, ConfigOutput, JobFilter, JobReturn, JobSummary, KeyState, MinionJobState};
 use halite_transport::PeerId;
 
 use super::{DeploymentRecord, JobListing, JobRecord, Store, StoreError};
 use crate::deploy::calls::PushInputs;
+use crate::deploy::group_calls::GroupAdvancing;
 
 /// Accepted keys as reread.
 #[derive(Debug)]
@@ -181,6 +182,21 @@ pub(crate) async fn push_inputs<S: Store>(
         && store.keys_for(server).await?.is_empty()
         && !store.token_outstanding(server, now_ms).await?;
     Ok(PushInputs { config, server_unknown })
+}
+
+/// A deployment group to advance, with the status of each member's deployment in flight
+/// (none read for a group no longer in progress).
+pub(crate) async fn group_advancing<S: Store>(store: &S, id: &str) -> Result<Option<GroupAdvancing>, StoreError> {
+    let Some(record) = store.group(id).await? else { return Ok(None) };
+    let mut statuses = BTreeMap::new();
+    if record.group.status == status::IN_PROGRESS {
+        for member in record.group.members.iter().filter(|m| m.status == status::IN_PROGRESS) {
+            let Some(deployment) = &member.deployment_id else { continue };
+            let read = store.deployment(deployment).await?;
+            statuses.insert(deployment.clone(), read.map(|d| d.deployment.status));
+        }
+    }
+    Ok(Some(GroupAdvancing { record, statuses }))
 }
 
 /// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.

@@ -1,5 +1,5 @@
-//! The store calls of clients' requests (`admin/calls.rs`, `deploy/calls.rs`), each one or
-//! a few store calls made in order. The loop makes them (`Master::answer_asks`); they touch nothing
+//! The store calls of clients' requests and deployment groups' work (`admin/calls.rs`,
+//! `deploy/calls.rs`, `deploy/group_calls.rs`), each one or a few store calls made in order. The loop makes them (`Master::answer_asks`); they touch nothing
 //! but the store, and a failure stops the calls after it.
 
 use halite_protocol::message::KeyState;
@@ -8,6 +8,7 @@ use super::reads::{self, AcceptedKeys};
 use super::{KeyRecord, Store, StoreError};
 use crate::admin::calls::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
 use crate::deploy::calls::{DeployCall, DeployDone};
+use crate::deploy::group_calls::{GroupCall, GroupDone};
 use crate::keys::token_hash;
 use crate::target::glob;
 
@@ -62,7 +63,7 @@ pub(crate) async fn run<S: Store>(store: &S, call: AdminCall, now_ms: u64) -> Ad
             AdminDone::JobRead(Box::new(JobReadDone { jid, then, changed, read }))
         }
         AdminCall::CreateApiToken { token, acting_as, owner, expires_at_ms } => {
-            let hash = token_hash(&token);
+            let hash = token_hash(&token.0);
             let stored = store.create_api_token(&hash, &acting_as, &owner, now_ms, expires_at_ms).await;
             AdminDone::ApiTokenCreated { token, acting_as, owner, expires_at_ms, stored }
         }
@@ -127,9 +128,25 @@ pub(crate) async fn run_deploy<S: Store>(store: &S, call: DeployCall, now_ms: u6
     }
 }
 
+/// Makes a deployment group's store calls; `now_ms` (wall time) stamps what they write.
+pub(crate) async fn run_group<S: Store>(store: &S, id: &str, call: GroupCall, now_ms: u64) -> GroupDone {
+    match call {
+        GroupCall::ReadForAdvance { reply } => {
+            GroupDone::ReadForAdvance { reply, read: reads::group_advancing(store, id).await }
+        }
+        GroupCall::ReadForStop { reason } => GroupDone::ReadForStop { reason, read: store.group(id).await },
+        GroupCall::ReadForRequest(then) => GroupDone::ReadForRequest { then, read: store.group(id).await },
+        GroupCall::ReadConfig { config_id, then } => GroupDone::Config { then, read: store.config(&config_id).await },
+        GroupCall::Put { record, then } => {
+            let stored = store.put_group(&record, now_ms).await;
+            GroupDone::Put { record, then, stored }
+        }
+    }
+}
+
 /// Moves the keys matching `pattern` whose state is in `from` to `to`, or deletes them (and
-/// their minions' entries) without one, pushing each onto `changed` once its writes are made;
-/// then rereads every accepted key.
+/// their minions' entries) without one, pushing each onto `changed` once its key is written
+/// (or may have been); then rereads every accepted key.
 async fn change_keys<S: Store>(
     store: &S,
     pattern: &str,
@@ -140,14 +157,24 @@ async fn change_keys<S: Store>(
 ) -> Result<AcceptedKeys, StoreError> {
     let keys = store.keys().await?;
     for key in keys.into_iter().filter(|k| from.contains(&k.state) && glob::matches(pattern, &k.id)) {
-        match to {
-            Some(state) => store.put_key(&KeyRecord { state, ..key.clone() }, now_ms).await?,
-            None => {
-                store.delete_key(&key.id, &key.public_key).await?;
-                store.delete_minion(&key.id).await?;
+        let written = match to {
+            Some(state) => store.put_key(&KeyRecord { state, ..key.clone() }, now_ms).await,
+            None => store.delete_key(&key.id, &key.public_key).await,
+        };
+        match written {
+            Ok(()) => changed.push(key.clone()),
+            // It may have been written: counted as changed (cut, told), and the reread that
+            // follows on the other masters finds what the store holds.
+            Err(error) if error.is_indeterminate() => {
+                changed.push(key);
+                return Err(error);
             }
+            Err(error) => return Err(error),
         }
-        changed.push(key);
+        if to.is_none() {
+            // The key is gone already: a failure here still leaves it counted as changed.
+            store.delete_minion(&key.id).await?;
+        }
     }
     reads::accepted_keys(store, None).await
 }
@@ -169,7 +196,7 @@ async fn create_token<S: Store>(store: &S, token: &NewToken) -> Result<Checked, 
     if !token.replace && keys.iter().any(|k| k.state == KeyState::Accepted) {
         return Ok(Checked::OtherKey);
     }
-    let hash = token_hash(&token.token);
+    let hash = token_hash(&token.token.0);
     store.create_token(&hash, &token.minion, token.expires_at_ms, token.replace, &token.owner).await?;
     Ok(Checked::Written)
 }

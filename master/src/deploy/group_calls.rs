@@ -1,0 +1,85 @@
+//! What a deployment group's work and requests ask of the store, and what the store answered.
+//!
+//! A group is worked on one piece at a time (`core/group_runs.rs`: an advance, a stop), each a
+//! chain of asks: the group read, its members started as deployments are pushed (each a
+//! request of its own, `deploy/calls.rs`), the group stored. The loop makes the calls
+//! (`store/requests.rs`); `Master::group_answered` goes on.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use halite_protocol::message::DeploymentGroupUpdate;
+
+use crate::admin::calls::RequestFrom;
+use crate::store::{ConfigRecord, GroupRecord, StoreError};
+
+/// A group's store calls.
+pub(crate) struct GroupAsk {
+    pub(crate) id: String,
+    pub(crate) call: GroupCall,
+}
+
+#[derive(Debug)]
+pub(crate) enum GroupCall {
+    /// The group, with the status of each member's deployment in flight, to advance it;
+    /// `reply` is answered with the group once advanced (a create or update).
+    ReadForAdvance { reply: Option<RequestFrom> },
+    /// The group, to stop its rollout for `reason` (an abort event).
+    ReadForStop { reason: String },
+    /// The group, for a client's request.
+    ReadForRequest(GroupRequest),
+    /// The config a new or updated group names, to check its creator may read it.
+    ReadConfig { config_id: String, then: ConfigFor },
+    /// The group, stored.
+    Put { record: Box<GroupRecord>, then: GroupPut },
+}
+
+/// A client's request that reads a group first.
+#[derive(Debug)]
+pub(crate) enum GroupRequest {
+    Show(RequestFrom),
+    Update(Box<DeploymentGroupUpdate>, RequestFrom),
+}
+
+/// A group whose config is checked before it is stored.
+#[derive(Debug)]
+pub(crate) enum ConfigFor {
+    Create(Box<GroupRecord>, RequestFrom),
+    Update(Box<GroupRecord>, RequestFrom),
+}
+
+/// Why a group is stored, which says what follows.
+#[derive(Debug)]
+pub(crate) enum GroupPut {
+    Created(RequestFrom),
+    Updated(RequestFrom),
+    /// Its rollout stopped by an abort event: announced, then advanced.
+    Stopped,
+    /// Advanced: announced when its status or rollout changed; open until `not_before`.
+    Advanced {
+        announce: bool,
+        not_before: Option<Instant>,
+        reply: Option<RequestFrom>,
+    },
+}
+
+/// A group to advance, as read.
+#[derive(Debug)]
+pub(crate) struct GroupAdvancing {
+    pub(crate) record: GroupRecord,
+    /// The status of each member's deployment in flight, by deployment id (`None`: gone).
+    pub(crate) statuses: BTreeMap<String, Option<String>>,
+}
+
+/// What the store answered a [`GroupCall`].
+// Made once per store call and moved at once into its continuation: boxing the larger
+// variants would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum GroupDone {
+    ReadForAdvance { reply: Option<RequestFrom>, read: Result<Option<GroupAdvancing>, StoreError> },
+    ReadForStop { reason: String, read: Result<Option<GroupRecord>, StoreError> },
+    ReadForRequest { then: GroupRequest, read: Result<Option<GroupRecord>, StoreError> },
+    Config { then: ConfigFor, read: Result<Option<ConfigRecord>, StoreError> },
+    Put { record: Box<GroupRecord>, then: GroupPut, stored: Result<(), StoreError> },
+}
