@@ -50,6 +50,9 @@ pub(crate) struct GroupAdvance {
     /// The group as read, to tell whether anything changed.
     pub(crate) before: DeploymentGroup,
     pub(crate) run: RolloutRun,
+    /// When it was read: its rollout decides, and its wait is judged, as of then (a store that
+    /// answers slowly must not make a wait look passed, and so forgotten).
+    pub(crate) now: Instant,
     pub(crate) starting: usize,
     pub(crate) reply: Option<RequestFrom>,
 }

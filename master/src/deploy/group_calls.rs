@@ -55,7 +55,8 @@ pub(crate) enum GroupPut {
     Updated(RequestFrom),
     /// Its rollout stopped by an abort event: announced, then advanced.
     Stopped,
-    /// Advanced: announced when its status or rollout changed; open until `not_before`.
+    /// Advanced: announced when its status or rollout changed; open until `not_before` (a
+    /// wait still ahead when it was read).
     Advanced {
         announce: bool,
         not_before: Option<Instant>,

@@ -399,13 +399,13 @@ impl<S: Store, N: Net> Master<S, N> {
         if finished_now {
             run.target_finished(now);
         }
-        self.group_decide(GroupAdvance { id, record, before, run, starting: 0, reply });
+        self.group_decide(GroupAdvance { id, record, before, run, now, starting: 0, reply });
     }
 
     /// The group's rollout decides until it starts nothing more: the members it starts are
     /// waited on (`member_pushed`), then it decides again.
     fn group_decide(&mut self, mut advance: GroupAdvance) {
-        let now = self.clock.now();
+        let now = advance.now;
         loop {
             let slots: BTreeMap<String, Slot> = advance
                 .record
@@ -472,6 +472,10 @@ impl<S: Store, N: Net> Master<S, N> {
         let Some(mut advance) = self.groups.take_advancing() else {
             return warn!(group = %member.group, server = %member.server, "a member started for no group under way");
         };
+        if advance.id != member.group {
+            warn!(group = %member.group, server = %member.server, "a member started for a group not under way");
+            return self.groups.wait_on_members(advance);
+        }
         match pushed {
             Ok(deployment) => {
                 self.groups.follow(&deployment.id, &advance.id);
@@ -492,7 +496,9 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The rollout decided all it could: the group finishes when every member is final, and
     /// is stored if anything changed.
     fn group_decided(&mut self, advance: GroupAdvance) {
-        let GroupAdvance { id, mut record, before, run, reply, .. } = advance;
+        let GroupAdvance { id, mut record, before, run, now, reply, .. } = advance;
+        // A wait still ahead wakes the loop when it ends; one passed is done with.
+        let not_before = run.not_before.filter(|at| *at > now);
         record.group.rollout = run.status.clone();
         if record.group.members.iter().all(|m| is_final(&m.status)) {
             let failed = record.group.members.iter().filter(|m| m.status != status::COMPLETE).count();
@@ -507,15 +513,16 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         if record.group == before {
-            return self.group_advanced(&id, record, run.not_before, reply);
+            return self.group_advanced(&id, record, not_before, reply);
         }
         let announce = record.group.status != before.status || record.group.rollout != before.rollout;
-        let then = GroupPut::Advanced { announce, not_before: run.not_before, reply };
+        let then = GroupPut::Advanced { announce, not_before, reply };
         self.ask_group(id, GroupCall::Put { record: Box::new(record), then });
     }
 
-    /// A group advanced (and stored, if it changed): finished, or open until its wait; the
-    /// client that created or updated it is answered with it.
+    /// A group advanced (and stored, if it changed): finished, or open until its wait (one
+    /// still ahead when it was read); the client that created or updated it is answered with
+    /// it.
     fn group_advanced(
         &mut self,
         id: &str,
@@ -527,9 +534,7 @@ impl<S: Store, N: Net> Master<S, N> {
             info!(group = %id, status = %record.group.status, reason = %record.group.status_reason, "deployment group finished");
             self.forget_group(id);
         } else {
-            // A wait still ahead wakes the loop when it ends; one passed is done with.
-            let now = self.clock.now();
-            self.groups.open(id, not_before.filter(|at| *at > now));
+            self.groups.open(id, not_before);
         }
         if let Some(from) = reply {
             self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group));
