@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use crate::admin::calls::{AdminAsk, JobsAsk};
 use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::Slot;
-use crate::deploy::calls::{DeployAsk, Requester};
+use crate::deploy::calls::{DeployAsk, DeploymentWrite, Requester};
 use crate::deploy::ending::DeploymentEnd;
 use crate::deploy::group_calls::GroupAsk;
 use crate::deploy::relay::RelayDone;
@@ -58,7 +58,7 @@ pub(crate) enum Ask {
     Deploy(Box<DeployAsk>),
     /// A pushed deployment's job, stored before the deployment that names it
     /// (`Master::deployment_job_stored` goes on).
-    InsertDeploymentJob(Box<(PreparedJob, Requester, DeploymentRecord)>),
+    InsertDeploymentJob(Box<(PreparedJob, Requester, DeploymentWrite)>),
     /// A deployment group's store calls, for its work or a client's request
     /// (`Master::group_answered` goes on).
     Group(Box<GroupAsk>),

@@ -86,7 +86,7 @@ pub(crate) enum DeployCall {
     ReadPush(Box<Push>),
     /// A deployment stored: pushed (its job stored first) or finished without a job.
     PutDeployment {
-        record: Box<DeploymentRecord>,
+        write: Box<DeploymentWrite>,
         pushed: bool,
     },
 }
@@ -121,6 +121,14 @@ pub(crate) struct Push {
     pub(crate) config_checked: bool,
 }
 
+/// A deployment to store: new, or updated from the row read while it waited on `read_on`
+/// (stored only if that row is still there on that job).
+#[derive(Debug)]
+pub(crate) struct DeploymentWrite {
+    pub(crate) record: DeploymentRecord,
+    pub(crate) read_on: Option<String>,
+}
+
 /// What a push needs read.
 #[derive(Debug)]
 pub(crate) struct PushInputs {
@@ -136,13 +144,40 @@ pub(crate) struct PushInputs {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum DeployDone {
-    ConfigPut { config: Box<SoftwareConfig>, stored: Result<(), StoreError> },
-    Config { id: String, read: Result<Option<ConfigRecord>, StoreError> },
+    ConfigPut {
+        config: Box<SoftwareConfig>,
+        stored: Result<(), StoreError>,
+    },
+    Config {
+        id: String,
+        read: Result<Option<ConfigRecord>, StoreError>,
+    },
     Configs(Result<Vec<SoftwareConfig>, StoreError>),
-    ConfigDeleted { id: String, deleted: Result<bool, StoreError> },
-    Deployment { id: String, then: DeploymentRead, read: Result<Option<DeploymentRecord>, StoreError> },
-    Deployments { then: Listing, read: Result<Vec<DeploymentRecord>, StoreError> },
-    DeploymentDeleted { record: Box<DeploymentRecord>, deleted: Result<bool, StoreError> },
-    PushRead { push: Box<Push>, read: Result<PushInputs, StoreError> },
-    DeploymentPut { record: Box<DeploymentRecord>, pushed: bool, stored: Result<(), StoreError> },
+    ConfigDeleted {
+        id: String,
+        deleted: Result<bool, StoreError>,
+    },
+    Deployment {
+        id: String,
+        then: DeploymentRead,
+        read: Result<Option<DeploymentRecord>, StoreError>,
+    },
+    Deployments {
+        then: Listing,
+        read: Result<Vec<DeploymentRecord>, StoreError>,
+    },
+    DeploymentDeleted {
+        record: Box<DeploymentRecord>,
+        deleted: Result<bool, StoreError>,
+    },
+    PushRead {
+        push: Box<Push>,
+        read: Result<PushInputs, StoreError>,
+    },
+    /// `Ok(false)`: an update whose deployment another master deleted or updated meanwhile.
+    DeploymentPut {
+        record: Box<DeploymentRecord>,
+        pushed: bool,
+        stored: Result<bool, StoreError>,
+    },
 }

@@ -32,7 +32,7 @@ use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
 use crate::store::reads::DeploymentEnding;
 use crate::store::{DeploymentRecord, Store, StoreError};
-use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, Listing, Push, PushInputs, Requester};
+use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, DeploymentWrite, Listing, Push, PushInputs, Requester};
 use ending::Recording;
 use relay::RelayRequest;
 use signal_hosts::SignalHosts;
@@ -45,7 +45,7 @@ enum Next {
     Answer(Box<ResponseBody>),
     Ask(DeployCall),
     /// A push's job, to store before the deployment that names it.
-    InsertJob(Box<PreparedJob>, Box<DeploymentRecord>),
+    InsertJob(Box<PreparedJob>, Box<DeploymentWrite>),
 }
 
 /// A push prepared ([`Master::prepare_push`]).
@@ -53,9 +53,9 @@ enum Next {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Pushing {
     /// Its job, to store first, and the deployment naming it, to store next.
-    Job(PreparedJob, DeploymentRecord),
+    Job(PreparedJob, DeploymentWrite),
     /// Finished without a job (a DELETE on a server that is gone), to store.
-    Finished(DeploymentRecord),
+    Finished(DeploymentWrite),
 }
 
 /// Whether a request is about configs or deployments.
@@ -152,8 +152,8 @@ impl<S: Store, N: Net> Master<S, N> {
         match self.deploy_answer(&from, done) {
             Ok(Next::Answer(body)) => self.deploy_reply(from, Ok(*body)),
             Ok(Next::Ask(call)) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call }))),
-            Ok(Next::InsertJob(job, record)) => {
-                self.asks.push(Ask::InsertDeploymentJob(Box::new((*job, from, *record))));
+            Ok(Next::InsertJob(job, write)) => {
+                self.asks.push(Ask::InsertDeploymentJob(Box::new((*job, from, *write))));
             }
             Err(error) => self.deploy_reply(from, Err(error)),
         }
@@ -255,14 +255,24 @@ impl<S: Store, N: Net> Master<S, N> {
                     inputs
                 });
                 match self.prepare_push(*push, read?, from.principal())? {
-                    Pushing::Job(job, record) => Ok(Next::InsertJob(Box::new(job), Box::new(record))),
-                    Pushing::Finished(record) => {
-                        Ok(Next::Ask(DeployCall::PutDeployment { record: Box::new(record), pushed: false }))
+                    Pushing::Job(job, write) => Ok(Next::InsertJob(Box::new(job), Box::new(write))),
+                    Pushing::Finished(write) => {
+                        Ok(Next::Ask(DeployCall::PutDeployment { write: Box::new(write), pushed: false }))
                     }
                 }
             }
             DeployDone::DeploymentPut { record, pushed, stored } => {
-                stored?;
+                if !stored? {
+                    // Deleted or updated through another master since it was read: its new job
+                    // goes nowhere, and the engine reads it again.
+                    if pushed {
+                        self.cancel_live(&record.jid);
+                    }
+                    let id = &record.deployment.id;
+                    return Err(RequestError::conflict(format!(
+                        "deployment {id} was deleted or updated meanwhile; read it again"
+                    )));
+                }
                 self.deployment_stored(&record, pushed);
                 answer(ResponseBody::Deployment(record.deployment))
             }
@@ -274,12 +284,12 @@ impl<S: Store, N: Net> Master<S, N> {
         &mut self,
         job: PreparedJob,
         from: Requester,
-        record: DeploymentRecord,
+        write: DeploymentWrite,
         stored: Result<(), StoreError>,
     ) {
         match self.job_stored(job, stored) {
             Ok(_) => {
-                let call = DeployCall::PutDeployment { record: Box::new(record), pushed: true };
+                let call = DeployCall::PutDeployment { write: Box::new(write), pushed: true };
                 self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
             }
             Err(error) => self.deploy_reply(from, Err(error.into())),
@@ -297,6 +307,8 @@ impl<S: Store, N: Net> Master<S, N> {
         principal: &str,
     ) -> Result<Pushing, RequestError> {
         let Push { mut record, update, .. } = push;
+        // An update is stored only while its row still waits on the job it was read on.
+        let read_on = update.then(|| record.jid.clone());
         let config = inputs.config.map(|r| r.config).ok_or_else(|| no_config(&record.spec.config_id))?;
         let now = self.clock.wall_ms();
         if update {
@@ -309,7 +321,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     record.deployment.server_id
                 );
                 records::finish_without_job(&mut record, &reason, now);
-                return Ok(Pushing::Finished(record));
+                return Ok(Pushing::Finished(DeploymentWrite { record, read_on }));
             }
         }
         let wait_secs = self.deployment_wait_secs(&record.deployment.action, inputs.server_unknown);
@@ -320,7 +332,7 @@ impl<S: Store, N: Net> Master<S, N> {
         record.deployment.derived_config_id = derived.id;
         record.jid = prepared.record.jid.clone();
         record.item = derived.item;
-        Ok(Pushing::Job(prepared, record))
+        Ok(Pushing::Job(prepared, DeploymentWrite { record, read_on }))
     }
 
     /// A deployment stored: pushed (its job is carried from now on) or finished without a

@@ -153,9 +153,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.deploy_answered(from, done);
                 }
                 Ask::InsertDeploymentJob(pushed) => {
-                    let (job, from, record) = *pushed;
+                    let (job, from, write) = *pushed;
                     let stored = self.insert_job(&job).await;
-                    self.deployment_job_stored(job, from, record, stored);
+                    self.deployment_job_stored(job, from, write, stored);
                 }
                 Ask::Group(asked) => {
                     let GroupAsk { id, call } = *asked;

@@ -2,11 +2,11 @@
 //! the loop, and memory brought in line with what was stored, even when the store fails part
 //! way (`admin/`, `deploy/`).
 
-use halite_protocol::message::{status, Message, RequestBody, ResponseBody, RolloutState, Subscribe};
+use halite_protocol::message::{status, Message, RequestBody, ResponseBody, RolloutState, SoftwareConfig, Subscribe};
 use serde_json::json;
 
 use super::rollout_tests::one_at_a_time;
-use super::{ret, Sim};
+use super::{ret, Sim, SimPeer};
 use crate::store::{DeployStore, Store};
 
 /// Makes the store refuse a write from now on: a trigger `name` run `when`
@@ -14,6 +14,20 @@ use crate::store::{DeployStore, Store};
 async fn refuse(sim: &Sim, name: &str, when: &str) {
     let sql = format!("CREATE TRIGGER {name} {when} BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
     sim.store().execute_for_test(&sql).await;
+}
+
+/// A master with minion `vm-1` (what it was sent so far read), root, and a config root made.
+async fn vm_root_and_config() -> (Sim, SimPeer, SimPeer, SoftwareConfig) {
+    let mut sim = Sim::new().await;
+    let mut vm = sim.minion("vm-1").await;
+    vm.recv(&sim);
+    let mut root = sim.root().await;
+    let new =
+        serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"})).expect("config");
+    let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
+        panic!("a config")
+    };
+    (sim, vm, root, config)
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -86,15 +100,7 @@ fn a_pause_the_store_cannot_take_changes_nothing_and_a_stored_one_is_answered_pa
 #[test]
 fn a_deployment_whose_job_cannot_be_stored_is_refused_and_leaves_nothing() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut vm = sim.minion("vm-1").await;
-        vm.recv(&sim);
-        let mut root = sim.root().await;
-        let new = serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"}))
-            .expect("config");
-        let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
-            panic!("a config")
-        };
+        let (mut sim, mut vm, mut root, config) = vm_root_and_config().await;
         let spec = || serde_json::from_value(json!({"config_id": config.id, "server_id": "vm-1"})).expect("spec");
         refuse(&sim, "refuse_jobs", "BEFORE INSERT ON jobs").await;
 
@@ -121,19 +127,11 @@ fn a_deployment_whose_job_cannot_be_stored_is_refused_and_leaves_nothing() {
 #[test]
 fn a_group_finish_the_store_refuses_is_tried_again_a_second_later() {
     rt().block_on(async {
-        let mut sim = Sim::new().await;
-        let mut vm = sim.minion("vm-1").await;
-        vm.recv(&sim);
-        let mut root = sim.root().await;
+        let (mut sim, mut vm, mut root, config) = vm_root_and_config().await;
         let mut watcher = sim.root().await;
         let subscribe = Subscribe { patterns: vec!["halite/deployment_group/*".into()], after: None };
         watcher.send(&mut sim, &Message::Subscribe(subscribe)).await;
         watcher.recv(&sim);
-        let new = serde_json::from_value(json!({"name": "c", "group": "script", "config": "#!/bin/sh\ntrue"}))
-            .expect("config");
-        let Ok(ResponseBody::Config(config)) = sim.request(&mut root, RequestBody::ConfigCreate(new)).await else {
-            panic!("a config")
-        };
         let spec = serde_json::from_value(json!({"config_id": config.id, "servers": ["vm-1"]})).expect("group");
         let created = sim.request(&mut root, RequestBody::DeploymentGroupCreate(spec)).await;
         let Ok(ResponseBody::DeploymentGroup(group)) = created else { panic!("a group: {created:?}") };
@@ -188,5 +186,37 @@ fn a_key_deleted_whose_minion_entry_stays_still_cuts_its_minion() {
         assert!(refused.is_err(), "{refused:?}");
         assert!(sim.net.closed(a1.peer).is_some(), "a1 lost its key: cut off");
         assert!(!sim.master.registry.accepted_ids().contains("a1"), "a1's key is gone from memory");
+    });
+}
+
+/// An update whose deployment another master deletes while it is pushed (here, a trigger
+/// deleting the row as the update's job is stored) does not bring the deployment back: the
+/// engine is told, and the job pushed for it is cancelled.
+#[test]
+fn an_update_of_a_deployment_deleted_meanwhile_brings_it_not_back() {
+    rt().block_on(async {
+        let (mut sim, mut vm, mut root, config) = vm_root_and_config().await;
+        let spec = serde_json::from_value(json!({"config_id": config.id, "server_id": "vm-1"})).expect("spec");
+        let created = sim.request(&mut root, RequestBody::DeploymentCreate(spec)).await;
+        let Ok(ResponseBody::Deployment(deployment)) = created else { panic!("a deployment: {created:?}") };
+        vm.recv(&sim);
+        let id = deployment.id.clone();
+        let sql =
+            format!("CREATE TRIGGER gone AFTER INSERT ON jobs BEGIN DELETE FROM deployments WHERE id = '{id}'; END");
+        sim.store().execute_for_test(&sql).await;
+
+        let update = serde_json::from_value(json!({"action": "UPDATE"})).expect("update");
+        let refused = sim.request(&mut root, RequestBody::DeploymentUpdate { id: id.clone(), update }).await;
+        let why = refused.expect_err("deleted meanwhile");
+        assert!(why.contains("deleted or updated meanwhile"), "{why}");
+        assert_eq!(sim.store().deployment(&id).await.expect("read"), None, "not brought back");
+        let got = vm.recv(&sim);
+        let new_jid = got.iter().find_map(|m| match m {
+            Message::Job(job) => Some(job.verify(&sim.master_public()).expect("signed").jid),
+            _ => None,
+        });
+        let new_jid = new_jid.expect("the update's job was sent before the deployment was stored");
+        let cancelled = got.iter().any(|m| matches!(m, Message::Cancel(c) if c.jid == new_jid));
+        assert!(cancelled, "the job pushed for it is cancelled: {got:?}");
     });
 }

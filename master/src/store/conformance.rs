@@ -433,7 +433,18 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert!(store.record_relayed(&record("d1", "web1", status::FAILED, false), 5).await.unwrap());
     assert!(!store.record_relayed(&record("d1", "web1", status::FAILED, false), 6).await.unwrap(), "no longer pending");
     assert_eq!(store.deployment("d1").await.unwrap(), Some(record("d1", "web1", status::FAILED, false)));
+    // An update replaces the row it was read from, on the job it then waited on: not one
+    // updated since, nor one deleted.
+    let updated = DeploymentRecord { jid: "2".into(), ..record("d1", "web1", status::IN_PROGRESS, false) };
+    assert!(!store.update_deployment(&updated, "0", 6).await.unwrap(), "read on another job");
+    assert!(store.update_deployment(&updated, "1", 6).await.unwrap());
+    assert_eq!(store.deployment("d1").await.unwrap(), Some(updated.clone()));
+    assert_eq!(store.deployment_waiting_on("2").await.unwrap().map(|r| r.deployment.id), Some("d1".into()));
+    let again = DeploymentRecord { jid: "3".into(), ..updated.clone() };
+    assert!(!store.update_deployment(&again, "1", 7).await.unwrap(), "another update came first");
     assert!(store.delete_deployment("d1").await.unwrap());
+    assert!(!store.update_deployment(&again, "2", 7).await.unwrap());
+    assert_eq!(store.deployment("d1").await.unwrap(), None, "an update made late brings nothing back");
     assert!(!store.delete_deployment("d1").await.unwrap());
     assert!(!store.record_relayed(&record("d1", "web1", status::FAILED, false), 7).await.unwrap());
     assert_eq!(store.deployment("d1").await.unwrap(), None, "a relay recorded late brings nothing back");

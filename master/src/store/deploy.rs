@@ -103,6 +103,15 @@ pub trait DeployStore: Send + Sync + 'static {
         record: &DeploymentRecord,
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Replaces a deployment updated from the row read while it waited on `previous_jid`, only
+    /// if that row is still there on that job: one that another master deleted or updated
+    /// meanwhile is neither brought back nor overwritten. Whether it was replaced.
+    fn update_deployment(
+        &self,
+        record: &DeploymentRecord,
+        previous_jid: &str,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Records a deployment's end, only if it is still in progress on `record.jid` (not updated
     /// since, with a new job): of several masters finishing one deployment, one wins (and it
     /// alone announces and relays). Whether it did.

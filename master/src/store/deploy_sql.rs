@@ -108,6 +108,35 @@ macro_rules! deploy_store {
                 .await
             }
 
+            async fn update_deployment(
+                &self,
+                record: &$crate::store::DeploymentRecord,
+                previous_jid: &str,
+                now_ms: u64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                self.bounded(async move {
+                    // A row written before deployments kept their job (`jid` empty) is taken
+                    // as it is, as a finish takes it.
+                    let done = sqlx::query(&$sql(
+                        "UPDATE deployments SET server_id = ?, status = ?, relay_pending = ?, body = ?, updated_at = ?,
+                           jid = ?
+                         WHERE id = ? AND (jid = ? OR jid = '')",
+                    ))
+                    .bind(&record.deployment.server_id)
+                    .bind(&record.deployment.status)
+                    .bind(record.relay_pending)
+                    .bind($crate::store::deploy_records::record_json(record))
+                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind(&record.jid)
+                    .bind(&record.deployment.id)
+                    .bind(previous_jid)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                    Ok(done.rows_affected() == 1)
+                })
+                .await
+            }
+
             async fn finish_deployment(
                 &self,
                 record: &$crate::store::DeploymentRecord,

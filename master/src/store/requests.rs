@@ -7,7 +7,7 @@ use halite_protocol::message::KeyState;
 use super::reads::{self, AcceptedKeys};
 use super::{KeyRecord, Store, StoreError};
 use crate::admin::calls::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
-use crate::deploy::calls::{DeployCall, DeployDone};
+use crate::deploy::calls::{DeployCall, DeployDone, DeploymentWrite};
 use crate::deploy::group_calls::{GroupCall, GroupDone};
 use crate::keys::token_hash;
 use crate::target::glob;
@@ -121,9 +121,13 @@ pub(crate) async fn run_deploy<S: Store>(store: &S, call: DeployCall, now_ms: u6
                     .await;
             DeployDone::PushRead { push, read }
         }
-        DeployCall::PutDeployment { record, pushed } => {
-            let stored = store.put_deployment(&record, now_ms).await;
-            DeployDone::DeploymentPut { record, pushed, stored }
+        DeployCall::PutDeployment { write, pushed } => {
+            let DeploymentWrite { record, read_on } = *write;
+            let stored = match &read_on {
+                Some(previous_jid) => store.update_deployment(&record, previous_jid, now_ms).await,
+                None => store.put_deployment(&record, now_ms).await.map(|()| true),
+            };
+            DeployDone::DeploymentPut { record: Box::new(record), pushed, stored }
         }
     }
 }
