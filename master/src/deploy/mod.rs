@@ -83,8 +83,7 @@ pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Answers a request for configs or deployments, or asks the store what it needs: the
-    /// answer then comes from `deploy_answered`. Groups' requests are answered by `groups.rs`,
-    /// which still awaits the store inline.
+    /// answer then comes from `deploy_answered` (groups' requests: `groups.rs`).
     pub(crate) fn answer_deploy_request(&mut self, from: RequestFrom, body: RequestBody) {
         if matches!(
             body,

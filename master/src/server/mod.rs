@@ -8,10 +8,9 @@
 //! slot changes state in one place) and needs no locks. Job state changes are group-committed,
 //! one transaction per step (every store call is a round trip to SQLite's thread, and a fan-out
 //! brings thousands of returns at once). A handler that needs another store call asks for it
-//! (`core/asks.rs`) and the loop answers it right after the handler ([`Master::answer_asks`]);
-//! the handlers not split yet still await inline (the files are listed, and checked, in
-//! `scripts/check-architecture.sh`). A return is acknowledged to the minion only after its step
-//! is stored, and requests see every change made before them.
+//! (`core/asks.rs`) and the loop answers it right after the handler ([`Master::answer_asks`]):
+//! no handler awaits (checked by `scripts/check-architecture.sh`). A return is acknowledged to
+//! the minion only after its step is stored, and requests see every change made before them.
 //!
 //! The loop's files, one duty each: this one (start-up, `serve`, the step's order),
 //! `answers.rs` (inputs, clients' messages included, handed to their handlers; asks answered),
