@@ -35,13 +35,13 @@ pub(crate) struct Member {
 }
 
 impl Requester {
-    /// Who the request is made as. A group's member is started as the group decided, which
-    /// was checked when the group was made (its creator may deploy to each server and read its
-    /// config): no check is made again as it starts.
-    pub(crate) fn who(&self) -> Who<'_> {
+    /// The client the request is checked against; none for a group's member, which is
+    /// started as the group decided (checked when the group was made: its creator may deploy
+    /// to each server and read its config), so nothing a member asks passes a check.
+    pub(crate) fn client(&self) -> Option<Who<'_>> {
         match self {
-            Requester::Client(from) => from.who(),
-            Requester::Member(member) => Who { name: &member.principal, acl: None },
+            Requester::Client(from) => Some(from.who()),
+            Requester::Member(_) => None,
         }
     }
 

@@ -173,7 +173,10 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     fn deploy_answer(&mut self, from: &Requester, done: DeployDone) -> Result<Next, RequestError> {
-        let who = from.who();
+        let who = from.client();
+        // What a client reads is checked against it; a group's member reads nothing but its own
+        // deployment, as the group decided (below).
+        let client = || who.ok_or_else(|| RequestError::bad_request("not a client's request"));
         let answer = |body: ResponseBody| Ok(Next::Answer(Box::new(body)));
         match done {
             DeployDone::ConfigPut { config, stored } => {
@@ -182,6 +185,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 answer(ResponseBody::Config(*config))
             }
             DeployDone::Config { id, read } => {
+                let who = client()?;
                 let readable = read?.filter(|r| self.access().may_own(who, &r.owner));
                 answer(ResponseBody::Config(readable.map(|r| r.config).ok_or_else(|| no_config(&id))?))
             }
@@ -193,7 +197,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 info!(config = %id, "software config deleted");
                 answer(ResponseBody::Deleted(id))
             }
-            DeployDone::Deployment { id, then: DeploymentRead::Restart(update), read } => {
+            // A group's kept member, run again as the group decided.
+            DeployDone::Deployment { id, then: DeploymentRead::Restart(update), read } if who.is_none() => {
                 let Some(record) = read? else {
                     return Err(RequestError::not_found(format!("no deployment {id}")));
                 };
@@ -201,6 +206,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked: false }))))
             }
             DeployDone::Deployment { id, then, read } => {
+                let who = client()?;
                 let Some(record) = read?.filter(|r| self.access().may_own(who, &r.owner)) else {
                     return Err(RequestError::not_found(format!("no deployment {id}")));
                 };
@@ -220,6 +226,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             DeployDone::Deployments { then, read } => {
+                let who = client()?;
                 let mut records = read?;
                 records.retain(|r| {
                     self.access().may_own(who, &r.owner)
@@ -247,8 +254,11 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             DeployDone::PushRead { push, read } => {
                 let config_checked = push.config_checked;
-                let readable =
-                    |config: &crate::store::ConfigRecord| !config_checked || self.access().may_own(who, &config.owner);
+                let readable = |config: &crate::store::ConfigRecord| match (config_checked, who) {
+                    (false, _) => true,
+                    (true, Some(who)) => self.access().may_own(who, &config.owner),
+                    (true, None) => false,
+                };
                 let read = read.map(|mut inputs| {
                     inputs.config = inputs.config.filter(readable);
                     inputs
