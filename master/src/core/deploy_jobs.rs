@@ -2,11 +2,13 @@
 //! ends whose deployment could not be recorded yet because the store did not answer: those are
 //! tried again a second later, reread from the store (the job's end is stored with it), so a
 //! deployment is never left in progress by a store that came back. What is kept of each is a
-//! few ids: a long outage holds no returns in memory.
+//! few ids: a long outage holds no returns in memory. Relays whose end could not be recorded
+//! are tried again the same way, so a relayed signal is not relayed again at the next start.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::deploy::relay::RelayDone;
 use crate::store::DeploymentRecord;
 
 /// How long a job end whose deployment could not be recorded waits before it is tried again.
@@ -30,6 +32,8 @@ pub(crate) struct DeployJobs {
     carried: HashMap<String, String>,
     /// Job ends to record again, each with when.
     retries: Vec<(Instant, EndToRecord)>,
+    /// Relays' ends to record again, each with when.
+    relays: Vec<(Instant, RelayDone)>,
 }
 
 impl DeployJobs {
@@ -60,18 +64,34 @@ impl DeployJobs {
 
     /// The job ends due to be recorded again at `now`, oldest first.
     pub(crate) fn take_due(&mut self, now: Instant) -> Vec<EndToRecord> {
-        if self.retries.iter().all(|(at, _)| *at > now) {
-            return Vec::new();
-        }
-        let (due, waiting) = std::mem::take(&mut self.retries).into_iter().partition(|(at, _)| *at <= now);
-        self.retries = waiting;
-        due.into_iter().map(|(_, end)| end).collect()
+        take_due(&mut self.retries, now)
     }
 
-    /// When the next job end is to be recorded again.
-    pub(crate) fn next_retry(&self) -> Option<Instant> {
-        self.retries.iter().map(|(at, _)| *at).min()
+    /// A relay's end that could not be recorded at `now`: tried again later.
+    pub(crate) fn retry_relay(&mut self, done: RelayDone, now: Instant) {
+        self.relays.push((now + RECORD_RETRY, done));
     }
+
+    /// The relays' ends due to be recorded again at `now`, oldest first.
+    pub(crate) fn take_due_relays(&mut self, now: Instant) -> Vec<RelayDone> {
+        take_due(&mut self.relays, now)
+    }
+
+    /// When the next job or relay end is to be recorded again.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        let ends = self.retries.iter().map(|(at, _)| *at);
+        ends.chain(self.relays.iter().map(|(at, _)| *at)).min()
+    }
+}
+
+/// The entries of `waiting` due at `now`, oldest first; the rest wait on.
+fn take_due<T>(waiting: &mut Vec<(Instant, T)>, now: Instant) -> Vec<T> {
+    if waiting.iter().all(|(at, _)| *at > now) {
+        return Vec::new();
+    }
+    let (due, later): (Vec<_>, Vec<_>) = std::mem::take(waiting).into_iter().partition(|(at, _)| *at <= now);
+    *waiting = later;
+    due.into_iter().map(|(_, entry)| entry).collect()
 }
 
 #[cfg(test)]

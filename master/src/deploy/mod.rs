@@ -390,6 +390,9 @@ impl<S: Store, N: Net> Master<S, N> {
         for retry in self.deploy_jobs.take_due(self.clock.now()) {
             self.asks.push(Ask::RereadDeploymentEnd(Box::new(retry)));
         }
+        for done in self.deploy_jobs.take_due_relays(self.clock.now()) {
+            self.asks.push(Ask::ReadRelayed(Box::new(done)));
+        }
         for moved in self.hearing.take_deployment_ends() {
             let id = self.deploy_jobs.ended(&moved.jid);
             let end = ending::DeploymentEnd::of_move(&self.config, moved, id);
@@ -537,8 +540,23 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.asks.push(Ask::StoreRelayed(Box::new((record, done))));
             }
             Ok(_) => {}
-            Err(error) => warn!(%error, deployment = %done.request.deployment_id, "recording a relay failed"),
+            Err(error) => self.record_relay_later(done, &error),
         }
+    }
+
+    /// A relay's end the store could not read or write: tried again a second later
+    /// (`DeployJobs::retry_relay`), unless the store refused it for good. Otherwise its
+    /// deployment would keep its relay pending, and its signal would be relayed again when a
+    /// master next starts.
+    fn record_relay_later(&mut self, done: relay::RelayDone, error: &StoreError) {
+        let deployment = &done.request.deployment_id;
+        if !error.is_transient() {
+            return error!(%error, %deployment, "a relay's end cannot be recorded; its relay stays pending");
+        }
+        if self.notices.ready("store:relay_end", std::time::Duration::from_secs(10), self.clock.now()) {
+            warn!(%error, %deployment, "recording a relay failed; trying again every second");
+        }
+        self.deploy_jobs.retry_relay(done, self.clock.now());
     }
 
     /// A relay recorded, as stored: announced. The announcement says only `relayed` (the
@@ -556,7 +574,9 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(true) => {}
             // Deleted or updated meanwhile, or recorded already: nothing to tell about it.
             Ok(false) => return,
-            Err(error) => return warn!(%error, deployment = %id, "recording a relay failed"),
+            // Read and decided again: a write that may have landed is then found no longer
+            // pending, and nothing more is told.
+            Err(error) => return self.record_relay_later(done, &error),
         }
         let relayed = match &done.result {
             Ok(code @ 200..=299) => {

@@ -115,16 +115,8 @@ fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
         let url = "http://127.0.0.1:8080/admin";
         let (mut sim, mut heat, deployment) = signalling_to(url).await;
         subscribe(&mut sim, &mut heat, "halite/deployment/*").await;
-        let finished = |deployment: &SoftwareDeployment, result| RelayDone {
-            request: RelayRequest {
-                deployment_id: deployment.id.clone(),
-                derived_config_id: deployment.derived_config_id.clone(),
-                url: url.into(),
-                verb: "PUT",
-                body: Vec::new(),
-            },
-            result,
-        };
+        let finished =
+            |deployment: &SoftwareDeployment, result| RelayDone { request: relay_of(deployment, url), result };
         let outcomes = [
             (Err(Failure::NoAnswer("connection failed: Connection refused (os error 111)".into())), "refused"),
             (Ok(401), "refused"),
@@ -151,18 +143,10 @@ fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
 fn a_relay_recorded_after_its_deployment_was_deleted_brings_it_not_back() {
     rt().block_on(async {
         let url = "http://127.0.0.1:8080/signal";
-        let (mut sim, mut heat, deployment) = signalling_to(url).await;
-        relay_pending(&sim, &deployment.id).await;
-        subscribe(&mut sim, &mut heat, "halite/deployment/*").await;
+        let (mut sim, mut heat, deployment) = relay_ending(url).await;
 
         // The relay's end reads the deployment; then it is deleted (as another master would).
-        let request = RelayRequest {
-            deployment_id: deployment.id.clone(),
-            derived_config_id: deployment.derived_config_id.clone(),
-            url: url.into(),
-            verb: "PUT",
-            body: Vec::new(),
-        };
+        let request = relay_of(&deployment, url);
         let read = sim.store().deployment(&deployment.id).await;
         assert!(sim.store().delete_deployment(&deployment.id).await.expect("deleted"));
         sim.master.relayed_read(RelayDone { request, result: Ok(200) }, read);
@@ -171,6 +155,48 @@ fn a_relay_recorded_after_its_deployment_was_deleted_brings_it_not_back() {
         assert_eq!(sim.store().deployment(&deployment.id).await.expect("read"), None);
         assert!(events(&mut heat, &sim).is_empty(), "nothing told of a deployment that is gone");
     });
+}
+
+/// A relay whose end the store cannot take (it is away) is recorded once it answers: told
+/// once, and no longer pending, so no later start relays the signal again.
+#[test]
+fn a_relay_ended_while_the_store_is_away_is_recorded_once_it_answers() {
+    rt().block_on(async {
+        let url = "http://127.0.0.1:8080/signal";
+        let (mut sim, mut heat, deployment) = relay_ending(url).await;
+        let request = relay_of(&deployment, url);
+
+        let away = sim.store().take_away().await.expect("open");
+        sim.step(Input::Relay(RelayDone { request, result: Ok(200) })).await;
+        assert!(events(&mut heat, &sim).is_empty(), "nothing told while nothing is stored");
+        sim.advance(std::time::Duration::from_secs(2)).await;
+        sim.store().give_back(away).await;
+        sim.advance(std::time::Duration::from_secs(2)).await;
+
+        let tags: Vec<String> = events(&mut heat, &sim).into_iter().map(|e| e.tag).collect();
+        assert_eq!(tags, [format!("halite/deployment/{}/relayed", deployment.id)], "told once, once stored");
+        let stored = sim.store().deployment(&deployment.id).await.expect("read").expect("stored");
+        assert!(!stored.relay_pending, "no longer pending: not relayed again at the next start");
+    });
+}
+
+/// [`signalling_to`], with a relay of its signal pending and the engine listening.
+async fn relay_ending(url: &str) -> (Sim, SimPeer, SoftwareDeployment) {
+    let (mut sim, mut heat, deployment) = signalling_to(url).await;
+    relay_pending(&sim, &deployment.id).await;
+    subscribe(&mut sim, &mut heat, "halite/deployment/*").await;
+    (sim, heat, deployment)
+}
+
+/// The relay of `deployment`'s signal to `url`.
+fn relay_of(deployment: &SoftwareDeployment, url: &str) -> RelayRequest {
+    RelayRequest {
+        deployment_id: deployment.id.clone(),
+        derived_config_id: deployment.derived_config_id.clone(),
+        url: url.into(),
+        verb: "PUT",
+        body: Vec::new(),
+    }
 }
 
 /// A master that may signal loopback, an engine, and its deployment to `vm-1` with `url` to
