@@ -12,18 +12,19 @@ mod validate;
 use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
-    ErrorKind, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody, RolloutState,
-    TokenInfo, MINION_LIST_PAGE_MAX,
+    ErrorKind, JobFilter, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody,
+    RolloutState, TokenInfo, MINION_LIST_PAGE_MAX,
 };
 use rand_core::RngCore;
 use tracing::{info, warn};
 
-use crate::authz::{Action, Asker, JobAccess, RequestKind, Who};
+use crate::authz::{Access, Action, Asker, JobAccess, RequestKind, Who};
 use crate::core::asks::{Ask, ClientRequest};
+use crate::core::jobs::JobTable;
 use crate::net::Net;
 use crate::request_error::{Reply, RequestError};
 use crate::server::Master;
-use crate::store::{ClusterChange, KeyRecord, Store};
+use crate::store::{ClusterChange, JobListing, KeyRecord, Store};
 use crate::target::glob;
 use calls::{AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom, Secret};
 
@@ -37,7 +38,7 @@ enum Decided {
     /// The store calls it needs.
     Call(AdminCall),
     /// A job listing (read with the master's view of who sees which job).
-    ListJobs { limit: u32, filter: halite_protocol::message::JobFilter },
+    ListJobs { limit: u32, filter: JobFilter },
 }
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -476,6 +477,24 @@ impl<S: Store, N: Net> Master<S, N> {
             })
             .collect()
     }
+}
+
+/// Whether a job is shown to `who` in a listing that keeps what passes `filter`: a job it may
+/// see, its live states laid over first (the filter judges those).
+pub(crate) fn listed(
+    access: &Access<'_>,
+    jobs: &JobTable,
+    who: Who<'_>,
+    filter: &JobFilter,
+    listing: &mut JobListing,
+) -> bool {
+    let (summary, minions) = (&mut listing.summary, &listing.minions);
+    let minions: Vec<&str> = minions.iter().map(String::as_str).collect();
+    if !who.sees_all() && !access.may_see_job(who, &summary.caller, &summary.function, &minions) {
+        return false;
+    }
+    jobs.overlay_live(summary, None);
+    filter.keeps(summary)
 }
 
 /// 32 random bytes as hex: enrollment and gateway tokens (only their hashes are stored).

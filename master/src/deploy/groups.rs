@@ -66,32 +66,25 @@ fn is_final(member_status: &str) -> bool {
 impl<S: Store, N: Net> Master<S, N> {
     /// Answers a request about deployment groups, or asks the store what it needs.
     pub(crate) fn answer_group_request(&mut self, from: RequestFrom, body: RequestBody) {
-        let id = match &body {
-            RequestBody::DeploymentGroupShow { id } | RequestBody::DeploymentGroupUpdate { id, .. } => id.clone(),
-            _ => String::new(),
-        };
-        let call = match body {
-            RequestBody::DeploymentGroupCreate(spec) => match self.new_group(spec, &from) {
-                Ok(record) => {
-                    let config_id = record.spec.config_id.clone();
-                    let id = record.group.id.clone();
-                    let then = ConfigFor::Create(Box::new(record), from);
-                    return self
-                        .asks
-                        .push(Ask::Group(Box::new(GroupAsk { id, call: GroupCall::ReadConfig { config_id, then } })));
-                }
-                Err(error) => return self.reply(from.peer, from.request_id, Err(error)),
-            },
-            RequestBody::DeploymentGroupShow { .. } => GroupCall::ReadForRequest(GroupRequest::Show(from)),
-            RequestBody::DeploymentGroupUpdate { update, .. } => {
-                GroupCall::ReadForRequest(GroupRequest::Update(Box::new(update), from))
+        let (id, call) = match body {
+            RequestBody::DeploymentGroupCreate(spec) => {
+                let record = match self.new_group(spec, &from) {
+                    Ok(record) => record,
+                    Err(error) => return self.reply(from.peer, from.request_id, Err(error)),
+                };
+                let (id, config_id) = (record.group.id.clone(), record.spec.config_id.clone());
+                (id, GroupCall::ReadConfig { config_id, then: ConfigFor::Create(Box::new(record), from) })
+            }
+            RequestBody::DeploymentGroupShow { id } => (id, GroupCall::ReadForRequest(GroupRequest::Show(from))),
+            RequestBody::DeploymentGroupUpdate { id, update } => {
+                (id, GroupCall::ReadForRequest(GroupRequest::Update(Box::new(update), from)))
             }
             _ => {
                 let why = RequestError::bad_request("not a deployment group request");
                 return self.reply(from.peer, from.request_id, Err(why));
             }
         };
-        self.asks.push(Ask::Group(Box::new(GroupAsk { id, call })));
+        self.ask_group(id, call);
     }
 
     /// A new group as asked for, if valid and allowed, not stored yet (its config is checked
@@ -194,39 +187,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match done {
             GroupDone::ReadForAdvance { reply, read } => self.group_read(id, reply, read),
             GroupDone::ReadForStop { reason, read } => self.group_read_for_stop(id, reason, read),
-            GroupDone::ReadForRequest { then, read } => {
-                let (from, update) = match then {
-                    GroupRequest::Show(from) => (from, None),
-                    GroupRequest::Update(update, from) => (from, Some(*update)),
-                };
-                let answer = match read {
-                    Err(error) => Err(error.into()),
-                    Ok(Some(record)) if self.may_see_group(&record, &from) => Ok(record),
-                    Ok(_) => Err(no_group(&id)),
-                };
-                match (answer, update) {
-                    (Ok(record), None) => {
-                        self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group))
-                    }
-                    (Ok(record), Some(update)) => {
-                        let named = update.config_id.clone();
-                        match self.updated_group(record, update, &from) {
-                            Ok(record) => match named {
-                                Some(config_id) => {
-                                    let then = ConfigFor::Update(Box::new(record), from);
-                                    self.ask_group(id, GroupCall::ReadConfig { config_id, then });
-                                }
-                                None => self.ask_group(
-                                    id,
-                                    GroupCall::Put { record: Box::new(record), then: GroupPut::Updated(from) },
-                                ),
-                            },
-                            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
-                        }
-                    }
-                    (Err(error), _) => self.reply(from.peer, from.request_id, Err(error)),
-                }
-            }
+            GroupDone::ReadForRequest { then, read } => self.group_request_read(id, then, read),
             GroupDone::Config { then, read } => {
                 let (record, from, put) = match then {
                     ConfigFor::Create(record, from) => (record, from, true),
@@ -247,6 +208,34 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             GroupDone::Put { record, then, stored } => self.group_stored(id, *record, then, stored),
+        }
+    }
+
+    /// A group read for a client's show or update: shown, or changed as asked (its new
+    /// config checked first, if it names one) and stored.
+    fn group_request_read(&mut self, id: String, then: GroupRequest, read: Result<Option<GroupRecord>, StoreError>) {
+        let (from, update) = match then {
+            GroupRequest::Show(from) => (from, None),
+            GroupRequest::Update(update, from) => (from, Some(*update)),
+        };
+        let record = match read {
+            Ok(Some(record)) if self.may_see_group(&record, &from) => record,
+            Ok(_) => return self.reply(from.peer, from.request_id, Err(no_group(&id))),
+            Err(error) => return self.reply(from.peer, from.request_id, Err(error.into())),
+        };
+        let Some(update) = update else {
+            return self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group));
+        };
+        let named = update.config_id.clone();
+        let record = match self.updated_group(record, update, &from) {
+            Ok(record) => Box::new(record),
+            Err(error) => return self.reply(from.peer, from.request_id, Err(error)),
+        };
+        match named {
+            Some(config_id) => {
+                self.ask_group(id, GroupCall::ReadConfig { config_id, then: ConfigFor::Update(record, from) })
+            }
+            None => self.ask_group(id, GroupCall::Put { record, then: GroupPut::Updated(from) }),
         }
     }
 

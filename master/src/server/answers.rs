@@ -132,16 +132,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::ListJobs(asked) => {
                     let JobsAsk { from, limit, filter } = *asked;
-                    let (who, jobs) = (from.who(), &self.jobs);
-                    let access = crate::authz::Access::of(&self.config, &self.registry, jobs);
+                    let (who, access, jobs) = (from.who(), self.access(), &self.jobs);
                     let shown = |listing: &mut crate::store::JobListing| {
-                        let (summary, minions) = (&mut listing.summary, &listing.minions);
-                        let minions: Vec<&str> = minions.iter().map(String::as_str).collect();
-                        if !who.sees_all() && !access.may_see_job(who, &summary.caller, &summary.function, &minions) {
-                            return false;
-                        }
-                        jobs.overlay_live(summary, None);
-                        filter.keeps(summary)
+                        crate::admin::listed(&access, jobs, who, &filter, listing)
                     };
                     let read = reads::jobs_shown(&self.store, limit, &filter, who.sees_all(), shown).await;
                     let answer = read.map(ResponseBody::Jobs).map_err(RequestError::from);
