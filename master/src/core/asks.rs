@@ -60,7 +60,7 @@ pub(crate) enum Ask {
     /// (`Master::deployment_job_stored` goes on).
     InsertDeploymentJob(Box<(PreparedJob, Requester, DeploymentWrite)>),
     /// A deployment group's store calls, for its work or a client's request
-    /// (`Master::group_answered` goes on).
+    /// (`GroupDesk::group_answered` goes on).
     Group(Box<GroupAsk>),
     /// Keys another master changed, reread: those of `ids`, or every key
     /// (`Master::keys_reread` goes on).

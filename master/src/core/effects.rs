@@ -4,8 +4,10 @@
 //! `server/effects.rs`), so an owner never reaches past its own state.
 
 use halite_protocol::message::Value;
+use halite_transport::PeerId;
 
 use crate::core::asks::Ask;
+use crate::request_error::Reply;
 use crate::store::ClusterChange;
 
 /// One thing to do, decided by an owner.
@@ -26,4 +28,6 @@ pub(crate) enum Effect {
     SkipQueued { jid: String },
     /// A job whose rollout's stop is stored is cancelled.
     Cancel { jid: String },
+    /// A client's request answered.
+    Reply { peer: PeerId, request_id: u64, answer: Box<Reply> },
 }

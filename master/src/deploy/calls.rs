@@ -21,7 +21,7 @@ pub(crate) struct DeployAsk {
 pub(crate) enum Requester {
     /// A client: answered.
     Client(RequestFrom),
-    /// A deployment group, starting one of its members: told (`Master::member_pushed`).
+    /// A deployment group, starting one of its members: told (`GroupDesk::member_pushed`).
     Member(Member),
 }
 

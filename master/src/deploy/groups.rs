@@ -9,10 +9,12 @@
 //! restarted master resumes the groups it owns. Groups listen to events: the loop hands them
 //! each one (`Master::hear_events`) before it advances them.
 //!
-//! Nothing here awaits the store. Work on groups (an advance, a stop) is done one piece at a
-//! time (`core/group_runs.rs`), each a chain of asks (`group_calls.rs`): the group read, its
-//! members started as deployments are pushed (`deploy/calls.rs`, told back through
-//! `Master::member_pushed`), the group stored.
+//! Nothing here awaits the store or acts on the master: the loop lends a [`GroupDesk`] (the
+//! groups this master drives, and what their work decides with, read-only) and carries out the
+//! [`Effect`]s it returns (`Master::with_groups`). Work on groups (an advance, a stop) is done
+//! one piece at a time (`core/group_runs.rs`), each a chain of asks (`group_calls.rs`): the
+//! group read, its members started as deployments are pushed (`deploy/calls.rs`, told back
+//! through [`GroupDesk::member_pushed`]), the group stored.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -26,15 +28,16 @@ use tracing::{info, warn};
 use super::calls::{DeployAsk, DeployCall, DeploymentRead, Member, Push, Requester};
 use super::group_calls::{ConfigFor, GroupAdvancing, GroupAsk, GroupCall, GroupDone, GroupPut, GroupRequest};
 use crate::admin::calls::RequestFrom;
+use crate::authz::Access;
 use crate::clock::new_uuid;
+use crate::config::MasterConfig;
 use crate::core::asks::Ask;
-use crate::core::group_runs::{GroupAdvance, GroupWork};
+use crate::core::effects::Effect;
+use crate::core::group_runs::{GroupAdvance, GroupRuns, GroupWork};
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
-use crate::net::Net;
-use crate::request_error::RequestError;
-use crate::server::Master;
-use crate::store::{GroupRecord, Store, StoreError};
+use crate::request_error::{Reply, RequestError};
+use crate::store::{GroupRecord, StoreError};
 
 /// Most servers one group deploys to.
 const MAX_GROUP_SERVERS: usize = 10_000;
@@ -63,7 +66,54 @@ fn is_final(member_status: &str) -> bool {
     !matches!(member_status, status::QUEUED | status::IN_PROGRESS)
 }
 
-impl<S: Store, N: Net> Master<S, N> {
+/// Where deployment groups are worked on: the groups this master drives, theirs to change,
+/// and what their work decides with (who may do what, the config, the time), read-only.
+/// What else it decides (answers, store calls, events) it returns as effects.
+pub(crate) struct GroupDesk<'a> {
+    runs: &'a mut GroupRuns,
+    access: Access<'a>,
+    config: &'a MasterConfig,
+    now: Instant,
+    wall_ms: u64,
+    out: Vec<Effect>,
+}
+
+impl<'a> GroupDesk<'a> {
+    pub(crate) fn new(
+        runs: &'a mut GroupRuns,
+        access: Access<'a>,
+        config: &'a MasterConfig,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Self {
+        GroupDesk { runs, access, config, now, wall_ms, out: Vec::new() }
+    }
+
+    /// What the work decided, for the loop to carry out in this order.
+    pub(crate) fn into_effects(self) -> Vec<Effect> {
+        self.out
+    }
+
+    fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
+        self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
+    }
+
+    fn respond(&mut self, peer: halite_transport::PeerId, request_id: u64, body: ResponseBody) {
+        self.reply(peer, request_id, Ok(body));
+    }
+
+    fn may_deploy(
+        &self,
+        acl: Option<&halite_protocol::message::PrincipalAcl>,
+        server: Option<&str>,
+    ) -> Result<(), RequestError> {
+        super::may_deploy(&self.access, acl, server)
+    }
+
+    fn check_signal_url(&self, spec: &NewDeployment) -> Result<(), RequestError> {
+        super::check_signal_url(self.config, spec)
+    }
+
     /// Answers a request about deployment groups, or asks the store what it needs.
     pub(crate) fn answer_group_request(&mut self, from: RequestFrom, body: RequestBody) {
         let (id, call) = match body {
@@ -100,7 +150,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // What each member's deployment will be is checked once, before anything starts.
         super::validate::deployment(&member_spec(&spec, &servers[0]))?;
         self.check_signal_url(&member_spec(&spec, &servers[0]))?;
-        let now = self.clock.wall_ms();
+        let now = self.wall_ms;
         let group = DeploymentGroup {
             id: new_uuid(),
             config_id: spec.config_id.clone(),
@@ -178,7 +228,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// may deploy to every one of its servers. Another's is answered like a group that does
     /// not exist: its id reveals nothing.
     fn may_see_group(&self, record: &GroupRecord, from: &RequestFrom) -> bool {
-        self.access().may_own(from.who(), &record.principal)
+        self.access.may_own(from.who(), &record.principal)
             && record.group.members.iter().all(|m| self.may_deploy(from.acl.as_deref(), Some(&m.server_id)).is_ok())
     }
 
@@ -196,7 +246,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 // Its members may reference only a config the group's creator may read.
                 let readable = match read {
                     Err(error) => Err(error.into()),
-                    Ok(Some(config)) if self.access().may_own(from.who(), &config.owner) => Ok(()),
+                    Ok(Some(config)) if self.access.may_own(from.who(), &config.owner) => Ok(()),
                     Ok(_) => Err(super::no_config(&record.spec.config_id)),
                 };
                 match readable {
@@ -240,7 +290,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     fn ask_group(&mut self, id: String, call: GroupCall) {
-        self.asks.push(Ask::Group(Box::new(GroupAsk { id, call })));
+        self.out.push(Effect::Ask(Ask::Group(Box::new(GroupAsk { id, call }))));
     }
 
     /// A group stored (or not), and what follows.
@@ -292,34 +342,34 @@ impl<S: Store, N: Net> Master<S, N> {
             // what it listens for is set again as it advances.
             self.forget_group(&id);
         }
-        self.groups.open(&id, None);
-        self.groups.queue(GroupWork::Advance { id, reply: Some(from) });
+        self.runs.open(&id, None);
+        self.runs.queue(GroupWork::Advance { id, reply: Some(from) });
         self.start_group_work();
     }
 
     /// A group's new status or rollout, on the bus for its creator.
     fn announce_group(&mut self, record: &GroupRecord) {
-        self.emit_shared(
-            format!("halite/deployment_group/{}/{}", record.group.id, record.group.status),
-            super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
-        );
+        self.out.push(Effect::EmitShared {
+            tag: format!("halite/deployment_group/{}/{}", record.group.id, record.group.status),
+            data: super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
+        });
     }
 
     /// Queues the groups an event aborted and those due (woken by time, also those whose wait
     /// has passed), and starts the first piece of work.
     pub(crate) fn advance_groups(&mut self, tick: bool) {
-        for (id, reason) in self.groups.take_aborts() {
-            self.groups.queue(GroupWork::Stop { id, reason });
+        for (id, reason) in self.runs.take_aborts() {
+            self.runs.queue(GroupWork::Stop { id, reason });
         }
-        for id in self.groups.take_due(tick, self.clock.now()) {
-            self.groups.queue(GroupWork::Advance { id, reply: None });
+        for id in self.runs.take_due(tick, self.now) {
+            self.runs.queue(GroupWork::Advance { id, reply: None });
         }
         self.start_group_work();
     }
 
     /// Starts the next piece of work on a group, unless one is under way.
     fn start_group_work(&mut self) {
-        let Some(work) = self.groups.next_work() else { return };
+        let Some(work) = self.runs.next_work() else { return };
         match work {
             GroupWork::Advance { id, reply } => self.ask_group(id, GroupCall::ReadForAdvance { reply }),
             GroupWork::Stop { id, reason } => self.ask_group(id, GroupCall::ReadForStop { reason }),
@@ -328,7 +378,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// The piece of work under way is done: the next starts.
     fn group_work_done(&mut self) {
-        self.groups.work_done();
+        self.runs.work_done();
         self.start_group_work();
     }
 
@@ -365,26 +415,26 @@ impl<S: Store, N: Net> Master<S, N> {
             Err(error) => return self.advance_failed(&id, error.into(), reply),
         };
         if !record.group.rollout.spec.abort_on.is_empty() {
-            // A group hears only the events published after it listens.
-            self.hear_events();
-            self.groups.listen(&id, record.principal.clone(), record.group.rollout.spec.abort_on.clone());
+            // A group hears only the events published after it listens: the loop hands out
+            // those before, ahead of every answer a group gets (`Master::with_groups`).
+            self.runs.listen(&id, record.principal.clone(), record.group.rollout.spec.abort_on.clone());
         }
         if record.group.status != status::IN_PROGRESS {
             self.forget_group(&id);
             return self.group_advanced(&id, record, None, reply);
         }
         let before = record.group.clone();
-        let now = self.clock.now();
+        let now = self.now;
         let mut finished_now = false;
         for member in &mut record.group.members {
             let Some(deployment) = &member.deployment_id else { continue };
             let Some(read) = statuses.get(deployment) else { continue };
-            self.groups.follow(deployment, &id);
+            self.runs.follow(deployment, &id);
             member.status = read.clone().unwrap_or_else(|| status::FAILED.into());
             finished_now |= is_final(&member.status);
         }
         let mut run = RolloutRun::new(record.group.rollout.clone());
-        run.not_before = self.groups.not_before(&id);
+        run.not_before = self.runs.not_before(&id);
         if finished_now {
             run.target_finished(now);
         }
@@ -415,7 +465,7 @@ impl<S: Store, N: Net> Master<S, N> {
                         self.start_member(&mut advance, server);
                     }
                     if advance.starting > 0 {
-                        return self.groups.wait_on_members(advance);
+                        return self.runs.wait_on_members(advance);
                     }
                 }
             }
@@ -446,28 +496,28 @@ impl<S: Store, N: Net> Master<S, N> {
                 if let Err(error) = valid {
                     return member_failed(advance, &server, &error);
                 }
-                let deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
+                let deployment = super::records::new_deployment(spec, &principal, self.wall_ms);
                 DeployCall::ReadPush(Box::new(Push { record: deployment, update: false, config_checked: false }))
             }
         };
         let from = Requester::Member(Member { group: advance.id.clone(), server, principal });
-        self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
+        self.out.push(Effect::Ask(Ask::Deploy(Box::new(DeployAsk { from, call }))));
         advance.starting += 1;
     }
 
     /// A member's deployment pushed (or not): the group it starts follows it, and decides
     /// again once every member it started is heard of.
     pub(crate) fn member_pushed(&mut self, member: Member, pushed: Result<SoftwareDeployment, RequestError>) {
-        let Some(mut advance) = self.groups.take_advancing() else {
+        let Some(mut advance) = self.runs.take_advancing() else {
             return warn!(group = %member.group, server = %member.server, "a member started for no group under way");
         };
         if advance.id != member.group {
             warn!(group = %member.group, server = %member.server, "a member started for a group not under way");
-            return self.groups.wait_on_members(advance);
+            return self.runs.wait_on_members(advance);
         }
         match pushed {
             Ok(deployment) => {
-                self.groups.follow(&deployment.id, &advance.id);
+                self.runs.follow(&deployment.id, &advance.id);
                 if let Some(slot) = advance.record.group.members.iter_mut().find(|m| m.server_id == member.server) {
                     slot.deployment_id = Some(deployment.id);
                     slot.status = deployment.status;
@@ -477,7 +527,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         advance.starting = advance.starting.saturating_sub(1);
         if advance.starting > 0 {
-            return self.groups.wait_on_members(advance);
+            return self.runs.wait_on_members(advance);
         }
         self.group_decide(advance);
     }
@@ -523,7 +573,7 @@ impl<S: Store, N: Net> Master<S, N> {
             info!(group = %id, status = %record.group.status, reason = %record.group.status_reason, "deployment group finished");
             self.forget_group(id);
         } else {
-            self.groups.open(id, not_before);
+            self.runs.open(id, not_before);
         }
         if let Some(from) = reply {
             self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group));
@@ -534,7 +584,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// An advance the store failed: tried again a second later; a client waiting on it is told.
     fn advance_failed(&mut self, id: &str, error: RequestError, reply: Option<RequestFrom>) {
         warn!(error = %error.message, group = %id, "advancing a deployment group failed; tried again in a second");
-        self.groups.open(id, Some(self.clock.now() + Duration::from_secs(1)));
+        self.runs.open(id, Some(self.now + Duration::from_secs(1)));
         if let Some(from) = reply {
             self.reply(from.peer, from.request_id, Err(error));
         }
@@ -542,7 +592,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     fn forget_group(&mut self, id: &str) {
-        self.groups.close(id);
+        self.runs.close(id);
     }
 
     /// After a restart: the groups this master owns, as read (`Store::open_groups`), go on.
@@ -554,11 +604,11 @@ impl<S: Store, N: Net> Master<S, N> {
             let id = record.group.id.clone();
             for member in &record.group.members {
                 if let Some(deployment) = &member.deployment_id {
-                    self.groups.follow(deployment, &id);
+                    self.runs.follow(deployment, &id);
                 }
             }
-            self.groups.open(&id, None);
-            self.groups.due(&id);
+            self.runs.open(&id, None);
+            self.runs.due(&id);
         }
     }
 }

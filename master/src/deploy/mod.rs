@@ -91,7 +91,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 | RequestBody::DeploymentGroupShow { .. }
                 | RequestBody::DeploymentGroupUpdate { .. }
         ) {
-            return self.answer_group_request(from, body);
+            return self.with_groups(|groups| groups.answer_group_request(from, body));
         }
         match self.decide_deploy_request(&from, body) {
             Ok(call) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from: Requester::Client(from), call }))),
@@ -167,7 +167,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     ResponseBody::Deployment(deployment) => Ok(deployment),
                     _ => Err(RequestError::bad_request("unexpected answer pushing a deployment")),
                 });
-                self.member_pushed(member, pushed);
+                self.with_groups(|groups| groups.member_pushed(member, pushed));
             }
         }
     }
@@ -360,16 +360,9 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Root and admins may do anything; other principals need a publish rule for
-    /// `deploy.apply` (covering the server, when there is one).
+    /// Whether `acl` may deploy (see [`may_deploy`]).
     pub(crate) fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
-        let asker = crate::authz::Asker::client("", acl);
-        let action = match server {
-            Some(server) => crate::authz::Action::Deploy { server },
-            // Configs belong to no server: any rule for deploy.apply is enough.
-            None => crate::authz::Action::UseConfigs,
-        };
-        self.access().decide(&asker, &action).map(drop).map_err(RequestError::from)
+        may_deploy(&self.access(), acl, server)
     }
 
     /// A deployment's new status, on the bus for its creator (`owner`).
@@ -502,14 +495,9 @@ impl<S: Store, N: Net> Master<S, N> {
         SignalHosts::parse(&self.config.deploy.signal_hosts).unwrap_or_default()
     }
 
-    /// A `signal_id` the relay would refuse is refused when the deployment is made, so the
-    /// engine learns at once (the relay checks again, resolved addresses included).
+    /// Whether a deployment's `signal_id` is one the relay takes (see [`check_signal_url`]).
     pub(crate) fn check_signal_url(&self, spec: &NewDeployment) -> Result<(), RequestError> {
-        let Some(url) = &spec.signal_id else { return Ok(()) };
-        self.signal_hosts()
-            .admit_url(url)
-            .map_err(|refused| RequestError::bad_request(format!("signal_id: {refused}")))?;
-        Ok(())
+        check_signal_url(&self.config, spec)
     }
 
     /// Starts relaying a deployment's last signal to its `signal_id`.
@@ -616,6 +604,33 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
     }
+}
+
+/// Root and admins may do anything; other principals need a publish rule for `deploy.apply`
+/// (covering the server, when there is one).
+pub(crate) fn may_deploy(
+    access: &crate::authz::Access<'_>,
+    acl: Option<&PrincipalAcl>,
+    server: Option<&str>,
+) -> Result<(), RequestError> {
+    let asker = crate::authz::Asker::client("", acl);
+    let action = match server {
+        Some(server) => crate::authz::Action::Deploy { server },
+        // Configs belong to no server: any rule for deploy.apply is enough.
+        None => crate::authz::Action::UseConfigs,
+    };
+    access.decide(&asker, &action).map(drop).map_err(RequestError::from)
+}
+
+/// A `signal_id` the relay would refuse is refused when the deployment is made, so the engine
+/// learns at once (the relay checks again, resolved addresses included).
+pub(crate) fn check_signal_url(config: &crate::config::MasterConfig, spec: &NewDeployment) -> Result<(), RequestError> {
+    let Some(url) = &spec.signal_id else { return Ok(()) };
+    SignalHosts::parse(&config.deploy.signal_hosts)
+        .unwrap_or_default()
+        .admit_url(url)
+        .map_err(|refused| RequestError::bad_request(format!("signal_id: {refused}")))?;
+    Ok(())
 }
 
 pub(crate) fn no_config(id: &str) -> RequestError {

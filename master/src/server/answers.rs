@@ -153,7 +153,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::Group(asked) => {
                     let GroupAsk { id, call } = *asked;
                     let done = crate::store::requests::run_group(&self.store, &id, call, self.clock.wall_ms()).await;
-                    self.group_answered(id, done);
+                    self.with_groups(|groups| groups.group_answered(id, done));
                 }
                 Ask::RereadDeploymentEnd(retry) => {
                     let read = self.store.job(&retry.jid).await;

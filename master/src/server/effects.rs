@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use halite_protocol::message::MinionJobState;
 
+use crate::authz::Access;
 use crate::core::effects::Effect;
+use crate::deploy::groups::GroupDesk;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -22,8 +24,23 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::StartTarget { jid, minion } => self.start_target(&jid, &minion),
                 Effect::SkipQueued { jid } => self.slots().skip_queued(&jid),
                 Effect::Cancel { jid } => self.cancel_after_rollout(&jid),
+                Effect::Reply { peer, request_id, answer } => self.reply(peer, request_id, *answer),
             }
         }
+    }
+
+    /// Lends the deployment groups their desk for `work`, then carries out what it decided.
+    /// The events published so far are handed out first: a group that starts listening
+    /// hears only those published after.
+    pub(crate) fn with_groups<R>(&mut self, work: impl FnOnce(&mut GroupDesk<'_>) -> R) -> R {
+        self.hear_events();
+        let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
+        let access = Access::of(&self.config, &self.registry, &self.jobs);
+        let mut desk = GroupDesk::new(&mut self.groups, access, &self.config, now, wall_ms);
+        let done = work(&mut desk);
+        let effects = desk.into_effects();
+        self.apply(effects);
+        done
     }
 
     /// Starts one queued target: sent if it is connected, waiting for its TTL if not (offline

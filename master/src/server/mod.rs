@@ -288,7 +288,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // What the deployments announced is heard before the groups listen again.
         master.hear_events();
         let open = master.store.open_groups().await?;
-        master.resume_groups(open);
+        master.with_groups(|groups| groups.resume_groups(open));
         Ok(master)
     }
 
@@ -478,8 +478,8 @@ impl<S: Store, N: Net> Master<S, N> {
         self.hear_moves();
         self.record_deployment_ends();
         self.answer_asks().await;
-        self.hear_events();
-        self.advance_groups(tick);
+        // Lending the groups their desk hands them the events first (`with_groups`).
+        self.with_groups(|groups| groups.advance_groups(tick));
         self.answer_asks().await;
         // What the groups announced: heard now, acted upon at the next step.
         self.hear_events();
