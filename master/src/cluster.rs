@@ -23,12 +23,6 @@ use crate::store::{ClusterChange, PrincipalRecord, Store, StoreError};
 const KEYS_READ_ONE_BY_ONE: usize = 64;
 
 impl<S: Store, N: Net> Master<S, N> {
-    /// Queues a change for the other masters sharing the store (nothing without any): the loop
-    /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
-    pub(crate) fn tell_masters(&mut self, change: ClusterChange) {
-        self.cluster.tell(change);
-    }
-
     /// Applies a change the master `from` made. What needs the store is asked for; each answer
     /// carries the change on (a store that fails it means changes may be missed: everything is
     /// reread, [`Master::cluster_read_failed`]). Whether everything is to be reread now (the

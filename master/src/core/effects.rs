@@ -3,10 +3,12 @@
 //! returns them as values; the loop applies them in the order given (`Master::apply`, in
 //! `server/effects.rs`), so an owner never reaches past its own state.
 
-use halite_protocol::message::Value;
+use halite_protocol::message::{ErrorKind, JobReturn, Message, MinionJobState, PublishRequest, Value};
 use halite_transport::PeerId;
 
+use crate::authz::publish::Publisher;
 use crate::core::asks::Ask;
+use crate::files::FileRead;
 use crate::request_error::Reply;
 use crate::store::ClusterChange;
 
@@ -30,4 +32,27 @@ pub(crate) enum Effect {
     Cancel { jid: String },
     /// A client's request answered.
     Reply { peer: PeerId, request_id: u64, answer: Box<Reply> },
+    /// A message for a connection (a full queue drops it, said in the log).
+    Send { peer: PeerId, message: Box<Message> },
+    /// A slot's move, made where every slot moves (`SlotMoves`).
+    Slot(Box<SlotOp>),
+    /// A return for a slot already final: stored beside that state, announced once as `late`.
+    LateReturn { jid: String, minion: String, state: MinionJobState, ret: Box<JobReturn> },
+    /// Everything unfinished for a minion that said hello goes to it again, in jid order (its
+    /// backlog included).
+    DeliverAll { minion: String, peer: PeerId },
+    /// A file read for a minion, to start (its answer comes back as an input).
+    ReadFile(Box<FileRead>),
+    /// A minion's peer publish, to decide as any publish.
+    Publish { peer: PeerId, caller: String, publisher: Publisher, request: Box<PublishRequest> },
+}
+
+/// A move of one slot (see `core/slot_moves.rs`).
+pub(crate) enum SlotOp {
+    /// To `state`, with its return (`SlotMoves::set`).
+    Set { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
+    /// Refused by its minion (`SlotMoves::refused`).
+    Refused { jid: String, minion: String, kind: ErrorKind, reason: String },
+    /// Recorded for the commit without moving (`SlotMoves::record`).
+    Record { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn>, late: bool },
 }

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use halite_protocol::message::MinionJobState;
+use halite_protocol::message::{JobReturn, MinionJobState};
 
 use crate::authz::Access;
-use crate::core::effects::Effect;
+use crate::core::effects::{Effect, SlotOp};
 use crate::deploy::groups::GroupDesk;
+use crate::minion_messages::MinionDesk;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -25,8 +26,58 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::SkipQueued { jid } => self.slots().skip_queued(&jid),
                 Effect::Cancel { jid } => self.cancel_after_rollout(&jid),
                 Effect::Reply { peer, request_id, answer } => self.reply(peer, request_id, *answer),
+                Effect::Send { peer, message } => self.send(peer, &message),
+                Effect::Slot(op) => self.move_slot(*op),
+                Effect::LateReturn { jid, minion, state, ret } => self.late_return(&jid, &minion, state, *ret),
+                Effect::DeliverAll { minion, peer } => self.deliver_all(&minion, peer),
+                Effect::ReadFile(read) => read.start(self.file_tx.clone()),
+                Effect::Publish { peer, caller, publisher, request } => {
+                    self.publish(peer, &caller, publisher, *request)
+                }
             }
         }
+    }
+
+    fn move_slot(&mut self, op: SlotOp) {
+        match op {
+            SlotOp::Set { jid, minion, state, ret } => self.slots().set(&jid, &minion, state, ret),
+            SlotOp::Refused { jid, minion, kind, reason } => self.slots().refused(&jid, &minion, kind, reason),
+            SlotOp::Record { jid, minion, state, ret, late } => self.slots().record(&jid, &minion, state, ret, late),
+        }
+    }
+
+    /// A return for a slot that is already final: stored beside that state (which does not
+    /// change), shown by `jobs show`, and announced on the bus once, as `late` (not `ret`:
+    /// the slot's final state was told, and stays what it is).
+    fn late_return(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: JobReturn) {
+        if self.jobs.first_late_return(jid, minion) {
+            let data = serde_json::json!({ "state": state.as_str(), "ret": ret });
+            self.emit_shared(format!("halite/job/{jid}/late/{minion}"), data);
+        }
+        self.slots().record(jid, minion, state, Some(ret), true);
+    }
+
+    /// Lends a minion's messages their desk for `work`, then carries out what it decided.
+    pub(crate) fn with_minion_desk<R>(&mut self, work: impl FnOnce(&mut MinionDesk<'_>) -> R) -> R {
+        let store_in_doubt = self.store_in_doubt();
+        let mut desk = MinionDesk {
+            config: &self.config,
+            registry: &mut self.registry,
+            jobs: &self.jobs,
+            pending: &mut self.pending,
+            event_gate: &mut self.event_gate,
+            notices: &mut self.notices,
+            files: &mut self.files,
+            metrics: &self.metrics,
+            store_in_doubt,
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+            out: Vec::new(),
+        };
+        let done = work(&mut desk);
+        let effects = std::mem::take(&mut desk.out);
+        self.apply(effects);
+        done
     }
 
     /// Lends the deployment groups their desk for `work`, then carries out what it decided.

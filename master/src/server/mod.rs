@@ -24,6 +24,7 @@
 //! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
 
 mod answers;
+mod connections;
 mod effects;
 pub(crate) mod hearing;
 mod resync;

@@ -2,7 +2,12 @@
 //! messages sealed for a connection. Handlers call these; nothing here awaits: a message that
 //! does not fit a peer's send queue is reported, never waited for.
 
-use halite_protocol::message::{self, ErrorKind, ErrorMessage, Event, Message, Value};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use halite_protocol::message::{
+    self, ErrorKind, ErrorMessage, Event, Message, MinionJobState, SignedJob, Value, Welcome,
+};
 use halite_transport::{PeerId, SendError};
 use serde_json::json;
 use tracing::warn;
@@ -164,6 +169,93 @@ impl<S: Store, N: Net> Master<S, N> {
         let last = parts.len().saturating_sub(1);
         for (index, body) in parts.into_iter().enumerate() {
             self.send(peer, &Message::Response(message::Response { request_id, body, more: index < last }));
+        }
+    }
+
+    /// What a minion (or client) is told when its session opens.
+    pub(crate) fn welcome(&self) -> Welcome {
+        crate::minion_messages::welcome(&self.config, self.clock.wall_ms())
+    }
+
+    /// Sends a minion that said hello everything unfinished for it, in jid order: its backlog
+    /// is part of it.
+    pub(crate) fn deliver_all(&mut self, minion: &str, peer: PeerId) {
+        self.undelivered.remove(minion);
+        for jid in self.jobs.deliverable_to(minion) {
+            self.deliver(&jid, minion, peer);
+        }
+    }
+
+    /// Sends a live job to a connected minion and marks it sent.
+    pub(crate) fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) {
+        let grace = Duration::from_secs(self.config.timeout_grace_secs);
+        let now = self.clock.now();
+        let Some(job) = self.jobs.get(jid) else { return };
+        let deadline = job.run_deadline(now, grace);
+        let signed = job.record.signed.clone();
+        let was = self.jobs.state(jid, minion);
+        if was.is_none_or(MinionJobState::is_final) {
+            return;
+        }
+        self.jobs.set_deadline(jid, minion, deadline);
+        let message = self.job_message(&signed, deadline);
+        self.send_job(peer, minion, jid, &message);
+        if was == Some(MinionJobState::Waiting) {
+            self.slots().set(jid, minion, MinionJobState::Sent, None);
+        }
+    }
+
+    /// A job as sent to a minion: signed as published, with the master's time by which the
+    /// minion must start it (the slot's deadline less the grace the master waits for a late
+    /// report), so a minion that gets it after the master may have given it up never runs it.
+    pub(crate) fn job_message(&self, signed: &SignedJob, deadline: Option<Instant>) -> Message {
+        let grace = Duration::from_secs(self.config.timeout_grace_secs);
+        let start_by_ms = deadline.map(|deadline| {
+            let left = deadline.saturating_duration_since(self.clock.now()).saturating_sub(grace);
+            self.clock.wall_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+        });
+        Message::Job(SignedJob { start_by_ms, ..signed.clone() })
+    }
+
+    /// Sends a job to a minion's connection; if its queue is full, the job waits in the
+    /// minion's backlog and is sent again, in jid order, as the queue drains (a burst never
+    /// loses a job message).
+    pub(crate) fn send_job(&mut self, peer: PeerId, minion: &str, jid: &str, job: &Message) {
+        let backlog = self.undelivered.get(minion).is_some_and(|b| !b.is_empty());
+        if backlog || matches!(self.try_send(peer, job), Err(SendError::Full)) {
+            self.undelivered.entry(minion.to_owned()).or_default().insert(jid.to_owned());
+        }
+    }
+
+    /// Sends what waits in the minions' backlogs, each until its queue is full again.
+    pub(crate) fn send_backlogs(&mut self) {
+        let minions: Vec<String> = self.undelivered.keys().cloned().collect();
+        for minion in minions {
+            let Some(peer) = self.sessions.peer_of(&minion) else {
+                // Gone: everything unfinished is delivered again at its next hello.
+                self.undelivered.remove(&minion);
+                continue;
+            };
+            let jids: Vec<String> =
+                self.undelivered.get(&minion).map(|b| b.iter().cloned().collect()).unwrap_or_default();
+            for jid in jids {
+                let live = self.jobs.state(&jid, &minion).is_some_and(|s| !s.is_final());
+                let message = self.jobs.get(&jid).filter(|_| live).map(|job| {
+                    let deadline = job.slots().get(&minion).and_then(|slot| slot.deadline);
+                    self.job_message(&job.record.signed, deadline)
+                });
+                if let Some(message) = message {
+                    if matches!(self.try_send(peer, &message), Err(SendError::Full)) {
+                        break;
+                    }
+                }
+                if let Some(backlog) = self.undelivered.get_mut(&minion) {
+                    backlog.remove(&jid);
+                }
+            }
+            if self.undelivered.get(&minion).is_some_and(BTreeSet::is_empty) {
+                self.undelivered.remove(&minion);
+            }
         }
     }
 }

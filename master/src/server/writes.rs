@@ -191,4 +191,10 @@ impl<S: Store, N: Net> Master<S, N> {
             Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
     }
+
+    /// Queues a change for the other masters sharing the store (nothing without any): the loop
+    /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
+    pub(crate) fn tell_masters(&mut self, change: ClusterChange) {
+        self.cluster.tell(change);
+    }
 }

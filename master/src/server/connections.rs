@@ -1,0 +1,84 @@
+//! Where the loop ends connections: the one clean-up path for every peer ([`Master::forget`]),
+//! and the ways a session is ended that the handlers return as effects (a minion cut, a
+//! principal's clients cut, gateway sessions ended, parked connections released, a failed
+//! handshake dropped).
+
+use halite_transport::PeerId;
+use tracing::{debug, info};
+
+use crate::core::sessions::Conn;
+use crate::net::Net;
+use crate::store::Store;
+
+use super::Master;
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
+    /// session, its presence, its subscriptions, its watches, its pending batches. With a
+    /// reason, its connection is also closed. The one clean-up path for every peer.
+    pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
+        match (self.sessions.remove(&peer), close) {
+            (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.unpark(peer),
+            (Some(Conn::Minion { id, .. }), _) if self.sessions.went_offline(&id, peer) => {
+                self.pending.put_minion(self.registry.seen(&id, self.clock.wall_ms()));
+                self.cluster.left_here(id);
+            }
+            // An in-process session is told why it ends (its queue closes right after).
+            (Some(Conn::Local { tx, .. }), Some(reason)) => {
+                let _ = tx.try_send(crate::token_sessions::session_ended(reason));
+            }
+            _ => {}
+        }
+        self.bus.unsubscribe(peer);
+        self.jobs.forget_watcher(peer);
+        self.watchers.forget(peer);
+        if let Some(reason) = close {
+            self.net.disconnect(peer, reason);
+        }
+    }
+
+    /// Closes the parked connections of minions whose key is now accepted: each knocks again
+    /// at once and is let in (on whichever master the acceptance reached).
+    pub(crate) fn release_parked(&mut self) {
+        let accepted: Vec<(String, PeerId)> = self
+            .sessions
+            .parked()
+            .filter(|(id, _)| self.registry.has_accepted(id))
+            .map(|(id, peer)| (id.clone(), *peer))
+            .collect();
+        for (id, peer) in accepted {
+            info!(minion = %id, "key accepted; the minion's waiting connection is closed so it connects again");
+            self.forget(peer, Some(halite_protocol::noise::KEY_ACCEPTED_REASON));
+        }
+    }
+
+    pub(crate) fn drop_peer(&mut self, peer: PeerId, reason: &str) {
+        debug!(peer = peer.0, reason, "handshake failed");
+        self.forget(peer, Some(reason));
+    }
+
+    /// Ends these in-process sessions (their token was revoked or expired), telling each why
+    /// before its queue closes.
+    pub(crate) fn end_gateway_sessions(&mut self, peers: Vec<PeerId>, why: &str) {
+        for peer in peers {
+            info!(peer = peer.0, why, "ending a gateway session");
+            self.forget(peer, Some(why));
+        }
+    }
+
+    /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
+    pub(crate) fn cut_minion(&mut self, id: &str) {
+        if let Some(peer) = self.sessions.peer_of(id) {
+            info!(minion = id, "key no longer accepted; disconnecting");
+            self.forget(peer, Some("key no longer accepted"));
+        }
+    }
+
+    /// Ends every session of a principal that was removed.
+    pub(crate) fn cut_clients(&mut self, principal: &str) {
+        let peers = self.sessions.clients_of(principal);
+        for peer in peers {
+            self.forget(peer, Some("principal removed"));
+        }
+    }
+}
