@@ -1,90 +1,140 @@
 //! Several masters on one store: what one master changes in what every master keeps in memory
 //! is announced through the store and applied by the others at once. Here: accepted keys and
 //! principals (rejecting a key through one master cuts the minion's live session on another),
-//! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`. An
-//! announcement that needs the store asks for it (`core/asks.rs`) and goes on with the answer;
-//! nothing here awaits. The loop sends the announcements (`server/writes.rs`) and rereads the
-//! store after a gap (`server/resync.rs`), handing what it read to `Master::views_reread`.
+//! and the dispatch of announcements; jobs and presence are in `cluster_jobs.rs`.
+//!
+//! Nothing here awaits or acts on the master: the loop lends a [`ClusterDesk`] (the other
+//! masters' view, the registry and what the next commit writes, theirs to change; the sessions,
+//! the live jobs and the config, read-only) and carries out the [`Effect`]s it returns: store
+//! calls, events, sessions ended, jobs adopted or cancelled (`Master::with_cluster_desk`). The
+//! loop sends the announcements (`server/writes.rs`) and rereads the store after a gap
+//! (`server/resync.rs`), handing what it read to [`ClusterDesk::views_reread`].
+
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use halite_protocol::message::Value;
 use halite_transport::PeerId;
 use tracing::{info, warn};
 
-use crate::authz::{Action, Asker};
+use crate::acl::NoticeThrottle;
+use crate::authz::{Access, Action, Asker};
+use crate::config::MasterConfig;
 use crate::core::asks::Ask;
-use crate::core::sessions::Conn;
-use crate::net::Net;
-use crate::server::Master;
+use crate::core::cluster_view::ClusterView;
+use crate::core::effects::Effect;
+use crate::core::jobs::JobTable;
+use crate::core::registry::Registry;
+use crate::core::sessions::{Conn, Sessions};
+use crate::core::writes::PendingWrites;
 use crate::store::reads::AcceptedKeys;
-use crate::store::{ClusterChange, PrincipalRecord, Store, StoreError};
+use crate::store::{ClusterChange, PrincipalRecord, StoreError};
 
 /// The most keys another master's change names that are reread one by one rather than all.
 const KEYS_READ_ONE_BY_ONE: usize = 64;
 
-impl<S: Store, N: Net> Master<S, N> {
+/// What the other masters' announcements are applied with: what they change, and what they
+/// read.
+pub(crate) struct ClusterDesk<'a> {
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) cluster: &'a mut ClusterView,
+    pub(crate) registry: &'a mut Registry,
+    pub(crate) pending: &'a mut PendingWrites,
+    pub(crate) notices: &'a mut NoticeThrottle,
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) jobs: &'a JobTable,
+    pub(crate) now: Instant,
+    pub(crate) out: Vec<Effect>,
+}
+
+/// Which keys to reread for a change naming `ids` (`None`: any): those named, one read each,
+/// or all of them when the change is too wide for that.
+pub(crate) fn keys_to_read(ids: Option<&[String]>) -> Option<&[String]> {
+    ids.filter(|ids| ids.len() <= KEYS_READ_ONE_BY_ONE)
+}
+
+/// A read another master's change needed failed: changes may have been missed, so the store
+/// is reread (`on_tick`) once it answers.
+pub(crate) fn read_failed(cluster: &mut ClusterView, notices: &mut NoticeThrottle, now: Instant, error: &StoreError) {
+    // Said once in a while: a read that keeps failing is tried at every reread (100 ms).
+    if notices.ready("store:cluster_read", Duration::from_secs(10), now) {
+        warn!(%error, "store failure while applying another master's change; rereading the store");
+    }
+    cluster.read_failed();
+}
+
+/// The sessions of a principal that was removed, or whose key or ACL changed (they reconnect
+/// under the new ACL); root never changes.
+pub(crate) fn stale_clients(registry: &Registry, sessions: &Sessions, name: &str) -> Vec<PeerId> {
+    if name == "root" {
+        return Vec::new();
+    }
+    let record = registry.principal(name);
+    sessions
+        .clients_of(name)
+        .into_iter()
+        .filter(|peer| match (sessions.get(peer), record) {
+            (_, None) => true,
+            (Some(Conn::Client { acl, session, .. }), Some(record)) => {
+                session.peer().identity.as_bytes() != &record.public_key || acl.as_deref() != Some(&record.acl)
+            }
+            (Some(Conn::Local { acl, .. }), Some(record)) => acl.as_ref().map(Arc::as_ref) != Some(&record.acl),
+            _ => false,
+        })
+        .collect()
+}
+
+impl ClusterDesk<'_> {
     /// Applies a change the master `from` made. What needs the store is asked for; each answer
     /// carries the change on (a store that fails it means changes may be missed: everything is
-    /// reread, [`Master::cluster_read_failed`]). Whether everything is to be reread now (the
-    /// loop does it: [`Master::resync`]).
+    /// reread, [`read_failed`]). Whether everything is to be reread now (the loop does it:
+    /// `Master::resync`).
     pub(crate) fn on_cluster_change(&mut self, from: &str, change: ClusterChange) -> bool {
         // Another master's announcement: authenticated by the store layer before it got here,
         // decided like every other request.
-        if let Err(denied) = self.access().decide(&Asker::ClusterPeer, &Action::Announce) {
+        let access = Access::of(self.config, self.registry, self.jobs);
+        if let Err(denied) = access.decide(&Asker::ClusterPeer, &Action::Announce) {
             warn!(master = from, %denied, "announcement refused");
             return false;
         }
         if change != ClusterChange::Resync {
-            self.cluster.heard_from(from, self.clock.now());
+            self.cluster.heard_from(from, self.now);
         }
-        match change {
-            ClusterChange::Keys { ids } => self.asks.push(Ask::ReadKeys { ids }),
-            ClusterChange::Principal { name } => self.asks.push(Ask::ReadPrincipals { name }),
+        let effect = match change {
+            ClusterChange::Keys { ids } => Effect::Ask(Ask::ReadKeys { ids }),
+            ClusterChange::Principal { name } => Effect::Ask(Ask::ReadPrincipals { name }),
             ClusterChange::Resync => return true,
-            ClusterChange::Job { jid } => self.adopt_job(&jid),
+            ClusterChange::Job { jid } => Effect::AdoptJob { jid },
             // A job not live here has nothing to stop here (its announcement came first).
-            ClusterChange::Cancel { jid } => self.cancel_here(&jid),
-            ClusterChange::Event { tag, data } => self.emit(tag, data),
-            ClusterChange::StoredEvent { id, digest } => self.asks.push(Ask::ReadSharedEvent { id, digest }),
-            ClusterChange::Slots { jid, states } => self.apply_remote_slots(&jid, states),
-            ClusterChange::Rollout { jid } => {
-                let reread = self.rollouts().changed_elsewhere(&jid);
-                self.apply(reread);
-            }
+            ClusterChange::Cancel { jid } => Effect::CancelHere { jid },
+            ClusterChange::Event { tag, data } => Effect::Emit { tag, data },
+            ClusterChange::StoredEvent { id, digest } => Effect::Ask(Ask::ReadSharedEvent { id, digest }),
+            ClusterChange::Slots { jid, states } => Effect::RemoteSlots { jid, states },
+            ClusterChange::Rollout { jid } => Effect::RolloutChangedElsewhere { jid },
             ClusterChange::Here { ids } => {
                 for id in &ids {
                     self.cluster.arrived(id, from);
                 }
-                self.asks.push(Ask::ReadMinions { ids });
+                Effect::Ask(Ask::ReadMinions { ids })
             }
             ClusterChange::Left { ids } => {
                 for id in ids {
                     self.cluster.left(&id, from);
                 }
+                return false;
             }
-            ClusterChange::Alive => {}
+            ClusterChange::Alive => return false,
             ClusterChange::RollCall => {
                 let ids = self.sessions.online_ids().cloned().collect();
-                self.tell_masters(ClusterChange::Here { ids });
+                Effect::Tell(ClusterChange::Here { ids })
             }
-        }
+        };
+        self.out.push(effect);
         false
     }
 
-    /// A read another master's change needed failed: changes may have been missed, so the
-    /// store is reread (`on_tick`) once it answers.
-    pub(crate) fn cluster_read_failed(&mut self, error: &StoreError) {
-        // Said once in a while: a read that keeps failing is tried at every reread (100 ms).
-        if self.notices.ready("store:cluster_read", std::time::Duration::from_secs(10), self.clock.now()) {
-            warn!(%error, "store failure while applying another master's change; rereading the store");
-        }
-        self.cluster.read_failed();
-    }
-
-    /// Which keys to reread for a change naming `ids` (`None`: any): those named, one read
-    /// each, or all of them when the change is too wide for that.
-    pub(crate) fn keys_to_read(ids: Option<&[String]>) -> Option<&[String]> {
-        ids.filter(|ids| ids.len() <= KEYS_READ_ONE_BY_ONE)
+    fn read_failed(&mut self, error: &StoreError) {
+        read_failed(self.cluster, self.notices, self.now, error);
     }
 
     /// The keys another master changed (those of `ids`, or any), as reread: taken, and a minion
@@ -92,7 +142,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn keys_reread(&mut self, ids: Option<Vec<String>>, read: Result<AcceptedKeys, StoreError>) {
         let keys = match read {
             Ok(keys) => keys,
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         };
         let ids = ids.unwrap_or_else(|| self.sessions.online_ids().cloned().collect());
         self.take_accepted(keys);
@@ -101,12 +151,19 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Accepted keys as read: the registry takes them, and minions parked while their key was
+    /// pending knock again if theirs is now accepted.
+    fn take_accepted(&mut self, keys: AcceptedKeys) {
+        self.registry.take_accepted(keys);
+        self.out.push(Effect::ReleaseParked);
+    }
+
     /// The principals as reread after another master changed `name`: its sessions end if it
     /// changed or went, and its gateway sessions' tokens are looked up again.
     pub(crate) fn principals_reread(&mut self, name: &str, read: Result<Vec<PrincipalRecord>, StoreError>) {
         match read {
             Ok(principals) => self.registry.set_principals(principals),
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         }
         self.drop_clients_if_changed(name);
         self.recheck_tokens(name);
@@ -114,19 +171,24 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Looks up again the tokens of `principal`'s in-process sessions: those whose token is
     /// gone (another master revoked it; its announcement names the principal) end
-    /// ([`Master::tokens_rechecked`]).
+    /// ([`ClusterDesk::tokens_rechecked`]).
     fn recheck_tokens(&mut self, principal: &str) {
         let tokens = self.sessions.tokens_of(principal);
         if !tokens.is_empty() {
-            self.asks.push(Ask::RecheckTokens { tokens });
+            self.out.push(Effect::Ask(Ask::RecheckTokens { tokens }));
         }
     }
 
     /// The gateway sessions whose token no longer grants anything, as read: they end.
     pub(crate) fn tokens_rechecked(&mut self, gone: Result<Vec<PeerId>, StoreError>) {
         match gone {
-            Ok(gone) => self.end_gateway_sessions(gone, "token revoked"),
-            Err(error) => self.cluster_read_failed(&error),
+            Ok(gone) => {
+                for peer in gone {
+                    info!(peer = peer.0, "ending a gateway session: token revoked");
+                    self.out.push(Effect::Forget { peer, why: "token revoked" });
+                }
+            }
+            Err(error) => self.read_failed(&error),
         }
     }
 
@@ -134,9 +196,9 @@ impl<S: Store, N: Net> Master<S, N> {
     /// announced): published here.
     pub(crate) fn shared_event_read(&mut self, read: Result<Option<(String, Value)>, StoreError>) {
         match read {
-            Ok(Some((tag, data))) => self.emit(tag, data),
+            Ok(Some((tag, data))) => self.out.push(Effect::Emit { tag, data }),
             Ok(None) => {}
-            Err(error) => self.cluster_read_failed(&error),
+            Err(error) => self.read_failed(&error),
         }
     }
 
@@ -181,33 +243,15 @@ impl<S: Store, N: Net> Master<S, N> {
             _ => return,
         };
         if !self.registry.is_accepted(id, &key) {
-            self.cut_minion(id);
+            self.out.push(Effect::CutMinion { id: id.to_owned() });
         }
     }
 
-    /// Cuts the sessions of a principal that was removed, or whose key or ACL changed (they
-    /// reconnect under the new ACL); root never changes.
-    pub(crate) fn drop_clients_if_changed(&mut self, name: &str) {
-        if name == "root" {
-            return;
-        }
-        let record = self.registry.principal(name).cloned();
-        let stale: Vec<_> = self
-            .sessions
-            .clients_of(name)
-            .into_iter()
-            .filter(|peer| match (self.sessions.get(peer), &record) {
-                (_, None) => true,
-                (Some(Conn::Client { acl, session, .. }), Some(record)) => {
-                    session.peer().identity.as_bytes() != &record.public_key || acl.as_deref() != Some(&record.acl)
-                }
-                (Some(Conn::Local { acl, .. }), Some(record)) => acl.as_ref().map(Arc::as_ref) != Some(&record.acl),
-                _ => false,
-            })
-            .collect();
-        for peer in stale {
+    /// Ends the sessions of a principal that changed or went ([`stale_clients`]).
+    fn drop_clients_if_changed(&mut self, name: &str) {
+        for peer in stale_clients(self.registry, self.sessions, name) {
             info!(principal = name, "principal changed or removed; disconnecting its session");
-            self.forget(peer, Some("principal changed"));
+            self.out.push(Effect::Forget { peer, why: "principal changed" });
         }
     }
 }

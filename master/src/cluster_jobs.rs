@@ -5,32 +5,63 @@
 //! with them. Presence (`Here`, `Left`, `Alive`) tells a master which minions are served
 //! elsewhere: it neither reports them offline nor times out their slots while their master is
 //! alive. Of two masters deciding one slot, the store keeps the first final state.
+//!
+//! Nothing here awaits or acts on the master: the loop lends a [`ClusterJobsDesk`] (the live
+//! jobs and what listens to them, the registry's minions; the sessions and config, read-only)
+//! and carries out the [`Effect`]s it returns: store calls, events, deliveries, slots' moves
+//! (`Master::with_cluster_jobs`).
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
+use crate::acl::NoticeThrottle;
+use crate::config::MasterConfig;
 use crate::core::asks::Ask;
-use crate::core::hearing::SlotChange;
-use crate::core::jobs::LiveJob;
-use crate::core::registry::MinionEntry;
-use crate::net::Net;
-use crate::server::{loaded_slots, Master};
+use crate::core::cluster_view::ClusterView;
+use crate::core::effects::{Effect, SlotOp};
+use crate::core::hearing::{Hearing, SlotChange};
+use crate::core::jobs::{JobTable, LiveJob};
+use crate::core::registry::{MinionEntry, Registry};
+use crate::core::rollout_queue::RolloutQueue;
+use crate::core::sessions::Sessions;
+use crate::core::watchers::Watchers;
+use crate::server::loaded_slots;
 use crate::store::reads::StoredJob;
-use crate::store::{MinionRecord, Store, StoreError, UnfinishedJob};
+use crate::store::{MinionRecord, StoreError, UnfinishedJob};
 
-impl<S: Store, N: Net> Master<S, N> {
-    /// Whether `minion` is served by another live master (and not by this one).
-    pub(crate) fn served_elsewhere(&self, minion: &str) -> bool {
-        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.clock.now()).is_some()
+/// What jobs across the masters are followed with: what they change, and what they read.
+pub(crate) struct ClusterJobsDesk<'a> {
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) jobs: &'a mut JobTable,
+    pub(crate) hearing: &'a mut Hearing,
+    pub(crate) rollout_queue: &'a mut RolloutQueue,
+    pub(crate) watchers: &'a mut Watchers,
+    pub(crate) registry: &'a mut Registry,
+    pub(crate) cluster: &'a mut ClusterView,
+    pub(crate) notices: &'a mut NoticeThrottle,
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+    pub(crate) out: Vec<Effect>,
+}
+
+impl ClusterJobsDesk<'_> {
+    fn ask(&mut self, ask: Ask) {
+        self.out.push(Effect::Ask(ask));
+    }
+
+    fn read_failed(&mut self, error: &StoreError) {
+        crate::cluster::read_failed(self.cluster, self.notices, self.now, error);
     }
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
-    /// the targeted minions connected here ([`Master::job_loaded`] goes on once it is read).
+    /// the targeted minions connected here ([`ClusterJobsDesk::job_loaded`] goes on once it is read).
     pub(crate) fn adopt_job(&mut self, jid: &str) {
         if !self.holds_or_finished(jid) {
-            self.asks.push(Ask::LoadJob { jid: jid.to_owned() });
+            self.ask(Ask::LoadJob { jid: jid.to_owned() });
         }
     }
 
@@ -46,7 +77,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let stored = match loaded {
             Ok(Some(stored)) => stored,
             Ok(None) => return,
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         };
         // Asked for twice in one step (a reread finds it twice): taken once.
         if self.holds_or_finished(jid) {
@@ -64,7 +95,7 @@ impl<S: Store, N: Net> Master<S, N> {
                                       "minions": minions });
         let finals: Vec<(String, MinionJobState)> = states.iter().filter(|(_, s)| s.is_final()).cloned().collect();
         let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
-        let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
+        let slots = loaded_slots(&record, states, self.now, self.wall_ms, grace);
         let here: Vec<String> = slots
             .iter()
             .filter(|(id, slot)| !slot.state.is_final() && self.sessions.is_online(id))
@@ -78,10 +109,10 @@ impl<S: Store, N: Net> Master<S, N> {
             // This master starts the targets it serves by the same rule.
             self.rollout_queue.due(&job.record.jid);
         }
-        // Its rollout hears only the events published after it.
-        self.hear_events();
+        // Its rollout hears only the events published after it: the loop hands out those before
+        // it lends this desk (`Master::with_cluster_jobs`).
         self.jobs.insert(job);
-        self.emit(format!("halite/job/{jid}/new"), new);
+        self.out.push(Effect::Emit { tag: format!("halite/job/{jid}/new"), data: new });
         for (minion, state) in finals {
             let ret = returns.remove(&minion);
             self.hearing.slot_changed(SlotChange { jid: jid.to_owned(), minion, state, ret });
@@ -90,15 +121,15 @@ impl<S: Store, N: Net> Master<S, N> {
         self.hearing.job_may_end(jid);
         for minion in here {
             if let Some(peer) = self.sessions.peer_of(&minion) {
-                self.deliver(jid, &minion, peer);
+                self.out.push(Effect::Deliver { jid: jid.to_owned(), minion, peer });
             }
         }
     }
 
     /// Tells this master's subscribers of the jobs published from `since_ms` on that it neither
-    /// holds nor finished ([`Master::missed_jobs_read`] goes on once they are read).
+    /// holds nor finished ([`ClusterJobsDesk::missed_jobs_read`] goes on once they are read).
     pub(crate) fn adopt_jobs_published_since(&mut self, since_ms: u64) {
-        self.asks.push(Ask::ReadMissedJobs { since_ms });
+        self.ask(Ask::ReadMissedJobs { since_ms });
     }
 
     /// The jobs this master missed, newest first (and whether there were more than it takes
@@ -108,7 +139,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn missed_jobs_read(&mut self, read: Result<(Vec<String>, bool), StoreError>) {
         let (missed, more) = match read {
             Ok(read) => read,
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         };
         if more {
             warn!(
@@ -125,9 +156,9 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Compares the jobs this master holds with the store's live ones
-    /// ([`Master::live_jobs_read`] goes on once they are read).
+    /// ([`ClusterJobsDesk::live_jobs_read`] goes on once they are read).
     pub(crate) fn sweep_jobs(&mut self) {
-        self.asks.push(Ask::ReadLiveJobs);
+        self.ask(Ask::ReadLiveJobs);
     }
 
     /// The jobs live in the store, as read: one live there that this master does not hold is
@@ -156,11 +187,11 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Brings this master's copy of each job in `jids` to the states the store holds (the
-    /// changes it missed are applied as if announced: [`Master::job_reread`]).
+    /// changes it missed are applied as if announced: [`ClusterJobsDesk::job_reread`]).
     pub(crate) fn reread_jobs(&mut self, jids: &[String]) {
         for jid in jids {
             if self.jobs.get(jid).is_some() {
-                self.asks.push(Ask::RereadJob { jid: jid.clone() });
+                self.ask(Ask::RereadJob { jid: jid.clone() });
             }
         }
     }
@@ -169,7 +200,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn job_reread(&mut self, jid: &str, read: Result<Option<UnfinishedJob>, StoreError>) {
         let stored = match read {
             Ok(stored) => stored,
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         };
         if self.jobs.get(jid).is_none() {
             return;
@@ -184,8 +215,8 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             // Purged from the store meanwhile: nothing can still come of it.
             None => {
-                // Its events are heard while it lives (who may receive them depends on it).
-                self.hear_events();
+                // Its events are heard while it lives (who may receive them depends on it): the
+                // loop hands them out before it lends this desk.
                 if let Some(job) = self.jobs.remove(jid) {
                     self.watchers.done(job.watchers, jid);
                 }
@@ -194,7 +225,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Slots another master decided (and stored): this master's copy of the job follows, with
-    /// the returns read from the store for its watchers and bus ([`Master::remote_slots_read`]).
+    /// the returns read from the store for its watchers and bus ([`ClusterJobsDesk::remote_slots_read`]).
     pub(crate) fn apply_remote_slots(&mut self, jid: &str, states: Vec<(String, MinionJobState)>) {
         if self.jobs.get(jid).is_none() {
             // Not known here yet (the announcements crossed): loaded as stored, these included.
@@ -203,7 +234,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // The returns of the slots that ended, in one read: of those minions only, not the whole
         // job (a fan-out's returns come in many announcements). None ended: no read.
         if states.iter().any(|(_, state)| state.is_final()) {
-            self.asks.push(Ask::ReadReturns { jid: jid.to_owned(), states });
+            self.ask(Ask::ReadReturns { jid: jid.to_owned(), states });
         } else {
             self.remote_slots_read(jid, states, Ok(HashMap::new()));
         }
@@ -218,7 +249,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) {
         let mut returns = match returns {
             Ok(returns) => returns,
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         };
         for (minion, state) in states {
             let was = self.jobs.state(jid, &minion);
@@ -228,11 +259,11 @@ impl<S: Store, N: Net> Master<S, N> {
             // Another master's rollout started a target connected here: this master sends it.
             if was == Some(MinionJobState::Queued) && state == MinionJobState::Sent {
                 if let Some(peer) = self.sessions.peer_of(&minion) {
-                    self.deliver(jid, &minion, peer);
+                    self.out.push(Effect::Deliver { jid: jid.to_owned(), minion: minion.clone(), peer });
                 }
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
-            self.slots().moved(jid, &minion, state, ret);
+            self.out.push(Effect::Slot(Box::new(SlotOp::Moved { jid: jid.to_owned(), minion, state, ret })));
         }
     }
 
@@ -241,7 +272,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn minions_read(&mut self, read: Result<Vec<MinionRecord>, StoreError>) {
         let records = match read {
             Ok(records) => records,
-            Err(error) => return self.cluster_read_failed(&error),
+            Err(error) => return self.read_failed(&error),
         };
         for record in records {
             let entry = MinionEntry {

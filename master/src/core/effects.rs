@@ -43,6 +43,22 @@ pub(crate) enum Effect {
     DeliverAll { minion: String, peer: PeerId },
     /// A file read for a minion, to start (its answer comes back as an input).
     ReadFile(Box<FileRead>),
+    /// A connection ended, closed with `why`.
+    Forget { peer: PeerId, why: &'static str },
+    /// A minion whose key is no longer accepted: its session ends.
+    CutMinion { id: String },
+    /// Connections parked while their minion's key was pending close if it is now accepted.
+    ReleaseParked,
+    /// A job another master published, or this one lost track of, to load.
+    AdoptJob { jid: String },
+    /// A job another master cancelled, stopped for the minions served here.
+    CancelHere { jid: String },
+    /// Slots another master decided and stored, to follow.
+    RemoteSlots { jid: String, states: Vec<(String, MinionJobState)> },
+    /// A rollout another master changed, to reread.
+    RolloutChangedElsewhere { jid: String },
+    /// A live job sent to a connected minion, its slot marked sent.
+    Deliver { jid: String, minion: String, peer: PeerId },
     /// A minion's peer publish, to decide as any publish.
     Publish { peer: PeerId, caller: String, publisher: Publisher, request: Box<PublishRequest> },
 }
@@ -53,6 +69,9 @@ pub(crate) enum SlotOp {
     Set { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
     /// Refused by its minion (`SlotMoves::refused`).
     Refused { jid: String, minion: String, kind: ErrorKind, reason: String },
+    /// A move already made, whichever master decided it, recorded for its listeners
+    /// (`SlotMoves::moved`).
+    Moved { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
     /// Recorded for the commit without moving (`SlotMoves::record`).
     Record { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn>, late: bool },
 }

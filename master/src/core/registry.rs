@@ -75,6 +75,18 @@ impl Registry {
         self.accepted = self.accepted_keys.keys().cloned().collect();
     }
 
+    /// Takes the accepted keys as read: all of them, or those of some ids.
+    pub(crate) fn take_accepted(&mut self, keys: crate::store::reads::AcceptedKeys) {
+        match keys {
+            crate::store::reads::AcceptedKeys::All(keys) => self.set_accepted(keys),
+            crate::store::reads::AcceptedKeys::Of(of) => {
+                for (id, key) in of {
+                    self.set_accepted_of(&id, key);
+                }
+            }
+        }
+    }
+
     /// Records a newly accepted key for `id`.
     pub(crate) fn accept(&mut self, id: &str, key: [u8; 32]) {
         self.accepted.insert(id.to_owned());

@@ -70,30 +70,15 @@ fn is_final(member_status: &str) -> bool {
 /// and what their work decides with (who may do what, the config, the time), read-only.
 /// What else it decides (answers, store calls, events) it returns as effects.
 pub(crate) struct GroupDesk<'a> {
-    runs: &'a mut GroupRuns,
-    access: Access<'a>,
-    config: &'a MasterConfig,
-    now: Instant,
-    wall_ms: u64,
-    out: Vec<Effect>,
+    pub(crate) runs: &'a mut GroupRuns,
+    pub(crate) access: Access<'a>,
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+    pub(crate) out: Vec<Effect>,
 }
 
-impl<'a> GroupDesk<'a> {
-    pub(crate) fn new(
-        runs: &'a mut GroupRuns,
-        access: Access<'a>,
-        config: &'a MasterConfig,
-        now: Instant,
-        wall_ms: u64,
-    ) -> Self {
-        GroupDesk { runs, access, config, now, wall_ms, out: Vec::new() }
-    }
-
-    /// What the work decided, for the loop to carry out in this order.
-    pub(crate) fn into_effects(self) -> Vec<Effect> {
-        self.out
-    }
-
+impl GroupDesk<'_> {
     fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
         self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
     }

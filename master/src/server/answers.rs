@@ -72,16 +72,16 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.rollout_stored(*change, stored);
                 }
                 Ask::ReadKeys { ids } => {
-                    let read = reads::accepted_keys(&self.store, Self::keys_to_read(ids.as_deref())).await;
-                    self.keys_reread(ids, read);
+                    let read = reads::accepted_keys(&self.store, crate::cluster::keys_to_read(ids.as_deref())).await;
+                    self.with_cluster_desk(|desk| desk.keys_reread(ids, read));
                 }
                 Ask::ReadPrincipals { name } => {
                     let read = self.store.principals().await;
-                    self.principals_reread(&name, read);
+                    self.with_cluster_desk(|desk| desk.principals_reread(&name, read));
                 }
                 Ask::RecheckTokens { tokens } => {
                     let gone = reads::tokens_gone(&self.store, &tokens, self.clock.wall_ms()).await;
-                    self.tokens_rechecked(gone);
+                    self.with_cluster_desk(|desk| desk.tokens_rechecked(gone));
                 }
                 Ask::LoadJob { jid } => {
                     // A revoked master's job is refused before anything more of it is read.
@@ -89,36 +89,36 @@ impl<S: Store, N: Net> Master<S, N> {
                         record.signed.signer_key().is_some_and(|key| self.config.revokes(&key))
                     };
                     let loaded = reads::job_with_returns(&self.store, &jid, revoked).await;
-                    self.job_loaded(&jid, loaded);
+                    self.with_cluster_jobs(|desk| desk.job_loaded(&jid, loaded));
                 }
                 Ask::ReadReturns { jid, states } => {
                     let ended: Vec<String> =
                         states.iter().filter(|(_, s)| s.is_final()).map(|(m, _)| m.clone()).collect();
                     let returns = reads::returns_of(&self.store, &jid, &ended).await;
-                    self.remote_slots_read(&jid, states, returns);
+                    self.with_cluster_jobs(|desk| desk.remote_slots_read(&jid, states, returns));
                 }
                 Ask::ReadSharedEvent { id, digest } => {
                     let read = self.store.shared_event(id, &digest).await;
-                    self.shared_event_read(read);
+                    self.with_cluster_desk(|desk| desk.shared_event_read(read));
                 }
                 Ask::ReadMinions { ids } => {
                     let read = self.store.minions_named(&ids).await;
-                    self.minions_read(read);
+                    self.with_cluster_jobs(|desk| desk.minions_read(read));
                 }
                 Ask::ReadLiveJobs => {
                     let read = self.store.unfinished_jids().await;
-                    self.live_jobs_read(read);
+                    self.with_cluster_jobs(|desk| desk.live_jobs_read(read));
                 }
                 Ask::RereadJob { jid } => {
                     let read = self.store.live_job(&jid).await;
-                    self.job_reread(&jid, read);
+                    self.with_cluster_jobs(|desk| desk.job_reread(&jid, read));
                 }
                 Ask::ReadMissedJobs { since_ms } => {
                     let jobs = &self.jobs;
                     let missed = |jid: &str| jobs.get(jid).is_none() && !jobs.finished_lately(jid);
                     let max = crate::core::cluster_view::GAP_JOBS_MAX;
                     let read = reads::jobs_missed(&self.store, since_ms, max, missed).await;
-                    self.missed_jobs_read(read);
+                    self.with_cluster_jobs(|desk| desk.missed_jobs_read(read));
                 }
                 Ask::Request(asked) => {
                     // Requests read the store: they see every state change made before them.

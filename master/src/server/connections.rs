@@ -13,6 +13,14 @@ use crate::store::Store;
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Ends the sessions of a principal that changed or went (`crate::cluster::stale_clients`).
+    pub(crate) fn drop_clients_if_changed(&mut self, name: &str) {
+        for peer in crate::cluster::stale_clients(&self.registry, &self.sessions, name) {
+            info!(principal = name, "principal changed or removed; disconnecting its session");
+            self.forget(peer, Some("principal changed"));
+        }
+    }
+
     /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.

@@ -4,10 +4,7 @@ use std::time::Duration;
 
 use halite_protocol::message::{JobReturn, MinionJobState};
 
-use crate::authz::Access;
 use crate::core::effects::{Effect, SlotOp};
-use crate::deploy::groups::GroupDesk;
-use crate::minion_messages::MinionDesk;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -31,6 +28,19 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::LateReturn { jid, minion, state, ret } => self.late_return(&jid, &minion, state, *ret),
                 Effect::DeliverAll { minion, peer } => self.deliver_all(&minion, peer),
                 Effect::ReadFile(read) => read.start(self.file_tx.clone()),
+                Effect::Forget { peer, why } => self.forget(peer, Some(why)),
+                Effect::CutMinion { id } => self.cut_minion(&id),
+                Effect::ReleaseParked => self.release_parked(),
+                Effect::AdoptJob { jid } => self.with_cluster_jobs(|desk| desk.adopt_job(&jid)),
+                Effect::CancelHere { jid } => self.cancel_here(&jid),
+                Effect::RemoteSlots { jid, states } => {
+                    self.with_cluster_jobs(|desk| desk.apply_remote_slots(&jid, states))
+                }
+                Effect::Deliver { jid, minion, peer } => self.deliver(&jid, &minion, peer),
+                Effect::RolloutChangedElsewhere { jid } => {
+                    let reread = self.rollouts().changed_elsewhere(&jid);
+                    self.apply(reread);
+                }
                 Effect::Publish { peer, caller, publisher, request } => {
                     self.publish(peer, &caller, publisher, *request)
                 }
@@ -42,6 +52,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match op {
             SlotOp::Set { jid, minion, state, ret } => self.slots().set(&jid, &minion, state, ret),
             SlotOp::Refused { jid, minion, kind, reason } => self.slots().refused(&jid, &minion, kind, reason),
+            SlotOp::Moved { jid, minion, state, ret } => self.slots().moved(&jid, &minion, state, ret),
             SlotOp::Record { jid, minion, state, ret, late } => self.slots().record(&jid, &minion, state, ret, late),
         }
     }
@@ -55,43 +66,6 @@ impl<S: Store, N: Net> Master<S, N> {
             self.emit_shared(format!("halite/job/{jid}/late/{minion}"), data);
         }
         self.slots().record(jid, minion, state, Some(ret), true);
-    }
-
-    /// Lends a minion's messages their desk for `work`, then carries out what it decided.
-    pub(crate) fn with_minion_desk<R>(&mut self, work: impl FnOnce(&mut MinionDesk<'_>) -> R) -> R {
-        let store_in_doubt = self.store_in_doubt();
-        let mut desk = MinionDesk {
-            config: &self.config,
-            registry: &mut self.registry,
-            jobs: &self.jobs,
-            pending: &mut self.pending,
-            event_gate: &mut self.event_gate,
-            notices: &mut self.notices,
-            files: &mut self.files,
-            metrics: &self.metrics,
-            store_in_doubt,
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
-            out: Vec::new(),
-        };
-        let done = work(&mut desk);
-        let effects = std::mem::take(&mut desk.out);
-        self.apply(effects);
-        done
-    }
-
-    /// Lends the deployment groups their desk for `work`, then carries out what it decided.
-    /// The events published so far are handed out first: a group that starts listening
-    /// hears only those published after.
-    pub(crate) fn with_groups<R>(&mut self, work: impl FnOnce(&mut GroupDesk<'_>) -> R) -> R {
-        self.hear_events();
-        let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
-        let access = Access::of(&self.config, &self.registry, &self.jobs);
-        let mut desk = GroupDesk::new(&mut self.groups, access, &self.config, now, wall_ms);
-        let done = work(&mut desk);
-        let effects = desk.into_effects();
-        self.apply(effects);
-        done
     }
 
     /// Starts one queued target: sent if it is connected, waiting for its TTL if not (offline

@@ -25,6 +25,7 @@
 
 mod answers;
 mod connections;
+mod desks;
 mod effects;
 pub(crate) mod hearing;
 mod resync;
@@ -309,14 +310,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Accepted keys as read: the registry takes them, and minions parked while their key was
     /// pending knock again if theirs is now accepted.
     pub(crate) fn take_accepted(&mut self, keys: AcceptedKeys) {
-        match keys {
-            AcceptedKeys::All(keys) => self.registry.set_accepted(keys),
-            AcceptedKeys::Of(of) => {
-                for (id, key) in of {
-                    self.registry.set_accepted_of(&id, key);
-                }
-            }
-        }
+        self.registry.take_accepted(keys);
         self.release_parked();
     }
 
@@ -428,7 +422,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
             Input::Cluster(Heard { from, change, .. }) => {
-                if self.on_cluster_change(&from, change) {
+                if self.with_cluster_desk(|desk| desk.on_cluster_change(&from, change)) {
                     if let Err(error) = self.resync().await {
                         // Not lost: everything is reread once the store answers (`on_tick`).
                         self.cluster_read_failed(&error);
@@ -527,6 +521,11 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn slots(&mut self) -> SlotMoves<'_> {
         let (now, wall_ms, shared) = (self.clock.now(), self.clock.wall_ms(), self.cluster.is_shared());
         SlotMoves::new(&mut self.jobs, &mut self.pending, &mut self.hearing, shared, now, wall_ms)
+    }
+
+    /// Whether `minion` is served by another live master (and not by this one).
+    pub(crate) fn served_elsewhere(&self, minion: &str) -> bool {
+        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.clock.now()).is_some()
     }
 
     /// Who may see, control and receive what: the rules read with the registry and the live

@@ -12,6 +12,12 @@ use crate::store::{ClusterChange, Store, StoreError};
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// A read another master's change needed failed: the store is reread once it answers
+    /// (`crate::cluster::read_failed`).
+    pub(crate) fn cluster_read_failed(&mut self, error: &StoreError) {
+        crate::cluster::read_failed(&mut self.cluster, &mut self.notices, self.clock.now(), error);
+    }
+
     /// Rereads everything another master may have changed without this one hearing of it
     /// (its listening connection was lost, the store did not answer, an announcement could not
     /// be applied): keys, principals, who is where, the live jobs it does not hold, and the
@@ -24,7 +30,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let keys = reads::accepted_keys(&self.store, None).await?;
         let principals = self.store.principals().await?;
-        self.views_reread(keys, principals);
+        self.with_cluster_desk(|desk| desk.views_reread(keys, principals));
         // A read failed before this reread is covered by it; one failed during it is not.
         self.cluster.take_read_failed();
         // Slots this master decided are written first: its own view is then what the store says.
@@ -33,16 +39,15 @@ impl<S: Store, N: Net> Master<S, N> {
             return Err(StoreError::Unavailable("job states could not be written".into()));
         }
         let held = self.jobs.jids();
-        self.reread_jobs(&held);
+        self.with_cluster_jobs(|desk| desk.reread_jobs(&held));
         // Who is where, and the jobs published meanwhile.
         self.tell_masters(ClusterChange::RollCall);
-        for jid in self.store.unfinished_jids().await? {
-            self.adopt_job(&jid);
-        }
+        let live = self.store.unfinished_jids().await?;
+        self.with_cluster_jobs(|desk| live.iter().for_each(|jid| desk.adopt_job(jid)));
         // Taken up before the gap is looked at, so a live job is not counted among those missed.
         self.answer_asks().await;
         // And those published and ended while this master heard nothing.
-        self.adopt_jobs_published_since(gap_began);
+        self.with_cluster_jobs(|desk| desk.adopt_jobs_published_since(gap_began));
         // The jobs and returns asked for are read before the reread counts as done: one that
         // fails leaves the gap open for the next.
         self.answer_asks().await;

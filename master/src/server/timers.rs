@@ -196,7 +196,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.sweep_due(now) {
             // Slots this master ended are written first: a job it finished must not look live.
             self.flush().await;
-            self.sweep_jobs();
+            self.with_cluster_jobs(|desk| desk.sweep_jobs());
             // What the sweep finds is taken before any deadline here is judged.
             self.answer_asks().await;
         }

@@ -1,0 +1,99 @@
+//! Where the loop lends each handler its desk: the state it owns, to change, and what it
+//! decides with, read-only. A desk is a struct of borrows of the master's fields, so what a
+//! handler may touch is written in one place; what else it decides comes back as effects,
+//! carried out at once (`effects.rs`), in order, before anything else happens.
+
+use crate::authz::Access;
+use crate::cluster::ClusterDesk;
+use crate::cluster_jobs::ClusterJobsDesk;
+use crate::deploy::groups::GroupDesk;
+use crate::minion_messages::MinionDesk;
+use crate::net::Net;
+use crate::store::Store;
+
+use super::Master;
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Lends a minion's messages their desk for `work`, then carries out what it decided.
+    pub(crate) fn with_minion_desk<R>(&mut self, work: impl FnOnce(&mut MinionDesk<'_>) -> R) -> R {
+        let store_in_doubt = self.store_in_doubt();
+        let mut desk = MinionDesk {
+            config: &self.config,
+            registry: &mut self.registry,
+            jobs: &self.jobs,
+            pending: &mut self.pending,
+            event_gate: &mut self.event_gate,
+            notices: &mut self.notices,
+            files: &mut self.files,
+            metrics: &self.metrics,
+            store_in_doubt,
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
+    /// Lends the other masters' announcements their desk for `work`, then carries out what it
+    /// decided.
+    pub(crate) fn with_cluster_desk<R>(&mut self, work: impl FnOnce(&mut ClusterDesk<'_>) -> R) -> R {
+        let mut desk = ClusterDesk {
+            config: &self.config,
+            cluster: &mut self.cluster,
+            registry: &mut self.registry,
+            pending: &mut self.pending,
+            notices: &mut self.notices,
+            sessions: &self.sessions,
+            jobs: &self.jobs,
+            now: self.clock.now(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
+    /// Lends the jobs followed across the masters their desk for `work`, then carries out what
+    /// it decided. The events published so far are handed out first: a job taken up hears only
+    /// those published after, and one let go has heard all of its own.
+    pub(crate) fn with_cluster_jobs<R>(&mut self, work: impl FnOnce(&mut ClusterJobsDesk<'_>) -> R) -> R {
+        self.hear_events();
+        let mut desk = ClusterJobsDesk {
+            config: &self.config,
+            jobs: &mut self.jobs,
+            hearing: &mut self.hearing,
+            rollout_queue: &mut self.rollout_queue,
+            watchers: &mut self.watchers,
+            registry: &mut self.registry,
+            cluster: &mut self.cluster,
+            notices: &mut self.notices,
+            sessions: &self.sessions,
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
+    /// Lends the deployment groups their desk for `work`, then carries out what it decided.
+    /// The events published so far are handed out first: a group that starts listening
+    /// hears only those published after.
+    pub(crate) fn with_groups<R>(&mut self, work: impl FnOnce(&mut GroupDesk<'_>) -> R) -> R {
+        self.hear_events();
+        let mut desk = GroupDesk {
+            runs: &mut self.groups,
+            access: Access::of(&self.config, &self.registry, &self.jobs),
+            config: &self.config,
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+}
