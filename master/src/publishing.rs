@@ -1,24 +1,40 @@
 //! Jobs coming to be: a publish resolved within what the publisher can see, authorised (with
 //! the reach its job carries), stored, then sent; and cancelled.
+//!
+//! Nothing here awaits or acts on the master: the loop lends a [`PublishDesk`] (the live jobs
+//! and what listens to them, the jid generator; the registry, sessions, config and the master's
+//! identity, read-only) and carries out the [`Effect`]s it returns: the job's store call, the
+//! messages to minions and publishers, events and announcements (`Master::with_publish_desk`).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use halite_protocol::message::{self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob};
+use halite_protocol::message::{
+    self, ErrorKind, ErrorMessage, Job, Message, MinionJobState, PublishRequest, Published, SignedJob,
+};
+use halite_protocol::noise::LocalIdentity;
 use halite_transport::PeerId;
 use serde_json::json;
 use tracing::{info, warn};
 
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
-use crate::authz::{Action, Asker, Denied, JobAccess, TargetView};
+use crate::authz::{Access, Action, Asker, Denied, JobAccess, TargetView};
+use crate::clock::JidGenerator;
+use crate::config::MasterConfig;
 use crate::core::asks::{Ask, JobPublisher, PreparedJob, RolloutCause};
-use crate::core::hearing::SlotChange;
-use crate::core::jobs::{LiveJob, Slot};
+use crate::core::cluster_view::ClusterView;
+use crate::core::effects::{Effect, SlotOp};
+use crate::core::hearing::{Hearing, SlotChange};
+use crate::core::jobs::{JobTable, LiveJob, Slot};
+use crate::core::registry::Registry;
+use crate::core::rollout_queue::RolloutQueue;
+use crate::core::rollouts::Rollouts;
+use crate::core::sessions::Sessions;
 use crate::limits;
-use crate::net::Net;
-use crate::server::{Master, NewJob};
-use crate::store::{JobRecord, Store, StoreError};
+use crate::metrics::Metrics;
+use crate::server::NewJob;
+use crate::store::{JobRecord, StoreError};
 
 use crate::target::Expr;
 
@@ -27,12 +43,47 @@ use crate::target::Expr;
 /// make every listing of jobs read them.
 const MAX_UNKNOWN_IDS: usize = 1_000;
 
-impl<S: Store, N: Net> Master<S, N> {
+/// What jobs are published and cancelled with: what that changes, and what it reads.
+pub(crate) struct PublishDesk<'a> {
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) identity: &'a LocalIdentity,
+    pub(crate) registry: &'a Registry,
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) cluster: &'a ClusterView,
+    pub(crate) jobs: &'a mut JobTable,
+    pub(crate) hearing: &'a mut Hearing,
+    pub(crate) rollout_queue: &'a mut RolloutQueue,
+    pub(crate) jids: &'a mut JidGenerator,
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+    pub(crate) wall_micros: u64,
+    pub(crate) out: Vec<Effect>,
+}
+
+impl PublishDesk<'_> {
+    fn access(&self) -> Access<'_> {
+        Access::of(self.config, self.registry, self.jobs)
+    }
+
+    fn send(&mut self, peer: PeerId, message: Message) {
+        self.out.push(Effect::Send { peer, message: Box::new(message) });
+    }
+
+    fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
+        self.send(peer, Message::Error(ErrorMessage { kind, message, request }));
+    }
+
+    /// Whether `minion` is served by another live master (and not by this one).
+    fn served_elsewhere(&self, minion: &str) -> bool {
+        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.now).is_some()
+    }
+
     /// Decides a publish and, if it stands, asks for its job to be stored
-    /// ([`Master::job_stored`] sends it); whatever refuses it is answered at once.
+    /// ([`PublishDesk::job_stored`] sends it); whatever refuses it is answered at once.
     pub(crate) fn publish(&mut self, peer: PeerId, caller: &str, publisher: Publisher, request: PublishRequest) {
         let request_id = Some(request.request_id.to_string());
-        let received = self.clock.now();
+        let received = self.now;
         // A minion no peer rule names may publish nothing: refused before its target is read.
         if let Publisher::Peer(source) = &publisher {
             let nothing =
@@ -167,15 +218,15 @@ impl<S: Store, N: Net> Master<S, N> {
         let job = NewJob { spec: request.spec, reach, unknown };
         let mut prepared = self.prepare_job(caller, job, targets);
         prepared.publisher = Some(JobPublisher { peer, request_id: request.request_id, watchers, received });
-        self.asks.push(Ask::InsertJob(Box::new(prepared)));
+        self.out.push(Effect::Ask(Ask::InsertJob(Box::new(prepared))));
     }
 
     /// Creates and signs a job to already resolved and authorised `targets`, and lays out its
     /// slots: what is stored before anything of it is sent.
     pub(crate) fn prepare_job(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
         let NewJob { spec, reach, unknown } = new;
-        let jid = self.jids.next(self.clock.wall_micros());
-        let created_at_ms = self.clock.wall_ms();
+        let jid = self.jids.next(self.wall_micros);
+        let created_at_ms = self.wall_ms;
         let job = Job::issue(jid.clone(), &spec, created_at_ms, caller.to_owned(), reach);
         // A master of a cluster names itself and its certificate: any master may deliver it.
         let signed = match self.identity.certificate() {
@@ -183,7 +234,7 @@ impl<S: Store, N: Net> Master<S, N> {
             None => SignedJob::sign(&job, self.identity.key()),
         };
         let record = JobRecord::new(jid, spec, caller.to_owned(), created_at_ms, signed);
-        let now = self.clock.now();
+        let now = self.now;
         let run_deadline = crate::core::jobs::run_deadline(
             record.timeout_ms,
             now,
@@ -248,7 +299,8 @@ impl<S: Store, N: Net> Master<S, N> {
         self.metrics.get().jobs_published.inc();
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
-        let job_message = self.job_message(&record.signed, run_deadline);
+        let grace = Duration::from_secs(self.config.timeout_grace_secs);
+        let job_message = crate::core::jobs::job_message(&record.signed, run_deadline, grace, self.now, self.wall_ms);
         let (watchers, answer) = match publisher {
             Some(JobPublisher { peer, request_id, watchers, received }) => {
                 let published = Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown };
@@ -256,15 +308,16 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             None => (Vec::new(), None),
         };
-        // Its rollout hears only the events published after it.
-        self.hear_events();
+        // Its rollout hears only the events published after it: the loop hands out those before
+        // it lends this desk (`Master::with_publish_desk`).
         self.jobs.insert(LiveJob::new(record, slots, watchers));
-        self.tell_masters(crate::store::ClusterChange::Job { jid: jid.clone() });
+        self.out.push(Effect::Tell(crate::store::ClusterChange::Job { jid: jid.clone() }));
         // Announced once live, so the bus can tell who may see it.
-        self.emit(format!("halite/job/{jid}/new"), new_event);
+        self.out.push(Effect::Emit { tag: format!("halite/job/{jid}/new"), data: new_event });
         for (id, state) in states {
-            if let (MinionJobState::Sent, Some(minion_peer)) = (state, self.sessions.peer_of(&id)) {
-                self.send_job(minion_peer, &id, &jid, &job_message);
+            if let (MinionJobState::Sent, Some(peer)) = (state, self.sessions.peer_of(&id)) {
+                let (minion, jid, message) = (id.clone(), jid.clone(), Box::new(job_message.clone()));
+                self.out.push(Effect::SendJob { peer, minion, jid, message });
             }
             // Told to the job's watchers; offline or unknown at publish, its final state on the
             // bus here as on every master.
@@ -278,8 +331,8 @@ impl<S: Store, N: Net> Master<S, N> {
         // Then the publisher's answer, still before any update of the job (those leave when
         // the step ends), and after the jobs: they are on their way before it is.
         if let Some((peer, published, received)) = answer {
-            self.send(peer, &Message::Published(published));
-            let took = self.clock.now().saturating_duration_since(received);
+            self.send(peer, Message::Published(published));
+            let took = self.now.saturating_duration_since(received);
             self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         }
         Ok(jid)
@@ -314,23 +367,27 @@ impl<S: Store, N: Net> Master<S, N> {
     /// they serve. A rollout's stop is stored first, and the cancel goes on from there
     /// (`Rollouts::stored`).
     pub(crate) fn cancel_live(&mut self, jid: &str) {
-        match self.rollouts().stop(jid, "cancelled".to_owned(), RolloutCause::Cancelled) {
-            Some(stop) => self.apply([stop]),
+        match Rollouts::new(self.jobs, self.rollout_queue, self.now).stop(
+            jid,
+            "cancelled".to_owned(),
+            RolloutCause::Cancelled,
+        ) {
+            Some(stop) => self.out.push(stop),
             None => self.cancel_after_rollout(jid),
         }
     }
 
-    /// [`Master::cancel_live`] once the job's rollout, if any, is stopped.
+    /// [`PublishDesk::cancel_live`] once the job's rollout, if any, is stopped.
     pub(crate) fn cancel_after_rollout(&mut self, jid: &str) {
         if self.jobs.get(jid).is_some() {
-            self.tell_masters(crate::store::ClusterChange::Cancel { jid: jid.to_owned() });
+            self.out.push(Effect::Tell(crate::store::ClusterChange::Cancel { jid: jid.to_owned() }));
         }
         self.cancel_here(jid);
     }
 
-    /// [`Master::cancel_live`] for the minions this master serves (and those nobody serves).
+    /// [`PublishDesk::cancel_live`] for the minions this master serves (and those nobody serves).
     pub(crate) fn cancel_here(&mut self, jid: &str) {
-        let Some(job) = self.jobs.get_mut(jid) else { return };
+        let Some(job) = self.jobs.get(jid) else { return };
         let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
         for (minion, state) in slots {
             if self.served_elsewhere(&minion) {
@@ -340,9 +397,12 @@ impl<S: Store, N: Net> Master<S, N> {
             match (state, self.sessions.peer_of(&minion)) {
                 (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
                     // The minion kills the job and returns it as cancelled.
-                    self.send(minion_peer, &Message::Cancel(message::Cancel { jid: jid.to_owned() }));
+                    self.send(minion_peer, Message::Cancel(message::Cancel { jid: jid.to_owned() }));
                 }
-                (s, _) if !s.is_final() => self.slots().set(jid, &minion, MinionJobState::Cancelled, None),
+                (s, _) if !s.is_final() => {
+                    let (jid, state) = (jid.to_owned(), MinionJobState::Cancelled);
+                    self.out.push(Effect::Slot(Box::new(SlotOp::Set { jid, minion, state, ret: None })));
+                }
                 _ => {}
             }
         }

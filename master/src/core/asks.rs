@@ -29,7 +29,7 @@ use crate::token_sessions::TokenRefused;
 
 /// One store call a handler waits on, with what its continuation needs.
 pub(crate) enum Ask {
-    /// A new job, stored before anything of it is sent (`Master::job_stored` goes on).
+    /// A new job, stored before anything of it is sent (`PublishDesk::job_stored` goes on).
     InsertJob(Box<PreparedJob>),
     /// Whether a minion key not accepted here may be: enrolled with a token, pending, refused
     /// (`Master::key_decided` goes on).
@@ -63,30 +63,30 @@ pub(crate) enum Ask {
     /// (`GroupDesk::group_answered` goes on).
     Group(Box<GroupAsk>),
     /// Keys another master changed, reread: those of `ids`, or every key
-    /// (`Master::keys_reread` goes on).
+    /// (`ClusterDesk::keys_reread` goes on).
     ReadKeys { ids: Option<Vec<String>> },
     /// Principals another master changed, reread; `name`'s sessions follow
-    /// (`Master::principals_reread` goes on).
+    /// (`ClusterDesk::principals_reread` goes on).
     ReadPrincipals { name: String },
     /// Whether the tokens of these gateway sessions still grant anything
-    /// (`Master::tokens_rechecked` goes on).
+    /// (`ClusterDesk::tokens_rechecked` goes on).
     RecheckTokens { tokens: Vec<(PeerId, [u8; 32])> },
     /// A job this master does not hold, as stored, with the returns of its ended slots
-    /// (`Master::job_loaded` goes on).
+    /// (`ClusterJobsDesk::job_loaded` goes on).
     LoadJob { jid: String },
-    /// The returns of the slots another master ended (`Master::remote_slots_read` goes on).
+    /// The returns of the slots another master ended (`ClusterJobsDesk::remote_slots_read` goes on).
     ReadReturns { jid: String, states: Vec<(String, MinionJobState)> },
     /// An event another master stored to share (`Master::shared_event_read` goes on).
     ReadSharedEvent { id: i64, digest: String },
-    /// What minions connected to another master announced there (`Master::minions_read` goes on).
+    /// What minions connected to another master announced there (`ClusterJobsDesk::minions_read` goes on).
     ReadMinions { ids: Vec<String> },
-    /// The jobs live in the store, to compare with those held here (`Master::live_jobs_read`
+    /// The jobs live in the store, to compare with those held here (`ClusterJobsDesk::live_jobs_read`
     /// goes on).
     ReadLiveJobs,
-    /// A job held here, reread as stored (`Master::job_reread` goes on).
+    /// A job held here, reread as stored (`ClusterJobsDesk::job_reread` goes on).
     RereadJob { jid: String },
     /// The jobs published from `since_ms` (wall time) on that this master neither holds nor
-    /// finished (`Master::missed_jobs_read` goes on).
+    /// finished (`ClusterJobsDesk::missed_jobs_read` goes on).
     ReadMissedJobs { since_ms: u64 },
     /// The deployment a `deploy.apply` job's end is for, with what the end needs read
     /// (`Master::deployment_end_read` goes on).
@@ -134,7 +134,7 @@ pub(crate) enum RolloutCause {
 }
 
 /// A job created, signed and laid out, not stored yet: nothing of it is live or sent until its
-/// row is (`Master::job_stored`).
+/// row is (`PublishDesk::job_stored`).
 #[derive(Debug)]
 pub(crate) struct PreparedJob {
     pub(crate) record: JobRecord,

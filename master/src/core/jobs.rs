@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::{JobReturn, JobSummary, MinionJob, MinionJobState};
+use halite_protocol::message::{JobReturn, JobSummary, Message, MinionJob, MinionJobState, SignedJob};
 use halite_transport::PeerId;
 
 use crate::core::rollout::RolloutRun;
@@ -137,6 +137,23 @@ pub(crate) fn how_it_ended(job: &LiveJob) -> serde_json::Value {
 /// The deadline of a job of `timeout_ms` sent now (none without a timeout).
 pub(crate) fn run_deadline(timeout_ms: u64, now: Instant, grace: Duration) -> Option<Instant> {
     (timeout_ms > 0).then(|| now + Duration::from_millis(timeout_ms) + grace)
+}
+
+/// A job as sent to a minion: signed as published, with the master's time by which the minion
+/// must start it (the slot's `deadline` less the `grace` the master waits for a late report),
+/// so a minion that gets it after the master may have given it up never runs it.
+pub(crate) fn job_message(
+    signed: &SignedJob,
+    deadline: Option<Instant>,
+    grace: Duration,
+    now: Instant,
+    wall_ms: u64,
+) -> Message {
+    let start_by_ms = deadline.map(|deadline| {
+        let left = deadline.saturating_duration_since(now).saturating_sub(grace);
+        wall_ms.saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+    });
+    Message::Job(SignedJob { start_by_ms, ..signed.clone() })
 }
 
 /// Every live job, by jid, and their deadlines in order.

@@ -215,7 +215,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     DeploymentRead::Show => answer(ResponseBody::Deployment(record.deployment)),
                     DeploymentRead::Delete => {
                         self.deploy_jobs.forget(&record.jid);
-                        self.cancel_live(&record.jid);
+                        self.with_publish_desk(|desk| desk.cancel_live(&record.jid));
                         Ok(Next::Ask(DeployCall::DeleteDeployment(Box::new(record))))
                     }
                     DeploymentRead::Update(update) | DeploymentRead::Restart(update) => {
@@ -275,7 +275,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     // Deleted or updated through another master since it was read: its new job
                     // goes nowhere, and the engine reads it again.
                     if pushed {
-                        self.cancel_live(&record.jid);
+                        self.with_publish_desk(|desk| desk.cancel_live(&record.jid));
                     }
                     let id = &record.deployment.id;
                     return Err(RequestError::conflict(format!(
@@ -296,7 +296,7 @@ impl<S: Store, N: Net> Master<S, N> {
         write: DeploymentWrite,
         stored: Result<(), StoreError>,
     ) {
-        match self.job_stored(job, stored) {
+        match self.with_publish_desk(|desk| desk.job_stored(job, stored)) {
             Ok(_) => {
                 let call = DeployCall::PutDeployment { write: Box::new(write), pushed: true };
                 self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
@@ -322,7 +322,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let now = self.clock.wall_ms();
         if update {
             self.deploy_jobs.forget(&record.jid);
-            self.cancel_live(&record.jid);
+            self.with_publish_desk(|desk| desk.cancel_live(&record.jid));
             if record.deployment.action == "DELETE" && !self.registry.has_accepted(&record.deployment.server_id) {
                 // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
                 let reason = format!(
@@ -337,7 +337,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let default_timeout = self.config.deployment_timeout_secs;
         let (job, derived) = records::deployment_job(&record, &config, wait_secs, default_timeout, now)?;
         let server = record.deployment.server_id.clone();
-        let prepared = self.prepare_job(principal, job, vec![server]);
+        let prepared = self.with_publish_desk(|desk| desk.prepare_job(principal, job, vec![server]));
         record.deployment.derived_config_id = derived.id;
         record.jid = prepared.record.jid.clone();
         record.item = derived.item;

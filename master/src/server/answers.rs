@@ -46,7 +46,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::InsertJob(job) => {
                     let stored = self.insert_job(&job).await;
                     // A failure is logged and told to the publisher by the continuation.
-                    let _ = self.job_stored(*job, stored);
+                    let _ = self.with_publish_desk(|desk| desk.job_stored(*job, stored));
                 }
                 Ask::KeyDecision(admitting) => {
                     let who = admitting.identified.peer();
@@ -274,12 +274,12 @@ impl<S: Store, N: Net> Master<S, N> {
                     None => Publisher::Root,
                     Some(acl) => Publisher::Principal(acl),
                 };
-                self.publish(peer, principal, publisher, request)
+                self.with_publish_desk(|desk| desk.publish(peer, principal, publisher, request))
             }
             Message::Cancel(cancel) => {
                 let who = Who { name: principal, acl: acl.as_deref() };
                 let access = self.access().job_access(who, &cancel.jid);
-                self.cancel(peer, &cancel.jid, access)
+                self.with_publish_desk(|desk| desk.cancel(peer, &cancel.jid, access))
             }
             Message::Request(request) => {
                 let principal = principal.to_owned();

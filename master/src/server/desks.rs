@@ -9,11 +9,38 @@ use crate::cluster_jobs::ClusterJobsDesk;
 use crate::deploy::groups::GroupDesk;
 use crate::minion_messages::MinionDesk;
 use crate::net::Net;
+use crate::publishing::PublishDesk;
 use crate::store::Store;
 
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Lends publishing and cancelling their desk for `work`, then carries out what it
+    /// decided. The events published so far are handed out first: a job's rollout hears only
+    /// those published after the job.
+    pub(crate) fn with_publish_desk<R>(&mut self, work: impl FnOnce(&mut PublishDesk<'_>) -> R) -> R {
+        self.hear_events();
+        let mut desk = PublishDesk {
+            config: &self.config,
+            identity: &self.identity,
+            registry: &self.registry,
+            sessions: &self.sessions,
+            cluster: &self.cluster,
+            jobs: &mut self.jobs,
+            hearing: &mut self.hearing,
+            rollout_queue: &mut self.rollout_queue,
+            jids: &mut self.jids,
+            metrics: &self.metrics,
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+            wall_micros: self.clock.wall_micros(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
     /// Lends a minion's messages their desk for `work`, then carries out what it decided.
     pub(crate) fn with_minion_desk<R>(&mut self, work: impl FnOnce(&mut MinionDesk<'_>) -> R) -> R {
         let store_in_doubt = self.store_in_doubt();

@@ -21,7 +21,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::Tell(change) => self.tell_masters(change),
                 Effect::StartTarget { jid, minion } => self.start_target(&jid, &minion),
                 Effect::SkipQueued { jid } => self.slots().skip_queued(&jid),
-                Effect::Cancel { jid } => self.cancel_after_rollout(&jid),
+                Effect::Cancel { jid } => self.with_publish_desk(|desk| desk.cancel_after_rollout(&jid)),
                 Effect::Reply { peer, request_id, answer } => self.reply(peer, request_id, *answer),
                 Effect::Send { peer, message } => self.send(peer, &message),
                 Effect::Slot(op) => self.move_slot(*op),
@@ -32,7 +32,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::CutMinion { id } => self.cut_minion(&id),
                 Effect::ReleaseParked => self.release_parked(),
                 Effect::AdoptJob { jid } => self.with_cluster_jobs(|desk| desk.adopt_job(&jid)),
-                Effect::CancelHere { jid } => self.cancel_here(&jid),
+                Effect::CancelHere { jid } => self.with_publish_desk(|desk| desk.cancel_here(&jid)),
+                Effect::SendJob { peer, minion, jid, message } => self.send_job(peer, &minion, &jid, &message),
                 Effect::RemoteSlots { jid, states } => {
                     self.with_cluster_jobs(|desk| desk.apply_remote_slots(&jid, states))
                 }
@@ -42,7 +43,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.apply(reread);
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
-                    self.publish(peer, &caller, publisher, *request)
+                    self.with_publish_desk(|desk| desk.publish(peer, &caller, publisher, *request))
                 }
             }
         }

@@ -210,11 +210,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// report), so a minion that gets it after the master may have given it up never runs it.
     pub(crate) fn job_message(&self, signed: &SignedJob, deadline: Option<Instant>) -> Message {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
-        let start_by_ms = deadline.map(|deadline| {
-            let left = deadline.saturating_duration_since(self.clock.now()).saturating_sub(grace);
-            self.clock.wall_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
-        });
-        Message::Job(SignedJob { start_by_ms, ..signed.clone() })
+        crate::core::jobs::job_message(signed, deadline, grace, self.clock.now(), self.clock.wall_ms())
     }
 
     /// Sends a job to a minion's connection; if its queue is full, the job waits in the
