@@ -1,28 +1,76 @@
 //! Connections through the handshake to a session: each stage of the Noise handshake, the
 //! key registry's decision for a minion (accepted, pending, refused, busy), principals for
-//! clients, and the one way a connection leaves (`forget`).
+//! clients; a sealed message opened and handed to the minion's or client's handler.
+//!
+//! Nothing here acts on the master: the loop lends an [`AdmissionDesk`] (the sessions, the
+//! registry's accepted keys, the refusal counters; the config and identities, read-only) and
+//! carries out the [`Effect`]s it returns: handshake messages and verdicts out, connections
+//! closed or forgotten, sessions opened, messages handed on (`Master::with_admission_desk`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use halite_protocol::message::{self, ErrorKind, Message, UnreadableMessage};
-use halite_protocol::noise::{Claim, IdentifiedPeer, Responder, Role, SessionConfig};
+use halite_protocol::identity::PublicIdentity;
+use halite_protocol::message::{self, ErrorKind, ErrorMessage, Message, UnreadableMessage};
+use halite_protocol::noise::{Claim, IdentifiedPeer, LocalIdentity, Responder, Role, SessionConfig};
 use halite_transport::{Lane, PeerId};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use crate::acl::NoticeThrottle;
+use crate::config::MasterConfig;
 use crate::core::asks::{Admitting, Ask};
-use crate::core::sessions::Conn;
+use crate::core::effects::Effect;
+use crate::core::registry::Registry;
+use crate::core::sessions::{Conn, Sessions};
 use crate::keys::Decision;
-use crate::net::Net;
-use crate::server::Master;
-use crate::store::{ClusterChange, Store, StoreError};
+use crate::metrics::Metrics;
+use crate::store::{ClusterChange, StoreError};
 
 /// Handshake outcomes as counted (`refused` includes keys told to wait for acceptance).
 const ACCEPTED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "accepted" };
 const REFUSED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "refused" };
 
-impl<S: Store, N: Net> Master<S, N> {
+/// What connections are admitted with: what that changes, and what it reads.
+pub(crate) struct AdmissionDesk<'a> {
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) identity: &'a LocalIdentity,
+    /// Root's key.
+    pub(crate) root: &'a PublicIdentity,
+    pub(crate) sessions: &'a mut Sessions,
+    pub(crate) registry: &'a mut Registry,
+    pub(crate) notices: &'a mut NoticeThrottle,
+    /// Unknown keys turned away by the pending-key limits since start.
+    pub(crate) keys_refused: &'a mut u64,
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) now: Instant,
+    pub(crate) out: Vec<Effect>,
+}
+
+impl AdmissionDesk<'_> {
+    /// Handshake bytes (unsealed) for a connection.
+    fn send_parts(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) {
+        self.out.push(Effect::SendParts { peer, parts });
+    }
+
+    fn send_error(&mut self, peer: PeerId, message: String) {
+        let error = ErrorMessage { kind: ErrorKind::BadRequest, message, request: None };
+        self.out.push(Effect::Send { peer, message: Box::new(Message::Error(error)) });
+    }
+
+    fn emit_shared(&mut self, tag: String, data: halite_protocol::message::Value) {
+        self.out.push(Effect::EmitShared { tag, data });
+    }
+
+    fn forget(&mut self, peer: PeerId, why: &str) {
+        self.out.push(Effect::Forget { peer, why: why.to_owned() });
+    }
+
+    fn drop_peer(&mut self, peer: PeerId, reason: &str) {
+        debug!(peer = peer.0, reason, "handshake failed");
+        self.forget(peer, reason);
+    }
+
     pub(crate) fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) {
         let Some(conn) = self.sessions.remove(&peer) else { return };
         match conn {
@@ -32,14 +80,14 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             Conn::AwaitHello { .. } => {
                 let result = Claim::new(&self.config.id, None)
-                    .and_then(|claim| Responder::new(&self.identity, claim, SessionConfig::default()))
+                    .and_then(|claim| Responder::new(self.identity, claim, SessionConfig::default()))
                     .and_then(|r| r.read_hello(single(&parts)?));
                 match result {
                     Ok((state, msg2)) => {
-                        let _ = self.net.send(peer, vec![msg2]);
-                        let now = self.clock.now();
+                        self.send_parts(peer, vec![msg2]);
+                        let now = self.now;
                         self.sessions.insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: now });
-                        self.sessions.watch(peer, now + self.handshake_timeout());
+                        self.sessions.watch(peer, now + self.config.handshake_timeout());
                     }
                     Err(error) => self.drop_peer(peer, &error.to_string()),
                 }
@@ -49,21 +97,21 @@ impl<S: Store, N: Net> Master<S, N> {
                 Err(error) => self.drop_peer(peer, &error.to_string()),
             },
             Conn::Minion { id, mut session } => {
-                let opened = session.open(&parts, self.clock.now());
+                let opened = session.open(&parts, self.now);
                 self.sessions.insert(peer, Conn::Minion { id: id.clone(), session });
                 let decoded = opened
                     .map_err(UnreadableMessage::from)
                     .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(UnreadableMessage::from));
                 match decoded {
-                    Ok((msg, size)) => self.with_minion_desk(|desk| desk.on_minion_message(peer, &id, msg, size)),
+                    Ok((msg, size)) => self.out.push(Effect::MinionMessage { peer, id, msg: Box::new(msg), size }),
                     Err(error) => {
                         warn!(minion = %id, %error, "undecodable message");
-                        self.send_error(peer, ErrorKind::BadRequest, error.to_string(), None);
+                        self.send_error(peer, error.to_string());
                     }
                 }
             }
             Conn::Client { principal, acl, mut session, greeted } => {
-                let opened = session.open(&parts, self.clock.now());
+                let opened = session.open(&parts, self.now);
                 let decoded = opened
                     .map_err(UnreadableMessage::from)
                     .and_then(|b| message::decode(&b).map_err(UnreadableMessage::from));
@@ -81,12 +129,11 @@ impl<S: Store, N: Net> Master<S, N> {
                     },
                 );
                 match decoded {
-                    Ok(msg) if greeted || greets => self.on_client_message(peer, &principal, acl, msg),
-                    Ok(_) => {
-                        let why = "send client_hello first: nothing is served before it".to_owned();
-                        self.send_error(peer, ErrorKind::BadRequest, why, None);
+                    Ok(msg) if greeted || greets => {
+                        self.out.push(Effect::ClientMessage { peer, principal, acl, msg: Box::new(msg) })
                     }
-                    Err(error) => self.send_error(peer, ErrorKind::BadRequest, error.to_string(), None),
+                    Ok(_) => self.send_error(peer, "send client_hello first: nothing is served before it".to_owned()),
+                    Err(error) => self.send_error(peer, error.to_string()),
                 }
             }
         }
@@ -94,13 +141,13 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// A peer that proved its identity: a client is admitted (or refused) on the principals
     /// known here; a minion whose key is not accepted here waits on the key registry's verdict
-    /// ([`Master::key_decided`]).
+    /// ([`AdmissionDesk::key_decided`]).
     pub(crate) fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) {
-        let now = self.clock.now();
+        let now = self.now;
         let who = identified.peer().clone();
         match who.role {
             Role::Client => {
-                let acl = if who.identity == self.root && who.name == "root" {
+                let acl = if who.identity == *self.root && who.name == "root" {
                     Some(None)
                 } else {
                     self.registry
@@ -111,8 +158,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 if let Some(acl) = acl {
                     if let Ok((session, verdict)) = identified.accept(now) {
                         // People and engines wait on their answers: read before minions' bulk.
-                        self.net.mark_authenticated(peer, Lane::Priority);
-                        let _ = self.net.send(peer, verdict);
+                        self.out.push(Effect::MarkAuthenticated { peer, lane: Lane::Priority });
+                        self.send_parts(peer, verdict);
                         self.sessions.insert(peer, Conn::Client { principal: who.name, acl, session, greeted: false });
                         self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
                     }
@@ -132,7 +179,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 if self.registry.is_accepted(&admitting.id, who.identity.as_bytes()) {
                     self.key_decided(admitting, Ok(Decision::Accept));
                 } else {
-                    self.asks.push(Ask::KeyDecision(Box::new(admitting)));
+                    self.out.push(Effect::Ask(Ask::KeyDecision(Box::new(admitting))));
                 }
             }
             Role::Master => self.refuse(peer, identified.reject("a master cannot connect as a peer", now)),
@@ -148,8 +195,10 @@ impl<S: Store, N: Net> Master<S, N> {
             Err(error) => return self.no_verdict(admitting.peer, &error),
         };
         let Admitting { peer, identified, id } = admitting;
-        let now = self.clock.now();
+        let now = self.now;
         let who = identified.peer().clone();
+        // The old key's session, when the new key replaced it.
+        let mut old_cut = false;
         match decision {
             Decision::Accept | Decision::Replaced => {
                 if !self.registry.is_accepted(&id, who.identity.as_bytes()) {
@@ -157,7 +206,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     if decision == Decision::Replaced {
                         // Only a token an administrator made with --replace does this.
                         // The old key's session here ends now, as on the other masters.
-                        self.cut_minion(&id);
+                        self.out.push(Effect::CutMinion { id: id.clone() });
+                        old_cut = true;
                         warn!(minion = %id, %fingerprint, "an enrollment token replaced the minion's accepted key");
                         self.emit_shared(
                             format!("halite/key/{id}/replaced"),
@@ -169,7 +219,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.registry.accept(&id, *who.identity.as_bytes());
                     // Enrolling denied any other key of the id: a session with it on
                     // another master ends there.
-                    self.tell_masters(ClusterChange::Keys { ids: Some(vec![id.clone()]) });
+                    self.out.push(Effect::Tell(ClusterChange::Keys { ids: Some(vec![id.clone()]) }));
                     self.emit_shared(
                         format!("halite/key/{id}/accepted"),
                         json!({ "fingerprint": fingerprint, "by": "token" }),
@@ -179,9 +229,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 // A minion's returns are bulk: a fan-out's burst of them must not queue
                 // an administrator's request behind it. Moved before the verdict leaves,
                 // so that all the minion sends once it has the verdict is on bulk.
-                self.net.mark_authenticated(peer, Lane::Bulk);
-                let _ = self.net.send(peer, verdict);
-                if let Some(old) = self.sessions.peer_of(&id) {
+                self.out.push(Effect::MarkAuthenticated { peer, lane: Lane::Bulk });
+                self.send_parts(peer, verdict);
+                if let Some(old) = self.sessions.peer_of(&id).filter(|_| !old_cut) {
                     if old != peer {
                         // A minion that lost its connection reconnects, and the new
                         // session wins; two live processes with one key (a cloned
@@ -191,19 +241,19 @@ impl<S: Store, N: Net> Master<S, N> {
                                    two processes sharing one key and id will replace each other");
                             self.emit_shared(format!("halite/minion/{id}/replaced"), json!({}));
                         }
-                        self.forget(old, Some(halite_protocol::noise::REPLACED_REASON));
+                        self.forget(old, halite_protocol::noise::REPLACED_REASON);
                     }
                 }
-                self.sessions.went_online(&id, peer);
+                // Online once the session it replaces is forgotten.
                 info!(minion = %id, "minion authenticated");
                 self.metrics.get().handshakes.get_or_create(&ACCEPTED).inc();
-                self.sessions.insert(peer, Conn::Minion { id, session });
+                self.out.push(Effect::MinionOnline { peer, id, session: Box::new(session) });
             }
             Decision::Pending => {
                 let admitting = Admitting { peer, identified, id };
                 if admitting.identified.enrollment_token().is_some() {
                     // A token that did not enroll the minion is why it waits: both sides say so.
-                    self.asks.push(Ask::TokenProblem(Box::new(admitting)));
+                    self.out.push(Effect::Ask(Ask::TokenProblem(Box::new(admitting))));
                 } else {
                     self.pending_explained(admitting, Ok(None));
                 }
@@ -213,12 +263,12 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.refuse_and_park(peer, &id, verdict);
             }
             Decision::Busy(reason) => {
-                self.keys_refused += 1;
+                *self.keys_refused += 1;
                 warn!(minion = %id, "{reason}");
                 if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
                     self.emit_shared(
                         "halite/key/refused".into(),
-                        json!({ "id": id, "reason": reason, "refused_total": self.keys_refused }),
+                        json!({ "id": id, "reason": reason, "refused_total": *self.keys_refused }),
                     );
                 }
                 self.refuse(peer, identified.defer(&reason, now));
@@ -250,7 +300,7 @@ impl<S: Store, N: Net> Master<S, N> {
         };
         info!(minion = %id, %fingerprint, %reason, "minion key pending");
         self.emit_shared(format!("halite/key/{id}/pending"), json!({ "fingerprint": fingerprint, "reason": reason }));
-        let verdict = identified.defer(&reason, self.clock.now());
+        let verdict = identified.defer(&reason, self.now);
         self.refuse_and_park(peer, &id, verdict);
     }
 
@@ -259,21 +309,18 @@ impl<S: Store, N: Net> Master<S, N> {
     fn no_verdict(&mut self, peer: PeerId, error: &StoreError) {
         warn!(%error, "store failure while handling a message");
         if !self.sessions.contains(&peer) {
-            self.net.disconnect(peer, "the master's store is unavailable; try again");
+            let why = "the master's store is unavailable; try again".to_owned();
+            self.out.push(Effect::Disconnect { peer, why });
         }
     }
 
     /// Sends a refusal verdict, then closes.
-    pub(crate) fn refuse(
-        &mut self,
-        peer: PeerId,
-        verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>,
-    ) {
+    fn refuse(&mut self, peer: PeerId, verdict: Result<Vec<Vec<u8>>, halite_protocol::noise::HandshakeError>) {
         self.send_refusal(peer, verdict, false);
     }
 
     /// Sends minion `id` a pending or rejected verdict and parks its connection: closed once
-    /// its key is accepted ([`Master::release_parked`]), so the minion knocks again at once
+    /// its key is accepted (`Master::release_parked`), so the minion knocks again at once
     /// instead of after its backoff. One parked connection per id.
     fn refuse_and_park(
         &mut self,
@@ -283,7 +330,7 @@ impl<S: Store, N: Net> Master<S, N> {
     ) {
         if verdict.is_ok() {
             if let Some(older) = self.sessions.park(id, peer) {
-                self.forget(older, Some("not accepted"));
+                self.forget(older, "not accepted");
             }
         }
         self.send_refusal(peer, verdict, true);
@@ -298,13 +345,13 @@ impl<S: Store, N: Net> Master<S, N> {
         self.metrics.get().handshakes.get_or_create(&REFUSED).inc();
         match verdict {
             Ok(parts) => {
-                let _ = self.net.send(peer, parts);
+                self.send_parts(peer, parts);
                 // Closed once the verdict has had time to arrive (see `Conn::Refused`).
-                let now = self.clock.now();
+                let now = self.now;
                 self.sessions.insert(peer, Conn::Refused { since: now, parked });
                 self.sessions.watch(peer, now + crate::core::sessions::linger(parked));
             }
-            Err(_) => self.net.disconnect(peer, "not accepted"),
+            Err(_) => self.out.push(Effect::Disconnect { peer, why: "not accepted".to_owned() }),
         }
     }
 }

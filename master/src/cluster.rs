@@ -185,7 +185,7 @@ impl ClusterDesk<'_> {
             Ok(gone) => {
                 for peer in gone {
                     info!(peer = peer.0, "ending a gateway session: token revoked");
-                    self.out.push(Effect::Forget { peer, why: "token revoked" });
+                    self.out.push(Effect::Forget { peer, why: "token revoked".into() });
                 }
             }
             Err(error) => self.read_failed(&error),
@@ -251,7 +251,7 @@ impl ClusterDesk<'_> {
     fn drop_clients_if_changed(&mut self, name: &str) {
         for peer in stale_clients(self.registry, self.sessions, name) {
             info!(principal = name, "principal changed or removed; disconnecting its session");
-            self.out.push(Effect::Forget { peer, why: "principal changed" });
+            self.out.push(Effect::Forget { peer, why: "principal changed".into() });
         }
     }
 }

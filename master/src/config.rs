@@ -209,6 +209,11 @@ impl Default for MasterConfig {
 }
 
 impl MasterConfig {
+    /// How long a connection may take to finish its handshake.
+    pub(crate) fn handshake_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.handshake_timeout_secs)
+    }
+
     /// The master keys `revoked_masters` names (entries that do not read are left out: the
     /// rules were checked when read, `cluster_identity::check_revocations_of`).
     pub(crate) fn revoked_keys(&self) -> impl Iterator<Item = halite_protocol::identity::PublicIdentity> + '_ {

@@ -32,10 +32,10 @@ pub(crate) enum Ask {
     /// A new job, stored before anything of it is sent (`PublishDesk::job_stored` goes on).
     InsertJob(Box<PreparedJob>),
     /// Whether a minion key not accepted here may be: enrolled with a token, pending, refused
-    /// (`Master::key_decided` goes on).
+    /// (`AdmissionDesk::key_decided` goes on).
     KeyDecision(Box<Admitting>),
     /// Why the enrollment token a pending minion presented did not enroll it
-    /// (`Master::pending_explained` goes on).
+    /// (`AdmissionDesk::pending_explained` goes on).
     TokenProblem(Box<Admitting>),
     /// What a gateway token grants: the session opened for it, or why not
     /// (`Master::token_granted` goes on).

@@ -3,8 +3,11 @@
 //! returns them as values; the loop applies them in the order given (`Master::apply`, in
 //! `server/effects.rs`), so an owner never reaches past its own state.
 
-use halite_protocol::message::{ErrorKind, JobReturn, Message, MinionJobState, PublishRequest, Value};
-use halite_transport::PeerId;
+use std::sync::Arc;
+
+use halite_protocol::message::{ErrorKind, JobReturn, Message, MinionJobState, PrincipalAcl, PublishRequest, Value};
+use halite_protocol::noise::Session;
+use halite_transport::{Lane, PeerId};
 
 use crate::authz::publish::Publisher;
 use crate::core::asks::Ask;
@@ -44,7 +47,19 @@ pub(crate) enum Effect {
     /// A file read for a minion, to start (its answer comes back as an input).
     ReadFile(Box<FileRead>),
     /// A connection ended, closed with `why`.
-    Forget { peer: PeerId, why: &'static str },
+    Forget { peer: PeerId, why: String },
+    /// A connection closed that holds no session (a handshake's end).
+    Disconnect { peer: PeerId, why: String },
+    /// Handshake bytes for a connection, unsealed.
+    SendParts { peer: PeerId, parts: Vec<Vec<u8>> },
+    /// A connection authenticated: read on `lane` from now on.
+    MarkAuthenticated { peer: PeerId, lane: Lane },
+    /// A minion's session opened on `peer`, replacing any it had here.
+    MinionOnline { peer: PeerId, id: String, session: Box<Session> },
+    /// A message a minion sent in session, to handle.
+    MinionMessage { peer: PeerId, id: String, msg: Box<Message>, size: usize },
+    /// A message a client sent in session, to handle.
+    ClientMessage { peer: PeerId, principal: String, acl: Option<Arc<PrincipalAcl>>, msg: Box<Message> },
     /// A minion whose key is no longer accepted: its session ends.
     CutMinion { id: String },
     /// Connections parked while their minion's key was pending close if it is now accepted.

@@ -55,13 +55,13 @@ impl<S: Store, N: Net> Master<S, N> {
                     let decided =
                         crate::keys::decide(&self.store, &admitting.id, &key, token, at, &mut self.pending_limits)
                             .await;
-                    self.key_decided(*admitting, decided);
+                    self.with_admission_desk(|desk| desk.key_decided(*admitting, decided));
                 }
                 Ask::TokenProblem(admitting) => {
                     let token = admitting.identified.enrollment_token().unwrap_or_default();
                     let problem =
                         crate::keys::token_problem(&self.store, token, &admitting.id, self.clock.wall_ms()).await;
-                    self.pending_explained(*admitting, problem);
+                    self.with_admission_desk(|desk| desk.pending_explained(*admitting, problem));
                 }
                 Ask::TokenGrant(grant) => {
                     let granted = self.store.api_token_grant(&grant.token_hash, self.clock.wall_ms()).await;
@@ -226,10 +226,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 debug!(peer = peer.0, %addr, "connection");
                 let now = self.clock.now();
                 self.sessions.insert(peer, Conn::AwaitHello { since: now });
-                self.sessions.watch(peer, now + self.handshake_timeout());
+                self.sessions.watch(peer, now + self.config.handshake_timeout());
             }
             RouterEvent::Message { peer, parts } => {
-                self.on_message(peer, parts);
+                self.with_admission_desk(|desk| desk.on_message(peer, parts));
             }
             RouterEvent::Disconnected { peer, reason } => {
                 match self.sessions.get(&peer) {

@@ -3,6 +3,7 @@
 //! handler may touch is written in one place; what else it decides comes back as effects,
 //! carried out at once (`effects.rs`), in order, before anything else happens.
 
+use crate::admission::AdmissionDesk;
 use crate::authz::Access;
 use crate::cluster::ClusterDesk;
 use crate::cluster_jobs::ClusterJobsDesk;
@@ -15,6 +16,26 @@ use crate::store::Store;
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Lends connections on their way to a session their desk for `work`, then carries out
+    /// what it decided.
+    pub(crate) fn with_admission_desk<R>(&mut self, work: impl FnOnce(&mut AdmissionDesk<'_>) -> R) -> R {
+        let mut desk = AdmissionDesk {
+            config: &self.config,
+            identity: &self.identity,
+            root: &self.root,
+            sessions: &mut self.sessions,
+            registry: &mut self.registry,
+            notices: &mut self.notices,
+            keys_refused: &mut self.keys_refused,
+            metrics: &self.metrics,
+            now: self.clock.now(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
     /// Lends publishing and cancelling their desk for `work`, then carries out what it
     /// decided. The events published so far are handed out first: a job's rollout hears only
     /// those published after the job.

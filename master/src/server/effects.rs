@@ -5,6 +5,7 @@ use std::time::Duration;
 use halite_protocol::message::{JobReturn, MinionJobState};
 
 use crate::core::effects::{Effect, SlotOp};
+use crate::core::sessions::Conn;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -28,7 +29,23 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::LateReturn { jid, minion, state, ret } => self.late_return(&jid, &minion, state, *ret),
                 Effect::DeliverAll { minion, peer } => self.deliver_all(&minion, peer),
                 Effect::ReadFile(read) => read.start(self.file_tx.clone()),
-                Effect::Forget { peer, why } => self.forget(peer, Some(why)),
+                Effect::Forget { peer, why } => self.forget(peer, Some(&why)),
+                Effect::Disconnect { peer, why } => self.net.disconnect(peer, &why),
+                Effect::SendParts { peer, parts } => {
+                    // A handshake message lost to a full queue is a handshake that times out.
+                    let _ = self.net.send(peer, parts);
+                }
+                Effect::MarkAuthenticated { peer, lane } => self.net.mark_authenticated(peer, lane),
+                Effect::MinionOnline { peer, id, session } => {
+                    self.sessions.went_online(&id, peer);
+                    self.sessions.insert(peer, Conn::Minion { id, session: *session });
+                }
+                Effect::MinionMessage { peer, id, msg, size } => {
+                    self.with_minion_desk(|desk| desk.on_minion_message(peer, &id, *msg, size))
+                }
+                Effect::ClientMessage { peer, principal, acl, msg } => {
+                    self.on_client_message(peer, &principal, acl, *msg)
+                }
                 Effect::CutMinion { id } => self.cut_minion(&id),
                 Effect::ReleaseParked => self.release_parked(),
                 Effect::AdoptJob { jid } => self.with_cluster_jobs(|desk| desk.adopt_job(&jid)),

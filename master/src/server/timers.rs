@@ -72,7 +72,7 @@ impl<S: Store, N: Net> Master<S, N> {
             self.count_sessions();
             self.timers.set(Timer::Gauges, now + GAUGES_EVERY);
         }
-        let due = self.sessions.due(now, self.handshake_timeout());
+        let due = self.sessions.due(now, self.config.handshake_timeout());
         for peer in due.stale_handshakes {
             self.drop_peer(peer, "handshake timed out");
         }
@@ -161,11 +161,6 @@ impl<S: Store, N: Net> Master<S, N> {
     /// not heard yet, and rollouts or groups that hearing made due (see [`Master::step`]).
     fn left_for_next_step(&self) -> bool {
         !self.hearing.is_empty() || !self.rollout_queue.is_empty() || self.groups.has_work()
-    }
-
-    /// How long a connection may take to finish its handshake.
-    pub(crate) fn handshake_timeout(&self) -> Duration {
-        Duration::from_secs(self.config.handshake_timeout_secs)
     }
 
     /// Whether the store may not hold what this master would decide now: its last write of job
