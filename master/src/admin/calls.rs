@@ -2,7 +2,7 @@
 //!
 //! A request is decided without the store (`admin/mod.rs`: who may, what is valid); what it
 //! then needs of the store is an [`AdminCall`], which the loop makes (`store/requests.rs`) and
-//! whose [`AdminDone`] goes on in `Master::admin_answered`: the in-memory state follows what
+//! whose [`AdminDone`] goes on in `AdminDesk::admin_answered`: the in-memory state follows what
 //! was stored, and the client is answered.
 
 use std::sync::Arc;

@@ -3,8 +3,14 @@
 //! A request is decided here without the store: who may make it, whether its input is valid
 //! (`validate.rs`), what it changes in memory at once. What it then needs of the store is
 //! asked (`calls.rs`); the loop makes the calls (`store/requests.rs`), and
-//! `Master::admin_answered` brings memory in line with what was stored and answers the client.
-//! Deployments' requests are `deploy/`'s.
+//! [`AdminDesk::admin_answered`] brings memory in line with what was stored and answers the
+//! client. Deployments' requests are `deploy/`'s.
+//!
+//! Nothing here acts on the master: the loop lends an [`AdminDesk`] (the registry, the live
+//! jobs' watchers and rollouts, what the next commit writes, the engine events' rates; the
+//! sessions, the other masters' view and the config, read-only) and carries out the [`Effect`]s
+//! it returns: answers, store calls, events, announcements, sessions ended
+//! (`Master::with_admin_desk`).
 
 pub(crate) mod calls;
 mod validate;
@@ -18,13 +24,22 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::{info, warn};
 
+use std::time::Instant;
+
 use crate::authz::{Access, Action, Asker, JobAccess, RequestKind, Who};
+use crate::config::MasterConfig;
 use crate::core::asks::{Ask, ClientRequest};
+use crate::core::cluster_view::ClusterView;
+use crate::core::effects::Effect;
+use crate::core::event_gate::EventGate;
 use crate::core::jobs::JobTable;
-use crate::net::Net;
+use crate::core::registry::Registry;
+use crate::core::rollout_queue::RolloutQueue;
+use crate::core::rollouts::Rollouts;
+use crate::core::sessions::Sessions;
+use crate::core::writes::PendingWrites;
 use crate::request_error::{Reply, RequestError};
-use crate::server::Master;
-use crate::store::{ClusterChange, JobListing, KeyRecord, Store};
+use crate::store::{ClusterChange, JobListing, KeyRecord};
 use crate::target::glob;
 use calls::{AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom, Secret};
 
@@ -41,20 +56,68 @@ enum Decided {
     ListJobs { limit: u32, filter: JobFilter },
 }
 
-impl<S: Store, N: Net> Master<S, N> {
-    /// Answers a client's request (or says why not), or asks the store what it needs: the
-    /// answer then comes from `admin_answered` (or `deploy/`'s).
-    pub(crate) fn answer_request(&mut self, asked: ClientRequest) {
-        let ClientRequest { peer, principal, acl, request } = asked;
-        let from = RequestFrom { peer, request_id: request.request_id, principal, acl };
-        if crate::deploy::is_deploy_request(&request.body) {
-            return self.answer_deploy_request(from, request.body);
+/// What administrative requests are decided with: what they change, and what they read.
+pub(crate) struct AdminDesk<'a> {
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) registry: &'a mut Registry,
+    pub(crate) jobs: &'a mut JobTable,
+    pub(crate) rollout_queue: &'a mut RolloutQueue,
+    pub(crate) pending: &'a mut PendingWrites,
+    pub(crate) event_gate: &'a mut EventGate,
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) cluster: &'a ClusterView,
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+    pub(crate) out: Vec<Effect>,
+}
+
+/// A client's request, as the loop hands it over.
+pub(crate) fn request_from(asked: ClientRequest) -> (RequestFrom, RequestBody) {
+    let ClientRequest { peer, principal, acl, request } = asked;
+    (RequestFrom { peer, request_id: request.request_id, principal, acl }, request.body)
+}
+
+impl AdminDesk<'_> {
+    fn access(&self) -> Access<'_> {
+        Access::of(self.config, self.registry, self.jobs)
+    }
+
+    fn rollouts(&mut self) -> Rollouts<'_> {
+        Rollouts::new(self.jobs, self.rollout_queue, self.now)
+    }
+
+    fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
+        self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
+    }
+
+    fn tell_masters(&mut self, change: ClusterChange) {
+        self.out.push(Effect::Tell(change));
+    }
+
+    fn emit_shared(&mut self, tag: String, data: halite_protocol::message::Value) {
+        self.out.push(Effect::EmitShared { tag, data });
+    }
+
+    fn end_sessions(&mut self, peers: Vec<halite_transport::PeerId>, why: &str) {
+        for peer in peers {
+            info!(peer = peer.0, why, "ending a session");
+            self.out.push(Effect::Forget { peer, why: why.to_owned() });
         }
-        match self.decide_request(&from, request.body) {
-            Ok(Decided::Answer(body)) => self.respond(from.peer, from.request_id, *body),
-            Ok(Decided::Call(call)) => self.asks.push(Ask::Admin(Box::new(AdminAsk { from, call }))),
+    }
+
+    /// Whether `minion` is served by another live master (and not by this one).
+    fn served_elsewhere(&self, minion: &str) -> bool {
+        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.now).is_some()
+    }
+
+    /// Answers an administrative request (or says why not), or asks the store what it needs:
+    /// the answer then comes from [`AdminDesk::admin_answered`].
+    pub(crate) fn answer_request(&mut self, from: RequestFrom, body: RequestBody) {
+        match self.decide_request(&from, body) {
+            Ok(Decided::Answer(body)) => self.reply(from.peer, from.request_id, Ok(*body)),
+            Ok(Decided::Call(call)) => self.out.push(Effect::Ask(Ask::Admin(Box::new(AdminAsk { from, call })))),
             Ok(Decided::ListJobs { limit, filter }) => {
-                self.asks.push(Ask::ListJobs(Box::new(JobsAsk { from, limit, filter })));
+                self.out.push(Effect::Ask(Ask::ListJobs(Box::new(JobsAsk { from, limit, filter }))));
             }
             Err(error) => self.reply(from.peer, from.request_id, Err(error)),
         }
@@ -135,7 +198,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
-                let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
+                let expires_at_ms = self.wall_ms.saturating_add(ttl_ms);
                 let owner = principal.to_owned();
                 let token = Secret(new_secret());
                 AdminCall::CreateToken(NewToken { token, minion, expires_at_ms, replace, owner })
@@ -163,7 +226,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 // 0 (given, or as the configured default) means a token that never expires.
                 let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
-                let expires_at_ms = (ttl_ms > 0).then(|| self.clock.wall_ms().saturating_add(ttl_ms));
+                let expires_at_ms = (ttl_ms > 0).then(|| self.wall_ms.saturating_add(ttl_ms));
                 let (token, owner) = (Secret(format!("hal_{}", new_secret())), principal.to_owned());
                 AdminCall::CreateApiToken { token, acting_as, owner, expires_at_ms }
             }
@@ -190,7 +253,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 let name = record.name;
                 // Sessions opened under the old key or ACL end here at once, as on the other
                 // masters (they reconnect under the new ACL).
-                self.drop_clients_if_changed(&name);
+                let stale = crate::cluster::stale_clients(self.registry, self.sessions, &name);
+                self.end_sessions(stale, "principal changed");
                 self.tell_masters(ClusterChange::Principal { name: name.clone() });
                 info!(principal = %name, fingerprint = %fingerprint(&record.public_key), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
@@ -200,7 +264,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     return Err(RequestError::not_found(format!("no principal {name}")));
                 };
                 self.registry.set_principals(principals);
-                self.cut_clients(&name);
+                let peers = self.sessions.clients_of(&name);
+                self.end_sessions(peers, "principal removed");
                 self.tell_masters(ClusterChange::Principal { name: name.clone() });
                 Ok(ResponseBody::Changed(vec![name]))
             }
@@ -226,7 +291,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.registry.accept(&record.id, record.public_key);
-                self.release_parked();
+                self.out.push(Effect::ReleaseParked);
                 self.tell_masters(ClusterChange::Keys { ids: Some(vec![record.id.clone()]) });
                 info!(minion = %record.id, fingerprint = %fingerprint(&record.public_key), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![record.id]))
@@ -251,7 +316,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 if let Some((status, stored)) = changed {
                     stored?;
                     let effects = self.rollouts().changed(&jid, status);
-                    self.apply(effects);
+                    self.out.extend(effects);
                 }
                 let shown = self.job_shown(&jid, read?, from.who());
                 match then {
@@ -272,7 +337,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 if !revoked? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
-                self.end_gateway_sessions(self.sessions.opened_with_token(&id), "token revoked");
+                let peers = self.sessions.opened_with_token(&id);
+                self.end_sessions(peers, "token revoked");
                 if let Some(name) = acting_as {
                     self.tell_masters(ClusterChange::Principal { name });
                 }
@@ -316,7 +382,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.registry.forget_minion(&key.id);
             }
             if to != Some(KeyState::Accepted) {
-                self.cut_minion(&key.id);
+                self.out.push(Effect::CutMinion { id: key.id.clone() });
             }
             ids.push(key.id);
         }
@@ -324,13 +390,14 @@ impl<S: Store, N: Net> Master<S, N> {
         ids.dedup();
         let accepted = match accepted {
             Ok(keys) => {
-                self.take_accepted(keys);
+                self.registry.take_accepted(keys);
+                self.out.push(Effect::ReleaseParked);
                 Ok(())
             }
             Err(error) => {
                 // `take_accepted` lets parked minions knock again; without the reread, so do we.
                 if to == Some(KeyState::Accepted) && !ids.is_empty() {
-                    self.release_parked();
+                    self.out.push(Effect::ReleaseParked);
                 }
                 Err(error)
             }
@@ -399,7 +466,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len()) > MAX_BYTES {
             return Err(RequestError::bad_request(format!("event data larger than {MAX_BYTES} bytes as JSON")));
         }
-        let now = self.clock.now();
+        let now = self.now;
         if !self.event_gate.engine_event(principal, RATE_PER_SEC, BURST, now) {
             return Err(RequestError::new(
                 ErrorKind::LimitExceeded,

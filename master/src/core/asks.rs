@@ -46,9 +46,9 @@ pub(crate) enum Ask {
     /// Where a rollout another master changed now is, reread (`Master::rollout_reread` goes on).
     ReadRollout { jid: String },
     /// A client's request: it reads the store, so it is answered once the step's changes so
-    /// far are written (`Master::answer_request`).
+    /// far are written (`AdminDesk::answer_request`, or `deploy/`'s).
     Request(Box<ClientRequest>),
-    /// An administrative request's store calls, decided and allowed (`Master::admin_answered`
+    /// An administrative request's store calls, decided and allowed (`AdminDesk::admin_answered`
     /// goes on).
     Admin(Box<AdminAsk>),
     /// A job listing, read with what the asker may see of each job (answered with it).

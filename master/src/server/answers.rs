@@ -5,7 +5,7 @@
 //! What clients send once in session (over the network or in-process through the gateway) is
 //! handed out here too: subscriptions, publishes, cancels and requests. A request is asked of
 //! the loop, which answers it once the step's changes so far are written
-//! (`Master::answer_request`, in parts when large).
+//! (`AdminDesk::answer_request`, or `deploy/`'s, in parts when large).
 
 use std::sync::Arc;
 
@@ -123,12 +123,17 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::Request(asked) => {
                     // Requests read the store: they see every state change made before them.
                     self.flush().await;
-                    self.answer_request(*asked);
+                    let (from, body) = crate::admin::request_from(*asked);
+                    if crate::deploy::is_deploy_request(&body) {
+                        self.answer_deploy_request(from, body);
+                    } else {
+                        self.with_admin_desk(|desk| desk.answer_request(from, body));
+                    }
                 }
                 Ask::Admin(asked) => {
                     let AdminAsk { from, call } = *asked;
                     let done = crate::store::requests::run(&self.store, call, self.clock.wall_ms()).await;
-                    self.admin_answered(from, done);
+                    self.with_admin_desk(|desk| desk.admin_answered(from, done));
                 }
                 Ask::ListJobs(asked) => {
                     let JobsAsk { from, limit, filter } = *asked;

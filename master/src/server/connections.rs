@@ -1,7 +1,6 @@
 //! Where the loop ends connections: the one clean-up path for every peer ([`Master::forget`]),
-//! and the ways a session is ended that the handlers return as effects (a minion cut, a
-//! principal's clients cut, gateway sessions ended, parked connections released, a failed
-//! handshake dropped).
+//! and the ways the loop ends sessions itself or as handlers' effects ask (a minion cut,
+//! gateway sessions ended, parked connections released, a failed handshake dropped).
 
 use halite_transport::PeerId;
 use tracing::{debug, info};
@@ -13,14 +12,6 @@ use crate::store::Store;
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
-    /// Ends the sessions of a principal that changed or went (`crate::cluster::stale_clients`).
-    pub(crate) fn drop_clients_if_changed(&mut self, name: &str) {
-        for peer in crate::cluster::stale_clients(&self.registry, &self.sessions, name) {
-            info!(principal = name, "principal changed or removed; disconnecting its session");
-            self.forget(peer, Some("principal changed"));
-        }
-    }
-
     /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.
@@ -79,14 +70,6 @@ impl<S: Store, N: Net> Master<S, N> {
         if let Some(peer) = self.sessions.peer_of(id) {
             info!(minion = id, "key no longer accepted; disconnecting");
             self.forget(peer, Some("key no longer accepted"));
-        }
-    }
-
-    /// Ends every session of a principal that was removed.
-    pub(crate) fn cut_clients(&mut self, principal: &str) {
-        let peers = self.sessions.clients_of(principal);
-        for peer in peers {
-            self.forget(peer, Some("principal removed"));
         }
     }
 }

@@ -3,6 +3,7 @@
 //! handler may touch is written in one place; what else it decides comes back as effects,
 //! carried out at once (`effects.rs`), in order, before anything else happens.
 
+use crate::admin::AdminDesk;
 use crate::admission::AdmissionDesk;
 use crate::authz::Access;
 use crate::cluster::ClusterDesk;
@@ -16,6 +17,26 @@ use crate::store::Store;
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
+    /// Lends administrative requests their desk for `work`, then carries out what it decided.
+    pub(crate) fn with_admin_desk<R>(&mut self, work: impl FnOnce(&mut AdminDesk<'_>) -> R) -> R {
+        let mut desk = AdminDesk {
+            config: &self.config,
+            registry: &mut self.registry,
+            jobs: &mut self.jobs,
+            rollout_queue: &mut self.rollout_queue,
+            pending: &mut self.pending,
+            event_gate: &mut self.event_gate,
+            sessions: &self.sessions,
+            cluster: &self.cluster,
+            now: self.clock.now(),
+            wall_ms: self.clock.wall_ms(),
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
     /// Lends connections on their way to a session their desk for `work`, then carries out
     /// what it decided.
     pub(crate) fn with_admission_desk<R>(&mut self, work: impl FnOnce(&mut AdmissionDesk<'_>) -> R) -> R {
