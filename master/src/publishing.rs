@@ -43,21 +43,78 @@ use crate::target::Expr;
 /// make every listing of jobs read them.
 const MAX_UNKNOWN_IDS: usize = 1_000;
 
+/// What a new job is issued with: the jid generator, the master's identity, who is online
+/// here and elsewhere.
+pub(crate) struct JobIssuer<'a> {
+    pub(crate) jids: &'a mut JidGenerator,
+    pub(crate) identity: &'a LocalIdentity,
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) cluster: &'a ClusterView,
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+    pub(crate) wall_micros: u64,
+}
+
+impl JobIssuer<'_> {
+    /// Creates and signs a job to already resolved and authorised `targets`, and lays out its
+    /// slots: what is stored before anything of it is sent.
+    pub(crate) fn prepare(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
+        let NewJob { spec, reach, unknown } = new;
+        let jid = self.jids.next(self.wall_micros);
+        let created_at_ms = self.wall_ms;
+        let job = Job::issue(jid.clone(), &spec, created_at_ms, caller.to_owned(), reach);
+        // A master of a cluster names itself and its certificate: any master may deliver it.
+        let signed = match self.identity.certificate() {
+            Some(certificate) => SignedJob::sign_certified(&job, self.identity.key(), certificate, &self.config.id),
+            None => SignedJob::sign(&job, self.identity.key()),
+        };
+        let record = JobRecord::new(jid, spec, caller.to_owned(), created_at_ms, signed);
+        let now = self.now;
+        let run_deadline = crate::core::jobs::run_deadline(
+            record.timeout_ms,
+            now,
+            Duration::from_secs(self.config.timeout_grace_secs),
+        );
+        let mut slots = BTreeMap::new();
+        let mut states = Vec::with_capacity(targets.len());
+        let rolled_out = record.rollout.is_some();
+        for id in &targets {
+            // A minion another master serves gets the job from it (announced below); a rollout
+            // starts its targets itself, at the end of this step.
+            let (state, deadline) = if rolled_out {
+                (MinionJobState::Queued, None)
+            } else if self.sessions.is_online(id) || self.cluster.serves_elsewhere(id, false, now) {
+                (MinionJobState::Sent, run_deadline)
+            } else if record.ttl_ms > 0 {
+                (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
+            } else {
+                (MinionJobState::Offline, None)
+            };
+            slots.insert(id.clone(), Slot { state, deadline });
+            states.push((id.clone(), state));
+        }
+        for id in &unknown {
+            slots.insert(id.clone(), Slot { state: MinionJobState::Unknown, deadline: None });
+            states.push((id.clone(), MinionJobState::Unknown));
+        }
+        PreparedJob { record, states, slots, run_deadline, targets, unknown, publisher: None }
+    }
+}
+
 /// What jobs are published and cancelled with: what that changes, and what it reads.
 pub(crate) struct PublishDesk<'a> {
     pub(crate) config: &'a MasterConfig,
-    pub(crate) identity: &'a LocalIdentity,
     pub(crate) registry: &'a Registry,
     pub(crate) sessions: &'a Sessions,
     pub(crate) cluster: &'a ClusterView,
     pub(crate) jobs: &'a mut JobTable,
     pub(crate) hearing: &'a mut Hearing,
     pub(crate) rollout_queue: &'a mut RolloutQueue,
-    pub(crate) jids: &'a mut JidGenerator,
     pub(crate) metrics: &'a Metrics,
+    pub(crate) issuer: JobIssuer<'a>,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) wall_micros: u64,
     pub(crate) out: Vec<Effect>,
 }
 
@@ -76,7 +133,7 @@ impl PublishDesk<'_> {
 
     /// Whether `minion` is served by another live master (and not by this one).
     fn served_elsewhere(&self, minion: &str) -> bool {
-        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.now).is_some()
+        self.cluster.serves_elsewhere(minion, self.sessions.is_online(minion), self.now)
     }
 
     /// Decides a publish and, if it stands, asks for its job to be stored
@@ -221,48 +278,9 @@ impl PublishDesk<'_> {
         self.out.push(Effect::Ask(Ask::InsertJob(Box::new(prepared))));
     }
 
-    /// Creates and signs a job to already resolved and authorised `targets`, and lays out its
-    /// slots: what is stored before anything of it is sent.
+    /// Creates and signs a job ([`JobIssuer::prepare`]).
     pub(crate) fn prepare_job(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
-        let NewJob { spec, reach, unknown } = new;
-        let jid = self.jids.next(self.wall_micros);
-        let created_at_ms = self.wall_ms;
-        let job = Job::issue(jid.clone(), &spec, created_at_ms, caller.to_owned(), reach);
-        // A master of a cluster names itself and its certificate: any master may deliver it.
-        let signed = match self.identity.certificate() {
-            Some(certificate) => SignedJob::sign_certified(&job, self.identity.key(), certificate, &self.config.id),
-            None => SignedJob::sign(&job, self.identity.key()),
-        };
-        let record = JobRecord::new(jid, spec, caller.to_owned(), created_at_ms, signed);
-        let now = self.now;
-        let run_deadline = crate::core::jobs::run_deadline(
-            record.timeout_ms,
-            now,
-            Duration::from_secs(self.config.timeout_grace_secs),
-        );
-        let mut slots = BTreeMap::new();
-        let mut states = Vec::with_capacity(targets.len());
-        let rolled_out = record.rollout.is_some();
-        for id in &targets {
-            // A minion another master serves gets the job from it (announced below); a rollout
-            // starts its targets itself, at the end of this step.
-            let (state, deadline) = if rolled_out {
-                (MinionJobState::Queued, None)
-            } else if self.sessions.is_online(id) || self.served_elsewhere(id) {
-                (MinionJobState::Sent, run_deadline)
-            } else if record.ttl_ms > 0 {
-                (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
-            } else {
-                (MinionJobState::Offline, None)
-            };
-            slots.insert(id.clone(), Slot { state, deadline });
-            states.push((id.clone(), state));
-        }
-        for id in &unknown {
-            slots.insert(id.clone(), Slot { state: MinionJobState::Unknown, deadline: None });
-            states.push((id.clone(), MinionJobState::Unknown));
-        }
-        PreparedJob { record, states, slots, run_deadline, targets, unknown, publisher: None }
+        self.issuer.prepare(caller, new, targets)
     }
 
     /// A job's row was written (or not): stored, it goes live and is sent to its targets that are

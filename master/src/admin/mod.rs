@@ -107,7 +107,7 @@ impl AdminDesk<'_> {
 
     /// Whether `minion` is served by another live master (and not by this one).
     fn served_elsewhere(&self, minion: &str) -> bool {
-        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.now).is_some()
+        self.cluster.serves_elsewhere(minion, self.sessions.is_online(minion), self.now)
     }
 
     /// Answers an administrative request (or says why not), or asks the store what it needs:

@@ -200,6 +200,11 @@ impl ClusterView {
         }
     }
 
+    /// Whether `minion`, not online here, is served by another live master.
+    pub(crate) fn serves_elsewhere(&self, minion: &str, online_here: bool, now: Instant) -> bool {
+        !online_here && self.master_of(minion, now).is_some()
+    }
+
     /// The live master `minion` is connected to, if another one.
     pub(crate) fn master_of(&self, minion: &str, now: Instant) -> Option<&str> {
         let master = self.elsewhere.get(minion)?;

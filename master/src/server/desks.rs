@@ -11,7 +11,7 @@ use crate::cluster_jobs::ClusterJobsDesk;
 use crate::deploy::groups::GroupDesk;
 use crate::minion_messages::MinionDesk;
 use crate::net::Net;
-use crate::publishing::PublishDesk;
+use crate::publishing::{JobIssuer, PublishDesk};
 use crate::store::Store;
 
 use super::Master;
@@ -62,20 +62,28 @@ impl<S: Store, N: Net> Master<S, N> {
     /// those published after the job.
     pub(crate) fn with_publish_desk<R>(&mut self, work: impl FnOnce(&mut PublishDesk<'_>) -> R) -> R {
         self.hear_events();
+        let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
         let mut desk = PublishDesk {
             config: &self.config,
-            identity: &self.identity,
             registry: &self.registry,
             sessions: &self.sessions,
             cluster: &self.cluster,
             jobs: &mut self.jobs,
             hearing: &mut self.hearing,
             rollout_queue: &mut self.rollout_queue,
-            jids: &mut self.jids,
             metrics: &self.metrics,
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
-            wall_micros: self.clock.wall_micros(),
+            issuer: JobIssuer {
+                jids: &mut self.jids,
+                identity: &self.identity,
+                config: &self.config,
+                sessions: &self.sessions,
+                cluster: &self.cluster,
+                now,
+                wall_ms,
+                wall_micros: self.clock.wall_micros(),
+            },
+            now,
+            wall_ms,
             out: Vec::new(),
         };
         let (done, effects) = (work(&mut desk), desk.out);

@@ -525,7 +525,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Whether `minion` is served by another live master (and not by this one).
     pub(crate) fn served_elsewhere(&self, minion: &str) -> bool {
-        !self.sessions.is_online(minion) && self.cluster.master_of(minion, self.clock.now()).is_some()
+        self.cluster.serves_elsewhere(minion, self.sessions.is_online(minion), self.clock.now())
     }
 
     /// Who may see, control and receive what: the rules read with the registry and the live
