@@ -54,10 +54,10 @@ pub(crate) enum Ask {
     /// A job listing, read with what the asker may see of each job (answered with it).
     ListJobs(Box<JobsAsk>),
     /// A request for configs or deployments' store calls, decided and allowed
-    /// (`Master::deploy_answered` goes on).
+    /// (`DeployDesk::deploy_answered` goes on).
     Deploy(Box<DeployAsk>),
     /// A pushed deployment's job, stored before the deployment that names it
-    /// (`Master::deployment_job_stored` goes on).
+    /// (`DeployDesk::deployment_job_stored` goes on).
     InsertDeploymentJob(Box<(PreparedJob, Requester, DeploymentWrite)>),
     /// A deployment group's store calls, for its work or a client's request
     /// (`GroupDesk::group_answered` goes on).
@@ -76,7 +76,7 @@ pub(crate) enum Ask {
     LoadJob { jid: String },
     /// The returns of the slots another master ended (`ClusterJobsDesk::remote_slots_read` goes on).
     ReadReturns { jid: String, states: Vec<(String, MinionJobState)> },
-    /// An event another master stored to share (`Master::shared_event_read` goes on).
+    /// An event another master stored to share (`ClusterDesk::shared_event_read` goes on).
     ReadSharedEvent { id: i64, digest: String },
     /// What minions connected to another master announced there (`ClusterJobsDesk::minions_read` goes on).
     ReadMinions { ids: Vec<String> },
@@ -89,18 +89,18 @@ pub(crate) enum Ask {
     /// finished (`ClusterJobsDesk::missed_jobs_read` goes on).
     ReadMissedJobs { since_ms: u64 },
     /// The deployment a `deploy.apply` job's end is for, with what the end needs read
-    /// (`Master::deployment_end_read` goes on).
+    /// (`DeployDesk::deployment_end_read` goes on).
     ReadDeploymentEnd(Box<DeploymentEnd>),
     /// A `deploy.apply` job's end to record again, reread from the store
-    /// (`Master::deployment_end_reread` goes on).
+    /// (`DeployDesk::deployment_end_reread` goes on).
     RereadDeploymentEnd(Box<EndToRecord>),
     /// A deployment finished by its job's end, stored unless another master finished it first
-    /// (`Master::deployment_finished` goes on).
+    /// (`DeployDesk::deployment_finished` goes on).
     FinishDeployment(Box<(DeploymentEnd, DeploymentRecord)>),
-    /// The deployment a finished relay was for (`Master::relayed_read` goes on).
+    /// The deployment a finished relay was for (`DeployDesk::relayed_read` goes on).
     ReadRelayed(Box<RelayDone>),
     /// A deployment whose signal was relayed, stored as no longer pending if it still was
-    /// (`Master::relay_recorded` goes on).
+    /// (`DeployDesk::relay_recorded` goes on).
     StoreRelayed(Box<(DeploymentRecord, RelayDone)>),
 }
 

@@ -5,14 +5,18 @@
 
 use std::sync::Arc;
 
-use halite_protocol::message::{ErrorKind, JobReturn, Message, MinionJobState, PrincipalAcl, PublishRequest, Value};
+use halite_protocol::message::{
+    ErrorKind, JobReturn, Message, MinionJobState, PrincipalAcl, PublishRequest, SoftwareDeployment, Value,
+};
 use halite_protocol::noise::Session;
 use halite_transport::{Lane, PeerId};
 
 use crate::authz::publish::Publisher;
 use crate::core::asks::Ask;
+use crate::deploy::calls::Member;
+use crate::deploy::relay::RelayRequest;
 use crate::files::FileRead;
-use crate::request_error::Reply;
+use crate::request_error::{Reply, RequestError};
 use crate::store::ClusterChange;
 
 /// One thing to do, decided by an owner.
@@ -76,6 +80,12 @@ pub(crate) enum Effect {
     SendJob { peer: PeerId, minion: String, jid: String, message: Box<Message> },
     /// A live job sent to a connected minion, its slot marked sent.
     Deliver { jid: String, minion: String, peer: PeerId },
+    /// A live job cancelled (its rollout stopped first, if it has one).
+    CancelLive { jid: String },
+    /// A group member's deployment pushed (or not), told to the group under way.
+    MemberPushed { member: Member, pushed: Box<Result<SoftwareDeployment, RequestError>> },
+    /// A deployment's last signal, to relay to its engine.
+    StartRelay(Box<RelayRequest>),
     /// A minion's peer publish, to decide as any publish.
     Publish { peer: PeerId, caller: String, publisher: Publisher, request: Box<PublishRequest> },
 }

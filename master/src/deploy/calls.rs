@@ -2,7 +2,7 @@
 //!
 //! A request is decided without the store (`deploy/mod.rs`); its store calls are a
 //! [`DeployCall`], made by the loop (`store/requests.rs`), and the [`DeployDone`] goes on in
-//! `Master::deploy_answered`, which may ask again: a push reads its config and server, its
+//! `DeployDesk::deploy_answered`, which may ask again: a push reads its config and server, its
 //! job is stored (`Ask::InsertDeploymentJob`), then the deployment that names the job.
 
 use halite_protocol::message::{DeploymentUpdate, SoftwareConfig};

@@ -17,21 +17,30 @@ pub(crate) mod relay;
 pub(crate) mod signal_hosts;
 mod validate;
 
+use std::time::Instant;
+
 use halite_protocol::message::{
     status, NewDeployment, PrincipalAcl, RequestBody, ResponseBody, SoftwareDeployment, Value,
 };
 use serde_json::json;
 use tracing::{error, info, warn};
 
+use crate::acl::NoticeThrottle;
 use crate::admin::calls::RequestFrom;
+use crate::authz::Access;
 use crate::clock::new_uuid;
+use crate::config::MasterConfig;
 use crate::core::asks::{Ask, PreparedJob};
-use crate::core::deploy_jobs::EndToRecord;
-use crate::net::Net;
+use crate::core::deploy_jobs::{DeployJobs, EndToRecord};
+use crate::core::effects::Effect;
+use crate::core::hearing::Hearing;
+use crate::core::jobs::JobTable;
+use crate::core::registry::Registry;
+use crate::metrics::Metrics;
+use crate::publishing::JobIssuer;
 use crate::request_error::{Reply, RequestError};
-use crate::server::Master;
 use crate::store::reads::DeploymentEnding;
-use crate::store::{DeploymentRecord, Store, StoreError};
+use crate::store::{DeploymentRecord, StoreError};
 use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, DeploymentWrite, Listing, Push, PushInputs, Requester};
 use ending::Recording;
 use relay::RelayRequest;
@@ -48,7 +57,7 @@ enum Next {
     InsertJob(Box<PreparedJob>, Box<DeploymentWrite>),
 }
 
-/// A push prepared ([`Master::prepare_push`]).
+/// A push prepared ([`DeployDesk::prepare_push`]).
 // Made once per push and taken apart at once: boxing would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Pushing {
@@ -81,20 +90,58 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
 /// The minion function a deployment's job runs.
 pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
 
-impl<S: Store, N: Net> Master<S, N> {
+/// Whether a request is about deployment groups (`groups.rs` answers those).
+pub(crate) fn is_group_request(body: &RequestBody) -> bool {
+    matches!(
+        body,
+        RequestBody::DeploymentGroupCreate(_)
+            | RequestBody::DeploymentGroupShow { .. }
+            | RequestBody::DeploymentGroupUpdate { .. }
+    )
+}
+
+/// What configs and deployments are handled with: what that changes, and what it reads.
+pub(crate) struct DeployDesk<'a> {
+    pub(crate) config: &'a MasterConfig,
+    pub(crate) registry: &'a Registry,
+    pub(crate) jobs: &'a JobTable,
+    pub(crate) deploy_jobs: &'a mut DeployJobs,
+    pub(crate) hearing: &'a mut Hearing,
+    pub(crate) notices: &'a mut NoticeThrottle,
+    pub(crate) metrics: &'a Metrics,
+    /// Deployments' jobs are issued here (stored and sent by the publishing desk).
+    pub(crate) issuer: JobIssuer<'a>,
+    pub(crate) now: Instant,
+    pub(crate) wall_ms: u64,
+    pub(crate) out: Vec<Effect>,
+}
+
+impl DeployDesk<'_> {
+    fn access(&self) -> Access<'_> {
+        Access::of(self.config, self.registry, self.jobs)
+    }
+
+    fn ask(&mut self, ask: Ask) {
+        self.out.push(Effect::Ask(ask));
+    }
+
+    fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
+        self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
+    }
+
+    fn emit_shared(&mut self, tag: String, data: Value) {
+        self.out.push(Effect::EmitShared { tag, data });
+    }
+
+    fn cancel_live(&mut self, jid: &str) {
+        self.out.push(Effect::CancelLive { jid: jid.to_owned() });
+    }
+
     /// Answers a request for configs or deployments, or asks the store what it needs: the
     /// answer then comes from `deploy_answered` (groups' requests: `groups.rs`).
     pub(crate) fn answer_deploy_request(&mut self, from: RequestFrom, body: RequestBody) {
-        if matches!(
-            body,
-            RequestBody::DeploymentGroupCreate(_)
-                | RequestBody::DeploymentGroupShow { .. }
-                | RequestBody::DeploymentGroupUpdate { .. }
-        ) {
-            return self.with_groups(|groups| groups.answer_group_request(from, body));
-        }
         match self.decide_deploy_request(&from, body) {
-            Ok(call) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from: Requester::Client(from), call }))),
+            Ok(call) => self.ask(Ask::Deploy(Box::new(DeployAsk { from: Requester::Client(from), call }))),
             Err(error) => self.reply(from.peer, from.request_id, Err(error)),
         }
     }
@@ -108,7 +155,7 @@ impl<S: Store, N: Net> Master<S, N> {
             RequestBody::ConfigCreate(new) => {
                 self.may_deploy(acl, None)?;
                 validate::config(&new)?;
-                let config = records::new_config(new, self.clock.wall_ms());
+                let config = records::new_config(new, self.wall_ms);
                 DeployCall::PutConfig { config: Box::new(config), owner: from.principal.clone() }
             }
             RequestBody::ConfigShow { id } => {
@@ -127,7 +174,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.may_deploy(acl, Some(&spec.server_id))?;
                 validate::deployment(&spec)?;
                 self.check_signal_url(&spec)?;
-                let record = records::new_deployment(spec, &from.principal, self.clock.wall_ms());
+                let record = records::new_deployment(spec, &from.principal, self.wall_ms);
                 DeployCall::ReadPush(Box::new(Push { record, update: false, config_checked: true }))
             }
             RequestBody::DeploymentUpdate { id, update } => {
@@ -150,10 +197,8 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn deploy_answered(&mut self, from: Requester, done: DeployDone) {
         match self.deploy_answer(&from, done) {
             Ok(Next::Answer(body)) => self.deploy_reply(from, Ok(*body)),
-            Ok(Next::Ask(call)) => self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call }))),
-            Ok(Next::InsertJob(job, write)) => {
-                self.asks.push(Ask::InsertDeploymentJob(Box::new((*job, from, *write))));
-            }
+            Ok(Next::Ask(call)) => self.ask(Ask::Deploy(Box::new(DeployAsk { from, call }))),
+            Ok(Next::InsertJob(job, write)) => self.ask(Ask::InsertDeploymentJob(Box::new((*job, from, *write)))),
             Err(error) => self.deploy_reply(from, Err(error)),
         }
     }
@@ -167,7 +212,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     ResponseBody::Deployment(deployment) => Ok(deployment),
                     _ => Err(RequestError::bad_request("unexpected answer pushing a deployment")),
                 });
-                self.with_groups(|groups| groups.member_pushed(member, pushed));
+                self.out.push(Effect::MemberPushed { member, pushed: Box::new(pushed) });
             }
         }
     }
@@ -202,7 +247,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let Some(record) = read? else {
                     return Err(RequestError::not_found(format!("no deployment {id}")));
                 };
-                let record = records::updated(record, update, self.clock.wall_ms())?;
+                let record = records::updated(record, update, self.wall_ms)?;
                 Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked: false }))))
             }
             DeployDone::Deployment { id, then, read } => {
@@ -215,12 +260,12 @@ impl<S: Store, N: Net> Master<S, N> {
                     DeploymentRead::Show => answer(ResponseBody::Deployment(record.deployment)),
                     DeploymentRead::Delete => {
                         self.deploy_jobs.forget(&record.jid);
-                        self.with_publish_desk(|desk| desk.cancel_live(&record.jid));
+                        self.cancel_live(&record.jid);
                         Ok(Next::Ask(DeployCall::DeleteDeployment(Box::new(record))))
                     }
                     DeploymentRead::Update(update) | DeploymentRead::Restart(update) => {
                         let config_checked = update.config_id.is_some();
-                        let record = records::updated(record, update, self.clock.wall_ms())?;
+                        let record = records::updated(record, update, self.wall_ms)?;
                         Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked }))))
                     }
                 }
@@ -275,7 +320,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     // Deleted or updated through another master since it was read: its new job
                     // goes nowhere, and the engine reads it again.
                     if pushed {
-                        self.with_publish_desk(|desk| desk.cancel_live(&record.jid));
+                        self.cancel_live(&record.jid);
                     }
                     let id = &record.deployment.id;
                     return Err(RequestError::conflict(format!(
@@ -288,18 +333,18 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// A push job stored (or not): the deployment that names it is stored next.
+    /// A push job stored and gone live (or not: `PublishDesk::job_stored`): the deployment
+    /// that names it is stored next.
     pub(crate) fn deployment_job_stored(
         &mut self,
-        job: PreparedJob,
         from: Requester,
         write: DeploymentWrite,
-        stored: Result<(), StoreError>,
+        stored: Result<String, StoreError>,
     ) {
-        match self.with_publish_desk(|desk| desk.job_stored(job, stored)) {
+        match stored {
             Ok(_) => {
                 let call = DeployCall::PutDeployment { write: Box::new(write), pushed: true };
-                self.asks.push(Ask::Deploy(Box::new(DeployAsk { from, call })));
+                self.ask(Ask::Deploy(Box::new(DeployAsk { from, call })));
             }
             Err(error) => self.deploy_reply(from, Err(error.into())),
         }
@@ -319,10 +364,10 @@ impl<S: Store, N: Net> Master<S, N> {
         // An update is stored only while its row still waits on the job it was read on.
         let read_on = update.then(|| record.jid.clone());
         let config = inputs.config.map(|r| r.config).ok_or_else(|| no_config(&record.spec.config_id))?;
-        let now = self.clock.wall_ms();
+        let now = self.wall_ms;
         if update {
             self.deploy_jobs.forget(&record.jid);
-            self.with_publish_desk(|desk| desk.cancel_live(&record.jid));
+            self.cancel_live(&record.jid);
             if record.deployment.action == "DELETE" && !self.registry.has_accepted(&record.deployment.server_id) {
                 // Nothing to un-configure on a server that is gone: Heat's own resource skips it too.
                 let reason = format!(
@@ -337,7 +382,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let default_timeout = self.config.deployment_timeout_secs;
         let (job, derived) = records::deployment_job(&record, &config, wait_secs, default_timeout, now)?;
         let server = record.deployment.server_id.clone();
-        let prepared = self.with_publish_desk(|desk| desk.prepare_job(principal, job, vec![server]));
+        let prepared = self.issuer.prepare(principal, job, vec![server]);
         record.deployment.derived_config_id = derived.id;
         record.jid = prepared.record.jid.clone();
         record.item = derived.item;
@@ -361,7 +406,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Whether `acl` may deploy (see [`may_deploy`]).
-    pub(crate) fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
+    fn may_deploy(&self, acl: Option<&PrincipalAcl>, server: Option<&str>) -> Result<(), RequestError> {
         may_deploy(&self.access(), acl, server)
     }
 
@@ -380,16 +425,16 @@ impl<S: Store, N: Net> Master<S, N> {
     /// loop answers what this asks right away, so the deployments' groups hear the
     /// announcements in the same step. Ends the store could not take before come first.
     pub(crate) fn record_deployment_ends(&mut self) {
-        for retry in self.deploy_jobs.take_due(self.clock.now()) {
-            self.asks.push(Ask::RereadDeploymentEnd(Box::new(retry)));
+        for retry in self.deploy_jobs.take_due(self.now) {
+            self.ask(Ask::RereadDeploymentEnd(Box::new(retry)));
         }
-        for done in self.deploy_jobs.take_due_relays(self.clock.now()) {
-            self.asks.push(Ask::ReadRelayed(Box::new(done)));
+        for done in self.deploy_jobs.take_due_relays(self.now) {
+            self.ask(Ask::ReadRelayed(Box::new(done)));
         }
         for moved in self.hearing.take_deployment_ends() {
             let id = self.deploy_jobs.ended(&moved.jid);
-            let end = ending::DeploymentEnd::of_move(&self.config, moved, id);
-            self.asks.push(Ask::ReadDeploymentEnd(Box::new(end)));
+            let end = ending::DeploymentEnd::of_move(self.config, moved, id);
+            self.ask(Ask::ReadDeploymentEnd(Box::new(end)));
         }
     }
 
@@ -397,7 +442,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// later (`DeployJobs::retry`), so the deployment is not left in progress, unless the store
     /// refused it for good (a conflict, a row it cannot decode: trying again fails again).
     fn record_deployment_later(&mut self, retry: EndToRecord, error: &StoreError) {
-        let now = self.clock.now();
+        let now = self.now;
         if !error.is_transient() {
             return error!(%error, jid = %retry.jid, "a deployment's result cannot be recorded; it is left as stored");
         }
@@ -415,9 +460,9 @@ impl<S: Store, N: Net> Master<S, N> {
         read: Result<Option<halite_protocol::message::JobDetail>, StoreError>,
     ) {
         match read {
-            Ok(Some(job)) => match ending::stored_end(&self.config, &retry, &job.minions) {
-                Some(end) => self.asks.push(Ask::ReadDeploymentEnd(Box::new(end))),
-                None => self.deploy_jobs.retry(retry, self.clock.now()),
+            Ok(Some(job)) => match ending::stored_end(self.config, &retry, &job.minions) {
+                Some(end) => self.ask(Ask::ReadDeploymentEnd(Box::new(end))),
+                None => self.deploy_jobs.retry(retry, self.now),
             },
             Ok(None) => {
                 warn!(jid = %retry.jid, "a deployment's job is no longer stored; its result cannot be recorded")
@@ -440,9 +485,9 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(None) => return,
             Err(error) => return self.record_deployment_later(end.to_retry(end.written.clone()), &error),
         };
-        match ending::recording(&self.config, &end, ending, (self.clock.wall_ms(), new_uuid())) {
+        match ending::recording(self.config, &end, ending, (self.wall_ms, new_uuid())) {
             Recording::Written(record) => self.deployment_finished(end, record, Ok(true)),
-            Recording::Finish(record) => self.asks.push(Ask::FinishDeployment(Box::new((end, record)))),
+            Recording::Finish(record) => self.ask(Ask::FinishDeployment(Box::new((end, record)))),
             Recording::Nothing => {}
         }
     }
@@ -489,19 +534,13 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// The `[deploy] signal_hosts` allowlist (checked when the config was read; an entry that
-    /// somehow does not parse allows nothing).
-    pub(crate) fn signal_hosts(&self) -> SignalHosts {
-        SignalHosts::parse(&self.config.deploy.signal_hosts).unwrap_or_default()
-    }
-
     /// Whether a deployment's `signal_id` is one the relay takes (see [`check_signal_url`]).
-    pub(crate) fn check_signal_url(&self, spec: &NewDeployment) -> Result<(), RequestError> {
-        check_signal_url(&self.config, spec)
+    fn check_signal_url(&self, spec: &NewDeployment) -> Result<(), RequestError> {
+        check_signal_url(self.config, spec)
     }
 
     /// Starts relaying a deployment's last signal to its `signal_id`.
-    pub(crate) fn start_relay(&mut self, record: &DeploymentRecord) {
+    fn start_relay(&mut self, record: &DeploymentRecord) {
         let (Some(url), Some(Value::Object(signal))) = (&record.spec.signal_id, &record.last_signal) else { return };
         let request = RelayRequest {
             deployment_id: record.deployment.id.clone(),
@@ -510,13 +549,13 @@ impl<S: Store, N: Net> Master<S, N> {
             verb: derive::signal_verb(&record.spec),
             body: derive::trimmed_body(signal, relay::MAX_BODY),
         };
-        relay::spawn(self.signal_hosts(), request, self.relay_tx.clone());
+        self.out.push(Effect::StartRelay(Box::new(request)));
     }
 
     /// A relay ended: its deployment is read, then recorded as relayed
-    /// ([`Master::relayed_read`]).
+    /// ([`DeployDesk::relayed_read`]).
     pub(crate) fn relay_finished(&mut self, done: relay::RelayDone) {
-        self.asks.push(Ask::ReadRelayed(Box::new(done)));
+        self.ask(Ask::ReadRelayed(Box::new(done)));
     }
 
     /// The deployment a relay was for, as read: no longer pending, unless it has been derived
@@ -525,7 +564,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match read {
             Ok(Some(mut record)) if record.deployment.derived_config_id == done.request.derived_config_id => {
                 record.relay_pending = false;
-                self.asks.push(Ask::StoreRelayed(Box::new((record, done))));
+                self.ask(Ask::StoreRelayed(Box::new((record, done))));
             }
             Ok(_) => {}
             Err(error) => self.record_relay_later(done, &error),
@@ -541,10 +580,10 @@ impl<S: Store, N: Net> Master<S, N> {
         if !error.is_transient() {
             return error!(%error, %deployment, "a relay's end cannot be recorded; its relay stays pending");
         }
-        if self.notices.ready("store:relay_end", std::time::Duration::from_secs(10), self.clock.now()) {
+        if self.notices.ready("store:relay_end", std::time::Duration::from_secs(10), self.now) {
             warn!(%error, %deployment, "recording a relay failed; trying again every second");
         }
-        self.deploy_jobs.retry_relay(done, self.clock.now());
+        self.deploy_jobs.retry_relay(done, self.now);
     }
 
     /// A relay recorded, as stored: announced. The announcement says only `relayed` (the
@@ -588,7 +627,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// After a restart: the open deployments as read (`Store::open_deployments`) are linked to
     /// their jobs again and pending relays resume.
     pub(crate) fn resume_deployments(&mut self, open: Vec<DeploymentRecord>) {
-        let now = self.clock.now();
+        let now = self.now;
         for record in open {
             if record.deployment.status == status::IN_PROGRESS && self.jobs.get(&record.jid).is_none() {
                 // Its job ended but the deployment was not recorded (the store did not answer,

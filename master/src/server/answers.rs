@@ -124,8 +124,10 @@ impl<S: Store, N: Net> Master<S, N> {
                     // Requests read the store: they see every state change made before them.
                     self.flush().await;
                     let (from, body) = crate::admin::request_from(*asked);
-                    if crate::deploy::is_deploy_request(&body) {
-                        self.answer_deploy_request(from, body);
+                    if crate::deploy::is_group_request(&body) {
+                        self.with_groups(|groups| groups.answer_group_request(from, body));
+                    } else if crate::deploy::is_deploy_request(&body) {
+                        self.with_deploy_desk(|desk| desk.answer_deploy_request(from, body));
                     } else {
                         self.with_admin_desk(|desk| desk.answer_request(from, body));
                     }
@@ -148,12 +150,13 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::Deploy(asked) => {
                     let DeployAsk { from, call } = *asked;
                     let done = crate::store::requests::run_deploy(&self.store, call, self.clock.wall_ms()).await;
-                    self.deploy_answered(from, done);
+                    self.with_deploy_desk(|desk| desk.deploy_answered(from, done));
                 }
                 Ask::InsertDeploymentJob(pushed) => {
                     let (job, from, write) = *pushed;
                     let stored = self.insert_job(&job).await;
-                    self.deployment_job_stored(job, from, write, stored);
+                    let stored = self.with_publish_desk(|desk| desk.job_stored(job, stored));
+                    self.with_deploy_desk(|desk| desk.deployment_job_stored(from, write, stored));
                 }
                 Ask::Group(asked) => {
                     let GroupAsk { id, call } = *asked;
@@ -162,27 +165,27 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::RereadDeploymentEnd(retry) => {
                     let read = self.store.job(&retry.jid).await;
-                    self.deployment_end_reread(*retry, read);
+                    self.with_deploy_desk(|desk| desk.deployment_end_reread(*retry, read));
                 }
                 Ask::ReadDeploymentEnd(end) => {
                     let (jid, id) = (&end.jid, end.id.as_deref());
                     let read =
                         reads::deployment_ending(&self.store, jid, id, end.signal.is_some(), end.short_wait_ms).await;
-                    self.deployment_end_read(*end, read);
+                    self.with_deploy_desk(|desk| desk.deployment_end_read(*end, read));
                 }
                 Ask::FinishDeployment(finishing) => {
                     let (end, record) = *finishing;
                     let stored = self.store.finish_deployment(&record, self.clock.wall_ms()).await;
-                    self.deployment_finished(end, record, stored);
+                    self.with_deploy_desk(|desk| desk.deployment_finished(end, record, stored));
                 }
                 Ask::ReadRelayed(done) => {
                     let read = self.store.deployment(&done.request.deployment_id).await;
-                    self.relayed_read(*done, read);
+                    self.with_deploy_desk(|desk| desk.relayed_read(*done, read));
                 }
                 Ask::StoreRelayed(relayed) => {
                     let (record, done) = *relayed;
                     let stored = self.store.record_relayed(&record, self.clock.wall_ms()).await;
-                    self.relay_recorded(record, done, stored);
+                    self.with_deploy_desk(|desk| desk.relay_recorded(record, done, stored));
                 }
                 Ask::ReadRollout { jid } => {
                     let stored = self.store.job(&jid).await.map(|job| job.and_then(|job| job.summary.rollout));

@@ -9,6 +9,7 @@ use crate::authz::Access;
 use crate::cluster::ClusterDesk;
 use crate::cluster_jobs::ClusterJobsDesk;
 use crate::deploy::groups::GroupDesk;
+use crate::deploy::DeployDesk;
 use crate::minion_messages::MinionDesk;
 use crate::net::Net;
 use crate::publishing::{JobIssuer, PublishDesk};
@@ -16,7 +17,45 @@ use crate::store::Store;
 
 use super::Master;
 
+/// The master's job issuer, borrowed field by field (a macro, so its borrows stay apart from
+/// those of the desk that holds it).
+macro_rules! job_issuer {
+    ($master:expr, $now:expr, $wall_ms:expr) => {
+        JobIssuer {
+            jids: &mut $master.jids,
+            identity: &$master.identity,
+            config: &$master.config,
+            sessions: &$master.sessions,
+            cluster: &$master.cluster,
+            now: $now,
+            wall_ms: $wall_ms,
+            wall_micros: $master.clock.wall_micros(),
+        }
+    };
+}
+
 impl<S: Store, N: Net> Master<S, N> {
+    /// Lends configs and deployments their desk for `work`, then carries out what it decided.
+    pub(crate) fn with_deploy_desk<R>(&mut self, work: impl FnOnce(&mut DeployDesk<'_>) -> R) -> R {
+        let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
+        let mut desk = DeployDesk {
+            config: &self.config,
+            registry: &self.registry,
+            jobs: &self.jobs,
+            deploy_jobs: &mut self.deploy_jobs,
+            hearing: &mut self.hearing,
+            notices: &mut self.notices,
+            metrics: &self.metrics,
+            issuer: job_issuer!(self, now, wall_ms),
+            now,
+            wall_ms,
+            out: Vec::new(),
+        };
+        let (done, effects) = (work(&mut desk), desk.out);
+        self.apply(effects);
+        done
+    }
+
     /// Lends administrative requests their desk for `work`, then carries out what it decided.
     pub(crate) fn with_admin_desk<R>(&mut self, work: impl FnOnce(&mut AdminDesk<'_>) -> R) -> R {
         let mut desk = AdminDesk {
@@ -72,16 +111,7 @@ impl<S: Store, N: Net> Master<S, N> {
             hearing: &mut self.hearing,
             rollout_queue: &mut self.rollout_queue,
             metrics: &self.metrics,
-            issuer: JobIssuer {
-                jids: &mut self.jids,
-                identity: &self.identity,
-                config: &self.config,
-                sessions: &self.sessions,
-                cluster: &self.cluster,
-                now,
-                wall_ms,
-                wall_micros: self.clock.wall_micros(),
-            },
+            issuer: job_issuer!(self, now, wall_ms),
             now,
             wall_ms,
             out: Vec::new(),

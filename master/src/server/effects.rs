@@ -6,6 +6,7 @@ use halite_protocol::message::{JobReturn, MinionJobState};
 
 use crate::core::effects::{Effect, SlotOp};
 use crate::core::sessions::Conn;
+use crate::deploy::signal_hosts::SignalHosts;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -58,6 +59,16 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::RolloutChangedElsewhere { jid } => {
                     let reread = self.rollouts().changed_elsewhere(&jid);
                     self.apply(reread);
+                }
+                Effect::CancelLive { jid } => self.with_publish_desk(|desk| desk.cancel_live(&jid)),
+                Effect::MemberPushed { member, pushed } => {
+                    self.with_groups(|groups| groups.member_pushed(member, *pushed))
+                }
+                Effect::StartRelay(request) => {
+                    // The allowlist was checked when the config was read; an entry that somehow
+                    // does not parse allows nothing.
+                    let hosts = SignalHosts::parse(&self.config.deploy.signal_hosts).unwrap_or_default();
+                    crate::deploy::relay::spawn(hosts, *request, self.relay_tx.clone());
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
                     self.with_publish_desk(|desk| desk.publish(peer, &caller, publisher, *request))

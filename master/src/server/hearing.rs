@@ -25,7 +25,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// this order: the metrics; the job's rollout (its next targets may start: decided by
     /// `advance_rollouts`, after the wait counted from the move); the deployment riding on a
     /// `deploy.apply` job (noted for the loop, which stores and announces it right after:
-    /// `Master::record_deployment_ends`, so its group, which hears the announcement, moves on
+    /// `DeployDesk::record_deployment_ends`, so its group, which hears the announcement, moves on
     /// in the same step).
     pub(crate) fn hear_moves(&mut self) {
         // Told first, as each was decided before its end is heard.

@@ -286,7 +286,7 @@ impl<S: Store, N: Net> Master<S, N> {
             master.jobs.insert(job);
         }
         let open = master.store.open_deployments().await?;
-        master.resume_deployments(open);
+        master.with_deploy_desk(|desk| desk.resume_deployments(open));
         // What the deployments announced is heard before the groups listen again.
         master.hear_events();
         let open = master.store.open_groups().await?;
@@ -396,7 +396,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.drain_net(BATCH - 1).await;
             }
             Input::Local(command) => self.answer_local(command).await,
-            Input::Relay(done) => self.relay_finished(done),
+            Input::Relay(done) => self.with_deploy_desk(|desk| desk.relay_finished(done)),
             Input::Reload => {
                 // Rows and announcements a master revoked now signs are refused from now on, not
                 // only after a restart (the store takes the new trust even if it does not answer).
@@ -454,7 +454,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // What the input's handling asked of the store is answered before anything hears of it.
         self.answer_asks().await;
         self.hear_moves();
-        self.record_deployment_ends();
+        self.with_deploy_desk(|desk| desk.record_deployment_ends());
         self.answer_asks().await;
         self.hear_events();
         // The rollouts an event aborted stop (each stop stored first), and the targets they
@@ -462,7 +462,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.stop_aborted_rollouts();
         self.answer_asks().await;
         self.hear_moves();
-        self.record_deployment_ends();
+        self.with_deploy_desk(|desk| desk.record_deployment_ends());
         self.answer_asks().await;
         // Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
         self.advance_rollouts(tick);
@@ -471,7 +471,7 @@ impl<S: Store, N: Net> Master<S, N> {
         // they act; an abort it carries stops a rollout at the next step. The deployment jobs
         // the groups start are heard at the next step's end, as the deployments always heard them.
         self.hear_moves();
-        self.record_deployment_ends();
+        self.with_deploy_desk(|desk| desk.record_deployment_ends());
         self.answer_asks().await;
         // Lending the groups their desk hands them the events first (`with_groups`).
         self.with_groups(|groups| groups.advance_groups(tick));

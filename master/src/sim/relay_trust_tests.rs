@@ -149,7 +149,7 @@ fn a_relay_recorded_after_its_deployment_was_deleted_brings_it_not_back() {
         let request = relay_of(&deployment, url);
         let read = sim.store().deployment(&deployment.id).await;
         assert!(sim.store().delete_deployment(&deployment.id).await.expect("deleted"));
-        sim.master.relayed_read(RelayDone { request, result: Ok(200) }, read);
+        sim.master.with_deploy_desk(|desk| desk.relayed_read(RelayDone { request, result: Ok(200) }, read));
         sim.master.answer_asks().await;
         sim.master.flush().await;
         assert_eq!(sim.store().deployment(&deployment.id).await.expect("read"), None);
