@@ -165,15 +165,16 @@ impl ClusterDesk<'_> {
             Ok(principals) => self.registry.set_principals(principals),
             Err(error) => return self.read_failed(&error),
         }
-        self.drop_clients_if_changed(name);
-        self.recheck_tokens(name);
+        let ended = self.drop_clients_if_changed(name);
+        self.recheck_tokens(name, &ended);
     }
 
-    /// Looks up again the tokens of `principal`'s in-process sessions: those whose token is
-    /// gone (another master revoked it; its announcement names the principal) end
-    /// ([`ClusterDesk::tokens_rechecked`]).
-    fn recheck_tokens(&mut self, principal: &str) {
-        let tokens = self.sessions.tokens_of(principal);
+    /// Looks up again the tokens of `principal`'s in-process sessions (but those `ended`):
+    /// those whose token is gone (another master revoked it; its announcement names the
+    /// principal) end ([`ClusterDesk::tokens_rechecked`]).
+    fn recheck_tokens(&mut self, principal: &str, ended: &[PeerId]) {
+        let mut tokens = self.sessions.tokens_of(principal);
+        tokens.retain(|(peer, _)| !ended.contains(peer));
         if !tokens.is_empty() {
             self.out.push(Effect::Ask(Ask::RecheckTokens { tokens }));
         }
@@ -184,7 +185,7 @@ impl ClusterDesk<'_> {
         match gone {
             Ok(gone) => {
                 for peer in gone {
-                    info!(peer = peer.0, "ending a gateway session: token revoked");
+                    info!(peer = peer.0, why = "token revoked", "ending a gateway session");
                     self.out.push(Effect::Forget { peer, why: "token revoked".into() });
                 }
             }
@@ -225,8 +226,8 @@ impl ClusterDesk<'_> {
         principals.sort();
         principals.dedup();
         for name in principals {
-            self.drop_clients_if_changed(&name);
-            self.recheck_tokens(&name);
+            let ended = self.drop_clients_if_changed(&name);
+            self.recheck_tokens(&name, &ended);
         }
     }
 
@@ -247,11 +248,13 @@ impl ClusterDesk<'_> {
         }
     }
 
-    /// Ends the sessions of a principal that changed or went ([`stale_clients`]).
-    fn drop_clients_if_changed(&mut self, name: &str) {
-        for peer in stale_clients(self.registry, self.sessions, name) {
+    /// Ends the sessions of a principal that changed or went ([`stale_clients`]); which.
+    fn drop_clients_if_changed(&mut self, name: &str) -> Vec<PeerId> {
+        let stale = stale_clients(self.registry, self.sessions, name);
+        for &peer in &stale {
             info!(principal = name, "principal changed or removed; disconnecting its session");
             self.out.push(Effect::Forget { peer, why: "principal changed".into() });
         }
+        stale
     }
 }

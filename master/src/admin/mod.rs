@@ -100,7 +100,6 @@ impl AdminDesk<'_> {
 
     fn end_sessions(&mut self, peers: Vec<halite_transport::PeerId>, why: &str) {
         for peer in peers {
-            info!(peer = peer.0, why, "ending a session");
             self.out.push(Effect::Forget { peer, why: why.to_owned() });
         }
     }
@@ -254,6 +253,9 @@ impl AdminDesk<'_> {
                 // Sessions opened under the old key or ACL end here at once, as on the other
                 // masters (they reconnect under the new ACL).
                 let stale = crate::cluster::stale_clients(self.registry, self.sessions, &name);
+                if !stale.is_empty() {
+                    info!(principal = %name, "principal changed or removed; disconnecting its session");
+                }
                 self.end_sessions(stale, "principal changed");
                 self.tell_masters(ClusterChange::Principal { name: name.clone() });
                 info!(principal = %name, fingerprint = %fingerprint(&record.public_key), "principal registered");
@@ -338,6 +340,9 @@ impl AdminDesk<'_> {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
                 let peers = self.sessions.opened_with_token(&id);
+                for peer in &peers {
+                    info!(peer = peer.0, why = "token revoked", "ending a gateway session");
+                }
                 self.end_sessions(peers, "token revoked");
                 if let Some(name) = acting_as {
                     self.tell_masters(ClusterChange::Principal { name });

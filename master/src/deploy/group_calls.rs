@@ -84,3 +84,13 @@ pub(crate) enum GroupDone {
     Config { then: ConfigFor, read: Result<Option<ConfigRecord>, StoreError> },
     Put { record: Box<GroupRecord>, then: GroupPut, stored: Result<(), StoreError> },
 }
+
+impl GroupDone {
+    /// Whether this answer makes its group listen to events (a group read to advance, with
+    /// `abort_on`): the loop hands out the events published so far first, so the group hears
+    /// only those published after.
+    pub(crate) fn starts_listening(&self) -> bool {
+        matches!(self, GroupDone::ReadForAdvance { read: Ok(Some(advancing)), .. }
+            if !advancing.record.group.rollout.spec.abort_on.is_empty())
+    }
+}

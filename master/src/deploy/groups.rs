@@ -401,7 +401,7 @@ impl GroupDesk<'_> {
         };
         if !record.group.rollout.spec.abort_on.is_empty() {
             // A group hears only the events published after it listens: the loop hands out
-            // those before, ahead of every answer a group gets (`Master::with_groups`).
+            // those before (`GroupDone::starts_listening`).
             self.runs.listen(&id, record.principal.clone(), record.group.rollout.spec.abort_on.clone());
         }
         if record.group.status != status::IN_PROGRESS {

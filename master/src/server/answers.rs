@@ -161,6 +161,9 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::Group(asked) => {
                     let GroupAsk { id, call } = *asked;
                     let done = crate::store::requests::run_group(&self.store, &id, call, self.clock.wall_ms()).await;
+                    if done.starts_listening() {
+                        self.hear_events();
+                    }
                     self.with_groups(|groups| groups.group_answered(id, done));
                 }
                 Ask::RereadDeploymentEnd(retry) => {

@@ -187,10 +187,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Lends the deployment groups their desk for `work`, then carries out what it decided.
-    /// The events published so far are handed out first: a group that starts listening
-    /// hears only those published after.
     pub(crate) fn with_groups<R>(&mut self, work: impl FnOnce(&mut GroupDesk<'_>) -> R) -> R {
-        self.hear_events();
         let mut desk = GroupDesk {
             runs: &mut self.groups,
             access: Access::of(&self.config, &self.registry, &self.jobs),

@@ -473,7 +473,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.hear_moves();
         self.with_deploy_desk(|desk| desk.record_deployment_ends());
         self.answer_asks().await;
-        // Lending the groups their desk hands them the events first (`with_groups`).
+        self.hear_events();
         self.with_groups(|groups| groups.advance_groups(tick));
         self.answer_asks().await;
         // What the groups announced: heard now, acted upon at the next step.
