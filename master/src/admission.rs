@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{self, ErrorKind, ErrorMessage, Message, UnreadableMessage};
+use halite_protocol::message::{self, ErrorKind, ErrorMessage, Message, PrincipalAcl, UnreadableMessage};
 use halite_protocol::noise::{Claim, IdentifiedPeer, LocalIdentity, Responder, Role, SessionConfig};
 use halite_transport::{Lane, PeerId};
 use serde_json::json;
@@ -30,6 +30,12 @@ use crate::store::{ClusterChange, StoreError};
 /// Handshake outcomes as counted (`refused` includes keys told to wait for acceptance).
 const ACCEPTED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "accepted" };
 const REFUSED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "refused" };
+
+/// A sealed message a session opened, for the minion's or client's handler.
+pub(crate) enum Unsealed {
+    Minion { id: String, msg: Message, size: usize },
+    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, msg: Message },
+}
 
 /// What connections are admitted with: what that changes, and what it reads.
 pub(crate) struct AdmissionDesk<'a> {
@@ -71,8 +77,11 @@ impl AdmissionDesk<'_> {
         self.forget(peer, reason);
     }
 
-    pub(crate) fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) {
-        let Some(conn) = self.sessions.remove(&peer) else { return };
+    /// A message on a connection: the handshake's next stage, or a sealed message opened and
+    /// returned for its handler (the loop hands it over once this desk's effects are carried
+    /// out).
+    pub(crate) fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Option<Unsealed> {
+        let conn = self.sessions.remove(&peer)?;
         match conn {
             // In-process sessions never arrive from the router; a refused peer is not listened to.
             kept @ (Conn::Local { .. } | Conn::Refused { .. }) => {
@@ -103,7 +112,7 @@ impl AdmissionDesk<'_> {
                     .map_err(UnreadableMessage::from)
                     .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(UnreadableMessage::from));
                 match decoded {
-                    Ok((msg, size)) => self.out.push(Effect::MinionMessage { peer, id, msg: Box::new(msg), size }),
+                    Ok((msg, size)) => return Some(Unsealed::Minion { id, msg, size }),
                     Err(error) => {
                         warn!(minion = %id, %error, "undecodable message");
                         self.send_error(peer, error.to_string());
@@ -129,14 +138,13 @@ impl AdmissionDesk<'_> {
                     },
                 );
                 match decoded {
-                    Ok(msg) if greeted || greets => {
-                        self.out.push(Effect::ClientMessage { peer, principal, acl, msg: Box::new(msg) })
-                    }
+                    Ok(msg) if greeted || greets => return Some(Unsealed::Client { principal, acl, msg }),
                     Ok(_) => self.send_error(peer, "send client_hello first: nothing is served before it".to_owned()),
                     Err(error) => self.send_error(peer, error.to_string()),
                 }
             }
         }
+        None
     }
 
     /// A peer that proved its identity: a client is admitted (or refused) on the principals

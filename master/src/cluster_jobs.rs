@@ -263,7 +263,7 @@ impl ClusterJobsDesk<'_> {
                 }
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
-            self.out.push(Effect::Slot(Box::new(SlotOp::Moved { jid: jid.to_owned(), minion, state, ret })));
+            self.out.push(Effect::Slot(SlotOp::Moved { jid: jid.to_owned(), minion, state, ret }));
         }
     }
 

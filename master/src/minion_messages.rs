@@ -70,7 +70,7 @@ impl MinionDesk<'_> {
     }
 
     fn slot(&mut self, op: SlotOp) {
-        self.out.push(Effect::Slot(Box::new(op)));
+        self.out.push(Effect::Slot(op));
     }
 
     /// Handles a decoded message from an authenticated minion; `size` is its encoded length,

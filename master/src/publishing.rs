@@ -419,7 +419,7 @@ impl PublishDesk<'_> {
                 }
                 (s, _) if !s.is_final() => {
                     let (jid, state) = (jid.to_owned(), MinionJobState::Cancelled);
-                    self.out.push(Effect::Slot(Box::new(SlotOp::Set { jid, minion, state, ret: None })));
+                    self.out.push(Effect::Slot(SlotOp::Set { jid, minion, state, ret: None }));
                 }
                 _ => {}
             }

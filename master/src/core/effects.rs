@@ -3,10 +3,8 @@
 //! returns them as values; the loop applies them in the order given (`Master::apply`, in
 //! `server/effects.rs`), so an owner never reaches past its own state.
 
-use std::sync::Arc;
-
 use halite_protocol::message::{
-    ErrorKind, JobReturn, Message, MinionJobState, PrincipalAcl, PublishRequest, SoftwareDeployment, Value,
+    ErrorKind, JobReturn, Message, MinionJobState, PublishRequest, SoftwareDeployment, Value,
 };
 use halite_protocol::noise::Session;
 use halite_transport::{Lane, PeerId};
@@ -42,7 +40,7 @@ pub(crate) enum Effect {
     /// A message for a connection (a full queue drops it, said in the log).
     Send { peer: PeerId, message: Box<Message> },
     /// A slot's move, made where every slot moves (`SlotMoves`).
-    Slot(Box<SlotOp>),
+    Slot(SlotOp),
     /// A return for a slot already final: stored beside that state, announced once as `late`.
     LateReturn { jid: String, minion: String, state: MinionJobState, ret: Box<JobReturn> },
     /// Everything unfinished for a minion that said hello goes to it again, in jid order (its
@@ -60,10 +58,6 @@ pub(crate) enum Effect {
     MarkAuthenticated { peer: PeerId, lane: Lane },
     /// A minion's session opened on `peer`, replacing any it had here.
     MinionOnline { peer: PeerId, id: String, session: Box<Session> },
-    /// A message a minion sent in session, to handle.
-    MinionMessage { peer: PeerId, id: String, msg: Box<Message>, size: usize },
-    /// A message a client sent in session, to handle.
-    ClientMessage { peer: PeerId, principal: String, acl: Option<Arc<PrincipalAcl>>, msg: Box<Message> },
     /// A minion whose key is no longer accepted: its session ends.
     CutMinion { id: String },
     /// Connections parked while their minion's key was pending close if it is now accepted.

@@ -14,6 +14,7 @@ use halite_transport::{PeerId, RouterEvent};
 use tracing::{debug, info, warn};
 
 use crate::admin::calls::{AdminAsk, JobsAsk};
+use crate::admission::Unsealed;
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
 use crate::core::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
@@ -240,7 +241,15 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.sessions.watch(peer, now + self.config.handshake_timeout());
             }
             RouterEvent::Message { peer, parts } => {
-                self.with_admission_desk(|desk| desk.on_message(peer, parts));
+                match self.with_admission_desk(|desk| desk.on_message(peer, parts)) {
+                    Some(Unsealed::Minion { id, msg, size }) => {
+                        self.with_minion_desk(|desk| desk.on_minion_message(peer, &id, msg, size))
+                    }
+                    Some(Unsealed::Client { principal, acl, msg }) => {
+                        self.on_client_message(peer, &principal, acl, msg)
+                    }
+                    None => {}
+                }
             }
             RouterEvent::Disconnected { peer, reason } => {
                 match self.sessions.get(&peer) {

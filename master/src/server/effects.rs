@@ -26,7 +26,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::Cancel { jid } => self.with_publish_desk(|desk| desk.cancel_after_rollout(&jid)),
                 Effect::Reply { peer, request_id, answer } => self.reply(peer, request_id, *answer),
                 Effect::Send { peer, message } => self.send(peer, &message),
-                Effect::Slot(op) => self.move_slot(*op),
+                Effect::Slot(op) => self.move_slot(op),
                 Effect::LateReturn { jid, minion, state, ret } => self.late_return(&jid, &minion, state, *ret),
                 Effect::DeliverAll { minion, peer } => self.deliver_all(&minion, peer),
                 Effect::ReadFile(read) => read.start(self.file_tx.clone()),
@@ -40,12 +40,6 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::MinionOnline { peer, id, session } => {
                     self.sessions.went_online(&id, peer);
                     self.sessions.insert(peer, Conn::Minion { id, session: *session });
-                }
-                Effect::MinionMessage { peer, id, msg, size } => {
-                    self.with_minion_desk(|desk| desk.on_minion_message(peer, &id, *msg, size))
-                }
-                Effect::ClientMessage { peer, principal, acl, msg } => {
-                    self.on_client_message(peer, &principal, acl, *msg)
                 }
                 Effect::CutMinion { id } => self.cut_minion(&id),
                 Effect::ReleaseParked => self.release_parked(),
