@@ -110,7 +110,7 @@ impl ClusterJobsDesk<'_> {
             self.rollout_queue.due(&job.record.jid);
         }
         // Its rollout hears only the events published after it: the loop hands out those before
-        // it lends this desk (`Master::with_cluster_jobs`).
+        // (`Master::answer_asks`).
         self.jobs.insert(job);
         self.out.push(Effect::Emit { tag: format!("halite/job/{jid}/new"), data: new });
         for (minion, state) in finals {
@@ -216,7 +216,7 @@ impl ClusterJobsDesk<'_> {
             // Purged from the store meanwhile: nothing can still come of it.
             None => {
                 // Its events are heard while it lives (who may receive them depends on it): the
-                // loop hands them out before it lends this desk.
+                // loop hands them out before (`Master::answer_asks`).
                 if let Some(job) = self.jobs.remove(jid) {
                     self.watchers.done(job.watchers, jid);
                 }

@@ -327,7 +327,7 @@ impl PublishDesk<'_> {
             None => (Vec::new(), None),
         };
         // Its rollout hears only the events published after it: the loop hands out those before
-        // it lends this desk (`Master::with_publish_desk`).
+        // (`Master::answer_asks`).
         self.jobs.insert(LiveJob::new(record, slots, watchers));
         self.out.push(Effect::Tell(crate::store::ClusterChange::Job { jid: jid.clone() }));
         // Announced once live, so the bus can tell who may see it.

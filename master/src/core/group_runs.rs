@@ -135,10 +135,13 @@ impl GroupRuns {
         due
     }
 
-    /// `group` is finished or forgotten here.
+    /// `group` is finished or forgotten here (an update starts it over): what it heard and has
+    /// not acted upon yet goes too, so an event from before an update never stops the group
+    /// updated.
     pub(crate) fn close(&mut self, group: &str) {
         self.open.remove(group);
         self.abort_on.remove(group);
+        self.aborts.retain(|(aborted, _)| aborted != group);
         self.of_deployment.retain(|_, of| of != group);
     }
 
@@ -203,6 +206,20 @@ mod tests {
         groups.deployment_ended("d1");
         assert!(groups.take_due(false, now).is_empty(), "closed: its deployments are forgotten");
         assert!(groups.listening(), "g2's deployment is still followed");
+    }
+
+    #[test]
+    fn an_abort_heard_before_a_group_closes_is_forgotten_with_it() {
+        let mut groups = GroupRuns::default();
+        groups.open("g1", None);
+        groups.open("g2", None);
+        for group in ["g1", "g2"] {
+            groups.listen(group, "tenant".into(), vec!["minion/*/alarm".into()]);
+        }
+        groups.hear("minion/web1/alarm", &Value::Null, |_, _, _| true);
+        groups.close("g1");
+        let aborted: Vec<String> = groups.take_aborts().into_iter().map(|(group, _)| group).collect();
+        assert_eq!(aborted, ["g2"], "g1 starts over without the abort it heard before");
     }
 
     #[test]

@@ -46,6 +46,10 @@ impl<S: Store, N: Net> Master<S, N> {
             match ask {
                 Ask::InsertJob(job) => {
                     let stored = self.insert_job(&job).await;
+                    if stored.is_ok() {
+                        // The job joins the table: its rollout hears only what is published after.
+                        self.hear_events();
+                    }
                     // A failure is logged and told to the publisher by the continuation.
                     let _ = self.with_publish_desk(|desk| desk.job_stored(*job, stored));
                 }
@@ -90,6 +94,10 @@ impl<S: Store, N: Net> Master<S, N> {
                         record.signed.signer_key().is_some_and(|key| self.config.revokes(&key))
                     };
                     let loaded = reads::job_with_returns(&self.store, &jid, revoked).await;
+                    if matches!(loaded, Ok(Some(_))) {
+                        // The job joins the table: its rollout hears only what is published after.
+                        self.hear_events();
+                    }
                     self.with_cluster_jobs(|desk| desk.job_loaded(&jid, loaded));
                 }
                 Ask::ReadReturns { jid, states } => {
@@ -112,6 +120,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::RereadJob { jid } => {
                     let read = self.store.live_job(&jid).await;
+                    if matches!(read, Ok(None)) {
+                        // Purged: the job leaves the table, and its events are judged while it lives.
+                        self.hear_events();
+                    }
                     self.with_cluster_jobs(|desk| desk.job_reread(&jid, read));
                 }
                 Ask::ReadMissedJobs { since_ms } => {
@@ -156,6 +168,10 @@ impl<S: Store, N: Net> Master<S, N> {
                 Ask::InsertDeploymentJob(pushed) => {
                     let (job, from, write) = *pushed;
                     let stored = self.insert_job(&job).await;
+                    if stored.is_ok() {
+                        // The job joins the table: its rollout hears only what is published after.
+                        self.hear_events();
+                    }
                     let stored = self.with_publish_desk(|desk| desk.job_stored(job, stored));
                     self.with_deploy_desk(|desk| desk.deployment_job_stored(from, write, stored));
                 }

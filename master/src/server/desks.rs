@@ -97,10 +97,8 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Lends publishing and cancelling their desk for `work`, then carries out what it
-    /// decided. The events published so far are handed out first: a job's rollout hears only
-    /// those published after the job.
+    /// decided.
     pub(crate) fn with_publish_desk<R>(&mut self, work: impl FnOnce(&mut PublishDesk<'_>) -> R) -> R {
-        self.hear_events();
         let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
         let mut desk = PublishDesk {
             config: &self.config,
@@ -163,10 +161,8 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Lends the jobs followed across the masters their desk for `work`, then carries out what
-    /// it decided. The events published so far are handed out first: a job taken up hears only
-    /// those published after, and one let go has heard all of its own.
+    /// it decided.
     pub(crate) fn with_cluster_jobs<R>(&mut self, work: impl FnOnce(&mut ClusterJobsDesk<'_>) -> R) -> R {
-        self.hear_events();
         let mut desk = ClusterJobsDesk {
             config: &self.config,
             jobs: &mut self.jobs,
