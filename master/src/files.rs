@@ -699,7 +699,7 @@ mod tests {
             );
             other.send(&mut sim, &get(100)).await;
             assert!(other.recv(&sim).is_empty(), "the other minion's request is not refused");
-            let rx = sim.master.file_rx.as_mut().unwrap();
+            let rx = sim.file_reads();
             let mut finished = Vec::new();
             for _ in 0..=MAX_IN_FLIGHT_PER_MINION {
                 finished.push(rx.recv().await.unwrap());
@@ -713,7 +713,7 @@ mod tests {
                 "{answers:?}"
             );
             assert_eq!(greedy.recv(&sim).len(), MAX_IN_FLIGHT_PER_MINION);
-            assert_eq!(sim.master.files.in_flight, 0);
+            assert_eq!(sim.files().in_flight, 0);
         });
     }
 

@@ -42,7 +42,7 @@ mod publishing;
 mod request_error;
 mod server;
 #[cfg(test)]
-mod sim;
+use server::sim;
 pub mod store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;

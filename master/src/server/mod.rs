@@ -31,6 +31,11 @@ pub(crate) mod hearing;
 mod resync;
 mod rollouts;
 mod sending;
+// The simulation drives the loop from inside: the master's fields are the loop's alone, and
+// the tests look at them.
+#[cfg(test)]
+#[path = "../sim/mod.rs"]
+pub(crate) mod sim;
 mod timers;
 mod writes;
 
@@ -97,67 +102,68 @@ pub(crate) enum Input {
     Reload,
 }
 
-/// The master's state; see the module docs.
+/// The master's state; see the module docs. Its fields are the loop's (private to `server/`):
+/// a handler reaches them only through the desk the loop lends it (`desks.rs`).
 pub struct Master<S: Store, N: Net = Router> {
-    pub(crate) config: MasterConfig,
-    pub(crate) identity: LocalIdentity,
-    pub(crate) root: PublicIdentity,
-    pub(crate) net: N,
-    pub(crate) store: S,
+    config: MasterConfig,
+    identity: LocalIdentity,
+    root: PublicIdentity,
+    net: N,
+    store: S,
     /// The only time source.
-    pub(crate) clock: Arc<dyn Clock>,
+    clock: Arc<dyn Clock>,
     /// Every connection and its session; which minions are online.
-    pub(crate) sessions: Sessions,
+    sessions: Sessions,
     /// Accepted keys, minions, principals.
-    pub(crate) registry: Registry,
-    pub(crate) jobs: JobTable,
-    pub(crate) jids: JidGenerator,
-    pub(crate) bus: Bus,
+    registry: Registry,
+    jobs: JobTable,
+    jids: JidGenerator,
+    bus: Bus,
     /// The bus's recent past, for subscribers resuming after an event id.
-    pub(crate) event_log: crate::core::event_log::EventLog,
+    event_log: crate::core::event_log::EventLog,
     /// Which minion and engine events reach the bus (rules, rates, refusals counted).
-    pub(crate) event_gate: EventGate,
-    pub(crate) notices: NoticeThrottle,
+    event_gate: EventGate,
+    notices: NoticeThrottle,
     /// The pending-key cap and arrival rate.
-    pub(crate) pending_limits: PendingLimits,
+    pending_limits: PendingLimits,
     /// Unknown keys turned away by those limits since start.
-    pub(crate) keys_refused: u64,
+    keys_refused: u64,
     /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
     /// again as the queue drains ([`Master::send_backlogs`]).
-    pub(crate) undelivered: HashMap<String, BTreeSet<String>>,
+    undelivered: HashMap<String, BTreeSet<String>>,
     /// The other masters sharing the store, and the minions connected to them.
-    pub(crate) cluster: crate::core::cluster_view::ClusterView,
+    cluster: crate::core::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
-    pub(crate) pending: PendingWrites,
+    pending: PendingWrites,
     /// Store calls handlers asked for, answered by the loop ([`Master::answer_asks`]).
-    pub(crate) asks: Asks,
+    asks: Asks,
     /// Slot ends and events the step's listeners have not heard yet (`hearing.rs`).
-    pub(crate) hearing: crate::core::hearing::Hearing,
+    hearing: crate::core::hearing::Hearing,
     /// Rollouts the end of the step decides or stops.
-    pub(crate) rollout_queue: crate::core::rollout_queue::RolloutQueue,
+    rollout_queue: crate::core::rollout_queue::RolloutQueue,
     /// What each watching client is told at the end of the step.
-    pub(crate) watchers: Watchers,
+    watchers: Watchers,
     /// Deployment groups this master drives.
-    pub(crate) groups: crate::core::group_runs::GroupRuns,
+    groups: crate::core::group_runs::GroupRuns,
     /// `deploy.apply` jobs in flight and the deployment each carries; job ends whose deployment
     /// is to be recorded again.
-    pub(crate) deploy_jobs: crate::core::deploy_jobs::DeployJobs,
+    deploy_jobs: crate::core::deploy_jobs::DeployJobs,
     /// Sends deployment signals to engines.
-    pub(crate) relay_tx: mpsc::UnboundedSender<RelayDone>,
-    pub(crate) relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
+    relay_tx: mpsc::UnboundedSender<RelayDone>,
+    relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,
     /// Files served to minions (`[files]`), and where finished reads come back.
-    pub(crate) files: crate::files::FileServer,
-    pub(crate) file_tx: mpsc::UnboundedSender<crate::files::FileServed>,
-    pub(crate) file_rx: Option<mpsc::UnboundedReceiver<crate::files::FileServed>>,
+    files: crate::files::FileServer,
+    file_tx: mpsc::UnboundedSender<crate::files::FileServed>,
+    file_rx: Option<mpsc::UnboundedReceiver<crate::files::FileServed>>,
     /// What the master counts, for operators (`/metrics`).
-    pub(crate) metrics: crate::metrics::Metrics,
+    metrics: crate::metrics::Metrics,
     /// Where in-process clients (the gateway) send their commands.
-    pub(crate) local_tx: mpsc::Sender<LocalCommand>,
-    pub(crate) local_rx: Option<mpsc::Receiver<LocalCommand>>,
+    local_tx: mpsc::Sender<LocalCommand>,
+    local_rx: Option<mpsc::Receiver<LocalCommand>>,
     /// The master's own periodic duties and retries.
-    pub(crate) timers: crate::core::timers::TimerTable,
+    timers: crate::core::timers::TimerTable,
     /// When the loop planned to wake next (waking much later means the master was paused).
-    pub(crate) wake_at: Option<Instant>,
+    wake_at: Option<Instant>,
 }
 
 /// A job about to be created.

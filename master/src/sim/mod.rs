@@ -92,6 +92,16 @@ impl Sim {
         &self.master.store
     }
 
+    /// The files the master serves, for tests beside them (`files.rs`).
+    pub(crate) fn files(&self) -> &crate::files::FileServer {
+        &self.master.files
+    }
+
+    /// Where the file reads the master started come back.
+    pub(crate) fn file_reads(&mut self) -> &mut tokio::sync::mpsc::UnboundedReceiver<crate::files::FileServed> {
+        self.master.file_rx.as_mut().expect("the sim holds the finished reads")
+    }
+
     /// Feeds one input and lets the core handle it.
     pub(crate) async fn step(&mut self, input: Input) {
         self.master.step(input).await;
