@@ -6,6 +6,12 @@
 //! already guarantee: pushed at once to a connected minion or when it connects (enrolled by
 //! token or not yet), at-most-once execution, and a return that survives restarts of either
 //! side.
+//!
+//! Nothing here awaits or acts on the master: the loop lends a [`DeployDesk`] (the deployments'
+//! jobs in flight and what the step heard of their ends, and a `JobIssuer` for the jobs it
+//! pushes; the registry, live jobs and config, read-only) and carries out the [`Effect`]s it
+//! returns: answers, store calls, cancels, members pushed to their group, relays to start,
+//! events (`Master::with_deploy_desk`). Deployment groups have their own desk (`groups.rs`).
 
 pub(crate) mod calls;
 pub(crate) mod derive;
