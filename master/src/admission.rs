@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{self, ErrorKind, ErrorMessage, Message, PrincipalAcl, UnreadableMessage};
+use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, UnreadableMessage};
 use halite_protocol::noise::{Claim, IdentifiedPeer, LocalIdentity, Responder, Role, SessionConfig};
 use halite_transport::{Lane, PeerId};
 use serde_json::json;
@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 use crate::acl::NoticeThrottle;
 use crate::config::MasterConfig;
 use crate::core::asks::{Admitting, Ask};
-use crate::core::effects::Effect;
+use crate::core::effects::{Effect, Effects};
 use crate::core::registry::Registry;
 use crate::core::sessions::{Conn, Sessions};
 use crate::keys::Decision;
@@ -50,7 +50,7 @@ pub(crate) struct AdmissionDesk<'a> {
     pub(crate) keys_refused: &'a mut u64,
     pub(crate) metrics: &'a Metrics,
     pub(crate) now: Instant,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 impl AdmissionDesk<'_> {
@@ -59,22 +59,9 @@ impl AdmissionDesk<'_> {
         self.out.push(Effect::SendParts { peer, parts });
     }
 
-    fn send_error(&mut self, peer: PeerId, message: String) {
-        let error = ErrorMessage { kind: ErrorKind::BadRequest, message, request: None };
-        self.out.push(Effect::Send { peer, message: Box::new(Message::Error(error)) });
-    }
-
-    fn emit_shared(&mut self, tag: String, data: halite_protocol::message::Value) {
-        self.out.push(Effect::EmitShared { tag, data });
-    }
-
-    fn forget(&mut self, peer: PeerId, why: &str) {
-        self.out.push(Effect::Forget { peer, why: why.to_owned() });
-    }
-
     fn drop_peer(&mut self, peer: PeerId, reason: &str) {
         debug!(peer = peer.0, reason, "handshake failed");
-        self.forget(peer, reason);
+        self.out.forget(peer, reason);
     }
 
     /// A message on a connection: the handshake's next stage, or a sealed message opened and
@@ -115,7 +102,7 @@ impl AdmissionDesk<'_> {
                     Ok((msg, size)) => return Some(Unsealed::Minion { id, msg, size }),
                     Err(error) => {
                         warn!(minion = %id, %error, "undecodable message");
-                        self.send_error(peer, error.to_string());
+                        self.out.send_error(peer, ErrorKind::BadRequest, error.to_string(), None);
                     }
                 }
             }
@@ -139,8 +126,13 @@ impl AdmissionDesk<'_> {
                 );
                 match decoded {
                     Ok(msg) if greeted || greets => return Some(Unsealed::Client { principal, acl, msg }),
-                    Ok(_) => self.send_error(peer, "send client_hello first: nothing is served before it".to_owned()),
-                    Err(error) => self.send_error(peer, error.to_string()),
+                    Ok(_) => self.out.send_error(
+                        peer,
+                        ErrorKind::BadRequest,
+                        "send client_hello first: nothing is served before it".to_owned(),
+                        None,
+                    ),
+                    Err(error) => self.out.send_error(peer, ErrorKind::BadRequest, error.to_string(), None),
                 }
             }
         }
@@ -187,7 +179,7 @@ impl AdmissionDesk<'_> {
                 if self.registry.is_accepted(&admitting.id, who.identity.as_bytes()) {
                     self.key_decided(admitting, Ok(Decision::Accept));
                 } else {
-                    self.out.push(Effect::Ask(Ask::KeyDecision(Box::new(admitting))));
+                    self.out.ask(Ask::KeyDecision(Box::new(admitting)));
                 }
             }
             Role::Master => self.refuse(peer, identified.reject("a master cannot connect as a peer", now)),
@@ -217,7 +209,7 @@ impl AdmissionDesk<'_> {
                         self.out.push(Effect::CutMinion { id: id.clone() });
                         old_cut = true;
                         warn!(minion = %id, %fingerprint, "an enrollment token replaced the minion's accepted key");
-                        self.emit_shared(
+                        self.out.emit_shared(
                             format!("halite/key/{id}/replaced"),
                             json!({ "fingerprint": fingerprint, "by": "token" }),
                         );
@@ -227,8 +219,8 @@ impl AdmissionDesk<'_> {
                     self.registry.accept(&id, *who.identity.as_bytes());
                     // Enrolling denied any other key of the id: a session with it on
                     // another master ends there.
-                    self.out.push(Effect::Tell(ClusterChange::Keys { ids: Some(vec![id.clone()]) }));
-                    self.emit_shared(
+                    self.out.tell(ClusterChange::Keys { ids: Some(vec![id.clone()]) });
+                    self.out.emit_shared(
                         format!("halite/key/{id}/accepted"),
                         json!({ "fingerprint": fingerprint, "by": "token" }),
                     );
@@ -247,9 +239,9 @@ impl AdmissionDesk<'_> {
                         if self.notices.ready(&format!("duplicate:{id}"), Duration::from_secs(10), now) {
                             warn!(minion = %id, "a second session for this minion replaces the first; \
                                    two processes sharing one key and id will replace each other");
-                            self.emit_shared(format!("halite/minion/{id}/replaced"), json!({}));
+                            self.out.emit_shared(format!("halite/minion/{id}/replaced"), json!({}));
                         }
-                        self.forget(old, halite_protocol::noise::REPLACED_REASON);
+                        self.out.forget(old, halite_protocol::noise::REPLACED_REASON);
                     }
                 }
                 // Online once the session it replaces is forgotten.
@@ -261,7 +253,7 @@ impl AdmissionDesk<'_> {
                 let admitting = Admitting { peer, identified, id };
                 if admitting.identified.enrollment_token().is_some() {
                     // A token that did not enroll the minion is why it waits: both sides say so.
-                    self.out.push(Effect::Ask(Ask::TokenProblem(Box::new(admitting))));
+                    self.out.ask(Ask::TokenProblem(Box::new(admitting)));
                 } else {
                     self.pending_explained(admitting, Ok(None));
                 }
@@ -274,7 +266,7 @@ impl AdmissionDesk<'_> {
                 *self.keys_refused += 1;
                 warn!(minion = %id, "{reason}");
                 if self.notices.ready("halite/key/refused", Duration::from_secs(1), now) {
-                    self.emit_shared(
+                    self.out.emit_shared(
                         "halite/key/refused".into(),
                         json!({ "id": id, "reason": reason, "refused_total": *self.keys_refused }),
                     );
@@ -284,7 +276,7 @@ impl AdmissionDesk<'_> {
             Decision::Denied => {
                 warn!(minion = %id, fingerprint = %who.identity.fingerprint(),
                       "a different key for a known minion id was denied");
-                self.emit_shared(
+                self.out.emit_shared(
                     format!("halite/key/{id}/denied"),
                     json!({ "fingerprint": who.identity.fingerprint() }),
                 );
@@ -307,7 +299,8 @@ impl AdmissionDesk<'_> {
             None => "key pending acceptance".to_owned(),
         };
         info!(minion = %id, %fingerprint, %reason, "minion key pending");
-        self.emit_shared(format!("halite/key/{id}/pending"), json!({ "fingerprint": fingerprint, "reason": reason }));
+        self.out
+            .emit_shared(format!("halite/key/{id}/pending"), json!({ "fingerprint": fingerprint, "reason": reason }));
         let verdict = identified.defer(&reason, self.now);
         self.refuse_and_park(peer, &id, verdict);
     }
@@ -338,7 +331,7 @@ impl AdmissionDesk<'_> {
     ) {
         if verdict.is_ok() {
             if let Some(older) = self.sessions.park(id, peer) {
-                self.forget(older, "not accepted");
+                self.out.forget(older, "not accepted");
             }
         }
         self.send_refusal(peer, verdict, true);

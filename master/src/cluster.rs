@@ -22,7 +22,7 @@ use crate::authz::{Access, Action, Asker};
 use crate::config::MasterConfig;
 use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
-use crate::core::effects::Effect;
+use crate::core::effects::{Effect, Effects};
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
 use crate::core::sessions::{Conn, Sessions};
@@ -44,7 +44,7 @@ pub(crate) struct ClusterDesk<'a> {
     pub(crate) sessions: &'a Sessions,
     pub(crate) jobs: &'a JobTable,
     pub(crate) now: Instant,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 /// Which keys to reread for a change naming `ids` (`None`: any): those named, one read each,
@@ -176,7 +176,7 @@ impl ClusterDesk<'_> {
         let mut tokens = self.sessions.tokens_of(principal);
         tokens.retain(|(peer, _)| !ended.contains(peer));
         if !tokens.is_empty() {
-            self.out.push(Effect::Ask(Ask::RecheckTokens { tokens }));
+            self.out.ask(Ask::RecheckTokens { tokens });
         }
     }
 
@@ -186,7 +186,7 @@ impl ClusterDesk<'_> {
             Ok(gone) => {
                 for peer in gone {
                     info!(peer = peer.0, why = "token revoked", "ending a gateway session");
-                    self.out.push(Effect::Forget { peer, why: "token revoked".into() });
+                    self.out.forget(peer, "token revoked");
                 }
             }
             Err(error) => self.read_failed(&error),
@@ -197,7 +197,7 @@ impl ClusterDesk<'_> {
     /// announced): published here.
     pub(crate) fn shared_event_read(&mut self, read: Result<Option<(String, Value)>, StoreError>) {
         match read {
-            Ok(Some((tag, data))) => self.out.push(Effect::Emit { tag, data }),
+            Ok(Some((tag, data))) => self.out.emit(tag, data),
             Ok(None) => {}
             Err(error) => self.read_failed(&error),
         }
@@ -253,7 +253,7 @@ impl ClusterDesk<'_> {
         let stale = stale_clients(self.registry, self.sessions, name);
         for &peer in &stale {
             info!(principal = name, "principal changed or removed; disconnecting its session");
-            self.out.push(Effect::Forget { peer, why: "principal changed".into() });
+            self.out.forget(peer, "principal changed");
         }
         stale
     }

@@ -21,7 +21,7 @@ use crate::acl::NoticeThrottle;
 use crate::config::MasterConfig;
 use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
-use crate::core::effects::{Effect, SlotOp};
+use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::hearing::{Hearing, SlotChange};
 use crate::core::jobs::{JobTable, LiveJob};
 use crate::core::registry::{MinionEntry, Registry};
@@ -45,14 +45,10 @@ pub(crate) struct ClusterJobsDesk<'a> {
     pub(crate) sessions: &'a Sessions,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 impl ClusterJobsDesk<'_> {
-    fn ask(&mut self, ask: Ask) {
-        self.out.push(Effect::Ask(ask));
-    }
-
     fn read_failed(&mut self, error: &StoreError) {
         crate::cluster::read_failed(self.cluster, self.notices, self.now, error);
     }
@@ -61,7 +57,7 @@ impl ClusterJobsDesk<'_> {
     /// the targeted minions connected here ([`ClusterJobsDesk::job_loaded`] goes on once it is read).
     pub(crate) fn adopt_job(&mut self, jid: &str) {
         if !self.holds_or_finished(jid) {
-            self.ask(Ask::LoadJob { jid: jid.to_owned() });
+            self.out.ask(Ask::LoadJob { jid: jid.to_owned() });
         }
     }
 
@@ -112,7 +108,7 @@ impl ClusterJobsDesk<'_> {
         // Its rollout hears only the events published after it: the loop hands out those before
         // (`Master::answer_asks`).
         self.jobs.insert(job);
-        self.out.push(Effect::Emit { tag: format!("halite/job/{jid}/new"), data: new });
+        self.out.emit(format!("halite/job/{jid}/new"), new);
         for (minion, state) in finals {
             let ret = returns.remove(&minion);
             self.hearing.slot_changed(SlotChange { jid: jid.to_owned(), minion, state, ret });
@@ -129,7 +125,7 @@ impl ClusterJobsDesk<'_> {
     /// Tells this master's subscribers of the jobs published from `since_ms` on that it neither
     /// holds nor finished ([`ClusterJobsDesk::missed_jobs_read`] goes on once they are read).
     pub(crate) fn adopt_jobs_published_since(&mut self, since_ms: u64) {
-        self.ask(Ask::ReadMissedJobs { since_ms });
+        self.out.ask(Ask::ReadMissedJobs { since_ms });
     }
 
     /// The jobs this master missed, newest first (and whether there were more than it takes
@@ -158,7 +154,7 @@ impl ClusterJobsDesk<'_> {
     /// Compares the jobs this master holds with the store's live ones
     /// ([`ClusterJobsDesk::live_jobs_read`] goes on once they are read).
     pub(crate) fn sweep_jobs(&mut self) {
-        self.ask(Ask::ReadLiveJobs);
+        self.out.ask(Ask::ReadLiveJobs);
     }
 
     /// The jobs live in the store, as read: one live there that this master does not hold is
@@ -191,7 +187,7 @@ impl ClusterJobsDesk<'_> {
     pub(crate) fn reread_jobs(&mut self, jids: &[String]) {
         for jid in jids {
             if self.jobs.get(jid).is_some() {
-                self.ask(Ask::RereadJob { jid: jid.clone() });
+                self.out.ask(Ask::RereadJob { jid: jid.clone() });
             }
         }
     }
@@ -234,7 +230,7 @@ impl ClusterJobsDesk<'_> {
         // The returns of the slots that ended, in one read: of those minions only, not the whole
         // job (a fan-out's returns come in many announcements). None ended: no read.
         if states.iter().any(|(_, state)| state.is_final()) {
-            self.ask(Ask::ReadReturns { jid: jid.to_owned(), states });
+            self.out.ask(Ask::ReadReturns { jid: jid.to_owned(), states });
         } else {
             self.remote_slots_read(jid, states, Ok(HashMap::new()));
         }
@@ -263,7 +259,7 @@ impl ClusterJobsDesk<'_> {
                 }
             }
             let ret = if state.is_final() { returns.remove(&minion) } else { None };
-            self.out.push(Effect::Slot(SlotOp::Moved { jid: jid.to_owned(), minion, state, ret }));
+            self.out.slot(SlotOp::Moved { jid: jid.to_owned(), minion, state, ret });
         }
     }
 

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::{ErrorKind, ErrorMessage, Event, Message, MinionJobState, Outcome, Welcome};
+use halite_protocol::message::{ErrorKind, Event, Message, MinionJobState, Outcome, Welcome};
 use halite_transport::PeerId;
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use crate::acl::NoticeThrottle;
 use crate::authz::publish::Publisher;
 use crate::config::MasterConfig;
-use crate::core::effects::{Effect, SlotOp};
+use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::event_gate::EventGate;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
@@ -41,7 +41,7 @@ pub(crate) struct MinionDesk<'a> {
     pub(crate) store_in_doubt: bool,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 /// What a minion (or client) is told when its session opens: this master, its version and
@@ -57,22 +57,6 @@ pub(crate) fn welcome(config: &MasterConfig, wall_ms: u64) -> Welcome {
 }
 
 impl MinionDesk<'_> {
-    fn send(&mut self, peer: PeerId, message: Message) {
-        self.out.push(Effect::Send { peer, message: Box::new(message) });
-    }
-
-    fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String) {
-        self.send(peer, Message::Error(ErrorMessage { kind, message, request: None }));
-    }
-
-    fn emit_shared(&mut self, tag: String, data: halite_protocol::message::Value) {
-        self.out.push(Effect::EmitShared { tag, data });
-    }
-
-    fn slot(&mut self, op: SlotOp) {
-        self.out.push(Effect::Slot(op));
-    }
-
     /// Handles a decoded message from an authenticated minion; `size` is its encoded length,
     /// which bounds what the caps below must measure.
     pub(crate) fn on_minion_message(&mut self, peer: PeerId, id: &str, msg: Message, size: usize) {
@@ -92,8 +76,8 @@ impl MinionDesk<'_> {
                         self.config.max_grains_bytes
                     );
                     warn!(minion = id, "{reason}; keeping the grains stored before");
-                    self.emit_shared(format!("halite/minion/{id}/grains_refused"), json!({ "reason": reason }));
-                    self.send_error(peer, ErrorKind::BadRequest, reason);
+                    self.out.emit_shared(format!("halite/minion/{id}/grains_refused"), json!({ "reason": reason }));
+                    self.out.send_error(peer, ErrorKind::BadRequest, reason, None);
                 } else {
                     entry.grains = hello.grains;
                 }
@@ -102,25 +86,25 @@ impl MinionDesk<'_> {
                 entry.functions = hello.functions;
                 entry.installed = installed;
                 self.pending.put_minion(self.registry.seen(id, self.wall_ms));
-                self.send(peer, Message::Welcome(welcome(self.config, self.wall_ms)));
-                self.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
+                self.out.send(peer, Message::Welcome(welcome(self.config, self.wall_ms)));
+                self.out.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.out.push(Effect::DeliverAll { minion: id.to_owned(), peer });
             }
             Message::JobAck(ack) if ack.accepted => {
                 let (jid, minion) = (ack.jid, id.to_owned());
-                self.slot(SlotOp::Set { jid, minion, state: MinionJobState::Running, ret: None });
+                self.out.slot(SlotOp::Set { jid, minion, state: MinionJobState::Running, ret: None });
             }
             Message::JobAck(ack) => {
                 let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
                 let (jid, minion) = (ack.jid, id.to_owned());
-                self.slot(SlotOp::Refused { jid, minion, kind: ErrorKind::Forbidden, reason });
+                self.out.slot(SlotOp::Refused { jid, minion, kind: ErrorKind::Forbidden, reason });
             }
             Message::Error(error) => match error.request {
                 // A refusal of a job names its jid; nothing else a minion reports needs an answer.
                 Some(jid) => {
                     let (minion, kind, reason) = (id.to_owned(), error.kind, error.message);
-                    self.slot(SlotOp::Refused { jid, minion, kind, reason })
+                    self.out.slot(SlotOp::Refused { jid, minion, kind, reason })
                 }
                 None => {
                     warn!(minion = id, kind = ?error.kind, message = %error.message, "the minion reported an error")
@@ -154,7 +138,7 @@ impl MinionDesk<'_> {
                 match self.jobs.state(&jid, id) {
                     Some(current) if !current.is_final() => {
                         let minion = id.to_owned();
-                        self.slot(SlotOp::Set { jid: jid.clone(), minion, state, ret: Some(ret) })
+                        self.out.slot(SlotOp::Set { jid: jid.clone(), minion, state, ret: Some(ret) })
                     }
                     // The same end again (a minion that moved re-sends what was already stored):
                     // acknowledged, nothing more to tell.
@@ -177,7 +161,7 @@ impl MinionDesk<'_> {
                     None => {
                         info!(jid, minion = id, "return for a job not live here: acknowledged, not announced");
                         let (minion, ret) = (id.to_owned(), Some(ret));
-                        self.slot(SlotOp::Record { jid: jid.clone(), minion, state, ret, late: true });
+                        self.out.slot(SlotOp::Record { jid: jid.clone(), minion, state, ret, late: true });
                     }
                 }
                 // Acknowledged only once stored (at the end of this step): the minion keeps it
@@ -188,7 +172,7 @@ impl MinionDesk<'_> {
             Message::Event(event) => self.on_minion_event(id, event),
             Message::FileGet(request) => match self.files.request(self.config, peer, id, request) {
                 Ok(read) => self.out.push(Effect::ReadFile(Box::new(read))),
-                Err(refused) => self.send(peer, Message::Error(refused)),
+                Err(refused) => self.out.send(peer, Message::Error(refused)),
             },
             Message::Publish(request) => {
                 let caller = format!("minion:{id}");
@@ -198,7 +182,7 @@ impl MinionDesk<'_> {
             other => {
                 let what = format!("{other:?}");
                 let what = what.split('(').next().unwrap_or_default().to_owned();
-                self.send_error(peer, ErrorKind::BadRequest, format!("{what} is not a minion message"));
+                self.out.send_error(peer, ErrorKind::BadRequest, format!("{what} is not a minion message"), None);
             }
         }
     }
@@ -210,7 +194,7 @@ impl MinionDesk<'_> {
         let now = self.now;
         match self.event_gate.minion_event(&self.config.events, id, &event.tag, &event.data, now) {
             Ok(()) => {
-                self.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data }))
+                self.out.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data }))
             }
             Err(reason) => {
                 self.metrics.get().denied("event");
@@ -218,7 +202,7 @@ impl MinionDesk<'_> {
                 if self.notices.ready(id, Duration::from_secs(1), now) {
                     let tag: String = event.tag.chars().take(255).collect();
                     let denied_total = self.event_gate.denied_total();
-                    self.emit_shared(
+                    self.out.emit_shared(
                         "halite/acl/denied".into(),
                         json!({ "minion": id, "tag": tag, "reason": reason, "denied_total": denied_total }),
                     );

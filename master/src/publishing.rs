@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::{
-    self, ErrorKind, ErrorMessage, Job, Message, MinionJobState, PublishRequest, Published, SignedJob,
-};
+use halite_protocol::message::{self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob};
 use halite_protocol::noise::LocalIdentity;
 use halite_transport::PeerId;
 use serde_json::json;
@@ -24,7 +22,7 @@ use crate::clock::JidGenerator;
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, JobPublisher, PreparedJob, RolloutCause};
 use crate::core::cluster_view::ClusterView;
-use crate::core::effects::{Effect, SlotOp};
+use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::hearing::{Hearing, SlotChange};
 use crate::core::jobs::{JobTable, LiveJob, Slot};
 use crate::core::registry::Registry;
@@ -115,20 +113,12 @@ pub(crate) struct PublishDesk<'a> {
     pub(crate) issuer: JobIssuer<'a>,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 impl PublishDesk<'_> {
     fn access(&self) -> Access<'_> {
         Access::of(self.config, self.registry, self.jobs)
-    }
-
-    fn send(&mut self, peer: PeerId, message: Message) {
-        self.out.push(Effect::Send { peer, message: Box::new(message) });
-    }
-
-    fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
-        self.send(peer, Message::Error(ErrorMessage { kind, message, request }));
     }
 
     /// Whether `minion` is served by another live master (and not by this one).
@@ -149,12 +139,12 @@ impl PublishDesk<'_> {
                 self.access().decide(&Asker::MinionPeer { id: source }, &nothing)
             {
                 self.metrics.get().denied("publish");
-                self.send_error(peer, denied.kind(), denied.message(), request_id);
+                self.out.send_error(peer, denied.kind(), denied.message(), request_id);
                 return;
             }
         }
         if let Some(why) = request.spec.rollout.as_ref().and_then(crate::core::rollout::invalid) {
-            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return;
         }
         if message::encoded_len(&request.spec.args) + message::encoded_len(&request.spec.kwargs)
@@ -162,11 +152,11 @@ impl PublishDesk<'_> {
         {
             let why =
                 format!("the arguments take more than {} bytes; pass large data as files", limits::MESSAGE_BUDGET);
-            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return;
         }
         if !publish::valid_function(&request.spec.function) {
-            self.send_error(
+            self.out.send_error(
                 peer,
                 ErrorKind::BadRequest,
                 format!("bad function name {:?}", request.spec.function),
@@ -177,7 +167,7 @@ impl PublishDesk<'_> {
         let expr = match Expr::parse(request.spec.target.kind, &request.spec.target.expr, &self.config.nodegroups) {
             Ok(expr) => expr,
             Err(error) => {
-                self.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
+                self.out.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
                 return;
             }
         };
@@ -234,7 +224,7 @@ impl PublishDesk<'_> {
             unknown.iter().find_map(|id| halite_protocol::id::validate(id).err().map(|e| (id, e)))
         {
             let why = format!("the target names {id:?}, which is not a minion id: {error}");
-            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return;
         }
         if unknown.len() > MAX_UNKNOWN_IDS {
@@ -244,7 +234,7 @@ impl PublishDesk<'_> {
                 unknown.len(),
                 unknown.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
             );
-            self.send_error(peer, ErrorKind::BadRequest, why, request_id);
+            self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return;
         }
         if targets.is_empty() {
@@ -253,7 +243,7 @@ impl PublishDesk<'_> {
                 Publisher::Principal(_) => "no minions matched the target among those this principal may target",
                 Publisher::Peer(_) => "no minions matched the target among those a peer rule lets this minion target",
             };
-            self.send_error(peer, ErrorKind::NotFound, why.into(), request_id);
+            self.out.send_error(peer, ErrorKind::NotFound, why.into(), request_id);
             return;
         }
         // A minion that publishes gets its answer, not a stream of updates.
@@ -263,19 +253,19 @@ impl PublishDesk<'_> {
             Err(why) => {
                 warn!(%caller, function = %request.spec.function, %why, "publish refused");
                 self.metrics.get().denied("publish");
-                self.send_error(peer, ErrorKind::Forbidden, why.to_string(), request_id);
+                self.out.send_error(peer, ErrorKind::Forbidden, why.to_string(), request_id);
                 return;
             }
         };
         if let Some(why) = self.registry.function_missing(&request.spec.function, &targets) {
-            self.send_error(peer, ErrorKind::NotFound, why, request_id);
+            self.out.send_error(peer, ErrorKind::NotFound, why, request_id);
             return;
         }
 
         let job = NewJob { spec: request.spec, reach, unknown };
         let mut prepared = self.prepare_job(caller, job, targets);
         prepared.publisher = Some(JobPublisher { peer, request_id: request.request_id, watchers, received });
-        self.out.push(Effect::Ask(Ask::InsertJob(Box::new(prepared))));
+        self.out.ask(Ask::InsertJob(Box::new(prepared)));
     }
 
     /// Creates and signs a job ([`JobIssuer::prepare`]).
@@ -309,7 +299,7 @@ impl PublishDesk<'_> {
                 } else {
                     format!("the job could not be stored ({}); nothing was sent", error.class())
                 };
-                self.send_error(publisher.peer, ErrorKind::Internal, why, Some(publisher.request_id.to_string()));
+                self.out.send_error(publisher.peer, ErrorKind::Internal, why, Some(publisher.request_id.to_string()));
             }
             return Err(error);
         }
@@ -329,9 +319,9 @@ impl PublishDesk<'_> {
         // Its rollout hears only the events published after it: the loop hands out those before
         // (`Master::answer_asks`).
         self.jobs.insert(LiveJob::new(record, slots, watchers));
-        self.out.push(Effect::Tell(crate::store::ClusterChange::Job { jid: jid.clone() }));
+        self.out.tell(crate::store::ClusterChange::Job { jid: jid.clone() });
         // Announced once live, so the bus can tell who may see it.
-        self.out.push(Effect::Emit { tag: format!("halite/job/{jid}/new"), data: new_event });
+        self.out.emit(format!("halite/job/{jid}/new"), new_event);
         for (id, state) in states {
             if let (MinionJobState::Sent, Some(peer)) = (state, self.sessions.peer_of(&id)) {
                 let (minion, jid, message) = (id.clone(), jid.clone(), Box::new(job_message.clone()));
@@ -349,7 +339,7 @@ impl PublishDesk<'_> {
         // Then the publisher's answer, still before any update of the job (those leave when
         // the step ends), and after the jobs: they are on their way before it is.
         if let Some((peer, published, received)) = answer {
-            self.send(peer, Message::Published(published));
+            self.out.send(peer, Message::Published(published));
             let took = self.now.saturating_duration_since(received);
             self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         }
@@ -365,13 +355,13 @@ impl PublishDesk<'_> {
                 let why = format!(
                     "not allowed to cancel job {jid}: only its publisher, an administrator or rules allowing its function on every target may"
                 );
-                self.send_error(peer, ErrorKind::Forbidden, why, Some(jid.to_owned()));
+                self.out.send_error(peer, ErrorKind::Forbidden, why, Some(jid.to_owned()));
                 return;
             }
             JobAccess::None => None,
         };
         let Some(job) = job else {
-            self.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
+            self.out.send_error(peer, ErrorKind::NotFound, format!("no running job {jid}"), Some(jid.to_owned()));
             return;
         };
         if !job.watchers.contains(&peer) {
@@ -398,7 +388,7 @@ impl PublishDesk<'_> {
     /// [`PublishDesk::cancel_live`] once the job's rollout, if any, is stopped.
     pub(crate) fn cancel_after_rollout(&mut self, jid: &str) {
         if self.jobs.get(jid).is_some() {
-            self.out.push(Effect::Tell(crate::store::ClusterChange::Cancel { jid: jid.to_owned() }));
+            self.out.tell(crate::store::ClusterChange::Cancel { jid: jid.to_owned() });
         }
         self.cancel_here(jid);
     }
@@ -415,11 +405,11 @@ impl PublishDesk<'_> {
             match (state, self.sessions.peer_of(&minion)) {
                 (MinionJobState::Sent | MinionJobState::Running, Some(minion_peer)) => {
                     // The minion kills the job and returns it as cancelled.
-                    self.send(minion_peer, Message::Cancel(message::Cancel { jid: jid.to_owned() }));
+                    self.out.send(minion_peer, Message::Cancel(message::Cancel { jid: jid.to_owned() }));
                 }
                 (s, _) if !s.is_final() => {
                     let (jid, state) = (jid.to_owned(), MinionJobState::Cancelled);
-                    self.out.push(Effect::Slot(SlotOp::Set { jid, minion, state, ret: None }));
+                    self.out.slot(SlotOp::Set { jid, minion, state, ret: None });
                 }
                 _ => {}
             }

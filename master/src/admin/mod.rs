@@ -30,7 +30,7 @@ use crate::authz::{Access, Action, Asker, JobAccess, RequestKind, Who};
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, ClientRequest};
 use crate::core::cluster_view::ClusterView;
-use crate::core::effects::Effect;
+use crate::core::effects::{Effect, Effects};
 use crate::core::event_gate::EventGate;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
@@ -68,7 +68,7 @@ pub(crate) struct AdminDesk<'a> {
     pub(crate) cluster: &'a ClusterView,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 /// A client's request, as the loop hands it over.
@@ -86,21 +86,9 @@ impl AdminDesk<'_> {
         Rollouts::new(self.jobs, self.rollout_queue, self.now)
     }
 
-    fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
-        self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
-    }
-
-    fn tell_masters(&mut self, change: ClusterChange) {
-        self.out.push(Effect::Tell(change));
-    }
-
-    fn emit_shared(&mut self, tag: String, data: halite_protocol::message::Value) {
-        self.out.push(Effect::EmitShared { tag, data });
-    }
-
     fn end_sessions(&mut self, peers: Vec<halite_transport::PeerId>, why: &str) {
         for peer in peers {
-            self.out.push(Effect::Forget { peer, why: why.to_owned() });
+            self.out.forget(peer, why);
         }
     }
 
@@ -113,12 +101,12 @@ impl AdminDesk<'_> {
     /// the answer then comes from [`AdminDesk::admin_answered`].
     pub(crate) fn answer_request(&mut self, from: RequestFrom, body: RequestBody) {
         match self.decide_request(&from, body) {
-            Ok(Decided::Answer(body)) => self.reply(from.peer, from.request_id, Ok(*body)),
-            Ok(Decided::Call(call)) => self.out.push(Effect::Ask(Ask::Admin(Box::new(AdminAsk { from, call })))),
+            Ok(Decided::Answer(body)) => self.out.reply(from.peer, from.request_id, Ok(*body)),
+            Ok(Decided::Call(call)) => self.out.ask(Ask::Admin(Box::new(AdminAsk { from, call }))),
             Ok(Decided::ListJobs { limit, filter }) => {
-                self.out.push(Effect::Ask(Ask::ListJobs(Box::new(JobsAsk { from, limit, filter }))));
+                self.out.ask(Ask::ListJobs(Box::new(JobsAsk { from, limit, filter })));
             }
-            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+            Err(error) => self.out.reply(from.peer, from.request_id, Err(error)),
         }
     }
 
@@ -242,7 +230,7 @@ impl AdminDesk<'_> {
     /// and the client is answered.
     pub(crate) fn admin_answered(&mut self, from: RequestFrom, done: AdminDone) {
         let answer = self.admin_answer(&from, done);
-        self.reply(from.peer, from.request_id, answer);
+        self.out.reply(from.peer, from.request_id, answer);
     }
 
     fn admin_answer(&mut self, from: &RequestFrom, done: AdminDone) -> Reply {
@@ -257,7 +245,7 @@ impl AdminDesk<'_> {
                     info!(principal = %name, "principal changed or removed; disconnecting its session");
                 }
                 self.end_sessions(stale, "principal changed");
-                self.tell_masters(ClusterChange::Principal { name: name.clone() });
+                self.out.tell(ClusterChange::Principal { name: name.clone() });
                 info!(principal = %name, fingerprint = %fingerprint(&record.public_key), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
             }
@@ -268,7 +256,7 @@ impl AdminDesk<'_> {
                 self.registry.set_principals(principals);
                 let peers = self.sessions.clients_of(&name);
                 self.end_sessions(peers, "principal removed");
-                self.tell_masters(ClusterChange::Principal { name: name.clone() });
+                self.out.tell(ClusterChange::Principal { name: name.clone() });
                 Ok(ResponseBody::Changed(vec![name]))
             }
             AdminDone::OwnerTransferred { from: owner, to, moved } => {
@@ -294,7 +282,7 @@ impl AdminDesk<'_> {
                 // One id changed: no need to reread every key (preseeding thousands stays linear).
                 self.registry.accept(&record.id, record.public_key);
                 self.out.push(Effect::ReleaseParked);
-                self.tell_masters(ClusterChange::Keys { ids: Some(vec![record.id.clone()]) });
+                self.out.tell(ClusterChange::Keys { ids: Some(vec![record.id.clone()]) });
                 info!(minion = %record.id, fingerprint = %fingerprint(&record.public_key), "preseeded key accepted");
                 Ok(ResponseBody::Changed(vec![record.id]))
             }
@@ -345,7 +333,7 @@ impl AdminDesk<'_> {
                 }
                 self.end_sessions(peers, "token revoked");
                 if let Some(name) = acting_as {
-                    self.tell_masters(ClusterChange::Principal { name });
+                    self.out.tell(ClusterChange::Principal { name });
                 }
                 info!(token = %id, "gateway token revoked");
                 Ok(ResponseBody::Changed(vec![id]))
@@ -381,7 +369,7 @@ impl AdminDesk<'_> {
                 _ if key.state == KeyState::Accepted => self.registry.set_accepted_of(&key.id, None),
                 _ => {}
             }
-            self.emit_shared(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
+            self.out.emit_shared(format!("halite/key/{}/{event_state}", key.id), serde_json::json!({}));
             if to.is_none() {
                 self.pending.drop_minion(&key.id);
                 self.registry.forget_minion(&key.id);
@@ -408,7 +396,7 @@ impl AdminDesk<'_> {
             }
         };
         if !ids.is_empty() {
-            self.tell_masters(ClusterChange::Keys { ids: Some(ids.clone()) });
+            self.out.tell(ClusterChange::Keys { ids: Some(ids.clone()) });
         }
         accepted?;
         Ok(ResponseBody::Changed(ids))
@@ -479,7 +467,7 @@ impl AdminDesk<'_> {
             ));
         }
         let full = format!("engine/{principal}/{tag}");
-        self.emit_shared(full.clone(), serde_json::json!({ "principal": principal, "data": data }));
+        self.out.emit_shared(full.clone(), serde_json::json!({ "principal": principal, "data": data }));
         Ok(ResponseBody::Changed(vec![full]))
     }
 

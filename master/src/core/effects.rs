@@ -4,7 +4,7 @@
 //! `server/effects.rs`), so an owner never reaches past its own state.
 
 use halite_protocol::message::{
-    ErrorKind, JobReturn, Message, MinionJobState, PublishRequest, SoftwareDeployment, Value,
+    ErrorKind, ErrorMessage, JobReturn, Message, MinionJobState, PublishRequest, SoftwareDeployment, Value,
 };
 use halite_protocol::noise::Session;
 use halite_transport::{Lane, PeerId};
@@ -95,4 +95,69 @@ pub(crate) enum SlotOp {
     Moved { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
     /// Recorded for the commit without moving (`SlotMoves::record`).
     Record { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn>, late: bool },
+}
+
+/// What a handler decided for the loop to carry out, in the order decided: every desk collects
+/// its effects here.
+#[derive(Default)]
+pub(crate) struct Effects(Vec<Effect>);
+
+impl Effects {
+    pub(crate) fn push(&mut self, effect: Effect) {
+        self.0.push(effect);
+    }
+
+    pub(crate) fn ask(&mut self, ask: Ask) {
+        self.push(Effect::Ask(ask));
+    }
+
+    /// A client's request answered.
+    pub(crate) fn reply(&mut self, peer: PeerId, request_id: u64, answer: Reply) {
+        self.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
+    }
+
+    pub(crate) fn send(&mut self, peer: PeerId, message: Message) {
+        self.push(Effect::Send { peer, message: Box::new(message) });
+    }
+
+    /// An error for a connection; `request` names what it answers, if anything.
+    pub(crate) fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
+        self.send(peer, Message::Error(ErrorMessage { kind, message, request }));
+    }
+
+    pub(crate) fn emit(&mut self, tag: String, data: Value) {
+        self.push(Effect::Emit { tag, data });
+    }
+
+    pub(crate) fn emit_shared(&mut self, tag: String, data: Value) {
+        self.push(Effect::EmitShared { tag, data });
+    }
+
+    pub(crate) fn tell(&mut self, change: ClusterChange) {
+        self.push(Effect::Tell(change));
+    }
+
+    /// A connection ended, closed with `why`.
+    pub(crate) fn forget(&mut self, peer: PeerId, why: &str) {
+        self.push(Effect::Forget { peer, why: why.to_owned() });
+    }
+
+    pub(crate) fn slot(&mut self, op: SlotOp) {
+        self.push(Effect::Slot(op));
+    }
+}
+
+impl Extend<Effect> for Effects {
+    fn extend<T: IntoIterator<Item = Effect>>(&mut self, effects: T) {
+        self.0.extend(effects);
+    }
+}
+
+impl IntoIterator for Effects {
+    type Item = Effect;
+    type IntoIter = std::vec::IntoIter<Effect>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
 }

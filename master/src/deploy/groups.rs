@@ -32,11 +32,11 @@ use crate::authz::Access;
 use crate::clock::new_uuid;
 use crate::config::MasterConfig;
 use crate::core::asks::Ask;
-use crate::core::effects::Effect;
+use crate::core::effects::Effects;
 use crate::core::group_runs::{GroupAdvance, GroupRuns, GroupWork};
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
-use crate::request_error::{Reply, RequestError};
+use crate::request_error::RequestError;
 use crate::store::{GroupRecord, StoreError};
 
 /// Most servers one group deploys to.
@@ -75,16 +75,12 @@ pub(crate) struct GroupDesk<'a> {
     pub(crate) config: &'a MasterConfig,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 impl GroupDesk<'_> {
-    fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
-        self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
-    }
-
     fn respond(&mut self, peer: halite_transport::PeerId, request_id: u64, body: ResponseBody) {
-        self.reply(peer, request_id, Ok(body));
+        self.out.reply(peer, request_id, Ok(body));
     }
 
     fn may_deploy(
@@ -105,7 +101,7 @@ impl GroupDesk<'_> {
             RequestBody::DeploymentGroupCreate(spec) => {
                 let record = match self.new_group(spec, &from) {
                     Ok(record) => record,
-                    Err(error) => return self.reply(from.peer, from.request_id, Err(error)),
+                    Err(error) => return self.out.reply(from.peer, from.request_id, Err(error)),
                 };
                 let (id, config_id) = (record.group.id.clone(), record.spec.config_id.clone());
                 (id, GroupCall::ReadConfig { config_id, then: ConfigFor::Create(Box::new(record), from) })
@@ -116,7 +112,7 @@ impl GroupDesk<'_> {
             }
             _ => {
                 let why = RequestError::bad_request("not a deployment group request");
-                return self.reply(from.peer, from.request_id, Err(why));
+                return self.out.reply(from.peer, from.request_id, Err(why));
             }
         };
         self.ask_group(id, call);
@@ -239,7 +235,7 @@ impl GroupDesk<'_> {
                         let then = if put { GroupPut::Created(from) } else { GroupPut::Updated(from) };
                         self.ask_group(id, GroupCall::Put { record, then });
                     }
-                    Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+                    Err(error) => self.out.reply(from.peer, from.request_id, Err(error)),
                 }
             }
             GroupDone::Put { record, then, stored } => self.group_stored(id, *record, then, stored),
@@ -255,8 +251,8 @@ impl GroupDesk<'_> {
         };
         let record = match read {
             Ok(Some(record)) if self.may_see_group(&record, &from) => record,
-            Ok(_) => return self.reply(from.peer, from.request_id, Err(no_group(&id))),
-            Err(error) => return self.reply(from.peer, from.request_id, Err(error.into())),
+            Ok(_) => return self.out.reply(from.peer, from.request_id, Err(no_group(&id))),
+            Err(error) => return self.out.reply(from.peer, from.request_id, Err(error.into())),
         };
         let Some(update) = update else {
             return self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group));
@@ -264,7 +260,7 @@ impl GroupDesk<'_> {
         let named = update.config_id.clone();
         let record = match self.updated_group(record, update, &from) {
             Ok(record) => Box::new(record),
-            Err(error) => return self.reply(from.peer, from.request_id, Err(error)),
+            Err(error) => return self.out.reply(from.peer, from.request_id, Err(error)),
         };
         match named {
             Some(config_id) => {
@@ -275,7 +271,7 @@ impl GroupDesk<'_> {
     }
 
     fn ask_group(&mut self, id: String, call: GroupCall) {
-        self.out.push(Effect::Ask(Ask::Group(Box::new(GroupAsk { id, call }))));
+        self.out.ask(Ask::Group(Box::new(GroupAsk { id, call })));
     }
 
     /// A group stored (or not), and what follows.
@@ -316,7 +312,7 @@ impl GroupDesk<'_> {
         stored: Result<(), StoreError>,
     ) {
         if let Err(error) = stored {
-            return self.reply(from.peer, from.request_id, Err(error.into()));
+            return self.out.reply(from.peer, from.request_id, Err(error.into()));
         }
         let servers = record.group.members.len();
         if created {
@@ -334,10 +330,10 @@ impl GroupDesk<'_> {
 
     /// A group's new status or rollout, on the bus for its creator.
     fn announce_group(&mut self, record: &GroupRecord) {
-        self.out.push(Effect::EmitShared {
-            tag: format!("halite/deployment_group/{}/{}", record.group.id, record.group.status),
-            data: super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
-        });
+        self.out.emit_shared(
+            format!("halite/deployment_group/{}/{}", record.group.id, record.group.status),
+            super::owned_event(serde_json::to_value(&record.group).unwrap_or_default(), &record.principal),
+        );
     }
 
     /// Queues the groups an event aborted and those due (woken by time, also those whose wait
@@ -393,7 +389,7 @@ impl GroupDesk<'_> {
             Ok(Some(advancing)) => advancing,
             Ok(None) => {
                 if let Some(from) = reply {
-                    self.reply(from.peer, from.request_id, Err(no_group(&id)));
+                    self.out.reply(from.peer, from.request_id, Err(no_group(&id)));
                 }
                 return self.group_work_done();
             }
@@ -486,7 +482,7 @@ impl GroupDesk<'_> {
             }
         };
         let from = Requester::Member(Member { group: advance.id.clone(), server, principal });
-        self.out.push(Effect::Ask(Ask::Deploy(Box::new(DeployAsk { from, call }))));
+        self.out.ask(Ask::Deploy(Box::new(DeployAsk { from, call })));
         advance.starting += 1;
     }
 
@@ -571,7 +567,7 @@ impl GroupDesk<'_> {
         warn!(error = %error.message, group = %id, "advancing a deployment group failed; tried again in a second");
         self.runs.open(id, Some(self.now + Duration::from_secs(1)));
         if let Some(from) = reply {
-            self.reply(from.peer, from.request_id, Err(error));
+            self.out.reply(from.peer, from.request_id, Err(error));
         }
         self.group_work_done();
     }

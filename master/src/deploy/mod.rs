@@ -38,7 +38,7 @@ use crate::clock::new_uuid;
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, PreparedJob};
 use crate::core::deploy_jobs::{DeployJobs, EndToRecord};
-use crate::core::effects::Effect;
+use crate::core::effects::{Effect, Effects};
 use crate::core::hearing::Hearing;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
@@ -119,24 +119,12 @@ pub(crate) struct DeployDesk<'a> {
     pub(crate) issuer: JobIssuer<'a>,
     pub(crate) now: Instant,
     pub(crate) wall_ms: u64,
-    pub(crate) out: Vec<Effect>,
+    pub(crate) out: Effects,
 }
 
 impl DeployDesk<'_> {
     fn access(&self) -> Access<'_> {
         Access::of(self.config, self.registry, self.jobs)
-    }
-
-    fn ask(&mut self, ask: Ask) {
-        self.out.push(Effect::Ask(ask));
-    }
-
-    fn reply(&mut self, peer: halite_transport::PeerId, request_id: u64, answer: Reply) {
-        self.out.push(Effect::Reply { peer, request_id, answer: Box::new(answer) });
-    }
-
-    fn emit_shared(&mut self, tag: String, data: Value) {
-        self.out.push(Effect::EmitShared { tag, data });
     }
 
     fn cancel_live(&mut self, jid: &str) {
@@ -147,8 +135,8 @@ impl DeployDesk<'_> {
     /// answer then comes from `deploy_answered` (groups' requests: `groups.rs`).
     pub(crate) fn answer_deploy_request(&mut self, from: RequestFrom, body: RequestBody) {
         match self.decide_deploy_request(&from, body) {
-            Ok(call) => self.ask(Ask::Deploy(Box::new(DeployAsk { from: Requester::Client(from), call }))),
-            Err(error) => self.reply(from.peer, from.request_id, Err(error)),
+            Ok(call) => self.out.ask(Ask::Deploy(Box::new(DeployAsk { from: Requester::Client(from), call }))),
+            Err(error) => self.out.reply(from.peer, from.request_id, Err(error)),
         }
     }
 
@@ -203,8 +191,8 @@ impl DeployDesk<'_> {
     pub(crate) fn deploy_answered(&mut self, from: Requester, done: DeployDone) {
         match self.deploy_answer(&from, done) {
             Ok(Next::Answer(body)) => self.deploy_reply(from, Ok(*body)),
-            Ok(Next::Ask(call)) => self.ask(Ask::Deploy(Box::new(DeployAsk { from, call }))),
-            Ok(Next::InsertJob(job, write)) => self.ask(Ask::InsertDeploymentJob(Box::new((*job, from, *write)))),
+            Ok(Next::Ask(call)) => self.out.ask(Ask::Deploy(Box::new(DeployAsk { from, call }))),
+            Ok(Next::InsertJob(job, write)) => self.out.ask(Ask::InsertDeploymentJob(Box::new((*job, from, *write)))),
             Err(error) => self.deploy_reply(from, Err(error)),
         }
     }
@@ -212,7 +200,7 @@ impl DeployDesk<'_> {
     /// A deployment request's answer, to the client, or to the group whose member it starts.
     fn deploy_reply(&mut self, from: Requester, answer: Reply) {
         match from {
-            Requester::Client(from) => self.reply(from.peer, from.request_id, answer),
+            Requester::Client(from) => self.out.reply(from.peer, from.request_id, answer),
             Requester::Member(member) => {
                 let pushed = answer.and_then(|body| match body {
                     ResponseBody::Deployment(deployment) => Ok(deployment),
@@ -297,7 +285,7 @@ impl DeployDesk<'_> {
                 deleted?;
                 let id = record.deployment.id;
                 info!(deployment = %id, "deployment deleted");
-                self.emit_shared(
+                self.out.emit_shared(
                     format!("halite/deployment/{id}/DELETED"),
                     json!({ "server_id": record.deployment.server_id, "owner": record.owner }),
                 );
@@ -350,7 +338,7 @@ impl DeployDesk<'_> {
         match stored {
             Ok(_) => {
                 let call = DeployCall::PutDeployment { write: Box::new(write), pushed: true };
-                self.ask(Ask::Deploy(Box::new(DeployAsk { from, call })));
+                self.out.ask(Ask::Deploy(Box::new(DeployAsk { from, call })));
             }
             Err(error) => self.deploy_reply(from, Err(error.into())),
         }
@@ -420,7 +408,7 @@ impl DeployDesk<'_> {
     fn announce(&mut self, deployment: &SoftwareDeployment, owner: &str) {
         let status = crate::metrics::Status { status: deployment.status.clone() };
         self.metrics.get().deployments.get_or_create(&status).inc();
-        self.emit_shared(
+        self.out.emit_shared(
             format!("halite/deployment/{}/{}", deployment.id, deployment.status),
             owned_event(serde_json::to_value(deployment).unwrap_or_default(), owner),
         );
@@ -432,15 +420,15 @@ impl DeployDesk<'_> {
     /// announcements in the same step. Ends the store could not take before come first.
     pub(crate) fn record_deployment_ends(&mut self) {
         for retry in self.deploy_jobs.take_due(self.now) {
-            self.ask(Ask::RereadDeploymentEnd(Box::new(retry)));
+            self.out.ask(Ask::RereadDeploymentEnd(Box::new(retry)));
         }
         for done in self.deploy_jobs.take_due_relays(self.now) {
-            self.ask(Ask::ReadRelayed(Box::new(done)));
+            self.out.ask(Ask::ReadRelayed(Box::new(done)));
         }
         for moved in self.hearing.take_deployment_ends() {
             let id = self.deploy_jobs.ended(&moved.jid);
             let end = ending::DeploymentEnd::of_move(self.config, moved, id);
-            self.ask(Ask::ReadDeploymentEnd(Box::new(end)));
+            self.out.ask(Ask::ReadDeploymentEnd(Box::new(end)));
         }
     }
 
@@ -467,7 +455,7 @@ impl DeployDesk<'_> {
     ) {
         match read {
             Ok(Some(job)) => match ending::stored_end(self.config, &retry, &job.minions) {
-                Some(end) => self.ask(Ask::ReadDeploymentEnd(Box::new(end))),
+                Some(end) => self.out.ask(Ask::ReadDeploymentEnd(Box::new(end))),
                 None => self.deploy_jobs.retry(retry, self.now),
             },
             Ok(None) => {
@@ -493,7 +481,7 @@ impl DeployDesk<'_> {
         };
         match ending::recording(self.config, &end, ending, (self.wall_ms, new_uuid())) {
             Recording::Written(record) => self.deployment_finished(end, record, Ok(true)),
-            Recording::Finish(record) => self.ask(Ask::FinishDeployment(Box::new((end, record)))),
+            Recording::Finish(record) => self.out.ask(Ask::FinishDeployment(Box::new((end, record)))),
             Recording::Nothing => {}
         }
     }
@@ -561,7 +549,7 @@ impl DeployDesk<'_> {
     /// A relay ended: its deployment is read, then recorded as relayed
     /// ([`DeployDesk::relayed_read`]).
     pub(crate) fn relay_finished(&mut self, done: relay::RelayDone) {
-        self.ask(Ask::ReadRelayed(Box::new(done)));
+        self.out.ask(Ask::ReadRelayed(Box::new(done)));
     }
 
     /// The deployment a relay was for, as read: no longer pending, unless it has been derived
@@ -570,7 +558,7 @@ impl DeployDesk<'_> {
         match read {
             Ok(Some(mut record)) if record.deployment.derived_config_id == done.request.derived_config_id => {
                 record.relay_pending = false;
-                self.ask(Ask::StoreRelayed(Box::new((record, done))));
+                self.out.ask(Ask::StoreRelayed(Box::new((record, done))));
             }
             Ok(_) => {}
             Err(error) => self.record_relay_later(done, &error),
@@ -627,7 +615,7 @@ impl DeployDesk<'_> {
         };
         let outcome = if relayed { "relayed" } else { "refused" };
         let data = json!({ "ok": relayed, "outcome": outcome, "server_id": record.deployment.server_id, "owner": record.owner });
-        self.emit_shared(format!("halite/deployment/{id}/relayed"), data);
+        self.out.emit_shared(format!("halite/deployment/{id}/relayed"), data);
     }
 
     /// After a restart: the open deployments as read (`Store::open_deployments`) are linked to

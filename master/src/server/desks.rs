@@ -8,6 +8,7 @@ use crate::admission::AdmissionDesk;
 use crate::authz::Access;
 use crate::cluster::ClusterDesk;
 use crate::cluster_jobs::ClusterJobsDesk;
+use crate::core::effects::Effects;
 use crate::deploy::groups::GroupDesk;
 use crate::deploy::DeployDesk;
 use crate::minion_messages::MinionDesk;
@@ -49,7 +50,7 @@ impl<S: Store, N: Net> Master<S, N> {
             issuer: job_issuer!(self, now, wall_ms),
             now,
             wall_ms,
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -69,7 +70,7 @@ impl<S: Store, N: Net> Master<S, N> {
             cluster: &self.cluster,
             now: self.clock.now(),
             wall_ms: self.clock.wall_ms(),
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -89,7 +90,7 @@ impl<S: Store, N: Net> Master<S, N> {
             keys_refused: &mut self.keys_refused,
             metrics: &self.metrics,
             now: self.clock.now(),
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -112,7 +113,7 @@ impl<S: Store, N: Net> Master<S, N> {
             issuer: job_issuer!(self, now, wall_ms),
             now,
             wall_ms,
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -134,7 +135,7 @@ impl<S: Store, N: Net> Master<S, N> {
             store_in_doubt,
             now: self.clock.now(),
             wall_ms: self.clock.wall_ms(),
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -153,7 +154,7 @@ impl<S: Store, N: Net> Master<S, N> {
             sessions: &self.sessions,
             jobs: &self.jobs,
             now: self.clock.now(),
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -175,7 +176,7 @@ impl<S: Store, N: Net> Master<S, N> {
             sessions: &self.sessions,
             now: self.clock.now(),
             wall_ms: self.clock.wall_ms(),
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
@@ -190,7 +191,7 @@ impl<S: Store, N: Net> Master<S, N> {
             config: &self.config,
             now: self.clock.now(),
             wall_ms: self.clock.wall_ms(),
-            out: Vec::new(),
+            out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
         self.apply(effects);
