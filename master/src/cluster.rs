@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use crate::acl::NoticeThrottle;
 use crate::authz::{Access, Action, Asker};
+use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
@@ -43,7 +44,8 @@ pub(crate) struct ClusterDesk<'a> {
     pub(crate) notices: &'a mut NoticeThrottle,
     pub(crate) sessions: &'a Sessions,
     pub(crate) jobs: &'a JobTable,
-    pub(crate) now: Instant,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
     pub(crate) out: Effects,
 }
 
@@ -98,7 +100,7 @@ impl ClusterDesk<'_> {
             return false;
         }
         if change != ClusterChange::Resync {
-            self.cluster.heard_from(from, self.now);
+            self.cluster.heard_from(from, self.clock.now());
         }
         let effect = match change {
             ClusterChange::Keys { ids } => Effect::Ask(Ask::ReadKeys { ids }),
@@ -134,7 +136,7 @@ impl ClusterDesk<'_> {
     }
 
     fn read_failed(&mut self, error: &StoreError) {
-        read_failed(self.cluster, self.notices, self.now, error);
+        read_failed(self.cluster, self.notices, self.clock.now(), error);
     }
 
     /// The keys another master changed (those of `ids`, or any), as reread: taken, and a minion

@@ -12,12 +12,12 @@
 //! (`Master::with_cluster_jobs`).
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
 use crate::acl::NoticeThrottle;
+use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
@@ -43,14 +43,14 @@ pub(crate) struct ClusterJobsDesk<'a> {
     pub(crate) cluster: &'a mut ClusterView,
     pub(crate) notices: &'a mut NoticeThrottle,
     pub(crate) sessions: &'a Sessions,
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
     pub(crate) out: Effects,
 }
 
 impl ClusterJobsDesk<'_> {
     fn read_failed(&mut self, error: &StoreError) {
-        crate::cluster::read_failed(self.cluster, self.notices, self.now, error);
+        crate::cluster::read_failed(self.cluster, self.notices, self.clock.now(), error);
     }
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
@@ -91,7 +91,7 @@ impl ClusterJobsDesk<'_> {
                                       "minions": minions });
         let finals: Vec<(String, MinionJobState)> = states.iter().filter(|(_, s)| s.is_final()).cloned().collect();
         let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
-        let slots = loaded_slots(&record, states, self.now, self.wall_ms, grace);
+        let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
         let here: Vec<String> = slots
             .iter()
             .filter(|(id, slot)| !slot.state.is_final() && self.sessions.is_online(id))

@@ -7,7 +7,7 @@
 //! the live jobs and the config, read-only) and carries out the [`Effect`]s it returns: the
 //! slots' moves, sends, events, deliveries and publishes (`Master::with_minion_desk`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use halite_protocol::message::{ErrorKind, Event, Message, MinionJobState, Outcome, Welcome};
 use halite_transport::PeerId;
@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::acl::NoticeThrottle;
 use crate::authz::publish::Publisher;
+use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::event_gate::EventGate;
@@ -39,8 +40,8 @@ pub(crate) struct MinionDesk<'a> {
     /// Whether the store may not hold what this master believes written: returns then stay
     /// on the minions.
     pub(crate) store_in_doubt: bool,
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
     pub(crate) out: Effects,
 }
 
@@ -85,8 +86,8 @@ impl MinionDesk<'_> {
                 let entry = self.registry.minion_mut(id);
                 entry.functions = hello.functions;
                 entry.installed = installed;
-                self.pending.put_minion(self.registry.seen(id, self.wall_ms));
-                self.out.send(peer, Message::Welcome(welcome(self.config, self.wall_ms)));
+                self.pending.put_minion(self.registry.seen(id, self.clock.wall_ms()));
+                self.out.send(peer, Message::Welcome(welcome(self.config, self.clock.wall_ms())));
                 self.out.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.out.push(Effect::DeliverAll { minion: id.to_owned(), peer });
@@ -116,7 +117,7 @@ impl MinionDesk<'_> {
                     // the minion's outbox, and the minion is asked for it again once the store
                     // answers and this master has reread it. Nothing is told meanwhile that the
                     // store might contradict.
-                    if self.notices.ready("store:held_returns", Duration::from_secs(10), self.now) {
+                    if self.notices.ready("store:held_returns", Duration::from_secs(10), self.clock.now()) {
                         warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
                     }
                     self.pending.owe(id);
@@ -191,7 +192,7 @@ impl MinionDesk<'_> {
     /// published under the minion's authenticated namespace. The tag and body are the minion's;
     /// the id is never taken from them.
     pub(crate) fn on_minion_event(&mut self, id: &str, event: Event) {
-        let now = self.now;
+        let now = self.clock.now();
         match self.event_gate.minion_event(&self.config.events, id, &event.tag, &event.data, now) {
             Ok(()) => {
                 self.out.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data }))

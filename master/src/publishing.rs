@@ -7,7 +7,7 @@
 //! messages to minions and publishers, events and announcements (`Master::with_publish_desk`).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use halite_protocol::message::{self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob};
 use halite_protocol::noise::LocalIdentity;
@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use crate::acl::{self};
 use crate::authz::publish::{self, Publisher};
 use crate::authz::{Access, Action, Asker, Denied, JobAccess, TargetView};
+use crate::clock::Clock;
 use crate::clock::JidGenerator;
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, JobPublisher, PreparedJob, RolloutCause};
@@ -49,9 +50,8 @@ pub(crate) struct JobIssuer<'a> {
     pub(crate) config: &'a MasterConfig,
     pub(crate) sessions: &'a Sessions,
     pub(crate) cluster: &'a ClusterView,
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
-    pub(crate) wall_micros: u64,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
 }
 
 impl JobIssuer<'_> {
@@ -59,8 +59,8 @@ impl JobIssuer<'_> {
     /// slots: what is stored before anything of it is sent.
     pub(crate) fn prepare(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
         let NewJob { spec, reach, unknown } = new;
-        let jid = self.jids.next(self.wall_micros);
-        let created_at_ms = self.wall_ms;
+        let jid = self.jids.next(self.clock.wall_micros());
+        let created_at_ms = self.clock.wall_ms();
         let job = Job::issue(jid.clone(), &spec, created_at_ms, caller.to_owned(), reach);
         // A master of a cluster names itself and its certificate: any master may deliver it.
         let signed = match self.identity.certificate() {
@@ -68,7 +68,7 @@ impl JobIssuer<'_> {
             None => SignedJob::sign(&job, self.identity.key()),
         };
         let record = JobRecord::new(jid, spec, caller.to_owned(), created_at_ms, signed);
-        let now = self.now;
+        let now = self.clock.now();
         let run_deadline = crate::core::jobs::run_deadline(
             record.timeout_ms,
             now,
@@ -82,7 +82,7 @@ impl JobIssuer<'_> {
             // starts its targets itself, at the end of this step.
             let (state, deadline) = if rolled_out {
                 (MinionJobState::Queued, None)
-            } else if self.sessions.is_online(id) || self.cluster.serves_elsewhere(id, false, now) {
+            } else if self.sessions.is_online(id) || self.cluster.serves_elsewhere(id, self.sessions, now) {
                 (MinionJobState::Sent, run_deadline)
             } else if record.ttl_ms > 0 {
                 (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
@@ -111,8 +111,8 @@ pub(crate) struct PublishDesk<'a> {
     pub(crate) rollout_queue: &'a mut RolloutQueue,
     pub(crate) metrics: &'a Metrics,
     pub(crate) issuer: JobIssuer<'a>,
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
     pub(crate) out: Effects,
 }
 
@@ -121,16 +121,11 @@ impl PublishDesk<'_> {
         Access::of(self.config, self.registry, self.jobs)
     }
 
-    /// Whether `minion` is served by another live master (and not by this one).
-    fn served_elsewhere(&self, minion: &str) -> bool {
-        self.cluster.serves_elsewhere(minion, self.sessions.is_online(minion), self.now)
-    }
-
     /// Decides a publish and, if it stands, asks for its job to be stored
     /// ([`PublishDesk::job_stored`] sends it); whatever refuses it is answered at once.
     pub(crate) fn publish(&mut self, peer: PeerId, caller: &str, publisher: Publisher, request: PublishRequest) {
         let request_id = Some(request.request_id.to_string());
-        let received = self.now;
+        let received = self.clock.now();
         // A minion no peer rule names may publish nothing: refused before its target is read.
         if let Publisher::Peer(source) = &publisher {
             let nothing =
@@ -308,7 +303,8 @@ impl PublishDesk<'_> {
         let new_event =
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
-        let job_message = crate::core::jobs::job_message(&record.signed, run_deadline, grace, self.now, self.wall_ms);
+        let job_message =
+            crate::core::jobs::job_message(&record.signed, run_deadline, grace, self.clock.now(), self.clock.wall_ms());
         let (watchers, answer) = match publisher {
             Some(JobPublisher { peer, request_id, watchers, received }) => {
                 let published = Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown };
@@ -340,7 +336,7 @@ impl PublishDesk<'_> {
         // the step ends), and after the jobs: they are on their way before it is.
         if let Some((peer, published, received)) = answer {
             self.out.send(peer, Message::Published(published));
-            let took = self.now.saturating_duration_since(received);
+            let took = self.clock.now().saturating_duration_since(received);
             self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         }
         Ok(jid)
@@ -375,7 +371,7 @@ impl PublishDesk<'_> {
     /// they serve. A rollout's stop is stored first, and the cancel goes on from there
     /// (`Rollouts::stored`).
     pub(crate) fn cancel_live(&mut self, jid: &str) {
-        match Rollouts::new(self.jobs, self.rollout_queue, self.now).stop(
+        match Rollouts::new(self.jobs, self.rollout_queue, self.clock.now()).stop(
             jid,
             "cancelled".to_owned(),
             RolloutCause::Cancelled,
@@ -397,8 +393,9 @@ impl PublishDesk<'_> {
     pub(crate) fn cancel_here(&mut self, jid: &str) {
         let Some(job) = self.jobs.get(jid) else { return };
         let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
+        let now = self.clock.now();
         for (minion, state) in slots {
-            if self.served_elsewhere(&minion) {
+            if self.cluster.serves_elsewhere(&minion, self.sessions, now) {
                 // Its master stops it and records the outcome.
                 continue;
             }

@@ -24,9 +24,8 @@ use halite_protocol::message::{
 use rand_core::RngCore;
 use tracing::{info, warn};
 
-use std::time::Instant;
-
 use crate::authz::{Access, Action, Asker, JobAccess, RequestKind, Who};
+use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, ClientRequest};
 use crate::core::cluster_view::ClusterView;
@@ -66,8 +65,8 @@ pub(crate) struct AdminDesk<'a> {
     pub(crate) event_gate: &'a mut EventGate,
     pub(crate) sessions: &'a Sessions,
     pub(crate) cluster: &'a ClusterView,
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
     pub(crate) out: Effects,
 }
 
@@ -83,18 +82,13 @@ impl AdminDesk<'_> {
     }
 
     fn rollouts(&mut self) -> Rollouts<'_> {
-        Rollouts::new(self.jobs, self.rollout_queue, self.now)
+        Rollouts::new(self.jobs, self.rollout_queue, self.clock.now())
     }
 
     fn end_sessions(&mut self, peers: Vec<halite_transport::PeerId>, why: &str) {
         for peer in peers {
             self.out.forget(peer, why);
         }
-    }
-
-    /// Whether `minion` is served by another live master (and not by this one).
-    fn served_elsewhere(&self, minion: &str) -> bool {
-        self.cluster.serves_elsewhere(minion, self.sessions.is_online(minion), self.now)
     }
 
     /// Answers an administrative request (or says why not), or asks the store what it needs:
@@ -185,7 +179,7 @@ impl AdminDesk<'_> {
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
-                let expires_at_ms = self.wall_ms.saturating_add(ttl_ms);
+                let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
                 let owner = principal.to_owned();
                 let token = Secret(new_secret());
                 AdminCall::CreateToken(NewToken { token, minion, expires_at_ms, replace, owner })
@@ -213,7 +207,7 @@ impl AdminDesk<'_> {
                 }
                 // 0 (given, or as the configured default) means a token that never expires.
                 let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
-                let expires_at_ms = (ttl_ms > 0).then(|| self.wall_ms.saturating_add(ttl_ms));
+                let expires_at_ms = (ttl_ms > 0).then(|| self.clock.wall_ms().saturating_add(ttl_ms));
                 let (token, owner) = (Secret(format!("hal_{}", new_secret())), principal.to_owned());
                 AdminCall::CreateApiToken { token, acting_as, owner, expires_at_ms }
             }
@@ -459,7 +453,7 @@ impl AdminDesk<'_> {
         if serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len()) > MAX_BYTES {
             return Err(RequestError::bad_request(format!("event data larger than {MAX_BYTES} bytes as JSON")));
         }
-        let now = self.now;
+        let now = self.clock.now();
         if !self.event_gate.engine_event(principal, RATE_PER_SEC, BURST, now) {
             return Err(RequestError::new(
                 ErrorKind::LimitExceeded,
@@ -529,7 +523,7 @@ impl AdminDesk<'_> {
                 MinionInfo {
                     id: id.clone(),
                     connected: self.sessions.is_online(id),
-                    connected_elsewhere: self.served_elsewhere(id),
+                    connected_elsewhere: self.cluster.serves_elsewhere(id, self.sessions, self.clock.now()),
                     last_seen_ms: entry.last_seen_ms,
                     grains: entry.grains,
                     functions: entry.functions,

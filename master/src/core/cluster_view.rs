@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use halite_protocol::message::{MinionJobState, Value};
 
+use crate::core::sessions::Sessions;
 use crate::store::{ClusterChange, StateChange};
 
 /// How often a master says it is alive.
@@ -200,9 +201,9 @@ impl ClusterView {
         }
     }
 
-    /// Whether `minion`, not online here, is served by another live master.
-    pub(crate) fn serves_elsewhere(&self, minion: &str, online_here: bool, now: Instant) -> bool {
-        !online_here && self.master_of(minion, now).is_some()
+    /// Whether `minion`, not online here (`sessions`), is served by another live master.
+    pub(crate) fn serves_elsewhere(&self, minion: &str, sessions: &Sessions, now: Instant) -> bool {
+        !sessions.is_online(minion) && self.master_of(minion, now).is_some()
     }
 
     /// The live master `minion` is connected to, if another one.

@@ -30,6 +30,7 @@ use super::group_calls::{ConfigFor, GroupAdvancing, GroupAsk, GroupCall, GroupDo
 use crate::admin::calls::RequestFrom;
 use crate::authz::Access;
 use crate::clock::new_uuid;
+use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::asks::Ask;
 use crate::core::effects::Effects;
@@ -73,8 +74,8 @@ pub(crate) struct GroupDesk<'a> {
     pub(crate) runs: &'a mut GroupRuns,
     pub(crate) access: Access<'a>,
     pub(crate) config: &'a MasterConfig,
-    pub(crate) now: Instant,
-    pub(crate) wall_ms: u64,
+    /// The time, read when a decision needs it.
+    pub(crate) clock: &'a dyn Clock,
     pub(crate) out: Effects,
 }
 
@@ -131,7 +132,7 @@ impl GroupDesk<'_> {
         // What each member's deployment will be is checked once, before anything starts.
         super::validate::deployment(&member_spec(&spec, &servers[0]))?;
         self.check_signal_url(&member_spec(&spec, &servers[0]))?;
-        let now = self.wall_ms;
+        let now = self.clock.wall_ms();
         let group = DeploymentGroup {
             id: new_uuid(),
             config_id: spec.config_id.clone(),
@@ -342,7 +343,7 @@ impl GroupDesk<'_> {
         for (id, reason) in self.runs.take_aborts() {
             self.runs.queue(GroupWork::Stop { id, reason });
         }
-        for id in self.runs.take_due(tick, self.now) {
+        for id in self.runs.take_due(tick, self.clock.now()) {
             self.runs.queue(GroupWork::Advance { id, reply: None });
         }
         self.start_group_work();
@@ -405,7 +406,7 @@ impl GroupDesk<'_> {
             return self.group_advanced(&id, record, None, reply);
         }
         let before = record.group.clone();
-        let now = self.now;
+        let now = self.clock.now();
         let mut finished_now = false;
         for member in &mut record.group.members {
             let Some(deployment) = &member.deployment_id else { continue };
@@ -477,7 +478,7 @@ impl GroupDesk<'_> {
                 if let Err(error) = valid {
                     return member_failed(advance, &server, &error);
                 }
-                let deployment = super::records::new_deployment(spec, &principal, self.wall_ms);
+                let deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
                 DeployCall::ReadPush(Box::new(Push { record: deployment, update: false, config_checked: false }))
             }
         };
@@ -565,7 +566,7 @@ impl GroupDesk<'_> {
     /// An advance the store failed: tried again a second later; a client waiting on it is told.
     fn advance_failed(&mut self, id: &str, error: RequestError, reply: Option<RequestFrom>) {
         warn!(error = %error.message, group = %id, "advancing a deployment group failed; tried again in a second");
-        self.runs.open(id, Some(self.now + Duration::from_secs(1)));
+        self.runs.open(id, Some(self.clock.now() + Duration::from_secs(1)));
         if let Some(from) = reply {
             self.out.reply(from.peer, from.request_id, Err(error));
         }

@@ -21,16 +21,14 @@ use super::Master;
 /// The master's job issuer, borrowed field by field (a macro, so its borrows stay apart from
 /// those of the desk that holds it).
 macro_rules! job_issuer {
-    ($master:expr, $now:expr, $wall_ms:expr) => {
+    ($master:expr) => {
         JobIssuer {
             jids: &mut $master.jids,
             identity: &$master.identity,
             config: &$master.config,
             sessions: &$master.sessions,
             cluster: &$master.cluster,
-            now: $now,
-            wall_ms: $wall_ms,
-            wall_micros: $master.clock.wall_micros(),
+            clock: &*$master.clock,
         }
     };
 }
@@ -38,7 +36,6 @@ macro_rules! job_issuer {
 impl<S: Store, N: Net> Master<S, N> {
     /// Lends configs and deployments their desk for `work`, then carries out what it decided.
     pub(crate) fn with_deploy_desk<R>(&mut self, work: impl FnOnce(&mut DeployDesk<'_>) -> R) -> R {
-        let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
         let mut desk = DeployDesk {
             config: &self.config,
             registry: &self.registry,
@@ -47,9 +44,8 @@ impl<S: Store, N: Net> Master<S, N> {
             hearing: &mut self.hearing,
             notices: &mut self.notices,
             metrics: &self.metrics,
-            issuer: job_issuer!(self, now, wall_ms),
-            now,
-            wall_ms,
+            issuer: job_issuer!(self),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -68,8 +64,7 @@ impl<S: Store, N: Net> Master<S, N> {
             event_gate: &mut self.event_gate,
             sessions: &self.sessions,
             cluster: &self.cluster,
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -89,7 +84,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             keys_refused: &mut self.keys_refused,
             metrics: &self.metrics,
-            now: self.clock.now(),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -100,7 +95,6 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Lends publishing and cancelling their desk for `work`, then carries out what it
     /// decided.
     pub(crate) fn with_publish_desk<R>(&mut self, work: impl FnOnce(&mut PublishDesk<'_>) -> R) -> R {
-        let (now, wall_ms) = (self.clock.now(), self.clock.wall_ms());
         let mut desk = PublishDesk {
             config: &self.config,
             registry: &self.registry,
@@ -110,9 +104,8 @@ impl<S: Store, N: Net> Master<S, N> {
             hearing: &mut self.hearing,
             rollout_queue: &mut self.rollout_queue,
             metrics: &self.metrics,
-            issuer: job_issuer!(self, now, wall_ms),
-            now,
-            wall_ms,
+            issuer: job_issuer!(self),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -133,8 +126,7 @@ impl<S: Store, N: Net> Master<S, N> {
             files: &mut self.files,
             metrics: &self.metrics,
             store_in_doubt,
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -153,7 +145,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             sessions: &self.sessions,
             jobs: &self.jobs,
-            now: self.clock.now(),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -174,8 +166,7 @@ impl<S: Store, N: Net> Master<S, N> {
             cluster: &mut self.cluster,
             notices: &mut self.notices,
             sessions: &self.sessions,
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -189,8 +180,7 @@ impl<S: Store, N: Net> Master<S, N> {
             runs: &mut self.groups,
             access: Access::of(&self.config, &self.registry, &self.jobs),
             config: &self.config,
-            now: self.clock.now(),
-            wall_ms: self.clock.wall_ms(),
+            clock: &*self.clock,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);

@@ -529,11 +529,6 @@ impl<S: Store, N: Net> Master<S, N> {
         SlotMoves::new(&mut self.jobs, &mut self.pending, &mut self.hearing, shared, now, wall_ms)
     }
 
-    /// Whether `minion` is served by another live master (and not by this one).
-    pub(crate) fn served_elsewhere(&self, minion: &str) -> bool {
-        self.cluster.serves_elsewhere(minion, self.sessions.is_online(minion), self.clock.now())
-    }
-
     /// Who may see, control and receive what: the rules read with the registry and the live
     /// jobs (`crate::authz`).
     pub(crate) fn access(&self) -> Access<'_> {

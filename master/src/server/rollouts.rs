@@ -33,9 +33,9 @@ impl<S: Store, N: Net> Master<S, N> {
         for jid in self.rollouts().due(woken_by_time) {
             loop {
                 let now = self.clock.now();
-                // Those served by another live master are started there (`Master::served_elsewhere`).
+                // Those served by another live master are started there.
                 let (cluster, sessions) = (&self.cluster, &self.sessions);
-                let serves = |id: &str| sessions.is_online(id) || cluster.master_of(id, now).is_none();
+                let serves = |id: &str| !cluster.serves_elsewhere(id, sessions, now);
                 let effects = Rollouts::new(&mut self.jobs, &mut self.rollout_queue, now).decide(&jid, serves);
                 let (starts, rest): (Vec<Effect>, Vec<Effect>) =
                     effects.into_iter().partition(|effect| matches!(effect, Effect::StartTarget { .. }));

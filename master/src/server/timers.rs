@@ -96,7 +96,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.jobs.set_deadline(&jid, &minion, Some(now + RETRY_EVERY));
                 continue;
             }
-            if self.served_elsewhere(&minion) {
+            if self.cluster.serves_elsewhere(&minion, &self.sessions, now) {
                 // Its master decides the slot; looked at again once it may have gone.
                 self.jobs.set_deadline(&jid, &minion, Some(now + crate::core::cluster_view::ALIVE_EVERY));
                 continue;
