@@ -45,13 +45,8 @@ impl<S: Store, N: Net> Master<S, N> {
         while let Some(ask) = self.asks.next() {
             match ask {
                 Ask::InsertJob(job) => {
-                    let stored = self.insert_job(&job).await;
-                    if stored.is_ok() {
-                        // The job joins the table: its rollout hears only what is published after.
-                        self.hear_events();
-                    }
                     // A failure is logged and told to the publisher by the continuation.
-                    let _ = self.with_publish_desk(|desk| desk.job_stored(*job, stored));
+                    let _ = self.store_job(*job).await;
                 }
                 Ask::KeyDecision(admitting) => {
                     let who = admitting.identified.peer();
@@ -167,12 +162,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::InsertDeploymentJob(pushed) => {
                     let (job, from, write) = *pushed;
-                    let stored = self.insert_job(&job).await;
-                    if stored.is_ok() {
-                        // The job joins the table: its rollout hears only what is published after.
-                        self.hear_events();
-                    }
-                    let stored = self.with_publish_desk(|desk| desk.job_stored(job, stored));
+                    let stored = self.store_job(job).await;
                     self.with_deploy_desk(|desk| desk.deployment_job_stored(from, write, stored));
                 }
                 Ask::Group(asked) => {
@@ -215,12 +205,17 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Stores a new job's row, counting the call.
-    pub(crate) async fn insert_job(&mut self, job: &PreparedJob) -> Result<(), StoreError> {
+    /// Stores a new job's row (counting the call), then hands it to the publishing desk: stored,
+    /// it goes live (`PublishDesk::job_stored`); its jid, or why not.
+    async fn store_job(&mut self, job: PreparedJob) -> Result<String, StoreError> {
         let started = self.clock.now();
         let stored = self.store.insert_job(&job.record, &job.states).await;
         self.metrics.store_call("insert_job", self.clock.now().saturating_duration_since(started), stored.is_ok());
-        stored
+        if stored.is_ok() {
+            // The job joins the table: its rollout hears only what is published after.
+            self.hear_events();
+        }
+        self.with_publish_desk(|desk| desk.job_stored(job, stored))
     }
 
     /// Answers the gateway's requests already waiting, a batch at most.
