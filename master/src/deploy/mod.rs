@@ -654,12 +654,17 @@ pub(crate) fn may_deploy(
     access.decide(&asker, &action).map(drop).map_err(RequestError::from)
 }
 
+/// The `[deploy] signal_hosts` allowlist (checked when the config was read; an entry that
+/// somehow does not parse allows nothing).
+pub(crate) fn signal_hosts(config: &crate::config::MasterConfig) -> SignalHosts {
+    SignalHosts::parse(&config.deploy.signal_hosts).unwrap_or_default()
+}
+
 /// A `signal_id` the relay would refuse is refused when the deployment is made, so the engine
 /// learns at once (the relay checks again, resolved addresses included).
 pub(crate) fn check_signal_url(config: &crate::config::MasterConfig, spec: &NewDeployment) -> Result<(), RequestError> {
     let Some(url) = &spec.signal_id else { return Ok(()) };
-    SignalHosts::parse(&config.deploy.signal_hosts)
-        .unwrap_or_default()
+    signal_hosts(config)
         .admit_url(url)
         .map_err(|refused| RequestError::bad_request(format!("signal_id: {refused}")))?;
     Ok(())

@@ -6,7 +6,6 @@ use halite_protocol::message::{JobReturn, MinionJobState};
 
 use crate::core::effects::{Effect, SlotOp};
 use crate::core::sessions::Conn;
-use crate::deploy::signal_hosts::SignalHosts;
 use crate::net::Net;
 use crate::store::Store;
 
@@ -59,9 +58,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.with_groups(|groups| groups.member_pushed(member, *pushed))
                 }
                 Effect::StartRelay(request) => {
-                    // The allowlist was checked when the config was read; an entry that somehow
-                    // does not parse allows nothing.
-                    let hosts = SignalHosts::parse(&self.config.deploy.signal_hosts).unwrap_or_default();
+                    let hosts = crate::deploy::signal_hosts(&self.config);
                     crate::deploy::relay::spawn(hosts, *request, self.relay_tx.clone());
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
