@@ -65,9 +65,24 @@ pub(crate) fn read_failed(cluster: &mut ClusterView, notices: &mut NoticeThrottl
     cluster.read_failed();
 }
 
+/// Ends the sessions of a principal that changed or went ([`stale_clients`]); which.
+pub(crate) fn drop_clients_if_changed(
+    registry: &Registry,
+    sessions: &Sessions,
+    name: &str,
+    out: &mut Effects,
+) -> Vec<PeerId> {
+    let stale = stale_clients(registry, sessions, name);
+    for &peer in &stale {
+        info!(principal = name, "principal changed or removed; disconnecting its session");
+        out.forget(peer, "principal changed");
+    }
+    stale
+}
+
 /// The sessions of a principal that was removed, or whose key or ACL changed (they reconnect
 /// under the new ACL); root never changes.
-pub(crate) fn stale_clients(registry: &Registry, sessions: &Sessions, name: &str) -> Vec<PeerId> {
+fn stale_clients(registry: &Registry, sessions: &Sessions, name: &str) -> Vec<PeerId> {
     if name == "root" {
         return Vec::new();
     }
@@ -250,13 +265,7 @@ impl ClusterDesk<'_> {
         }
     }
 
-    /// Ends the sessions of a principal that changed or went ([`stale_clients`]); which.
     fn drop_clients_if_changed(&mut self, name: &str) -> Vec<PeerId> {
-        let stale = stale_clients(self.registry, self.sessions, name);
-        for &peer in &stale {
-            info!(principal = name, "principal changed or removed; disconnecting its session");
-            self.out.forget(peer, "principal changed");
-        }
-        stale
+        drop_clients_if_changed(self.registry, self.sessions, name, &mut self.out)
     }
 }

@@ -85,12 +85,6 @@ impl AdminDesk<'_> {
         Rollouts::new(self.jobs, self.rollout_queue, self.clock.now())
     }
 
-    fn end_sessions(&mut self, peers: Vec<halite_transport::PeerId>, why: &str) {
-        for peer in peers {
-            self.out.forget(peer, why);
-        }
-    }
-
     /// Answers an administrative request (or says why not), or asks the store what it needs:
     /// the answer then comes from [`AdminDesk::admin_answered`].
     pub(crate) fn answer_request(&mut self, from: RequestFrom, body: RequestBody) {
@@ -234,11 +228,7 @@ impl AdminDesk<'_> {
                 let name = record.name;
                 // Sessions opened under the old key or ACL end here at once, as on the other
                 // masters (they reconnect under the new ACL).
-                let stale = crate::cluster::stale_clients(self.registry, self.sessions, &name);
-                if !stale.is_empty() {
-                    info!(principal = %name, "principal changed or removed; disconnecting its session");
-                }
-                self.end_sessions(stale, "principal changed");
+                crate::cluster::drop_clients_if_changed(self.registry, self.sessions, &name, &mut self.out);
                 self.out.tell(ClusterChange::Principal { name: name.clone() });
                 info!(principal = %name, fingerprint = %fingerprint(&record.public_key), "principal registered");
                 Ok(ResponseBody::Changed(vec![name]))
@@ -248,8 +238,9 @@ impl AdminDesk<'_> {
                     return Err(RequestError::not_found(format!("no principal {name}")));
                 };
                 self.registry.set_principals(principals);
-                let peers = self.sessions.clients_of(&name);
-                self.end_sessions(peers, "principal removed");
+                for peer in self.sessions.clients_of(&name) {
+                    self.out.forget(peer, "principal removed");
+                }
                 self.out.tell(ClusterChange::Principal { name: name.clone() });
                 Ok(ResponseBody::Changed(vec![name]))
             }
@@ -321,11 +312,10 @@ impl AdminDesk<'_> {
                 if !revoked? {
                     return Err(RequestError::not_found(format!("no gateway token {id}")));
                 }
-                let peers = self.sessions.opened_with_token(&id);
-                for peer in &peers {
+                for peer in self.sessions.opened_with_token(&id) {
                     info!(peer = peer.0, why = "token revoked", "ending a gateway session");
+                    self.out.forget(peer, "token revoked");
                 }
-                self.end_sessions(peers, "token revoked");
                 if let Some(name) = acting_as {
                     self.out.tell(ClusterChange::Principal { name });
                 }
