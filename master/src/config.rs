@@ -142,6 +142,8 @@ pub struct MasterConfig {
     pub metrics: MetricsConfig,
     /// Files served to minions as `halite://` (`[files]`); off unless `root` is set.
     pub files: crate::files::FilesConfig,
+    /// How long the audit trail keeps its records (`[audit]`).
+    pub audit: AuditConfig,
     /// Master keys the cluster key revoked (`halite-master cluster revoke` prints each), told
     /// to every minion in `welcome`; a minion refuses those masters from then on.
     pub revoked_masters: Vec<String>,
@@ -197,6 +199,7 @@ impl Default for MasterConfig {
             gateway: crate::gateway::GatewayConfig::default(),
             metrics: MetricsConfig::default(),
             files: crate::files::FilesConfig::default(),
+            audit: AuditConfig::default(),
             store: crate::store::StoreConfig::default(),
             revoked_masters: Vec::new(),
             log: "info".into(),
@@ -320,6 +323,24 @@ impl MasterConfig {
         self.deploy = new.deploy;
         tracing::info!(config = %path.display(), "config reread: event rules, peer rules, nodegroups, revocations and signal hosts");
         before
+    }
+}
+
+/// `[audit]`: how long this master's audit chain keeps its records. The oldest are pruned
+/// behind a signed checkpoint, so what is kept still verifies. By default: a year, and at
+/// most ten million records.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Records older than this many days are pruned (0: kept whatever their age).
+    pub keep_days: u64,
+    /// At most this many records are kept (0: no limit).
+    pub keep_records: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig { keep_days: 365, keep_records: 10_000_000 }
     }
 }
 

@@ -6,8 +6,10 @@
 //! Reading and hashing happen on tokio's blocking pool, never on the core's thread: the core
 //! admits a request (`FileServer::request`), the loop starts the read it returns, and the
 //! answer comes back as an input (`Input::File`, `FileServer::finished`).
-//! Every accepted minion may read every file under the root (Salt's rule for its file
-//! roots); nothing outside it is reachable: paths are relative, without `..`, and opened
+//! The root belongs to tenants as minion ids do (`file_scope.rs`): a tenant's minion reads
+//! only `<root>/<tenant>/` and the shared parts, a minion of no tenant all but the tenants'
+//! parts; whatever is outside a minion's scope is answered as a file that does not exist.
+//! Nothing outside the root is reachable: paths are relative, without `..`, and opened
 //! beneath a descriptor of the root, links followed only while they stay inside it
 //! (`files_beneath`). What is read and hashed is the opened descriptor, never the path again,
 //! so a directory swapped for a link between two steps leads nowhere; and a file that is one
@@ -33,6 +35,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::config::MasterConfig;
+use crate::file_scope::FileScope;
 use crate::files_beneath::open_beneath;
 
 /// `[files]`: the directory served to minions as `halite://`; off when unset.
@@ -42,6 +45,9 @@ pub struct FilesConfig {
     /// The file root, e.g. `/srv/halite`. It may not hold the master's state directory or
     /// key files, nor be inside the state directory.
     pub root: Option<PathBuf>,
+    /// Parts of the root (relative paths, e.g. `common`) every tenant's minions may read
+    /// beside their own tenant's part (`<root>/<tenant>/`); see `file_scope.rs`.
+    pub shared: Vec<PathBuf>,
 }
 
 /// File reads in flight at once; more are refused (the minion tries again).
@@ -158,6 +164,7 @@ pub(crate) struct FileRead {
     minion: String,
     request: FileGet,
     root: PathBuf,
+    scope: FileScope,
     secrets: Vec<PathBuf>,
     digests: Arc<Mutex<HashMap<DigestKey, String>>>,
 }
@@ -166,10 +173,11 @@ impl FileRead {
     /// Reads and hashes on tokio's blocking pool; the answer comes back to the core through
     /// `done` (`Input::File`).
     pub(crate) fn start(self, done: mpsc::UnboundedSender<FileServed>) {
-        let FileRead { peer, minion, request, root, secrets, digests } = self;
+        let FileRead { peer, minion, request, root, scope, secrets, digests } = self;
         tokio::spawn(async move {
             let FileGet { request_id, path, offset } = request;
-            let read = tokio::task::spawn_blocking(move || read_part(&root, &path, offset, &digests, &secrets)).await;
+            let read =
+                tokio::task::spawn_blocking(move || read_part(&root, &scope, &path, offset, &digests, &secrets)).await;
             let answer = read
                 .unwrap_or_else(|e| Err((ErrorKind::Internal, format!("reading the file failed: {e}"))))
                 .map(|chunk| FileChunk { request_id, ..chunk });
@@ -179,13 +187,15 @@ impl FileRead {
 }
 
 impl FileServer {
-    /// A minion's `file_get`: the read to start, or the error to answer at once (no file
-    /// root, or no place for one more read).
+    /// A minion's `file_get`: the read to start (within `scope`, the part of the root the
+    /// minion may read), or the error to answer at once (no file root, or no place for one
+    /// more read).
     pub(crate) fn request(
         &mut self,
         config: &MasterConfig,
         peer: PeerId,
         minion: &str,
+        scope: FileScope,
         request: FileGet,
     ) -> Result<FileRead, ErrorMessage> {
         let refuse =
@@ -198,7 +208,7 @@ impl FileServer {
         }
         tracing::debug!(%minion, path = %request.path, offset = request.offset, "file requested");
         let (digests, secrets) = (self.digests.clone(), secret_files(config));
-        Ok(FileRead { peer, minion: minion.to_owned(), request, root, secrets, digests })
+        Ok(FileRead { peer, minion: minion.to_owned(), request, root, scope, secrets, digests })
     }
 
     /// A read finished: its place is given back; the answer for its peer (the part, or an
@@ -215,9 +225,14 @@ impl FileServer {
     }
 }
 
-/// `halite://path` opened beneath `root`, with its `fstat`: a regular file inside the root.
-/// Nothing is looked up by path after this; the descriptor is what is read.
-pub(crate) fn open(root: &Path, path: &str) -> Result<(File, std::fs::Metadata), (ErrorKind, String)> {
+/// `halite://path` opened beneath `root`, within `scope`, with its `fstat`: a regular file
+/// inside the part of the root the minion may read. Nothing is looked up by path after this;
+/// the descriptor is what is read.
+pub(crate) fn open(
+    root: &Path,
+    scope: &FileScope,
+    path: &str,
+) -> Result<(File, std::fs::Metadata), (ErrorKind, String)> {
     let bad = |why: &str| (ErrorKind::BadRequest, format!("halite://{path}: {why}"));
     let relative = Path::new(path.trim_start_matches('/'));
     if path.is_empty() || path.len() > 4096 || path.contains('\0') || relative.as_os_str().is_empty() {
@@ -226,11 +241,26 @@ pub(crate) fn open(root: &Path, path: &str) -> Result<(File, std::fs::Metadata),
     if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
         return Err(bad("the path may not contain '..' or '.'"));
     }
-    let root_dir = File::open(root).map_err(|e| (ErrorKind::Internal, format!("the file root: {e}")))?;
     let not_found = || (ErrorKind::NotFound, format!("halite://{path}: no such file on the master"));
     let not_regular = || (ErrorKind::NotFound, format!("halite://{path}: not a regular file on the master"));
-    let file = open_beneath(root_dir.as_fd(), relative).map_err(|e| match e.raw_os_error() {
+    // Outside the scope is answered as missing before anything is opened.
+    let Some((part, rest)) = scope.place(relative) else { return Err(not_found()) };
+    let root_dir = File::open(root).map_err(|e| (ErrorKind::Internal, format!("the file root: {e}")))?;
+    let base = match &part {
+        None => root_dir,
+        // A part's own directory, opened beneath the root; what is not one is missing.
+        Some(part) => {
+            let dir = open_beneath(root_dir.as_fd(), part).map_err(|_| not_found())?;
+            if !dir.metadata().is_ok_and(|meta| meta.is_dir()) {
+                return Err(not_found());
+            }
+            dir
+        }
+    };
+    let file = open_beneath(base.as_fd(), rest).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => not_found(),
+        // A link out of a part: what it leads to is outside the scope.
+        Some(libc::EXDEV) if part.is_some() => not_found(),
         Some(libc::EXDEV) => bad("it leads outside the master's file root"),
         Some(libc::ELOOP) => bad("too many links on the way"),
         Some(libc::ENXIO | libc::ENODEV | libc::EISDIR) => not_regular(),
@@ -249,12 +279,13 @@ pub(crate) fn open(root: &Path, path: &str) -> Result<(File, std::fs::Metadata),
 /// around it).
 fn read_part(
     root: &Path,
+    scope: &FileScope,
     path: &str,
     offset: u64,
     digests: &Mutex<HashMap<DigestKey, String>>,
     secrets: &[PathBuf],
 ) -> Result<FileChunk, (ErrorKind, String)> {
-    let (file, meta) = open(root, path)?;
+    let (file, meta) = open(root, scope, path)?;
     let secret = secrets
         .iter()
         .filter_map(|p| std::fs::metadata(p).ok())
@@ -341,12 +372,18 @@ pub enum FileRootError {
         /// The secret file (resolved).
         file: PathBuf,
     },
+    /// A shared part that is not a path beneath the root.
+    #[error("files: shared part {0:?} must be a relative path of plain names beneath the root (like \"common\")")]
+    BadShared(PathBuf),
 }
 
 /// Refuses a `[files] root` that would serve the master's own secrets: one that is, holds or
 /// lies inside the state directory, or holds a key file the config names. Paths are compared
 /// resolved (links followed); a part not yet created (a first start) is taken as written.
 pub fn check_root(config: &MasterConfig) -> Result<(), FileRootError> {
+    if let Some(part) = config.files.shared.iter().find(|part| !crate::file_scope::valid_shared_part(part)) {
+        return Err(FileRootError::BadShared(part.clone()));
+    }
     let Some(root) = &config.files.root else { return Ok(()) };
     let root = resolved(root);
     let state_dir = resolved(&config.state_dir);
@@ -408,6 +445,11 @@ fn resolved(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
+    /// The scope of a minion of no tenant, with no tenants registered.
+    fn whole() -> FileScope {
+        FileScope::Untenanted { tenants: Default::default() }
+    }
+
     /// A scratch directory holding a file root (`root/`) and a file beside it, removed on drop.
     struct Scratch(PathBuf);
 
@@ -436,7 +478,7 @@ mod tests {
     }
 
     fn read(root: &Path, path: &str) -> Result<FileChunk, (ErrorKind, String)> {
-        read_part(root, path, 0, &Mutex::default(), &[])
+        read_part(root, &whole(), path, 0, &Mutex::default(), &[])
     }
 
     #[test]
@@ -532,7 +574,7 @@ mod tests {
         let started = std::time::Instant::now();
         while started.elapsed() < std::time::Duration::from_secs(2) || served == 0 || refused == 0 {
             assert!(started.elapsed() < std::time::Duration::from_secs(30), "{served} served, {refused} refused");
-            match read_part(&root, "d/root.key", 0, &digests, &[]) {
+            match read_part(&root, &whole(), "d/root.key", 0, &digests, &[]) {
                 Ok(chunk) => {
                     assert_eq!(chunk.data, b"decoy", "served from outside the root");
                     served += 1;
@@ -551,16 +593,16 @@ mod tests {
         let big: Vec<u8> = (0..FILE_CHUNK_BYTES + 10).map(|i| (i % 251) as u8).collect();
         std::fs::write(root.join("big"), &big).unwrap();
         let digests = Mutex::default();
-        let first = read_part(&root, "big", 0, &digests, &[]).unwrap();
-        let second = read_part(&root, "big", first.data.len() as u64, &digests, &[]).unwrap();
+        let first = read_part(&root, &whole(), "big", 0, &digests, &[]).unwrap();
+        let second = read_part(&root, &whole(), "big", first.data.len() as u64, &digests, &[]).unwrap();
         assert_eq!((first.data.len(), second.data.len()), (FILE_CHUNK_BYTES, 10));
         assert_eq!(first.sha256, second.sha256);
         assert_eq!(first.sha256, halite_protocol::hex::encode(&Sha256::digest(&big)));
-        let end = read_part(&root, "big", big.len() as u64, &digests, &[]).unwrap();
+        let end = read_part(&root, &whole(), "big", big.len() as u64, &digests, &[]).unwrap();
         assert!(end.data.is_empty());
-        assert!(read_part(&root, "big", big.len() as u64 + 1, &digests, &[]).is_err());
+        assert!(read_part(&root, &whole(), "big", big.len() as u64 + 1, &digests, &[]).is_err());
         std::fs::write(root.join("big"), b"changed").unwrap();
-        assert_ne!(read_part(&root, "big", 0, &digests, &[]).unwrap().sha256, first.sha256);
+        assert_ne!(read_part(&root, &whole(), "big", 0, &digests, &[]).unwrap().sha256, first.sha256);
     }
 
     /// The digest remembered belongs to what the descriptor's fstat describes: a file rewritten
@@ -570,14 +612,14 @@ mod tests {
         let dir = root("rewrite");
         let root = dir.path().join("root");
         let digests = Mutex::default();
-        let first = read_part(&root, "app/conf", 0, &digests, &[]).unwrap();
+        let first = read_part(&root, &whole(), "app/conf", 0, &digests, &[]).unwrap();
         let modified = std::fs::metadata(root.join("app/conf")).unwrap().modified().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         let file = std::fs::OpenOptions::new().write(true).open(root.join("app/conf")).unwrap();
         file.write_all_at(b"HELLO", 0).unwrap();
         file.set_modified(modified).unwrap();
         drop(file);
-        let second = read_part(&root, "app/conf", 0, &digests, &[]).unwrap();
+        let second = read_part(&root, &whole(), "app/conf", 0, &digests, &[]).unwrap();
         assert_eq!(second.data, b"HELLO");
         assert_ne!(second.sha256, first.sha256, "the digest of what is served now");
         assert_eq!(second.sha256, halite_protocol::hex::encode(&Sha256::digest(b"HELLO")));
@@ -590,7 +632,7 @@ mod tests {
         std::fs::hard_link(root.join("app/conf"), root.join("alias")).unwrap();
         let secrets = [dir.path().join("missing.key"), root.join("app/conf")];
         for path in ["app/conf", "alias", "inside"] {
-            let (kind, why) = read_part(&root, path, 0, &Mutex::default(), &secrets).unwrap_err();
+            let (kind, why) = read_part(&root, &whole(), path, 0, &Mutex::default(), &secrets).unwrap_err();
             assert_eq!(kind, ErrorKind::Forbidden, "{path}: {why}");
         }
     }
@@ -643,7 +685,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let mut server = FileServer::default();
-        let refused = server.request(&MasterConfig::default(), PeerId(1), "web1", get(7)).err().unwrap();
+        let refused = server.request(&MasterConfig::default(), PeerId(1), "web1", whole(), get(7)).err().unwrap();
         assert_eq!((refused.kind, refused.request), (ErrorKind::NotFound, Some("7".into())));
         assert_eq!(server.in_flight, 0, "a refused request takes no place");
 
@@ -651,9 +693,9 @@ mod tests {
         let config = config(&dir.path().join("state"), &dir.path().join("root"));
         let mut reads = Vec::new();
         for id in 0..MAX_IN_FLIGHT_PER_MINION as u64 {
-            reads.push(server.request(&config, PeerId(1), "web1", get(id)).unwrap());
+            reads.push(server.request(&config, PeerId(1), "web1", whole(), get(id)).unwrap());
         }
-        let refused = server.request(&config, PeerId(1), "web1", get(99)).err().unwrap();
+        let refused = server.request(&config, PeerId(1), "web1", whole(), get(99)).err().unwrap();
         assert_eq!((refused.kind, refused.request), (ErrorKind::LimitExceeded, Some("99".into())));
         assert_eq!((reads[0].peer, reads[0].root.as_path()), (PeerId(1), dir.path().join("root").as_path()));
         assert!(reads[0].secrets.contains(&config.key_path()), "the read knows the secrets it must refuse");
@@ -667,7 +709,7 @@ mod tests {
             server.finished(FileServed { peer: PeerId(1), minion: "web1".into(), request_id: 4, answer: failed });
         assert_eq!(error_of(answer), (ErrorKind::NotFound, Some("4".into())));
         assert_eq!(server.in_flight, MAX_IN_FLIGHT_PER_MINION - 2, "each answer gives its place back");
-        assert!(server.request(&config, PeerId(1), "web1", get(100)).is_ok());
+        assert!(server.request(&config, PeerId(1), "web1", whole(), get(100)).is_ok());
     }
 
     /// The same on the core: a minion sending more requests than its cap is told

@@ -20,6 +20,7 @@
 pub mod acl;
 mod admin;
 mod admission;
+mod audit_requests;
 mod authz;
 pub mod clock;
 mod cluster;
@@ -28,6 +29,7 @@ mod cluster_jobs;
 pub mod config;
 mod core;
 mod deploy;
+mod file_scope;
 pub mod files;
 mod files_beneath;
 pub mod gateway;
@@ -46,6 +48,7 @@ use server::sim;
 pub mod store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;
+pub mod tenants;
 mod token_sessions;
 
 use std::future::Future;
@@ -103,6 +106,12 @@ pub enum MasterError {
     /// The cluster key, this master's certificate or the revocations.
     #[error("cluster identity: {0}")]
     Cluster(String),
+    /// The store holds tenants whose namespaces overlap.
+    #[error(transparent)]
+    Tenants(#[from] tenants::StoredTenantsError),
+    /// A tenant name given on the command line.
+    #[error(transparent)]
+    TenantName(#[from] halite_protocol::message::TenantNameError),
 }
 
 /// The master's keys, created on first start.
@@ -258,6 +267,57 @@ pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -
     copied
 }
 
+/// Renames the tenant `from` to `to` (a name without `-`) in every principal confined to it,
+/// on the store of `config` (`halite-master tenant rename`, the master stopped): how a store
+/// holding overlapping tenants is repaired. Returns the principals renamed.
+pub async fn rename_tenant(config: &MasterConfig, from: &str, to: &str) -> Result<Vec<String>, MasterError> {
+    halite_protocol::message::validate_tenant(to)?;
+    match config.store.backend()? {
+        store::Backend::Sqlite => {
+            let database = config.database_path();
+            check_database_present(&database, config.key_path().exists(), false)?;
+            let store = SqliteStore::open_with(&database, config.accept_wal_loss)
+                .await
+                .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
+            let renamed = rename_tenant_in(&store, config, from, to).await;
+            store.close().await;
+            renamed
+        }
+        store::Backend::Postgres(options) => {
+            let place = store::describe_postgres(&options);
+            let store = store::PostgresStore::connect(*options)
+                .await
+                .map_err(|error| MasterError::Database { place: place.clone(), error })?;
+            let renamed = rename_tenant_in(&store, config, from, to).await;
+            store.close().await;
+            renamed
+        }
+    }
+}
+
+async fn rename_tenant_in<S: Store>(
+    store: &S,
+    config: &MasterConfig,
+    from: &str,
+    to: &str,
+) -> Result<Vec<String>, MasterError> {
+    // The rows are written signed by this master's key, as the master itself would.
+    let keys = init_serving(config)?;
+    let now_ms = clock::Clock::wall_ms(&clock::SystemClock);
+    let key = halite_protocol::identity::IdentityKey::from_seed(keys.identity.key().seed());
+    let trust = store::trust::Trust::new(key, keys.identity.certificate().cloned(), &config.id, Vec::new());
+    store.set_trust(trust, now_ms).await?;
+    let mut renamed = Vec::new();
+    for mut principal in store.principals().await? {
+        if principal.acl.tenant.as_deref() == Some(from) {
+            principal.acl.tenant = Some(to.to_owned());
+            store.put_principal(&principal, now_ms).await?;
+            renamed.push(principal.name);
+        }
+    }
+    Ok(renamed)
+}
+
 /// Connects to PostgreSQL, retrying while it is unreachable (a master may start before its
 /// database, at boot or while the database fails over); `None` if shut down meanwhile. A
 /// schema this master does not know is an error at once.
@@ -338,6 +398,7 @@ async fn serve<S: Store + Clone>(
         None => std::sync::Arc::new(clock::SystemClock),
     };
     let master = Master::new(config, keys.identity, keys.root, router, store, clock).await?;
+    master.check_tenants()?;
     let metrics_listener = match &metrics_config.listen {
         Some(listen) => {
             let listener = tokio::net::TcpListener::bind(listen)

@@ -23,6 +23,7 @@ use crate::core::event_gate::EventGate;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
 use crate::core::writes::PendingWrites;
+use crate::file_scope::FileScope;
 use crate::files::FileServer;
 use crate::limits;
 use crate::metrics::Metrics;
@@ -58,6 +59,14 @@ pub(crate) fn welcome(config: &MasterConfig, wall_ms: u64) -> Welcome {
 }
 
 impl MinionDesk<'_> {
+    /// A minion's `file_get` within its scope: the read to start, or the refusal to answer.
+    fn file_get(&mut self, peer: PeerId, id: &str, scope: FileScope, request: halite_protocol::message::FileGet) {
+        match self.files.request(self.config, peer, id, scope, request) {
+            Ok(read) => self.out.push(Effect::ReadFile(Box::new(read))),
+            Err(refused) => self.out.send(peer, Message::Error(refused)),
+        }
+    }
+
     /// Handles a decoded message from an authenticated minion; `size` is its encoded length,
     /// which bounds what the caps below must measure.
     pub(crate) fn on_minion_message(&mut self, peer: PeerId, id: &str, msg: Message, size: usize) {
@@ -171,10 +180,10 @@ impl MinionDesk<'_> {
             }
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
-            Message::FileGet(request) => match self.files.request(self.config, peer, id, request) {
-                Ok(read) => self.out.push(Effect::ReadFile(Box::new(read))),
-                Err(refused) => self.out.send(peer, Message::Error(refused)),
-            },
+            Message::FileGet(request) => {
+                let scope = FileScope::of(id, self.registry.tenants(), &self.config.files.shared);
+                self.file_get(peer, id, scope, request);
+            }
             Message::Publish(request) => {
                 let caller = format!("minion:{id}");
                 let (publisher, request) = (Publisher::Peer(id.to_owned()), Box::new(request));

@@ -37,6 +37,7 @@
 //! assert_eq!(master_session.open(&parts, now).unwrap(), b"hello");
 //! ```
 
+pub mod audit;
 pub mod enrollment;
 pub mod function_names;
 pub mod glob;

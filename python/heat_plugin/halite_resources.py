@@ -16,13 +16,15 @@ the master::
     tenant_secret_file = /etc/heat/halite-tenants.secret
 
 With ``tenant_secret_file`` (the secure setup, and the one for a cloud), every Heat
-project acts through a halite tenant principal of its own, ``heat-<project>``,
-confined by the master to the minions named ``<project>-*``: a template of one
+project acts through a halite tenant principal of its own, ``heat-<tenant>``,
+confined by the master to the minions named ``<tenant>-*``: a template of one
 project can neither reach, enroll as, nor read anything of another project's
-servers. The plugin registers each project's principal on first use, through the
-administrator principal of ``client_config``; its key is derived from the secret
-and the project id (HMAC-SHA256), so every Heat host derives the same key and no
-key file is copied between them. Without it, every stack acts as the
+servers. The tenant is the project id itself for Keystone's ids (32 lowercase hex
+digits), else a readable prefix and a hash of the id (``_tenant_of``): one tenant
+per project, never shared. The plugin registers each project's principal on first
+use, through the administrator principal of ``client_config``; its key is derived
+from the secret and the tenant (HMAC-SHA256), so every Heat host derives the same
+key and no key file is copied between them. Without it, every stack acts as the
 ``client_config`` principal itself (one project, or a trusted set of them).
 
 The resources:
@@ -35,7 +37,7 @@ The resources:
     server's minion and pushes its outputs back, and the resource completes
     when halite says ``COMPLETE`` or fails with halite's reason. ``server`` is
     a Nova server of the stack's project: its minion is named like it (prefixed
-    with the project in tenant mode). A value that is not such a server is refused,
+    with the project's tenant in tenant mode). A value that is not such a server is refused,
     unless ``[halite] literal_servers`` allows naming that minion directly.
 ``OS::Halite::SoftwareDeploymentGroup``
     The same for a map of servers, rolled out with halite's options
@@ -125,13 +127,43 @@ def halite_client():
     return client
 
 
+_PLAIN_PROJECT = re.compile(r'[a-z0-9]{1,32}')
+_PROJECT_HASH = b'halite heat project\x00'
+
+
 def _tenant_of(context):
-    """The halite tenant of a stack's project: its id, as a minion-id prefix."""
+    """The halite tenant of a stack's project: the prefix of its minions' ids, the
+    name in its principal (``heat-<tenant>``) and in its derived key.
+
+    - A project id of 1 to 32 of ``[a-z0-9]`` (Keystone's ids, ``uuid4().hex``, and
+      plain lowercase names) is its own tenant, unchanged.
+    - Any other id is ``<readable>_<hash>``: ``readable`` its first 16 of ``[a-z0-9]``
+      once lowercased (``p`` if none), ``hash`` the first 32 hex digits of
+      SHA-256(``halite heat project\\0`` + the id in UTF-8).
+
+    Why: the mapping must be injective, or one project acts as another. Folding ids
+    (lowercase, punctuation dropped) would give ``Proj-B``, ``proj_b`` and ``projb``
+    one tenant, one principal, one key and one namespace, so a stack of one could
+    enroll and deploy into another's servers. The first form maps to itself, and the
+    second holds ``_``, which the first never does, and a hash of the whole id: no
+    two ids share a tenant (short of a 128-bit SHA-256 collision). It depends on the
+    id alone, so every Heat host, every restart and every upgrade derives the same
+    tenant (a tenant the plugin registered before this rule, from an id of the first
+    form, keeps its name, principal and key). It has no ``-``: a tenant holds every
+    minion id ``<tenant>-...``, and the master refuses tenant names with ``-`` so that
+    no id lies in two tenants' namespaces. It is 1 to 49 bytes of ``[a-z0-9_]``
+    starting with a letter or digit: a valid halite id and tenant name."""
     project = getattr(context, 'project_id', None) or getattr(context, 'tenant_id', None)
-    tenant = re.sub('[^a-z0-9]', '', str(project or '').lower())[:32]
-    if not tenant:
+    if not project:
         raise exception.Error(_('halite: the stack has no project to act for'))
-    return tenant
+    project = str(project)
+    if _PLAIN_PROJECT.fullmatch(project):
+        return project
+    readable = re.sub('[^a-z0-9]', '', project.lower())[:16] or 'p'
+    # surrogatepass: the same bytes as UTF-8 for every valid string, and no error (an
+    # injective encoding still) for a lone surrogate.
+    digest = hashlib.sha256(_PROJECT_HASH + project.encode('utf-8', 'surrogatepass')).hexdigest()
+    return '%s_%s' % (readable, digest[:32])
 
 
 def _tenant_principal(tenant):
@@ -184,8 +216,8 @@ def _connect_tenant(tenant, secret_file):
 
 
 def _in_namespace(res, name):
-    """A minion id as the stack's project names it: prefixed with the project in
-    tenant mode."""
+    """A minion id as the stack's project names it: prefixed with the project's
+    tenant (``_tenant_of``) in tenant mode."""
     if not cfg.CONF.halite.tenant_secret_file:
         return name
     return '%s-%s' % (_tenant_of(res.context), name)

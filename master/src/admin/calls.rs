@@ -76,6 +76,12 @@ pub(crate) enum AdminCall {
     ListTokens { owner: Option<String> },
     /// Deletes an enrollment token (of `owner` when given).
     RevokeToken { id: String, owner: Option<String> },
+    /// A page of the audit trail.
+    AuditList { filter: halite_protocol::message::AuditFilter, after: Option<i64>, limit: u32 },
+    /// A check of every audit chain, each at least as long as this master knows its own is.
+    AuditVerify { known_heads: std::collections::BTreeMap<String, u64> },
+    /// What an audit export starts with.
+    AuditHeader,
 }
 
 /// An enrollment token to record; the token itself goes only to the client.
@@ -178,6 +184,9 @@ pub(crate) enum AdminDone {
         revoked: Result<bool, StoreError>,
     },
     Tokens(Result<Vec<TokenSummary>, StoreError>),
+    Audit(Result<Vec<halite_protocol::audit::AuditRecord>, StoreError>),
+    AuditVerified(Result<halite_protocol::message::AuditVerification, StoreError>),
+    AuditHeader(Result<halite_protocol::audit::ExportHeader, StoreError>),
     TokenRevoked {
         id: String,
         revoked: Result<bool, StoreError>,

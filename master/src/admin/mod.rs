@@ -18,13 +18,13 @@ mod validate;
 use halite_protocol::hex;
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::{
-    ErrorKind, JobFilter, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody, ResponseBody,
-    RolloutState, TokenInfo, MINION_LIST_PAGE_MAX,
+    AuditFilter, ErrorKind, JobFilter, KeyInfo, KeyState, MinionInfo, PrincipalAcl, PrincipalInfo, RequestBody,
+    ResponseBody, RolloutState, TokenInfo, MINION_LIST_PAGE_MAX,
 };
 use rand_core::RngCore;
 use tracing::{info, warn};
 
-use crate::authz::{Access, Action, Asker, JobAccess, RequestKind, Who};
+use crate::authz::{Access, Action, Asker, Granted, JobAccess, RequestKind, Who};
 use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, ClientRequest};
@@ -44,6 +44,29 @@ use calls::{AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsA
 
 /// Most jobs one listing returns.
 const MAX_JOB_LIST: u32 = 1000;
+
+/// Most audit records one listing returns.
+const MAX_AUDIT_LIST: u32 = 1000;
+
+/// An audit listing's filter narrowed to what the decision grants: a tenant's principal reads
+/// only its tenant's records, another principal only its own (a filter asking for others'
+/// then finds nothing, as if there were none).
+fn audit_filter_for(filter: AuditFilter, granted: Granted) -> AuditFilter {
+    let Granted::AuditOf { tenant, principal } = granted else { return filter };
+    let narrowed = |asked: Option<String>, only: Option<String>| match (asked, only) {
+        (_, None) => Ok(None),
+        (None, Some(only)) => Ok(Some(only)),
+        (Some(asked), Some(only)) if asked == only => Ok(Some(only)),
+        (Some(_), Some(_)) => Err(()),
+    };
+    match (narrowed(filter.tenant.clone(), tenant), narrowed(filter.principal.clone(), principal)) {
+        (Ok(tenant), Ok(principal)) => {
+            AuditFilter { tenant: tenant.or(filter.tenant), principal: principal.or(filter.principal), ..filter }
+        }
+        // Another tenant's or principal's: a filter nothing matches.
+        _ => AuditFilter { action: Some(String::new()), ..filter },
+    }
+}
 
 /// What a request decided without the store leads to.
 enum Decided {
@@ -67,6 +90,8 @@ pub(crate) struct AdminDesk<'a> {
     pub(crate) cluster: &'a ClusterView,
     /// The time, read when a decision needs it.
     pub(crate) clock: &'a dyn Clock,
+    /// The last record of this master's audit chain it appended (0: none yet).
+    pub(crate) audit_head: u64,
     pub(crate) out: Effects,
 }
 
@@ -114,6 +139,8 @@ impl AdminDesk<'_> {
             RequestKind::SeeJob | RequestKind::ControlJob => {}
             // The deployments' handler decides them.
             RequestKind::Configs | RequestKind::Deployment => {}
+            // Narrowed to what the asker may read, below.
+            RequestKind::ReadAudit => {}
         }
         if let RequestBody::KeyList { pattern }
         | RequestBody::KeyAccept { pattern }
@@ -131,7 +158,8 @@ impl AdminDesk<'_> {
         let owner = || self.access().owned_by(who).map(str::to_owned);
         let call = match body {
             RequestBody::PrincipalAdd { name, public_key, acl } => {
-                let (record, _) = validate::new_principal(name, &public_key, acl, &self.config.nodegroups)?;
+                let tenants: Vec<&str> = self.registry.tenants().collect();
+                let (record, _) = validate::new_principal(name, &public_key, acl, &self.config.nodegroups, &tenants)?;
                 AdminCall::PutPrincipal(record)
             }
             RequestBody::PrincipalList => {
@@ -209,6 +237,17 @@ impl AdminDesk<'_> {
             RequestBody::ApiTokenRevoke { id } => AdminCall::RevokeApiToken { id, owner: owner() },
             RequestBody::TokenList => AdminCall::ListTokens { owner: owner() },
             RequestBody::TokenRevoke { id } => AdminCall::RevokeToken { id, owner: owner() },
+            RequestBody::AuditList { filter, after, limit } => {
+                let granted = self.access().decide(&asker, &Action::ReadAudit)?;
+                let filter = audit_filter_for(filter, granted);
+                AdminCall::AuditList { filter, after, limit: limit.clamp(1, MAX_AUDIT_LIST) }
+            }
+            RequestBody::AuditVerify => {
+                let known_heads =
+                    [(self.config.id.clone(), self.audit_head)].into_iter().filter(|(_, h)| *h > 0).collect();
+                AdminCall::AuditVerify { known_heads }
+            }
+            RequestBody::AuditHeader => AdminCall::AuditHeader,
             _ => return Err(RequestError::bad_request("not an administrative request")),
         };
         Ok(Decided::Call(call))
@@ -323,6 +362,9 @@ impl AdminDesk<'_> {
                 Ok(ResponseBody::Changed(vec![id]))
             }
             AdminDone::Tokens(tokens) => Ok(ResponseBody::Tokens(tokens?)),
+            AdminDone::Audit(records) => Ok(ResponseBody::Audit(records?)),
+            AdminDone::AuditVerified(verified) => Ok(ResponseBody::AuditVerified(verified?)),
+            AdminDone::AuditHeader(header) => Ok(ResponseBody::AuditHeader(Box::new(header?))),
             AdminDone::TokenRevoked { id, revoked } => {
                 if !revoked? {
                     return Err(RequestError::not_found(format!("no enrollment token {id}")));

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{PrincipalAcl, TargetKind};
+use halite_protocol::message::{tenant_holds, validate_tenant, PrincipalAcl, TargetKind};
 
 use crate::request_error::RequestError;
 use crate::store::PrincipalRecord;
@@ -15,6 +15,7 @@ pub(crate) fn new_principal(
     public_key: &[u8],
     acl: PrincipalAcl,
     nodegroups: &BTreeMap<String, String>,
+    tenants: &[&str],
 ) -> Result<(PrincipalRecord, PublicIdentity), RequestError> {
     halite_protocol::id::validate(&name).map_err(|e| RequestError::bad_request(e.to_string()))?;
     if name == "root" {
@@ -22,8 +23,7 @@ pub(crate) fn new_principal(
     }
     let key = PublicIdentity::from_bytes(public_key).map_err(|e| RequestError::bad_request(e.to_string()))?;
     if let Some(tenant) = &acl.tenant {
-        halite_protocol::id::validate(tenant)
-            .map_err(|e| RequestError::bad_request(format!("tenant {tenant:?}: {e}")))?;
+        tenant_name(tenant, tenants)?;
         if acl.admin {
             return Err(RequestError::bad_request(
                 "a tenant's principal cannot be an administrator (administrators see every tenant)",
@@ -39,6 +39,20 @@ pub(crate) fn new_principal(
         }
     }
     Ok((PrincipalRecord { name, public_key: *key.as_bytes(), acl }, key))
+}
+
+/// A new tenant's name, if it is one ([`validate_tenant`]); one with `-` is refused naming the
+/// registered tenant (of `tenants`) whose namespace it would share.
+fn tenant_name(tenant: &str, tenants: &[&str]) -> Result<(), RequestError> {
+    let Err(error) = validate_tenant(tenant) else { return Ok(()) };
+    let overlapped = tenants.iter().find(|other| tenant_holds(other, tenant));
+    Err(RequestError::bad_request(match overlapped {
+        Some(other) => format!(
+            "{error}: it would overlap tenant {other:?}, which holds every id starting with \"{other}-\" \
+             (\"{tenant}-web1\" would be in both)"
+        ),
+        None => error.to_string(),
+    }))
 }
 
 /// A minion's id and key, as a preseed gives them.

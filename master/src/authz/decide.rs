@@ -169,6 +169,9 @@ pub(crate) enum Action<'a> {
     },
     /// Read the master's metrics (fleet-wide figures).
     ReadMetrics,
+    /// Read the audit trail: root and administrators all of it, a tenant's principal its
+    /// tenant's records, any other principal its own ([`Granted::AuditOf`]).
+    ReadAudit,
     /// Apply another master's announcement.
     Announce,
 }
@@ -182,6 +185,13 @@ pub(crate) enum Granted {
     Reach(Option<Vec<String>>),
     /// A listing or bulk change of owned things, narrowed to those this principal created.
     OwnedBy(String),
+    /// An audit listing, narrowed to one tenant's records or one principal's.
+    AuditOf {
+        /// Only this tenant's records.
+        tenant: Option<String>,
+        /// Only the records of this principal's requests.
+        principal: Option<String>,
+    },
 }
 
 /// Why not. `NotFound` where saying more would reveal what the asker may not see.
@@ -239,6 +249,8 @@ pub(crate) enum RequestKind {
     Configs,
     /// [`Action::Deploy`], once the server is known (groups: every member's server).
     Deployment,
+    /// [`Action::ReadAudit`].
+    ReadAudit,
 }
 
 impl RequestKind {
@@ -277,6 +289,9 @@ impl RequestKind {
             | RequestBody::DeploymentList { .. }
             | RequestBody::DeploymentDelete { .. }
             | RequestBody::ServerConfigs { .. } => RequestKind::Deployment,
+            RequestBody::AuditList { .. } => RequestKind::ReadAudit,
+            // Whole chains: every tenant's records.
+            RequestBody::AuditVerify | RequestBody::AuditHeader => RequestKind::Administer,
         }
     }
 }
@@ -316,6 +331,12 @@ impl Policy<'_> {
             (_, Action::Subscribe(patterns)) => check_subscription(asker, patterns),
             (_, Action::Receive { tag, about }) => self.receive(asker, tag, about),
             (asker, _) if asker.sees_all() => Ok(Granted::Yes),
+            (Asker::Principal { acl, .. }, Action::ReadAudit) if acl.tenant.is_some() => {
+                Ok(Granted::AuditOf { tenant: acl.tenant.clone(), principal: None })
+            }
+            (Asker::Principal { name, .. }, Action::ReadAudit) => {
+                Ok(Granted::AuditOf { tenant: None, principal: Some((*name).to_owned()) })
+            }
             (Asker::Principal { name, .. }, Action::Own { owner }) => {
                 if owner == name {
                     Ok(Granted::Yes)
@@ -572,6 +593,9 @@ mod tests {
             RequestBody::DeploymentList { server_id: None },
             RequestBody::DeploymentDelete { id: "d".into() },
             RequestBody::ServerConfigs { server_id: "web1".into() },
+            RequestBody::AuditList { filter: Default::default(), after: None, limit: 10 },
+            RequestBody::AuditVerify,
+            RequestBody::AuditHeader,
         ]
     }
 
@@ -653,6 +677,7 @@ mod tests {
             RequestKind::ControlJob => "YYFNFF",
             RequestKind::Configs => "YYYYFF",
             RequestKind::Deployment => "YYYFFF",
+            RequestKind::ReadAudit => "YYYYFF",
         };
         for body in every_request() {
             let kind = RequestKind::of(&body);
@@ -665,6 +690,7 @@ mod tests {
                 RequestKind::ControlJob => Action::ControlJob(roots_job),
                 RequestKind::Configs => Action::UseConfigs,
                 RequestKind::Deployment => Action::Deploy { server: "web1" },
+                RequestKind::ReadAudit => Action::ReadAudit,
             };
             assert_eq!(verdicts(&policy, &askers, &action), expected(kind), "{body:?} as {kind:?}");
         }

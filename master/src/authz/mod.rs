@@ -241,7 +241,7 @@ impl<'a> Access<'a> {
         let decide = |asker: &Asker<'_>| match self.decide(asker, &action) {
             Ok(Granted::Reach(reach)) => Ok(reach),
             Ok(Granted::Yes) => Ok(None),
-            Ok(Granted::OwnedBy(_)) => Err(PublishRefused::ByOwnership),
+            Ok(Granted::OwnedBy(_) | Granted::AuditOf { .. }) => Err(PublishRefused::ByOwnership),
             Err(denied) => Err(PublishRefused::Denied(denied)),
         };
         let reach = decide(&publisher.asker(caller))?;

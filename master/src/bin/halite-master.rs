@@ -46,6 +46,9 @@ enum Command {
     /// A cluster key certifying each master's own key (minions pin the cluster key).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Repairs the tenants of the store. Stop the masters first.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
     /// Print this program's man page (roff); with --dir, write it and one page per command
     /// into DIR, as packages install them.
     #[command(hide = true)]
@@ -54,6 +57,20 @@ enum Command {
         /// directory.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum TenantCommand {
+    /// Gives the tenant OLD the name NEW (without '-') in every principal confined to it: a
+    /// store holding tenants whose names overlap (`acme` and `acme-dev`) is served again once
+    /// every such tenant is renamed. Its minions' ids (OLD-...) are not changed: re-enroll them
+    /// as NEW-... for the tenant to reach them.
+    Rename {
+        /// The tenant's name now.
+        old: String,
+        /// Its new name: an id without '-'.
+        new: String,
     },
 }
 
@@ -132,6 +149,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{table:<18} {rows:>10} rows");
             }
             println!("copied to {}; set [store] url in the config to use it", target.describe());
+        }
+        Some(Command::Tenant(TenantCommand::Rename { old, new })) => {
+            let renamed = runtime.block_on(halite_master::rename_tenant(&config, &old, &new))?;
+            if renamed.is_empty() {
+                anyhow::bail!("no principal is confined to tenant {old:?}");
+            }
+            println!("tenant {old} renamed {new} for principals {}", renamed.join(", "));
         }
         Some(Command::Cluster(ClusterCommand::Certify { cluster_key })) => {
             let path = halite_master::certify(&config, &cluster_key)?;

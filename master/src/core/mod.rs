@@ -6,6 +6,7 @@
 //! network (checked by `scripts/check-architecture.sh`).
 
 pub(crate) mod asks;
+pub(crate) mod audit_log;
 pub(crate) mod bus;
 pub(crate) mod cluster_view;
 pub(crate) mod deploy_jobs;

@@ -189,6 +189,11 @@ impl Registry {
         self.principals.values()
     }
 
+    /// The tenants principals are confined to (a name once per principal confined to it).
+    pub(crate) fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.principals.values().filter_map(|p| p.acl.tenant.as_deref())
+    }
+
     /// Replaces the principals (at start, and after the store changed them).
     pub(crate) fn set_principals(&mut self, principals: impl IntoIterator<Item = PrincipalRecord>) {
         self.principals = principals.into_iter().map(|p| (p.name.clone(), p)).collect();

@@ -247,6 +247,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match event {
             RouterEvent::Connected { peer, addr, .. } => {
                 debug!(peer = peer.0, %addr, "connection");
+                self.audit.connected(peer, addr);
                 let now = self.clock.now();
                 self.sessions.insert(peer, Conn::AwaitHello { since: now });
                 self.sessions.watch(peer, now + self.config.handshake_timeout());
@@ -280,12 +281,14 @@ impl<S: Store, N: Net> Master<S, N> {
         acl: Option<Arc<PrincipalAcl>>,
         msg: Message,
     ) {
+        self.audit_begin(peer, principal, acl.as_deref(), &msg);
         match msg {
             Message::Subscribe(subscribe) => {
                 let asker = Asker::client(principal, acl.as_deref());
                 match self.access().decide(&asker, &Action::Subscribe(&subscribe.patterns)) {
                     Ok(_) => {
                         let patterns = subscribe.patterns.clone();
+                        self.audit.settle(peer, SUBSCRIBE_REQUEST, self.clock.wall_ms());
                         self.bus.subscribe(peer, subscribe.patterns, acl.map(|a| a.events.clone()));
                         if let Some(after) = subscribe.after {
                             self.replay_events(peer, &patterns, &after);
@@ -310,7 +313,8 @@ impl<S: Store, N: Net> Master<S, N> {
             Message::Cancel(cancel) => {
                 let who = Who { name: principal, acl: acl.as_deref() };
                 let access = self.access().job_access(who, &cancel.jid);
-                self.with_publish_desk(|desk| desk.cancel(peer, &cancel.jid, access))
+                self.with_publish_desk(|desk| desk.cancel(peer, &cancel.jid, access));
+                self.audit.settle(peer, &cancel.jid, self.clock.wall_ms());
             }
             Message::Request(request) => {
                 let principal = principal.to_owned();

@@ -28,6 +28,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
             _ => {}
         }
+        self.audit.ended(peer);
         self.bus.unsubscribe(peer);
         self.jobs.forget_watcher(peer);
         self.watchers.forget(peer);

@@ -65,6 +65,7 @@ impl<S: Store, N: Net> Master<S, N> {
             sessions: &self.sessions,
             cluster: &self.cluster,
             clock: &*self.clock,
+            audit_head: self.audit.head(),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);

@@ -65,6 +65,8 @@ impl<S: Store, N: Net> Master<S, N> {
         if job.is_done() && !self.pending.holds_final_of(jid) {
             // Announced while still live, so the bus can tell who may see it.
             let ended = crate::core::jobs::how_it_ended(job);
+            let entry = crate::core::audit_log::job_end(job, &ended, self.clock.wall_ms());
+            self.audit_record(entry);
             self.emit(format!("halite/job/{jid}/done"), ended);
             // Its events are heard while it lives (who may receive them depends on it).
             self.hand_out_events();

@@ -24,6 +24,7 @@
 //! [`Net`], so the tests in `sim/` run it in-process, in simulated time.
 
 mod answers;
+mod audit;
 mod connections;
 mod desks;
 mod effects;
@@ -164,6 +165,8 @@ pub struct Master<S: Store, N: Net = Router> {
     timers: crate::core::timers::TimerTable,
     /// When the loop planned to wake next (waking much later means the master was paused).
     wake_at: Option<Instant>,
+    /// What the audit trail will hold, until the next commit appends it.
+    audit: crate::core::audit_log::AuditLog,
 }
 
 /// A job about to be created.
@@ -252,6 +255,7 @@ impl<S: Store, N: Net> Master<S, N> {
             local_rx: Some(local_rx),
             timers: crate::core::timers::TimerTable::default(),
             wake_at: None,
+            audit: Default::default(),
         };
         // The first wake does every periodic duty once.
         let start = master.clock.now();
@@ -260,6 +264,9 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         master.wake_at = master.next_timeout();
         master.trust_store().await?;
+        let head = master.store.audit_head(&master.config.id).await?;
+        master.audit.stored(head);
+        master.audit_policy("master_started");
         master.reload_principals().await?;
         master.reload_accepted().await?;
         for mut m in master.store.minions().await? {
@@ -298,6 +305,11 @@ impl<S: Store, N: Net> Master<S, N> {
         let open = master.store.open_groups().await?;
         master.with_groups(|groups| groups.resume_groups(open));
         Ok(master)
+    }
+
+    /// Refuses a store whose tenants overlap (see [`crate::tenants`]).
+    pub(crate) fn check_tenants(&self) -> Result<(), crate::tenants::StoredTenantsError> {
+        crate::tenants::check(self.registry.principals())
     }
 
     pub(crate) async fn reload_principals(&mut self) -> Result<(), StoreError> {
@@ -406,7 +418,9 @@ impl<S: Store, N: Net> Master<S, N> {
             Input::Reload => {
                 // Rows and announcements a master revoked now signs are refused from now on, not
                 // only after a restart (the store takes the new trust even if it does not answer).
-                if let Some(before) = self.config.reread_rules(&self.identity) {
+                let before = self.config.reread_rules(&self.identity);
+                self.audit_policy("policy_reread");
+                if let Some(before) = before {
                     self.revocations_changed(&before).await;
                 }
             }

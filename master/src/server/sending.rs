@@ -34,6 +34,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The concerns that listen to events (rollouts' and groups' `abort_on`, groups following
     /// their deployments) hear it later in the step, from the loop (`Master::hear_events`).
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
+        self.audit.event(&tag, &data, self.clock.wall_ms());
         // Kept for the listeners only while one exists: a fan-out's returns are not copied for
         // nobody (a listener that starts later hears only what comes after it).
         if self.jobs.has_rollouts() || self.groups.listening() {
@@ -85,6 +86,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
     pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
+        self.audit.answered(peer, msg, self.clock.wall_ms());
         if let Some(Conn::Local { tx, .. }) = self.sessions.get(&peer) {
             return tx.try_send(msg.clone());
         }

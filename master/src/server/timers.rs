@@ -206,5 +206,16 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(n) => info!(jobs = n, "purged jobs past retention"),
             Err(error) => warn!(%error, "purging old jobs failed"),
         }
+        let keep = &self.config.audit;
+        let before = (keep.keep_days > 0).then(|| self.clock.wall_ms().saturating_sub(keep.keep_days * 86_400_000));
+        let records = (keep.keep_records > 0).then_some(keep.keep_records);
+        match self.store.prune_audit(&self.config.id, before, records).await {
+            Ok(0) => {}
+            Ok(n) => info!(
+                records = n,
+                "pruned audit records past retention (a signed checkpoint marks where the chain starts)"
+            ),
+            Err(error) => warn!(%error, "pruning the audit trail failed"),
+        }
     }
 }

@@ -3,6 +3,8 @@
 //! [`PostgresStore`] keeps the same state on a database server that several masters share.
 //! Both pass the same conformance suite (`conformance.rs`).
 
+pub(crate) mod audit;
+mod audit_sql;
 mod cluster;
 mod cluster_seal;
 mod common_sql;
@@ -33,6 +35,7 @@ use halite_protocol::message::{
     Target, Value,
 };
 
+pub use audit::AuditStore;
 pub(crate) use cluster::Announcement;
 pub use cluster::{event_digest, ClusterChange, Heard};
 #[cfg(test)]
@@ -264,7 +267,7 @@ pub struct JobListing {
 pub type UnfinishedJob = (JobRecord, Vec<(String, MinionJobState)>);
 
 /// Persistent state. Every method is one transaction.
-pub trait Store: DeployStore + Send + Sync + 'static {
+pub trait Store: DeployStore + AuditStore + Send + Sync + 'static {
     /// Every key.
     fn keys(&self) -> impl Future<Output = Result<Vec<KeyRecord>, StoreError>> + Send;
     /// The keys recorded for one id (at most one not denied).

@@ -803,6 +803,8 @@ impl Store for PostgresStore {
 
 // Configs, deployments and gateway tokens: the SQL both backends share.
 super::deploy_sql::deploy_store!(PostgresStore, super::common_sql::postgres_sql);
+super::audit_sql::audit_helpers!(PostgresStore);
+super::audit_sql::audit_store!(PostgresStore, super::common_sql::postgres_sql);
 
 #[cfg(test)]
 mod tests {

@@ -80,6 +80,11 @@ pub(crate) async fn run<S: Store>(store: &S, call: AdminCall, now_ms: u64) -> Ad
             AdminDone::ApiTokenRevoked { id, acting_as, revoked }
         }
         AdminCall::ListTokens { owner } => AdminDone::Tokens(store.tokens(owner.as_deref()).await),
+        AdminCall::AuditList { filter, after, limit } => {
+            AdminDone::Audit(store.audit_page(&filter, after, limit).await)
+        }
+        AdminCall::AuditVerify { known_heads } => AdminDone::AuditVerified(store.verify_audit(&known_heads).await),
+        AdminCall::AuditHeader => AdminDone::AuditHeader(store.audit_header().await),
         AdminCall::RevokeToken { id, owner } => {
             let revoked = store.delete_token(&id, owner.as_deref()).await;
             AdminDone::TokenRevoked { id, revoked }

@@ -363,6 +363,8 @@ impl Store for SqliteStore {
 
 // Configs, deployments and gateway tokens: the SQL both backends share.
 super::deploy_sql::deploy_store!(SqliteStore, super::common_sql::sqlite_sql);
+super::audit_sql::audit_helpers!(SqliteStore);
+super::audit_sql::audit_store!(SqliteStore, super::common_sql::sqlite_sql);
 
 #[cfg(test)]
 mod tests {

@@ -254,6 +254,31 @@ impl Trust {
         self.seal(API_TOKEN_ROW, &row.bytes())
     }
 
+    /// The audit records `entries` make, continuing `chain` after record `seq` hashed `prev`,
+    /// signed with this master's key.
+    pub fn chain_audit(
+        &self,
+        chain: &str,
+        seq: u64,
+        prev: [u8; 32],
+        entries: &[halite_protocol::audit::AuditEntry],
+    ) -> Vec<halite_protocol::audit::AuditRecord> {
+        halite_protocol::audit::chain_records(&self.key, chain, seq, prev, entries)
+    }
+
+    /// A signed checkpoint: `chain` goes on after record `seq`, hashed `hash`.
+    pub fn audit_checkpoint(&self, chain: &str, seq: u64, hash: &[u8; 32]) -> halite_protocol::audit::Checkpoint {
+        halite_protocol::audit::Checkpoint {
+            chain: chain.to_owned(),
+            seq,
+            hash: halite_protocol::hex::encode(hash),
+            signer: halite_protocol::hex::encode(self.public().as_bytes()),
+            signature: halite_protocol::hex::encode(&halite_protocol::audit::sign_checkpoint(
+                &self.key, chain, seq, hash,
+            )),
+        }
+    }
+
     /// Signs an announcement's body.
     pub fn sign_announcement(&self, body: &str) -> [u8; 64] {
         self.key.sign(ANNOUNCEMENT, body.as_bytes())

@@ -234,6 +234,64 @@ pub enum RequestBody {
         /// Minion id.
         server_id: String,
     },
+    /// Audit records in store order after the record `after` (an id from a page before),
+    /// those `filter` keeps and the asker may read, at most `limit`.
+    AuditList {
+        /// Which records.
+        #[serde(default)]
+        filter: AuditFilter,
+        /// Only records after this id.
+        #[serde(default)]
+        after: Option<i64>,
+        /// At most this many (the master caps it).
+        limit: u32,
+    },
+    /// Checks every audit chain in the store (root and administrators).
+    AuditVerify,
+    /// What an export of the audit trail starts with: the masters' keys, the checkpoints and
+    /// the chains' heads (root and administrators).
+    AuditHeader,
+}
+
+/// Which audit records a listing keeps (each given field must match; none: all).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AuditFilter {
+    /// The principal who asked (`root`, a name, `minion:<id>`, `master`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// A minion the record concerns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minion: Option<String>,
+    /// The action (`publish`, `key_accept`, `job_end`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// The decision (`granted`, `refused`, `failed`, or a final state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Records at or after this time (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// Records before this time (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+}
+
+/// What a check of the store's audit chains found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct AuditVerification {
+    /// Records checked.
+    pub records: u64,
+    /// Each chain's last record.
+    pub heads: BTreeMap<String, u64>,
+    /// The first record removed, changed or moved, if a chain is broken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken: Option<String>,
 }
 
 /// The answer to a [`Request`].
@@ -300,6 +358,12 @@ pub enum ResponseBody {
     Deleted(String),
     /// Derived config items.
     Items(Vec<Value>),
+    /// Audit records, in store order.
+    Audit(Vec<crate::audit::AuditRecord>),
+    /// What a check of the audit chains found.
+    AuditVerified(AuditVerification),
+    /// The start of an audit export.
+    AuditHeader(Box<crate::audit::ExportHeader>),
 }
 
 /// Key states, as `salt-key` has them.
@@ -635,7 +699,8 @@ pub struct PrincipalAcl {
     /// Whether it may manage keys, tokens and principals.
     #[serde(default)]
     pub admin: bool,
-    /// The tenant it is confined to: only minions whose ids start with `<tenant>-`, and the
+    /// The tenant it is confined to: only minions whose ids start with `<tenant>-` (a name
+    /// without `-`, [`validate_tenant`]), and the
     /// jobs, events and deployments about them (`None`: no confinement beyond its rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
@@ -644,11 +709,6 @@ pub struct PrincipalAcl {
 impl PrincipalAcl {
     /// Whether a minion id lies in this principal's tenant (always, without one).
     pub fn in_tenant(&self, minion: &str) -> bool {
-        self.tenant.as_deref().is_none_or(|tenant| tenant_holds(tenant, minion))
+        self.tenant.as_deref().is_none_or(|tenant| super::tenant_holds(tenant, minion))
     }
-}
-
-/// Whether a minion id lies in a tenant's namespace: `<tenant>-` and at least one more byte.
-pub fn tenant_holds(tenant: &str, minion: &str) -> bool {
-    minion.strip_prefix(tenant).is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
 }

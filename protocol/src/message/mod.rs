@@ -12,6 +12,7 @@ mod deploy;
 mod job;
 mod minion_pages;
 mod parts;
+mod tenant;
 mod to_minion;
 mod types;
 
@@ -22,6 +23,7 @@ pub use deploy::*;
 pub use job::{Job, JobError, SignedJob, DEFAULT_JOB_TIMEOUT_MS, JOB_SIGNATURE_DOMAIN};
 pub use minion_pages::MinionPages;
 pub use parts::{split_by_size, MismatchedPart, PART_VALUES};
+pub use tenant::{tenant_holds, tenant_part, validate_tenant, TenantNameError, TENANT_SEPARATOR};
 pub use to_minion::decode_for_minion;
 pub use types::*;
 

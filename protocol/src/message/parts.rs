@@ -40,6 +40,7 @@ impl ResponseBody {
                 split_by_size(items, budget).into_iter().map(ResponseBody::Deployments).collect()
             }
             ResponseBody::Items(items) => split_by_size(items, budget).into_iter().map(ResponseBody::Items).collect(),
+            ResponseBody::Audit(items) => split_by_size(items, budget).into_iter().map(ResponseBody::Audit).collect(),
             ResponseBody::ApiTokens(items) => {
                 split_by_size(items, budget).into_iter().map(ResponseBody::ApiTokens).collect()
             }
@@ -84,6 +85,7 @@ impl ResponseBody {
             (ResponseBody::Configs(a), ResponseBody::Configs(b)) => a.extend(b),
             (ResponseBody::Deployments(a), ResponseBody::Deployments(b)) => a.extend(b),
             (ResponseBody::Items(a), ResponseBody::Items(b)) => a.extend(b),
+            (ResponseBody::Audit(a), ResponseBody::Audit(b)) => a.extend(b),
             (ResponseBody::ApiTokens(a), ResponseBody::ApiTokens(b)) => a.extend(b),
             (ResponseBody::Tokens(a), ResponseBody::Tokens(b)) => a.extend(b),
             (ResponseBody::Job(a), ResponseBody::Job(b)) if a.summary.jid == b.summary.jid => {

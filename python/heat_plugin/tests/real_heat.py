@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 # The SDK tests' helpers (their directory is on sys.path: test_real_heat.py puts it there).
-from processes import free_port, wait_for  # noqa: E402
+from processes import free_port  # noqa: E402
+from waiting import TIMEOUT, until  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 RABBITMQ_SERVER = shutil.which("rabbitmq-server") or "/usr/sbin/rabbitmq-server"
 RABBITMQCTL = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
 PLUGIN_DIR = Path(__file__).resolve().parent.parent
+ENGINE_WORKERS = 2
 
 
 class RealHeat:
@@ -45,6 +47,7 @@ class RealHeat:
         subprocess.run(["psql", postgres_url, "-qAt", "-c", f"CREATE DATABASE {database}"], check=True,
                        capture_output=True)
         base = postgres_url.rsplit("/", 1)[0].replace("postgres://", "postgresql+psycopg2://", 1)
+        self.database_url = f"{postgres_url.rsplit('/', 1)[0]}/{database}"
         self.api_port = free_port()
         # What noauth tells Heat of the cloud: a service catalog naming Heat itself (its
         # own config resources, MultipartMime among them, check that Heat is in it).
@@ -64,7 +67,7 @@ class RealHeat:
         self.conf.write_text(f"""[DEFAULT]
 transport_url = rabbit://guest:guest@127.0.0.1:{self.rabbit_port}/
 plugin_dirs = {PLUGIN_DIR}
-num_engine_workers = 2
+num_engine_workers = {ENGINE_WORKERS}
 deferred_auth_method = password
 log_file = {self.dir / "heat.log"}
 
@@ -91,9 +94,12 @@ enforce_scope = False
         self._spawn("api", [str(VENV_BIN / "heat-wsgi-api"), "--port", str(self.api_port), "--host", "127.0.0.1",
                             "--", "--config-file", str(self.conf)])
         self.url = f"http://127.0.0.1:{self.api_port}/v1"
-        wait_for("heat-api", lambda: self._answers())
-        # The engine listens once its workers are up: a stack list goes through it.
-        wait_for("heat-engine", lambda: self._engine_answers(), timeout=90)
+        until("heat-api", self._answers, interval=0.2)
+        # The engine's workers listen on their RPC topic before each writes its service row
+        # (EngineService.start): a request sent earlier would be lost, and heat-api would
+        # answer it only at its RPC timeout. Then a stack list goes through the engine.
+        until("heat-engine's workers", self._engine_workers_listen, interval=0.5)
+        until("heat-engine", self._engine_answers, interval=0.5)
 
     def _rabbit_env(self) -> Dict[str, str]:
         env = dict(os.environ)
@@ -123,9 +129,10 @@ enforce_scope = False
         log = open(self.dir / "rabbitmq.out", "ab")
         self.processes.append(subprocess.Popen([RABBITMQ_SERVER], env=self._rabbit_env(), stdout=log,
                                                stderr=subprocess.STDOUT, start_new_session=True))
-        wait_for("rabbitmq", lambda: subprocess.run(
+        # Each rabbitmqctl is an Erlang VM of its own: asked once a second, not more.
+        until("rabbitmq", lambda: subprocess.run(
             [RABBITMQCTL, "-n", self.rabbit_node, "-q", "await_startup"], env=self._rabbit_env(),
-            capture_output=True).returncode == 0, timeout=90)
+            capture_output=True).returncode == 0, interval=1.0)
 
     def _spawn(self, name: str, argv: List[str]) -> None:
         log = open(self.dir / f"{name}.out", "ab")
@@ -139,6 +146,12 @@ enforce_scope = False
             return True
         except OSError:
             return False
+
+    def _engine_workers_listen(self) -> bool:
+        count = subprocess.run(["psql", self.database_url, "-qAt", "-c",
+                                "SELECT count(*) FROM service WHERE \"binary\" = 'heat-engine' AND deleted_at IS NULL"],
+                               check=True, capture_output=True, text=True).stdout
+        return int(count.strip() or 0) >= ENGINE_WORKERS
 
     def _engine_answers(self) -> bool:
         try:
@@ -166,7 +179,9 @@ enforce_scope = False
             "X-Auth-Project": project, "X-Auth-User": f"{project}-user", "Content-Type": "application/json",
             "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            # Longer than the RPC timeout between heat-api and the engine (oslo.messaging's
+            # 60 s): a loaded engine's answer comes, or Heat's own error does.
+            with urllib.request.urlopen(request, timeout=90) as response:
                 text = response.read()
         except urllib.error.HTTPError as error:
             raise AssertionError(f"{method} {path}: {error.code} {error.read()[:2000]!r}") from None
@@ -190,8 +205,9 @@ enforce_scope = False
     def stack(self, project: str, name: str, stack_id: str) -> Dict[str, Any]:
         return self.call(project, "GET", f"/stacks/{name}/{stack_id}")["stack"]
 
-    def settle(self, project: str, name: str, stack_id: str, timeout: float = 120) -> Dict[str, Any]:
-        """The stack once it is no longer IN_PROGRESS (or gone, for a delete)."""
+    def settle(self, project: str, name: str, stack_id: str, timeout: float = TIMEOUT) -> Dict[str, Any]:
+        """The stack once it is no longer IN_PROGRESS (or gone, for a delete), by its state
+        in Heat's API."""
         def settled():
             try:
                 stack = self.stack(project, name, stack_id)
@@ -200,7 +216,27 @@ enforce_scope = False
                     return {"stack_status": "DELETE_COMPLETE", "stack_status_reason": "gone"}
                 raise
             return None if stack["stack_status"].endswith("IN_PROGRESS") else stack
-        return wait_for(f"stack {name}", settled, timeout=timeout)
+        return until(f"stack {name} of {project} to settle", settled, timeout=timeout, interval=0.5)
+
+    def resource(self, project: str, name: str, stack_id: str, resource: str,
+                 with_attr: Optional[str] = None) -> Dict[str, Any]:
+        query = f"?with_attr={with_attr}" if with_attr else ""
+        return self.call(project, "GET", f"/stacks/{name}/{stack_id}/resources/{resource}{query}")["resource"]
+
+    def settle_resource(self, project: str, name: str, stack_id: str, resource: str,
+                        with_attr: Optional[str] = None, timeout: float = TIMEOUT) -> Dict[str, Any]:
+        """The stack's ``resource`` once its action has begun and is no longer IN_PROGRESS,
+        by its state in Heat's API; or as it is, if the stack settles first (the caller's
+        check then says why, from its status and reason)."""
+        def ended():
+            # A 404 (not stored yet) is "not yet" too.
+            status = self.resource(project, name, stack_id, resource)["resource_status"]
+            if status != "INIT_COMPLETE" and not status.endswith("IN_PROGRESS"):
+                return True
+            # Not ended, and it never will once the stack itself has settled.
+            return not self.stack(project, name, stack_id)["stack_status"].endswith("IN_PROGRESS")
+        until(f"resource {resource} of stack {name} of {project}", ended, timeout=timeout, interval=0.5)
+        return self.resource(project, name, stack_id, resource, with_attr)
 
     def output(self, stack: Dict[str, Any], key: str) -> Any:
         for item in stack.get("outputs") or []:

@@ -7,6 +7,8 @@ Run with a venv that has openstack-heat, Heat's test requirements and the halite
 wheel (scripts/test.sh makes it)."""
 
 import email
+import hashlib
+import hmac
 import shutil
 import sys
 import tempfile
@@ -39,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 PLUGIN_DIR = HERE.parent
 sys.path.insert(0, str(PLUGIN_DIR.parent / "tests"))
 from processes import Master  # noqa: E402
+from waiting import connecting  # noqa: E402
 
 SCRIPT = """#!/bin/sh
 if [ "$deploy_action" = DELETE ]; then
@@ -263,6 +266,12 @@ class HaliteStackTest(common.HeatTestCase):
         self.servers[server.id] = server
         return server
 
+    def _start_minions(self, *minions, **options):
+        """Starts ``minions`` and returns once each is connected (its event on halite's bus)."""
+        with connecting(self.root, minions):
+            for minion in minions:
+                self.master.start_minion(minion, wait=False, **options)
+
     def _get_server(self, server_id):
         server = self.servers.get(getattr(server_id, "id", server_id))
         if server is None:
@@ -374,7 +383,7 @@ outputs:
         self.assertEqual([], self.root.enrollment_tokens())
 
     def test_enrollment_user_data_never_takes_over_an_enrolled_minion(self):
-        self.master.start_minion("vm-taken")
+        self._start_minions("vm-taken")
         stack = self._stack("taken", """
 heat_template_version: 2018-08-31
 resources:
@@ -465,6 +474,58 @@ resources:
         self.assertEqual([], b_client.minions("proja-*"))
         self.assertRaises(halite.HaliteError, b_client.run, "proja-vm-a", "deploy.apply")
 
+    def test_projects_whose_ids_differ_only_in_case_or_punctuation_get_principals_and_keys_of_their_own(self):
+        """``Proj-B`` and ``projb`` (and ``proj_b``): one tenant if project ids were folded
+        (lowercased, punctuation dropped), so one principal and one derived key for both.
+        Each gets a tenant, a principal and a key of its own, and its servers' ids are in
+        its own namespace."""
+        self._tenant_mode()
+        tenants = {project: project if project == "projb" else "projb_" + hashlib.sha256(
+            b"halite heat project\x00" + project.encode()).hexdigest()[:32]
+            for project in ("projb", "Proj-B", "proj_b")}
+        self.assertEqual(3, len(set(tenants.values())))
+        stacks = {}
+        for project in tenants:
+            stack = stacks[project] = self._project_stack(project, "fold", """
+heat_template_version: 2018-08-31
+resources:
+  enroll:
+    type: OS::Halite::EnrollmentUserData
+    properties: {server_name: vm1, ttl: 600}
+""")
+            stack.create()
+            self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+            self.assertEqual(tenants[project] + "-vm1", stack["enroll"].data()["minion"])
+        principals = {p.name: p for p in self.root.principals()}
+        secret = (self.dir / "tenants.secret").read_bytes().strip()
+        publics = set()
+        for tenant in tenants.values():
+            principal = principals["heat-" + tenant]
+            self.assertEqual(tenant, principal.acl.get("tenant"))
+            self.assertFalse(principal.acl.get("admin"))
+            # Its key is the one derived from the secret and its own tenant.
+            public = halite.public_key(str(self.dir / "tenant-keys" / f"heat-{tenant}.key"))
+            seed = hmac.new(secret, b"halite heat tenant " + tenant.encode(), hashlib.sha256).hexdigest()
+            self.assertEqual(public, halite.generate_key(str(self.dir / f"derived-{tenant}.key"), seed=seed))
+            publics.add(public)
+        self.assertEqual(3, len(publics), "a key of its own for each project")
+        self.assertEqual(3, len({principals["heat-" + t].fingerprint for t in tenants.values()}))
+        self.assertEqual(sorted(t + "-vm1" for t in tenants.values()),
+                         sorted(t.minion for t in self.root.enrollment_tokens()))
+        # projb's server boots with its stack's enrollment; Proj-B's principal neither sees
+        # nor reaches it.
+        guest = self.master.minion_dir("projb-vm1")
+        guest.mkdir(parents=True, exist_ok=True)
+        (guest / "enrollment.toml").write_text(stacks["projb"]["enroll"].data()["enrollment"])
+        self._start_minions("projb-vm1")
+        self.assertEqual(["accepted"], [k.state for k in self.root.keys("projb-vm1")])
+        b_client = halite.Client.connect([self.master.addr], principal="heat-" + tenants["Proj-B"],
+                                         key_file=str(self.dir / "tenant-keys" / f"heat-{tenants['Proj-B']}.key"),
+                                         master_key=self.master.master_key_hex)
+        self.addCleanup(b_client.close)
+        self.assertEqual([], b_client.minions("projb-*"))
+        self.assertRaises(halite.HaliteError, b_client.run, "projb-vm1", "deploy.apply")
+
     def test_a_template_for_heats_signals_is_refused_at_validation(self):
         stack = self._stack("signals", """
 heat_template_version: 2018-08-31
@@ -484,7 +545,7 @@ resources:
         """A minion says (cloud-init's instance-id, as its cloud_instance_id grain) which
         Nova server it is the guest of: a server whose name is that minion's, but which is
         another server, gets nothing deployed to the wrong guest."""
-        self.master.start_minion("vm-dup", grains='cloud_instance_id = "6a1c1a9e-0f8e-4a39-9d43-0c3f4b6a8e11"\n')
+        self._start_minions("vm-dup", grains='cloud_instance_id = "6a1c1a9e-0f8e-4a39-9d43-0c3f4b6a8e11"\n')
         self.servers["nova-vm-dup"] = types.SimpleNamespace(name="vm-dup", id="nova-vm-dup", status="ACTIVE")
         stack = self._stack("dup", """
 heat_template_version: 2018-08-31
@@ -515,9 +576,7 @@ resources:
 
     def test_a_deployment_group_rolls_out_to_every_server(self):
         self._override("literal_servers", ["web*"])
-        for minion in ("web1", "web2"):
-            self.master.start_minion(minion, wait=False)
-        self.master.wait_connected(["web1", "web2"])
+        self._start_minions("web1", "web2")
         stack = self._stack("group", GROUP_TEMPLATE, script=SCRIPT, marker=str(self.marker))
         stack.create()
         self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
@@ -532,9 +591,7 @@ resources:
 
     def test_a_group_update_is_made_in_place_and_only_servers_taken_out_run_delete(self):
         self._override("literal_servers", ["web*"])
-        for minion in ("web1", "web2", "web3"):
-            self.master.start_minion(minion, wait=False)
-        self.master.wait_connected(["web1", "web2", "web3"])
+        self._start_minions("web1", "web2", "web3")
         template = GROUP_TEMPLATE.replace(
             "  marker: {type: string}",
             "  marker: {type: string}\n  greeting: {type: string, default: hi}\n"
@@ -577,7 +634,7 @@ resources:
         """Templates written for Heat's own StructuredConfig, StructuredDeployment and
         SoftwareComponent, mapped to halite's types by the environment."""
         self._override("literal_servers", ["web*"])
-        self.master.start_minion("web5")
+        self._start_minions("web5")
         # A hook of the image's (as heat-agents installs them): writes what it was given.
         hooks = self.master.minion_dir("web5") / "heat" / "hooks"
         hooks.mkdir(parents=True, exist_ok=True)

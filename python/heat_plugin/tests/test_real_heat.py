@@ -4,11 +4,16 @@ database on PostgreSQL, ``noauth`` (each request names its project), no Nova:
 servers are minions the test starts from the user_data their stacks made.
 
 Two projects share the master in tenant mode: each deploys to its own servers and
-neither reaches the other's; a group changes in place with Heat's rolling_update; a
-stack whose server vanished is deleted at once.
+neither reaches the other's, also when their ids differ only in case and punctuation;
+a group changes in place with Heat's rolling_update; a stack whose server vanished is
+deleted at once.
+
+Every wait is for a state (a stack's or resource's in Heat's API) or an event (a
+minion's connection on halite's bus), bounded by waiting.TIMEOUT.
 
 Needs HALITE_TEST_POSTGRES (scripts/test.sh starts one) and rabbitmq-server."""
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -23,8 +28,9 @@ HERE = Path(__file__).resolve().parent
 import sys  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent.parent / "tests"))
-from processes import Master, wait_for  # noqa: E402
+from processes import Master  # noqa: E402
 from real_heat import RealHeat  # noqa: E402
+from waiting import connecting  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.environ.get("HALITE_TEST_POSTGRES"),
                                 reason="needs HALITE_TEST_POSTGRES (scripts/test.sh starts a server)")
@@ -125,11 +131,13 @@ def world():
 
 
 def boot_from_user_data(master, heat, project, name, stack_id, minion_dir):
-    """The server a stack's enrollment made: its minion started from the user_data."""
-    def user_data():
-        resource = heat.call(project, "GET", f"/stacks/{name}/{stack_id}/resources/enroll?with_attr=user_data")
-        return resource["resource"]["attributes"].get("user_data")
-    document = yaml.safe_load(wait_for("the enrollment's user_data", user_data))
+    """The server a stack's enrollment made: its minion started from the user_data, once
+    the enrollment resource is CREATE_COMPLETE (the rest of the stack waits for the
+    minion: its deployment completes once it connects)."""
+    enroll = heat.settle_resource(project, name, stack_id, "enroll", with_attr="user_data")
+    assert enroll["resource_status"] == "CREATE_COMPLETE", (enroll["resource_status"],
+                                                             enroll["resource_status_reason"])
+    document = yaml.safe_load(enroll["attributes"]["user_data"])
     directory = master.minion_dir(minion_dir)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "enrollment.toml").write_text(document["write_files"][0]["content"])
@@ -167,10 +175,12 @@ def test_two_projects_each_deploy_to_their_own_servers_and_never_reach_the_other
     assert heat.output(stack, "result") == "bonjour, proja-vm1"
     assert marker.read_text().splitlines()[-1] == "UPDATE bonjour on proja-vm1"
 
-    # Project B's server vanishes (its key is deleted): its stack still deletes at once.
+    # Project B's server vanishes (its key is deleted): its stack still deletes at once,
+    # without waiting for the server (the wait's bound, 180 s, is below the master's
+    # deployment_delete_wait_secs, 300 s, and the stack's own timeout, 5 minutes).
     root.delete_keys("projb-vm1")
     heat.delete("projb", "app", stacks["projb"])
-    stack = heat.settle("projb", "app", stacks["projb"], timeout=60)
+    stack = heat.settle("projb", "app", stacks["projb"])
     assert stack["stack_status"] == "DELETE_COMPLETE", stack["stack_status_reason"]
     assert "DELETE projb on projb-vm1" not in marker.read_text()
     heat.delete("proja", "app", stacks["proja"])
@@ -178,17 +188,65 @@ def test_two_projects_each_deploy_to_their_own_servers_and_never_reach_the_other
     assert marker.read_text().splitlines()[-1] == "DELETE bonjour on proja-vm1"
 
 
+def test_projects_whose_ids_differ_only_in_case_and_punctuation_never_share_servers(world):
+    """``projf`` and ``Proj-F``: one tenant if project ids were folded (lowercased,
+    punctuation dropped), so one principal, one key and one namespace, and the second
+    project's stack would enroll and deploy to the first's ``vm1``. Each is a tenant of its
+    own: ``projf`` itself (as Keystone's ids are), ``Proj-F`` a readable prefix and a hash."""
+    master, heat, root, directory = world
+    marker = directory / "folded.log"
+    params = {"marker": str(marker), "script": SCRIPT}
+    tenants = {"projf": "projf",
+               "Proj-F": "projf_" + hashlib.sha256(b"halite heat project\x00Proj-F").hexdigest()[:32]}
+    stacks = {}
+    # projf's vm1 first, enrolled and deployed to; then Proj-F's stack, the same template
+    # naming the same server: folded, its enrollment would be refused (projf-vm1 has a key)
+    # and its deployment would run on projf's server.
+    for project, tenant in tenants.items():
+        stacks[project] = heat.create(project, "app", SERVER_TEMPLATE, dict(params, greeting=project))
+        boot_from_user_data(master, heat, project, "app", stacks[project], f"{project}-guest")
+        stack = heat.settle(project, "app", stacks[project])
+        assert stack["stack_status"] == "CREATE_COMPLETE", stack["stack_status_reason"]
+        assert heat.output(stack, "result") == f"{project}, {tenant}-vm1"
+    assert sorted(marker.read_text().splitlines()) == [
+        f"CREATE Proj-F on {tenants['Proj-F']}-vm1", "CREATE projf on projf-vm1"]
+    assert [k.state for k in root.keys("projf-vm1")] == ["accepted"]
+    principals = {p.name: p for p in root.principals()}
+    for tenant in tenants.values():
+        assert principals[f"heat-{tenant}"].acl["tenant"] == tenant
+    assert principals["heat-projf"].fingerprint != principals[f"heat-{tenants['Proj-F']}"].fingerprint
+    # Through halite, Proj-F's principal sees and reaches nothing of projf's.
+    f = halite.Client.connect([master.addr], principal=f"heat-{tenants['Proj-F']}",
+                              key_file=str(directory / "tenant-keys" / f"heat-{tenants['Proj-F']}.key"),
+                              master_key=master.master_key_hex)
+    try:
+        assert [d.server_id for d in f.list_deployments()] == [f"{tenants['Proj-F']}-vm1"]
+        assert f.minions("projf-*") == []
+        with pytest.raises(halite.HaliteError):
+            f.run("projf-vm1", "deploy.apply")
+    finally:
+        f.close()
+
+    # Each stack's delete runs DELETE on its own server alone.
+    for project, tenant in tenants.items():
+        heat.delete(project, "app", stacks[project])
+        stack = heat.settle(project, "app", stacks[project])
+        assert stack["stack_status"] == "DELETE_COMPLETE", stack["stack_status_reason"]
+        assert marker.read_text().splitlines()[-1] == f"DELETE {project} on {tenant}-vm1"
+    assert len(marker.read_text().splitlines()) == 4
+
+
 def test_a_group_updates_in_place_and_only_a_server_taken_out_runs_delete(world):
     master, heat, root, directory = world
     marker = directory / "group.log"
     # Servers outside Nova, in project projc's namespace (literal_servers allows naming them).
-    for server in ("web1", "web2", "web3"):
-        token = root.create_enrollment(f"projc-{server}", ttl=600, masters=[master.addr])
-        guest = master.minion_dir(f"projc-{server}")
-        guest.mkdir(parents=True, exist_ok=True)
-        (guest / "enrollment.toml").write_text(token.enrollment)
-        master.start_minion(f"projc-{server}", wait=False)
-    master.wait_connected(["projc-web1", "projc-web2", "projc-web3"])
+    with connecting(root, ["projc-web1", "projc-web2", "projc-web3"]):
+        for server in ("web1", "web2", "web3"):
+            token = root.create_enrollment(f"projc-{server}", ttl=600, masters=[master.addr])
+            guest = master.minion_dir(f"projc-{server}")
+            guest.mkdir(parents=True, exist_ok=True)
+            (guest / "enrollment.toml").write_text(token.enrollment)
+            master.start_minion(f"projc-{server}", wait=False)
     params = {"marker": str(marker), "script": SCRIPT, "servers": {"a": "web1", "b": "web2"}}
     stack_id = heat.create("projc", "group", GROUP_TEMPLATE, params)
     stack = heat.settle("projc", "group", stack_id)
@@ -210,7 +268,8 @@ def boot_guest(master, root, minion, documents):
     guest = master.minion_dir(minion)
     guest.mkdir(parents=True, exist_ok=True)
     (guest / "enrollment.toml").write_text(enrollment["content"])
-    master.start_minion(minion)
+    with connecting(root, [minion]):
+        master.start_minion(minion, wait=False)
     assert [k.state for k in root.keys(minion)] == ["accepted"]
 
 

@@ -1,0 +1,270 @@
+//! What the audit trail will hold, gathered as the master works: a client's request begun
+//! when it arrives and ended by its answer (granted, refused or failed, with the answer's
+//! reason), and what the master records by itself (a job's end, a key's change, a policy
+//! reread). The loop appends what is gathered at the start of each commit, before the
+//! step's answers leave (`server/writes.rs`), so what a client is told is already recorded.
+
+use std::collections::HashMap;
+
+use halite_protocol::audit::AuditEntry;
+use halite_protocol::message::{ErrorKind, Message};
+use halite_transport::PeerId;
+
+/// Requests waiting for their answer at most; past it, the oldest is recorded unanswered.
+const MAX_OPEN: usize = 65_536;
+
+/// Entries kept while the store cannot take them; past it, the oldest are dropped (and
+/// counted) rather than grow without bound.
+const MAX_PENDING: usize = 1_000_000;
+
+/// A request as it arrived, until its answer says how it was decided.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Begun {
+    /// Who asked.
+    pub(crate) principal: String,
+    /// The asker's tenant, if it is confined to one.
+    pub(crate) tenant: Option<String>,
+    /// What was asked (`publish`, `key_accept`, …).
+    pub(crate) action: String,
+    /// The minions it names (a publish's are known once it is answered).
+    pub(crate) minions: Vec<String>,
+    /// Its session, address and arguments.
+    pub(crate) detail: serde_json::Value,
+}
+
+/// The audit trail's part in the master's memory.
+#[derive(Debug, Default)]
+pub(crate) struct AuditLog {
+    /// Each connection's address, for the records of what it asks.
+    addresses: HashMap<PeerId, std::net::SocketAddr>,
+    open: HashMap<(PeerId, String), (u64, Begun)>,
+    pending: Vec<AuditEntry>,
+    /// The number of the last record this master's chain holds (as it appended them).
+    head: u64,
+}
+
+impl AuditLog {
+    /// A request arrived: it is recorded when `key` (its request id, or the jid a cancel
+    /// names) is answered.
+    pub(crate) fn begin(&mut self, peer: PeerId, key: String, at_ms: u64, begun: Begun) {
+        if self.open.len() >= MAX_OPEN {
+            if let Some(oldest) = self.open.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone()) {
+                if let Some((at, begun)) = self.open.remove(&oldest) {
+                    self.push(entry(at, begun, "unanswered", None));
+                }
+            }
+        }
+        self.open.insert((peer, key), (at_ms, begun));
+    }
+
+    /// A request that is answered only when refused (a subscription, a cancel) was handled:
+    /// still open, it was granted.
+    pub(crate) fn settle(&mut self, peer: PeerId, key: &str, at_ms: u64) {
+        if let Some((_, begun)) = self.open.remove(&(peer, key.to_owned())) {
+            self.push(entry(at_ms, begun, "granted", None));
+        }
+    }
+
+    /// An event the master publishes, if it records a change or an end: a key's change, a
+    /// deployment's or a group's final state.
+    pub(crate) fn event(&mut self, tag: &str, data: &serde_json::Value, at_ms: u64) {
+        if let Some(entry) = entry_of_event(tag, data, at_ms) {
+            self.push(entry);
+        }
+    }
+
+    /// A message leaving for `peer`: if it answers a request begun, the request is recorded
+    /// with the decision the answer gives.
+    pub(crate) fn answered(&mut self, peer: PeerId, message: &Message, at_ms: u64) {
+        if self.open.is_empty() {
+            return;
+        }
+        let (key, refusal, published) = match message {
+            Message::Response(response) if !response.more => (response.request_id.to_string(), None, None),
+            Message::Published(published) => (published.request_id.to_string(), None, Some(published)),
+            Message::Error(error) => match &error.request {
+                Some(key) => (key.clone(), Some((error.kind, error.message.clone())), None),
+                None => return,
+            },
+            _ => return,
+        };
+        let Some((_, mut begun)) = self.open.remove(&(peer, key)) else { return };
+        if let Some(published) = published {
+            begun.minions = published.minions.clone();
+            if let Some(detail) = begun.detail.as_object_mut() {
+                detail.insert("jid".into(), published.jid.clone().into());
+            }
+        }
+        let (decision, reason) = decision_of(refusal);
+        self.push(entry(at_ms, begun, decision, reason));
+    }
+
+    /// A connection opened from `addr`.
+    pub(crate) fn connected(&mut self, peer: PeerId, addr: std::net::SocketAddr) {
+        self.addresses.insert(peer, addr);
+    }
+
+    /// Where a connection came from, while it is open.
+    pub(crate) fn address(&self, peer: PeerId) -> Option<std::net::SocketAddr> {
+        self.addresses.get(&peer).copied()
+    }
+
+    /// A peer's session ended: what it asked and was never answered is recorded so.
+    pub(crate) fn ended(&mut self, peer: PeerId) {
+        self.addresses.remove(&peer);
+        let keys: Vec<(PeerId, String)> = self.open.keys().filter(|(p, _)| *p == peer).cloned().collect();
+        for key in keys {
+            if let Some((at, begun)) = self.open.remove(&key) {
+                self.push(entry(at, begun, "unanswered", Some("the session ended first".into())));
+            }
+        }
+    }
+
+    /// Something the master records by itself.
+    pub(crate) fn push(&mut self, entry: AuditEntry) {
+        if self.pending.len() >= MAX_PENDING {
+            tracing::error!("the store has taken no audit record for too long; the oldest waiting is dropped");
+            self.pending.remove(0);
+        }
+        self.pending.push(entry);
+    }
+
+    /// Whether anything waits to be appended.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// What waits to be appended, taken for one append.
+    pub(crate) fn take(&mut self) -> Vec<AuditEntry> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// An append failed: its entries go back first, to be tried again at the next commit.
+    pub(crate) fn put_back(&mut self, mut entries: Vec<AuditEntry>) {
+        entries.append(&mut self.pending);
+        self.pending = entries;
+    }
+
+    /// An append stored the chain up to record `head`.
+    pub(crate) fn stored(&mut self, head: u64) {
+        self.head = self.head.max(head);
+    }
+
+    /// The last record this master's chain holds, as far as it knows.
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+}
+
+/// The decision an answer gives: granted without a refusal; refused for what the asker may
+/// not do or asked wrongly; failed for what went wrong on the master's side.
+fn decision_of(refusal: Option<(ErrorKind, String)>) -> (&'static str, Option<String>) {
+    match refusal {
+        None => ("granted", None),
+        Some((kind, message)) => {
+            let failed = matches!(kind, ErrorKind::Internal | ErrorKind::Timeout | ErrorKind::Other);
+            let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+            (if failed { "failed" } else { "refused" }, Some(format!("{name}: {message}")))
+        }
+    }
+}
+
+/// The record of a job's end: its publisher, function, minions and how each ended.
+pub(crate) fn job_end(job: &crate::core::jobs::LiveJob, ended: &serde_json::Value, at_ms: u64) -> AuditEntry {
+    let all_returned = ended.get("not_returned").and_then(serde_json::Value::as_object).is_some_and(|m| m.is_empty());
+    AuditEntry {
+        at_ms,
+        kind: "job_end".into(),
+        principal: job.record.caller.clone(),
+        tenant: None,
+        action: "job_end".into(),
+        decision: if all_returned { "returned" } else { "incomplete" }.into(),
+        reason: None,
+        minions: job.slots().keys().cloned().collect(),
+        detail: serde_json::json!({ "jid": job.record.jid, "function": job.record.function, "ended": ended }),
+    }
+}
+
+/// The record an event makes: `halite/key/<id>/<change>`, and the final states of
+/// `halite/deployment/<id>/<STATUS>` and `halite/deployment_group/<id>/<STATUS>`.
+fn entry_of_event(tag: &str, data: &serde_json::Value, at_ms: u64) -> Option<AuditEntry> {
+    let field = |name: &str| data.get(name).and_then(serde_json::Value::as_str).map(str::to_owned);
+    let mut parts = tag.splitn(4, '/');
+    let (kind, id, what) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("halite"), Some(kind), Some(id), Some(what)) if !what.contains('/') => (kind, id, what),
+        _ => return None,
+    };
+    let (kind, minions, principal) = match kind {
+        "key" => ("key", vec![id.to_owned()], "master".to_owned()),
+        "deployment" if matches!(what, "COMPLETE" | "FAILED") => (
+            "deployment_end",
+            field("server_id").into_iter().collect(),
+            field("owner").unwrap_or_else(|| "master".into()),
+        ),
+        "deployment_group" if matches!(what, "COMPLETE" | "FAILED") => {
+            ("group_end", Vec::new(), field("owner").unwrap_or_else(|| "master".into()))
+        }
+        _ => return None,
+    };
+    Some(AuditEntry {
+        at_ms,
+        kind: kind.into(),
+        principal,
+        tenant: None,
+        action: format!("{kind}:{what}"),
+        decision: what.to_owned(),
+        reason: field("status_reason"),
+        minions,
+        detail: serde_json::json!({ "id": id, "tag": tag }),
+    })
+}
+
+fn entry(at_ms: u64, begun: Begun, decision: &str, reason: Option<String>) -> AuditEntry {
+    let Begun { principal, tenant, action, minions, detail } = begun;
+    AuditEntry {
+        at_ms,
+        kind: "request".into(),
+        principal,
+        tenant,
+        action,
+        decision: decision.into(),
+        reason,
+        minions,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use halite_protocol::message::{ErrorMessage, Response, ResponseBody};
+
+    use super::*;
+
+    fn begun(action: &str) -> Begun {
+        Begun {
+            principal: "ops".into(),
+            tenant: None,
+            action: action.into(),
+            minions: Vec::new(),
+            detail: serde_json::json!({}),
+        }
+    }
+
+    #[test]
+    fn a_request_is_recorded_with_the_decision_its_answer_gives() {
+        let mut log = AuditLog::default();
+        log.begin(PeerId(1), "7".into(), 10, begun("key_list"));
+        log.begin(PeerId(1), "8".into(), 11, begun("key_accept"));
+        log.begin(PeerId(2), "7".into(), 12, begun("principal_add"));
+        let ok = Message::Response(Response { request_id: 7, body: ResponseBody::Keys(Vec::new()), more: false });
+        log.answered(PeerId(1), &ok, 20);
+        let refused = ErrorMessage { kind: ErrorKind::Forbidden, message: "no".into(), request: Some("8".into()) };
+        log.answered(PeerId(1), &Message::Error(refused), 21);
+        log.ended(PeerId(2));
+        let entries = log.take();
+        let got: Vec<(&str, &str)> = entries.iter().map(|e| (e.action.as_str(), e.decision.as_str())).collect();
+        assert_eq!(got, [("key_list", "granted"), ("key_accept", "refused"), ("principal_add", "unanswered")]);
+        assert_eq!(entries[1].reason.as_deref(), Some("forbidden: no"));
+        assert!(!log.has_pending());
+    }
+}

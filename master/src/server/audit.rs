@@ -1,0 +1,100 @@
+//! The loop's part of the audit trail: requests begun as they arrive and ended by their
+//! answers (`core/audit_log.rs`), what the master records by itself, and the append at the
+//! start of each commit, before the step's answers leave.
+
+use std::time::Duration;
+
+use halite_protocol::audit::AuditEntry;
+use halite_protocol::message::{tenant_part, Message, PrincipalAcl};
+use halite_transport::PeerId;
+use tracing::warn;
+
+use crate::core::audit_log::Begun;
+use crate::net::Net;
+use crate::store::Store;
+
+use super::Master;
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// A client's (or a minion's `peer.publish`) message arrived: the request it makes is
+    /// recorded once answered.
+    pub(crate) fn audit_begin(&mut self, peer: PeerId, principal: &str, acl: Option<&PrincipalAcl>, msg: &Message) {
+        let Some((key, action, minions, args)) = crate::audit_requests::describe(msg) else { return };
+        let detail = serde_json::json!({
+            "session": peer.0,
+            "address": self.audit.address(peer).map(|a| a.to_string()),
+            "args": args,
+        });
+        let tenant = acl.and_then(|acl| acl.tenant.clone());
+        let begun = Begun { principal: principal.to_owned(), tenant, action, minions, detail };
+        self.audit.begin(peer, key, self.clock.wall_ms(), begun);
+    }
+
+    /// The policy the master runs with (at start, and as SIGHUP rereads it): its rules'
+    /// digest and counts, so a change of them shows in the trail.
+    pub(crate) fn audit_policy(&mut self, action: &str) {
+        use sha2::Digest;
+        let config = &self.config;
+        let rules = format!(
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            config.events, config.peers, config.nodegroups, config.revoked_masters, config.deploy, config.files.shared
+        );
+        let digest = halite_protocol::hex::encode(&sha2::Sha256::digest(rules.as_bytes()));
+        let detail = serde_json::json!({
+            "rules_sha256": digest,
+            "event_rules": config.events.len(),
+            "peer_rules": config.peers.len(),
+            "nodegroups": config.nodegroups.keys().collect::<Vec<_>>(),
+            "revoked_masters": config.revoked_masters.len(),
+            "shared_files": config.files.shared,
+        });
+        let entry = AuditEntry {
+            at_ms: self.clock.wall_ms(),
+            kind: "policy".into(),
+            principal: "master".into(),
+            tenant: None,
+            action: action.into(),
+            decision: "granted".into(),
+            reason: None,
+            minions: Vec::new(),
+            detail,
+        };
+        self.audit.push(entry);
+    }
+
+    /// Something the master records by itself.
+    pub(crate) fn audit_record(&mut self, entry: AuditEntry) {
+        self.audit.push(entry);
+    }
+
+    /// Appends what the step gathered, in one transaction, before anything the step decided
+    /// leaves: every entry gets the tenant of the minions it concerns when they lie in one.
+    /// What the store does not take waits for the next commit (the answers do not).
+    pub(crate) async fn append_audit(&mut self) {
+        if !self.audit.has_pending() {
+            return;
+        }
+        let mut entries = self.audit.take();
+        let tenants: Vec<&str> = self.registry.tenants().collect();
+        for entry in entries.iter_mut().filter(|e| e.tenant.is_none() && !e.minions.is_empty()) {
+            let first = tenant_part(&entry.minions[0]).filter(|t| tenants.contains(t));
+            if let Some(tenant) = first {
+                if entry.minions.iter().all(|m| tenant_part(m) == Some(tenant)) {
+                    entry.tenant = Some(tenant.to_owned());
+                }
+            }
+        }
+        let started = self.clock.now();
+        let stored = self.store.append_audit(&self.config.id, &entries).await;
+        self.metrics.store_call("append_audit", self.clock.now().saturating_duration_since(started), stored.is_ok());
+        match stored {
+            Ok(head) => self.audit.stored(head),
+            Err(error) => {
+                if self.notices.ready("store:audit", Duration::from_secs(10), self.clock.now()) {
+                    warn!(%error, records = entries.len(), "appending to the audit trail failed; retrying with the next commit");
+                }
+                self.audit.put_back(entries);
+            }
+        }
+    }
+}

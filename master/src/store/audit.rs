@@ -1,0 +1,72 @@
+//! The audit trail in the store ([`AuditStore`]): one hash chain per master, appended in one
+//! transaction per batch, listed in store order with filters, pruned behind a signed
+//! checkpoint. `audit_sql.rs` writes it once for both backends.
+
+use std::future::Future;
+
+use halite_protocol::audit::{AuditEntry, AuditRecord, Checkpoint};
+use halite_protocol::message::AuditFilter;
+
+/// Records read at once by a check or an export.
+pub(crate) const AUDIT_PAGE: u32 = 1000;
+
+use super::StoreError;
+
+/// How the store keeps the audit trail.
+pub trait AuditStore {
+    /// Appends `entries` to `chain` (this master's id) in one transaction, each chained to
+    /// the one before it and signed with this master's key; the chain's last record number.
+    fn append_audit(&self, chain: &str, entries: &[AuditEntry])
+        -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Records after the id `after` that `filter` keeps, in store order, at most `limit`.
+    fn audit_page(
+        &self,
+        filter: &AuditFilter,
+        after: Option<i64>,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
+    /// Where each pruned chain starts.
+    fn audit_checkpoints(&self) -> impl Future<Output = Result<Vec<Checkpoint>, StoreError>> + Send;
+    /// The last record number of `chain` (0: none yet).
+    fn audit_head(&self, chain: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Checks every chain: each record's hash and its signature by a master this master
+    /// trusts, each chain whole from its start to at least the head `known_heads` gives it.
+    fn verify_audit(
+        &self,
+        known_heads: &std::collections::BTreeMap<String, u64>,
+    ) -> impl Future<Output = Result<halite_protocol::message::AuditVerification, StoreError>> + Send;
+    /// What an export starts with: the masters registered (keys, certificates), the
+    /// checkpoints and each chain's head.
+    fn audit_header(&self) -> impl Future<Output = Result<halite_protocol::audit::ExportHeader, StoreError>> + Send;
+    /// Removes the oldest records of `chain`: those before `before_ms`, and all but the last
+    /// `keep`; a signed checkpoint then says where the chain starts. How many were removed.
+    fn prune_audit(
+        &self,
+        chain: &str,
+        before_ms: Option<u64>,
+        keep: Option<u64>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// The `minions` column: every id between spaces, so one is found with `LIKE '% id %'`.
+pub(super) fn minions_column(minions: &[String]) -> String {
+    let mut column = String::from(" ");
+    for id in minions {
+        column.push_str(id);
+        column.push(' ');
+    }
+    column
+}
+
+/// The `LIKE` pattern that finds `id` in the `minions` column (`\` escapes `%` and `_`).
+pub(super) fn minion_pattern(id: &str) -> String {
+    let mut pattern = String::from("% ");
+    for c in id.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str(" %");
+    pattern
+}
