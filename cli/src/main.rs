@@ -6,6 +6,7 @@
 
 mod admin;
 mod apply;
+mod audit;
 mod demo;
 mod deploy;
 mod duration;
@@ -81,6 +82,9 @@ enum Command {
     /// Manage client principals and their ACLs.
     #[command(subcommand)]
     Principal(principal::PrincipalCommand),
+    /// The audit trail: list, export, verify.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// Software configs (OpenStack Heat's model): create, show, list, delete.
     #[command(subcommand)]
     Config(deploy::ConfigCommand),
@@ -171,6 +175,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             man::run(dir.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
+        // An exported file is checked here, without a master.
+        Command::Audit(audit::AuditCommand::Verify(args)) if args.file.is_some() => return audit::verify_file(args),
         _ => {}
     }
     let mut config = client_config(&cli)?;
@@ -197,6 +203,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => events::run(&client, args, cli.out).await,
         Command::Fire(args) => events::fire(&client, args, cli.out).await,
         Command::Principal(command) => principal::run(&client, command, cli.out).await,
+        Command::Audit(command) => audit::run(&client, command, cli.out).await,
         Command::Config(command) => deploy::config(&client, command, cli.out).await,
         Command::Deployment(command) => deploy::deployment(&client, command, cli.out).await,
         Command::Demo(_) | Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),

@@ -25,6 +25,7 @@
 //! ```
 
 mod admin;
+mod audit;
 mod client;
 mod config;
 mod connection;
