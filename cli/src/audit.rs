@@ -251,6 +251,6 @@ fn read_key(text: &str) -> anyhow::Result<PublicIdentity> {
     }
     let hex = text.trim();
     let bytes =
-        halite_protocol::hex::decode(&hex).with_context(|| format!("{text}: not a key file nor 64 hex digits"))?;
+        halite_protocol::hex::decode(hex).with_context(|| format!("{text}: not a key file nor 64 hex digits"))?;
     PublicIdentity::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("{text}: {e}"))
 }
