@@ -329,6 +329,16 @@ const EXAMPLES: &[Example] = &[
         "halite principal add alice \\\n    --public-key /home/alice/alice.pub --admin",
     ),
     example("principal list", "The principals and what they may do:", "halite principal list"),
+    // audit
+    example("audit list", "What proja was refused, oldest first:", "halite audit list --by proja --decision refused"),
+    example("audit list", "Everything about one minion, as JSON:", "halite audit list --minion web1 --out json"),
+    example("audit export", "The whole trail with its hashes and signatures:", "halite audit export --file audit.jsonl"),
+    example("audit verify", "The master checks every chain in its store (exit 1 names the first broken record):", "halite audit verify"),
+    example(
+        "audit verify",
+        "An exported trail checked offline with the master's key:",
+        "halite audit verify --file audit.jsonl \\\n    --signer /var/lib/halite/master/master.pub",
+    ),
     example("principal remove", "Remove a principal, cutting its sessions:", "halite principal remove ops"),
     example("principal transfer", "Hand what root created to Heat's principal:", "halite principal transfer root heat"),
     example("principal token", "A gateway token for heat, valid for 30 days:", "halite principal token heat --ttl 30d"),

@@ -137,6 +137,12 @@ const EXAMPLES: &[Example] = &[
         line: "halite-master migrate-store \\\n    --to postgres://halite@db.example.org/halite \\\n    --password-file /etc/halite/db.password",
     },
     Example {
+        command: "tenant rename",
+        text: "Give a tenant whose name overlaps another's (acme-dev beside acme) a name without '-', the \
+               masters stopped:",
+        line: "halite-master tenant rename acme-dev acmedev",
+    },
+    Example {
         command: "cluster init",
         text: "Make a cluster key, on an offline machine if you can:",
         line: "halite-master cluster init /root/halite-cluster",
@@ -186,7 +192,9 @@ mod tests {
                 "halite-master-cluster.8",
                 "halite-master-cluster-init.8",
                 "halite-master-cluster-certify.8",
-                "halite-master-cluster-revoke.8"
+                "halite-master-cluster-revoke.8",
+                "halite-master-tenant.8",
+                "halite-master-tenant-rename.8"
             ]
         );
     }
