@@ -2,7 +2,7 @@
 //! and its arguments, with what may hold secrets left out (a config's script, a deployment's
 //! input values, an event's data, tokens) and the rest cut to a bound.
 
-use halite_protocol::message::{Message, RequestBody};
+use halite_protocol::message::{Message, PublishRequest, RequestBody};
 use serde_json::{json, Value};
 
 /// Bytes of arguments a record keeps at most; larger ones are summarized by their size.
@@ -19,24 +19,7 @@ pub(crate) fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Va
             let (action, detail) = describe_body(&request.body);
             Some((request.request_id.to_string(), action, named_minions(&request.body), detail))
         }
-        Message::Publish(publish) => {
-            let spec = &publish.spec;
-            // A deployment's job carries its config and input values: only their names stay.
-            let (args, kwargs) = if spec.function == crate::deploy::DEPLOY_FUNCTION {
-                (json!(spec.args.len()), json!(spec.kwargs.keys().collect::<Vec<_>>()))
-            } else {
-                (json!(spec.args), json!(spec.kwargs))
-            };
-            let detail = json!({
-                "target": { "kind": spec.target.kind, "expr": spec.target.expr },
-                "function": spec.function,
-                "args": args,
-                "kwargs": kwargs,
-                "rollout": spec.rollout.is_some(),
-                "on_behalf_of": publish.on_behalf_of,
-            });
-            Some((publish.request_id.to_string(), "publish".into(), Vec::new(), bounded(detail)))
-        }
+        Message::Publish(publish) => Some(describe_publish(publish)),
         Message::Cancel(cancel) => {
             Some((cancel.jid.clone(), "cancel".into(), Vec::new(), json!({ "jid": cancel.jid })))
         }
@@ -48,6 +31,26 @@ pub(crate) fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Va
         )),
         _ => None,
     }
+}
+
+/// A publish (a client's, or a minion's `peer.publish`) as the trail describes it.
+pub(crate) fn describe_publish(publish: &PublishRequest) -> (String, String, Vec<String>, Value) {
+    let spec = &publish.spec;
+    // A deployment's job carries its config and input values: only their names stay.
+    let (args, kwargs) = if spec.function == crate::deploy::DEPLOY_FUNCTION {
+        (json!(spec.args.len()), json!(spec.kwargs.keys().collect::<Vec<_>>()))
+    } else {
+        (json!(spec.args), json!(spec.kwargs))
+    };
+    let detail = json!({
+        "target": { "kind": spec.target.kind, "expr": spec.target.expr },
+        "function": spec.function,
+        "args": args,
+        "kwargs": kwargs,
+        "rollout": spec.rollout.is_some(),
+        "on_behalf_of": publish.on_behalf_of,
+    });
+    (publish.request_id.to_string(), "publish".into(), Vec::new(), bounded(detail))
 }
 
 /// A request's action (its variant's name) and arguments, secrets withheld.

@@ -19,7 +19,19 @@ impl<S: Store, N: Net> Master<S, N> {
     /// A client's (or a minion's `peer.publish`) message arrived: the request it makes is
     /// recorded once answered.
     pub(crate) fn audit_begin(&mut self, peer: PeerId, principal: &str, acl: Option<&PrincipalAcl>, msg: &Message) {
-        let Some((key, action, minions, args)) = crate::audit_requests::describe(msg) else { return };
+        if let Some(described) = crate::audit_requests::describe(msg) {
+            self.audit_begin_described(peer, principal, acl, described);
+        }
+    }
+
+    /// [`Master::audit_begin`] of a request already described.
+    pub(crate) fn audit_begin_described(
+        &mut self,
+        peer: PeerId,
+        principal: &str,
+        acl: Option<&PrincipalAcl>,
+        (key, action, minions, args): (String, String, Vec<String>, serde_json::Value),
+    ) {
         let detail = serde_json::json!({
             "session": peer.0,
             "address": self.audit.address(peer).map(|a| a.to_string()),

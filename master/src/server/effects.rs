@@ -62,8 +62,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     crate::deploy::relay::spawn(hosts, *request, self.relay_tx.clone());
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
-                    let msg = halite_protocol::message::Message::Publish((*request).clone());
-                    self.audit_begin(peer, &caller, None, &msg);
+                    let described = crate::audit_requests::describe_publish(&request);
+                    self.audit_begin_described(peer, &caller, None, described);
                     self.with_publish_desk(|desk| desk.publish(peer, &caller, publisher, *request))
                 }
             }

@@ -151,15 +151,14 @@ macro_rules! audit_store {
                 let trust = self.trust.get();
                 // Each signer's standing, looked up once (the lookup reads the store).
                 let standing: std::sync::Mutex<std::collections::HashMap<String, bool>> = Default::default();
-                let mut signers: Vec<String> = checkpoints.iter().map(|c| c.signer.clone()).collect();
                 let broken = |error: halite_protocol::audit::Broken| halite_protocol::message::AuditVerification {
                     records: 0,
                     heads: Default::default(),
                     broken: Some(error.to_string()),
                 };
-                for signer in signers.drain(..) {
-                    let trusted = self.signer_trusted(&trust, &signer).await?;
-                    standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(signer, trusted);
+                for checkpoint in &checkpoints {
+                    let trusted = self.signer_trusted(&trust, &checkpoint.signer).await?;
+                    standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(checkpoint.signer.clone(), trusted);
                 }
                 let trusted = |key: &halite_protocol::identity::PublicIdentity, _chain: &str| {
                     standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&halite_protocol::hex::encode(key.as_bytes())).copied().unwrap_or(false)
