@@ -1,5 +1,5 @@
 //! `halite audit`: the audit trail as the principal may read it (`list`), written out as JSON
-//! lines with its hashes and signatures (`export --file`), and checked (`verify`: by the master on its
+//! lines with its hashes and signatures (`export --out FILE`), and checked (`verify`: by the master on its
 //! store, or here, offline, on an exported file with the master's or the cluster's key).
 
 use std::io::{BufRead, Write};
@@ -27,10 +27,11 @@ pub(crate) enum AuditCommand {
     List(ListArgs),
     /// Writes the whole trail as JSON lines, with its hashes and signatures (root and
     /// administrators).
+    /// `halite audit export --out FILE` (or `--file FILE`).
     Export {
-        /// The file to write (`--out` is the output format, as everywhere).
+        /// The file to write (the same as `--out FILE`).
         #[arg(long, value_name = "FILE")]
-        file: PathBuf,
+        file: Option<PathBuf>,
     },
     /// Checks the trail: on the master's store, or offline on an exported file. Exits 0 when
     /// every chain is whole, 1 naming the first record removed, changed or moved.
@@ -60,6 +61,9 @@ pub(crate) struct ListArgs {
     /// Only records before this time (Unix milliseconds).
     #[arg(long, value_name = "MS")]
     until: Option<u64>,
+    /// Also the records of reads of the trail itself (audit_list), left out otherwise.
+    #[arg(long)]
+    reads: bool,
     /// At most this many records.
     #[arg(long, default_value_t = 100)]
     limit: u32,
@@ -82,7 +86,8 @@ pub(crate) struct VerifyArgs {
 pub(crate) async fn run(client: &Client, command: AuditCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
         AuditCommand::List(args) => list(client, args, format).await,
-        AuditCommand::Export { file } => export(client, &file).await,
+        AuditCommand::Export { file: Some(file) } => export(client, &file).await,
+        AuditCommand::Export { file: None } => anyhow::bail!("name the file to write: halite audit export --out FILE"),
         AuditCommand::Verify(_) => {
             let verified = client.audit_verify().await?;
             match &verified.broken {
@@ -121,6 +126,7 @@ async fn list(client: &Client, args: ListArgs, format: Format) -> anyhow::Result
         decision: args.decision,
         since_ms: args.since,
         until_ms: args.until,
+        reads: args.reads,
     };
     let (mut records, mut after) = (Vec::new(), None);
     while records.len() < args.limit as usize {
@@ -163,7 +169,7 @@ async fn export(client: &Client, out: &PathBuf) -> anyhow::Result<ExitCode> {
     writeln!(writer)?;
     let (mut after, mut written) = (None, 0u64);
     loop {
-        let page = client.audit(AuditFilter::default(), after, PAGE).await?;
+        let page = client.audit(AuditFilter { reads: true, ..AuditFilter::default() }, after, PAGE).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.id);
         for record in &page {

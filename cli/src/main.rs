@@ -39,9 +39,10 @@ struct Cli {
     /// The master's config file (the CLI finds the master's address and keys through it).
     #[arg(short, long, global = true, env = "HALITE_CONFIG", default_value = "/etc/halite/master.toml")]
     config: PathBuf,
-    /// Output format.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
-    out: Format,
+    /// Output format: table, json, yaml or ndjson (`halite audit export` takes the file it
+    /// writes here).
+    #[arg(long, global = true, default_value = "table", value_name = "FORMAT", value_parser = output::parse_out)]
+    out: output::Out,
     /// Connect as this principal instead of root (with --key).
     #[arg(long, global = true, requires = "key", env = "HALITE_PRINCIPAL")]
     principal: Option<String>,
@@ -163,7 +164,23 @@ fn client_config(cli: &Cli) -> anyhow::Result<ClientConfig> {
     Ok(config)
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    // `halite audit export --out FILE`: the file the export writes; anywhere else `--out`
+    // names a format.
+    let format = match (&cli.out, &mut cli.command) {
+        (output::Out::Format(format), _) => *format,
+        (output::Out::File(path), Command::Audit(audit::AuditCommand::Export { file })) => {
+            if file.is_some() {
+                anyhow::bail!("--out and --file both name the file to write: give one");
+            }
+            *file = Some(path.clone());
+            Format::Table
+        }
+        (output::Out::File(path), _) => anyhow::bail!(
+            "--out {}: expected table, json, yaml or ndjson (only `halite audit export --out FILE` writes a file)",
+            path.display()
+        ),
+    };
     match &cli.command {
         Command::Demo(args) => return demo::run(args.keep).await,
         Command::Completions { shell } => {
@@ -195,17 +212,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let client = Client::connect(config).await?;
     match cli.command {
-        Command::Run(args) => run::run(&client, args, cli.out).await,
-        Command::Apply(args) => apply::apply(&client, args, cli.out).await,
-        Command::Key(command) => admin::key(&client, command, cli.out).await,
-        Command::Minions(command) => admin::minions(&client, command, cli.out).await,
-        Command::Jobs(command) => admin::jobs(&client, command, cli.out).await,
-        Command::Events(args) => events::run(&client, args, cli.out).await,
-        Command::Fire(args) => events::fire(&client, args, cli.out).await,
-        Command::Principal(command) => principal::run(&client, command, cli.out).await,
-        Command::Audit(command) => audit::run(&client, command, cli.out).await,
-        Command::Config(command) => deploy::config(&client, command, cli.out).await,
-        Command::Deployment(command) => deploy::deployment(&client, command, cli.out).await,
+        Command::Run(args) => run::run(&client, args, format).await,
+        Command::Apply(args) => apply::apply(&client, args, format).await,
+        Command::Key(command) => admin::key(&client, command, format).await,
+        Command::Minions(command) => admin::minions(&client, command, format).await,
+        Command::Jobs(command) => admin::jobs(&client, command, format).await,
+        Command::Events(args) => events::run(&client, args, format).await,
+        Command::Fire(args) => events::fire(&client, args, format).await,
+        Command::Principal(command) => principal::run(&client, command, format).await,
+        Command::Audit(command) => audit::run(&client, command, format).await,
+        Command::Config(command) => deploy::config(&client, command, format).await,
+        Command::Deployment(command) => deploy::deployment(&client, command, format).await,
         Command::Demo(_) | Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
     }
 }

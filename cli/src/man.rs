@@ -332,7 +332,7 @@ const EXAMPLES: &[Example] = &[
     // audit
     example("audit list", "What proja was refused, oldest first:", "halite audit list --by proja --decision refused"),
     example("audit list", "Everything about one minion, as JSON:", "halite audit list --minion web1 --out json"),
-    example("audit export", "The whole trail with its hashes and signatures:", "halite audit export --file audit.jsonl"),
+    example("audit export", "The whole trail with its hashes and signatures:", "halite audit export --out audit.jsonl"),
     example("audit verify", "The master checks every chain in its store (exit 1 names the first broken record):", "halite audit verify"),
     example(
         "audit verify",

@@ -18,6 +18,27 @@ pub(crate) enum Format {
     Ndjson,
 }
 
+/// What `--out` names: an output format, or (for `halite audit export`) the file to write.
+#[derive(Debug, Clone)]
+pub(crate) enum Out {
+    /// How to print.
+    Format(Format),
+    /// Where an export goes.
+    File(std::path::PathBuf),
+}
+
+/// `--out`: a format's name, or else a file path (refused by every command but an export).
+pub(crate) fn parse_out(text: &str) -> Result<Out, String> {
+    use clap::ValueEnum;
+    if let Ok(format) = Format::from_str(text, true) {
+        return Ok(Out::Format(format));
+    }
+    if text.is_empty() {
+        return Err("expected table, json, yaml or ndjson".into());
+    }
+    Ok(Out::File(text.into()))
+}
+
 /// Prints a machine-readable document in `format` (Table falls back to YAML-like rendering).
 pub(crate) fn print_document(format: Format, value: &Value) {
     match format {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use halite_protocol::audit::{chain_records, record_hash, record_signed_by, AuditEntry};
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{self, Job, Message, SignedJob, Value};
 use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Responder, Role, Session, SessionConfig};
@@ -120,6 +121,19 @@ fn main() {
         black_box(signed_job.verify(&public).unwrap());
     }));
 
+    // What the master adds to the trail for each request: the entry's JSON, its hash and
+    // signature, and the check of both (`halite audit verify`).
+    let entry = typical_audit_entry();
+    figures.push(measure("audit record: JSON + hash + ed25519 signature", || {
+        black_box(chain_records(&key, "m1", 41, [7; 32], std::slice::from_ref(black_box(&entry))));
+    }));
+    let record = chain_records(&key, "m1", 41, [7; 32], std::slice::from_ref(&entry)).remove(0);
+    figures.push(measure("audit record: check hash + signature", || {
+        let hash = record_hash(&record.chain, record.seq, &[7; 32], black_box(&record.body));
+        let signature = halite_protocol::hex::decode(&record.signature).unwrap();
+        black_box(record_signed_by(&public, &hash, &signature));
+    }));
+
     let (mut dealer, mut router) = zmtp_pair();
     let frame = vec![0u8; 1024];
     figures.push(measure("zmtp send+receive, 1 KiB single-part", || {
@@ -142,6 +156,25 @@ fn main() {
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-protocol.json");
     std::fs::write(&out, format!("[\n{}\n]\n", json.join(",\n"))).unwrap();
     println!("wrote {}", out.display());
+}
+
+/// A publish as the trail records it: who, from where, what, on which minions.
+fn typical_audit_entry() -> AuditEntry {
+    AuditEntry {
+        at_ms: 1_764_000_000_000,
+        kind: "request".into(),
+        principal: "heat-proja".into(),
+        tenant: Some("proja".into()),
+        action: "publish".into(),
+        decision: "granted".into(),
+        reason: None,
+        minions: vec!["proja-web1".into(), "proja-web2".into()],
+        detail: serde_json::json!({
+            "session": 42, "address": "10.0.0.7:53122", "jid": "20261202054200000001",
+            "args": { "target": { "kind": "glob", "expr": "proja-web*" }, "function": "cmd.run",
+                      "args": ["systemctl restart nginx"], "kwargs": {}, "rollout": false, "on_behalf_of": null },
+        }),
+    }
 }
 
 fn zmtp_pair() -> (Connection, Connection) {

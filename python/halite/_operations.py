@@ -155,6 +155,40 @@ class Operations:
         """Revokes a gateway token by its id, at once."""
         return self._call({"op": "revoke_api_token", "id": token_id}, c.nothing)
 
+    # The audit trail ------------------------------------------------------
+
+    def audit(
+        self, limit: int = 100, *, after: Optional[int] = None, principal: Optional[str] = None,
+        tenant: Optional[str] = None, minion: Optional[str] = None, action: Optional[str] = None,
+        decision: Optional[str] = None, since: Optional[float] = None, until: Optional[float] = None,
+        reads: bool = False,
+    ) -> List[t.AuditRecord]:
+        """Audit records in store order after the record ``after`` (the ``id`` of the
+        last record of the page before), at most ``limit`` (the master caps it at
+        1000), narrowed like ``halite audit list``: ``principal`` (who asked),
+        ``tenant``, ``minion`` (one it concerns), ``action`` (``publish``,
+        ``key_accept``, ``job_end``, ...), ``decision`` (``granted``, ``refused``,
+        ``failed``, or a final state), ``since``/``until`` (Unix seconds). Root and
+        administrators read every record, a tenant's principal its tenant's alone
+        (naming another tenant finds nothing), any other principal its own. The
+        records of reads of the trail itself (``audit_list``) are left out unless
+        ``reads`` is true (or ``action="audit_list"``)."""
+        filter: Dict[str, Any] = {"principal": principal, "tenant": tenant, "minion": minion, "action": action,
+                                  "decision": decision, "reads": True if reads else None}
+        if since is not None:
+            filter["since_ms"] = int(since * 1000)
+        if until is not None:
+            filter["until_ms"] = int(until * 1000)
+        filter = {k: v for k, v in filter.items() if v is not None}
+        request = {"op": "audit", "filter": filter, "after": after, "limit": limit}
+        return self._call(request, c.many(t.AuditRecord))
+
+    def audit_verify(self) -> t.AuditVerification:
+        """The master's check of every audit chain in its store (root and
+        administrators): ``broken`` names the first record removed, changed or
+        moved, ``None`` when every chain is whole."""
+        return self._call({"op": "audit_verify"}, c.one(t.AuditVerification))
+
     # Software configs and deployments (Heat's model) -----------------------
 
     def create_config(

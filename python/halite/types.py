@@ -8,6 +8,7 @@ Fields a newer master adds are ignored, so an older SDK keeps working.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Type, TypeVar
 
@@ -227,6 +228,45 @@ class TokenSummary(Record):
     minion: str
     expires_at_ms: int
     used: bool
+
+
+@dataclass(frozen=True)
+class AuditRecord(Record):
+    """One record of the audit trail, as stored: its place in the chain of the master
+    that wrote it, the hash chaining it to the record before and that master's
+    signature (what ``halite audit verify --file`` checks offline)."""
+
+    #: Its place in the store's order: the ``after`` of the next page.
+    id: int
+    #: The chain: the id of the master that wrote it.
+    chain: str
+    #: Its number in the chain, from 1.
+    seq: int
+    #: The entry's JSON exactly as hashed (see :attr:`entry`).
+    body: str
+    prev: str
+    hash: str
+    signer: str
+    signature: str
+
+    @property
+    def entry(self) -> Dict[str, Any]:
+        """What happened: ``at_ms``, ``kind``, ``principal``, ``tenant``, ``action``,
+        ``decision``, ``reason``, ``minions`` and ``detail``."""
+        value = json.loads(self.body)
+        return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class AuditVerification(Record):
+    """What the master's check of its audit chains found."""
+
+    #: Records checked.
+    records: int
+    #: Each chain's last record number.
+    heads: Dict[str, int]
+    #: The first record removed, changed or moved; ``None`` when every chain is whole.
+    broken: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,14 @@ pub(crate) enum Call {
         #[serde(default)]
         timeout_ms: Option<u64>,
     },
+    Audit {
+        #[serde(default)]
+        filter: halite_protocol::message::AuditFilter,
+        #[serde(default)]
+        after: Option<i64>,
+        limit: u32,
+    },
+    AuditVerify,
 }
 
 /// A call as Python sent it, or a `ValueError`-worthy error naming what is wrong with it.
@@ -269,6 +277,8 @@ pub(crate) async fn execute(client: &Client, call: Call) -> Result<String, Clien
         Call::WaitForDeploymentGroup { id, timeout_ms } => {
             to_json(&client.wait_for_deployment_group(&id, timeout_ms.map(Duration::from_millis)).await?)?
         }
+        Call::Audit { filter, after, limit } => to_json(&client.audit(filter, after, limit).await?)?,
+        Call::AuditVerify => to_json(&client.audit_verify().await?)?,
     };
     Ok(value.to_string())
 }

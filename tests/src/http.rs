@@ -115,7 +115,10 @@ impl EventStream {
         let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
         stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap_or_else(|e| panic!("{e}"));
         let resume = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
-        let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n");
+        // As an EventSource asks.
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nAuthorization: Bearer {token}\r\n{resume}\r\n"
+        );
         stream.write_all(head.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let mut reader = BufReader::new(stream);
         let (status, _) = read_head(&mut reader);

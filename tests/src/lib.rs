@@ -383,6 +383,17 @@ impl Cluster {
         assert_eq!(run.code, 0, "principal add {name}: {}", run.stderr);
     }
 
+    /// Tenants `proja` and `projb`, each a principal of that name (keys in `dir`) that may run
+    /// `test.*` on its tenant's minions, and one connected minion each: `proja-web1`,
+    /// `projb-web1`.
+    pub fn two_tenants(&mut self, dir: &Path) {
+        for tenant in ["proja", "projb"] {
+            self.add_principal(tenant, dir, &["--tenant", tenant, "--target", "*", "--function", "test.*"]);
+            self.enroll_minion(&format!("{tenant}-web1"), "");
+        }
+        self.wait_connected(&["proja-web1", "projb-web1"]);
+    }
+
     /// Runs the `halite` CLI against this master.
     pub fn cli(&self, args: &[&str]) -> Run {
         self.cli_at(self.port, args)

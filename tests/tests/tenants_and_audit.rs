@@ -122,11 +122,7 @@ fn a_tenants_minion_reads_only_its_part_of_the_file_root_through_every_way_in() 
 fn every_request_is_audited_read_per_tenant_and_tampering_is_named() {
     let mut cluster = Cluster::start("");
     let keys = cluster.dir.join("keys");
-    cluster.add_principal("proja", &keys, &["--tenant", "proja", "--target", "*", "--function", "test.*"]);
-    cluster.add_principal("projb", &keys, &["--tenant", "projb", "--target", "*", "--function", "test.*"]);
-    cluster.enroll_minion("proja-web1", "");
-    cluster.enroll_minion("projb-web1", "");
-    cluster.wait_connected(&["proja-web1", "projb-web1"]);
+    cluster.two_tenants(&keys);
     assert_eq!(cli_as(&cluster, &keys, "proja", &["run", "proja-web1", "test.ping"]).code, 0);
     // Refused: outside its tenant.
     assert_ne!(cli_as(&cluster, &keys, "proja", &["run", "projb-web1", "test.ping"]).code, 0);
@@ -167,7 +163,7 @@ fn every_request_is_audited_read_per_tenant_and_tampering_is_named() {
     let verify = cluster.cli(&["audit", "verify"]);
     assert_eq!(verify.code, 0, "{} {}", verify.stdout, verify.stderr);
     let export = cluster.dir.join("audit.jsonl");
-    let run = cluster.cli(&["audit", "export", "--file", export.to_str().unwrap()]);
+    let run = cluster.cli(&["audit", "export", "--out", export.to_str().unwrap()]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let master_pub = cluster.dir.join("master/master.pub");
     let offline = |file: &Path| {

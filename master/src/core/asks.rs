@@ -173,6 +173,8 @@ pub(crate) struct Admitting {
 /// A gateway session asked for with a token (`LocalCommand::Connect`).
 pub(crate) struct TokenGrant {
     pub(crate) token_hash: [u8; 32],
+    /// The HTTP client's address, for the audit trail.
+    pub(crate) addr: Option<std::net::SocketAddr>,
     pub(crate) to_client: LocalSender,
     pub(crate) reply: oneshot::Sender<Result<Opened, TokenRefused>>,
 }
@@ -210,7 +212,7 @@ mod tests {
         let grant = |byte: u8| {
             let (to_client, _) = crate::gateway::local_queue::local_queue();
             let (reply, _) = oneshot::channel();
-            Ask::TokenGrant(Box::new(TokenGrant { token_hash: [byte; 32], to_client, reply }))
+            Ask::TokenGrant(Box::new(TokenGrant { token_hash: [byte; 32], addr: None, to_client, reply }))
         };
         asks.push(grant(1));
         asks.push(grant(2));

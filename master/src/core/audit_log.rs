@@ -4,7 +4,7 @@
 //! reread). The loop appends what is gathered at the start of each commit, before the
 //! step's answers leave (`server/writes.rs`), so what a client is told is already recorded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use halite_protocol::audit::AuditEntry;
 use halite_protocol::message::{ErrorKind, Message};
@@ -39,6 +39,10 @@ pub(crate) struct AuditLog {
     addresses: HashMap<PeerId, std::net::SocketAddr>,
     open: HashMap<(PeerId, String), (u64, Begun)>,
     pending: Vec<AuditEntry>,
+    /// Sessions whose reading of the trail is recorded: the pages they read after it, by
+    /// cursor, are not recorded again (a stream that follows the trail would otherwise
+    /// append a record for every page it polls).
+    readers: HashSet<PeerId>,
     /// The number of the last record this master's chain holds (as it appended them).
     head: u64,
 }
@@ -96,6 +100,12 @@ impl AuditLog {
             }
         }
         let (decision, reason) = decision_of(refusal);
+        if decision == "granted" && begun.action == halite_protocol::message::AUDIT_READ && !self.readers.insert(peer) {
+            let continues = begun.detail.pointer("/args/after").is_some_and(|after| !after.is_null());
+            if continues {
+                return;
+            }
+        }
         self.push(entry(at_ms, begun, decision, reason));
     }
 
@@ -112,6 +122,7 @@ impl AuditLog {
     /// A peer's session ended: what it asked and was never answered is recorded so.
     pub(crate) fn ended(&mut self, peer: PeerId) {
         self.addresses.remove(&peer);
+        self.readers.remove(&peer);
         let keys: Vec<(PeerId, String)> = self.open.keys().filter(|(p, _)| *p == peer).cloned().collect();
         for key in keys {
             if let Some((at, begun)) = self.open.remove(&key) {
@@ -266,5 +277,36 @@ mod tests {
         assert_eq!(got, [("key_list", "granted"), ("key_accept", "refused"), ("principal_add", "unanswered")]);
         assert_eq!(entries[1].reason.as_deref(), Some("forbidden: no"));
         assert!(!log.has_pending());
+    }
+
+    #[test]
+    fn a_session_reading_the_trail_page_by_page_is_recorded_once() {
+        let mut log = AuditLog::default();
+        let page = |after: serde_json::Value| Begun {
+            detail: serde_json::json!({ "args": { "after": after } }),
+            ..begun("audit_list")
+        };
+        let answer =
+            |id| Message::Response(Response { request_id: id, body: ResponseBody::Audit(Vec::new()), more: false });
+        // The first page, then two continuing pages of the same session: one record.
+        for (id, after) in [(1, serde_json::Value::Null), (2, serde_json::json!(10)), (3, serde_json::json!(20))] {
+            log.begin(PeerId(1), id.to_string(), id, page(after));
+            log.answered(PeerId(1), &answer(id), id);
+        }
+        assert_eq!(log.take().len(), 1);
+        // A fresh read from the start, a refused page and another session are each recorded.
+        log.begin(PeerId(1), "4".into(), 4, page(serde_json::Value::Null));
+        log.answered(PeerId(1), &answer(4), 4);
+        log.begin(PeerId(1), "5".into(), 5, page(serde_json::json!(30)));
+        let refused = ErrorMessage { kind: ErrorKind::Forbidden, message: "no".into(), request: Some("5".into()) };
+        log.answered(PeerId(1), &Message::Error(refused), 5);
+        log.begin(PeerId(2), "1".into(), 6, page(serde_json::json!(30)));
+        log.answered(PeerId(2), &answer(1), 6);
+        assert_eq!(log.take().len(), 3);
+        // Once the session ends, its next session's first page is recorded again.
+        log.ended(PeerId(2));
+        log.begin(PeerId(2), "2".into(), 7, page(serde_json::json!(40)));
+        log.answered(PeerId(2), &answer(2), 7);
+        assert_eq!(log.take().len(), 1);
     }
 }

@@ -32,7 +32,8 @@ fn is_public(path: &str) -> bool {
 /// without a valid token) and hands its session on.
 pub(super) async fn authenticate(State(commands): State<Commands>, mut request: Request, next: Next) -> Response {
     if !is_public(request.uri().path()) {
-        match open(&commands, request.headers()).await {
+        let addr = request.extensions().get::<super::connections::ClientAddr>().map(|client| client.0);
+        match open(&commands, request.headers(), addr).await {
             Ok(session) => {
                 debug!(principal = session.principal(), path = request.uri().path(), "gateway request");
                 request.extensions_mut().insert(Slot(Arc::new(Mutex::new(Some(session)))));
@@ -44,7 +45,11 @@ pub(super) async fn authenticate(State(commands): State<Commands>, mut request: 
 }
 
 /// Opens the session of a request's bearer token.
-async fn open(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, ApiError> {
+async fn open(
+    commands: &Commands,
+    headers: &HeaderMap,
+    addr: Option<std::net::SocketAddr>,
+) -> Result<LocalSession, ApiError> {
     let token = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -52,7 +57,7 @@ async fn open(commands: &Commands, headers: &HeaderMap) -> Result<LocalSession, 
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| CallError::Unauthorized("missing Authorization: Bearer token".into()))?;
-    Ok(LocalSession::open(commands, token).await?)
+    Ok(LocalSession::open(commands, token, addr).await?)
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Authed {

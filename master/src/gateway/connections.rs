@@ -82,14 +82,25 @@ where
     }
 }
 
-/// Serves HTTP/1.1 on one connection until it ends, its headers come too slowly, or it falls
-/// silent.
-pub(super) async fn serve_http<IO>(io: IO, app: axum::Router, limits: Limits)
+/// The address of the connection a request came on (what the audit trail records of a
+/// gateway session).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClientAddr(pub(super) std::net::SocketAddr);
+
+/// Serves HTTP/1.1 on one connection from `peer` until it ends, its headers come too slowly,
+/// or it falls silent.
+pub(super) async fn serve_http<IO>(io: IO, peer: Option<std::net::SocketAddr>, app: axum::Router, limits: Limits)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Activity::new();
     let io = Watched { inner: io, activity: activity.clone() };
+    let app = tower::ServiceExt::map_request(app, move |mut request: hyper::Request<hyper::body::Incoming>| {
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(ClientAddr(peer));
+        }
+        request
+    });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)

@@ -25,7 +25,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub(crate) enum LocalCommand {
     /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
-    Connect { token_hash: [u8; 32], to_client: LocalSender, reply: oneshot::Sender<Result<Opened, TokenRefused>> },
+    Connect {
+        token_hash: [u8; 32],
+        /// The HTTP client's address, for the audit trail.
+        addr: Option<std::net::SocketAddr>,
+        to_client: LocalSender,
+        reply: oneshot::Sender<Result<Opened, TokenRefused>>,
+    },
     /// A message from the session's client.
     Message { peer: PeerId, msg: Box<Message> },
     /// The session ended.
@@ -76,12 +82,16 @@ impl Drop for LocalSession {
 
 impl LocalSession {
     /// Authenticates a token and opens a session.
-    pub(crate) async fn open(commands: &mpsc::Sender<LocalCommand>, token: &str) -> Result<Self, CallError> {
+    pub(crate) async fn open(
+        commands: &mpsc::Sender<LocalCommand>,
+        token: &str,
+        addr: Option<std::net::SocketAddr>,
+    ) -> Result<Self, CallError> {
         let (to_client, inbox) = local_queue();
         let (reply, answer) = oneshot::channel();
         let token_hash = crate::keys::token_hash(token);
         commands
-            .send(LocalCommand::Connect { token_hash, to_client, reply })
+            .send(LocalCommand::Connect { token_hash, addr, to_client, reply })
             .await
             .map_err(|_| CallError::Unavailable("the master is shutting down".into()))?;
         let Opened { peer, principal, reads_metrics } = answer

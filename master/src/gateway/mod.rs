@@ -8,6 +8,7 @@
 //! through the master's core as an in-process client session, the same path as the CLI's.
 //! It does not hold state of its own.
 
+mod audit;
 mod auth;
 mod connections;
 mod errors;
@@ -154,13 +155,14 @@ impl Gateway {
         let (limits, tls) = (self.limits, self.tls);
         connections::accept(self.listener, limits, move |stream| {
             let (app, tls) = (app.clone(), tls.clone());
+            let peer = stream.peer_addr().ok();
             async move {
                 match tls {
-                    None => connections::serve_http(stream, app, limits).await,
+                    None => connections::serve_http(stream, peer, app, limits).await,
                     Some(acceptor) => {
                         let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream));
                         if let Ok(Ok(stream)) = handshake.await {
-                            connections::serve_http(stream, app, limits).await;
+                            connections::serve_http(stream, peer, app, limits).await;
                         }
                     }
                 }
@@ -174,7 +176,11 @@ impl Gateway {
 /// metrics endpoint).
 pub(crate) async fn serve_plain(listener: tokio::net::TcpListener, app: axum::Router) {
     let limits = connections::Limits::new(64, halite_transport::open_files_limit(), 10, 60);
-    connections::accept(listener, limits, move |stream| connections::serve_http(stream, app.clone(), limits)).await;
+    connections::accept(listener, limits, move |stream| {
+        let peer = stream.peer_addr().ok();
+        connections::serve_http(stream, peer, app.clone(), limits)
+    })
+    .await;
 }
 
 #[cfg(test)]

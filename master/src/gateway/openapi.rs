@@ -126,6 +126,38 @@ fn events_stream() -> Value {
     op
 }
 
+/// `GET /v1/audit`: a page as JSON, or with `Accept: text/event-stream` the trail followed.
+fn audit_trail() -> Value {
+    let page = json!({ "type": "object", "required": ["records", "next"], "properties": {
+        "records": { "type": "array", "items": schema_ref("AuditRecord") },
+        "next": { "type": ["integer", "null"],
+                  "description": "The cursor of the next page: pass it as `after` (the same cursor when no record came)" } } });
+    let parameters = vec![
+        query_param("principal", "string", "Who asked (`root`, a name, `minion:<id>`, `master`)"),
+        query_param("tenant", "string", "The tenant's records (a tenant's principal reads its own alone: naming another finds nothing)"),
+        query_param("minion", "string", "Records that concern this minion"),
+        query_param("action", "string", "The action (`publish`, `key_accept`, `job_end`, ...)"),
+        query_param("decision", "string", "`granted`, `refused`, `failed`, or a final state"),
+        query_param("since_ms", "integer", "At or after, Unix milliseconds"),
+        query_param("until_ms", "integer", "Before, Unix milliseconds"),
+        query_param("reads", "boolean", "Also the records of reads of the trail (`audit_list`, left out unless asked for, so that paging never grows what it reads)"),
+        query_param("after", "integer", "Only records after this id (the `next` of the page before)"),
+        query_param("limit", "integer", "At most this many (default 100, at most 1000)"),
+    ];
+    operation(
+        "listAudit",
+        "The audit trail in store order: a page of records after a cursor, or with `Accept: text/event-stream` \
+         every record from the cursor (or `Last-Event-ID`) on, then each one as it is appended",
+        parameters,
+        None,
+        json!({ "description": "A page of records; or an event stream of `audit` events, each with the record's id \
+                 as its event id and the record as its data. The stream ends when the token is revoked or expires, \
+                 or its principal is removed or changed, after a last `error` event whose data is the error body",
+                 "content": { "application/json": { "schema": page },
+                              "text/event-stream": { "schema": { "type": "string" } } } }),
+    )
+}
+
 fn schema_ref_response() -> Value {
     json!({ "$ref": "#/components/responses/Error" })
 }
@@ -213,6 +245,7 @@ pub(super) fn document() -> Value {
         ("PrincipalInfo", generator.subschema_for::<PrincipalInfo>()),
         ("JobSummary", generator.subschema_for::<JobSummary>()),
         ("JobDetail", generator.subschema_for::<JobDetail>()),
+        ("AuditRecord", generator.subschema_for::<halite_protocol::audit::AuditRecord>()),
     ];
     let mut schemas: Map<String, Value> = generator.take_definitions(true);
     for (name, schema) in names {
@@ -383,6 +416,7 @@ pub(super) fn document() -> Value {
     });
     if let (Some(paths), Value::Object(more)) = (doc["paths"].as_object_mut(), health_and_metrics()) {
         paths.extend(more);
+        paths.insert("/v1/audit".into(), json!({ "get": audit_trail() }));
     }
     doc
 }

@@ -35,6 +35,7 @@ pub(super) fn router(
     Router::new()
         .merge(super::fleet::routes(enrollment))
         .merge(super::principals::routes())
+        .merge(super::audit::routes())
         .route(
             "/metrics",
             get(move |session: Authed, headers: HeaderMap| async move { metrics_for(&session, &figures, &headers) }),
@@ -77,11 +78,16 @@ impl ApiError {
     pub(super) fn new(status: StatusCode, kind: &str, message: String) -> Self {
         ApiError(status, kind.to_owned(), message)
     }
+
+    /// The body it is answered with (also the data of a stream's last `error` event).
+    pub(super) fn body(&self) -> serde_json::Value {
+        json!({ "error": { "kind": self.1, "message": self.2 } })
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({ "error": { "kind": self.1, "message": self.2 } }));
+        let body = Json(self.body());
         if self.0 == StatusCode::UNAUTHORIZED {
             return (self.0, [super::errors::challenge()], body).into_response();
         }
@@ -396,12 +402,7 @@ async fn events(Authed(mut s): Authed, h: HeaderMap, Query(q): Query<TagFilter>)
                 }
                 return Some((Ok::<_, Infallible>(sse.event("halite").data(data)), Some(session)));
             }
-            Err(ended) => {
-                let ApiError(_, kind, message) = ApiError::from(ended);
-                SseEvent::default()
-                    .event("error")
-                    .data(json!({ "error": { "kind": kind, "message": message } }).to_string())
-            }
+            Err(ended) => SseEvent::default().event("error").data(ApiError::from(ended).body().to_string()),
         };
         // The last event: the stream ends after it.
         Some((Ok(sse), None))

@@ -326,8 +326,8 @@ impl<S: Store, N: Net> Master<S, N> {
 
     pub(crate) fn on_local(&mut self, command: LocalCommand) {
         match command {
-            LocalCommand::Connect { token_hash, to_client, reply } => {
-                self.asks.push(Ask::TokenGrant(Box::new(TokenGrant { token_hash, to_client, reply })));
+            LocalCommand::Connect { token_hash, addr, to_client, reply } => {
+                self.asks.push(Ask::TokenGrant(Box::new(TokenGrant { token_hash, addr, to_client, reply })));
             }
             LocalCommand::Message { peer, msg } => {
                 if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {
@@ -346,7 +346,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// What a gateway token grants, read from the store: the session it opens, or why it opens
     /// none. A store failure drops the reply, which the gateway answers as unavailable.
     pub(crate) fn token_granted(&mut self, asked: TokenGrant, granted: Result<Option<ApiTokenGrant>, StoreError>) {
-        let TokenGrant { token_hash, to_client, reply } = asked;
+        let TokenGrant { token_hash, addr, to_client, reply } = asked;
         let grant = match granted {
             Ok(grant) => grant,
             Err(error) => return warn!(%error, "store failure while handling a gateway request"),
@@ -354,6 +354,9 @@ impl<S: Store, N: Net> Master<S, N> {
         let opened = crate::token_sessions::session_for(token_hash, grant, &self.access()).map(|session| {
             let principal = session.principal.clone();
             let peer = self.sessions.open_local(session.principal, session.acl, to_client, session.token);
+            if let Some(addr) = addr {
+                self.audit.connected(peer, addr);
+            }
             Opened { peer, principal, reads_metrics: session.reads_metrics }
         });
         let _ = reply.send(opened);

@@ -114,7 +114,7 @@ fn a_gateway_token_opens_a_session_only_once_the_store_granted_it() {
         let connect = |hash: [u8; 32]| {
             let (to_client, _inbox) = local_queue();
             let (reply, answer) = tokio::sync::oneshot::channel();
-            (Input::Local(LocalCommand::Connect { token_hash: hash, to_client, reply }), answer)
+            (Input::Local(LocalCommand::Connect { token_hash: hash, addr: None, to_client, reply }), answer)
         };
         let local_sessions =
             |sim: &Sim| sim.master.sessions.iter().filter(|(_, c)| matches!(c, Conn::Local { .. })).count();

@@ -10,6 +10,18 @@ use halite_protocol::message::AuditFilter;
 /// Records read at once by a check or an export.
 pub(crate) const AUDIT_PAGE: u32 = 1000;
 
+/// What a check reads: every record, the reads of the trail included.
+pub(crate) const EVERY_RECORD: AuditFilter = AuditFilter {
+    principal: None,
+    tenant: None,
+    minion: None,
+    action: None,
+    decision: None,
+    since_ms: None,
+    until_ms: None,
+    reads: true,
+};
+
 use super::StoreError;
 
 /// How the store keeps the audit trail.

@@ -8,7 +8,7 @@ pub(super) const PAGE: &str = "SELECT id, chain, seq, body, prev, hash, signer, 
      AND (CAST(? AS TEXT) IS NULL OR tenant = ?) AND (CAST(? AS TEXT) IS NULL OR action = ?) \
      AND (CAST(? AS TEXT) IS NULL OR decision = ?) AND (CAST(? AS BIGINT) IS NULL OR at_ms >= ?) \
      AND (CAST(? AS BIGINT) IS NULL OR at_ms < ?) AND (CAST(? AS TEXT) IS NULL OR minions LIKE ? ESCAPE '\\') \
-     ORDER BY id LIMIT ?";
+     AND (CAST(? AS BIGINT) = 0 OR action <> 'audit_list') ORDER BY id LIMIT ?";
 
 macro_rules! audit_store {
     ($store:ty, $sql:path) => {
@@ -97,6 +97,7 @@ macro_rules! audit_store {
                         .bind(until)
                         .bind(&minion)
                         .bind(&minion)
+                        .bind(i64::from(filter.hides_reads()))
                         .bind(i64::from(limit))
                         .fetch_all(&mut *self.conn().await?)
                         .await?;
@@ -170,7 +171,7 @@ macro_rules! audit_store {
                 let mut after = None;
                 loop {
                     let page = self
-                        .audit_page(&Default::default(), after, $crate::store::audit::AUDIT_PAGE)
+                        .audit_page(&$crate::store::audit::EVERY_RECORD, after, $crate::store::audit::AUDIT_PAGE)
                         .await?;
                     let Some(last) = page.last() else { break };
                     after = Some(last.id);

@@ -121,9 +121,31 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
     ("deployment_groups", &[("id", Text), ("open", Int), ("body", Text), ("created_at", Int), ("updated_at", Int)]),
     // `open` is SQLite's own clean-shutdown mark.
     ("meta", &[("key", Text), ("value", Text)]),
+    // The trail keeps its ids (its store order) and every hash and signature: it verifies on
+    // PostgreSQL as it did on SQLite, and the masters append to the same chains.
+    (
+        "audit",
+        &[
+            ("id", Int),
+            ("chain", Text),
+            ("seq", Int),
+            ("at_ms", Int),
+            ("principal", Text),
+            ("tenant", OptText),
+            ("action", Text),
+            ("decision", Text),
+            ("minions", Text),
+            ("body", Text),
+            ("prev", Text),
+            ("hash", Text),
+            ("signer", Text),
+            ("signature", Text),
+        ],
+    ),
+    ("audit_checkpoints", &[("chain", Text), ("seq", Int), ("hash", Text), ("signer", Text), ("signature", Text)]),
 ];
 
-/// Rows read from SQLite and written to PostgreSQL per statement (at most 12 columns: far
+/// Rows read from SQLite and written to PostgreSQL per statement (at most 14 columns: far
 /// below PostgreSQL's 65,535 bound values).
 const ROWS_PER_BATCH: usize = 500;
 
@@ -161,6 +183,12 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Resul
         }
         copied.push((*table, count));
     }
+    // The trail's ids were copied: PostgreSQL numbers the next record after them.
+    sqlx::query(
+        "SELECT setval(pg_get_serial_sequence('audit', 'id'), COALESCE((SELECT MAX(id) FROM audit), 0) + 1, false)",
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(copied)
 }
@@ -207,7 +235,11 @@ mod tests {
     };
     use serde_json::json;
 
+    use halite_protocol::audit::AuditEntry;
+    use halite_protocol::message::AuditFilter;
+
     use super::*;
+    use crate::store::audit::AuditStore;
     use crate::store::conformance::job;
     use crate::store::test_postgres::fresh_database;
     use crate::store::{DeployStore, DeploymentRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store};
@@ -309,7 +341,25 @@ mod tests {
         };
         store.put_deployment(&record, 4).await.unwrap();
         store.create_api_token(&[4; 32], "heat", "ops", 5, None).await.unwrap();
+        // An audit trail pruned behind a checkpoint, longer than one batch.
+        let entries: Vec<AuditEntry> = (0..700u64).map(audit_entry).collect();
+        store.append_audit("m1", &entries).await.unwrap();
+        assert_eq!(store.prune_audit("m1", None, Some(650)).await.unwrap(), 50);
         store
+    }
+
+    fn audit_entry(n: u64) -> AuditEntry {
+        AuditEntry {
+            at_ms: n,
+            kind: "request".into(),
+            principal: "heat".into(),
+            tenant: Some("acme".into()),
+            action: "key_list".into(),
+            decision: "granted".into(),
+            reason: None,
+            minions: vec!["web1".into()],
+            detail: json!({ "n": n }),
+        }
     }
 
     #[test]
@@ -362,6 +412,20 @@ mod tests {
                 to.enroll_with_token(&[8; 32], "web3", &[10; 32], 50).await.unwrap(),
                 crate::store::TokenUse::Enrolled { replaced: false }
             );
+
+            // The trail reads and verifies the same, and the master goes on appending to it.
+            let everything = AuditFilter { reads: true, ..AuditFilter::default() };
+            let trail = to.audit_page(&everything, None, 1_000).await.unwrap();
+            assert_eq!(trail, from.audit_page(&everything, None, 1_000).await.unwrap());
+            assert_eq!(trail.len(), 650);
+            assert_eq!(to.audit_checkpoints().await.unwrap(), from.audit_checkpoints().await.unwrap());
+            let heads = BTreeMap::from([("m1".to_owned(), 700)]);
+            let verified = to.verify_audit(&heads).await.unwrap();
+            assert_eq!((verified.records, verified.broken.as_deref()), (650, None), "{verified:?}");
+            assert_eq!(to.append_audit("m1", &[audit_entry(700)]).await.unwrap(), 701);
+            let last = to.audit_page(&everything, trail.last().map(|r| r.id), 10).await.unwrap();
+            assert_eq!(last.iter().map(|r| r.seq).collect::<Vec<_>>(), [701]);
+            assert!(to.verify_audit(&BTreeMap::from([("m1".to_owned(), 701)])).await.unwrap().broken.is_none());
 
             // A second run into a database with data is refused, and changes nothing.
             let error = sqlite_to_postgres(&from, &to).await.unwrap_err().to_string();

@@ -279,7 +279,22 @@ pub struct AuditFilter {
     /// Records before this time (Unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_ms: Option<u64>,
+    /// Also the records of reads of the trail itself (`audit_list`), which a listing leaves
+    /// out unless asked for (by this, or by `action`): reading the trail page by page then
+    /// never grows what it reads. An export sets it: it holds every record.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reads: bool,
 }
+
+impl AuditFilter {
+    /// Whether the records of reads of the trail are left out.
+    pub fn hides_reads(&self) -> bool {
+        !self.reads && self.action.as_deref() != Some(AUDIT_READ)
+    }
+}
+
+/// The action of a read of the audit trail.
+pub const AUDIT_READ: &str = "audit_list";
 
 /// What a check of the store's audit chains found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ const ROUTER: &str = include_str!("../routes.rs");
 const MERGED: &[(&str, &str)] = &[
     ("super::fleet::routes(", include_str!("../fleet.rs")),
     ("super::principals::routes(", include_str!("../principals.rs")),
+    ("super::audit::routes(", include_str!("../audit.rs")),
     ("crate::metrics_http::health(", include_str!("../../metrics_http.rs")),
 ];
 
