@@ -232,9 +232,9 @@ async fn on_a_worker<T: Send + 'static>(task: impl Future<Output = T> + Send + '
 /// Copies the SQLite store in `config`'s state directory into the empty PostgreSQL database
 /// `target` names (`halite-master migrate-store`).
 pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -> Result<store::Copied, MasterError> {
-    let store::Backend::Postgres(options) = target.backend()? else {
+    if !matches!(target.backend()?, store::Backend::Postgres(_)) {
         return Err(MasterError::Store(store::StoreError::Conflict("the target must be a postgres:// URL".into())));
-    };
+    }
     let database = config.database_path();
     if !database.exists() {
         return Err(MasterError::Database {
@@ -242,12 +242,53 @@ pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -
             error: store::StoreError::Unavailable("no such file: nothing to migrate".into()),
         });
     }
-    let from = SqliteStore::open_with(&database, config.accept_wal_loss)
-        .await
-        .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
-    // Rows are copied with their signatures: rows from before signatures are signed first, by
-    // this master's key, as its own start would (the migration that added them ran just now).
     let keys = init_serving(config)?;
+    // The source is only read: a consistent copy of it is made beside it through a read-only
+    // connection, and that copy is migrated and copied, then removed.
+    let snapshot = migration_snapshot(&database);
+    remove_snapshot(&snapshot);
+    let from = async {
+        SqliteStore::snapshot(&database, &snapshot, config.accept_wal_loss).await?;
+        SqliteStore::open_with(&snapshot, true).await
+    }
+    .await
+    .map_err(|error| {
+        remove_snapshot(&snapshot);
+        MasterError::Database { place: database.display().to_string(), error }
+    })?;
+    let copied = copy_snapshot(config, &keys, &from, target).await;
+    from.close().await;
+    remove_snapshot(&snapshot);
+    copied
+}
+
+/// Where `migrate-store` keeps its copy of `database` while it runs.
+fn migration_snapshot(database: &std::path::Path) -> std::path::PathBuf {
+    let name = database.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    database.with_file_name(format!(".{name}.migrating"))
+}
+
+/// Removes the copy and what SQLite kept beside it.
+fn remove_snapshot(snapshot: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = snapshot.as_os_str().to_owned();
+        path.push(suffix);
+        let _ = std::fs::remove_file(std::path::PathBuf::from(path));
+    }
+}
+
+/// Signs the copy's rows that predate signatures (as this master's start would) and copies
+/// it into the PostgreSQL store of `target`.
+async fn copy_snapshot(
+    config: &MasterConfig,
+    keys: &Keys,
+    from: &SqliteStore,
+    target: &store::StoreConfig,
+) -> Result<store::Copied, MasterError> {
+    let store::Backend::Postgres(options) = target.backend()? else {
+        return Err(MasterError::Store(store::StoreError::Conflict("the target must be a postgres:// URL".into())));
+    };
+    let database = config.database_path();
     let now_ms = clock::Clock::wall_ms(&clock::SystemClock);
     let key = halite_protocol::identity::IdentityKey::from_seed(keys.identity.key().seed());
     let trust = store::trust::Trust::new(key, keys.identity.certificate().cloned(), &config.id, Vec::new());
@@ -255,16 +296,14 @@ pub async fn migrate_store(config: &MasterConfig, target: &store::StoreConfig) -
         .await
         .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
     let place = store::describe_postgres(&options);
-    let copied = async {
+    async {
         let to = store::PostgresStore::connect(*options).await?;
-        let copied = store::sqlite_to_postgres(&from, &to).await;
+        let copied = store::sqlite_to_postgres(from, &to).await;
         to.close().await;
         copied
     }
     .await
-    .map_err(|error| MasterError::Database { place, error });
-    from.close().await;
-    copied
+    .map_err(|error| MasterError::Database { place, error })
 }
 
 /// Renames the tenant `from` to `to` (a name without `-`) in every principal confined to it,

@@ -41,6 +41,41 @@ fn a_master_on_postgres_over_tls_enrolls_runs_jobs_and_keeps_them_across_restart
     assert_eq!(ping(&cluster, &["-G", "role:web"])["minions"]["pg1"]["state"], "returned");
 }
 
+/// Every row of every table of the SQLite database at `path`, in order, as text (read from a
+/// copy, so that reading it changes nothing).
+fn dump(path: &std::path::Path) -> Vec<String> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = path.with_file_name(format!("dump-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for suffix in ["", "-wal"] {
+        let from = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
+        if from.exists() {
+            std::fs::copy(&from, dir.join(format!("db{suffix}"))).unwrap();
+        }
+    }
+    let db = rusqlite::Connection::open(dir.join("db")).unwrap();
+    let mut tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").unwrap();
+    let names: Vec<String> = tables.query_map([], |row| row.get(0)).unwrap().map(Result::unwrap).collect();
+    let mut out = Vec::new();
+    for name in names {
+        let mut rows = db.prepare(&format!("SELECT * FROM \"{name}\"")).unwrap();
+        let columns = rows.column_count();
+        let mut found = rows.query([]).unwrap();
+        while let Some(row) = found.next().unwrap() {
+            let values: Vec<String> = (0..columns).map(|i| format!("{:?}", row.get_ref(i).unwrap())).collect();
+            out.push(format!("{name}: {}", values.join(" | ")));
+        }
+    }
+    assert!(out.len() > 10, "{out:?}");
+    out
+}
+
+/// The bytes of the database's main file and its write-ahead log.
+fn files_of(path: &std::path::Path) -> Vec<Option<Vec<u8>>> {
+    ["", "-wal"].iter().map(|suffix| std::fs::read(format!("{}{suffix}", path.display())).ok()).collect()
+}
+
 #[test]
 fn migrate_store_moves_keys_principals_and_jobs_from_sqlite_to_postgres() {
     let mut cluster = Cluster::start("");
@@ -65,6 +100,8 @@ fn migrate_store_moves_keys_principals_and_jobs_from_sqlite_to_postgres() {
     assert_eq!(token.code, 0, "{}", token.stderr);
 
     cluster.kill_master();
+    let source = cluster.dir.join("master/master.db");
+    let before = (dump(&source), files_of(&source));
     let url = fresh_database();
     let config = cluster.config.to_str().unwrap().to_owned();
     let migrated = cluster.bin("halite-master", &["--config", &config, "migrate-store", "--to", &url]);
@@ -74,6 +111,11 @@ fn migrate_store_moves_keys_principals_and_jobs_from_sqlite_to_postgres() {
     let again = cluster.bin("halite-master", &["--config", &config, "migrate-store", "--to", &url]);
     assert_eq!(again.code, 1);
     assert!(again.stderr.contains("already holds data"), "{}", again.stderr);
+    // Neither run wrote to the source: every row, and the files' bytes, are as they were; the
+    // copy made beside it is gone.
+    assert_eq!(files_of(&source), before.1, "the database's files changed");
+    assert_eq!(dump(&source), before.0);
+    assert!(!cluster.dir.join("master/.master.db.migrating").exists());
 
     let text = std::fs::read_to_string(&cluster.config).unwrap();
     std::fs::write(&cluster.config, format!("{text}[store]\nurl = {url:?}\n")).unwrap();

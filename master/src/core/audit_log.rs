@@ -6,12 +6,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use halite_protocol::audit::AuditEntry;
+use halite_protocol::audit::{AuditEntry, CHAIN_HEADS};
 use halite_protocol::message::{ErrorKind, Message};
 use halite_transport::PeerId;
 
 /// Requests waiting for their answer at most; past it, the oldest is recorded unanswered.
 const MAX_OPEN: usize = 65_536;
+
+/// How often at most a master writes the heads of the other masters' chains into its own
+/// (while it records anything): what a check holds each chain's end to.
+pub(crate) const CROSS_LINK_EVERY_MS: u64 = 60_000;
 
 /// Entries kept while the store cannot take them; past it, the oldest are dropped (and
 /// counted) rather than grow without bound.
@@ -45,6 +49,11 @@ pub(crate) struct AuditLog {
     readers: HashSet<PeerId>,
     /// The number of the last record this master's chain holds (as it appended them).
     head: u64,
+    /// The last record this master appended, what the next append goes on from (`None`
+    /// until the first, or after a failed one: read from the store).
+    appended: Option<crate::store::AuditHead>,
+    /// When the other chains' heads were last written into this one.
+    linked_at_ms: Option<u64>,
 }
 
 impl AuditLog {
@@ -150,20 +159,65 @@ impl AuditLog {
         std::mem::take(&mut self.pending)
     }
 
-    /// An append failed: its entries go back first, to be tried again at the next commit.
+    /// An append failed: its entries go back first, to be tried again at the next commit
+    /// (after the chain's end is read from the store again).
     pub(crate) fn put_back(&mut self, mut entries: Vec<AuditEntry>) {
+        self.appended = None;
         entries.append(&mut self.pending);
         self.pending = entries;
     }
 
-    /// An append stored the chain up to record `head`.
-    pub(crate) fn stored(&mut self, head: u64) {
+    /// The chain's end at start, as the store holds it.
+    pub(crate) fn started_at(&mut self, head: u64) {
         self.head = self.head.max(head);
+    }
+
+    /// An append stored the chain up to `head`.
+    pub(crate) fn stored(&mut self, head: crate::store::AuditHead) {
+        self.head = self.head.max(head.seq);
+        self.appended = Some(head);
+    }
+
+    /// What the next append goes on from.
+    pub(crate) fn appended(&self) -> Option<crate::store::AuditHead> {
+        self.appended
     }
 
     /// The last record this master's chain holds, as far as it knows.
     pub(crate) fn head(&self) -> u64 {
         self.head
+    }
+
+    /// Whether it is time to cross-link the chains (nothing was written for a minute).
+    pub(crate) fn link_due(&self, now_ms: u64) -> bool {
+        self.linked_at_ms.is_none_or(|at| now_ms.saturating_sub(at) >= CROSS_LINK_EVERY_MS)
+    }
+
+    /// The heads of the other masters' chains, as the store held them at `at_ms`, to be
+    /// appended to this one: a check then finds a chain cut short at its end by any master's
+    /// record that saw it longer. Nothing when there is no other chain.
+    pub(crate) fn link(&mut self, own: &str, mut heads: std::collections::BTreeMap<String, u64>, at_ms: u64) {
+        self.linked_at_ms = Some(at_ms);
+        heads.remove(own);
+        if heads.is_empty() {
+            return;
+        }
+        self.pending.insert(0, cross_link(heads, at_ms));
+    }
+}
+
+/// The record of the other chains' heads.
+pub(crate) fn cross_link(heads: std::collections::BTreeMap<String, u64>, at_ms: u64) -> AuditEntry {
+    AuditEntry {
+        at_ms,
+        kind: CHAIN_HEADS.into(),
+        principal: "master".into(),
+        tenant: None,
+        action: CHAIN_HEADS.into(),
+        decision: "granted".into(),
+        reason: None,
+        minions: Vec::new(),
+        detail: serde_json::json!({ "heads": heads }),
     }
 }
 

@@ -86,6 +86,13 @@ impl<S: Store, N: Net> Master<S, N> {
         if !self.audit.has_pending() {
             return;
         }
+        let now_ms = self.clock.wall_ms();
+        if self.audit.link_due(now_ms) {
+            // A failed read only leaves this link out: the next is a minute away.
+            if let Ok(heads) = self.store.audit_heads().await {
+                self.audit.link(&self.config.id, heads, now_ms);
+            }
+        }
         let mut entries = self.audit.take();
         let tenants: Vec<&str> = self.registry.tenants().collect();
         for entry in entries.iter_mut().filter(|e| e.tenant.is_none() && !e.minions.is_empty()) {
@@ -97,7 +104,7 @@ impl<S: Store, N: Net> Master<S, N> {
             }
         }
         let started = self.clock.now();
-        let stored = self.store.append_audit(&self.config.id, &entries).await;
+        let stored = self.store.append_audit(&self.config.id, self.audit.appended(), &entries).await;
         self.metrics.store_call("append_audit", self.clock.now().saturating_duration_since(started), stored.is_ok());
         match stored {
             Ok(head) => self.audit.stored(head),

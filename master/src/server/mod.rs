@@ -265,7 +265,7 @@ impl<S: Store, N: Net> Master<S, N> {
         master.wake_at = master.next_timeout();
         master.trust_store().await?;
         let head = master.store.audit_head(&master.config.id).await?;
-        master.audit.stored(head);
+        master.audit.started_at(head);
         master.audit_policy("master_started");
         master.reload_principals().await?;
         master.reload_accepted().await?;

@@ -24,12 +24,28 @@ pub(crate) const EVERY_RECORD: AuditFilter = AuditFilter {
 
 use super::StoreError;
 
+/// The last record of a chain: its number and hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditHead {
+    /// Its number (0: the chain has none yet).
+    pub seq: u64,
+    /// Its hash ([`halite_protocol::audit::GENESIS`] before the first).
+    pub hash: [u8; 32],
+}
+
 /// How the store keeps the audit trail.
 pub trait AuditStore {
     /// Appends `entries` to `chain` (this master's id) in one transaction, each chained to
-    /// the one before it and signed with this master's key; the chain's last record number.
-    fn append_audit(&self, chain: &str, entries: &[AuditEntry])
-        -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// the one before it and signed with this master's key; the chain's new last record.
+    /// `after` is the last record the master appended (`None`: read from the store, as at
+    /// start): a master goes on from what it wrote, so records removed from the end of its
+    /// chain behind its back leave a gap a check names instead of being chained over.
+    fn append_audit(
+        &self,
+        chain: &str,
+        after: Option<AuditHead>,
+        entries: &[AuditEntry],
+    ) -> impl Future<Output = Result<AuditHead, StoreError>> + Send;
     /// Records after the id `after` that `filter` keeps, in store order, at most `limit`.
     fn audit_page(
         &self,
@@ -41,6 +57,9 @@ pub trait AuditStore {
     fn audit_checkpoints(&self) -> impl Future<Output = Result<Vec<Checkpoint>, StoreError>> + Send;
     /// The last record number of `chain` (0: none yet).
     fn audit_head(&self, chain: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// The last record number of every master's chain (those with records), for the
+    /// cross-links a master writes into its own chain.
+    fn audit_heads(&self) -> impl Future<Output = Result<std::collections::BTreeMap<String, u64>, StoreError>> + Send;
     /// Checks every chain: each record's hash and its signature by a master this master
     /// trusts, each chain whole from its start to at least the head `known_heads` gives it.
     fn verify_audit(
@@ -58,6 +77,26 @@ pub trait AuditStore {
         before_ms: Option<u64>,
         keep: Option<u64>,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// Where an append goes on: from the chain's last record in the store (`stored`), unless
+/// records this master appended (`after`) are gone from its end, removed behind its back: then
+/// from its own last one, so that the gap shows in every check. (A store ahead of `after` is
+/// another master with the same id going on: one chain, in store order.)
+pub(super) fn next_head(chain: &str, stored: (u64, [u8; 32]), after: Option<AuditHead>) -> (u64, [u8; 32]) {
+    match after {
+        Some(mine) if mine.seq > stored.0 => {
+            tracing::error!(
+                chain,
+                stored = stored.0,
+                appended = mine.seq,
+                "records were removed from the end of this master's audit chain behind its back; going on from the \
+                 last one it appended, so that the gap shows"
+            );
+            (mine.seq, mine.hash)
+        }
+        _ => stored,
+    }
 }
 
 /// The `minions` column: every id between spaces, so one is found with `LIKE '% id %'`.

@@ -16,58 +16,10 @@ macro_rules! audit_store {
             async fn append_audit(
                 &self,
                 chain: &str,
+                after: Option<$crate::store::audit::AuditHead>,
                 entries: &[halite_protocol::audit::AuditEntry],
-            ) -> Result<u64, $crate::store::StoreError> {
-                use sqlx::Row;
-                self.bounded(async move {
-                    let mut conn = self.conn().await?;
-                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                    let head = sqlx::query(&$sql("SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1"))
-                        .bind(chain)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    let head = match head {
-                        Some(row) => Some(row),
-                        None => sqlx::query(&$sql("SELECT seq, hash FROM audit_checkpoints WHERE chain = ?"))
-                            .bind(chain)
-                            .fetch_optional(&mut *tx)
-                            .await?,
-                    };
-                    let (seq, prev) = match head {
-                        None => (0, halite_protocol::audit::GENESIS),
-                        Some(row) => {
-                            let seq = u64::try_from(row.try_get::<i64, _>("seq")?).unwrap_or(0);
-                            let hash = row.try_get::<String, _>("hash")?;
-                            let hash = halite_protocol::audit::hash_from_hex(&hash).ok_or_else(|| {
-                                $crate::store::StoreError::Corrupt(format!("audit chain {chain}: record {seq}'s hash is not one"))
-                            })?;
-                            (seq, hash)
-                        }
-                    };
-                    let records = self.trust.get().chain_audit(chain, seq, prev, entries);
-                    for (record, entry) in records.iter().zip(entries) {
-                        sqlx::query(&$sql("INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, \
-                             minions, body, prev, hash, signer, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
-                        .bind(chain)
-                        .bind($crate::store::sqlite::db_int(record.seq))
-                        .bind($crate::store::sqlite::db_int(entry.at_ms))
-                        .bind(&entry.principal)
-                        .bind(&entry.tenant)
-                        .bind(&entry.action)
-                        .bind(&entry.decision)
-                        .bind($crate::store::audit::minions_column(&entry.minions))
-                        .bind(&record.body)
-                        .bind(&record.prev)
-                        .bind(&record.hash)
-                        .bind(&record.signer)
-                        .bind(&record.signature)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    tx.commit().await?;
-                    Ok(seq + entries.len() as u64)
-                })
-                .await
+            ) -> Result<$crate::store::audit::AuditHead, $crate::store::StoreError> {
+                self.append_audit_records(chain, after, entries).await
             }
 
             async fn audit_page(
@@ -111,9 +63,11 @@ macro_rules! audit_store {
             ) -> Result<Vec<halite_protocol::audit::Checkpoint>, $crate::store::StoreError> {
                 use sqlx::Row;
                 self.bounded(async move {
-                    let rows = sqlx::query(&$sql("SELECT chain, seq, hash, signer, signature FROM audit_checkpoints ORDER BY chain"))
-                        .fetch_all(&mut *self.conn().await?)
-                        .await?;
+                    let rows = sqlx::query(&$sql(
+                        "SELECT chain, seq, hash, signer, signature FROM audit_checkpoints ORDER BY chain",
+                    ))
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
                     rows.iter()
                         .map(|row| {
                             Ok(halite_protocol::audit::Checkpoint {
@@ -144,6 +98,27 @@ macro_rules! audit_store {
                 .await
             }
 
+            async fn audit_heads(&self) -> Result<std::collections::BTreeMap<String, u64>, $crate::store::StoreError> {
+                use sqlx::Row;
+                self.bounded(async move {
+                    // One index lookup per master, not a scan of the trail.
+                    let rows = sqlx::query(&$sql(
+                        "SELECT chain, (SELECT max(seq) FROM audit WHERE audit.chain = masters.chain) AS head \
+                         FROM (SELECT DISTINCT id AS chain FROM masters) AS masters",
+                    ))
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
+                    let mut heads = std::collections::BTreeMap::new();
+                    for row in &rows {
+                        if let Some(head) = row.try_get::<Option<i64>, _>("head")? {
+                            heads.insert(row.try_get::<String, _>("chain")?, u64::try_from(head).unwrap_or(0));
+                        }
+                    }
+                    Ok(heads)
+                })
+                .await
+            }
+
             async fn verify_audit(
                 &self,
                 known_heads: &std::collections::BTreeMap<String, u64>,
@@ -159,10 +134,18 @@ macro_rules! audit_store {
                 };
                 for checkpoint in &checkpoints {
                     let trusted = self.signer_trusted(&trust, &checkpoint.signer).await?;
-                    standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(checkpoint.signer.clone(), trusted);
+                    standing
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(checkpoint.signer.clone(), trusted);
                 }
                 let trusted = |key: &halite_protocol::identity::PublicIdentity, _chain: &str| {
-                    standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&halite_protocol::hex::encode(key.as_bytes())).copied().unwrap_or(false)
+                    standing
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .get(&halite_protocol::hex::encode(key.as_bytes()))
+                        .copied()
+                        .unwrap_or(false)
                 };
                 let mut verifier = match halite_protocol::audit::Verifier::new(&trusted, &checkpoints) {
                     Ok(verifier) => verifier,
@@ -176,9 +159,16 @@ macro_rules! audit_store {
                     let Some(last) = page.last() else { break };
                     after = Some(last.id);
                     for record in &page {
-                        if !standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&record.signer) {
+                        if !standing
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .contains_key(&record.signer)
+                        {
                             let known = self.signer_trusted(&trust, &record.signer).await?;
-                            standing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(record.signer.clone(), known);
+                            standing
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .insert(record.signer.clone(), known);
                         }
                         if let Err(error) = verifier.check(record) {
                             return Ok(broken(error));
@@ -222,7 +212,10 @@ macro_rules! audit_store {
                         let heads = rows
                             .iter()
                             .map(|row| {
-                                Ok((row.try_get::<String, _>("chain")?, u64::try_from(row.try_get::<i64, _>("head")?).unwrap_or(0)))
+                                Ok((
+                                    row.try_get::<String, _>("chain")?,
+                                    u64::try_from(row.try_get::<i64, _>("head")?).unwrap_or(0),
+                                ))
                             })
                             .collect::<Result<std::collections::BTreeMap<_, _>, $crate::store::StoreError>>()?;
                         Ok((masters, heads))
@@ -248,11 +241,13 @@ macro_rules! audit_store {
                     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                     let by_age: Option<i64> = match before {
                         None => None,
-                        Some(before) => sqlx::query_scalar(&$sql("SELECT max(seq) FROM audit WHERE chain = ? AND at_ms < ?"))
-                            .bind(chain)
-                            .bind(before)
-                            .fetch_one(&mut *tx)
-                            .await?,
+                        Some(before) => {
+                            sqlx::query_scalar(&$sql("SELECT max(seq) FROM audit WHERE chain = ? AND at_ms < ?"))
+                                .bind(chain)
+                                .bind(before)
+                                .fetch_one(&mut *tx)
+                                .await?
+                        }
                     };
                     let head: Option<i64> = sqlx::query_scalar(&$sql("SELECT max(seq) FROM audit WHERE chain = ?"))
                         .bind(chain)
@@ -263,20 +258,25 @@ macro_rules! audit_store {
                         _ => None,
                     };
                     let Some(cut) = by_age.max(by_count).filter(|cut| *cut > 0) else { return Ok(0) };
-                    let hash: Option<String> = sqlx::query_scalar(&$sql("SELECT hash FROM audit WHERE chain = ? AND seq = ?"))
-                        .bind(chain)
-                        .bind(cut)
-                        .fetch_optional(&mut *tx)
-                        .await?;
+                    let hash: Option<String> =
+                        sqlx::query_scalar(&$sql("SELECT hash FROM audit WHERE chain = ? AND seq = ?"))
+                            .bind(chain)
+                            .bind(cut)
+                            .fetch_optional(&mut *tx)
+                            .await?;
                     // Already pruned past it.
                     let Some(hash) = hash else { return Ok(0) };
                     let hash = halite_protocol::audit::hash_from_hex(&hash).ok_or_else(|| {
-                        $crate::store::StoreError::Corrupt(format!("audit chain {chain}: record {cut}'s hash is not one"))
+                        $crate::store::StoreError::Corrupt(format!(
+                            "audit chain {chain}: record {cut}'s hash is not one"
+                        ))
                     })?;
                     let checkpoint = self.trust.get().audit_checkpoint(chain, u64::try_from(cut).unwrap_or(0), &hash);
-                    sqlx::query(&$sql("INSERT INTO audit_checkpoints (chain, seq, hash, signer, signature) VALUES (?, ?, ?, ?, ?) \
+                    sqlx::query(&$sql(
+                        "INSERT INTO audit_checkpoints (chain, seq, hash, signer, signature) VALUES (?, ?, ?, ?, ?) \
                          ON CONFLICT (chain) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, \
-                         signer = excluded.signer, signature = excluded.signature"))
+                         signer = excluded.signer, signature = excluded.signature",
+                    ))
                     .bind(chain)
                     .bind(cut)
                     .bind(&checkpoint.hash)
@@ -335,3 +335,79 @@ where
         signature: row.try_get("signature")?,
     })
 }
+
+/// The sqlx append of the audit trail, for `PostgresStore`.
+macro_rules! audit_append_sqlx {
+    ($store:ty, $sql:path) => {
+        impl $store {
+        /// Appends to the audit trail through sqlx (PostgreSQL's; SQLite's goes through its
+        /// hot connection, `sqlite_hot_audit.rs`).
+        async fn append_audit_records(
+                &self,
+                chain: &str,
+                after: Option<$crate::store::audit::AuditHead>,
+                entries: &[halite_protocol::audit::AuditEntry],
+            ) -> Result<$crate::store::audit::AuditHead, $crate::store::StoreError> {
+                use sqlx::Row;
+                self.bounded(async move {
+                    let mut conn = self.conn().await?;
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                    // The store's last record of the chain, or its checkpoint's.
+                    let stored = {
+                            let last = "SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1";
+                            let head = sqlx::query(&$sql(last)).bind(chain).fetch_optional(&mut *tx).await?;
+                            let head = match head {
+                                Some(row) => Some(row),
+                                None => sqlx::query(&$sql("SELECT seq, hash FROM audit_checkpoints WHERE chain = ?"))
+                                    .bind(chain)
+                                    .fetch_optional(&mut *tx)
+                                    .await?,
+                            };
+                            match head {
+                                None => (0, halite_protocol::audit::GENESIS),
+                                Some(row) => {
+                                    let seq = u64::try_from(row.try_get::<i64, _>("seq")?).unwrap_or(0);
+                                    let hash = row.try_get::<String, _>("hash")?;
+                                    let hash = halite_protocol::audit::hash_from_hex(&hash).ok_or_else(|| {
+                                        $crate::store::StoreError::Corrupt(format!(
+                                            "audit chain {chain}: record {seq}'s hash is not one"
+                                        ))
+                                    })?;
+                                    (seq, hash)
+                                }
+                            }
+                    };
+                    let (seq, prev) = $crate::store::audit::next_head(chain, stored, after);
+                    let records = self.trust.get().chain_audit(chain, seq, prev, entries);
+                    for (record, entry) in records.iter().zip(entries) {
+                        sqlx::query(&$sql("INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, \
+                             minions, body, prev, hash, signer, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
+                        .bind(chain)
+                        .bind($crate::store::sqlite::db_int(record.seq))
+                        .bind($crate::store::sqlite::db_int(entry.at_ms))
+                        .bind(&entry.principal)
+                        .bind(&entry.tenant)
+                        .bind(&entry.action)
+                        .bind(&entry.decision)
+                        .bind($crate::store::audit::minions_column(&entry.minions))
+                        .bind(&record.body)
+                        .bind(&record.prev)
+                        .bind(&record.hash)
+                        .bind(&record.signer)
+                        .bind(&record.signature)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    let hash = match records.last() {
+                        Some(last) => halite_protocol::audit::hash_from_hex(&last.hash).unwrap_or(prev),
+                        None => prev,
+                    };
+                    Ok($crate::store::audit::AuditHead { seq: seq + entries.len() as u64, hash })
+                })
+                .await
+            }
+        }
+    };
+}
+pub(super) use audit_append_sqlx;

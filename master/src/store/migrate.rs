@@ -343,7 +343,7 @@ mod tests {
         store.create_api_token(&[4; 32], "heat", "ops", 5, None).await.unwrap();
         // An audit trail pruned behind a checkpoint, longer than one batch.
         let entries: Vec<AuditEntry> = (0..700u64).map(audit_entry).collect();
-        store.append_audit("m1", &entries).await.unwrap();
+        store.append_audit("m1", None, &entries).await.unwrap();
         assert_eq!(store.prune_audit("m1", None, Some(650)).await.unwrap(), 50);
         store
     }
@@ -422,7 +422,7 @@ mod tests {
             let heads = BTreeMap::from([("m1".to_owned(), 700)]);
             let verified = to.verify_audit(&heads).await.unwrap();
             assert_eq!((verified.records, verified.broken.as_deref()), (650, None), "{verified:?}");
-            assert_eq!(to.append_audit("m1", &[audit_entry(700)]).await.unwrap(), 701);
+            assert_eq!(to.append_audit("m1", None, &[audit_entry(700)]).await.unwrap().seq, 701);
             let last = to.audit_page(&everything, trail.last().map(|r| r.id), 10).await.unwrap();
             assert_eq!(last.iter().map(|r| r.seq).collect::<Vec<_>>(), [701]);
             assert!(to.verify_audit(&BTreeMap::from([("m1".to_owned(), 701)])).await.unwrap().broken.is_none());

@@ -23,6 +23,7 @@ mod signed_rows_tests;
 mod sqlite;
 mod sqlite_checkpoint;
 mod sqlite_hot;
+mod sqlite_hot_audit;
 mod test_postgres;
 pub mod trust;
 mod wal;
@@ -35,7 +36,7 @@ use halite_protocol::message::{
     Target, Value,
 };
 
-pub use audit::AuditStore;
+pub use audit::{AuditHead, AuditStore};
 pub(crate) use cluster::Announcement;
 pub use cluster::{event_digest, ClusterChange, Heard};
 #[cfg(test)]

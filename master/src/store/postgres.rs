@@ -805,6 +805,7 @@ impl Store for PostgresStore {
 super::deploy_sql::deploy_store!(PostgresStore, super::common_sql::postgres_sql);
 super::audit_sql::audit_helpers!(PostgresStore);
 super::audit_sql::audit_store!(PostgresStore, super::common_sql::postgres_sql);
+super::audit_sql::audit_append_sqlx!(PostgresStore, super::common_sql::postgres_sql);
 
 #[cfg(test)]
 mod tests {

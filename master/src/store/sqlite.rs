@@ -55,6 +55,22 @@ impl SqliteStore {
         Self::open_with(path, false).await
     }
 
+    /// Writes a consistent copy of the database at `path` to `into` (which must not exist),
+    /// read through a read-only connection: the source is not written, not even migrated or
+    /// marked open (what `migrate-store` reads from). Refused, as [`SqliteStore::open`] is,
+    /// for a database whose write-ahead log is lost, unless `accept_loss`.
+    pub async fn snapshot(path: &Path, into: &Path, accept_loss: bool) -> Result<(), StoreError> {
+        if !accept_loss {
+            check_log(path).await?;
+        }
+        let options = SqliteConnectOptions::new().filename(path).read_only(true);
+        let mut conn = options.connect().await?;
+        let copied = sqlx::query("VACUUM INTO ?").bind(into.to_string_lossy().into_owned()).execute(&mut conn).await;
+        let _ = conn.close().await;
+        copied?;
+        Ok(())
+    }
+
     /// [`SqliteStore::open`], optionally accepting a database whose write-ahead log is lost.
     pub async fn open_with(path: &Path, accept_loss: bool) -> Result<Self, StoreError> {
         if !accept_loss {
@@ -365,6 +381,21 @@ impl Store for SqliteStore {
 super::deploy_sql::deploy_store!(SqliteStore, super::common_sql::sqlite_sql);
 super::audit_sql::audit_helpers!(SqliteStore);
 super::audit_sql::audit_store!(SqliteStore, super::common_sql::sqlite_sql);
+
+impl SqliteStore {
+    /// Appends to the audit trail on the hot connection (`sqlite_hot_audit.rs`).
+    async fn append_audit_records(
+        &self,
+        chain: &str,
+        after: Option<super::audit::AuditHead>,
+        entries: &[halite_protocol::audit::AuditEntry],
+    ) -> Result<super::audit::AuditHead, StoreError> {
+        let trust = self.trust.get();
+        self.hot(|hot| {
+            hot.append_audit(chain, after, entries, |seq, prev| trust.chain_audit(chain, seq, prev, entries))
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -79,7 +79,10 @@ impl HotWrites {
     /// Runs `write` in one IMMEDIATE transaction: committed if it succeeds, rolled back if it
     /// fails, returns early or panics. BEGIN and COMMIT are cached statements like the writes
     /// (rusqlite's `Transaction` parses them again on every call).
-    fn in_transaction(&mut self, write: impl FnOnce(&Connection) -> Result<(), StoreError>) -> Result<(), StoreError> {
+    pub(super) fn in_transaction(
+        &mut self,
+        write: impl FnOnce(&Connection) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         let open = OpenTransaction(&self.conn);
         write(&self.conn)?;

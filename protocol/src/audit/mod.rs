@@ -11,6 +11,6 @@ mod verify;
 pub use export::{ExportHeader, ExportedMaster, EXPORT_FORMAT};
 pub use record::{
     chain_records, checkpoint_signed_by, hash_from_hex, record_hash, record_signed_by, sign_checkpoint, AuditEntry,
-    AuditRecord, Checkpoint, GENESIS,
+    AuditRecord, Checkpoint, CHAIN_HEADS, GENESIS,
 };
 pub use verify::{Broken, Trusted, Verified, Verifier};

@@ -22,6 +22,11 @@ const CHECKPOINT_SIGNATURE: &[u8] = b"halite audit checkpoint v1";
 /// The hash before a chain's first record.
 pub const GENESIS: [u8; 32] = [0; 32];
 
+/// The kind (and action) of a record that cross-links chains: a master writes into its own
+/// chain the last record number of every other master's (`detail.heads`), so a chain cut
+/// short at its end is found by the records that saw it longer.
+pub const CHAIN_HEADS: &str = "chain_heads";
+
 /// What happened, as the master appends it. The store fills in its place in the chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use crate::identity::PublicIdentity;
 
 use super::record::{
-    checkpoint_signed_by, hash_from_hex, record_hash, record_signed_by, AuditRecord, Checkpoint, GENESIS,
+    checkpoint_signed_by, hash_from_hex, record_hash, record_signed_by, AuditEntry, AuditRecord, Checkpoint,
+    CHAIN_HEADS, GENESIS,
 };
 
 /// Where a chain was found broken: the first problem, by chain and record number.
@@ -43,6 +44,9 @@ pub struct Verifier<'a> {
     trusted: &'a Trusted<'a>,
     checkpoints: BTreeMap<String, (u64, [u8; 32])>,
     chains: BTreeMap<String, (u64, [u8; 32])>,
+    /// The furthest each chain was seen to reach by another chain's cross-link: the number,
+    /// and which record of which chain saw it.
+    attested: BTreeMap<String, (u64, String, u64)>,
     records: u64,
 }
 
@@ -64,7 +68,7 @@ impl<'a> Verifier<'a> {
             }
             starts.insert(checkpoint.chain.clone(), (checkpoint.seq, hash));
         }
-        Ok(Verifier { trusted, checkpoints: starts, chains: BTreeMap::new(), records: 0 })
+        Ok(Verifier { trusted, checkpoints: starts, chains: BTreeMap::new(), attested: BTreeMap::new(), records: 0 })
     }
 
     /// Checks the next record.
@@ -103,21 +107,62 @@ impl<'a> Verifier<'a> {
         }
         self.chains.insert(record.chain.clone(), (record.seq, hash));
         self.records += 1;
+        self.note_cross_link(record);
         Ok(())
+    }
+
+    /// A signed record that cross-links chains: what it says each other chain reached.
+    fn note_cross_link(&mut self, record: &AuditRecord) {
+        if !record.body.contains(CHAIN_HEADS) {
+            return;
+        }
+        let Ok(entry) = serde_json::from_str::<AuditEntry>(&record.body) else { return };
+        if entry.kind != CHAIN_HEADS {
+            return;
+        }
+        let Some(heads) = entry.detail.get("heads").and_then(serde_json::Value::as_object) else { return };
+        for (chain, head) in heads {
+            let Some(head) = head.as_u64() else { continue };
+            if chain == &record.chain {
+                continue;
+            }
+            let seen = self.attested.get(chain).map_or(0, |(seq, _, _)| *seq);
+            if head > seen {
+                self.attested.insert(chain.clone(), (head, record.chain.clone(), record.seq));
+            }
+        }
     }
 
     /// The end of the check: each chain must reach at least the record its writer knows it
     /// wrote last (`known_heads`: a master's own chain, which it remembers), or records at
     /// the end were removed.
     pub fn finish(self, known_heads: &BTreeMap<String, u64>) -> Result<Verified, Broken> {
-        for (chain, head) in known_heads {
+        let last_of = |chain: &str| {
             let last = self.chains.get(chain).map(|(seq, _)| *seq).or_else(|| self.checkpoints.get(chain).map(|c| c.0));
-            let last = last.unwrap_or(0);
+            last.unwrap_or(0)
+        };
+        for (chain, head) in known_heads {
+            let last = last_of(chain);
             if last < *head {
                 return Err(Broken {
                     chain: chain.clone(),
                     seq: last + 1,
                     what: format!("records {} to {head} are missing (removed from the end)", last + 1),
+                });
+            }
+        }
+        // Each other chain must reach what the cross-links saw of it.
+        for (chain, (head, by, at)) in &self.attested {
+            let last = last_of(chain);
+            if last < *head {
+                return Err(Broken {
+                    chain: chain.clone(),
+                    seq: last + 1,
+                    what: format!(
+                        "records {} to {head} are missing (removed from the end): record {at} of chain {by} saw the \
+                         chain reach {head}",
+                        last + 1
+                    ),
                 });
             }
         }
@@ -219,5 +264,38 @@ mod tests {
         assert!(check(&key, &records[2..], &[]).is_err());
         let forged = Checkpoint { seq: 3, hash: records[2].hash.clone(), ..checkpoint };
         assert!(check(&key, &records[3..], &[forged]).unwrap_err().what.contains("checkpoint"));
+    }
+
+    #[test]
+    fn a_chain_cut_short_at_its_end_is_named_by_the_other_chain_that_saw_it_longer() {
+        let (a, b) = (IdentityKey::generate_os(), IdentityKey::generate_os());
+        let (a_public, b_public) = (a.public(), b.public());
+        let trusted =
+            move |k: &PublicIdentity, chain: &str| (chain == "a" && *k == a_public) || (chain == "b" && *k == b_public);
+        let b_records = chain_records(&b, "b", 0, GENESIS, &(1..=4).map(entry).collect::<Vec<_>>());
+        // Chain a saw chain b reach record 4.
+        let link = AuditEntry {
+            kind: CHAIN_HEADS.into(),
+            action: CHAIN_HEADS.into(),
+            detail: serde_json::json!({ "heads": { "b": 4, "a": 99 } }),
+            ..entry(9)
+        };
+        let a_records = chain_records(&a, "a", 0, GENESIS, &[entry(1), link]);
+        let run = |b_kept: usize| {
+            let mut verifier = Verifier::new(&trusted, &[]).unwrap();
+            for record in b_records[..b_kept].iter().chain(&a_records) {
+                verifier.check(record).unwrap();
+            }
+            verifier.finish(&BTreeMap::new())
+        };
+        assert_eq!(run(4).unwrap().records, 6);
+        // b's last two records removed: each is whole, but a's link names the cut.
+        let error = run(2).unwrap_err();
+        assert_eq!((error.chain.as_str(), error.seq), ("b", 3), "{error}");
+        assert!(error.what.contains("record 2 of chain a saw the chain reach 4"), "{error}");
+        // A link in a record nobody trusted signed is no link.
+        let forged = chain_records(&b, "a", 0, GENESIS, &[entry(1)]);
+        let mut verifier = Verifier::new(&trusted, &[]).unwrap();
+        assert!(verifier.check(&forged[0]).is_err());
     }
 }

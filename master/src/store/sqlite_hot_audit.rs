@@ -1,0 +1,73 @@
+//! SQLite's append to the audit trail, on the hot connection (`sqlite_hot.rs`): it comes with
+//! every commit a request is answered in, so it pays no thread hop through sqlx.
+
+use rusqlite::{params, OptionalExtension};
+
+use halite_protocol::audit::{hash_from_hex, AuditEntry, AuditRecord, GENESIS};
+
+use super::audit::{minions_column, next_head, AuditHead};
+use super::sqlite::db_int;
+use super::sqlite_hot::HotWrites;
+use super::StoreError;
+
+const LAST_RECORD: &str = "SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1";
+const CHECKPOINT: &str = "SELECT seq, hash FROM audit_checkpoints WHERE chain = ?";
+const INSERT_RECORD: &str = "INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, minions, \
+     body, prev, hash, signer, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+impl HotWrites {
+    /// Appends `entries` to `chain` in one transaction, going on from [`next_head`]; `sign`
+    /// makes the records (chained and signed) after a record number and hash.
+    pub(super) fn append_audit(
+        &mut self,
+        chain: &str,
+        after: Option<AuditHead>,
+        entries: &[AuditEntry],
+        sign: impl FnOnce(u64, [u8; 32]) -> Vec<AuditRecord>,
+    ) -> Result<AuditHead, StoreError> {
+        let mut head = None;
+        self.in_transaction(|conn| {
+            let last = |sql: &str| -> Result<Option<(i64, String)>, StoreError> {
+                Ok(conn.prepare_cached(sql)?.query_row([chain], |row| Ok((row.get(0)?, row.get(1)?))).optional()?)
+            };
+            let stored = match last(LAST_RECORD)? {
+                Some(found) => Some(found),
+                None => last(CHECKPOINT)?,
+            };
+            let stored = match stored {
+                None => (0, GENESIS),
+                Some((seq, hash)) => {
+                    let seq = u64::try_from(seq).unwrap_or(0);
+                    let hash = hash_from_hex(&hash).ok_or_else(|| {
+                        StoreError::Corrupt(format!("audit chain {chain}: record {seq}'s hash is not one"))
+                    })?;
+                    (seq, hash)
+                }
+            };
+            let (seq, prev) = next_head(chain, stored, after);
+            let records = sign(seq, prev);
+            let mut insert = conn.prepare_cached(INSERT_RECORD)?;
+            for (record, entry) in records.iter().zip(entries) {
+                insert.execute(params![
+                    chain,
+                    db_int(record.seq),
+                    db_int(entry.at_ms),
+                    entry.principal,
+                    entry.tenant,
+                    entry.action,
+                    entry.decision,
+                    minions_column(&entry.minions),
+                    record.body,
+                    record.prev,
+                    record.hash,
+                    record.signer,
+                    record.signature,
+                ])?;
+            }
+            let hash = records.last().and_then(|last| hash_from_hex(&last.hash)).unwrap_or(prev);
+            head = Some(AuditHead { seq: seq + entries.len() as u64, hash });
+            Ok(())
+        })?;
+        head.ok_or_else(|| StoreError::Corrupt("the audit append ended without its head".into()))
+    }
+}
