@@ -367,6 +367,7 @@ async fn connect_postgres(
 ) -> Result<Option<store::PostgresStore>, MasterError> {
     const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
     loop {
+        let started = clock::Clock::now(&clock::SystemClock);
         match store::PostgresStore::connect(options.clone()).await {
             Ok(store) => {
                 tracing::info!(store = %place, "store connected");
@@ -377,8 +378,9 @@ async fn connect_postgres(
             }
             Err(error) => return Err(MasterError::Database { place: place.to_owned(), error }),
         }
+        // Tried every RETRY, however long the failed attempt took.
         tokio::select! {
-            () = tokio::time::sleep(RETRY) => {}
+            () = tokio::time::sleep(RETRY.saturating_sub(clock::Clock::now(&clock::SystemClock) - started)) => {}
             () = shutdown.as_mut() => return Ok(None),
         }
     }

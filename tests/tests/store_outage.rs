@@ -55,3 +55,31 @@ fn postgres_restarted_mid_run_loses_nothing_and_refuses_new_work_clearly_meanwhi
     drop(server);
     let _ = std::fs::remove_dir_all(&server_dir);
 }
+
+#[test]
+fn a_master_started_before_its_database_says_so_every_two_seconds_and_serves_once_it_is_up() {
+    let server_dir = std::env::temp_dir().join(format!("halite-late-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&server_dir);
+    let server = OwnServer::start(&server_dir);
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
+    cluster.kill_master();
+    server.stop();
+    let log = cluster.dir.join("master.log");
+    let logged_before = std::fs::read_to_string(&log).unwrap_or_default().len();
+    // The database comes back 7 s after the master starts.
+    let resumed = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(7));
+        server.resume();
+        server
+    });
+    // Returns once the master serves.
+    cluster.start_master();
+    let _server = resumed.join().unwrap();
+    let said = std::fs::read_to_string(&log).unwrap_or_default()[logged_before..].to_owned();
+    let unreachable = said.lines().filter(|l| l.contains("store unreachable")).count();
+    // From the first attempt, every 2 s: at 0, 2, 4 and 6 s (a 30 s wait would say nothing).
+    assert!((3..=5).contains(&unreachable), "{unreachable} times: {said}");
+    assert!(said.lines().any(|l| l.contains("Connection refused") || l.contains("connection refused")), "{said}");
+    assert!(said.contains("store connected"), "{said}");
+    assert_eq!(cluster.cli(&["key", "list"]).code, 0);
+}

@@ -1,8 +1,9 @@
 //! What the audit trail will hold, gathered as the master works: a client's request begun
 //! when it arrives and ended by its answer (granted, refused or failed, with the answer's
 //! reason), and what the master records by itself (a job's end, a key's change, a policy
-//! reread). The loop appends what is gathered at the start of each commit, before the
-//! step's answers leave (`server/writes.rs`), so what a client is told is already recorded.
+//! reread). The loop appends what is gathered in batches (`server/audit.rs`): at most
+//! [`APPEND_WAIT`] after a record is made, at once before a request reads the store, and
+//! before the master stops.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,6 +17,13 @@ const MAX_OPEN: usize = 65_536;
 /// How often at most a master writes the heads of the other masters' chains into its own
 /// (while it records anything): what a check holds each chain's end to.
 pub(crate) const CROSS_LINK_EVERY_MS: u64 = 60_000;
+
+/// How long a record waits to be appended at most: appends are batched (one transaction for
+/// every record gathered meanwhile), so the trail costs a fraction of a commit per record.
+pub(crate) const APPEND_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Records that make an append due at once, however young.
+const APPEND_BATCH: usize = 512;
 
 /// Entries kept while the store cannot take them; past it, the oldest are dropped (and
 /// counted) rather than grow without bound.
@@ -54,6 +62,10 @@ pub(crate) struct AuditLog {
     appended: Option<crate::store::AuditHead>,
     /// When the other chains' heads were last written into this one.
     linked_at_ms: Option<u64>,
+    /// When what is pending must be appended.
+    due_at: Option<std::time::Instant>,
+    /// Appended at the next commit, however young (a request is about to read the store).
+    forced: bool,
 }
 
 impl AuditLog {
@@ -149,13 +161,31 @@ impl AuditLog {
         self.pending.push(entry);
     }
 
-    /// Whether anything waits to be appended.
-    pub(crate) fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+    /// Whether what waits is to be appended now: it has waited [`APPEND_WAIT`] (counted from
+    /// the first commit that found it), there is a batch of it, or a read of the store is next.
+    pub(crate) fn due(&mut self, now: std::time::Instant) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let due_at = *self.due_at.get_or_insert(now + APPEND_WAIT);
+        self.forced || self.pending.len() >= APPEND_BATCH || now >= due_at
+    }
+
+    /// When the loop must wake to append what waits.
+    pub(crate) fn next_due(&self) -> Option<std::time::Instant> {
+        self.due_at.filter(|_| !self.pending.is_empty())
+    }
+
+    /// What waits is appended at the next commit: a request reads the store next (it sees every
+    /// record made before it), or the master stops.
+    pub(crate) fn force(&mut self) {
+        self.forced = true;
     }
 
     /// What waits to be appended, taken for one append.
     pub(crate) fn take(&mut self) -> Vec<AuditEntry> {
+        self.due_at = None;
+        self.forced = false;
         std::mem::take(&mut self.pending)
     }
 
@@ -330,7 +360,7 @@ mod tests {
         let got: Vec<(&str, &str)> = entries.iter().map(|e| (e.action.as_str(), e.decision.as_str())).collect();
         assert_eq!(got, [("key_list", "granted"), ("key_accept", "refused"), ("principal_add", "unanswered")]);
         assert_eq!(entries[1].reason.as_deref(), Some("forbidden: no"));
-        assert!(!log.has_pending());
+        assert!(log.take().is_empty());
     }
 
     #[test]
@@ -362,5 +392,28 @@ mod tests {
         log.begin(PeerId(2), "2".into(), 7, page(serde_json::json!(40)));
         log.answered(PeerId(2), &answer(2), 7);
         assert_eq!(log.take().len(), 1);
+    }
+
+    #[test]
+    fn records_are_appended_in_batches_at_most_a_wait_late_and_at_once_before_a_read() {
+        let mut log = AuditLog::default();
+        let start = std::time::Instant::now();
+        assert!(!log.due(start), "nothing waits");
+        log.push(entry(0, begun("key_list"), "granted", None));
+        assert!(!log.due(start), "young");
+        assert_eq!(log.next_due(), Some(start + APPEND_WAIT));
+        assert!(log.due(start + APPEND_WAIT));
+        assert_eq!(log.take().len(), 1);
+        assert_eq!(log.next_due(), None);
+        // A read of the store next: at once.
+        log.push(entry(0, begun("key_list"), "granted", None));
+        log.force();
+        assert!(log.due(start));
+        assert_eq!(log.take().len(), 1);
+        // A full batch: at once.
+        for _ in 0..APPEND_BATCH {
+            log.push(entry(0, begun("key_list"), "granted", None));
+        }
+        assert!(log.due(start));
     }
 }

@@ -129,7 +129,9 @@ impl<S: Store, N: Net> Master<S, N> {
                     self.with_cluster_jobs(|desk| desk.missed_jobs_read(read));
                 }
                 Ask::Request(asked) => {
-                    // Requests read the store: they see every state change made before them.
+                    // Requests read the store: they see every state change and audit record
+                    // made before them.
+                    self.audit.force();
                     self.flush().await;
                     let (from, body) = crate::admin::request_from(*asked);
                     if crate::deploy::is_group_request(&body) {

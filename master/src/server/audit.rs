@@ -1,6 +1,6 @@
 //! The loop's part of the audit trail: requests begun as they arrive and ended by their
-//! answers (`core/audit_log.rs`), what the master records by itself, and the append at the
-//! start of each commit, before the step's answers leave.
+//! answers (`core/audit_log.rs`), what the master records by itself, and the append, in
+//! batches: at most 100 ms after a record is made, and before any request reads the store.
 
 use std::time::Duration;
 
@@ -79,11 +79,13 @@ impl<S: Store, N: Net> Master<S, N> {
         self.audit.push(entry);
     }
 
-    /// Appends what the step gathered, in one transaction, before anything the step decided
-    /// leaves: every entry gets the tenant of the minions it concerns when they lie in one.
-    /// What the store does not take waits for the next commit (the answers do not).
+    /// Appends what was gathered, in one transaction, once it is due ([`AuditLog::due`]):
+    /// every entry gets the tenant of the minions it concerns when they lie in one. What the
+    /// store does not take is tried again 100 ms later.
+    ///
+    /// [`AuditLog::due`]: crate::core::audit_log::AuditLog::due
     pub(crate) async fn append_audit(&mut self) {
-        if !self.audit.has_pending() {
+        if !self.audit.due(self.clock.now()) {
             return;
         }
         let now_ms = self.clock.wall_ms();

@@ -394,6 +394,7 @@ impl<S: Store, N: Net> Master<S, N> {
             };
             self.step(input).await;
         }
+        self.audit.force();
         self.flush().await;
         if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
             warn!(%error, "recording the wall clock failed");

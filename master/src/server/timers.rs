@@ -142,6 +142,7 @@ impl<S: Store, N: Net> Master<S, N> {
             deployment_retry,
             self.cluster.next_due(now),
             self.pending.deadlines_resume_at(),
+            self.audit.next_due(),
             retry,
             left_for_next_step,
         ]

@@ -24,7 +24,8 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Writes the batched state changes in one transaction, then acknowledges the returns they
     /// include: a minion drops a return from its outbox only once it is stored.
     async fn write_pending(&mut self) {
-        // First: the step's answers and acknowledgements leave only after what it recorded.
+        // The audit records gathered, once a batch of them is due (at most 100 ms after the
+        // first, or at once before a request reads the store).
         self.append_audit().await;
         let records = self.pending.take_minions();
         if !records.is_empty() {

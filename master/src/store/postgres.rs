@@ -39,6 +39,10 @@ const POOL_SIZE: u32 = 8;
 /// its calls one at a time, so it never waits behind itself for a connection).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How long connecting to the database may take at start before the attempt counts as failed
+/// (and is logged, and tried again).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How often the probe asks the database whether it answers, and how long it waits: a
 /// database that stops answering (frozen, its link silent) is noticed within half a second,
 /// and every call waiting on it then fails as unavailable ([`PostgresStore::bounded`]).
@@ -193,7 +197,17 @@ impl PostgresStore {
         let options = options.options([("statement_timeout", timeout.as_str())]);
         // The schema first, on a connection of its own: masters starting together wait for each
         // other's migration (an advisory lock), which the lock timeout below would cut short.
-        let migrating = PgPoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        // A direct connection first: it fails at once and says why (refused, unknown host, TLS,
+        // authentication), where a pool retries silently until its acquire timeout.
+        let first = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::ConnectOptions::connect(&options))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("no connection within {CONNECT_TIMEOUT:?}")))??;
+        let _ = sqlx::Connection::close(first).await;
+        let migrating = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_with(options.clone())
+            .await?;
         let signed = Self::applied(&migrating, SIGNED_ROWS).await;
         let signed_tokens = Self::applied(&migrating, SIGNED_TOKENS).await;
         MIGRATOR.run(&migrating).await.map_err(|error| match error {

@@ -46,7 +46,9 @@ impl MinionCore {
         };
         let job: Job = match verdict {
             Ok(job) => job,
-            Err(error) => return self.refuse(ErrorKind::BadSignature, error.to_string(), None),
+            // Named by the jid its body claims, so the master ends the slot at once, with why,
+            // rather than waiting for the job's timeout.
+            Err(error) => return self.refuse(ErrorKind::BadSignature, error.to_string(), signed.claimed_jid()),
         };
         if let Err(error) = halite_protocol::id::validate(&job.jid) {
             return self.refuse(ErrorKind::BadRequest, format!("bad jid: {error}"), Some(job.jid));

@@ -162,6 +162,11 @@ impl Test {
 
     /// A job signed by the master, sent now with `timeout_ms` to start.
     fn job(&self, jid: &str, timeout_ms: u64) -> SignedJob {
+        self.job_signed_by(jid, timeout_ms, &self.master_key)
+    }
+
+    /// [`Test::job`] signed by `key`.
+    fn job_signed_by(&self, jid: &str, timeout_ms: u64, key: &IdentityKey) -> SignedJob {
         let job = Job {
             jid: jid.into(),
             function: "test.ping".into(),
@@ -173,7 +178,7 @@ impl Test {
             caller: "root".into(),
             reach: None,
         };
-        let mut signed = SignedJob::sign(&job, &self.master_key);
+        let mut signed = SignedJob::sign(&job, key);
         signed.start_by_ms = Some(self.master_ms() + timeout_ms);
         signed
     }
@@ -570,4 +575,26 @@ fn revocations_told_outside_a_hello_stop_new_jobs_of_that_master_but_not_those_a
     let _ = t.master_sends(&Message::Welcome(Welcome { now_ms: t.master_ms() + 36_000_000, ..welcome() }));
     const JID5: &str = "20261121000000000005";
     assert_eq!(ran(&t.master_sends(&Message::Job(t.job(JID5, 10_000)))), [JID5]);
+}
+
+#[test]
+fn a_job_signed_by_a_key_it_does_not_trust_is_refused_naming_its_jid() {
+    let mut t = Test::new("signer", 1, 1);
+    let effects = t.handshake(Verdict::Accept);
+    let _ = t.messages(effects);
+    let welcome = Welcome { now_ms: t.master_ms(), ..welcome() };
+    assert_eq!(t.master_sends(&Message::Welcome(welcome)), []);
+    // Signed by a master this minion neither pins nor finds certified.
+    let forged = t.job_signed_by(JID, 10_000, &IdentityKey::generate_os());
+    let effects = t.master_sends(&Message::Job(forged));
+    assert!(ran(&effects).is_empty());
+    let refusals: Vec<(message::ErrorKind, Option<String>)> = t
+        .messages(effects)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::Error(e) => Some((e.kind, e.request)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refusals, [(message::ErrorKind::BadSignature, Some(JID.to_owned()))]);
 }

@@ -149,6 +149,14 @@ impl SignedJob {
         self.signer().ok().flatten().map(|(key, _, _)| key)
     }
 
+    /// The jid the body claims, read without checking the signature: only to name the job a
+    /// minion refuses (a forged body names a job its own session may fail anyway).
+    pub fn claimed_jid(&self) -> Option<String> {
+        let job: Job = from_slice(&self.body).ok()?;
+        crate::id::validate(&job.jid).ok()?;
+        Some(job.jid)
+    }
+
     /// Verifies the signature (under `master`, or under a master `master` certified), then
     /// decodes the body. Nothing in the body is looked at before the signature checks out.
     pub fn verify(&self, master: &PublicIdentity) -> Result<Job, JobError> {
