@@ -245,3 +245,29 @@ fn token_rows_written_past_the_masters_open_no_session_and_enroll_nobody() {
     let made = cluster.cli(&["principal", "token", "ops"]).stdout.trim().to_owned();
     assert_eq!(status(&made), 403, "a token a master made opens a session as its principal");
 }
+
+#[test]
+fn a_job_from_a_master_the_cluster_does_not_certify_ends_refused_with_why_at_once() {
+    let url = fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let first = cluster.port;
+    // Its own key, certified by nobody: its jobs are no master's the minion trusts.
+    let stranger = cluster.add_peer_master(false);
+    cluster.restart_peer_master(stranger);
+    cluster.prepare_minion("tr1", true, "");
+    cluster.set_minion_masters("tr1", &[first]);
+    cluster.start_minion("tr1");
+    wait_for("the minion on the first master", Duration::from_secs(20), || {
+        connected_at(&cluster, first, "tr1").then_some(())
+    });
+    // Published there with a minute to run: the first master delivers it, the minion refuses
+    // it naming its jid, and the slot ends then, not when the minute is up.
+    let started = std::time::Instant::now();
+    let run = cluster.cli_at(stranger, &["run", "--out", "json", "--job-timeout", "60s", "tr1", "test.ping"]);
+    assert!(started.elapsed() < Duration::from_secs(30), "ended after {:?}", started.elapsed());
+    let minion = &run.json()["minions"]["tr1"];
+    assert_ne!(minion["state"], "returned", "{}", run.stdout);
+    assert_ne!(minion["state"], "timed_out", "{}", run.stdout);
+    assert_eq!(minion["state"], "denied", "{}", run.stdout);
+    assert!(minion["return"]["error"].as_str().unwrap().contains("signature"), "{}", run.stdout);
+}
