@@ -106,8 +106,11 @@ impl Dealer {
     }
 
     /// Like [`Dealer::connect`], with several peers that serve alike (a cluster's masters): it
-    /// connects to the first, and whenever a connection fails or ends it tries the next, going
-    /// round the list; the backoff grows only when a whole round failed.
+    /// connects to the first, and whenever a connection fails it tries the next, going round
+    /// the list; the backoff grows only when a whole round failed. A session the peer itself
+    /// closed is opened again with that peer first (a live master closing a session does not
+    /// send its minions elsewhere); one this side closed ([`Dealer::move_on`]) or whose link
+    /// failed (silent, stalled, broken) goes on to the next.
     pub fn connect_any(addrs: Vec<String>, config: DealerConfig) -> Dealer {
         let (control, control_rx) = mpsc::channel(config.send_queue);
         let (events_tx, events) = mpsc::channel(config.event_queue);
@@ -202,6 +205,9 @@ async fn run(
                 };
                 let (reason, was_ready) = drive(stream, conn, &mut control, &lanes, wrap, None, &options).await;
                 tracing::debug!(%addr, %reason, "connection closed; reconnecting");
+                if was_ready && stays_with_peer(&reason) {
+                    next = next.wrapping_sub(1);
+                }
                 if was_ready {
                     epoch += 1;
                     backoff.reset();
@@ -238,4 +244,11 @@ async fn run(
         }
         tokio::time::sleep(delay).await;
     }
+}
+
+/// Whether a connection that was up and ended this way is opened again with the same peer
+/// first: the peer closed it (it answered, so it is live), rather than this side moving on or
+/// the link failing.
+fn stays_with_peer(reason: &CloseReason) -> bool {
+    matches!(reason, CloseReason::Eof | CloseReason::Protocol(_))
 }
