@@ -394,6 +394,24 @@ impl Cluster {
         self.wait_connected(&["proja-web1", "projb-web1"]);
     }
 
+    /// Makes a cluster key (in `<dir>/cluster`) and certifies the masters on `ports` with it
+    /// (their configs; they take it at their next start). Returns the key's directory.
+    pub fn certify(&self, ports: &[u16]) -> PathBuf {
+        let keys = self.dir.join("cluster");
+        let init = self.bin("halite-master", &["cluster", "init", keys.to_str().unwrap_or_default()]);
+        assert_eq!(init.code, 0, "{}", init.stderr);
+        let cluster_key = keys.join("cluster.key");
+        for &port in ports {
+            let config = self.config_of(port).to_str().unwrap_or_default().to_owned();
+            let run = self.bin(
+                "halite-master",
+                &["--config", &config, "cluster", "certify", "--cluster-key", cluster_key.to_str().unwrap_or_default()],
+            );
+            assert_eq!(run.code, 0, "{}", run.stderr);
+        }
+        keys
+    }
+
     /// Runs the `halite` CLI against this master.
     pub fn cli(&self, args: &[&str]) -> Run {
         self.cli_at(self.port, args)

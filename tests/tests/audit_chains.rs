@@ -57,18 +57,7 @@ fn the_end_cut_off_one_masters_chain_is_named_by_another_masters_cross_link() {
     let config = cluster.config_of(second);
     let text = std::fs::read_to_string(config).unwrap();
     std::fs::write(config, format!("id = \"m2\"\n{text}")).unwrap();
-    let keys = cluster.dir.join("cluster");
-    let init = cluster.bin("halite-master", &["cluster", "init", keys.to_str().unwrap()]);
-    assert_eq!(init.code, 0, "{}", init.stderr);
-    let cluster_key = keys.join("cluster.key");
-    for port in [first, second] {
-        let config = cluster.config_of(port).to_str().unwrap().to_owned();
-        let run = cluster.bin(
-            "halite-master",
-            &["--config", &config, "cluster", "certify", "--cluster-key", cluster_key.to_str().unwrap()],
-        );
-        assert_eq!(run.code, 0, "{}", run.stderr);
-    }
+    let keys = cluster.certify(&[first, second]);
     cluster.kill_master();
     cluster.start_master();
     for _ in 0..5 {

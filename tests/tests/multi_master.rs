@@ -351,18 +351,7 @@ fn certified_pair() -> (Cluster, u16, u16, std::path::PathBuf) {
     let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
     let first = cluster.port;
     let second = cluster.add_peer_master(false);
-    let keys = cluster.dir.join("cluster");
-    let init = cluster.bin("halite-master", &["cluster", "init", keys.to_str().unwrap()]);
-    assert_eq!(init.code, 0, "{}", init.stderr);
-    let cluster_key = keys.join("cluster.key");
-    for port in [first, second] {
-        let config = cluster.config_of(port).to_str().unwrap().to_owned();
-        let run = cluster.bin(
-            "halite-master",
-            &["--config", &config, "cluster", "certify", "--cluster-key", cluster_key.to_str().unwrap()],
-        );
-        assert_eq!(run.code, 0, "{}", run.stderr);
-    }
+    let cluster_key = cluster.certify(&[first, second]).join("cluster.key");
     cluster.kill_master();
     cluster.start_master();
     cluster.restart_peer_master(second);

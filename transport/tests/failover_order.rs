@@ -12,7 +12,8 @@ use std::time::Duration;
 use halite_transport::{Dealer, DealerConfig, DealerEvent, Router, RouterConfig, RouterEvent};
 use tokio::time::timeout;
 
-/// Waits for the dealer's next connection and says which router took it.
+/// Waits for the dealer's next connection and says which router took it. Other events on the
+/// routers (the disconnection of the session before) are passed over.
 async fn next_connection(dealer: &mut Dealer, a: &mut Router, b: &mut Router) -> char {
     loop {
         match timeout(Duration::from_secs(10), dealer.recv()).await.expect("an event in time") {
@@ -21,10 +22,23 @@ async fn next_connection(dealer: &mut Dealer, a: &mut Router, b: &mut Router) ->
             None => panic!("the dealer stopped"),
         }
     }
-    tokio::select! {
-        Some(RouterEvent::Connected { .. }) = a.recv() => 'a',
-        Some(RouterEvent::Connected { .. }) = b.recv() => 'b',
-    }
+    let taken = async {
+        loop {
+            tokio::select! {
+                event = a.recv() => match event {
+                    Some(RouterEvent::Connected { .. }) => return 'a',
+                    Some(_) => continue,
+                    None => panic!("router a stopped"),
+                },
+                event = b.recv() => match event {
+                    Some(RouterEvent::Connected { .. }) => return 'b',
+                    Some(_) => continue,
+                    None => panic!("router b stopped"),
+                },
+            }
+        }
+    };
+    timeout(Duration::from_secs(10), taken).await.expect("a router sees the connection in time")
 }
 
 #[tokio::test]

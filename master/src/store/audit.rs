@@ -79,6 +79,25 @@ pub trait AuditStore {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
+/// A chain's last record as the store holds it.
+pub(super) const LAST_RECORD: &str = "SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1";
+
+/// Where a pruned chain starts, once it holds no record.
+pub(super) const CHECKPOINT_HEAD: &str = "SELECT seq, hash FROM audit_checkpoints WHERE chain = ?";
+
+/// One record.
+pub(super) const INSERT_RECORD: &str = "INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, \
+     minions, body, prev, hash, signer, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// The number and hash of the row [`LAST_RECORD`] (or else [`CHECKPOINT_HEAD`]) found.
+pub(super) fn stored_head(chain: &str, found: Option<(i64, String)>) -> Result<(u64, [u8; 32]), StoreError> {
+    let Some((seq, hash)) = found else { return Ok((0, halite_protocol::audit::GENESIS)) };
+    let seq = u64::try_from(seq).unwrap_or(0);
+    let hash = halite_protocol::audit::hash_from_hex(&hash)
+        .ok_or_else(|| StoreError::Corrupt(format!("audit chain {chain}: record {seq}'s hash is not one")))?;
+    Ok((seq, hash))
+}
+
 /// Where an append goes on: from the chain's last record in the store (`stored`), unless
 /// records this master appended (`after`) are gone from its end, removed behind its back: then
 /// from its own last one, so that the gap shows in every check. (A store ahead of `after` is

@@ -14,6 +14,7 @@ mod deploy_records;
 mod deploy_sql;
 mod migrate;
 mod postgres;
+mod postgres_audit;
 pub(crate) mod reads;
 mod records;
 pub(crate) mod requests;

@@ -81,7 +81,7 @@ pub struct PostgresStore {
     /// [`PostgresStore::hot`].
     hot: Arc<Mutex<Option<PgConnection>>>,
     /// Whose rows and announcements it signs and trusts.
-    trust: Arc<super::trust::TrustSlot>,
+    pub(super) trust: Arc<super::trust::TrustSlot>,
     /// The number of this process's last announcement (see `cluster_seal.rs`); held while one
     /// is queued, so they are queued in the order of their numbers.
     announced: Arc<std::sync::Mutex<u64>>,
@@ -197,24 +197,18 @@ impl PostgresStore {
         let options = options.options([("statement_timeout", timeout.as_str())]);
         // The schema first, on a connection of its own: masters starting together wait for each
         // other's migration (an advisory lock), which the lock timeout below would cut short.
-        // A direct connection first: it fails at once and says why (refused, unknown host, TLS,
-        // authentication), where a pool retries silently until its acquire timeout.
-        let first = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::ConnectOptions::connect(&options))
+        // Opened directly, not through a pool: a failure comes at once and says why (refused,
+        // unknown host, TLS, authentication), where a pool retries silently until its timeout.
+        let mut migrating = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::ConnectOptions::connect(&options))
             .await
             .map_err(|_| StoreError::Unavailable(format!("no connection within {CONNECT_TIMEOUT:?}")))??;
-        let _ = sqlx::Connection::close(first).await;
-        let migrating = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .connect_with(options.clone())
-            .await?;
-        let signed = Self::applied(&migrating, SIGNED_ROWS).await;
-        let signed_tokens = Self::applied(&migrating, SIGNED_TOKENS).await;
-        MIGRATOR.run(&migrating).await.map_err(|error| match error {
+        let signed = Self::applied(&mut migrating, SIGNED_ROWS).await;
+        let signed_tokens = Self::applied(&mut migrating, SIGNED_TOKENS).await;
+        MIGRATOR.run(&mut migrating).await.map_err(|error| match error {
             sqlx::migrate::MigrateError::Execute(error) => StoreError::from(error),
             other => StoreError::Corrupt(format!("schema migration: {other}")),
         })?;
-        migrating.close().await;
+        let _ = sqlx::Connection::close(migrating).await;
         // A statement waiting for a lock (an operator's LOCK TABLE, VACUUM FULL, ALTER) gives up
         // after LOCK_TIMEOUT, so the core is not held behind it while the database answers.
         let lock_timeout = format!("{}", LOCK_TIMEOUT.as_millis());
@@ -254,10 +248,10 @@ impl PostgresStore {
     }
 
     /// The version of migration `version` if it was applied before (none on a new database).
-    async fn applied(pool: &PgPool, version: i64) -> Option<i64> {
+    async fn applied(conn: &mut PgConnection, version: i64) -> Option<i64> {
         sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE version = $1")
             .bind(version)
-            .fetch_optional(pool)
+            .fetch_optional(conn)
             .await
             .unwrap_or(None)
     }
@@ -819,7 +813,6 @@ impl Store for PostgresStore {
 super::deploy_sql::deploy_store!(PostgresStore, super::common_sql::postgres_sql);
 super::audit_sql::audit_helpers!(PostgresStore);
 super::audit_sql::audit_store!(PostgresStore, super::common_sql::postgres_sql);
-super::audit_sql::audit_append_sqlx!(PostgresStore, super::common_sql::postgres_sql);
 
 #[cfg(test)]
 mod tests {

@@ -3,17 +3,12 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use halite_protocol::audit::{hash_from_hex, AuditEntry, AuditRecord, GENESIS};
+use halite_protocol::audit::{hash_from_hex, AuditEntry, AuditRecord};
 
-use super::audit::{minions_column, next_head, AuditHead};
+use super::audit::{minions_column, next_head, stored_head, AuditHead, CHECKPOINT_HEAD, INSERT_RECORD, LAST_RECORD};
 use super::sqlite::db_int;
 use super::sqlite_hot::HotWrites;
 use super::StoreError;
-
-const LAST_RECORD: &str = "SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1";
-const CHECKPOINT: &str = "SELECT seq, hash FROM audit_checkpoints WHERE chain = ?";
-const INSERT_RECORD: &str = "INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, minions, \
-     body, prev, hash, signer, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 impl HotWrites {
     /// Appends `entries` to `chain` in one transaction, going on from [`next_head`]; `sign`
@@ -30,21 +25,11 @@ impl HotWrites {
             let last = |sql: &str| -> Result<Option<(i64, String)>, StoreError> {
                 Ok(conn.prepare_cached(sql)?.query_row([chain], |row| Ok((row.get(0)?, row.get(1)?))).optional()?)
             };
-            let stored = match last(LAST_RECORD)? {
+            let found = match last(LAST_RECORD)? {
                 Some(found) => Some(found),
-                None => last(CHECKPOINT)?,
+                None => last(CHECKPOINT_HEAD)?,
             };
-            let stored = match stored {
-                None => (0, GENESIS),
-                Some((seq, hash)) => {
-                    let seq = u64::try_from(seq).unwrap_or(0);
-                    let hash = hash_from_hex(&hash).ok_or_else(|| {
-                        StoreError::Corrupt(format!("audit chain {chain}: record {seq}'s hash is not one"))
-                    })?;
-                    (seq, hash)
-                }
-            };
-            let (seq, prev) = next_head(chain, stored, after);
+            let (seq, prev) = next_head(chain, stored_head(chain, found)?, after);
             let records = sign(seq, prev);
             let mut insert = conn.prepare_cached(INSERT_RECORD)?;
             for (record, entry) in records.iter().zip(entries) {
