@@ -293,6 +293,7 @@ fn message() -> impl Strategy<Value = Message> {
             })
         ),
         ".{0,20}".prop_map(|jid| Message::ReturnAck(ReturnAck { jid })),
+        Just(Message::ResendReturns(ResendReturns {})),
         ".{0,20}".prop_map(|jid| Message::Cancel(Cancel { jid })),
         (".{0,30}", value()).prop_map(|(tag, data)| Message::Event(Event { tag, data, id: None })),
         (

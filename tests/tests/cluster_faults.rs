@@ -173,6 +173,61 @@ fn a_frozen_database_gets_a_clear_refusal_at_once_and_every_master_catches_up() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A database restarted, then frozen for 15 s, while jobs run on minions of three masters:
+/// the returns the masters could not store meanwhile are asked for again inside the sessions,
+/// so every minion stays with its master, and each return is stored once.
+#[test]
+fn a_database_restart_and_freeze_move_no_minion_to_another_master() {
+    let (server, dir) = own_server("blips");
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
+    let ports = [cluster.port, cluster.start_peer_master(), cluster.start_peer_master()];
+    let ids = ["bl1", "bl2", "bl3", "bl4", "bl5", "bl6"];
+    for (i, id) in ids.iter().enumerate() {
+        // Each minion is given every master, its own first.
+        let mut masters = ports.to_vec();
+        masters.rotate_left(i % ports.len());
+        start_minions_on(&mut cluster, &[id], &masters);
+    }
+    let logged_before: Vec<usize> = ids.iter().map(|id| minion_log(&cluster, id).len()).collect();
+
+    // Restarted (a clean, fast shutdown) while a job's returns come in.
+    let jid = publish_sleep(&cluster, ports[0], "bl*", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    server.stop();
+    std::thread::sleep(Duration::from_secs(2));
+    server.resume();
+    wait_all_returned(&cluster, &jid, ids.len(), Duration::from_secs(30));
+    // Frozen for 15 s while another job's returns come in (published once that master, too,
+    // has its database back).
+    let jid = wait_for("the second master to take a job", Duration::from_secs(20), || {
+        let script = "sleep 1; echo ran";
+        let run = cluster.cli_at(ports[1], &["run", "--async", "bl*", "cmd.run", script, "shell=true"]);
+        (run.code == 0).then(|| run.stdout.trim().to_owned())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    server.freeze();
+    std::thread::sleep(Duration::from_secs(15));
+    server.thaw();
+    wait_all_returned(&cluster, &jid, ids.len(), Duration::from_secs(30));
+
+    for (id, before) in ids.iter().zip(logged_before) {
+        let said = minion_log(&cluster, id)[before..].to_owned();
+        assert!(!said.contains("disconnected from the master"), "{id} left its master: {said}");
+    }
+    let asked: usize = ports
+        .iter()
+        .map(|&p| master_log(&cluster, p).matches("asking the minion to send its returns again").count())
+        .sum();
+    assert!(asked > 0, "no return was turned away: the test did not test the resend");
+    drop(cluster);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn minion_log(cluster: &Cluster, id: &str) -> String {
+    std::fs::read_to_string(cluster.minion_dir(id).join("minion.log")).unwrap_or_default()
+}
+
 #[test]
 fn a_master_whose_database_link_goes_silent_keeps_answering_and_its_views_follow_the_store() {
     let (server, dir) = own_server("silent");

@@ -47,11 +47,11 @@ fn postgres_restarted_mid_run_loses_nothing_and_refuses_new_work_clearly_meanwhi
     assert!(master_log.contains("the database does not answer"), "{master_log}");
     assert!(master_log.contains("the database answers again"), "{master_log}");
     assert!(!master_log.contains("the master was not running"), "{master_log}");
-    // The minion kept its session through the outage; once the database answered, the master
-    // asked it (by closing the session once) to send the return it could not store.
+    // The minion kept its session through the outage and after it: a return the master could
+    // not store is asked for again inside the session, which is never closed for it.
     let minion_log = std::fs::read_to_string(cluster.minion_dir("o1").join("minion.log")).unwrap();
     let cuts: Vec<&str> = minion_log.lines().filter(|l| l.contains("disconnected from the master")).collect();
-    assert!(cuts.len() <= 1 && cuts.iter().all(|l| l.contains("send them again")), "{minion_log}");
+    assert!(cuts.is_empty(), "{minion_log}");
     drop(server);
     let _ = std::fs::remove_dir_all(&server_dir);
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use halite_protocol::message::{Message, MinionJobState, ReturnAck};
+use halite_protocol::message::{Message, MinionJobState, ResendReturns, ReturnAck};
 use tracing::{info, warn};
 
 use crate::net::Net;
@@ -152,8 +152,10 @@ impl<S: Store, N: Net> Master<S, N> {
         true
     }
 
-    /// Minions whose returns were turned away while the store was in doubt send them again
-    /// from their outbox when they reconnect: asked (their session closed) once it is not.
+    /// Minions whose returns were turned away while the store was in doubt are asked, in
+    /// their session, to send again what they have not had acknowledged, once it is not. The
+    /// session stays: closing it would send the minion to another master of a cluster, and a
+    /// database blip would move the fleet. (A minion that reconnects sends them anyway.)
     fn ask_owed_returns(&mut self) {
         if self.store_in_doubt() {
             return;
@@ -161,7 +163,7 @@ impl<S: Store, N: Net> Master<S, N> {
         for id in self.pending.take_owed_once_written() {
             if let Some(peer) = self.sessions.peer_of(&id) {
                 info!(minion = %id, "the store answers again; asking the minion to send its returns again");
-                self.forget(peer, Some("returns could not be stored; send them again"));
+                self.send(peer, &Message::ResendReturns(ResendReturns {}));
             }
         }
     }

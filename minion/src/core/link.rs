@@ -214,6 +214,12 @@ impl MinionCore {
         self.hello_sent_at = Some(self.now);
         self.send(&Message::Hello(hello));
         // Returns the master has not acknowledged yet, from before a restart or a disconnect.
+        self.send_unacknowledged();
+    }
+
+    /// Sends every return the master has not acknowledged: those in the outbox, then those
+    /// only in memory (the disk refused them).
+    fn send_unacknowledged(&mut self) {
         for ret in self.outbox.pending() {
             debug!(jid = %ret.jid, "re-sending an unacknowledged return");
             self.send(&Message::JobReturn(crate::fit::fit(ret)));
@@ -267,6 +273,10 @@ impl MinionCore {
             }
             Message::Job(signed) => self.on_job(signed),
             Message::ReturnAck(ack) => self.acknowledged(&ack.jid),
+            Message::ResendReturns(_) => {
+                info!(unacknowledged = self.unacknowledged(), "the master asks for its returns again");
+                self.send_unacknowledged();
+            }
             Message::Cancel(cancel) => {
                 // A running job keeps its place until its return comes back (`on_done`): the
                 // process group takes a moment to die, and only then is its slot free.

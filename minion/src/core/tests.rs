@@ -322,6 +322,23 @@ fn returns_are_sent_at_every_session_until_acknowledged_and_synced_within_millis
 }
 
 #[test]
+fn a_master_that_asks_for_returns_again_gets_the_unacknowledged_ones_in_the_same_session() {
+    let mut t = Test::new("resend", 1, 1);
+    t.up();
+    for jid in [JID, JID2] {
+        let _ = t.master_sends(&Message::Job(t.job(jid, 10_000)));
+        let _ = t.input(Input::JobFinished(done(jid)));
+    }
+    assert_eq!(t.master_sends(&Message::ReturnAck(ReturnAck { jid: JID.into() })), []);
+    // The master could not store JID2's return and asks: it comes again, the session stays.
+    let resent = t.master_sends(&Message::ResendReturns(message::ResendReturns {}));
+    assert_eq!(returns(&t.messages(resent)), [(JID2, Outcome::Completed)]);
+    assert_eq!(t.master_sends(&Message::ReturnAck(ReturnAck { jid: JID2.into() })), []);
+    let resent = t.master_sends(&Message::ResendReturns(message::ResendReturns {}));
+    assert_eq!(returns(&t.messages(resent)), [], "nothing left unacknowledged");
+}
+
+#[test]
 fn stale_late_and_unwelcomed_jobs_are_never_run() {
     let mut t = Test::new("freshness", 1, 1);
     // Before the welcome, a job may have waited unread for any time: left for the redelivery.

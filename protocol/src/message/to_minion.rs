@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::codec::from_slice;
 use super::{
-    Cancel, CodecError, ErrorMessage, FileChunk, JobReturn, Message, Published, ReturnAck, SignedJob, Welcome,
-    MESSAGE_VERSION,
+    Cancel, CodecError, ErrorMessage, FileChunk, JobReturn, Message, Published, ResendReturns, ReturnAck, SignedJob,
+    Welcome, MESSAGE_VERSION,
 };
 
 /// The messages a minion receives, with the tags [`Message`] has.
@@ -23,6 +23,7 @@ enum ToMinion {
     Welcome(Welcome),
     Job(SignedJob),
     ReturnAck(ReturnAck),
+    ResendReturns(ResendReturns),
     Cancel(Cancel),
     Error(ErrorMessage),
     Published(Published),
@@ -36,6 +37,7 @@ impl From<ToMinion> for Message {
             ToMinion::Welcome(m) => Message::Welcome(m),
             ToMinion::Job(m) => Message::Job(m),
             ToMinion::ReturnAck(m) => Message::ReturnAck(m),
+            ToMinion::ResendReturns(m) => Message::ResendReturns(m),
             ToMinion::Cancel(m) => Message::Cancel(m),
             ToMinion::Error(m) => Message::Error(m),
             ToMinion::Published(m) => Message::Published(m),
@@ -70,6 +72,7 @@ mod tests {
     fn what_a_minion_receives_decodes_as_the_full_decoder_does_and_nothing_else_does() {
         let received = [
             Message::ReturnAck(ReturnAck { jid: "20261124000000000001".into() }),
+            Message::ResendReturns(ResendReturns {}),
             Message::Cancel(Cancel { jid: "20261124000000000001".into() }),
             Message::Error(ErrorMessage {
                 kind: crate::message::ErrorKind::NotFound,

@@ -40,6 +40,9 @@ pub enum Message {
     JobReturn(JobReturn),
     /// Master → minion: the return for `jid` is stored; the minion may drop it from its outbox.
     ReturnAck(ReturnAck),
+    /// Master → minion: send again every return not yet acknowledged (the master turned some
+    /// away while it could not store them). The session stays.
+    ResendReturns(ResendReturns),
     /// Master → minion: stop a running job. Client → master: cancel a job.
     Cancel(Cancel),
     /// Minion → master: an event (the master namespaces the tag); master → client: a bus event.
@@ -204,6 +207,11 @@ pub struct ReturnAck {
     /// Job id.
     pub jid: String,
 }
+
+/// The master asks for the returns it has not acknowledged: it could not store some it was
+/// sent, and can now. Fields may be added; a minion reads none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResendReturns {}
 
 /// Cancel a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
