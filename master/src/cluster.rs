@@ -114,13 +114,20 @@ impl ClusterDesk<'_> {
             warn!(master = from, %denied, "announcement refused");
             return false;
         }
-        if change != ClusterChange::Resync {
+        if !matches!(change, ClusterChange::Resync | ClusterChange::ListenerLost) {
             self.cluster.heard_from(from, self.clock.now());
         }
         let effect = match change {
             ClusterChange::Keys { ids } => Effect::Ask(Ask::ReadKeys { ids }),
             ClusterChange::Principal { name } => Effect::Ask(Ask::ReadPrincipals { name }),
-            ClusterChange::Resync => return true,
+            ClusterChange::Resync => {
+                self.cluster.listening_again();
+                return true;
+            }
+            ClusterChange::ListenerLost => {
+                self.cluster.listener_lost();
+                return false;
+            }
             ClusterChange::Job { jid } => Effect::AdoptJob { jid },
             // A job not live here has nothing to stop here (its announcement came first).
             ClusterChange::Cancel { jid } => Effect::CancelHere { jid },
@@ -129,6 +136,7 @@ impl ClusterDesk<'_> {
             ClusterChange::Slots { jid, states } => Effect::RemoteSlots { jid, states },
             ClusterChange::Rollout { jid } => Effect::RolloutChangedElsewhere { jid },
             ClusterChange::Here { ids } => {
+                self.cluster.answered(from);
                 for id in &ids {
                     self.cluster.arrived(id, from);
                 }

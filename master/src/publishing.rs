@@ -77,6 +77,9 @@ impl JobIssuer<'_> {
         let mut slots = BTreeMap::new();
         let mut states = Vec::with_capacity(targets.len());
         let rolled_out = record.rollout.is_some();
+        // After a gap in what this master heard, a minion not placed yet may be on another
+        // master: its slot waits for the placement to settle, never `offline` before.
+        let settles = self.cluster.placement_settles_at(now);
         for id in &targets {
             // A minion another master serves gets the job from it (announced below); a rollout
             // starts its targets itself, at the end of this step.
@@ -84,8 +87,9 @@ impl JobIssuer<'_> {
                 (MinionJobState::Queued, None)
             } else if self.sessions.is_online(id) || self.cluster.serves_elsewhere(id, self.sessions, now) {
                 (MinionJobState::Sent, run_deadline)
-            } else if record.ttl_ms > 0 {
-                (MinionJobState::Waiting, Some(now + Duration::from_millis(record.ttl_ms)))
+            } else if record.ttl_ms > 0 || settles.is_some() {
+                let ttl = (record.ttl_ms > 0).then(|| now + Duration::from_millis(record.ttl_ms));
+                (MinionJobState::Waiting, ttl.max(settles))
             } else {
                 (MinionJobState::Offline, None)
             };

@@ -1,7 +1,7 @@
 //! A TCP link the tests control, between a process and a server (a master and its database):
 //! it forwards bytes both ways until told to go silent (connections stay open, nothing passes:
-//! a link whose far end is frozen, or a network that drops everything) or to reset every
-//! connection.
+//! a link whose far end is frozen, or a network that drops everything), to reset every
+//! connection, or to be cut (every connection reset, new ones closed at once, until restored).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -14,6 +14,7 @@ pub struct Link {
     /// Where to connect instead of the server.
     pub port: u16,
     silent: Arc<AtomicBool>,
+    cut: Arc<AtomicBool>,
     streams: Arc<Mutex<Vec<TcpStream>>>,
     stopped: Arc<AtomicBool>,
 }
@@ -23,14 +24,25 @@ impl Link {
     pub fn to(target: u16) -> Link {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("link: {e}"));
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        let link = Link { port, silent: Arc::default(), streams: Arc::default(), stopped: Arc::default() };
-        let (silent, streams, stopped) = (link.silent.clone(), link.streams.clone(), link.stopped.clone());
+        let link = Link {
+            port,
+            silent: Arc::default(),
+            cut: Arc::default(),
+            streams: Arc::default(),
+            stopped: Arc::default(),
+        };
+        let (silent, cut, streams, stopped) =
+            (link.silent.clone(), link.cut.clone(), link.streams.clone(), link.stopped.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stopped.load(Ordering::Acquire) {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                if cut.load(Ordering::Acquire) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 for stream in [&client, &server] {
                     if let Ok(copy) = stream.try_clone() {
@@ -52,9 +64,17 @@ impl Link {
         self.silent.store(true, Ordering::Release);
     }
 
-    /// Bytes pass again (what was held back first).
+    /// Bytes pass again (what was held back first), and connections are carried again.
     pub fn restore(&self) {
         self.silent.store(false, Ordering::Release);
+        self.cut.store(false, Ordering::Release);
+    }
+
+    /// Cuts the link: every connection is reset, and new ones are closed at once until
+    /// [`Link::restore`].
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        self.reset();
     }
 
     /// Resets every connection carried so far (new ones are made as usual).

@@ -224,6 +224,58 @@ fn a_database_restart_and_freeze_move_no_minion_to_another_master() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Master A's link to the database cut for 20 s (every connection reset, new ones refused)
+/// while a job's returns come in, then restored: the job completes, the first job A takes
+/// after it finds every minion where it is, those of master B included, and none `offline`;
+/// no minion changes master.
+#[test]
+fn after_its_database_link_was_cut_a_master_calls_no_served_minion_offline() {
+    let (server, dir) = own_server("cut");
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
+    let b = cluster.port;
+    let (a, link) = peer_master_through_link(&mut cluster, &server);
+    let ids = ["ct1", "ct2", "ct3", "ct4"];
+    for (i, id) in ids.iter().enumerate() {
+        let masters = if i % 2 == 0 { [a, b] } else { [b, a] };
+        start_minions_on(&mut cluster, &[id], &masters);
+    }
+    cluster.wait_reachable_through(a, &ids);
+    let logged_before: Vec<usize> = ids.iter().map(|id| minion_log(&cluster, id).len()).collect();
+    let across = publish_sleep(&cluster, b, "ct*", 2);
+    std::thread::sleep(Duration::from_millis(300));
+    link.cut();
+    std::thread::sleep(Duration::from_secs(20));
+    link.restore();
+    wait_all_returned(&cluster, &across, ids.len(), Duration::from_secs(30));
+    // The first job A takes once the database answers it again.
+    let jid = wait_for("master A to take a job", Duration::from_secs(30), || {
+        let run = cluster.cli_at(a, &["run", "--async", "ct*", "test.ping"]);
+        (run.code == 0).then(|| run.stdout.trim().to_owned())
+    });
+    wait_all_returned(&cluster, &jid, ids.len(), Duration::from_secs(30));
+    for (id, before) in ids.iter().zip(logged_before) {
+        let said = minion_log(&cluster, id)[before..].to_owned();
+        assert!(!said.contains("disconnected from the master"), "{id} left its master: {said}");
+    }
+    drop(cluster);
+    drop(link);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer master that reaches the database through a link the test controls: its port and
+/// the link.
+fn peer_master_through_link(cluster: &mut Cluster, server: &OwnServer) -> (u16, Link) {
+    let server_port = server.url.rsplit(':').next().and_then(|p| p.split('/').next()).unwrap().parse::<u16>().unwrap();
+    let link = Link::to(server_port);
+    let port = cluster.add_peer_master(true);
+    let config = cluster.config_of(port).to_owned();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace(&format!(":{server_port}/"), &format!(":{}/", link.port))).unwrap();
+    cluster.restart_peer_master(port);
+    (port, link)
+}
+
 fn minion_log(cluster: &Cluster, id: &str) -> String {
     std::fs::read_to_string(cluster.minion_dir(id).join("minion.log")).unwrap_or_default()
 }
@@ -233,14 +285,7 @@ fn a_master_whose_database_link_goes_silent_keeps_answering_and_its_views_follow
     let (server, dir) = own_server("silent");
     let mut cluster = Cluster::start(&format!("[store]\nurl = {:?}\n", server.url));
     let a = cluster.port;
-    // Master b reaches the database through a link the test controls.
-    let server_port = server.url.rsplit(':').next().and_then(|p| p.split('/').next()).unwrap().parse::<u16>().unwrap();
-    let link = Link::to(server_port);
-    let b = cluster.add_peer_master(true);
-    let config = cluster.config_of(b).to_owned();
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace(&format!(":{server_port}/"), &format!(":{}/", link.port))).unwrap();
-    cluster.restart_peer_master(b);
+    let (b, link) = peer_master_through_link(&mut cluster, &server);
     start_minions_on(&mut cluster, &["sl1", "sl2"], &[a]);
     start_minions_on(&mut cluster, &["sl3", "sl4"], &[b]);
     let on_b = Watcher::start(&cluster, b, &["halite/job/*/ret/*", "halite/job/*/done"]);

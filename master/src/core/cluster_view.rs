@@ -1,8 +1,15 @@
 //! What a master knows of the other masters sharing its store: which of them it has heard from
 //! lately, and which minions are connected to which. Pure state, fed by announcements and the
 //! clock; a master not heard from for [`GONE_AFTER`] is taken as gone, with its minions.
+//!
+//! Silence is judged only while this master can hear: through a gap (its listening connection
+//! lost, the store not answering, a reread due) another master's silence may be its own
+//! deafness, so the last placement of each minion stands (for at most [`KEPT_THROUGH_GAP`]), and
+//! after the gap until each master that served minions answers the roll call the reread sends
+//! (for at most [`GONE_AFTER`]). Minions it cannot place meanwhile are not called offline: their
+//! slots wait until the placement settles ([`ClusterView::placement_settles_at`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use halite_protocol::message::{MinionJobState, Value};
@@ -20,6 +27,10 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Silence after which a master is taken as gone (three missed heartbeats).
 pub(crate) const GONE_AFTER: Duration = Duration::from_secs(6);
 
+/// How long, in a gap in what this master hears, a minion's last known master is still taken
+/// as serving it.
+pub(crate) const KEPT_THROUGH_GAP: Duration = Duration::from_secs(60);
+
 /// The other masters and the minions connected to them, whether this master may have missed
 /// what they changed, and what it has to tell them.
 #[derive(Debug, Default)]
@@ -30,6 +41,12 @@ pub(crate) struct ClusterView {
     heard: HashMap<String, Instant>,
     /// Which master each minion connected elsewhere is on.
     elsewhere: HashMap<String, String>,
+    /// Whether the connection carrying the other masters' changes is lost (the store said so,
+    /// [`ClusterView::listener_lost`]) and not back yet: what they announce meanwhile is missed.
+    deaf: bool,
+    /// When the last reread called the roll, and the masters serving minions then that have
+    /// not answered since (their last placements stand until they do, or [`GONE_AFTER`]).
+    roll_call: Option<(Instant, HashSet<String>)>,
     /// When this master last said it is alive.
     last_alive: Option<Instant>,
     /// When this master last looked for live jobs it does not hold.
@@ -177,11 +194,55 @@ impl ClusterView {
         (first, began)
     }
 
-    /// The reread succeeded: this master follows the store again.
-    pub(crate) fn resynced(&mut self) {
+    /// The reread succeeded at `now`, its roll call sent: this master follows the store again,
+    /// and waits for the masters that served minions to say which.
+    pub(crate) fn resynced(&mut self, now: Instant) {
         self.needs_resync = false;
         self.resync_attempts = 0;
         self.gap_began_ms = None;
+        let serving: HashSet<String> = self.elsewhere.values().cloned().collect();
+        self.roll_call = Some((now, serving));
+    }
+
+    /// The store lost the connection carrying the other masters' changes: until it is back
+    /// ([`ClusterView::listening_again`]), their silence is not theirs.
+    pub(crate) fn listener_lost(&mut self) {
+        if self.shared {
+            self.deaf = true;
+        }
+    }
+
+    /// The connection carrying the other masters' changes is back (a reread follows).
+    pub(crate) fn listening_again(&mut self) {
+        self.deaf = false;
+    }
+
+    /// `master` said which minions it serves (its answer to a roll call, or any `Here`).
+    pub(crate) fn answered(&mut self, master: &str) {
+        if let Some((_, waiting)) = &mut self.roll_call {
+            waiting.remove(master);
+        }
+    }
+
+    /// Whether this master may be missing what the others say: its listener is lost, or a
+    /// reread is due.
+    fn in_gap(&self) -> bool {
+        self.deaf || self.needs_resync
+    }
+
+    /// When this master can place every minion again (say which master serves it, or that none
+    /// does), if it cannot now: during a gap, [`GONE_AFTER`] from now at the earliest; after
+    /// one, once every master that served minions answered the roll call, or [`GONE_AFTER`]
+    /// after it. `None`: it can.
+    pub(crate) fn placement_settles_at(&self, now: Instant) -> Option<Instant> {
+        if !self.shared {
+            return None;
+        }
+        if self.in_gap() {
+            return Some(now + GONE_AFTER);
+        }
+        let (at, waiting) = self.roll_call.as_ref()?;
+        (!waiting.is_empty() && now < *at + GONE_AFTER).then_some(*at + GONE_AFTER)
     }
 
     /// Anything from `master` shows it is alive.
@@ -206,11 +267,16 @@ impl ClusterView {
         !sessions.is_online(minion) && self.master_of(minion, now).is_some()
     }
 
-    /// The live master `minion` is connected to, if another one.
+    /// The live master `minion` is connected to, if another one. A master silent for
+    /// [`GONE_AFTER`] is gone, unless its silence may be this master's own deafness (see the
+    /// module's documentation).
     pub(crate) fn master_of(&self, minion: &str, now: Instant) -> Option<&str> {
         let master = self.elsewhere.get(minion)?;
-        let heard = self.heard.get(master)?;
-        (now.saturating_duration_since(*heard) < GONE_AFTER).then_some(master.as_str())
+        let silent = now.saturating_duration_since(*self.heard.get(master)?);
+        let awaited =
+            self.roll_call.as_ref().is_some_and(|(at, waiting)| waiting.contains(master) && now < *at + GONE_AFTER);
+        let live = silent < GONE_AFTER || (self.in_gap() && silent < KEPT_THROUGH_GAP) || awaited;
+        live.then_some(master.as_str())
     }
 
     /// Whether it is time to look for live jobs this master does not hold (and notes that it
@@ -295,7 +361,7 @@ mod tests {
         let lead = GAP_LEAD.as_millis() as u64;
         assert_eq!(view.resync_begins(1_000_000 + lead + 5), (true, 1_000_005));
         assert_eq!(view.resync_begins(9_999_999), (false, 1_000_005), "a retry keeps the gap's start");
-        view.resynced();
+        view.resynced(Instant::now());
         assert!(!view.needs_resync());
         assert_eq!(view.resync_begins(1_000_010), (true, 1_000_000), "not before this master joined");
     }

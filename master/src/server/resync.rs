@@ -54,7 +54,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if self.cluster.take_read_failed() {
             return Err(StoreError::Unavailable("jobs could not be reread".into()));
         }
-        self.cluster.resynced();
+        self.cluster.resynced(self.clock.now());
         Ok(())
     }
 }

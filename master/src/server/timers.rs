@@ -101,7 +101,19 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.jobs.set_deadline(&jid, &minion, Some(now + crate::core::cluster_view::ALIVE_EVERY));
                 continue;
             }
-            let new = if state == MinionJobState::Waiting { MinionJobState::Expired } else { MinionJobState::TimedOut };
+            let new = match state {
+                // Waiting only for this master to place the minion (no TTL): offline, once it
+                // can say that no master serves it.
+                MinionJobState::Waiting if self.jobs.get(&jid).is_some_and(|job| job.record.ttl_ms == 0) => {
+                    if let Some(settles) = self.cluster.placement_settles_at(now) {
+                        self.jobs.set_deadline(&jid, &minion, Some(settles));
+                        continue;
+                    }
+                    MinionJobState::Offline
+                }
+                MinionJobState::Waiting => MinionJobState::Expired,
+                _ => MinionJobState::TimedOut,
+            };
             self.slots().set(&jid, &minion, new, None);
         }
         if self.timers.expired(Timer::WallMark, now) {

@@ -77,6 +77,12 @@ fn a_principal_removed_or_narrowed_on_another_master_loses_its_sessions_here() {
 /// A minion connected to master "b" only: its key and entry are in the shared store, and b has
 /// announced it.
 async fn served_by_b(sim: &mut Sim, id: &str) {
+    known(sim, id).await;
+    sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Here { ids: vec![id.into()] }))).await;
+}
+
+/// A minion whose key and entry another master stored (connected nowhere this master knows).
+async fn known(sim: &mut Sim, id: &str) {
     let key = halite_protocol::identity::IdentityKey::from_seed(&super::seed_of(id));
     let record = KeyRecord { id: id.into(), public_key: *key.public().as_bytes(), state: KeyState::Accepted };
     sim.store().put_key(&record, 1).await.unwrap();
@@ -88,7 +94,71 @@ async fn served_by_b(sim: &mut Sim, id: &str) {
     };
     sim.store().put_minions(&[entry]).await.unwrap();
     sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Keys { ids: Some(vec![id.into()]) }))).await;
-    sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Here { ids: vec![id.into()] }))).await;
+}
+
+/// This master's listener is lost for 20 s, then back (a reread follows at the next wake).
+async fn deaf_for_20_seconds(sim: &mut Sim) {
+    sim.step(Input::Cluster(Heard::new("a".into(), ClusterChange::ListenerLost))).await;
+    sim.advance(Duration::from_secs(20)).await;
+}
+
+/// Its listener back: the reread, and its roll call, at the next wake.
+async fn listening_again(sim: &mut Sim) {
+    sim.step(Input::Cluster(Heard::new("a".into(), ClusterChange::Resync))).await;
+    sim.advance(crate::server::RETRY_EVERY).await;
+}
+
+/// After 20 s in which this master heard nothing, a minion another master served is not called
+/// offline: neither while deaf, nor after, before its master answers the roll call. A minion it
+/// cannot place waits for that answer, and is offline only once nobody claims it.
+#[test]
+fn a_minion_served_elsewhere_is_not_called_offline_after_a_gap_in_what_this_master_heard() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        served_by_b(&mut sim, "db9").await;
+        known(&mut sim, "web5").await;
+        let mut root = sim.root().await;
+        deaf_for_20_seconds(&mut sim).await;
+        let during = sim.publish(&mut root, "db9", "test.ping", 60_000, 0).await.unwrap();
+        assert_eq!(sim.master.jobs.state(&during, "db9"), Some(MinionJobState::Sent), "b's silence was ours");
+        listening_again(&mut sim).await;
+        // Published at once after the reread, before b answers its roll call.
+        let after = sim.publish(&mut root, "db9", "test.ping", 60_000, 0).await.unwrap();
+        assert_eq!(sim.master.jobs.state(&after, "db9"), Some(MinionJobState::Sent));
+        let unplaced = sim.publish(&mut root, "web5", "test.ping", 60_000, 0).await.unwrap();
+        assert_eq!(sim.master.jobs.state(&unplaced, "web5"), Some(MinionJobState::Waiting), "not offline yet");
+        // b answers: db9 is there, web5 nowhere.
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Here { ids: vec!["db9".into()] }))).await;
+        sim.advance(Duration::from_secs(3)).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Alive))).await;
+        sim.advance(crate::core::cluster_view::GONE_AFTER).await;
+        sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Alive))).await;
+        assert_eq!(sim.master.jobs.state(&after, "db9"), Some(MinionJobState::Sent), "b still serves it");
+        let detail = sim.store().job(&unplaced).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::Offline, "nobody claimed it: offline");
+        let detail = sim.store().job(&during).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::Sent);
+    });
+}
+
+/// A master that does not answer the roll call after a gap is gone a bounded time later: its
+/// minions' slots are decided here then.
+#[test]
+fn a_master_that_never_answers_the_roll_call_after_a_gap_is_gone_within_seconds() {
+    rt().block_on(async {
+        let mut sim = Sim::new().await;
+        sim.master.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        served_by_b(&mut sim, "db9").await;
+        let mut root = sim.root().await;
+        deaf_for_20_seconds(&mut sim).await;
+        listening_again(&mut sim).await;
+        let jid = sim.publish(&mut root, "db9", "test.ping", 1_000, 0).await.unwrap();
+        assert_eq!(sim.master.jobs.state(&jid, "db9"), Some(MinionJobState::Sent));
+        sim.advance(crate::core::cluster_view::GONE_AFTER + Duration::from_secs(4)).await;
+        let detail = sim.store().job(&jid).await.unwrap().unwrap();
+        assert_eq!(detail.minions[0].state, MinionJobState::TimedOut, "b never answered: gone");
+    });
 }
 
 #[test]

@@ -30,6 +30,9 @@ pub enum ClusterChange {
     /// Changes may have been missed (the connection carrying them was lost): reread
     /// everything they cover.
     Resync,
+    /// The store's own notice: the connection carrying the changes is lost, and what is
+    /// announced is missed until a [`ClusterChange::Resync`] says it is back. Never announced.
+    ListenerLost,
     /// A job was published: the masters its minions are connected to send it to them.
     Job {
         /// The job.

@@ -497,6 +497,8 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
             match received {
                 Ok(Some(notification)) => match store.open(notification.payload(), &me, &mut guard).await {
                     Ok(None) => {}
+                    // The store's own notice, never another master's word.
+                    Ok(Some((announcement, _))) if announcement.change == super::ClusterChange::ListenerLost => {}
                     Ok(Some((announcement, signer))) => {
                         let heard =
                             super::Heard { from: announcement.from, signer: Some(signer), change: announcement.change };
@@ -515,6 +517,11 @@ async fn listen(store: PostgresStore, tx: tokio::sync::mpsc::Sender<super::Heard
                     break;
                 }
             }
+        }
+        // Until the `Resync` of the next connection, the other masters' silence is not theirs.
+        let lost = super::Heard::new(me.clone(), super::ClusterChange::ListenerLost);
+        if tx.send(lost).await.is_err() {
+            return;
         }
     }
 }
