@@ -555,6 +555,14 @@ impl DeployDesk<'_> {
     /// again since (a newer signal is on its way).
     pub(crate) fn relayed_read(&mut self, done: relay::RelayDone, read: Result<Option<DeploymentRecord>, StoreError>) {
         match read {
+            // A write of this end that may have landed did: told now (stored, not yet told).
+            Ok(Some(record))
+                if done.written_in_doubt
+                    && !record.relay_pending
+                    && record.deployment.derived_config_id == done.request.derived_config_id =>
+            {
+                self.tell_relayed(&record, &done);
+            }
             Ok(Some(mut record)) if record.deployment.derived_config_id == done.request.derived_config_id => {
                 record.relay_pending = false;
                 self.out.ask(Ask::StoreRelayed(Box::new((record, done))));
@@ -586,18 +594,25 @@ impl DeployDesk<'_> {
     pub(crate) fn relay_recorded(
         &mut self,
         record: DeploymentRecord,
-        done: relay::RelayDone,
+        mut done: relay::RelayDone,
         stored: Result<bool, StoreError>,
     ) {
-        let id = &done.request.deployment_id;
         match stored {
-            Ok(true) => {}
+            Ok(true) => self.tell_relayed(&record, &done),
             // Deleted or updated meanwhile, or recorded already: nothing to tell about it.
-            Ok(false) => return,
-            // Read and decided again: a write that may have landed is then found no longer
-            // pending, and nothing more is told.
-            Err(error) => return self.record_relay_later(done, &error),
+            Ok(false) => {}
+            // Read and decided again: a write that landed is then found no longer pending, and
+            // told then (`relayed_read`); one that did not is written again.
+            Err(error) => {
+                done.written_in_doubt = true;
+                self.record_relay_later(done, &error);
+            }
         }
+    }
+
+    /// Tells a relay's end, once stored.
+    fn tell_relayed(&mut self, record: &DeploymentRecord, done: &relay::RelayDone) {
+        let id = &done.request.deployment_id;
         let relayed = match &done.result {
             Ok(code @ 200..=299) => {
                 info!(deployment = %id, status = code, "signal relayed");

@@ -45,6 +45,9 @@ pub(crate) struct RelayDone {
     /// The final HTTP status, or why no response came (for the master's log only: an engine
     /// learns only whether its signal was relayed).
     pub(crate) result: Result<u16, Failure>,
+    /// Its end was written, and the write failed in a way that may have landed: a read that
+    /// finds it no longer pending then tells it (it was stored, and nothing told it yet).
+    pub(crate) written_in_doubt: bool,
 }
 
 /// Why a relay sent nothing, or got no answer.
@@ -62,7 +65,7 @@ pub(crate) enum Failure {
 pub(crate) fn spawn(hosts: SignalHosts, request: RelayRequest, done: mpsc::UnboundedSender<RelayDone>) {
     tokio::spawn(async move {
         let result = send(&hosts, &request).await;
-        let _ = done.send(RelayDone { request, result });
+        let _ = done.send(RelayDone { request, result, written_in_doubt: false });
     });
 }
 

@@ -115,8 +115,11 @@ fn the_relayed_event_tells_an_engine_only_relayed_or_refused() {
         let url = "http://127.0.0.1:8080/admin";
         let (mut sim, mut heat, deployment) = signalling_to(url).await;
         subscribe(&mut sim, &mut heat, "halite/deployment/*").await;
-        let finished =
-            |deployment: &SoftwareDeployment, result| RelayDone { request: relay_of(deployment, url), result };
+        let finished = |deployment: &SoftwareDeployment, result| RelayDone {
+            request: relay_of(deployment, url),
+            result,
+            written_in_doubt: false,
+        };
         let outcomes = [
             (Err(Failure::NoAnswer("connection failed: Connection refused (os error 111)".into())), "refused"),
             (Ok(401), "refused"),
@@ -149,7 +152,9 @@ fn a_relay_recorded_after_its_deployment_was_deleted_brings_it_not_back() {
         let request = relay_of(&deployment, url);
         let read = sim.store().deployment(&deployment.id).await;
         assert!(sim.store().delete_deployment(&deployment.id).await.expect("deleted"));
-        sim.master.with_deploy_desk(|desk| desk.relayed_read(RelayDone { request, result: Ok(200) }, read));
+        sim.master.with_deploy_desk(|desk| {
+            desk.relayed_read(RelayDone { request, result: Ok(200), written_in_doubt: false }, read)
+        });
         sim.master.answer_asks().await;
         sim.master.flush().await;
         assert_eq!(sim.store().deployment(&deployment.id).await.expect("read"), None);
@@ -167,7 +172,7 @@ fn a_relay_ended_while_the_store_is_away_is_recorded_once_it_answers() {
         let request = relay_of(&deployment, url);
 
         let away = sim.store().take_away().await.expect("open");
-        sim.step(Input::Relay(RelayDone { request, result: Ok(200) })).await;
+        sim.step(Input::Relay(RelayDone { request, result: Ok(200), written_in_doubt: false })).await;
         assert!(events(&mut heat, &sim).is_empty(), "nothing told while nothing is stored");
         sim.advance(std::time::Duration::from_secs(2)).await;
         sim.store().give_back(away).await;
@@ -177,6 +182,28 @@ fn a_relay_ended_while_the_store_is_away_is_recorded_once_it_answers() {
         assert_eq!(tags, [format!("halite/deployment/{}/relayed", deployment.id)], "told once, once stored");
         let stored = sim.store().deployment(&deployment.id).await.expect("read").expect("stored");
         assert!(!stored.relay_pending, "no longer pending: not relayed again at the next start");
+    });
+}
+
+/// A relay's end whose write landed though the store reported it failed (a connection lost
+/// on the commit's answer) is told once, when the retry reads it recorded.
+#[test]
+fn a_relay_end_whose_failed_write_landed_is_told_once() {
+    rt().block_on(async {
+        let url = "http://127.0.0.1:8080/signal";
+        let (mut sim, mut heat, deployment) = relay_ending(url).await;
+        let done = RelayDone { request: relay_of(&deployment, url), result: Ok(200), written_in_doubt: false };
+        let mut record = sim.store().deployment(&deployment.id).await.expect("read").expect("stored");
+        record.relay_pending = false;
+        assert!(sim.store().record_relayed(&record, 1).await.expect("written"), "the write lands");
+        let lost = Err(crate::store::StoreError::Unavailable("connection lost on commit".into()));
+        sim.master.with_deploy_desk(|desk| desk.relay_recorded(record, done, lost));
+        assert!(events(&mut heat, &sim).is_empty(), "nothing told while in doubt");
+        for _ in 0..3 {
+            sim.advance(std::time::Duration::from_secs(2)).await;
+        }
+        let tags: Vec<String> = events(&mut heat, &sim).into_iter().map(|e| e.tag).collect();
+        assert_eq!(tags, [format!("halite/deployment/{}/relayed", deployment.id)], "told once");
     });
 }
 
