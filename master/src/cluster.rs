@@ -125,7 +125,7 @@ impl ClusterDesk<'_> {
                 return true;
             }
             ClusterChange::ListenerLost => {
-                self.cluster.listener_lost();
+                self.cluster.listener_lost(self.clock.now());
                 return false;
             }
             ClusterChange::Job { jid } => Effect::AdoptJob { jid },

@@ -41,9 +41,10 @@ pub(crate) struct ClusterView {
     heard: HashMap<String, Instant>,
     /// Which master each minion connected elsewhere is on.
     elsewhere: HashMap<String, String>,
-    /// Whether the connection carrying the other masters' changes is lost (the store said so,
-    /// [`ClusterView::listener_lost`]) and not back yet: what they announce meanwhile is missed.
-    deaf: bool,
+    /// Since when the connection carrying the other masters' changes is lost (the store said
+    /// so, [`ClusterView::listener_lost`]), if it is not back yet: what they announce meanwhile
+    /// is missed.
+    deaf_since: Option<Instant>,
     /// When the last reread called the roll, and the masters serving minions then that have
     /// not answered since (their last placements stand until they do, or [`GONE_AFTER`]).
     roll_call: Option<(Instant, HashSet<String>)>,
@@ -206,15 +207,15 @@ impl ClusterView {
 
     /// The store lost the connection carrying the other masters' changes: until it is back
     /// ([`ClusterView::listening_again`]), their silence is not theirs.
-    pub(crate) fn listener_lost(&mut self) {
+    pub(crate) fn listener_lost(&mut self, now: Instant) {
         if self.shared {
-            self.deaf = true;
+            self.deaf_since.get_or_insert(now);
         }
     }
 
     /// The connection carrying the other masters' changes is back (a reread follows).
     pub(crate) fn listening_again(&mut self) {
-        self.deaf = false;
+        self.deaf_since = None;
     }
 
     /// `master` said which minions it serves (its answer to a roll call, or any `Here`).
@@ -224,10 +225,10 @@ impl ClusterView {
         }
     }
 
-    /// Whether this master may be missing what the others say: its listener is lost, or a
-    /// reread is due.
-    fn in_gap(&self) -> bool {
-        self.deaf || self.needs_resync
+    /// Whether this master may be missing what the others say: its listener is lost (taken
+    /// so for at most [`KEPT_THROUGH_GAP`]: past it, silence counts again), or a reread is due.
+    fn in_gap(&self, now: Instant) -> bool {
+        self.deaf_since.is_some_and(|at| now < at + KEPT_THROUGH_GAP) || self.needs_resync
     }
 
     /// When this master can place every minion again (say which master serves it, or that none
@@ -238,7 +239,7 @@ impl ClusterView {
         if !self.shared {
             return None;
         }
-        if self.in_gap() {
+        if self.in_gap(now) {
             return Some(now + GONE_AFTER);
         }
         let (at, waiting) = self.roll_call.as_ref()?;
@@ -275,7 +276,7 @@ impl ClusterView {
         let silent = now.saturating_duration_since(*self.heard.get(master)?);
         let awaited =
             self.roll_call.as_ref().is_some_and(|(at, waiting)| waiting.contains(master) && now < *at + GONE_AFTER);
-        let live = silent < GONE_AFTER || (self.in_gap() && silent < KEPT_THROUGH_GAP) || awaited;
+        let live = silent < GONE_AFTER || (self.in_gap(now) && silent < KEPT_THROUGH_GAP) || awaited;
         live.then_some(master.as_str())
     }
 
@@ -337,6 +338,29 @@ mod tests {
         assert_eq!(view.master_of("web1", start + GONE_AFTER), Some("c"));
         view.left("web1", "c");
         assert_eq!(view.master_of("web1", start + GONE_AFTER), None);
+    }
+
+    #[test]
+    fn silence_heard_through_a_gap_is_not_taken_as_gone_and_the_roll_call_settles_placements() {
+        let start = Instant::now();
+        let mut view = ClusterView::shared(0);
+        view.heard_from("b", start);
+        view.arrived("web1", "b");
+        view.listener_lost(start + Duration::from_secs(1));
+        let later = start + Duration::from_secs(20);
+        assert_eq!(view.master_of("web1", later), Some("b"), "deaf: b's silence may be ours");
+        assert_eq!(view.placement_settles_at(later), Some(later + GONE_AFTER));
+        assert_eq!(view.master_of("web1", start + KEPT_THROUGH_GAP + Duration::from_secs(2)), None, "bounded");
+        // Back, and reread: b's placement stands until it answers, at most GONE_AFTER.
+        view.listening_again();
+        view.resynced(later);
+        assert_eq!(view.master_of("web1", later + Duration::from_secs(1)), Some("b"));
+        assert_eq!(view.placement_settles_at(later), Some(later + GONE_AFTER));
+        assert_eq!(view.master_of("web1", later + GONE_AFTER), None, "never answered: gone");
+        view.heard_from("b", later + Duration::from_secs(1));
+        view.answered("b");
+        assert_eq!(view.placement_settles_at(later + Duration::from_secs(1)), None, "answered: settled");
+        assert_eq!(view.master_of("web1", later + Duration::from_secs(2)), Some("b"));
     }
 
     #[test]
