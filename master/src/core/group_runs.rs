@@ -54,6 +54,11 @@ pub(crate) struct GroupAdvance {
     /// answers slowly must not make a wait look passed, and so forgotten).
     pub(crate) now: Instant,
     pub(crate) starting: usize,
+    /// Members recorded as starting (in `record.starting`) whose starts are to be sent once
+    /// that record is stored.
+    pub(crate) to_start: Vec<String>,
+    /// The job each queued member's existing deployment was on when read (by deployment id).
+    pub(crate) jids: BTreeMap<String, String>,
     pub(crate) reply: Option<RequestFrom>,
 }
 

@@ -55,6 +55,9 @@ pub(crate) enum GroupPut {
     Updated(RequestFrom),
     /// Its rollout stopped by an abort event: announced, then advanced.
     Stopped,
+    /// The members it starts recorded (`GroupRecord::starting`): their starts are sent once
+    /// this is stored, never before.
+    Recorded(Box<crate::core::group_runs::GroupAdvance>),
     /// Advanced: announced when its status or rollout changed; open until `not_before` (a
     /// wait still ahead when it was read).
     Advanced {
@@ -70,6 +73,12 @@ pub(crate) struct GroupAdvancing {
     pub(crate) record: GroupRecord,
     /// The status of each member's deployment in flight, by deployment id (`None`: gone).
     pub(crate) statuses: BTreeMap<String, Option<String>>,
+    /// For each member recorded as starting, by server: its deployment's status and job, as
+    /// stored (`None`: no such deployment), to tell whether its start landed.
+    pub(crate) starts: BTreeMap<String, Option<(String, String)>>,
+    /// The job each queued member's existing deployment is on, by deployment id: what a start
+    /// recorded for it is told from.
+    pub(crate) jids: BTreeMap<String, String>,
 }
 
 /// What the store answered a [`GroupCall`].
@@ -78,11 +87,28 @@ pub(crate) struct GroupAdvancing {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum GroupDone {
-    ReadForAdvance { reply: Option<RequestFrom>, read: Result<Option<GroupAdvancing>, StoreError> },
-    ReadForStop { reason: String, read: Result<Option<GroupRecord>, StoreError> },
-    ReadForRequest { then: GroupRequest, read: Result<Option<GroupRecord>, StoreError> },
-    Config { then: ConfigFor, read: Result<Option<ConfigRecord>, StoreError> },
-    Put { record: Box<GroupRecord>, then: GroupPut, stored: Result<(), StoreError> },
+    ReadForAdvance {
+        reply: Option<RequestFrom>,
+        read: Result<Option<GroupAdvancing>, StoreError>,
+    },
+    ReadForStop {
+        reason: String,
+        read: Result<Option<GroupRecord>, StoreError>,
+    },
+    ReadForRequest {
+        then: GroupRequest,
+        read: Result<Option<GroupRecord>, StoreError>,
+    },
+    Config {
+        then: ConfigFor,
+        read: Result<Option<ConfigRecord>, StoreError>,
+    },
+    /// `stored`: whether it was written (false: refused, the group was written since it was read).
+    Put {
+        record: Box<GroupRecord>,
+        then: GroupPut,
+        stored: Result<bool, StoreError>,
+    },
 }
 
 impl GroupDone {

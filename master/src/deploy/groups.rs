@@ -38,7 +38,7 @@ use crate::core::group_runs::{GroupAdvance, GroupRuns, GroupWork};
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
 use crate::request_error::RequestError;
-use crate::store::{GroupRecord, StoreError};
+use crate::store::{GroupRecord, MemberStart, StoreError};
 
 /// Most servers one group deploys to.
 const MAX_GROUP_SERVERS: usize = 10_000;
@@ -146,7 +146,14 @@ impl GroupDesk<'_> {
                 .collect(),
             creation_time: halite_protocol::time::iso8601_utc(now),
         };
-        Ok(GroupRecord { group, spec, principal: from.principal.clone(), owner: self.config.id.clone() })
+        Ok(GroupRecord {
+            group,
+            spec,
+            principal: from.principal.clone(),
+            owner: self.config.id.clone(),
+            starting: BTreeMap::new(),
+            revision: 0,
+        })
     }
 
     /// A group changed in place (Heat's group update): the servers it keeps run the action
@@ -203,6 +210,8 @@ impl GroupDesk<'_> {
         record.group.status_reason = "Deploy data available".into();
         record.group.rollout = RolloutRun::status_of(record.spec.rollout.clone().unwrap_or_default());
         record.owner = self.config.id.clone();
+        // Starts recorded and not yet confirmed are superseded with the rest.
+        record.starting.clear();
         Ok(record)
     }
 
@@ -276,30 +285,60 @@ impl GroupDesk<'_> {
     }
 
     /// A group stored (or not), and what follows.
-    fn group_stored(&mut self, id: String, record: GroupRecord, then: GroupPut, stored: Result<(), StoreError>) {
+    /// Every write is guarded by the revision it read (`DeployStore::put_group`): one refused
+    /// because the group was written since (another master's update, a write of this master's
+    /// that landed though it was reported failed) is never retried blindly; the group is read
+    /// again and decided anew.
+    fn group_stored(&mut self, id: String, record: GroupRecord, then: GroupPut, stored: Result<bool, StoreError>) {
         match then {
             GroupPut::Created(from) => self.group_request_stored(id, &record, from, true, stored),
             GroupPut::Updated(from) => self.group_request_stored(id, &record, from, false, stored),
             GroupPut::Stopped => match stored {
-                Ok(()) => {
+                Ok(true) => {
                     self.announce_group(&record);
                     self.ask_group(id, GroupCall::ReadForAdvance { reply: None });
+                }
+                Ok(false) => {
+                    let reason = record.group.rollout.reason.clone().unwrap_or_default();
+                    info!(group = %id, "the group changed while its rollout was being stopped; stopping it again as read");
+                    self.runs.queue(GroupWork::Stop { id, reason });
+                    self.group_work_done();
                 }
                 Err(error) => {
                     warn!(%error, group = %id, "stopping a deployment group failed");
                     self.group_work_done();
                 }
             },
+            GroupPut::Recorded(mut advance) => match stored {
+                Ok(true) => {
+                    advance.record.revision += 1;
+                    self.send_starts(*advance);
+                }
+                Ok(false) => self.advance_again(&id, advance.reply),
+                // It may have been written: the next read says which starts were recorded,
+                // and sends those that did not land (`group_read`).
+                Err(error) => self.advance_failed(&id, error.into(), advance.reply),
+            },
             GroupPut::Advanced { announce, not_before, reply } => match stored {
-                Ok(()) => {
+                Ok(true) => {
                     if announce {
                         self.announce_group(&record);
                     }
                     self.group_advanced(&id, record, not_before, reply);
                 }
+                Ok(false) => self.advance_again(&id, reply),
                 Err(error) => self.advance_failed(&id, error.into(), reply),
             },
         }
+    }
+
+    /// A write of the group was refused (it was written since it was read): read and
+    /// advanced again at once.
+    fn advance_again(&mut self, id: &str, reply: Option<RequestFrom>) {
+        info!(group = %id, "the group was written since it was read; advancing it again as stored");
+        self.runs.open(id, None);
+        self.runs.queue(GroupWork::Advance { id: id.to_owned(), reply });
+        self.group_work_done();
     }
 
     /// A group a client created or updated, stored (or not): advanced, then the client is
@@ -310,10 +349,17 @@ impl GroupDesk<'_> {
         record: &GroupRecord,
         from: RequestFrom,
         created: bool,
-        stored: Result<(), StoreError>,
+        stored: Result<bool, StoreError>,
     ) {
-        if let Err(error) = stored {
-            return self.out.reply(from.peer, from.request_id, Err(error.into()));
+        match stored {
+            Ok(true) => {}
+            Ok(false) => {
+                let error = RequestError::conflict(format!(
+                    "deployment group {id} was changed meanwhile (by another request or master); read it and try again"
+                ));
+                return self.out.reply(from.peer, from.request_id, Err(error));
+            }
+            Err(error) => return self.out.reply(from.peer, from.request_id, Err(error.into())),
         }
         let servers = record.group.members.len();
         if created {
@@ -386,7 +432,7 @@ impl GroupDesk<'_> {
     /// A group to advance, as read with its members' deployments: their statuses are taken,
     /// then its rollout decides.
     fn group_read(&mut self, id: String, reply: Option<RequestFrom>, read: Result<Option<GroupAdvancing>, StoreError>) {
-        let GroupAdvancing { mut record, statuses } = match read {
+        let GroupAdvancing { mut record, statuses, starts, jids } = match read {
             Ok(Some(advancing)) => advancing,
             Ok(None) => {
                 if let Some(from) = reply {
@@ -415,12 +461,42 @@ impl GroupDesk<'_> {
             member.status = read.clone().unwrap_or_else(|| status::FAILED.into());
             finished_now |= is_final(&member.status);
         }
+        // Starts recorded before an advance that did not finish: each landed (its deployment
+        // shows it) is followed, each that did not is sent again, never a second time.
+        let mut to_start = Vec::new();
+        for (server, start) in std::mem::take(&mut record.starting) {
+            let Some(member) = record.group.members.iter_mut().find(|m| m.server_id == server) else { continue };
+            let stored = starts.get(&server).cloned().flatten();
+            let landed = match (&start.jid_before, &stored) {
+                (None, Some(_)) => true,
+                (Some(before), Some((_, jid))) => jid != before,
+                (_, None) => false,
+            };
+            match (landed, stored, &member.deployment_id) {
+                (true, Some((status, _)), Some(deployment)) => {
+                    self.runs.follow(deployment, &id);
+                    finished_now |= is_final(&status);
+                    member.status = status;
+                }
+                // A server's deployment deleted before it could run again.
+                (false, None, _) if start.jid_before.is_some() => member.status = status::FAILED.into(),
+                _ => {
+                    record.starting.insert(server.clone(), start);
+                    to_start.push(server);
+                }
+            }
+        }
         let mut run = RolloutRun::new(record.group.rollout.clone());
         run.not_before = self.runs.not_before(&id);
         if finished_now {
             run.target_finished(now);
         }
-        self.group_decide(GroupAdvance { id, record, before, run, now, starting: 0, reply });
+        let advance = GroupAdvance { id, record, before, run, now, starting: 0, to_start, jids, reply };
+        if advance.to_start.is_empty() {
+            self.group_decide(advance)
+        } else {
+            self.send_starts(advance)
+        }
     }
 
     /// The group's rollout decides until it starts nothing more: the members it starts are
@@ -444,32 +520,28 @@ impl GroupDesk<'_> {
                 }
                 Decision::Start(servers) => {
                     for server in servers {
-                        self.start_member(&mut advance, server);
-                    }
-                    if advance.starting > 0 {
-                        return self.runs.wait_on_members(advance);
+                        self.record_start(&mut advance, server);
                     }
                 }
             }
         }
-        self.group_decided(advance);
+        if advance.to_start.is_empty() {
+            return self.group_decided(advance);
+        }
+        // The members to start are stored as starting first: a retry after any failure finds
+        // them, and starts none twice.
+        let (id, record) = (advance.id.clone(), Box::new(advance.record.clone()));
+        self.ask_group(id, GroupCall::Put { record, then: GroupPut::Recorded(Box::new(advance)) });
     }
 
-    /// Starts one member's deployment: a new one, or a kept member's run again with the
-    /// group's config, inputs and action. One that cannot start fails at once.
-    fn start_member(&mut self, advance: &mut GroupAdvance, server: String) {
-        let record = &advance.record;
-        let Some(member) = record.group.members.iter().find(|m| m.server_id == server) else { return };
-        let (existing, principal) = (member.deployment_id.clone(), record.principal.clone());
-        let call = match existing {
-            Some(deployment) => {
-                let update = halite_protocol::message::DeploymentUpdate {
-                    config_id: Some(record.spec.config_id.clone()),
-                    input_values: Some(record.spec.input_values.clone()),
-                    action: Some(record.group.action.clone()),
-                };
-                DeployCall::ReadDeployment { id: deployment, then: DeploymentRead::Restart(update) }
-            }
+    /// Records a member as starting: its deployment id (a new one for a server without), the
+    /// mark that tells whether its start landed, `IN_PROGRESS`. A new member whose deployment
+    /// would be refused fails at once instead.
+    fn record_start(&mut self, advance: &mut GroupAdvance, server: String) {
+        let record = &mut advance.record;
+        let Some(member) = record.group.members.iter_mut().find(|m| m.server_id == server) else { return };
+        let jid_before = match &member.deployment_id {
+            Some(deployment) => Some(advance.jids.get(deployment).cloned().unwrap_or_default()),
             None => {
                 let spec = member_spec(&record.spec, &server);
                 let valid = super::validate::deployment(&spec)
@@ -478,7 +550,54 @@ impl GroupDesk<'_> {
                 if let Err(error) = valid {
                     return member_failed(advance, &server, &error);
                 }
-                let deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
+                member.deployment_id = Some(new_uuid());
+                None
+            }
+        };
+        member.status = status::IN_PROGRESS.into();
+        record.starting.insert(server.clone(), MemberStart { jid_before });
+        advance.to_start.push(server);
+    }
+
+    /// Sends the starts recorded (`to_start`), then waits on them (`member_pushed`).
+    fn send_starts(&mut self, mut advance: GroupAdvance) {
+        for server in std::mem::take(&mut advance.to_start) {
+            self.start_member(&mut advance, server);
+        }
+        if advance.starting > 0 {
+            return self.runs.wait_on_members(advance);
+        }
+        self.group_decide(advance);
+    }
+
+    /// Starts one member's deployment, recorded as starting: a new one (with the id recorded),
+    /// or a kept member's run again with the group's config, inputs and action. One that
+    /// cannot start fails at once.
+    fn start_member(&mut self, advance: &mut GroupAdvance, server: String) {
+        let record = &advance.record;
+        let Some(member) = record.group.members.iter().find(|m| m.server_id == server) else { return };
+        let Some(start) = record.starting.get(&server) else { return };
+        let (existing, principal) = (member.deployment_id.clone(), record.principal.clone());
+        let call = match (start.jid_before.is_some(), existing) {
+            (_, None) => return,
+            (true, Some(deployment)) => {
+                let update = halite_protocol::message::DeploymentUpdate {
+                    config_id: Some(record.spec.config_id.clone()),
+                    input_values: Some(record.spec.input_values.clone()),
+                    action: Some(record.group.action.clone()),
+                };
+                DeployCall::ReadDeployment { id: deployment, then: DeploymentRead::Restart(update) }
+            }
+            (false, Some(id)) => {
+                let spec = member_spec(&record.spec, &server);
+                let valid = super::validate::deployment(&spec)
+                    .map_err(RequestError::from)
+                    .and_then(|()| self.check_signal_url(&spec));
+                if let Err(error) = valid {
+                    return member_failed(advance, &server, &error);
+                }
+                let mut deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
+                deployment.deployment.id = id;
                 DeployCall::ReadPush(Box::new(Push { record: deployment, update: false, config_checked: false }))
             }
         };
@@ -499,11 +618,17 @@ impl GroupDesk<'_> {
         }
         match pushed {
             Ok(deployment) => {
+                advance.record.starting.remove(&member.server);
                 self.runs.follow(&deployment.id, &advance.id);
                 if let Some(slot) = advance.record.group.members.iter_mut().find(|m| m.server_id == member.server) {
                     slot.deployment_id = Some(deployment.id);
                     slot.status = deployment.status;
                 }
+            }
+            // The store failed under it: the start may have landed. It stays recorded as
+            // starting, and the next read of the group tells (`group_read`).
+            Err(error) if error.kind == halite_protocol::message::ErrorKind::Internal => {
+                warn!(group = %advance.id, server = %member.server, error = %error.message, "a group member's start may not have landed; looked at again shortly");
             }
             Err(error) => member_failed(&mut advance, &member.server, &error),
         }
@@ -554,6 +679,9 @@ impl GroupDesk<'_> {
         if record.group.status != status::IN_PROGRESS {
             info!(group = %id, status = %record.group.status, reason = %record.group.status_reason, "deployment group finished");
             self.forget_group(id);
+        } else if !record.starting.is_empty() {
+            // Starts whose outcome is unknown: looked at again a second later.
+            self.runs.open(id, Some(self.clock.now() + Duration::from_secs(1)));
         } else {
             self.runs.open(id, not_before);
         }
@@ -598,8 +726,13 @@ impl GroupDesk<'_> {
 /// A member that could not be started fails.
 fn member_failed(advance: &mut GroupAdvance, server: &str, error: &RequestError) {
     warn!(group = %advance.id, %server, error = %error.message, "a group member could not be deployed");
+    let start = advance.record.starting.remove(server);
     if let Some(member) = advance.record.group.members.iter_mut().find(|m| m.server_id == server) {
         member.status = status::FAILED.into();
+        // A new deployment that was never made leaves no id behind (an update creates it).
+        if start.is_some_and(|s| s.jid_before.is_none()) {
+            member.deployment_id = None;
+        }
     }
 }
 

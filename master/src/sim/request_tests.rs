@@ -157,6 +157,46 @@ fn a_group_finish_the_store_refuses_is_tried_again_a_second_later() {
     });
 }
 
+/// Members are recorded as starting before their starts are sent: when the write after the
+/// start fails and the advance is retried, the member's deployment is found and followed,
+/// never started a second time; the group then finishes once.
+#[test]
+fn a_group_retried_after_its_write_failed_starts_no_server_twice() {
+    rt().block_on(async {
+        let (mut sim, mut vm, mut root, config) = vm_root_and_config().await;
+        // Every group write that no longer records a start is refused: the one after the start.
+        refuse(
+            &sim,
+            "refuse_after_start",
+            "BEFORE UPDATE ON deployment_groups WHEN NEW.body NOT LIKE '%\"starting\"%'",
+        )
+        .await;
+        let spec = serde_json::from_value(json!({"config_id": config.id, "servers": ["vm-1"]})).expect("group");
+        let created = sim.request(&mut root, RequestBody::DeploymentGroupCreate(spec)).await;
+        assert!(created.is_err(), "the write after the start failed, and the creator is told: {created:?}");
+        let sent = vm.jobs(&sim);
+        assert_eq!(sent.len(), 1, "the member started");
+        // Retried every second while the store refuses, then once it takes the write.
+        sim.advance(std::time::Duration::from_secs(3)).await;
+        sim.store().execute_for_test("DROP TRIGGER refuse_after_start").await;
+        sim.advance(std::time::Duration::from_secs(2)).await;
+        assert!(vm.jobs(&sim).is_empty(), "never started again");
+        let deployments = sim.store().deployments(Some("vm-1")).await.expect("read");
+        assert_eq!(deployments.len(), 1, "one deployment for the server");
+        let jid = sent[0].verify(&sim.master_public()).expect("signed").jid;
+        let outputs = json!({ "deploy_status_code": 0, "deploy_stdout": "done", "deploy_stderr": "" });
+        vm.send(
+            &mut sim,
+            &Message::JobReturn(halite_protocol::message::JobReturn { minion: "vm-1".into(), outputs, ..ret(&jid) }),
+        )
+        .await;
+        sim.advance(std::time::Duration::from_secs(2)).await;
+        let groups = sim.store().open_groups().await.expect("read");
+        assert!(groups.is_empty(), "finished: {groups:?}");
+        assert!(vm.jobs(&sim).is_empty(), "still never started again");
+    });
+}
+
 /// Another principal's live job is not told apart from a job there never was: a pause or
 /// resume of either is answered alike.
 #[test]

@@ -35,7 +35,7 @@ macro_rules! conformance_suite {
         $crate::store::conformance::conformance_suite!(@cases $open;
             keys_and_tokens, minions, big_jobs_and_failed_inserts, states_returns_listing_and_retention,
             later_changes_win_and_returns_stay, principals, jids_and_wall_marks_only_grow,
-            configs_deployments_and_api_tokens, concurrent_writers);
+            configs_deployments_and_api_tokens, group_writes_are_guarded_by_their_revision, concurrent_writers);
     };
     (@cases $open:expr; $($case:ident),*) => {
         mod conformance {
@@ -494,6 +494,47 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
 }
 
 /// Writers in parallel tasks: every job and every change lands, none is half-applied.
+/// A group is written only over the revision it was read with: a write made on an older read
+/// (another master's update in between, a retry of a write that landed) is refused and changes
+/// nothing; a new group is never written over an existing one.
+pub(crate) async fn group_writes_are_guarded_by_their_revision<S: Store>(store: S) {
+    use halite_protocol::message::{DeploymentGroup, GroupMember, NewDeploymentGroup};
+    let spec: NewDeploymentGroup =
+        serde_json::from_value(json!({"config_id": "c1", "servers": ["vm-1"]})).expect("a group spec");
+    let group = DeploymentGroup {
+        id: "g1".into(),
+        config_id: "c1".into(),
+        action: "CREATE".into(),
+        status: status::IN_PROGRESS.into(),
+        status_reason: String::new(),
+        rollout: crate::core::rollout::RolloutRun::status_of(Default::default()),
+        members: vec![GroupMember { server_id: "vm-1".into(), deployment_id: None, status: status::QUEUED.into() }],
+        creation_time: String::new(),
+    };
+    let new = crate::store::GroupRecord {
+        group,
+        spec,
+        principal: "heat".into(),
+        owner: "m1".into(),
+        starting: BTreeMap::new(),
+        revision: 0,
+    };
+    assert!(store.put_group(&new, 1).await.expect("insert"), "a new group is written");
+    assert!(!store.put_group(&new, 2).await.expect("insert again"), "never over an existing one");
+    let read = store.group("g1").await.expect("read").expect("stored");
+    assert_eq!(read.revision, 1);
+    // Two writers read revision 1; the first write wins, the second is refused.
+    let mut first = read.clone();
+    first.group.status_reason = "first".into();
+    let mut second = read.clone();
+    second.group.status_reason = "second".into();
+    assert!(store.put_group(&first, 3).await.expect("first"));
+    assert!(!store.put_group(&second, 4).await.expect("second"), "written since it was read");
+    let read = store.group("g1").await.expect("read").expect("stored");
+    assert_eq!((read.group.status_reason.as_str(), read.revision), ("first", 2));
+    assert_eq!(store.open_groups().await.expect("open")[0].revision, 2, "open groups carry their revision");
+}
+
 pub(crate) async fn concurrent_writers<S: Store + Clone>(store: S) {
     let mut tasks = Vec::new();
     for writer in 0..8u64 {

@@ -1,6 +1,7 @@
 //! Persistent software configs, deployments and gateway tokens: the engine-facing half of the
 //! store, a supertrait of [`super::Store`].
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use halite_protocol::message::{
@@ -67,6 +68,24 @@ pub struct GroupRecord {
     pub principal: String,
     /// The master that drives its rollout (its `id`).
     pub owner: String,
+    /// Members recorded as starting before their starts were sent, by server: what the store
+    /// must show for a start to have landed. A retry sends again only the starts that did not
+    /// land, so no server is started twice.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub starting: BTreeMap<String, MemberStart>,
+    /// The revision read with it (0: not stored yet); not in the document but beside it. A
+    /// write is refused unless the stored revision is still this one (`DeployStore::put_group`).
+    #[serde(skip)]
+    pub revision: i64,
+}
+
+/// A member's start as recorded before it is sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStart {
+    /// For a server that already had a deployment (run again), the job it was on before: the
+    /// start landed once the deployment is on another (every run is a new job). `None`: a new
+    /// deployment, created with the member's recorded id; the start landed once it exists.
+    pub jid_before: Option<String>,
 }
 
 /// Configs, deployments and gateway tokens. Every method is one transaction.
@@ -74,8 +93,10 @@ pub struct GroupRecord {
 /// An `owner: Option<&str>` argument narrows a listing or deletion to what that principal
 /// created (`None`: everyone's); who gets which is decided in `authz::ownership`.
 pub trait DeployStore: Send + Sync + 'static {
-    /// Inserts or replaces a deployment group.
-    fn put_group(&self, record: &GroupRecord, now_ms: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Writes a deployment group: a new one (`revision` 0), or one whose stored revision is
+    /// still `record.revision`, which it bumps. False: refused, the group was written since (or
+    /// already exists); read it again.
+    fn put_group(&self, record: &GroupRecord, now_ms: u64) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// One deployment group.
     fn group(&self, id: &str) -> impl Future<Output = Result<Option<GroupRecord>, StoreError>> + Send;
     /// Groups still in progress: what a restarted master resumes.

@@ -160,6 +160,18 @@ where
     Ok(record)
 }
 
+/// A deployment group row: its document, and the revision beside it.
+pub(super) fn group_from_row<R: sqlx::Row>(row: &R) -> Result<super::GroupRecord, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut record: super::GroupRecord = json(&row.try_get::<String, _>("body")?)?;
+    record.revision = row.try_get("revision")?;
+    Ok(record)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -225,42 +225,58 @@ macro_rules! deploy_store {
                 &self,
                 record: &$crate::store::GroupRecord,
                 now_ms: u64,
-            ) -> Result<(), $crate::store::StoreError> {
+            ) -> Result<bool, $crate::store::StoreError> {
                 self.bounded(async move {
-                    let open = record.group.status == halite_protocol::message::status::IN_PROGRESS;
-                    sqlx::query(&$sql(
-                        "INSERT INTO deployment_groups (id, open, body, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
-                         ON CONFLICT (id) DO UPDATE SET open = excluded.open, body = excluded.body, updated_at = excluded.updated_at",
-                    ))
-                    .bind(&record.group.id)
-                    .bind(i64::from(open))
-                    .bind($crate::store::records::to_json(record))
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .execute(&mut *self.conn().await?)
-                    .await?;
-                    Ok(())
+                    let open = i64::from(record.group.status == halite_protocol::message::status::IN_PROGRESS);
+                    let (body, now) = ($crate::store::records::to_json(record), $crate::store::sqlite::db_int(now_ms));
+                    let done = if record.revision == 0 {
+                        sqlx::query(&$sql(
+                            "INSERT INTO deployment_groups (id, open, body, created_at, updated_at, revision) VALUES (?, ?, ?, ?, ?, 1)
+                             ON CONFLICT (id) DO NOTHING",
+                        ))
+                        .bind(&record.group.id)
+                        .bind(open)
+                        .bind(body)
+                        .bind(now)
+                        .bind(now)
+                        .execute(&mut *self.conn().await?)
+                        .await?
+                    } else {
+                        sqlx::query(&$sql(
+                            "UPDATE deployment_groups SET open = ?, body = ?, updated_at = ?, revision = revision + 1
+                             WHERE id = ? AND revision = ?",
+                        ))
+                        .bind(open)
+                        .bind(body)
+                        .bind(now)
+                        .bind(&record.group.id)
+                        .bind(record.revision)
+                        .execute(&mut *self.conn().await?)
+                        .await?
+                    };
+                    Ok(done.rows_affected() == 1)
                 })
                 .await
             }
 
             async fn group(&self, id: &str) -> Result<Option<$crate::store::GroupRecord>, $crate::store::StoreError> {
                 self.bounded(async move {
-                    let row = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE id = ?"))
+                    let row = sqlx::query(&$sql("SELECT body, revision FROM deployment_groups WHERE id = ?"))
                         .bind(id)
                         .fetch_optional(&mut *self.conn().await?)
                         .await?;
-                    row.map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(&r, "body")?)).transpose()
+                    row.map(|r| $crate::store::deploy_records::group_from_row(&r)).transpose()
                 })
                 .await
             }
 
             async fn open_groups(&self) -> Result<Vec<$crate::store::GroupRecord>, $crate::store::StoreError> {
                 self.bounded(async move {
-                    let rows = sqlx::query(&$sql("SELECT body FROM deployment_groups WHERE open = 1 ORDER BY created_at"))
-                        .fetch_all(&mut *self.conn().await?)
-                        .await?;
-                    rows.iter().map(|r| $crate::store::records::json(&sqlx::Row::try_get::<String, _>(r, "body")?)).collect()
+                    let rows =
+                        sqlx::query(&$sql("SELECT body, revision FROM deployment_groups WHERE open = 1 ORDER BY created_at"))
+                            .fetch_all(&mut *self.conn().await?)
+                            .await?;
+                    rows.iter().map($crate::store::deploy_records::group_from_row).collect()
                 })
                 .await
             }

@@ -118,7 +118,10 @@ const TABLES: &[(&str, &[(&str, Kind)])] = &[
             ("signature", OptBlob),
         ],
     ),
-    ("deployment_groups", &[("id", Text), ("open", Int), ("body", Text), ("created_at", Int), ("updated_at", Int)]),
+    (
+        "deployment_groups",
+        &[("id", Text), ("open", Int), ("body", Text), ("created_at", Int), ("updated_at", Int), ("revision", Int)],
+    ),
     // `open` is SQLite's own clean-shutdown mark.
     ("meta", &[("key", Text), ("value", Text)]),
     // The trail keeps its ids (its store order) and every hash and signature: it verifies on

@@ -42,7 +42,7 @@ pub(crate) use cluster::Announcement;
 pub use cluster::{event_digest, ClusterChange, Heard};
 #[cfg(test)]
 pub(crate) use conformance::job as test_job;
-pub use deploy::{ApiTokenGrant, ConfigRecord, DeployStore, DeploymentRecord, GroupRecord};
+pub use deploy::{ApiTokenGrant, ConfigRecord, DeployStore, DeploymentRecord, GroupRecord, MemberStart};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
 pub use select::{describe_postgres, Backend, StoreConfig, StoreUrlError};

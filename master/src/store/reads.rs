@@ -188,15 +188,28 @@ pub(crate) async fn push_inputs<S: Store>(
 /// (none read for a group no longer in progress).
 pub(crate) async fn group_advancing<S: Store>(store: &S, id: &str) -> Result<Option<GroupAdvancing>, StoreError> {
     let Some(record) = store.group(id).await? else { return Ok(None) };
-    let mut statuses = BTreeMap::new();
+    let (mut statuses, mut starts, mut jids) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     if record.group.status == status::IN_PROGRESS {
-        for member in record.group.members.iter().filter(|m| m.status == status::IN_PROGRESS) {
+        for member in &record.group.members {
             let Some(deployment) = &member.deployment_id else { continue };
+            if member.status == status::QUEUED {
+                if let Some(read) = store.deployment(deployment).await? {
+                    jids.insert(deployment.clone(), read.jid);
+                }
+                continue;
+            }
+            if member.status != status::IN_PROGRESS {
+                continue;
+            }
             let read = store.deployment(deployment).await?;
-            statuses.insert(deployment.clone(), read.map(|d| d.deployment.status));
+            if record.starting.contains_key(&member.server_id) {
+                starts.insert(member.server_id.clone(), read.map(|d| (d.deployment.status, d.jid)));
+            } else {
+                statuses.insert(deployment.clone(), read.map(|d| d.deployment.status));
+            }
         }
     }
-    Ok(Some(GroupAdvancing { record, statuses }))
+    Ok(Some(GroupAdvancing { record, statuses, starts, jids }))
 }
 
 /// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.
