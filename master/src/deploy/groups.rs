@@ -543,11 +543,7 @@ impl GroupDesk<'_> {
         let jid_before = match &member.deployment_id {
             Some(deployment) => Some(advance.jids.get(deployment).cloned().unwrap_or_default()),
             None => {
-                let spec = member_spec(&record.spec, &server);
-                let valid = super::validate::deployment(&spec)
-                    .map_err(RequestError::from)
-                    .and_then(|()| self.check_signal_url(&spec));
-                if let Err(error) = valid {
+                if let Err(error) = self.valid_member_spec(&record.spec, &server) {
                     return member_failed(advance, &server, &error);
                 }
                 member.deployment_id = Some(new_uuid());
@@ -557,6 +553,14 @@ impl GroupDesk<'_> {
         member.status = status::IN_PROGRESS.into();
         record.starting.insert(server.clone(), MemberStart { jid_before });
         advance.to_start.push(server);
+    }
+
+    /// A new member's deployment as the group asks for it, if it would be accepted.
+    fn valid_member_spec(&self, spec: &NewDeploymentGroup, server: &str) -> Result<NewDeployment, RequestError> {
+        let spec = member_spec(spec, server);
+        super::validate::deployment(&spec).map_err(RequestError::from)?;
+        self.check_signal_url(&spec)?;
+        Ok(spec)
     }
 
     /// Sends the starts recorded (`to_start`), then waits on them (`member_pushed`).
@@ -589,13 +593,10 @@ impl GroupDesk<'_> {
                 DeployCall::ReadDeployment { id: deployment, then: DeploymentRead::Restart(update) }
             }
             (false, Some(id)) => {
-                let spec = member_spec(&record.spec, &server);
-                let valid = super::validate::deployment(&spec)
-                    .map_err(RequestError::from)
-                    .and_then(|()| self.check_signal_url(&spec));
-                if let Err(error) = valid {
-                    return member_failed(advance, &server, &error);
-                }
+                let spec = match self.valid_member_spec(&record.spec, &server) {
+                    Ok(spec) => spec,
+                    Err(error) => return member_failed(advance, &server, &error),
+                };
                 let mut deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
                 deployment.deployment.id = id;
                 DeployCall::ReadPush(Box::new(Push { record: deployment, update: false, config_checked: false }))
