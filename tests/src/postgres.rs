@@ -16,8 +16,14 @@ pub fn server_url() -> String {
 
 /// Runs one SQL command on the server (as its admin) and returns what `psql` printed.
 pub fn admin_sql(sql: &str) -> String {
+    sql_on(&server_url(), sql)
+}
+
+/// Runs one SQL command (or several, `;`-separated) on the database at `url` and returns what
+/// `psql` printed.
+pub fn sql_on(url: &str, sql: &str) -> String {
     let output = Command::new("psql")
-        .args([server_url().as_str(), "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+        .args([url, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
         .output()
         .unwrap_or_else(|e| panic!("running psql: {e}"));
     assert!(output.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&output.stderr));

@@ -527,3 +527,46 @@ async fn more_waits_at_once_than_a_subscription_holds_patterns_all_end() {
         assert_eq!(done.output_values["result"], json!(format!("hello, {n}")));
     }
 }
+
+/// A group whose write after starting its member fails (PostgreSQL refuses it, as a database
+/// that dies under the commit would) is retried by the master: the member's deployment is found
+/// and followed, its server runs the config once, and the group completes once the database
+/// takes the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_write_after_starting_failed_runs_its_server_once() {
+    let url = halite_tests::postgres::fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    boot(&mut cluster, "vm-r1");
+    cluster.wait_connected(&["vm-r1"]);
+    let client = Client::connect(ClientConfig::from_master_config(&cluster.config).unwrap()).await.unwrap();
+    let runs = cluster.dir.join("vm-r1-runs.log");
+    let mut counted = greet_config();
+    counted.config = json!(format!("#!/bin/sh\necho ran >> {}\n", runs.display()));
+    counted.outputs.clear();
+    let config = client.create_config(counted).await.unwrap();
+    // Every group write that no longer records a start is refused: the one after the start.
+    halite_tests::postgres::sql_on(
+        &url,
+        "CREATE FUNCTION refuse_after_start() RETURNS trigger AS $$ BEGIN \
+           IF NEW.body NOT LIKE '%\"starting\"%' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; \
+         END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER refuse_after_start BEFORE UPDATE ON deployment_groups FOR EACH ROW EXECUTE FUNCTION refuse_after_start();",
+    );
+    let spec: halite_protocol::message::NewDeploymentGroup =
+        serde_json::from_value(json!({"config_id": config.id, "servers": ["vm-r1"]})).unwrap();
+    let refused = client.create_deployment_group(spec).await;
+    assert!(refused.is_err(), "the write after the start failed: {refused:?}");
+    // The master retries every second meanwhile; the server has run the config once.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    halite_tests::postgres::sql_on(&url, "DROP TRIGGER refuse_after_start ON deployment_groups");
+    let groups: Value = serde_json::from_str(
+        halite_tests::postgres::sql_on(&url, "SELECT body FROM deployment_groups").lines().next().unwrap(),
+    )
+    .unwrap();
+    let id = groups["group"]["id"].as_str().unwrap().to_owned();
+    let done = timeout(Duration::from_secs(60), client.wait_for_deployment_group(&id, None)).await.unwrap().unwrap();
+    assert_eq!(done.status, "COMPLETE", "{done:?}");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 1, "the server ran it once");
+    let deployments = client.list_deployments(Some("vm-r1")).await.unwrap();
+    assert_eq!(deployments.len(), 1, "one deployment: {deployments:?}");
+}
