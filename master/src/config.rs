@@ -58,6 +58,27 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
+/// `[cluster]`: what a master of several on one store does when it alone cannot reach it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// The other masters' readiness URLs (`http://HOST:PORT/readyz`, served on their
+    /// `[metrics] listen`). A master that has not reached the store for `handover_after_secs`
+    /// asks them; while one answers ready, it hands its minions over (closes their sessions, a
+    /// thousand a second, and a minion given several masters moves to the next). When none
+    /// does (the database is down for everyone), nobody moves. Empty (the default): minions
+    /// stay.
+    pub peers_ready: Vec<String>,
+    /// How long the store must have been unreachable before the peers are asked.
+    pub handover_after_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { peers_ready: Vec::new(), handover_after_secs: 30 }
+    }
+}
+
 /// `[deploy]`: software deployments.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -140,6 +161,8 @@ pub struct MasterConfig {
     pub gateway: crate::gateway::GatewayConfig,
     /// Prometheus metrics and health checks (`[metrics]`); off unless `listen` is set.
     pub metrics: MetricsConfig,
+    /// Handing minions over when this master alone cannot reach the store (`[cluster]`).
+    pub cluster: ClusterConfig,
     /// Files served to minions as `halite://` (`[files]`); off unless `root` is set.
     pub files: crate::files::FilesConfig,
     /// How long the audit trail keeps its records (`[audit]`).
@@ -198,6 +221,7 @@ impl Default for MasterConfig {
             deploy: DeployConfig::default(),
             gateway: crate::gateway::GatewayConfig::default(),
             metrics: MetricsConfig::default(),
+            cluster: ClusterConfig::default(),
             files: crate::files::FilesConfig::default(),
             audit: AuditConfig::default(),
             store: crate::store::StoreConfig::default(),
@@ -382,6 +406,10 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:9000");
         assert_eq!(config.nodegroups["web"], "web*");
         assert_eq!(config.keep_jobs_hours, 168);
+        assert_eq!(config.cluster, ClusterConfig { peers_ready: Vec::new(), handover_after_secs: 30 });
+        let config = MasterConfig::parse("[cluster]\npeers_ready = [\"http://b:9506/readyz\"]\n").unwrap();
+        assert_eq!((config.cluster.peers_ready.len(), config.cluster.handover_after_secs), (1, 30));
+        assert!(MasterConfig::parse("[cluster]\npeer_ready = []\n").is_err(), "a misspelt key is refused");
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod file_scope;
 pub mod files;
 mod files_beneath;
 pub mod gateway;
+mod handover;
 mod keys;
 mod limits;
 pub mod memory;

@@ -96,6 +96,8 @@ pub(crate) struct Inner {
     last_step_ms: AtomicU64,
     /// Whether the last write to the store succeeded.
     store_ok: AtomicBool,
+    /// Whether the store answers its probe (stores that have one).
+    store_reachable: AtomicBool,
     started: Instant,
 }
 
@@ -125,6 +127,7 @@ impl Metrics {
             deployments: Family::default(),
             last_step_ms: AtomicU64::new(0),
             store_ok: AtomicBool::new(true),
+            store_reachable: AtomicBool::new(true),
             started: SystemClock.now(),
         };
         inner.registry.register("sessions", "Connected sessions, by role", inner.sessions.clone());
@@ -207,8 +210,13 @@ impl Metrics {
         self.inner.store_ok.store(ok, Ordering::Relaxed);
     }
 
-    /// Why the master is not ready to take work, if it is not: its core stalled, or its store
-    /// failed on the last write.
+    /// Whether the store answers its probe, as the loop last saw.
+    pub(crate) fn store_reachable(&self, reachable: bool) {
+        self.inner.store_reachable.store(reachable, Ordering::Relaxed);
+    }
+
+    /// Why the master is not ready to take work, if it is not: its core stalled, its store
+    /// failed on the last write, or it does not answer.
     pub fn not_ready(&self) -> Option<String> {
         let since =
             self.since_start().saturating_sub(Duration::from_millis(self.inner.last_step_ms.load(Ordering::Relaxed)));
@@ -217,6 +225,9 @@ impl Metrics {
         }
         if !self.inner.store_ok.load(Ordering::Relaxed) {
             return Some("the last write to the store failed".into());
+        }
+        if !self.inner.store_reachable.load(Ordering::Relaxed) {
+            return Some("the store does not answer".into());
         }
         None
     }

@@ -281,6 +281,92 @@ fn after_its_database_link_was_cut_a_master_calls_no_served_minion_offline() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Master A's link to the database cut while master B reaches it: once A has not reached it
+/// for `[cluster] handover_after_secs`, it finds B ready and hands its minions over; they move
+/// to B, which serves them.
+#[test]
+fn a_master_cut_off_from_the_database_hands_its_minions_to_a_master_that_is_not() {
+    let (server, dir) = own_server("handover");
+    let mut cluster =
+        Cluster::start(&format!("[metrics]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = {:?}\n", server.url));
+    let b = cluster.port;
+    let (a, link) = peer_master_through_link(&mut cluster, &server);
+    let b_ready = format!("http://{}/readyz", metrics_address(&cluster, "master"));
+    append_config(&cluster, a, &format!("[cluster]\npeers_ready = [{b_ready:?}]\nhandover_after_secs = 3\n"));
+    cluster.restart_peer_master(a);
+    let ids = ["ho1", "ho2", "ho3"];
+    start_minions_on(&mut cluster, &ids, &[a, b]);
+    let on_a: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| master_log(&cluster, a).contains(&format!("minion authenticated minion={id}")))
+        .collect();
+    assert!(!on_a.is_empty(), "no minion on A: {}", master_log(&cluster, a));
+    link.cut();
+    // Handed over within the documented time: 3 s, a second to ask, then the reconnection.
+    wait_for("every minion served through B", Duration::from_secs(20), || {
+        let run = cluster.cli_at(b, &["run", "--out", "json", "-L", "ho1,ho2,ho3", "test.ping"]);
+        let doc = (run.code == 0).then(|| run.json())?;
+        (ids.iter().all(|id| doc["minions"][id]["state"] == "returned")).then_some(())
+    });
+    for id in on_a {
+        assert!(minion_log(&cluster, id).contains("cannot reach its database"), "{id}: {}", minion_log(&cluster, id));
+    }
+    link.restore();
+    drop(cluster);
+    drop(link);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The database down for every master, each told to ask the others: none is ready, so none
+/// hands a minion over, and every minion stays where it is.
+#[test]
+fn a_database_down_for_every_master_moves_no_minion() {
+    let (server, dir) = own_server("outage-all");
+    let mut cluster =
+        Cluster::start(&format!("[metrics]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = {:?}\n", server.url));
+    let a = cluster.port;
+    let b = cluster.start_peer_master();
+    let a_ready = format!("http://{}/readyz", metrics_address(&cluster, "master"));
+    let b_ready = format!("http://{}/readyz", metrics_address(&cluster, "master-1"));
+    append_config(&cluster, a, &format!("[cluster]\npeers_ready = [{b_ready:?}]\nhandover_after_secs = 2\n"));
+    append_config(&cluster, b, &format!("[cluster]\npeers_ready = [{a_ready:?}]\nhandover_after_secs = 2\n"));
+    cluster.kill_master();
+    cluster.start_master();
+    cluster.restart_peer_master(b);
+    let ids = ["oa1", "oa2"];
+    start_minions_on(&mut cluster, &ids[..1], &[a, b]);
+    start_minions_on(&mut cluster, &ids[1..], &[b, a]);
+    let logged_before: Vec<usize> = ids.iter().map(|id| minion_log(&cluster, id).len()).collect();
+    server.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    server.resume();
+    cluster.wait_reachable_through(a, &ids);
+    for (id, before) in ids.iter().zip(logged_before) {
+        let said = minion_log(&cluster, id)[before..].to_owned();
+        assert!(!said.contains("disconnected from the master"), "{id} moved: {said}");
+    }
+    drop(cluster);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Where the master whose state directory is `state` (`master`, `master-1`, ...) serves its
+/// metrics and health checks.
+fn metrics_address(cluster: &Cluster, state: &str) -> String {
+    let path = cluster.dir.join(state).join("metrics.addr");
+    wait_for("the metrics address", Duration::from_secs(10), || std::fs::read_to_string(&path).ok()).trim().to_owned()
+}
+
+/// Adds `text` at the end of the config of the master at `port` (read at its next start).
+fn append_config(cluster: &Cluster, port: u16, text: &str) {
+    let config = cluster.config_of(port).to_owned();
+    let mut current = std::fs::read_to_string(&config).unwrap();
+    current.push_str(text);
+    std::fs::write(&config, current).unwrap();
+}
+
 /// A peer master that reaches the database through a link the test controls: its port and
 /// the link.
 fn peer_master_through_link(cluster: &mut Cluster, server: &OwnServer) -> (u16, Link) {

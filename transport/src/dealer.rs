@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use halite_protocol::zmtp::{Connection, Heartbeat, Limits, PeerInfo, SocketType};
+use halite_protocol::zmtp::{Connection, Heartbeat, Limits, PeerInfo, SocketType, ZmtpError};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -247,8 +247,13 @@ async fn run(
 }
 
 /// Whether a connection that was up and ended this way is opened again with the same peer
-/// first: the peer closed it (it answered, so it is live), rather than this side moving on or
-/// the link failing.
+/// first: the peer closed it (it answered, so it is live), rather than this side moving on,
+/// the link failing, or the peer saying to go elsewhere
+/// ([`halite_protocol::noise::GO_ELSEWHERE_REASON`]).
 fn stays_with_peer(reason: &CloseReason) -> bool {
-    matches!(reason, CloseReason::Eof | CloseReason::Protocol(_))
+    match reason {
+        CloseReason::Protocol(ZmtpError::PeerError(why)) => why != halite_protocol::noise::GO_ELSEWHERE_REASON,
+        CloseReason::Eof | CloseReason::Protocol(_) => true,
+        _ => false,
+    }
 }

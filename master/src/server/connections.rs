@@ -37,6 +37,30 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
+    /// Hands a batch of minions over to the other masters (`crate::handover`: the store has
+    /// been unreachable here while another master is ready): their sessions are closed, a
+    /// thousand at a time, so a minion given several masters moves to the next. Nothing once
+    /// the store answers again.
+    pub(crate) fn hand_over(&mut self) {
+        const BATCH: usize = 1_000;
+        if !self.store_in_doubt() {
+            self.handed_over.clear();
+            return;
+        }
+        let ids: Vec<String> =
+            self.sessions.online_ids().filter(|id| !self.handed_over.contains(*id)).take(BATCH).cloned().collect();
+        if ids.is_empty() {
+            return;
+        }
+        info!(minions = ids.len(), "this master cannot reach its database and another can: handing minions over");
+        for id in ids {
+            self.handed_over.insert(id.clone());
+            if let Some(peer) = self.sessions.peer_of(&id) {
+                self.forget(peer, Some(halite_protocol::noise::GO_ELSEWHERE_REASON));
+            }
+        }
+    }
+
     /// Closes the parked connections of minions whose key is now accepted: each knocks again
     /// at once and is let in (on whichever master the acceptance reached).
     pub(crate) fn release_parked(&mut self) {

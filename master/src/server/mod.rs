@@ -101,6 +101,9 @@ pub(crate) enum Input {
     Cluster(crate::store::Heard),
     /// SIGHUP: reread the rules in the config file.
     Reload,
+    /// The store has been unreachable here while another master is ready: hand a batch of
+    /// minions over (`crate::handover`).
+    HandOver,
 }
 
 /// The master's state; see the module docs. Its fields are the loop's (private to `server/`):
@@ -132,6 +135,9 @@ pub struct Master<S: Store, N: Net = Router> {
     /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
     /// again as the queue drains ([`Master::send_backlogs`]).
     undelivered: HashMap<String, BTreeSet<String>>,
+    /// Minions handed over to the other masters while the store is unreachable here
+    /// ([`Master::hand_over`]): one that comes back has nowhere else to go, and stays.
+    handed_over: std::collections::HashSet<String>,
     /// The other masters sharing the store, and the minions connected to them.
     cluster: crate::core::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step ([`Master::flush`]).
@@ -241,6 +247,7 @@ impl<S: Store, N: Net> Master<S, N> {
             hearing: Default::default(),
             rollout_queue: Default::default(),
             undelivered: HashMap::new(),
+            handed_over: Default::default(),
             cluster: crate::core::cluster_view::ClusterView::default(),
             watchers: Watchers::default(),
             deploy_jobs: Default::default(),
@@ -376,6 +383,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
             None => None,
         };
+        let mut handovers = crate::handover::spawn(&self.config.cluster, self.store.reachability());
         self.wake_at = self.plan_wake(false);
         loop {
             let input = tokio::select! {
@@ -390,6 +398,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 Some(()) = next_hangup(&mut hangups) => Input::Reload,
                 () = sleep_until(self.wake_at) => Input::Tick,
                 Some(()) = reachability_changed(&mut reachability) => Input::Tick,
+                Some(()) = next_handover(&mut handovers) => Input::HandOver,
                 () = &mut shutdown => break,
             };
             self.step(input).await;
@@ -450,10 +459,17 @@ impl<S: Store, N: Net> Master<S, N> {
                     }
                 }
             }
+            Input::HandOver => self.hand_over(),
             Input::Tick => {
                 // How late the wake came is measured before anything is done: the time spent
                 // below is the master running, not paused.
                 self.notice_pause();
+                if let Some(reachable) = self.store.reachability() {
+                    self.metrics.store_reachable(*reachable.borrow());
+                }
+                if !self.handed_over.is_empty() && !self.store_in_doubt() {
+                    self.handed_over.clear();
+                }
                 // Inputs already received are processed before deadlines fire, a batch (and
                 // its commit) at a time, so a burst never builds one unbounded write.
                 while self.drain_net(BATCH).await == BATCH {
@@ -566,6 +582,14 @@ async fn reachability_changed(watch: &mut Option<tokio::sync::watch::Receiver<bo
             Ok(()) => Some(()),
             Err(_) => std::future::pending().await,
         },
+        None => std::future::pending().await,
+    }
+}
+
+/// The handover task's next word (none without one).
+async fn next_handover(handovers: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
+    match handovers {
+        Some(handovers) => handovers.recv().await,
         None => std::future::pending().await,
     }
 }

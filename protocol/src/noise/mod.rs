@@ -132,6 +132,11 @@ pub const REPLACED_REASON: &str = "replaced by a newer connection";
 /// accepted: the minion connects again at once, and is let in.
 pub const KEY_ACCEPTED_REASON: &str = "key accepted; connect again";
 
+/// The reason (ZMTP ERROR) a master closes a minion's session with to hand it to another
+/// master (it cannot reach its database, another master can): a minion given several masters
+/// connects to the next, not to this one again.
+pub const GO_ELSEWHERE_REASON: &str = "this master cannot reach its database; connect to another";
+
 /// Default largest application message, in bytes ([`SessionConfig::max_message_size`]).
 pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 

@@ -1,0 +1,98 @@
+//! Handing minions over when this master alone cannot reach the store: a task that, once the
+//! store has been unreachable for `[cluster] handover_after_secs`, asks the other masters'
+//! readiness (`[cluster] peers_ready`) every second, and tells the loop while one answers
+//! ready. The loop then closes its minions' sessions a batch at a time (`Master::hand_over`).
+//!
+//! A master cannot tell from the store whether the others reach it (it cannot read it), so it
+//! asks them directly. When the database is down for everyone, no peer is ready, nothing is
+//! told, and no minion moves.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+use crate::config::ClusterConfig;
+
+/// How often the peers are asked, once the store has been unreachable long enough.
+const ASK_EVERY: Duration = Duration::from_secs(1);
+/// How long a peer has to answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// Starts the task (nothing without peers or without a store that says when it is unreachable).
+pub(crate) fn spawn(config: &ClusterConfig, reachable: Option<watch::Receiver<bool>>) -> Option<mpsc::Receiver<()>> {
+    let reachable = reachable?;
+    if config.peers_ready.is_empty() {
+        return None;
+    }
+    let client =
+        match reqwest::Client::builder().timeout(ANSWER_WITHIN).redirect(reqwest::redirect::Policy::none()).build() {
+            Ok(client) => client,
+            Err(error) => {
+                warn!(%error, "cannot ask the other masters' readiness; minions stay here if the store is lost");
+                return None;
+            }
+        };
+    let (tx, rx) = mpsc::channel(1);
+    let (peers, after) = (config.peers_ready.clone(), Duration::from_secs(config.handover_after_secs));
+    tokio::spawn(watch_store(client, peers, after, reachable, tx));
+    Some(rx)
+}
+
+async fn watch_store(
+    client: reqwest::Client,
+    peers: Vec<String>,
+    after: Duration,
+    mut reachable: watch::Receiver<bool>,
+    tx: mpsc::Sender<()>,
+) {
+    let mut lost_since = (!*reachable.borrow()).then(Instant::now);
+    let mut told = false;
+    loop {
+        tokio::select! {
+            changed = reachable.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let up = *reachable.borrow_and_update();
+                if up {
+                    lost_since = None;
+                    told = false;
+                } else {
+                    lost_since = lost_since.or(Some(Instant::now()));
+                }
+            }
+            () = tokio::time::sleep(ASK_EVERY) => {}
+        }
+        let Some(since) = lost_since else { continue };
+        if since.elapsed() < after {
+            continue;
+        }
+        match ready_peer(&client, &peers).await {
+            Some(peer) => {
+                if !told {
+                    info!(%peer, "the store has been unreachable here while another master reaches it; handing the minions over");
+                    told = true;
+                }
+                if tx.try_send(()).is_err() && tx.is_closed() {
+                    return;
+                }
+            }
+            None if told => {
+                info!("no other master is ready either; the minions left stay");
+                told = false;
+            }
+            None => {}
+        }
+    }
+}
+
+/// The first peer that answers ready (HTTP 200), if any.
+async fn ready_peer<'a>(client: &reqwest::Client, peers: &'a [String]) -> Option<&'a str> {
+    for peer in peers {
+        if client.get(peer).send().await.is_ok_and(|answer| answer.status() == reqwest::StatusCode::OK) {
+            return Some(peer);
+        }
+    }
+    None
+}
