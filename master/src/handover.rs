@@ -7,7 +7,7 @@
 //! asks them directly. When the database is down for everyone, no peer is ready, nothing is
 //! told, and no minion moves.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
@@ -46,7 +46,8 @@ async fn watch_store(
     mut reachable: watch::Receiver<bool>,
     tx: mpsc::Sender<()>,
 ) {
-    let mut lost_since = (!*reachable.borrow()).then(Instant::now);
+    let now = || crate::clock::Clock::now(&crate::clock::SystemClock);
+    let mut lost_since = (!*reachable.borrow()).then(now);
     let mut told = false;
     loop {
         tokio::select! {
@@ -59,13 +60,13 @@ async fn watch_store(
                     lost_since = None;
                     told = false;
                 } else {
-                    lost_since = lost_since.or(Some(Instant::now()));
+                    lost_since = lost_since.or(Some(now()));
                 }
             }
             () = tokio::time::sleep(ASK_EVERY) => {}
         }
         let Some(since) = lost_since else { continue };
-        if since.elapsed() < after {
+        if now().saturating_duration_since(since) < after {
             continue;
         }
         match ready_peer(&client, &peers).await {
