@@ -171,11 +171,18 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()> + Send
         store::Backend::Sqlite => {
             let database = config.database_path();
             check_database_present(&database, ran_before, config.init)?;
-            let store = SqliteStore::open_with(&database, config.accept_wal_loss)
-                .await
-                .map_err(|error| MasterError::Database { place: database.display().to_string(), error })?;
-            let closer = store.clone();
             let place = database.display().to_string();
+            let mut shutdown = Box::pin(shutdown);
+            // Another process holding the database's lock (a backup, an operator's sqlite3):
+            // waited for, as PostgreSQL is; anything else is an error at once.
+            let open = || async {
+                SqliteStore::check_unlocked(&database).await?;
+                SqliteStore::open_with(&database, config.accept_wal_loss).await
+            };
+            let Some(store) = open_retrying(&place, shutdown.as_mut(), open, store::sqlite_busy).await? else {
+                return Ok(());
+            };
+            let closer = store.clone();
             let served = on_a_worker(serve(config, keys, store, place, shutdown)).await;
             // `serve` closes the store when it stops; on an early error it is closed here, so
             // the database is always left marked closed with its log folded in.
@@ -185,7 +192,11 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()> + Send
         store::Backend::Postgres(options) => {
             let place = store::describe_postgres(&options);
             let mut shutdown = Box::pin(shutdown);
-            let Some(store) = connect_postgres(*options, &place, shutdown.as_mut()).await? else { return Ok(()) };
+            let connect = || store::PostgresStore::connect((*options).clone());
+            let unreachable = |error: &store::StoreError| matches!(error, store::StoreError::Unavailable(_));
+            let Some(store) = open_retrying(&place, shutdown.as_mut(), connect, unreachable).await? else {
+                return Ok(());
+            };
             let closer = store.clone();
             let served = on_a_worker(serve(config, keys, store, place, shutdown)).await;
             closer.close().await;
@@ -358,23 +369,30 @@ async fn rename_tenant_in<S: Store>(
     Ok(renamed)
 }
 
-/// Connects to PostgreSQL, retrying while it is unreachable (a master may start before its
-/// database, at boot or while the database fails over); `None` if shut down meanwhile. A
-/// schema this master does not know is an error at once.
-async fn connect_postgres(
-    options: sqlx::postgres::PgConnectOptions,
+/// Opens the store, retrying every 2 s while `waits_for` says the error is one to wait out (a
+/// master may start before its database, at boot or while the database fails over, or while
+/// another process holds a SQLite database's lock), logging `store unreachable` from the first
+/// attempt; `None` if shut down meanwhile. Any other error (a schema this master does not
+/// know, a corrupt file) is an error at once.
+async fn open_retrying<S, F, Fut>(
     place: &str,
     mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Result<Option<store::PostgresStore>, MasterError> {
+    open: F,
+    waits_for: impl Fn(&store::StoreError) -> bool,
+) -> Result<Option<S>, MasterError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<S, store::StoreError>>,
+{
     const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
     loop {
         let started = clock::Clock::now(&clock::SystemClock);
-        match store::PostgresStore::connect(options.clone()).await {
+        match open().await {
             Ok(store) => {
                 tracing::info!(store = %place, "store connected");
                 return Ok(Some(store));
             }
-            Err(error @ store::StoreError::Unavailable(_)) => {
+            Err(error) if waits_for(&error) => {
                 tracing::warn!(store = %place, %error, retry_in = ?RETRY, "store unreachable");
             }
             Err(error) => return Err(MasterError::Database { place: place.to_owned(), error }),

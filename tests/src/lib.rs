@@ -373,6 +373,16 @@ impl Cluster {
         }
     }
 
+    /// Stops the first master gracefully (SIGTERM): it closes its store cleanly.
+    pub fn stop_master(&mut self) {
+        if let Some(mut master) = self.master.take() {
+            if let Ok(pid) = i32::try_from(master.id()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+            let _ = master.wait();
+        }
+    }
+
     /// Registers principal `name` with a key generated into `dir` (`dir/<name>.key`) and the
     /// ACL flags `acl` (`--target`, `--function`, ...); panics unless the CLI succeeds.
     pub fn add_principal(&self, name: &str, dir: &Path, acl: &[&str]) {

@@ -83,3 +83,35 @@ fn a_master_started_before_its_database_says_so_every_two_seconds_and_serves_onc
     assert!(said.contains("store connected"), "{said}");
     assert_eq!(cluster.cli(&["key", "list"]).code, 0);
 }
+
+/// The same for SQLite: a master started while another process holds its database's lock
+/// (a backup, an operator's `sqlite3`) waits for it, saying `store unreachable` every 2 s,
+/// and serves once the lock is released.
+#[test]
+fn a_master_started_while_its_sqlite_database_is_locked_says_so_every_two_seconds() {
+    let mut cluster = Cluster::start("");
+    cluster.stop_master();
+    let database = cluster.dir.join("master").join("master.db");
+    let log = cluster.dir.join("master.log");
+    let logged_before = std::fs::read_to_string(&log).unwrap_or_default().len();
+    // Holds the write lock for 7 s (python's own sqlite3, another process).
+    let holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3, sys, time\nc = sqlite3.connect(sys.argv[1], isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(7)\nc.execute('ROLLBACK')\n")
+        .arg(&database)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut holder = holder;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+    cluster.start_master();
+    let _ = holder.wait();
+    let said = std::fs::read_to_string(&log).unwrap_or_default()[logged_before..].to_owned();
+    let unreachable = said.lines().filter(|l| l.contains("store unreachable")).count();
+    assert!((3..=5).contains(&unreachable), "{unreachable} times: {said}");
+    assert!(said.contains("database is locked"), "{said}");
+    assert!(said.contains("store connected"), "{said}");
+    assert_eq!(cluster.cli(&["key", "list"]).code, 0);
+}

@@ -22,6 +22,7 @@ mod select;
 mod signed_rows;
 mod signed_rows_tests;
 mod sqlite;
+pub(crate) use sqlite::is_busy as sqlite_busy;
 mod sqlite_checkpoint;
 mod sqlite_hot;
 mod sqlite_hot_audit;

@@ -45,6 +45,13 @@ pub struct SqliteStore {
 #[cfg(test)]
 pub(crate) struct Connections(SqliteConnection, HotWrites);
 
+/// Whether opening a database failed only because another process holds its lock
+/// (`SQLITE_BUSY`, `SQLITE_LOCKED`): worth waiting for, unlike any other failure.
+pub(crate) fn is_busy(error: &StoreError) -> bool {
+    matches!(error, StoreError::Unavailable(message)
+        if message.contains("database is locked") || message.contains("database table is locked"))
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) and migrates the database at `path`.
     ///
@@ -68,6 +75,24 @@ impl SqliteStore {
         let copied = sqlx::query("VACUUM INTO ?").bind(into.to_string_lossy().into_owned()).execute(&mut conn).await;
         let _ = conn.close().await;
         copied?;
+        Ok(())
+    }
+
+    /// Fails at once (within a second and a half) with "database is locked" while another
+    /// process holds the database's write lock, instead of opening it and waiting on each
+    /// statement; nothing is written. A database not made yet is free.
+    pub async fn check_unlocked(path: &Path) -> Result<(), StoreError> {
+        if !path.exists() {
+            return Ok(());
+        }
+        let options = SqliteConnectOptions::new().filename(path).busy_timeout(std::time::Duration::from_millis(1500));
+        let mut conn = options.connect().await?;
+        let taken = sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await;
+        if taken.is_ok() {
+            sqlx::query("ROLLBACK").execute(&mut conn).await?;
+        }
+        let _ = conn.close().await;
+        taken?;
         Ok(())
     }
 
