@@ -175,10 +175,7 @@ pub async fn run(config: MasterConfig, shutdown: impl Future<Output = ()> + Send
             let mut shutdown = Box::pin(shutdown);
             // Another process holding the database's lock (a backup, an operator's sqlite3):
             // waited for, as PostgreSQL is; anything else is an error at once.
-            let open = || async {
-                SqliteStore::check_unlocked(&database).await?;
-                SqliteStore::open_with(&database, config.accept_wal_loss).await
-            };
+            let open = || SqliteStore::open_with(&database, config.accept_wal_loss);
             let Some(store) = open_retrying(&place, shutdown.as_mut(), open, store::sqlite_busy).await? else {
                 return Ok(());
             };

@@ -45,6 +45,12 @@ pub struct SqliteStore {
 #[cfg(test)]
 pub(crate) struct Connections(SqliteConnection, HotWrites);
 
+/// How long opening waits for another process's write lock before saying so (and being
+/// tried again, `open_retrying` in the crate root).
+const LOCK_PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+/// How long a statement waits for a lock (sqlx's default).
+const STATEMENT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether opening a database failed only because another process holds its lock
 /// (`SQLITE_BUSY`, `SQLITE_LOCKED`): worth waiting for, unlike any other failure.
 pub(crate) fn is_busy(error: &StoreError) -> bool {
@@ -78,24 +84,6 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Fails at once (within a second and a half) with "database is locked" while another
-    /// process holds the database's write lock, instead of opening it and waiting on each
-    /// statement; nothing is written. A database not made yet is free.
-    pub async fn check_unlocked(path: &Path) -> Result<(), StoreError> {
-        if !path.exists() {
-            return Ok(());
-        }
-        let options = SqliteConnectOptions::new().filename(path).busy_timeout(std::time::Duration::from_millis(1500));
-        let mut conn = options.connect().await?;
-        let taken = sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await;
-        if taken.is_ok() {
-            sqlx::query("ROLLBACK").execute(&mut conn).await?;
-        }
-        let _ = conn.close().await;
-        taken?;
-        Ok(())
-    }
-
     /// [`SqliteStore::open`], optionally accepting a database whose write-ahead log is lost.
     pub async fn open_with(path: &Path, accept_loss: bool) -> Result<Self, StoreError> {
         if !accept_loss {
@@ -107,8 +95,16 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .pragma("wal_autocheckpoint", BACKSTOP_PAGES.to_string())
-            .foreign_keys(true);
-        let store = SqliteStore::from_connection(options.connect().await?);
+            .foreign_keys(true)
+            .busy_timeout(LOCK_PROBE_WAIT);
+        let mut conn = options.connect().await?;
+        // Another process holding the write lock (a backup, an operator's sqlite3) is found
+        // at once, for the caller to wait out, instead of on each statement; then statements
+        // wait for a lock as long as usual.
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
+        sqlx::query("ROLLBACK").execute(&mut conn).await?;
+        sqlx::query(&format!("PRAGMA busy_timeout = {}", STATEMENT_LOCK_WAIT.as_millis())).execute(&mut conn).await?;
+        let store = SqliteStore::from_connection(conn);
         store.migrate().await?;
         store.open_hot(path, true)?;
         // Marks the file open, in the main file itself (the checkpoint), so a copy of it alone
