@@ -242,8 +242,14 @@ impl ClusterView {
         if self.in_gap(now) {
             return Some(now + GONE_AFTER);
         }
+        let (at, waiting) = self.open_roll_call(now)?;
+        (!waiting.is_empty()).then_some(at + GONE_AFTER)
+    }
+
+    /// The last roll call and the masters yet to answer it, while they are waited for.
+    fn open_roll_call(&self, now: Instant) -> Option<(Instant, &HashSet<String>)> {
         let (at, waiting) = self.roll_call.as_ref()?;
-        (!waiting.is_empty() && now < *at + GONE_AFTER).then_some(*at + GONE_AFTER)
+        (now < *at + GONE_AFTER).then_some((*at, waiting))
     }
 
     /// Anything from `master` shows it is alive.
@@ -274,8 +280,7 @@ impl ClusterView {
     pub(crate) fn master_of(&self, minion: &str, now: Instant) -> Option<&str> {
         let master = self.elsewhere.get(minion)?;
         let silent = now.saturating_duration_since(*self.heard.get(master)?);
-        let awaited =
-            self.roll_call.as_ref().is_some_and(|(at, waiting)| waiting.contains(master) && now < *at + GONE_AFTER);
+        let awaited = self.open_roll_call(now).is_some_and(|(_, waiting)| waiting.contains(master));
         let live = silent < GONE_AFTER || (self.in_gap(now) && silent < KEPT_THROUGH_GAP) || awaited;
         live.then_some(master.as_str())
     }

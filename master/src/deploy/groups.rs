@@ -466,20 +466,16 @@ impl GroupDesk<'_> {
         let mut to_start = Vec::new();
         for (server, start) in std::mem::take(&mut record.starting) {
             let Some(member) = record.group.members.iter_mut().find(|m| m.server_id == server) else { continue };
-            let stored = starts.get(&server).cloned().flatten();
-            let landed = match (&start.jid_before, &stored) {
-                (None, Some(_)) => true,
-                (Some(before), Some((_, jid))) => jid != before,
-                (_, None) => false,
-            };
-            match (landed, stored, &member.deployment_id) {
-                (true, Some((status, _)), Some(deployment)) => {
+            match (starts.get(&server).cloned().flatten(), &member.deployment_id) {
+                // Landed: its deployment exists and is on another job than before (a new
+                // member's had none).
+                (Some((status, jid)), Some(deployment)) if start.jid_before.as_ref() != Some(&jid) => {
                     self.runs.follow(deployment, &id);
                     finished_now |= is_final(&status);
                     member.status = status;
                 }
                 // A server's deployment deleted before it could run again.
-                (false, None, _) if start.jid_before.is_some() => member.status = status::FAILED.into(),
+                (None, _) if start.jid_before.is_some() => member.status = status::FAILED.into(),
                 _ => {
                     record.starting.insert(server.clone(), start);
                     to_start.push(server);
