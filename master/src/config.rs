@@ -32,6 +32,9 @@ pub enum MasterConfigError {
     /// `metrics.listen` is not an address.
     #[error("metrics: listen: {0:?} is not an ip:port address")]
     MetricsListen(String),
+    /// A `[cluster]` readiness URL is not an http(s) URL.
+    #[error("cluster: {0:?} is not an http:// or https:// URL")]
+    ReadyUrl(String),
     /// `[store] url` is invalid.
     #[error("store: {0}")]
     Store(crate::store::StoreUrlError),
@@ -62,12 +65,16 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// The other masters' readiness URLs (`http://HOST:PORT/readyz`, served on their
-    /// `[metrics] listen`). A master that has not reached the store for `handover_after_secs`
-    /// asks them; while one answers ready, it hands its minions over (closes their sessions, a
-    /// thousand a second, and a minion given several masters moves to the next). When none
-    /// does (the database is down for everyone), nobody moves. Empty (the default): minions
-    /// stay.
+    /// Where the other masters ask this one's readiness (`http://HOST:PORT/readyz`), recorded
+    /// in the store. Unset (the default): `[metrics] listen`'s address, its host name when it
+    /// listens on every address; nothing without `[metrics] listen`.
+    pub advertise_ready: Option<String>,
+    /// Readiness URLs to ask besides those the other masters recorded in the store (for a
+    /// master that cannot be asked where it says, behind a proxy or NAT). A master that has not
+    /// reached the store for `handover_after_secs` asks them all, from the list it read last;
+    /// while one answers ready, it hands its minions over (closes their sessions, a thousand a
+    /// second, and a minion given several masters moves to the next). When none does (the
+    /// database is down for everyone), nobody moves.
     pub peers_ready: Vec<String>,
     /// How long the store must have been unreachable before the peers are asked.
     pub handover_after_secs: u64,
@@ -75,7 +82,7 @@ pub struct ClusterConfig {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { peers_ready: Vec::new(), handover_after_secs: 30 }
+        ClusterConfig { advertise_ready: None, peers_ready: Vec::new(), handover_after_secs: 30 }
     }
 }
 
@@ -276,6 +283,12 @@ impl MasterConfig {
         if let Some(listen) = &config.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|_| E::MetricsListen(listen.clone()))?;
         }
+        for url in config.cluster.peers_ready.iter().chain(&config.cluster.advertise_ready) {
+            let parsed = reqwest::Url::parse(url).map_err(|_| E::ReadyUrl(url.clone()))?;
+            if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
+                return Err(E::ReadyUrl(url.clone()));
+            }
+        }
         config.store.validate().map_err(E::Store)?;
         for (i, text) in config.revoked_masters.iter().enumerate() {
             halite_protocol::noise::Revocation::from_hex(text).map_err(|error| E::Revocation(i, error))?;
@@ -406,10 +419,19 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:9000");
         assert_eq!(config.nodegroups["web"], "web*");
         assert_eq!(config.keep_jobs_hours, 168);
-        assert_eq!(config.cluster, ClusterConfig { peers_ready: Vec::new(), handover_after_secs: 30 });
+        assert_eq!(
+            config.cluster,
+            ClusterConfig { advertise_ready: None, peers_ready: Vec::new(), handover_after_secs: 30 }
+        );
         let config = MasterConfig::parse("[cluster]\npeers_ready = [\"http://b:9506/readyz\"]\n").unwrap();
         assert_eq!((config.cluster.peers_ready.len(), config.cluster.handover_after_secs), (1, 30));
         assert!(MasterConfig::parse("[cluster]\npeer_ready = []\n").is_err(), "a misspelt key is refused");
+        for bad in
+            ["peers_ready = [\"b:9506\"]", "peers_ready = [\"file:///etc/passwd\"]", "advertise_ready = \"http://\""]
+        {
+            let error = MasterConfig::parse(&format!("[cluster]\n{bad}\n")).unwrap_err().to_string();
+            assert!(error.contains("is not an http:// or https:// URL"), "{bad}: {error}");
+        }
     }
 
     #[test]

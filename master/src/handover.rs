@@ -1,11 +1,12 @@
 //! Handing minions over when this master alone cannot reach the store: a task that, once the
 //! store has been unreachable for `[cluster] handover_after_secs`, asks the other masters'
-//! readiness (`[cluster] peers_ready`) every second, and tells the loop while one answers
-//! ready. The loop then closes its minions' sessions a batch at a time (`Master::hand_over`).
+//! readiness every second, and tells the loop while one answers ready. The loop then closes
+//! its minions' sessions a batch at a time (`Master::hand_over`).
 //!
 //! A master cannot tell from the store whether the others reach it (it cannot read it), so it
-//! asks them directly. When the database is down for everyone, no peer is ready, nothing is
-//! told, and no minion moves.
+//! asks them directly: where each registered its readiness in the store (`masters.ready_url`,
+//! as last read while the store answered), and the `[cluster] peers_ready` of its config. When
+//! the database is down for everyone, no peer is ready, nothing is told, and no minion moves.
 
 use std::time::Duration;
 
@@ -19,12 +20,14 @@ const ASK_EVERY: Duration = Duration::from_secs(1);
 /// How long a peer has to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
-/// Starts the task (nothing without peers or without a store that says when it is unreachable).
-pub(crate) fn spawn(config: &ClusterConfig, reachable: Option<watch::Receiver<bool>>) -> Option<mpsc::Receiver<()>> {
+/// Starts the task, on a store shared with other masters (one that says when it is
+/// unreachable); `registered` are the addresses the other masters recorded in it.
+pub(crate) fn spawn(
+    config: &ClusterConfig,
+    reachable: Option<watch::Receiver<bool>>,
+    registered: Option<watch::Receiver<Vec<String>>>,
+) -> Option<mpsc::Receiver<()>> {
     let reachable = reachable?;
-    if config.peers_ready.is_empty() {
-        return None;
-    }
     let client =
         match reqwest::Client::builder().timeout(ANSWER_WITHIN).redirect(reqwest::redirect::Policy::none()).build() {
             Ok(client) => client,
@@ -34,14 +37,30 @@ pub(crate) fn spawn(config: &ClusterConfig, reachable: Option<watch::Receiver<bo
             }
         };
     let (tx, rx) = mpsc::channel(1);
-    let (peers, after) = (config.peers_ready.clone(), Duration::from_secs(config.handover_after_secs));
-    tokio::spawn(watch_store(client, peers, after, reachable, tx));
+    let peers = Peers { configured: config.peers_ready.clone(), registered };
+    tokio::spawn(watch_store(client, peers, Duration::from_secs(config.handover_after_secs), reachable, tx));
     Some(rx)
+}
+
+/// The readiness addresses to ask.
+struct Peers {
+    configured: Vec<String>,
+    registered: Option<watch::Receiver<Vec<String>>>,
+}
+
+impl Peers {
+    fn now(&self) -> Vec<String> {
+        let mut peers = self.configured.clone();
+        if let Some(registered) = &self.registered {
+            peers.extend(registered.borrow().iter().filter(|url| !self.configured.contains(url)).cloned());
+        }
+        peers
+    }
 }
 
 async fn watch_store(
     client: reqwest::Client,
-    peers: Vec<String>,
+    peers: Peers,
     after: Duration,
     mut reachable: watch::Receiver<bool>,
     tx: mpsc::Sender<()>,
@@ -69,7 +88,7 @@ async fn watch_store(
         if now().saturating_duration_since(since) < after {
             continue;
         }
-        match ready_peer(&client, &peers).await {
+        match ready_peer(&client, peers.now()).await {
             Some(peer) => {
                 if !told {
                     info!(%peer, "the store has been unreachable here while another master reaches it; handing the minions over");
@@ -88,11 +107,20 @@ async fn watch_store(
     }
 }
 
-/// The first peer that answers ready (HTTP 200), if any.
-async fn ready_peer<'a>(client: &reqwest::Client, peers: &'a [String]) -> Option<&'a str> {
-    for peer in peers {
-        if client.get(peer).send().await.is_ok_and(|answer| answer.status() == reqwest::StatusCode::OK) {
-            return Some(peer);
+/// A peer that answers ready (HTTP 200), if any: all are asked at once, so masters long gone
+/// (their rows stay in the store) cost one timeout, not one each.
+async fn ready_peer(client: &reqwest::Client, peers: Vec<String>) -> Option<String> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut asked: FuturesUnordered<_> = peers
+        .into_iter()
+        .map(|peer| async move {
+            let ready = client.get(&peer).send().await.is_ok_and(|answer| answer.status() == reqwest::StatusCode::OK);
+            ready.then_some(peer)
+        })
+        .collect();
+    while let Some(answer) = asked.next().await {
+        if answer.is_some() {
+            return answer;
         }
     }
     None

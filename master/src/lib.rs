@@ -416,7 +416,7 @@ fn connection_budget() -> usize {
 }
 
 async fn serve<S: Store + Clone>(
-    config: MasterConfig,
+    mut config: MasterConfig,
     keys: Keys,
     store: S,
     place: String,
@@ -454,8 +454,8 @@ async fn serve<S: Store + Clone>(
         Some(offset) => std::sync::Arc::new(clock::ClusterClock::new(offset)),
         None => std::sync::Arc::new(clock::SystemClock),
     };
-    let master = Master::new(config, keys.identity, keys.root, router, store, clock).await?;
-    master.check_tenants()?;
+    // Bound before the master registers in the store: where it answers its readiness is
+    // part of its registration (`[cluster] advertise_ready`).
     let metrics_listener = match &metrics_config.listen {
         Some(listen) => {
             let listener = tokio::net::TcpListener::bind(listen)
@@ -465,11 +465,16 @@ async fn serve<S: Store + Clone>(
                 std::fs::write(&metrics_addr_path, format!("{addr}\n"))
                     .map_err(|source| MasterError::StateDir { path: metrics_addr_path.clone(), source })?;
                 tracing::info!(url = %format!("http://{addr}/metrics"), "metrics listening");
+                config.cluster.advertise_ready = config.cluster.advertise_ready.or_else(|| readiness_url(addr));
             }
-            Some(tokio::spawn(gateway::serve_plain(listener, metrics_http::router(master.metrics()))))
+            Some(listener)
         }
         None => None,
     };
+    let master = Master::new(config, keys.identity, keys.root, router, store, clock).await?;
+    master.check_tenants()?;
+    let metrics_listener = metrics_listener
+        .map(|listener| tokio::spawn(gateway::serve_plain(listener, metrics_http::router(master.metrics()))));
     let enrollment = gateway::fleet::Enrollment { master_key_hex: master.pinned_key_hex(), listen: addr.to_string() };
     let gateway =
         match gateway::Gateway::bind(&gateway_config, master.local_commands(), master.metrics(), enrollment).await? {
@@ -492,9 +497,34 @@ async fn serve<S: Store + Clone>(
     Ok(())
 }
 
+/// Where the other masters reach the readiness of a master whose metrics listen on `addr`:
+/// that address, or this host's name for an address that stands for all of them.
+fn readiness_url(addr: std::net::SocketAddr) -> Option<String> {
+    let host = if addr.ip().is_unspecified() {
+        nix::unistd::gethostname().ok()?.into_string().ok().filter(|host| !host.is_empty())?
+    } else if addr.is_ipv6() {
+        format!("[{}]", addr.ip())
+    } else {
+        addr.ip().to_string()
+    };
+    Some(format!("http://{host}:{}/readyz", addr.port()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_database_present;
+
+    #[test]
+    fn a_master_is_asked_its_readiness_where_its_metrics_listen() {
+        let url = |addr: &str| super::readiness_url(addr.parse().unwrap()).unwrap();
+        assert_eq!(url("10.0.0.2:9506"), "http://10.0.0.2:9506/readyz");
+        assert_eq!(url("[fd00::2]:9506"), "http://[fd00::2]:9506/readyz");
+        let every = url("0.0.0.0:9506");
+        assert!(
+            every.starts_with("http://") && every.ends_with(":9506/readyz") && !every.contains("0.0.0.0"),
+            "{every}"
+        );
+    }
 
     #[test]
     fn a_missing_or_empty_database_of_a_master_that_ran_before_takes_init() {

@@ -282,8 +282,9 @@ fn after_its_database_link_was_cut_a_master_calls_no_served_minion_offline() {
 }
 
 /// Master A's link to the database cut while master B reaches it: once A has not reached it
-/// for `[cluster] handover_after_secs`, it finds B ready and hands its minions over; they move
-/// to B, which serves them.
+/// for `[cluster] handover_after_secs`, it finds B ready (where B registered its readiness in
+/// the store; no peer is configured) and hands its minions over; they move to B, which serves
+/// them.
 #[test]
 fn a_master_cut_off_from_the_database_hands_its_minions_to_a_master_that_is_not() {
     let (server, dir) = own_server("handover");
@@ -291,9 +292,16 @@ fn a_master_cut_off_from_the_database_hands_its_minions_to_a_master_that_is_not(
         Cluster::start(&format!("[metrics]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = {:?}\n", server.url));
     let b = cluster.port;
     let (a, link) = peer_master_through_link(&mut cluster, &server);
-    let b_ready = format!("http://{}/readyz", metrics_address(&cluster, "master"));
-    append_config(&cluster, a, &format!("[cluster]\npeers_ready = [{b_ready:?}]\nhandover_after_secs = 3\n"));
+    append_config(&cluster, a, "[cluster]\nhandover_after_secs = 3\n");
     cluster.restart_peer_master(a);
+    // A reads where B answers from the store, while it reaches it.
+    let b_ready = format!("http://{}/readyz", metrics_address(&cluster, "master"));
+    wait_for("B's readiness recorded", Duration::from_secs(15), || {
+        let recorded = halite_tests::postgres::sql_on(&server.url, "SELECT ready_url FROM master_readiness");
+        recorded.contains(&b_ready).then_some(())
+    });
+    // And A reads it within one refresh (5 s) of starting.
+    std::thread::sleep(Duration::from_secs(6));
     let ids = ["ho1", "ho2", "ho3"];
     start_minions_on(&mut cluster, &ids, &[a, b]);
     let on_a: Vec<&str> = ids
@@ -328,10 +336,8 @@ fn a_database_down_for_every_master_moves_no_minion() {
         Cluster::start(&format!("[metrics]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = {:?}\n", server.url));
     let a = cluster.port;
     let b = cluster.start_peer_master();
-    let a_ready = format!("http://{}/readyz", metrics_address(&cluster, "master"));
-    let b_ready = format!("http://{}/readyz", metrics_address(&cluster, "master-1"));
-    append_config(&cluster, a, &format!("[cluster]\npeers_ready = [{b_ready:?}]\nhandover_after_secs = 2\n"));
-    append_config(&cluster, b, &format!("[cluster]\npeers_ready = [{a_ready:?}]\nhandover_after_secs = 2\n"));
+    append_config(&cluster, a, "[cluster]\nhandover_after_secs = 2\n");
+    append_config(&cluster, b, "[cluster]\nhandover_after_secs = 2\n");
     cluster.kill_master();
     cluster.start_master();
     cluster.restart_peer_master(b);

@@ -352,7 +352,9 @@ impl<S: Store, N: Net> Master<S, N> {
         let rows = denials.get_or_create(&Kind { kind: "store_row" }).clone();
         let key = halite_protocol::identity::IdentityKey::from_seed(self.identity.key().seed());
         let certificate = self.identity.certificate().cloned();
-        let trust = Trust::new(key, certificate, &self.config.id, revoked).counting(announcements, rows);
+        let trust = Trust::new(key, certificate, &self.config.id, revoked)
+            .counting(announcements, rows)
+            .ready_at(self.config.cluster.advertise_ready.clone());
         self.store.set_trust(trust, self.clock.wall_ms()).await?;
         Ok(())
     }
@@ -383,7 +385,8 @@ impl<S: Store, N: Net> Master<S, N> {
             Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
             None => None,
         };
-        let mut handovers = crate::handover::spawn(&self.config.cluster, self.store.reachability());
+        let mut handovers =
+            crate::handover::spawn(&self.config.cluster, self.store.reachability(), self.store.peers_ready());
         self.wake_at = self.plan_wake(false);
         loop {
             let input = tokio::select! {

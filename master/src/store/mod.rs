@@ -446,6 +446,11 @@ pub trait Store: DeployStore + AuditStore + Send + Sync + 'static {
     fn clock_offset(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicI64>> {
         None
     }
+    /// The other masters' readiness addresses (`/readyz`) as last read, kept while the store
+    /// does not answer (`None` on a store one master uses alone).
+    fn peers_ready(&self) -> Option<tokio::sync::watch::Receiver<Vec<String>>> {
+        None
+    }
     /// The changes other masters announce, with who announced them, as they come, once per
     /// store (`None` on a store one master uses alone).
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Heard>> {

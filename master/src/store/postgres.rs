@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use halite_protocol::identity::PublicIdentity;
 use halite_protocol::message::MinionJobState;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
@@ -48,6 +49,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// and every call waiting on it then fails as unavailable ([`PostgresStore::bounded`]).
 const PROBE_EVERY: Duration = Duration::from_millis(200);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Every how many probes the other masters' readiness addresses are read again (5 s): a master
+/// started since is asked if this one loses the database later.
+const PEERS_READ_EVERY: u32 = 25;
+/// The most readiness addresses kept (the freshest): each is asked at every handover attempt.
+const PEERS_READY_KEPT: i64 = 64;
+/// How recently a master must have recorded its readiness address to be asked: a master gone
+/// (or cut off itself) stops refreshing it.
+const PEERS_READY_FRESH_MS: i64 = 60_000;
 
 /// The longest one statement may run, on the server (`statement_timeout`) and in the master
 /// (a call still waiting after this long fails as unavailable, whatever the probe says).
@@ -75,6 +84,9 @@ pub struct PostgresStore {
     interruptions: Arc<AtomicU64>,
     /// The database's clock minus this host's, in milliseconds, as the probe last measured it.
     clock_offset_ms: Arc<AtomicI64>,
+    /// The other masters' readiness addresses, as the probe last read them (`master_readiness`)
+    /// (kept when the database stops answering: that is when they are asked).
+    peers_ready: Arc<tokio::sync::watch::Sender<Vec<String>>>,
     /// Announcements on their way out, in order (see [`notify`]).
     announcements: tokio::sync::mpsc::Sender<String>,
     /// A connection set aside for the core's hot writes (jobs, their states, presence), see
@@ -229,6 +241,7 @@ impl PostgresStore {
             reachable: Arc::new(tokio::sync::watch::Sender::new(true)),
             interruptions: Arc::default(),
             clock_offset_ms: Arc::default(),
+            peers_ready: Arc::new(tokio::sync::watch::Sender::new(Vec::new())),
             announcements,
             hot: Arc::new(Mutex::new(None)),
             trust: Arc::default(),
@@ -390,12 +403,23 @@ fn options_of(pool: &PgPool) -> PgConnectOptions {
 /// Each answer also measures the database's clock against this host's.
 async fn probe(store: PostgresStore, options: PgConnectOptions, mut conn: Option<PgConnection>) {
     use sqlx::ConnectOptions;
+    // Read at once, then every PEERS_READ_EVERY probes while the database answers.
+    let mut peers_read_in = 0;
     while !store.pool.is_closed() {
         tokio::time::sleep(PROBE_EVERY).await;
         let answered = match conn.as_mut() {
             Some(c) => match tokio::time::timeout(PROBE_TIMEOUT, clock_offset(c)).await {
                 Ok(Ok(offset)) => {
                     store.clock_offset_ms.store(offset, Ordering::Relaxed);
+                    if peers_read_in == 0 {
+                        peers_read_in = PEERS_READ_EVERY;
+                        if let Ok(Ok(peers)) = tokio::time::timeout(PROBE_TIMEOUT, store.read_peers_ready(c)).await {
+                            store
+                                .peers_ready
+                                .send_if_modified(|known| std::mem::replace(known, peers.clone()) != peers);
+                        }
+                    }
+                    peers_read_in -= 1;
                     true
                 }
                 _ => false,
@@ -412,6 +436,49 @@ async fn probe(store: PostgresStore, options: PgConnectOptions, mut conn: Option
             conn = None;
         }
         store.set_reachable(answered);
+    }
+}
+
+impl PostgresStore {
+    /// Records where this master answers its readiness (if it does), then reads where the
+    /// other masters do: those that recorded theirs in the last [`PEERS_READY_FRESH_MS`] (by
+    /// the database's clock), signed up with a key this master trusts.
+    async fn read_peers_ready(&self, conn: &mut PgConnection) -> Result<Vec<String>, StoreError> {
+        const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+        let trust = self.trust.get();
+        let own = trust.ready_url().map(str::to_owned);
+        if let Some(url) = &own {
+            sqlx::query(&format!(
+                "INSERT INTO master_readiness (ready_url, master_id, public_key, updated_at) VALUES ($1, $2, $3, {NOW_MS}) \
+                 ON CONFLICT (ready_url) DO UPDATE SET master_id = excluded.master_id, \
+                 public_key = excluded.public_key, updated_at = excluded.updated_at"
+            ))
+            .bind(url)
+            .bind(trust.registration().id)
+            .bind(&trust.public().as_bytes()[..])
+            .execute(&mut *conn)
+            .await?;
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT r.ready_url, m.public_key, m.id, m.certificate \
+             FROM master_readiness r JOIN masters m ON m.public_key = r.public_key \
+             WHERE r.updated_at > {NOW_MS} - $1 ORDER BY r.updated_at DESC LIMIT $2"
+        ))
+        .bind(PEERS_READY_FRESH_MS)
+        .bind(PEERS_READY_KEPT)
+        .fetch_all(conn)
+        .await?;
+        let mut peers = Vec::new();
+        for row in rows {
+            let Ok(key) = PublicIdentity::from_bytes(&row.try_get::<Vec<u8>, _>("public_key")?) else { continue };
+            let registration =
+                super::trust::Registration { id: row.try_get("id")?, certificate: row.try_get("certificate")? };
+            let url: String = row.try_get("ready_url")?;
+            if Some(&url) != own.as_ref() && trust.admit(&key, Some(&registration)).is_ok() && !peers.contains(&url) {
+                peers.push(url);
+            }
+        }
+        Ok(peers)
     }
 }
 
@@ -807,6 +874,10 @@ impl Store for PostgresStore {
 
     fn clock_offset(&self) -> Option<Arc<AtomicI64>> {
         Some(self.clock_offset_ms.clone())
+    }
+
+    fn peers_ready(&self) -> Option<tokio::sync::watch::Receiver<Vec<String>>> {
+        Some(self.peers_ready.subscribe())
     }
 
     fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::Heard>> {

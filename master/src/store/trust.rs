@@ -85,6 +85,8 @@ pub struct Trust {
     certificate: Option<MasterCertificate>,
     id: String,
     revoked: Vec<PublicIdentity>,
+    /// Where this master answers its readiness, registered for the others to ask.
+    ready_url: Option<String>,
     /// Whether other masters share the store (then registered keys may be trusted).
     shared: bool,
     /// Master keys found trustworthy (registrations only change by a master starting).
@@ -194,6 +196,7 @@ impl Trust {
             certificate,
             id: id.to_owned(),
             revoked,
+            ready_url: None,
             shared: false,
             admitted: RwLock::new(HashSet::new()),
             announcements_refused: Counter::default(),
@@ -212,6 +215,18 @@ impl Trust {
         self.announcements_refused = announcements;
         self.rows_refused = rows;
         self
+    }
+
+    /// The same, registering where this master answers its readiness (`/readyz`): a master of
+    /// the cluster that loses the store asks the others there before handing its minions over.
+    pub fn ready_at(mut self, url: Option<String>) -> Self {
+        self.ready_url = url;
+        self
+    }
+
+    /// Where this master registers its readiness, if it serves it.
+    pub fn ready_url(&self) -> Option<&str> {
+        self.ready_url.as_deref()
     }
 
     /// The same, for a store other masters share or not.
