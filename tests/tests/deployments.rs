@@ -570,3 +570,68 @@ async fn a_group_whose_write_after_starting_failed_runs_its_server_once() {
     let deployments = client.list_deployments(Some("vm-r1")).await.unwrap();
     assert_eq!(deployments.len(), 1, "one deployment: {deployments:?}");
 }
+
+/// Two masters on one database: master A, which drives a group, has read it and is writing its
+/// next member's start when a client's update of the group lands through master B (A's write
+/// is held back by the database meanwhile, as a slow disk or a lock would). A's write, made on
+/// the older read, is refused: the update is not overwritten, A reads the group again and
+/// leaves it to B, and every server runs the update's inputs, the member A was starting once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_update_through_another_master_is_not_overwritten_by_the_driving_master() {
+    let url = halite_tests::postgres::fresh_database();
+    let mut cluster = Cluster::start(&format!("[store]\nurl = {url:?}\n"));
+    let b = cluster.start_peer_master();
+    for id in ["vm-q1", "vm-q2"] {
+        boot(&mut cluster, id);
+    }
+    cluster.wait_connected(&["vm-q1", "vm-q2"]);
+    let at_a = ClientConfig::from_master_config(&cluster.config).unwrap();
+    let at_b = ClientConfig { masters: vec![format!("127.0.0.1:{b}")], ..at_a.clone() };
+    let (client_a, client_b) = (Client::connect(at_a).await.unwrap(), Client::connect(at_b).await.unwrap());
+    let (runs, go) = (cluster.dir.join("group-runs"), cluster.dir.join("group-go"));
+    std::fs::create_dir_all(&runs).unwrap();
+    let mut counted = greet_config();
+    counted.config = json!(format!(
+        "#!/bin/sh\necho \"$deploy_action $greeting\" >> {runs}/$deploy_server_id\n\
+         if [ \"$deploy_server_id\" = vm-q1 ]; then while [ ! -e {go} ]; do sleep 0.1; done; fi\n",
+        runs = runs.display(),
+        go = go.display(),
+    ));
+    counted.outputs.clear();
+    let config = client_a.create_config(counted).await.unwrap();
+    let spec: halite_protocol::message::NewDeploymentGroup = serde_json::from_value(json!({
+        "config_id": config.id, "servers": ["vm-q1", "vm-q2"], "input_values": {"greeting": "old"},
+        "rollout": {"batch": {"count": 1}},
+    }))
+    .unwrap();
+    let group = client_a.create_deployment_group(spec).await.unwrap();
+    let ran = |server: &str| std::fs::read_to_string(runs.join(server)).unwrap_or_default();
+    wait_for("vm-q1 deploying", Duration::from_secs(30), || (ran("vm-q1") == "CREATE old\n").then_some(()));
+    // The next group write (A's, recording vm-q2's start once vm-q1 is done) waits 4 s before
+    // it touches a row; a sequence, outside every transaction, tells the test it is waiting.
+    halite_tests::postgres::sql_on(
+        &url,
+        "CREATE SEQUENCE held_group_writes; \
+         CREATE FUNCTION hold_group_write() RETURNS trigger AS $$ BEGIN \
+           IF nextval('held_group_writes') = 1 THEN PERFORM pg_sleep(4); END IF; RETURN NULL; \
+         END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER hold_group_write BEFORE UPDATE ON deployment_groups \
+           FOR EACH STATEMENT EXECUTE FUNCTION hold_group_write();",
+    );
+    std::fs::write(&go, "").unwrap();
+    wait_for("A's group write held", Duration::from_secs(30), || {
+        let held = halite_tests::postgres::sql_on(&url, "SELECT is_called FROM held_group_writes");
+        (held.trim() == "t").then_some(())
+    });
+    let update: halite_protocol::message::DeploymentGroupUpdate =
+        serde_json::from_value(json!({"input_values": {"greeting": "new"}})).unwrap();
+    let updated = client_b.update_deployment_group(&group.id, update).await.unwrap();
+    assert_eq!(updated.action, "UPDATE", "{updated:?}");
+    let done =
+        timeout(Duration::from_secs(90), client_b.wait_for_deployment_group(&group.id, None)).await.unwrap().unwrap();
+    assert_eq!((done.status.as_str(), done.action.as_str()), ("COMPLETE", "UPDATE"), "{done:?}");
+    assert_eq!(ran("vm-q1"), "CREATE old\nUPDATE new\n", "vm-q1 ran the update");
+    assert_eq!(ran("vm-q2"), "CREATE new\n", "vm-q2 ran once, with the update's inputs");
+    let stored = halite_tests::postgres::sql_on(&url, "SELECT body FROM deployment_groups");
+    assert!(stored.contains(r#""greeting":"new""#), "the update is what is stored: {stored}");
+}

@@ -451,6 +451,16 @@ impl GroupDesk<'_> {
             self.forget_group(&id);
             return self.group_advanced(&id, record, None, reply);
         }
+        // Updated through another master since: that master drives it now (two drivers would
+        // only refuse each other's writes).
+        if record.owner != self.config.id {
+            info!(group = %id, owner = %record.owner, "the group was updated through another master, which drives it now");
+            self.forget_group(&id);
+            if let Some(from) = reply {
+                self.respond(from.peer, from.request_id, ResponseBody::DeploymentGroup(record.group));
+            }
+            return self.group_work_done();
+        }
         let before = record.group.clone();
         let now = self.clock.now();
         let mut finished_now = false;
