@@ -41,6 +41,7 @@ mod registry;
 mod runner;
 #[cfg(any(feature = "cmd", feature = "deploy"))]
 mod shebang;
+mod temp_file;
 
 pub use args::Args;
 pub use context::{Context, FileRequest, OutgoingEvent, PeerRefusal, PeerRequest};

@@ -319,28 +319,31 @@ impl PathGuard {
                     from.display()
                 )));
             }
-            let _ = fs::remove_file(&to);
-            let mut copy = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc_flags::NOFOLLOW)
-                .open(&to)
-                .map_err(failed)?;
+            // Copied beside `to`, then renamed over it: copies made at once never remove
+            // each other's file, and `to` always holds one whole copy.
+            let dir =
+                to.parent().ok_or_else(|| ModuleError::Failed(format!("{}: no parent directory", to.display())))?;
+            let name = to.file_name().and_then(|n| n.to_str()).unwrap_or("copy");
+            let (mut copy, tmp) = crate::temp_file::create_beside(dir, name, 0o600).map_err(failed)?;
             let mut buffer = vec![0; 1 << 20];
-            loop {
-                if stopped.load(Ordering::Relaxed) {
-                    drop(copy);
-                    let _ = fs::remove_file(&to);
-                    return Err(ModuleError::Failed(format!("{}: copy stopped", to.display())));
+            let written = (|| {
+                loop {
+                    if stopped.load(Ordering::Relaxed) {
+                        return Err(ModuleError::Failed(format!("{}: copy stopped", to.display())));
+                    }
+                    match source.read(&mut buffer).map_err(failed)? {
+                        0 => break,
+                        n => std::io::Write::write_all(&mut copy, &buffer[..n]).map_err(failed)?,
+                    }
                 }
-                match source.read(&mut buffer).map_err(failed)? {
-                    0 => break,
-                    n => std::io::Write::write_all(&mut copy, &buffer[..n]).map_err(failed)?,
-                }
+                let mode = source.metadata().map_err(failed)?.permissions();
+                copy.set_permissions(mode).map_err(failed)?;
+                fs::rename(&tmp, &to).map_err(failed)
+            })();
+            if written.is_err() {
+                let _ = fs::remove_file(&tmp);
             }
-            let mode = source.metadata().map_err(failed)?.permissions();
-            copy.set_permissions(mode).map_err(failed)
+            written
         })
         .await;
         drop(stop);
@@ -389,7 +392,6 @@ async fn blocking<T: Send + 'static>(
 mod libc_flags {
     pub(super) const NONBLOCK: i32 = nix::fcntl::OFlag::O_NONBLOCK.bits();
     pub(super) const NOCTTY: i32 = nix::fcntl::OFlag::O_NOCTTY.bits();
-    pub(super) const NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
     pub(super) const PATH: i32 = nix::fcntl::OFlag::O_PATH.bits();
     pub(super) const DIRECTORY: i32 = nix::fcntl::OFlag::O_DIRECTORY.bits();
 }

@@ -299,16 +299,12 @@ impl Typed for Managed {
                 let backup = PathBuf::from(format!("{}.halite-bak", path.display()));
                 cx.paths().copy(&path, &backup, BACKUP_CAP).await?;
             }
-            let tmp =
-                parent.join(format!(".{}.halite-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
-            let _ = fs::remove_file(&tmp);
             let keep_mode = meta.as_ref().map(|m| m.mode() & 0o7777);
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(wanted_mode.or(keep_mode).unwrap_or(0o644))
-                .open(&tmp)
-                .map_err(io(&tmp))?;
+            // A name of its own: writers at once each rename a whole file into place.
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+            let (mut file, tmp) =
+                crate::temp_file::create_beside(parent, name, wanted_mode.or(keep_mode).unwrap_or(0o644))
+                    .map_err(io(parent))?;
             let written = match (content, fetched) {
                 (Content::Given(contents), _) => file.write_all(contents.as_bytes()).map_err(io(&tmp)),
                 (Content::Served { .. }, Some(served)) => file.write_all(&served).map_err(io(&tmp)),
@@ -323,8 +319,12 @@ impl Typed for Managed {
             }
             let (keep_uid, keep_gid) =
                 (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
-            apply_attributes(cx, &tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))?;
-            fs::rename(&tmp, &path).map_err(io(&path))?;
+            let placed = apply_attributes(cx, &tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))
+                .and_then(|()| fs::rename(&tmp, &path).map_err(io(&path)));
+            if let Err(error) = placed {
+                let _ = fs::remove_file(&tmp);
+                return Err(error);
+            }
             fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io(parent))?;
         } else {
             apply_attributes(cx, &path, wanted_mode, uid, gid)?;
