@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use halite_client::{Client, JobEvent, JobSpec};
-use halite_protocol::message::{JobReturn, MinionJobState, Target};
+use halite_protocol::message::{JobReturn, MinionJobState};
 use serde_json::{json, Value};
 
 use crate::output::{self, paint, Format};
@@ -53,8 +53,30 @@ pub(crate) struct ApplyArgs {
 
 impl ApplyArgs {
     /// The `plan.apply` job these arguments ask for.
-    fn spec(&self) -> JobSpec {
-        let mut spec = JobSpec::new(Target { kind: self.target_kind.kind(), expr: self.target.clone() }, "plan.apply");
+    /// Salt's `state.apply web test=True` spelling: a `test=` word among the plans is the
+    /// `--test` flag, not a plan.
+    fn salt_test_word(&mut self) -> anyhow::Result<()> {
+        let mut plans = Vec::new();
+        for word in std::mem::take(&mut self.plans) {
+            match word.split_once('=') {
+                Some(("test", value)) => match value.to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "1" => self.test = true,
+                    "false" | "no" | "0" => self.test = false,
+                    _ => anyhow::bail!("test={value}: give test=True or test=False (or --test)"),
+                },
+                Some((key, _)) => anyhow::bail!(
+                    "{word}: halite apply takes plans and --test (test=True); {key}= is no argument of it"
+                ),
+                None => plans.push(word),
+            }
+        }
+        self.plans = plans;
+        Ok(())
+    }
+
+    fn spec(&self) -> anyhow::Result<JobSpec> {
+        let target = self.target_kind.target(&self.target).map_err(anyhow::Error::msg)?;
+        let mut spec = JobSpec::new(target, "plan.apply");
         spec.kwargs.insert("top".into(), json!(self.top));
         if !self.plans.is_empty() {
             spec.kwargs.insert("plans".into(), json!(self.plans));
@@ -65,7 +87,7 @@ impl ApplyArgs {
         spec.timeout_ms = self.job_timeout.as_millis() as u64;
         spec.ttl_ms = self.ttl.map_or(0, |t| t.as_millis() as u64);
         spec.rollout = self.rollout.rollout();
-        spec
+        Ok(spec)
     }
 }
 
@@ -73,7 +95,8 @@ pub(crate) async fn apply(client: &Client, mut args: ApplyArgs, format: Format) 
     if args.target_kind.list {
         args.target = crate::run::list_target(&args.target, &[])?;
     }
-    let published = client.publish(args.spec()).await?;
+    args.salt_test_word()?;
+    let published = client.publish(args.spec()?).await?;
     if args.detach {
         match format {
             Format::Table => println!("{}", published.jid),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use halite_client::{Client, JobEvent, JobSpec};
-use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJobState, Target};
+use halite_protocol::message::{is_identifier, parse_cli_args, JobReturn, MinionJobState};
 use serde_json::{json, Value};
 
 use crate::output::{self, paint, Format};
@@ -71,7 +71,8 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
     if args.target_kind.list {
         args.target = list_target(&args.target, &args.args)?;
     }
-    let mut spec = JobSpec::new(Target { kind: args.target_kind.kind(), expr: args.target.clone() }, &args.function);
+    let target = args.target_kind.target(&args.target).map_err(anyhow::Error::msg)?;
+    let mut spec = JobSpec::new(target, &args.function);
     (spec.args, spec.kwargs) = arguments(&args.args)?;
     spec.timeout_ms = args.job_timeout.as_millis() as u64;
     spec.ttl_ms = args.ttl.map_or(0, |t| t.as_millis() as u64);

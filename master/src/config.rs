@@ -80,6 +80,29 @@ pub struct ClusterConfig {
     pub handover_after_secs: u64,
 }
 
+/// `[nodegroups]`: each a string or a list of words, made the expression Salt makes of it.
+fn nodegroups<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged, expecting = "a compound expression or a list of words")]
+    enum Group {
+        Expression(String),
+        Words(Vec<String>),
+    }
+    let groups: BTreeMap<String, Group> = serde::Deserialize::deserialize(deserializer)?;
+    Ok(groups
+        .into_iter()
+        .map(|(name, group)| {
+            let expression = match group {
+                Group::Expression(text) => {
+                    halite_targeting::nodegroup_expression(&text.split_whitespace().collect::<Vec<_>>())
+                }
+                Group::Words(words) => halite_targeting::nodegroup_expression(&words),
+            };
+            (name, expression)
+        })
+        .collect())
+}
+
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig { advertise_ready: None, peers_ready: Vec::new(), handover_after_secs: 30 }
@@ -117,7 +140,10 @@ pub struct MasterConfig {
     /// How far this host's clock may be from a shared store's before the master warns (it
     /// uses the store's time either way).
     pub max_clock_offset_secs: u64,
-    /// Named compound targets, used with `-N`.
+    /// Named compound targets, used with `-N` and `N@`: a compound expression, or a list of
+    /// words as Salt's master config writes them (`web = ["host1", "host2"]`, turned into
+    /// `L@host1,host2` as Salt turns it), kept as the expression halite parses.
+    #[serde(deserialize_with = "nodegroups")]
     pub nodegroups: BTreeMap<String, String>,
     /// Which events which minions may send (`[[events]]`); none by default.
     pub events: Vec<EventRule>,
@@ -432,6 +458,20 @@ mod tests {
             let error = MasterConfig::parse(&format!("[cluster]\n{bad}\n")).unwrap_err().to_string();
             assert!(error.contains("is not an http:// or https:// URL"), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn nodegroups_are_expressions_or_lists_of_ids_as_in_salt() {
+        let config =
+            MasterConfig::parse("[nodegroups]\nids = [\"host1\", \"host2\"]\njoined = \"host1,host2\"\nspaced = \"host1 host2\"\nweb = \"web* and G@os:Debian\"\nwords = [\"G@os:Debian\", \"or\", \"db*\"]\n")
+                .unwrap();
+        for plain in ["ids", "joined", "spaced"] {
+            assert_eq!(config.nodegroups[plain], "L@host1,host2", "{plain}");
+        }
+        assert_eq!(config.nodegroups["web"], "web* and G@os:Debian");
+        assert_eq!(config.nodegroups["words"], "G@os:Debian or db*");
+        let error = MasterConfig::parse("[nodegroups]\nbad = 3\n").unwrap_err().to_string();
+        assert!(error.contains("a compound expression or a list of words"), "{error}");
     }
 
     #[test]

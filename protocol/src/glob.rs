@@ -1,5 +1,8 @@
 //! Shell-style glob matching (`*`, `?`, `[abc]`, `[a-z]`, `[!abc]`), anchored at both ends: minion
-//! targets, key patterns, event tags and function policies all use it.
+//! targets, key patterns, event tags and function policies all use it. The rules are those of
+//! Python's `fnmatch`, which Salt uses: case-sensitive, `[!...]` negates and `[^...]` does not
+//! (`^` is a member), a `]` first in a class is a member, an unclosed `[` is literal, a reversed
+//! range matches nothing, and a backslash is an ordinary character.
 
 /// Whether `text` matches `pattern` as a whole.
 ///
@@ -215,7 +218,8 @@ fn class_end(p: &[char], start: usize) -> Option<usize> {
 /// the index after the class, or `None` if the class is not closed (then `[` is literal).
 fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
     let mut i = start + 1;
-    let negate = matches!(p.get(i), Some('!') | Some('^'));
+    // `!` negates, as in Python's fnmatch (Salt's); a leading `^` is a member like any other.
+    let negate = p.get(i) == Some(&'!');
     if negate {
         i += 1;
     }

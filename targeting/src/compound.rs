@@ -1,11 +1,13 @@
 //! The compound expression parser: recursive descent over whitespace-separated words, with
-//! `and` binding tighter than `or` and `not` tighter than both, as in Salt. Recursion happens
-//! only at `(` and `not`, each counted against [`MAX_NESTING`]; `and`/`or` chains loop and
-//! build flat lists.
+//! `and` binding tighter than `or` and `not` tighter than both, as in Salt (which evaluates
+//! the words as a Python expression). As in Salt, `A not B` reads `A and not B`, `not not A`
+//! is refused, and `( )` is false. Recursion happens only at `(` and `not`, each counted
+//! against [`MAX_NESTING`]; `and`/`or` chains loop and build flat lists.
 
 use std::collections::BTreeMap;
 
-use crate::{grain, list, nodegroup, regex, subnet, Expr, TargetError, MAX_NESTING};
+use crate::subnet::subnet;
+use crate::{grain, list, nodegroup, regex, Expr, TargetError, DEFAULT_DELIMITER, MAX_NESTING};
 
 pub(crate) struct Compound<'a> {
     words: Vec<&'a str>,
@@ -21,8 +23,11 @@ impl<'a> Compound<'a> {
     pub(crate) fn new(expr: &'a str, nodegroups: &'a BTreeMap<String, String>, nodegroup_depth: usize) -> Self {
         let mut words = Vec::new();
         for word in expr.split_whitespace() {
-            // Parentheses may touch a word, except inside a regex, where they belong to it.
-            if word.starts_with("E@") {
+            // Parentheses may touch a word (Salt wants them apart), except a regex's (`E@`,
+            // `P@`, `P|@`), where they belong to it.
+            let regex_word = word.starts_with("E@")
+                || word.strip_prefix('P').is_some_and(|rest| rest.starts_with('@') || rest.chars().nth(1) == Some('@'));
+            if regex_word {
                 words.push(word);
                 continue;
             }
@@ -68,8 +73,11 @@ impl<'a> Compound<'a> {
 
     fn and(&mut self) -> Result<Expr, TargetError> {
         let mut all = vec![self.not()?];
-        while self.peek() == Some("and") {
-            self.pos += 1;
+        // `A not B` is `A and not B`, as Salt reads it.
+        while let Some(word @ ("and" | "not")) = self.peek() {
+            if word == "and" {
+                self.pos += 1;
+            }
             all.push(self.not()?);
         }
         Ok(if all.len() == 1 { all.swap_remove(0) } else { Expr::All(all) })
@@ -85,14 +93,15 @@ impl<'a> Compound<'a> {
     }
 
     fn not(&mut self) -> Result<Expr, TargetError> {
-        // `not not x` is `x`: count the run of `not`s instead of recursing through it.
-        let mut negations = 0usize;
-        while self.peek() == Some("not") {
-            self.pos += 1;
-            negations += 1;
+        if self.peek() != Some("not") {
+            return self.primary();
         }
-        let inner = self.primary()?;
-        Ok(if negations % 2 == 1 { Expr::Not(Box::new(inner)) } else { inner })
+        self.pos += 1;
+        // Salt reads `not not x` as `not and not x` and refuses it.
+        if self.peek() == Some("not") {
+            return Err(self.error("'not' cannot follow 'not'"));
+        }
+        Ok(Expr::Not(Box::new(self.primary()?)))
     }
 
     fn primary(&mut self) -> Result<Expr, TargetError> {
@@ -101,6 +110,12 @@ impl<'a> Compound<'a> {
             Some("(") => {
                 self.descend()?;
                 self.pos += 1;
+                // `( )` is false, as Python's `()` is.
+                if self.peek() == Some(")") {
+                    self.pos += 1;
+                    self.nesting -= 1;
+                    return Ok(Expr::Any(Vec::new()));
+                }
                 let inner = self.or()?;
                 if self.peek() != Some(")") {
                     return Err(self.error("expected ')'"));
@@ -117,16 +132,33 @@ impl<'a> Compound<'a> {
         }
     }
 
+    /// A word: `X@pattern` (`G` and `P` may name their delimiter, `G|@os|Debian`, as Salt's
+    /// `TARGET_REX` allows), or a glob.
     fn term(&self, word: &str) -> Result<Expr, TargetError> {
-        let Some((prefix, rest)) = word.split_once('@').filter(|(p, _)| p.len() == 1) else {
+        let Some((prefix, rest)) = word.split_once('@') else { return Ok(Expr::Glob(word.to_owned())) };
+        let mut letters = prefix.chars();
+        let (Some(engine), delimiter) = (letters.next(), letters.next()) else {
             return Ok(Expr::Glob(word.to_owned()));
         };
-        match prefix {
-            "G" => grain(rest),
-            "L" => list(rest),
-            "E" => regex(rest),
-            "N" => nodegroup(rest, self.nodegroups, self.nodegroup_depth),
-            "S" => subnet(rest),
+        if letters.next().is_some() || (delimiter.is_some() && !matches!(engine, 'G' | 'P' | 'I' | 'J')) {
+            return Ok(Expr::Glob(word.to_owned()));
+        }
+        let delimiter = delimiter.unwrap_or(DEFAULT_DELIMITER);
+        match engine {
+            'G' => grain(rest, delimiter, false),
+            'P' => grain(rest, delimiter, true),
+            'L' => list(rest),
+            'E' => regex(rest),
+            'N' => nodegroup(rest, self.nodegroups, self.nodegroup_depth),
+            'S' => subnet(rest),
+            'I' | 'J' => Err(TargetError::Unsupported {
+                engine: "pillar (I@, J@)",
+                why: "halite has no per-minion data to match yet; target by grains",
+            }),
+            'R' => Err(TargetError::Unsupported {
+                engine: "range (R@)",
+                why: "halite has no range server; use a list, a glob or a nodegroup",
+            }),
             _ => Err(TargetError::UnknownPrefix(format!("{prefix}@"))),
         }
     }

@@ -24,6 +24,8 @@ pub const MAX_EXPR_LEN: usize = 4096;
 pub const MAX_LIST_LEN: usize = 256 * 1024;
 /// Compiled-size limit for `-E` regexes, so a pathological pattern cannot eat the master.
 const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Salt's `DEFAULT_TARGET_DELIM`: what separates a grain's keys from each other and the value.
+const DEFAULT_DELIMITER: char = ':';
 /// Nodegroups may refer to nodegroups, this deep.
 const MAX_NODEGROUP_DEPTH: usize = 8;
 /// Parentheses and `not`s nest at most this deep in one compound expression. Salt's own
@@ -44,6 +46,25 @@ pub enum TargetError {
     /// An `S@` target that is not an address or a subnet.
     #[error("subnet target {0:?} must be an address or address/prefix (10.0.0.0/24, fd00::/8)")]
     BadSubnet(String),
+    /// An `S@` subnet whose address has bits set past its prefix (Salt matches nothing).
+    #[error("subnet target {given:?} has host bits set: the network is {network} ({DIFFERENCES})")]
+    HostBits {
+        /// As written.
+        given: String,
+        /// The network it lies in.
+        network: String,
+    },
+    /// A grain expression with more delimiters than are prepared.
+    #[error("grain target {0:?}… has more than {max} delimiters", max = grain::MAX_GRAIN_CUTS)]
+    TooManyCuts(String),
+    /// A target engine Salt has that halite does not (yet).
+    #[error("{engine} targets are not supported: {why} ({DIFFERENCES})")]
+    Unsupported {
+        /// The prefix.
+        engine: &'static str,
+        /// Why, and what to use.
+        why: &'static str,
+    },
     /// A bad regular expression.
     #[error("bad regular expression {pattern:?}: {reason}")]
     BadRegex {
@@ -56,10 +77,10 @@ pub enum TargetError {
     #[error("grain target {0:?} must be key:pattern")]
     BadGrain(String),
     /// An unknown `X@` prefix in a compound expression.
-    #[error("unknown target prefix {0:?} (use G@, L@, E@, N@, S@ or a plain glob)")]
+    #[error("unknown target prefix {0:?} (use G@, P@, L@, E@, N@, S@ or a plain glob; {DIFFERENCES})")]
     UnknownPrefix(String),
     /// A nodegroup not in the master config.
-    #[error("no nodegroup named {0:?} in the master config")]
+    #[error("no nodegroup named {0:?} in the master config ({DIFFERENCES})")]
     UnknownNodegroup(String),
     /// Nodegroups nested too deep (or in a cycle).
     #[error("nodegroup {0:?} nests more than {MAX_NODEGROUP_DEPTH} levels deep (a cycle?)")]
@@ -82,6 +103,9 @@ pub enum TargetError {
     },
 }
 
+/// Where the rules that differ from Salt's are listed, named by the errors they cause.
+pub const DIFFERENCES: &str = "see \"Targets: where halite differs from Salt\" in docs/operations.md";
+
 /// A parsed target.
 #[derive(Debug, Clone)]
 pub enum Expr {
@@ -89,15 +113,10 @@ pub enum Expr {
     Glob(String),
     /// Exact ids.
     List(std::collections::HashSet<String>),
-    /// Anchored regex on the id.
+    /// Regex on the whole id (Salt's `-E` matches from the start only: see [`DIFFERENCES`]).
     Regex(Regex),
-    /// Glob on a grain value (nested keys separated by `:`).
-    Grain {
-        /// Key path.
-        path: Vec<String>,
-        /// Glob on the value.
-        pattern: String,
-    },
+    /// A grain target (`G@`, or `P@` with regexes), as Salt matches it ([`grain`]).
+    Grain(Box<GrainTarget>),
     /// Minions with an address (their `ipv4` or `ipv6` grain) in a subnet.
     Subnet(Subnet),
     /// Every one of these (a chain of `and`, kept flat).
@@ -137,7 +156,7 @@ impl Expr {
                 .filter_map(Value::as_str)
                 .any(|address| subnet.holds(address)),
             Expr::Regex(re) => re.is_match(id),
-            Expr::Grain { path, pattern } => grain_matches(grains, path, pattern),
+            Expr::Grain(target) => target.matches(grains),
             Expr::All(all) => all.iter().all(|e| e.matches(id, grains)),
             Expr::Any(any) => any.iter().any(|e| e.matches(id, grains)),
             Expr::Not(a) => !a.matches(id, grains),
@@ -163,7 +182,7 @@ fn parse_at_depth(
         TargetKind::Glob => Ok(Expr::Glob(expr.to_owned())),
         TargetKind::List => list(expr),
         TargetKind::Regex => regex(expr),
-        TargetKind::Grain => grain(expr),
+        TargetKind::Grain => grain(expr, DEFAULT_DELIMITER, false),
         TargetKind::Compound => Compound::new(expr, nodegroups, depth).parse(),
         TargetKind::Nodegroup => nodegroup(expr, nodegroups, depth),
     }
@@ -179,46 +198,6 @@ fn list(expr: &str) -> Result<Expr, TargetError> {
     Ok(Expr::List(ids))
 }
 
-/// An address range: `10.0.0.0/24`, `fd00::/8`, or one address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subnet {
-    network: std::net::IpAddr,
-    prefix: u32,
-}
-
-impl Subnet {
-    fn parse(text: &str) -> Result<Subnet, TargetError> {
-        let bad = || TargetError::BadSubnet(text.to_owned());
-        let (address, prefix) = match text.split_once('/') {
-            Some((address, prefix)) => (address, Some(prefix.parse::<u32>().map_err(|_| bad())?)),
-            None => (text, None),
-        };
-        let network: std::net::IpAddr = address.parse().map_err(|_| bad())?;
-        let bits = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.unwrap_or(bits);
-        if prefix > bits {
-            return Err(bad());
-        }
-        Ok(Subnet { network, prefix })
-    }
-
-    /// Whether `address` (as a grain holds it) lies in this subnet.
-    fn holds(&self, address: &str) -> bool {
-        let Ok(address) = address.parse::<std::net::IpAddr>() else { return false };
-        let (network, address, bits) = match (self.network, address) {
-            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => (u32::from(n) as u128, u32::from(a) as u128, 32),
-            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => (u128::from(n), u128::from(a), 128),
-            _ => return false,
-        };
-        let host_bits = bits - self.prefix;
-        host_bits >= bits || network >> host_bits == address >> host_bits
-    }
-}
-
-fn subnet(text: &str) -> Result<Expr, TargetError> {
-    Subnet::parse(text).map(Expr::Subnet)
-}
-
 fn regex(pattern: &str) -> Result<Expr, TargetError> {
     regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
         .size_limit(REGEX_SIZE_LIMIT)
@@ -227,12 +206,13 @@ fn regex(pattern: &str) -> Result<Expr, TargetError> {
         .map_err(|e| TargetError::BadRegex { pattern: pattern.to_owned(), reason: e.to_string() })
 }
 
-fn grain(expr: &str) -> Result<Expr, TargetError> {
-    let (path, pattern) = expr.rsplit_once(':').ok_or_else(|| TargetError::BadGrain(expr.to_owned()))?;
-    if path.is_empty() || path.split(':').any(str::is_empty) {
-        return Err(TargetError::BadGrain(expr.to_owned()));
+/// A grain target cut at `delimiter`, with globs or (`regex`) regexes. Without the delimiter
+/// it matches nothing, as in Salt (which logs it): `G@os` is a false term, not an error.
+fn grain(expr: &str, delimiter: char, regex: bool) -> Result<Expr, TargetError> {
+    if !expr.contains(delimiter) {
+        return Ok(Expr::Any(Vec::new()));
     }
-    Ok(Expr::Grain { path: path.split(':').map(str::to_owned).collect(), pattern: pattern.to_owned() })
+    GrainTarget::new(expr, delimiter, regex, REGEX_SIZE_LIMIT).map(|target| Expr::Grain(Box::new(target)))
 }
 
 fn nodegroup(name: &str, nodegroups: &BTreeMap<String, String>, depth: usize) -> Result<Expr, TargetError> {
@@ -243,32 +223,14 @@ fn nodegroup(name: &str, nodegroups: &BTreeMap<String, String>, depth: usize) ->
     parse_at_depth(TargetKind::Compound, expr, nodegroups, depth + 1)
 }
 
-fn grain_matches(grains: &BTreeMap<String, Value>, path: &[String], pattern: &str) -> bool {
-    let Some((first, rest)) = path.split_first() else { return false };
-    let mut value = match grains.get(first) {
-        Some(v) => v,
-        None => return false,
-    };
-    for key in rest {
-        match value.get(key) {
-            Some(v) => value = v,
-            None => return false,
-        }
-    }
-    value_matches(value, pattern)
-}
-
-fn value_matches(value: &Value, pattern: &str) -> bool {
-    match value {
-        Value::String(s) => glob::matches(pattern, s),
-        Value::Array(items) => items.iter().any(|v| value_matches(v, pattern)),
-        Value::Null | Value::Object(_) => false,
-        other => glob::matches(pattern, &other.to_string()),
-    }
-}
-
 mod compound;
+pub mod grain;
+mod nodegroups;
+mod subnet;
 use compound::Compound;
+pub use grain::GrainTarget;
+pub use nodegroups::nodegroup_expression;
+pub use subnet::Subnet;
 
 #[cfg(test)]
 mod tests {
@@ -326,7 +288,10 @@ mod tests {
         assert_eq!(select(TargetKind::Glob, "web*").unwrap(), ["web1", "web2"]);
         assert_eq!(select(TargetKind::List, "db1, web2,nope").unwrap(), ["web2", "db1"]);
         assert_eq!(select(TargetKind::Regex, "(web|db)1").unwrap(), ["web1", "db1"]);
-        assert_eq!(select(TargetKind::Regex, "web").unwrap(), Vec::<&str>::new(), "regexes are anchored");
+        assert_eq!(select(TargetKind::Regex, "web").unwrap(), Vec::<&str>::new(), "a regex matches the whole id");
+        assert_eq!(select(TargetKind::Regex, r"web\d+").unwrap(), ["web1", "web2"]);
+        assert_eq!(select(TargetKind::Regex, r"(?i)WEB\d").unwrap(), ["web1", "web2"]);
+        assert_eq!(select(TargetKind::Grain, "os:debian").unwrap(), ["web1", "db1", "test-web"], "values fold case");
         assert_eq!(select(TargetKind::Grain, "os:Deb*").unwrap(), ["web1", "db1", "test-web"]);
         assert_eq!(select(TargetKind::Grain, "roles:db").unwrap(), ["db1", "db2"]);
         assert_eq!(select(TargetKind::Grain, "num_cpus:4").unwrap().len(), 5);
@@ -363,7 +328,13 @@ mod tests {
         assert_eq!(select(TargetKind::Compound, expr).unwrap(), ["web1", "db1"]);
         assert_eq!(select(TargetKind::Compound, "( web* or db* ) and G@os:Debian").unwrap(), ["web1", "db1"]);
         assert_eq!(select(TargetKind::Compound, "(web* or db*) and not G@os:Debian").unwrap(), ["web2", "db2"]);
-        assert_eq!(select(TargetKind::Compound, "not not db1").unwrap(), ["db1"]);
+        assert_eq!(select(TargetKind::Compound, "db* not db2").unwrap(), ["db1"], "A not B is A and not B");
+        assert_eq!(select(TargetKind::Compound, "not web* not db*").unwrap(), ["test-web"]);
+        assert_eq!(select(TargetKind::Compound, "( ) or db1").unwrap(), ["db1"], "( ) is false");
+        assert_eq!(select(TargetKind::Compound, "P@os:deb.* and web*").unwrap(), ["web1"]);
+        assert_eq!(select(TargetKind::Compound, "P@os:deb").unwrap(), Vec::<&str>::new());
+        assert_eq!(select(TargetKind::Compound, "G|@os|Alpine").unwrap(), ["web2"]);
+        assert_eq!(select(TargetKind::Compound, "G@os or db2").unwrap(), ["db2"], "G@ without ':' is false");
         assert_eq!(select(TargetKind::Compound, "E@(web|db)2").unwrap(), ["web2", "db2"]);
         assert_eq!(select(TargetKind::Compound, "N@webs and G@os:Alpine").unwrap(), ["web2"]);
     }
@@ -380,7 +351,8 @@ mod tests {
         assert_eq!(syntax("or web*"), (1, "expected a target"));
         assert_eq!(syntax("web* )"), (2, "expected 'and', 'or' or the end"));
         assert!(matches!(select(TargetKind::Compound, "X@foo"), Err(TargetError::UnknownPrefix(_))));
-        assert!(matches!(select(TargetKind::Compound, "G@os"), Err(TargetError::BadGrain(_))));
+        assert_eq!(syntax("not not db1"), (2, "'not' cannot follow 'not'"));
+        assert!(matches!(select(TargetKind::Compound, "I@role:web"), Err(TargetError::Unsupported { .. })));
         assert!(matches!(select(TargetKind::Regex, "(unclosed"), Err(TargetError::BadRegex { .. })));
         assert!(matches!(select(TargetKind::Regex, "a{1000}{1000}"), Err(TargetError::BadRegex { .. })));
         assert!(matches!(select(TargetKind::Nodegroup, "missing"), Err(TargetError::UnknownNodegroup(_))));
@@ -416,9 +388,8 @@ mod tests {
         assert_eq!(select(TargetKind::Compound, &chain).unwrap(), ["web1"]);
         let chain = vec!["web*"; 450].join(" and ");
         assert_eq!(select(TargetKind::Compound, &chain).unwrap(), ["web1", "web2"]);
+        // A run of `not`s is refused at its second word, however long.
         let nots = "not ".repeat(1000) + "db1";
-        assert_eq!(select(TargetKind::Compound, &nots).unwrap(), ["db1"]);
-        let nots = "not ".repeat(1001) + "db1";
-        assert_eq!(select(TargetKind::Compound, &nots).unwrap().len(), 4);
+        assert!(matches!(select(TargetKind::Compound, &nots), Err(TargetError::Syntax { position: 2, .. })));
     }
 }

@@ -105,14 +105,19 @@ impl Target {
     }
 }
 
-/// The master's rule for `G@` (halite-targeting): text by glob, a list by any of its items,
-/// numbers and booleans by their text; null and mappings never.
+/// Salt's rule for a grain's value (as the master's `G@` has it, halite-targeting): the value
+/// as Python prints it (`True`, `None`, `4`) and the pattern, both lower-cased, by glob; a list
+/// by any of its items; a mapping by one of its keys.
 fn grain_matches(value: &Value, pattern: &str) -> bool {
+    let folded = |text: &str| glob::matches(&pattern.to_lowercase(), &text.to_lowercase());
     match value {
-        Value::String(text) => glob::matches(pattern, text),
+        Value::String(text) => folded(text),
         Value::Array(items) => items.iter().any(|item| grain_matches(item, pattern)),
-        Value::Null | Value::Object(_) => false,
-        other => glob::matches(pattern, &other.to_string()),
+        Value::Object(map) => pattern == "*" || map.contains_key(pattern),
+        Value::Null => folded("None"),
+        Value::Bool(true) => folded("True"),
+        Value::Bool(false) => folded("False"),
+        other => folded(&other.to_string()),
     }
 }
 
