@@ -1,5 +1,6 @@
 //! `halite key`, `halite minions`, `halite jobs`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,6 +13,7 @@ use halite_transport::keyfile;
 use serde_json::json;
 
 use crate::duration;
+
 use crate::output::{self, paint, Format};
 use crate::run::{result_value, state_colour};
 
@@ -22,13 +24,23 @@ pub(crate) enum KeyCommand {
         /// Id glob.
         #[arg(default_value = "*")]
         pattern: String,
+        /// Only keys in this state (as Salt's `salt-key -l`); repeat for several.
+        #[arg(long, value_enum)]
+        state: Vec<KeyStateArg>,
     },
     /// Accept pending (or rejected) keys.
     Accept(Selection),
     /// Reject pending or accepted keys; live minions are disconnected at once.
     Reject(Selection),
-    /// Delete keys in any state; live minions are disconnected at once.
-    Delete(Selection),
+    /// Delete keys in any state; live minions are disconnected at once. On a terminal, the keys
+    /// are listed and you are asked first, as Salt's `salt-key -d` asks.
+    Delete {
+        #[command(flatten)]
+        selection: Selection,
+        /// Delete without asking.
+        #[arg(short = 'y', long)]
+        yes: bool,
+    },
     /// Show fingerprints (the master's first, then the keys matching a glob).
     Fingerprint {
         /// Id glob.
@@ -47,6 +59,27 @@ pub(crate) enum KeyCommand {
     /// Enrollment tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// A key state, as `--state` names it.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum KeyStateArg {
+    Accepted,
+    Pending,
+    Rejected,
+    Denied,
+}
+
+impl KeyStateArg {
+    fn holds(self, state: KeyState) -> bool {
+        matches!(
+            (self, state),
+            (KeyStateArg::Accepted, KeyState::Accepted)
+                | (KeyStateArg::Pending, KeyState::Pending)
+                | (KeyStateArg::Rejected, KeyState::Rejected)
+                | (KeyStateArg::Denied, KeyState::Denied)
+        )
+    }
 }
 
 #[derive(clap::Args)]
@@ -158,15 +191,33 @@ async fn keys_changed(client: &Client, body: RequestBody, verb: &str, format: Fo
     Ok(if matched_none { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// Asks on the terminal; yes only for an answer starting with y.
+fn confirmed(question: &str) -> anyhow::Result<bool> {
+    use std::io::Write;
+    eprint!("{question}");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(answer.trim_start().to_ascii_lowercase().starts_with('y'))
+}
+
 pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) -> anyhow::Result<ExitCode> {
     if matches!(command, KeyCommand::Fingerprint { .. }) && format == Format::Table {
         println!("master: {}\n", client.master_key().fingerprint());
     }
     match command {
-        KeyCommand::List { pattern } | KeyCommand::Fingerprint { pattern } => {
-            let ResponseBody::Keys(keys) = client.request(RequestBody::KeyList { pattern }).await? else {
+        KeyCommand::List { .. } | KeyCommand::Fingerprint { .. } => {
+            let (pattern, states) = match command {
+                KeyCommand::List { pattern, state } => (pattern, state),
+                KeyCommand::Fingerprint { pattern } => (pattern, Vec::new()),
+                _ => unreachable!("matched above"),
+            };
+            let ResponseBody::Keys(mut keys) = client.request(RequestBody::KeyList { pattern }).await? else {
                 anyhow::bail!("unexpected answer")
             };
+            if !states.is_empty() {
+                keys.retain(|k| states.iter().any(|s| s.holds(k.state)));
+            }
             if format != Format::Table {
                 output::print_document(format, &serde_json::to_value(&keys)?);
                 return Ok(ExitCode::SUCCESS);
@@ -189,8 +240,26 @@ pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) ->
         KeyCommand::Reject(s) => {
             keys_changed(client, RequestBody::KeyReject { pattern: s.pattern() }, "rejected", format).await
         }
-        KeyCommand::Delete(s) => {
-            keys_changed(client, RequestBody::KeyDelete { pattern: s.pattern() }, "deleted", format).await
+        KeyCommand::Delete { selection, yes } => {
+            let pattern = selection.pattern();
+            if !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+                let ResponseBody::Keys(keys) =
+                    client.request(RequestBody::KeyList { pattern: pattern.clone() }).await?
+                else {
+                    anyhow::bail!("unexpected answer")
+                };
+                if !keys.is_empty() {
+                    eprintln!("The following keys are going to be deleted:");
+                    for key in &keys {
+                        eprintln!("  {} ({})", key.id, key.state.as_str());
+                    }
+                    if !confirmed("Proceed? [y/N] ")? {
+                        eprintln!("nothing deleted");
+                        return Ok(ExitCode::from(1));
+                    }
+                }
+            }
+            keys_changed(client, RequestBody::KeyDelete { pattern }, "deleted", format).await
         }
         KeyCommand::Gen { id, dir: out } => {
             halite_protocol::id::validate(&id)?;

@@ -179,7 +179,12 @@ async fn demo(dir: &Path, master_bin: &Path, minion_bin: &Path, processes: &mut 
         ("halite run '*' cmd.run 'uname -sr'", RunArgs::glob("*", "cmd.run", &["uname -sr"])),
     ];
     step("halite key list");
-    crate::admin::key(&client, crate::admin::KeyCommand::List { pattern: "*".into() }, Format::Table).await?;
+    crate::admin::key(
+        &client,
+        crate::admin::KeyCommand::List { pattern: "*".into(), state: Vec::new() },
+        Format::Table,
+    )
+    .await?;
     for (text, args) in commands {
         step(text);
         if run::run(&client, args, Format::Table).await? != ExitCode::SUCCESS {

@@ -20,6 +20,7 @@
 pub mod acl;
 mod admin;
 mod admission;
+mod argument_checks;
 mod audit_requests;
 mod authz;
 pub mod clock;

@@ -260,6 +260,13 @@ impl PublishDesk<'_> {
             self.out.send_error(peer, ErrorKind::NotFound, why, request_id);
             return;
         }
+        // Arguments every minion would refuse alike (shell syntax without shell=true): told
+        // once, in the minion's words, instead of failing on each.
+        let spec = &request.spec;
+        if let Some(why) = crate::argument_checks::refusal(&spec.function, &spec.args, &spec.kwargs) {
+            self.out.send_error(peer, ErrorKind::BadRequest, format!("{why}; nothing was sent"), request_id);
+            return;
+        }
 
         let job = NewJob { spec: request.spec, reach, unknown };
         let mut prepared = self.prepare_job(caller, job, targets);

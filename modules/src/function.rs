@@ -35,6 +35,9 @@ pub trait Typed: Send + Sync + 'static {
     const DOC: &'static str;
     /// Names given to positional arguments, in order.
     const POSITIONAL: &'static [&'static str] = &[];
+    /// Salt's names for arguments that halite names otherwise (`python_shell` for `shell`):
+    /// taken as the halite name, so a Salt habit works instead of being an unknown argument.
+    const SALT_NAMES: &'static [(&'static str, &'static str)] = &[];
     /// The arguments; use `#[serde(deny_unknown_fields)]`.
     type Args: DeserializeOwned + JsonSchema + Send;
     /// Runs with parsed arguments.
@@ -58,8 +61,16 @@ impl<T: Typed> Function for T {
     fn positional(&self) -> Vec<String> {
         T::POSITIONAL.iter().map(|p| (*p).to_owned()).collect()
     }
-    fn call<'a>(&'a self, args: Args, cx: &'a Context) -> CallFuture<'a> {
+    fn call<'a>(&'a self, mut args: Args, cx: &'a Context) -> CallFuture<'a> {
         Box::pin(async move {
+            for (salt, ours) in T::SALT_NAMES {
+                if let Some(value) = args.keyword.remove(*salt) {
+                    if args.keyword.contains_key(*ours) {
+                        return Err(ModuleError::BadArguments(format!("give {ours} or {salt}, not both")));
+                    }
+                    args.keyword.insert((*ours).to_owned(), value);
+                }
+            }
             let parsed: T::Args = match args.parse(T::POSITIONAL) {
                 Ok(parsed) => parsed,
                 // As written on a command line, a value may not fit yet (`mode=644`, `false`):

@@ -17,6 +17,8 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "service.enabled",
     "event.send",
     "plan.run",
+    // `halite apply` (Salt's state.apply): its steps are each checked again, as plan.run's.
+    "plan.apply",
 ];
 
 /// Extra rules for callers whose name matches `caller`.

@@ -47,5 +47,6 @@ pub mod identity;
 pub mod keyfile;
 pub mod message;
 pub mod noise;
+pub mod shell_words;
 pub mod time;
 pub mod zmtp;

@@ -57,6 +57,50 @@ fn a_master_that_is_down_is_reported_as_refused() {
     assert!(run.stderr.to_lowercase().contains("refused"), "{}", run.stderr);
 }
 
+/// `key list --state` filters as `salt-key -l` does; `key delete` on a terminal lists the
+/// keys and asks first (as `salt-key -d`), `-y` does not ask, and neither does a script.
+#[test]
+fn key_list_filters_by_state_and_key_delete_asks_on_a_terminal() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("kd1", "");
+    cluster.wait_connected(&["kd1"]);
+    let listed = |states: &[&str]| {
+        let mut args = vec!["key", "list", "--out", "json"];
+        for state in states {
+            args.extend(["--state", state]);
+        }
+        let run = cluster.cli(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.json().as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(listed(&["accepted"]), ["kd1"]);
+    assert!(listed(&["pending", "rejected"]).is_empty());
+    assert!(cluster.cli(&["key", "list", "--state", "bogus"]).stderr.contains("invalid value 'bogus'"));
+
+    // On a terminal (script(1) gives it one), "n" deletes nothing.
+    let on_terminal = |answer: &str| {
+        let line =
+            format!("{} --config {} key delete kd1", cluster.bins().join("halite").display(), cluster.config.display());
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), answer.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = on_terminal("n\n");
+    assert!(said.contains("kd1 (accepted)") && said.contains("Proceed? [y/N]"), "{said}");
+    assert!(said.contains("nothing deleted"), "{said}");
+    assert_eq!(listed(&[]), ["kd1"], "still there");
+    // Not on a terminal (a script, CI): no question.
+    let run = cluster.cli(&["key", "delete", "kd1"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(listed(&[]).is_empty());
+}
+
 #[test]
 fn listed_ids_the_master_does_not_know_are_reported_and_fail_the_run() {
     let mut cluster = Cluster::start("");
@@ -151,6 +195,23 @@ fn jobs_show_reads_like_run() {
     assert!(text.contains("show1") && text.contains("returned") && text.contains("hi"), "{text}");
     assert!(text.contains(&format!("1 minion(s), job {jid}: 1 returned")), "{text}");
     assert!(!text.contains("String(") && !text.contains("Object {"), "no Rust debug text: {text}");
+}
+
+/// Shell syntax without a shell is refused at the master, once, before anything is sent (every
+/// minion would refuse it alike); Salt's `python_shell=True` means `shell=true`.
+#[test]
+fn shell_syntax_without_a_shell_is_refused_before_it_is_sent_and_python_shell_is_salts_shell() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("sh1", "");
+    cluster.wait_connected(&["sh1"]);
+    let before = cluster.cli(&["jobs", "list", "--out", "json"]).stdout;
+    let run = cluster.cli(&["run", "sh1", "cmd.run", "df -h | tail -1"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(run.stderr.contains("add shell=true") && run.stderr.contains("nothing was sent"), "{}", run.stderr);
+    assert_eq!(cluster.cli(&["jobs", "list", "--out", "json"]).stdout, before, "no job was made");
+    let run = cluster.cli(&["run", "--out", "json", "sh1", "cmd.run", "echo a | tr a b", "python_shell=True"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["minions"]["sh1"]["return"]["stdout"], "b\n", "{}", run.stdout);
 }
 
 #[test]

@@ -136,6 +136,9 @@ fn a_sysvinit_script_starts_stops_and_is_enabled_with_update_rc_d() {
 
     let p = "provider=sysvinit";
     assert_eq!(root.call("service.status", &["halite-demo", p]).0, json!({"running": false}));
+    // One not installed is not running, as Salt's service.status answers (False).
+    let (absent, ok) = root.call("service.status", &["halite-nosuch", p]);
+    assert!(ok && absent == json!({"running": false}), "{absent}");
     let (started, ok) = root.call("service.start", &["halite-demo", p]);
     assert!(ok && started["changed"] == true, "{started}");
     assert_eq!(root.call("service.status", &["halite-demo", p]).0, json!({"running": true}));

@@ -150,6 +150,12 @@ fn apply_runs_each_minions_plans_from_the_top_file() {
     assert!(run.stdout.contains("-listen 8080") && run.stdout.contains("+listen 80"), "{}", run.stdout);
     assert!(run.stdout.contains("(would change=1)"), "{}", run.stdout);
     assert_eq!(std::fs::read_to_string(&web_conf).unwrap(), "listen 8080\n", "--test changed the file");
+    // Salt's spelling says the same.
+    let run = fleet.apply(&["web1", "test=True"]);
+    assert_eq!(rows(&run.stdout, "web1")[1].2, "would change", "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(std::fs::read_to_string(&web_conf).unwrap(), "listen 8080\n", "test=True changed the file");
+    let run = fleet.apply(&["web1", "saltenv=base"]);
+    assert!(run.code == 1 && run.stderr.contains("saltenv= is no argument"), "{}", run.stderr);
 
     // --out json keeps the structured result.
     let doc = fleet.apply(&["--out", "json", "db1"]).json();

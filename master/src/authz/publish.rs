@@ -134,6 +134,7 @@ pub(crate) fn both(a: Option<Vec<String>>, b: Option<Vec<String>>) -> Option<Vec
 pub(crate) fn list_some(ids: &[String]) -> String {
     const SHOWN: usize = 10;
     match ids.len() {
+        0 => "no minion (none of the target's minions is within a rule)".into(),
         n if n <= SHOWN => ids.join(","),
         n => format!("{} and {} more", ids[..SHOWN].join(","), n - SHOWN),
     }

@@ -126,7 +126,7 @@ pub(crate) struct RunArgs {
     /// shell=true; a string with shell syntax, such as |, &&, ;, >, $VAR, a glob or a leading
     /// VAR=value, is refused without shell=true rather than run otherwise than a shell would).
     cmd: CommandLine,
-    /// Run the string with /bin/sh -c.
+    /// Run the string with /bin/sh -c (Salt's python_shell=True says the same).
     #[serde(default)]
     shell: bool,
     #[serde(flatten)]
@@ -139,6 +139,7 @@ impl Typed for Run {
          capped at 1 MiB (truncated is then set). retcode is the exit status, 128+N when killed by signal N; \
          a non-zero retcode makes the job fail.";
     const POSITIONAL: &'static [&'static str] = &["cmd"];
+    const SALT_NAMES: &'static [(&'static str, &'static str)] = &[("python_shell", "shell")];
     type Args = RunArgs;
     async fn run(&self, args: RunArgs, cx: &Context) -> Result<Output, ModuleError> {
         let argv = match (args.cmd, args.shell) {
@@ -258,128 +259,16 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Splits a command line into words as a POSIX shell would (whitespace, single quotes, double
-/// quotes, backslash escapes), without expanding anything. A line that a shell would read
-/// otherwise (a pipe, a redirection, `&&`, `;`, a variable, a glob, a leading `VAR=value`) is
-/// refused, naming `shell=true`: run without a shell, it would silently do something else.
+/// Splits a command line into words as a POSIX shell would, refusing shell syntax naming
+/// `shell=true` (`halite_protocol::shell_words`, which the master also checks before sending).
 pub(crate) fn split_words(line: &str) -> Result<Vec<String>, ModuleError> {
-    let mut words = Vec::new();
-    let mut word: Option<String> = None;
-    // The first piece of shell syntax met outside single quotes (or escaped), if any.
-    let mut syntax: Option<String> = None;
-    let mut note = |what: String| {
-        if syntax.is_none() {
-            syntax = Some(what);
-        }
-    };
-    let mut chars = line.chars();
-    let unterminated = |q: &str| ModuleError::BadArguments(format!("unterminated {q} in cmd"));
-    while let Some(c) = chars.next() {
-        match c {
-            '\n' | '\r' => {
-                // A shell runs each line as a command of its own; as words, the lines would run
-                // as one command's arguments.
-                note("a line break".into());
-                words.extend(word.take());
-            }
-            c if c.is_whitespace() => words.extend(word.take()),
-            '\'' => {
-                let w = word.get_or_insert_with(String::new);
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => w.push(c),
-                        None => return Err(unterminated("'")),
-                    }
-                }
-            }
-            '"' => {
-                let w = word.get_or_insert_with(String::new);
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\' | '$' | '`')) => w.push(c),
-                            Some(c) => {
-                                w.push('\\');
-                                w.push(c);
-                            }
-                            None => return Err(unterminated("\"")),
-                        },
-                        Some(c @ ('$' | '`')) => {
-                            note(format!("`{c}` inside double quotes"));
-                            w.push(c);
-                        }
-                        Some(c) => w.push(c),
-                        None => return Err(unterminated("\"")),
-                    }
-                }
-            }
-            '\\' => {
-                let c = chars.next().ok_or_else(|| ModuleError::BadArguments("trailing \\ in cmd".into()))?;
-                word.get_or_insert_with(String::new).push(c);
-            }
-            '|' | '&' | ';' | '<' | '>' | '(' | ')' | '$' | '`' | '*' | '?' | '[' => {
-                note(format!("`{c}`"));
-                word.get_or_insert_with(String::new).push(c);
-            }
-            '#' | '~' if word.is_none() => {
-                note(format!("`{c}` at the start of a word"));
-                word.get_or_insert_with(String::new).push(c);
-            }
-            '=' if words.is_empty() && word.as_deref().is_some_and(halite_protocol::message::is_identifier) => {
-                note("a leading VAR=value".into());
-                word.get_or_insert_with(String::new).push(c);
-            }
-            c => word.get_or_insert_with(String::new).push(c),
-        }
-    }
-    words.extend(word);
-    match syntax {
-        Some(what) => Err(ModuleError::BadArguments(format!(
-            "cmd has shell syntax ({what}) that runs only in a shell: add shell=true to run it with /bin/sh -c, \
-             or quote it ('...') to pass it as it is"
-        ))),
-        None => Ok(words),
-    }
+    halite_protocol::shell_words::split(line).map_err(|error| ModuleError::BadArguments(error.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Args, Function};
-
-    #[test]
-    fn words_split_like_a_shell_without_expansion() {
-        assert_eq!(
-            split_words(r#"echo 'a b' "c \"d\"" e\ f '$HOME' \$PATH a=b"#).unwrap(),
-            ["echo", "a b", "c \"d\"", "e f", "$HOME", "$PATH", "a=b"]
-        );
-        assert_eq!(split_words("  ").unwrap(), Vec::<String>::new());
-        assert_eq!(split_words("''").unwrap(), [""]);
-        assert!(split_words("echo 'open").is_err());
-    }
-
-    #[test]
-    fn shell_syntax_without_a_shell_is_refused_naming_shell_true() {
-        for line in [
-            "echo $HOME | wc -c",
-            "rm -rf /tmp/x && touch /tmp/y",
-            "echo hi > /tmp/out",
-            "ls /tmp/*",
-            "LANG=C date",
-            "echo \"$HOME\"",
-            "echo `id`",
-            "true; false",
-            "cat ~/.profile",
-            "touch /tmp/a\nrm -f /tmp/b",
-        ] {
-            let error = split_words(line).unwrap_err().to_string();
-            assert!(error.contains("add shell=true"), "{line}: {error}");
-        }
-        let error = split_words("echo a | wc").unwrap_err().to_string();
-        assert!(error.contains("(`|`)"), "names what it found: {error}");
-    }
 
     #[test]
     fn a_command_of_the_wrong_type_says_what_is_expected() {

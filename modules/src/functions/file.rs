@@ -223,7 +223,10 @@ impl Typed for Managed {
                     (Some(old), true) => text_diff(&args.name, old, contents.as_bytes())
                         .unwrap_or_else(|| "(binary content: no diff)".into()),
                     (None, true) if meta.is_some() => "(previous content too large to diff)".into(),
-                    (None, true) => "new file".into(),
+                    (None, true) => match text_diff(&args.name, b"", contents.as_bytes()) {
+                        Some(diff) => format!("new file\n{diff}"),
+                        None => "new file (binary content: no diff)".into(),
+                    },
                 };
                 (changes, diff)
             }
@@ -606,6 +609,8 @@ mod tests {
         let preview = call(&Managed, json!({"name": name, "contents": "a\n"}), true).unwrap();
         assert_eq!(preview.value["changed"], true);
         assert!(!path.exists(), "test=true wrote the file");
+        let diff = preview.value["details"]["diff"].as_str().unwrap();
+        assert!(diff.starts_with("new file\n") && diff.contains("+a\n"), "a new file's diff: {diff}");
         let first =
             call(&Managed, json!({"name": name, "contents": "a\nb\n", "mode": "0640", "user": "nobody"}), false)
                 .unwrap();

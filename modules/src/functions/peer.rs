@@ -37,8 +37,9 @@ pub(crate) struct PublishArgs {
 impl Typed for Publish {
     const NAME: &'static str = "peer.publish";
     const DOC: &'static str = "Asks the master to run a function on other minions and returns {jid, minions}. The \
-         master allows it only where one of its [[peers]] rules names this minion, the function, and a target \
-         expression covering every targeted minion; otherwise it fails with the master's reason.";
+         master allows it only where one of its [[peers]] rules names this minion and the function; a target wider \
+         than the rules' targets (`'*'`) is narrowed to the minions they cover, and the call fails with the \
+         master's reason when none is left or no rule allows the function.";
     const POSITIONAL: &'static [&'static str] = &["target", "function"];
     type Args = PublishArgs;
     async fn run(&self, a: PublishArgs, cx: &Context) -> Result<Output, ModuleError> {

@@ -62,12 +62,10 @@ async fn succeeds(cx: &Context, argv: &[&str]) -> Result<bool, ModuleError> {
 async fn running(cx: &Context, init: Init, name: &str) -> Result<bool, ModuleError> {
     match init {
         Init::Systemd => succeeds(cx, &["systemctl", "is-active", "--quiet", name]).await,
-        Init::Sysvinit => {
-            if !Path::new(&script(name)).exists() {
-                return Err(ModuleError::Failed(format!("no init script {}", script(name))));
-            }
-            succeeds(cx, &[script(name).as_str(), "status"]).await
-        }
+        // A service that is not installed is not running (Salt's service.status says False),
+        // as systemctl and rc-service answer for one they do not know.
+        Init::Sysvinit if !Path::new(&script(name)).exists() => Ok(false),
+        Init::Sysvinit => succeeds(cx, &[script(name).as_str(), "status"]).await,
         Init::OpenRc => succeeds(cx, &["rc-service", name, "status"]).await,
     }
 }
