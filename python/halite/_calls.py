@@ -26,6 +26,9 @@ TARGET_KINDS = {
     "nodegroup": "nodegroup",
 }
 
+#: Salt's ``tgt_type`` names that halite sends as a compound term.
+COMPOUND_ENGINES = {"grain_pcre": "P@", "ipcidr": "S@"}
+
 
 def target(tgt: Union[str, Sequence[str]], tgt_type: str) -> Dict[str, str]:
     """A target as the protocol has it. A list of ids is a ``list`` target."""
@@ -34,9 +37,16 @@ def target(tgt: Union[str, Sequence[str]], tgt_type: str) -> Dict[str, str]:
         if not all(isinstance(i, str) for i in ids):
             raise InvalidArgument("a target is a string or a list of minion ids")
         return {"kind": "list", "expr": ",".join(ids)}
+    # Salt's ``grain_pcre`` and ``ipcidr`` are the one-term compound targets ``P@``, ``S@``.
+    engine = COMPOUND_ENGINES.get(tgt_type)
+    if engine is not None:
+        if any(c.isspace() for c in tgt):
+            raise InvalidArgument(f"tgt_type {tgt_type!r}: the target cannot hold whitespace")
+        return {"kind": "compound", "expr": engine + tgt}
     kind = TARGET_KINDS.get(tgt_type)
     if kind is None:
-        raise InvalidArgument(f"tgt_type {tgt_type!r}: expected one of {', '.join(sorted(TARGET_KINDS))}")
+        names = sorted([*TARGET_KINDS, *COMPOUND_ENGINES])
+        raise InvalidArgument(f"tgt_type {tgt_type!r}: expected one of {', '.join(names)}")
     return {"kind": kind, "expr": tgt}
 
 

@@ -48,8 +48,10 @@ The resources:
     ``OS::Heat::CloudConfig``, a config in Heat's store: ``OS::Nova::Server`` takes
     ``{get_resource: ...}`` with ``user_data_format: SOFTWARE_CONFIG`` or ``RAW``.
 
-``signal_transport`` is accepted only as ``NO_SIGNAL`` (halite pushes outputs back
-itself); any other value is refused when the template is validated.
+``signal_transport`` takes every value Heat's own resources take (``CFN_SIGNAL``,
+``TEMP_URL_SIGNAL``, ``HEAT_SIGNAL``, ``ZAQAR_SIGNAL``, ``NO_SIGNAL``), so a template
+written for them runs unchanged; whichever it names, the outputs come back through halite,
+which pushes them to the master itself.
 """
 
 import fnmatch
@@ -408,9 +410,9 @@ class HaliteSoftwareDeployment(resource.Resource):
         _DEPLOYMENT.DEPLOY_ACTIONS, _DEPLOYMENT.NAME, _DEPLOYMENT.SIGNAL_TRANSPORT,
         'input_key', 'input_values_validate')
 
-    # The same properties as OS::Heat::SoftwareDeployment and StructuredDeployment;
-    # signal_transport only as NO_SIGNAL (halite pushes the outputs back itself), its
-    # default here.
+    # The same properties as OS::Heat::SoftwareDeployment and StructuredDeployment, with
+    # Heat's own schemas; signal_transport is taken and ignored (halite pushes the outputs
+    # back itself, whichever transport a template names).
     properties_schema = {name: _DEPLOYMENT.properties_schema[name] for name in PROPERTIES[:6]}
     properties_schema[INPUT_KEY] = properties.Schema(
         properties.Schema.STRING,
@@ -420,18 +422,6 @@ class HaliteSoftwareDeployment(resource.Resource):
         properties.Schema.STRING,
         _('For a structured config: LAX (a missing input becomes null) or STRICT (refused).'),
         default='LAX', constraints=[constraints.AllowedValues(['LAX', 'STRICT'])])
-    properties_schema[SIGNAL_TRANSPORT] = properties.Schema(
-        properties.Schema.STRING,
-        _('Only NO_SIGNAL: halite pushes the deployment\'s outputs back itself.'),
-        default='NO_SIGNAL')
-
-    def validate(self):
-        super().validate()
-        transport = self.properties[self.SIGNAL_TRANSPORT]
-        if transport not in (None, 'NO_SIGNAL'):
-            raise exception.StackValidationFailed(message=_(
-                'signal_transport %s: an OS::Halite::SoftwareDeployment\'s outputs come back '
-                'through halite itself; use NO_SIGNAL (or leave signal_transport out)') % transport)
 
     ATTRIBUTES = (STDOUT, STDERR, STATUS_CODE) = _DEPLOYMENT.ATTRIBUTES
 
@@ -573,9 +563,9 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
     support_status = support.SupportStatus(version='27.0.0')
 
     PROPERTIES = (SERVERS, CONFIG, INPUT_VALUES, DEPLOY_ACTIONS, BATCH_SIZE, BATCH_WAIT,
-                  MAX_ERRORS, CANARY, ABORT_ON) = (
+                  MAX_ERRORS, CANARY, ABORT_ON, NAME, SIGNAL_TRANSPORT) = (
         'servers', 'config', 'input_values', 'actions', 'batch_size', 'batch_wait',
-        'max_errors', 'canary', 'abort_on')
+        'max_errors', 'canary', 'abort_on', 'name', 'signal_transport')
 
     ATTRIBUTES = (STDOUTS, STDERRS, STATUS_CODES) = (
         'deploy_stdouts', 'deploy_stderrs', 'deploy_status_codes')
@@ -588,6 +578,10 @@ class HaliteSoftwareDeploymentGroup(resource.Resource):
         CONFIG: _DEPLOYMENT.properties_schema[_DEPLOYMENT.CONFIG],
         INPUT_VALUES: _DEPLOYMENT.properties_schema[_DEPLOYMENT.INPUT_VALUES],
         DEPLOY_ACTIONS: _DEPLOYMENT.properties_schema[_DEPLOYMENT.DEPLOY_ACTIONS],
+        # As OS::Heat::SoftwareDeploymentGroup has them, so its templates run unchanged: the
+        # name is each deployment's, the transport is taken and ignored.
+        NAME: _DEPLOYMENT.properties_schema[_DEPLOYMENT.NAME],
+        SIGNAL_TRANSPORT: _DEPLOYMENT.properties_schema[_DEPLOYMENT.SIGNAL_TRANSPORT],
         BATCH_SIZE: properties.Schema(
             properties.Schema.STRING,
             _('How many servers deploy at once: a count ("2") or a percentage ("25%").')),

@@ -46,8 +46,10 @@ def test_targets_take_salts_tgt_types(root: halite.Client) -> None:
     assert sorted(root.run("web[0-9]+", "test.ping", tgt_type="pcre")) == ["web1", "web2"]
     assert sorted(root.run("role:db", "test.ping", tgt_type="grain")) == ["db1"]
     assert sorted(root.run("G@role:web and not web2", "test.ping", tgt_type="compound")) == ["web1"]
+    assert sorted(root.run("role:D.*", "test.ping", tgt_type="grain_pcre")) == ["db1"]
+    assert {"db1", "web1", "web2"} <= set(root.run("0.0.0.0/0", "test.ping", tgt_type="ipcidr"))
     with pytest.raises(halite.InvalidArgument, match="tgt_type"):
-        root.publish("web1", "test.ping", tgt_type="ipcidr")
+        root.publish("web1", "test.ping", tgt_type="range")
     # A list naming an id the master does not know says which.
     job = root.publish(["web1", "nosuch"], "test.ping")
     assert (job.minions, job.unknown) == (["web1"], ["nosuch"]), job

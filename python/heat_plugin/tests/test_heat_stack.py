@@ -526,20 +526,70 @@ resources:
         self.assertEqual([], b_client.minions("projb-*"))
         self.assertRaises(halite.HaliteError, b_client.run, "projb-vm1", "deploy.apply")
 
-    def test_a_template_for_heats_signals_is_refused_at_validation(self):
-        stack = self._stack("signals", """
+    def test_a_template_naming_each_signal_transport_runs_unchanged_and_its_outputs_come_back(self):
+        """A template written for Heat's own deployments names its signal transport; mapped
+        to halite's types, each runs as written and its outputs come back through halite."""
+        self._override("literal_servers", ["web*"])
+        self._start_minions("web1", "web2")
+        transports = ["CFN_SIGNAL", "TEMP_URL_SIGNAL", "HEAT_SIGNAL", "ZAQAR_SIGNAL", "NO_SIGNAL"]
+        deployments = "".join(f"""
+  deploy_{t.lower()}:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {{get_resource: config}}
+      server: web1
+      signal_transport: {t}
+      input_values: {{word: {t}}}
+""" for t in transports)
+        outputs = "".join(f"""
+  {t.lower()}:
+    value: {{get_attr: [deploy_{t.lower()}, result]}}
+""" for t in transports)
+        template = template_format.parse(f"""
 heat_template_version: 2018-08-31
 resources:
   config:
-    type: OS::Halite::SoftwareConfig
-    properties: {group: script, config: "#!/bin/sh"}
-  deployment:
-    type: OS::Halite::SoftwareDeployment
-    properties: {config: {get_resource: config}, server: web1, signal_transport: HEAT_SIGNAL}
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      config: "#!/bin/sh\\nprintf 'got %s' $word > $heat_outputs_path.result\\n"
+      inputs: [{{name: word}}]
+      outputs: [{{name: result}}]
+{deployments}
+  group:
+    type: OS::Heat::SoftwareDeploymentGroup
+    properties:
+      config: {{get_resource: config}}
+      servers: {{one: web2}}
+      signal_transport: TEMP_URL_SIGNAL
+      name: grouped
+      input_values: {{word: group}}
+outputs:
+{outputs}
+  group:
+    value: {{get_attr: [group, result]}}
 """)
-        error = self.assertRaises(Exception, stack.validate)
-        self.assertIn("signal_transport HEAT_SIGNAL", str(error))
-        self.assertIn("use NO_SIGNAL", str(error))
+        env = environment.Environment({
+            "resource_registry": {
+                "OS::Heat::SoftwareConfig": "OS::Halite::SoftwareConfig",
+                "OS::Heat::SoftwareDeployment": "OS::Halite::SoftwareDeployment",
+                "OS::Heat::SoftwareDeploymentGroup": "OS::Halite::SoftwareDeploymentGroup",
+            },
+        })
+        context = utils.dummy_context()
+        tmpl = templatem.Template(template, env=env)
+        tmpl.store(context)
+        stack = parser.Stack(context, "transports", tmpl)
+        stack.store()
+        stack.validate()
+        stack.create()
+        self.assertEqual((stack.CREATE, stack.COMPLETE), stack.state, stack.status_reason)
+        for t in transports:
+            self.assertEqual(f"got {t}", output(stack, t.lower()), t)
+        self.assertEqual({"one": "got group"}, output(stack, "group"))
+        stack = parser.Stack.load(stack.context, stack_id=stack.id)
+        stack.delete()
+        self.assertEqual((stack.DELETE, stack.COMPLETE), stack.state, stack.status_reason)
 
     def test_a_minion_that_is_another_servers_guest_is_refused(self):
         """A minion says (cloud-init's instance-id, as its cloud_instance_id grain) which
