@@ -476,3 +476,46 @@ fn a_minion_whose_token_did_not_enroll_it_is_told_why() {
     let master_log = std::fs::read_to_string(cluster.dir.join("master.log")).unwrap();
     assert!(master_log.contains("not known to this master"), "{master_log}");
 }
+
+/// Two minions writing one file in a directory they share (an NFS home, a bind mount), many
+/// jobs at once: every write succeeds and the file holds one writer's whole content.
+#[test]
+fn minions_sharing_a_directory_write_one_file_at_once_without_losing_a_write() {
+    let mut cluster = Cluster::start("");
+    for id in ["share1", "share2"] {
+        cluster.enroll_minion(id, "");
+    }
+    cluster.wait_connected(&["share1", "share2"]);
+    let shared = cluster.dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let path = shared.join("app.conf");
+    let name = format!("name={}", path.display());
+    let contents: Vec<String> = (0..12).map(|i| format!("contents=version {i}")).collect();
+    let jids: Vec<String> = contents
+        .iter()
+        .map(|c| {
+            let run = cluster.cli(&["run", "--async", "-L", "share1,share2", "file.managed", &name, c]);
+            assert_eq!(run.code, 0, "{}", run.stderr);
+            run.stdout.trim().to_owned()
+        })
+        .collect();
+    for jid in &jids {
+        let states = wait_for("the job's end", Duration::from_secs(60), || {
+            let states = cluster.job_states(jid);
+            states
+                .iter()
+                .all(|(_, s)| !matches!(s.as_str(), "waiting" | "sent" | "running" | "queued"))
+                .then_some(states)
+        });
+        assert_eq!(
+            states,
+            [("share1".to_owned(), "returned".to_owned()), ("share2".to_owned(), "returned".to_owned())],
+            "{jid}: {}",
+            cluster.cli(&["jobs", "show", jid]).stdout
+        );
+    }
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(contents.iter().any(|c| c.strip_prefix("contents=") == Some(written.as_str())), "{written:?}");
+    let left: Vec<_> = std::fs::read_dir(&shared).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("app.conf")], "no temporary file is left");
+}

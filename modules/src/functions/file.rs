@@ -594,6 +594,33 @@ mod tests {
             .block_on(f.call(Args::new(vec![], map.into_iter().collect()), &cx))
     }
 
+    /// Fifty writers of one path at once (jobs of one minion, or minions sharing the directory):
+    /// each succeeds, the file holds one writer's whole content, and no temporary file is left.
+    #[test]
+    fn concurrent_writers_of_one_path_all_succeed_and_one_whole_content_wins() {
+        let d = dir("concurrent");
+        let path = d.join("shared.conf");
+        let name = path.display().to_string();
+        let contents: Vec<String> = (0..50).map(|i| format!("writer {i}\n").repeat(1000)).collect();
+        let results: Vec<Result<Output, ModuleError>> = std::thread::scope(|scope| {
+            let writers: Vec<_> = contents
+                .iter()
+                .map(|c| {
+                    let name = &name;
+                    scope.spawn(move || call(&Managed, json!({"name": name, "contents": c}), false))
+                })
+                .collect();
+            writers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        for result in &results {
+            assert!(result.is_ok(), "{result:?}");
+        }
+        let written = fs::read_to_string(&path).unwrap();
+        assert!(contents.contains(&written), "one writer's whole content: {} bytes", written.len());
+        let left: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("shared.conf")], "no temporary file is left");
+    }
+
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("halite-file-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
