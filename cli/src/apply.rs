@@ -171,6 +171,11 @@ pub(crate) async fn apply(client: &Client, mut args: ApplyArgs, format: Format) 
             }
             output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
         }
+        Format::Txt => {
+            let lines: serde_json::Map<String, Value> =
+                finals.iter().map(|(id, (state, _))| (id.clone(), json!(state.as_str()))).collect();
+            output::print_document(format, &Value::Object(lines));
+        }
         Format::Ndjson => {}
     }
     Ok(if failed == 0 && waiting.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })

@@ -100,12 +100,17 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Print this program's man page (roff); with --dir, write it and one page per command
-    /// into DIR, as packages install them.
+    /// into DIR, as packages install them; with --install, where `man halite` finds them
+    /// (a page of its own would only repeat this).
     #[command(hide = true)]
     Man {
         /// Write every page (halite.1, halite-run.1, ...) into this directory.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", conflicts_with = "install")]
         dir: Option<PathBuf>,
+        /// Install every page beside this program (BIN/../share/man/man1: ~/.cargo/share/man
+        /// after `cargo install`, which man finds through PATH).
+        #[arg(long)]
+        install: bool,
     },
 }
 
@@ -177,7 +182,7 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
             Format::Table
         }
         (output::Out::File(path), _) => anyhow::bail!(
-            "--out {}: expected table, json, yaml or ndjson (only `halite audit export --out FILE` writes a file)",
+            "--out {}: expected table, json, yaml, ndjson or txt (only `halite audit export --out FILE` writes a file)",
             path.display()
         ),
     };
@@ -188,8 +193,13 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
             clap_complete::generate(*shell, &mut Cli::command(), "halite", &mut std::io::stdout());
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Man { dir } => {
+        Command::Man { dir, install: false } => {
             man::run(dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man { install: true, .. } => {
+            let dir = man::install()?;
+            println!("man pages written to {}; `man halite` reads them", dir.display());
             return Ok(ExitCode::SUCCESS);
         }
         // An exported file is checked here, without a master.

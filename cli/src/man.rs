@@ -431,6 +431,20 @@ pub(crate) fn run(dir: Option<&Path>) -> anyhow::Result<()> {
     Ok(MANUAL.print_or_write(Cli::command(), dir)?)
 }
 
+/// Writes every page where `man` looks for this program's: `share/man/man1` beside the
+/// directory it runs from (man-db maps each `X/bin` of PATH to `X/share/man`).
+pub(crate) fn install() -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let prefix = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow::anyhow!("{}: no directory above the program's", exe.display()))?;
+    let dir = prefix.join("share/man/man1");
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    MANUAL.write_to(Cli::command(), &dir)?;
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! Output formats: aligned (optionally coloured) tables for humans, JSON, YAML and NDJSON for
-//! machines.
+//! machines, Salt's `txt` lines for grep.
 
 use std::io::IsTerminal;
 
@@ -16,6 +16,8 @@ pub(crate) enum Format {
     Yaml,
     /// One JSON object per line, streamed.
     Ndjson,
+    /// Salt's `txt` outputter: `minion: value` lines, one per minion (a value on one line).
+    Txt,
 }
 
 /// What `--out` names: an output format, or (for `halite audit export`) the file to write.
@@ -34,7 +36,7 @@ pub(crate) fn parse_out(text: &str) -> Result<Out, String> {
         return Ok(Out::Format(format));
     }
     if text.is_empty() {
-        return Err("expected table, json, yaml or ndjson".into());
+        return Err("expected table, json, yaml, ndjson or txt".into());
     }
     Ok(Out::File(text.into()))
 }
@@ -53,6 +55,21 @@ pub(crate) fn print_document(format: Format, value: &Value) {
             other => println!("{}", serde_json::to_string(other).unwrap_or_default()),
         },
         Format::Yaml | Format::Table => print!("{}", yaml(value)),
+        Format::Txt => print_txt(value),
+    }
+}
+
+/// `key: value` for each entry of an object (each element of a list), the value on one line:
+/// text as it is, anything else as compact JSON.
+fn print_txt(value: &Value) {
+    let one_line = |v: &Value| match v {
+        Value::String(text) => terminal_safe(&text.replace('\n', "\\n")).into_owned(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    };
+    match value {
+        Value::Object(map) => map.iter().for_each(|(k, v)| println!("{}: {}", terminal_safe(k), one_line(v))),
+        Value::Array(items) => items.iter().for_each(|v| println!("{}", one_line(v))),
+        other => println!("{}", one_line(other)),
     }
 }
 

@@ -39,6 +39,10 @@ pub(crate) struct RunArgs {
     /// Print the jid and return at once.
     #[arg(long = "async")]
     pub(crate) detach: bool,
+    /// Print every minion's return together once all have returned (Salt's --static), not
+    /// each as it comes, and no progress line.
+    #[arg(long = "static")]
+    pub(crate) all_at_once: bool,
     /// How the job reaches its targets over time.
     #[command(flatten)]
     rollout: RolloutArgs,
@@ -59,6 +63,7 @@ impl RunArgs {
             job_timeout: std::time::Duration::from_secs(3600),
             ttl: None,
             detach: false,
+            all_at_once: false,
             rollout: RolloutArgs::default(),
             target: target.into(),
             function: function.into(),
@@ -99,11 +104,11 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
     // Each target's latest state, for a rollout's progress line.
     let mut latest: BTreeMap<String, MinionJobState> = BTreeMap::new();
     // On a terminal, a one-line progress counter on stderr, rewritten in place.
-    let progress = format == Format::Table && std::io::stderr().is_terminal();
+    let progress = format == Format::Table && !args.all_at_once && std::io::stderr().is_terminal();
     let total = published.minions.len() + published.unknown.len();
     // A table of several minions prints identical results once, at the end (a terminal shows
     // the progress meanwhile); a rollout, long by design, prints each minion as it ends.
-    let streamed = format == Format::Table && (rolled_out || total == 1);
+    let streamed = format == Format::Table && !args.all_at_once && (rolled_out || total == 1);
     // Listening from here on: a Ctrl-C while waiting tells the jid instead of dying silently.
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -239,6 +244,23 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
                 minions.insert(id.clone(), json!({ "state": state.as_str(), "detail": STILL_GOING }));
             }
             output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
+        }
+        // Salt's txt: `minion: return`, or what became of a minion without one.
+        Format::Txt => {
+            let mut lines: serde_json::Map<String, Value> = finals
+                .iter()
+                .map(|(id, (state, ret))| {
+                    let value = match ret {
+                        Some(ret) => ret.outputs.clone(),
+                        None => json!(format!("{}: {}", state.as_str(), describe(*state))),
+                    };
+                    (id.clone(), value)
+                })
+                .collect();
+            for (id, state) in &going {
+                lines.insert(id.clone(), json!(format!("{}: {STILL_GOING}", state.as_str())));
+            }
+            output::print_document(format, &Value::Object(lines));
         }
     }
     Ok(if ok == finals.len() && going.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TARGETS_FAILED) })
@@ -387,6 +409,14 @@ mod tests {
     struct Wrap {
         #[command(flatten)]
         run: super::RunArgs,
+    }
+
+    /// One default for how long a job may run: the CLI's is the SDKs' and the gateway's.
+    #[test]
+    fn the_default_job_timeout_is_every_publishers() {
+        let parsed = Wrap::try_parse_from(["halite", "web1", "test.ping"]).unwrap();
+        let default = halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS;
+        assert_eq!(parsed.run.job_timeout.as_millis(), u128::from(default));
     }
 
     #[test]

@@ -15,6 +15,10 @@ Call = tuple  # (Dict[str, Any], Callable[[Any], Any])
 
 Amount = Union[int, str]
 
+#: Seconds each minion may run a job when the caller does not say: an hour, as the CLI's
+#: ``--job-timeout``, the gateway's and the Rust SDK's.
+DEFAULT_JOB_TIMEOUT = 3600
+
 #: Salt's ``tgt_type`` names (and the protocol's own) to the protocol's target kinds.
 TARGET_KINDS = {
     "glob": "glob",

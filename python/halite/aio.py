@@ -7,6 +7,7 @@ import json
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _calls as c
+from ._calls import DEFAULT_JOB_TIMEOUT
 from . import _native
 from . import types as t
 from ._operations import FollowedJob, Operations, publish_request
@@ -72,7 +73,7 @@ class AsyncClient(Operations):
         kwargs: Optional[Mapping[str, Any]] = None,
         *,
         tgt_type: str = "glob",
-        timeout: float = 30,
+        timeout: float = DEFAULT_JOB_TIMEOUT,
         ttl: float = 0,
         batch: Optional[c.Amount] = None,
         batch_wait: float = 0,

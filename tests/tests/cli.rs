@@ -214,6 +214,46 @@ fn shell_syntax_without_a_shell_is_refused_before_it_is_sent_and_python_shell_is
     assert_eq!(run.json()["minions"]["sh1"]["return"]["stdout"], "b\n", "{}", run.stdout);
 }
 
+/// Salt's `--static` (every return together, at the end) and `--out txt` (`minion: value`).
+#[test]
+fn run_takes_salts_static_and_txt_output() {
+    let mut cluster = Cluster::start("");
+    for id in ["txt1", "txt2"] {
+        cluster.enroll_minion(id, "");
+    }
+    cluster.wait_connected(&["txt1", "txt2"]);
+    let run = cluster.cli(&["run", "--out", "txt", "txt*", "test.echo", "hello world"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, "txt1: hello world\ntxt2: hello world\n");
+    let run = cluster.cli(&["run", "--out", "txt", "txt1", "grains.get", "ipv4"]);
+    assert!(run.stdout.starts_with("txt1: [\"") && run.stdout.ends_with("]\n"), "{}", run.stdout);
+    let run = cluster.cli(&["run", "--static", "txt1", "test.ping"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("txt1") && run.stdout.contains("true"), "{}", run.stdout);
+    let run = cluster.cli(&["run", "--out", "text", "txt1", "test.ping"]);
+    assert!(run.code != 0 && run.stderr.contains("expected table, json, yaml, ndjson or txt"), "{}", run.stderr);
+}
+
+/// After a source install (`cargo install`: the program in `PREFIX/bin`), `halite man
+/// --install` puts the pages in `PREFIX/share/man/man1`, where man looks through PATH.
+#[test]
+fn man_install_writes_the_pages_where_man_finds_them() {
+    let prefix = std::env::temp_dir().join(format!("halite-man-install-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    let program = prefix.join("bin/halite");
+    std::fs::copy(halite_tests::bin_dir().join("halite"), &program).unwrap();
+    let out = std::process::Command::new(&program).args(["man", "--install"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pages = prefix.join("share/man/man1");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&pages.display().to_string()));
+    for page in ["halite.1", "halite-run.1", "halite-key-delete.1"] {
+        let text = std::fs::read_to_string(pages.join(page)).unwrap_or_default();
+        assert!(text.contains(".TH"), "{page}");
+    }
+    std::fs::remove_dir_all(&prefix).unwrap();
+}
+
 #[test]
 fn a_large_argument_comes_from_a_file_or_standard_input() {
     let mut cluster = Cluster::start("");

@@ -172,3 +172,41 @@ fn the_gateway_lists_a_fleet_larger_than_a_page_whole() {
     let listed: Vec<&str> = listed["minions"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(listed, ids);
 }
+
+/// `POST /v1/run` (salt-api's `client=local`): the job is published and answered with every
+/// minion's return once all have finished; with a shorter wait, with what is still going.
+#[test]
+fn a_run_through_the_gateway_answers_with_every_minions_return() {
+    let mut cluster = Cluster::start("[gateway]\nlisten = \"127.0.0.1:0\"\n");
+    let addr_file = cluster.dir.join("master/gateway.addr");
+    let addr =
+        wait_for("the gateway", Duration::from_secs(10), || std::fs::read_to_string(&addr_file).ok()).trim().to_owned();
+    for id in ["sync1", "sync2"] {
+        cluster.enroll_minion(id, "");
+    }
+    cluster.wait_connected(&["sync1", "sync2"]);
+    let token = cluster.cli(&["principal", "token", "root"]).stdout.trim().to_owned();
+    let body = serde_json::json!({ "target": "sync*", "function": "test.echo", "args": ["hi"] }).to_string();
+    let ran = http::request("POST", &addr, "/v1/run", Some(&token), Some(&body));
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    let doc = ran.json();
+    assert_eq!((doc["done"].as_bool(), doc["still_going"].as_array().map(Vec::len)), (Some(true), Some(0)), "{doc}");
+    let minions = doc["job"]["minions"].as_array().unwrap();
+    assert_eq!(minions.len(), 2, "{doc}");
+    assert!(minions.iter().all(|m| m["state"] == "returned"), "{doc}");
+    // A wait shorter than the job: the jid and what is still running.
+    let slow = serde_json::json!({
+        "target": "sync1", "function": "cmd.run", "args": ["sleep 5"], "wait_secs": 1
+    })
+    .to_string();
+    let ran = http::request("POST", &addr, "/v1/run", Some(&token), Some(&slow));
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    let doc = ran.json();
+    assert_eq!(doc["done"], false, "{doc}");
+    assert_eq!(doc["still_going"], serde_json::json!(["sync1"]), "{doc}");
+    assert_eq!(doc["jid"].as_str().map(str::len), Some(20), "{doc}");
+    // Not a field of it: refused with the field named.
+    let typo = serde_json::json!({ "target": "sync1", "function": "test.ping", "wait": 3 }).to_string();
+    let refused = http::request("POST", &addr, "/v1/run", Some(&token), Some(&typo));
+    assert_eq!(refused.status, 422, "{}", refused.body);
+}

@@ -10,7 +10,7 @@ use halite_protocol::message::{
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-use super::routes::{FiredEvent, JobRequest};
+use super::routes::{FiredEvent, JobRequest, RunRequest};
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
@@ -237,6 +237,7 @@ pub(super) fn document() -> Value {
         ("DeploymentGroup", generator.subschema_for::<DeploymentGroup>()),
         ("DeploymentGroupUpdate", generator.subschema_for::<DeploymentGroupUpdate>()),
         ("JobRequest", generator.subschema_for::<JobRequest>()),
+        ("RunRequest", generator.subschema_for::<RunRequest>()),
         ("FiredEvent", generator.subschema_for::<FiredEvent>()),
         ("MinionInfo", generator.subschema_for::<MinionInfo>()),
         ("KeyInfo", generator.subschema_for::<KeyInfo>()),
@@ -414,6 +415,8 @@ pub(super) fn document() -> Value {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
         },
     });
+    // Beside the rest: one more path in the literal above passes `json!`'s recursion limit.
+    doc["paths"]["/v1/run"] = run_path();
     if let (Some(paths), Value::Object(more)) = (doc["paths"].as_object_mut(), health_and_metrics()) {
         paths.extend(more);
         paths.insert("/v1/audit".into(), json!({ "get": audit_trail() }));
@@ -423,6 +426,19 @@ pub(super) fn document() -> Value {
 
 #[cfg(test)]
 mod coverage;
+
+/// `POST /v1/run`: a job published and waited for.
+fn run_path() -> Value {
+    let answer = json!({ "type": "object", "required": ["jid", "done", "still_going", "job"],
+        "properties": { "jid": { "type": "string" },
+            "done": { "type": "boolean", "description": "Every minion finished within wait_secs" },
+            "still_going": { "type": "array", "items": { "type": "string" },
+                "description": "Minions still running the job when the wait ended" },
+            "job": schema_ref("JobDetail") } });
+    let ok = json!({ "description": "OK", "content": { "application/json": { "schema": answer } } });
+    let summary = "Run a function on a target and wait for every minion's return (salt-api's client=local)";
+    json!({ "post": operation("runJob", summary, vec![], Some(body("RunRequest")), ok) })
+}
 
 #[cfg(test)]
 mod tests {

@@ -50,6 +50,7 @@ pub(super) fn router(
         .route("/v1/software_deployment_groups", post(create_group))
         .route("/v1/software_deployment_groups/{id}", get(show_group).put(update_group))
         .route("/v1/jobs", get(list_jobs).post(publish_job))
+        .route("/v1/run", post(run_job))
         .route("/v1/jobs/{jid}", get(show_job))
         .route("/v1/jobs/{jid}/pause", post(pause_job))
         .route("/v1/jobs/{jid}/resume", post(resume_job))
@@ -333,8 +334,7 @@ pub(crate) struct JobRequest {
     /// Keyword arguments.
     #[serde(default)]
     kwargs: std::collections::BTreeMap<String, Value>,
-    /// Seconds each minion may run it (default 30, as the SDKs; `halite run --job-timeout` defaults
-    /// to an hour).
+    /// Seconds each minion may run it (default 3600, as the CLI's `--job-timeout` and the SDKs').
     #[serde(default)]
     timeout_secs: Option<u64>,
     /// Seconds offline minions are waited for (default 0: not at all).
@@ -366,6 +366,47 @@ impl From<JobRequest> for JobSpec {
 async fn publish_job(Authed(mut s): Authed, Json(job): Json<JobRequest>) -> ApiResult {
     let published = s.publish(PublishRequest::new(0, job.into())).await?;
     ok("job", json!({ "jid": published.jid, "minions": published.minions, "unknown": published.unknown }))
+}
+
+/// A job to run and wait for (salt-api's `client=local`): the job's fields, and how long to
+/// wait for its minions.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunRequest {
+    #[serde(flatten)]
+    job: JobRequest,
+    /// Seconds to wait for every minion to finish (default 30, at most 3600). The job goes
+    /// on past it; the answer then says what is still running.
+    #[serde(default)]
+    wait_secs: Option<u64>,
+}
+
+/// The longest `POST /v1/run` waits.
+const RUN_WAIT_MAX_SECS: u64 = 3600;
+
+/// Publishes a job and answers once every minion has finished, or when `wait_secs` passes:
+/// the job with every minion's state and return, whether it is done, and which minions are
+/// still going.
+async fn run_job(Authed(mut s): Authed, Json(run): Json<RunRequest>) -> ApiResult {
+    let wait = std::time::Duration::from_secs(run.wait_secs.unwrap_or(30).min(RUN_WAIT_MAX_SECS));
+    let published = s.publish(PublishRequest::new(0, run.job.into())).await?;
+    let deadline = tokio::time::Instant::now() + wait;
+    // The core is in this process: asking again is a message, not a round trip over a network.
+    let mut pause = std::time::Duration::from_millis(20);
+    loop {
+        let ResponseBody::Job(job) = s.request(RequestBody::JobShow { jid: published.jid.clone() }).await? else {
+            return Err(unexpected());
+        };
+        let going: Vec<&str> = job.minions.iter().filter(|m| !m.state.is_final()).map(|m| m.minion.as_str()).collect();
+        if going.is_empty() || tokio::time::Instant::now() >= deadline {
+            let done = going.is_empty();
+            let still_going: Vec<String> = going.into_iter().map(str::to_owned).collect();
+            return Ok(Json(json!({ "jid": published.jid, "done": done, "still_going": still_going, "job": job }))
+                .into_response());
+        }
+        tokio::time::sleep(pause.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(500));
+    }
 }
 
 /// `?tag=` (repeatable, globs; default everything the principal may see).
@@ -431,7 +472,7 @@ mod tests {
                 function: "test.ping".into(),
                 args: Vec::new(),
                 kwargs: std::collections::BTreeMap::new(),
-                timeout_ms: 30_000,
+                timeout_ms: 3_600_000,
                 ttl_ms: 0,
                 rollout: None,
             }

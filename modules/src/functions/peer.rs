@@ -29,7 +29,7 @@ pub(crate) struct PublishArgs {
     /// Its keyword arguments.
     #[serde(default)]
     kwargs: BTreeMap<String, serde_json::Value>,
-    /// Per-minion timeout, seconds (default 30).
+    /// Per-minion timeout, seconds (default 3600, as every publisher's).
     #[serde(default)]
     timeout: Option<f64>,
 }
@@ -62,7 +62,8 @@ impl Typed for Publish {
                 json!({}),
             ));
         }
-        let timeout_ms = (a.timeout.unwrap_or(30.0).max(0.001) * 1000.0) as u64;
+        let timeout_ms =
+            a.timeout.map_or(halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS, |t| (t.max(0.001) * 1000.0) as u64);
         let request = PublishRequest {
             request_id: 0,
             spec: JobSpec {

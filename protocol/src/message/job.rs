@@ -19,9 +19,10 @@ use super::{JobSpec, Value};
 use crate::identity::{IdentityError, IdentityKey, PublicIdentity};
 use crate::noise::{MasterCertificate, CERTIFICATE_LEN};
 
-/// How long each minion may run a job when the publisher does not say: the CLI's, the SDK's
-/// and the gateway's default alike.
-pub const DEFAULT_JOB_TIMEOUT_MS: u64 = 30_000;
+/// How long each minion may run a job when the publisher does not say: an hour, the CLI's
+/// (`--job-timeout`), the SDKs', the gateway's and `peer.publish`'s default alike. Salt kills
+/// no job by default; an hour stops a hung one without cutting an upgrade short.
+pub const DEFAULT_JOB_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Domain separation for job signatures.
 pub const JOB_SIGNATURE_DOMAIN: &[u8] = b"halite-job-signature-v1\0";
