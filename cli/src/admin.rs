@@ -431,6 +431,9 @@ fn show_job(detail: &JobDetail, format: Format) {
                 // The return came after the slot had ended: shown, and said to be late.
                 value["late"] = json!(true);
             }
+            if let Some(away) = &m.away {
+                value["detail"] = json!(away);
+            }
             (m.minion.clone(), value)
         })
         .collect();
@@ -464,11 +467,21 @@ fn show_job(detail: &JobDetail, format: Format) {
     println!();
     // Identical results once; a return that came late stands alone, with a word on it.
     let (late, timely): (Vec<_>, Vec<_>) = detail.minions.iter().partition(|m| m.late);
+    let (away, timely): (Vec<_>, Vec<_>) = timely.into_iter().partition(|m| m.away.is_some());
     crate::grouped::print_grouped(timely.iter().map(|m| crate::grouped::Final {
         minion: &m.minion,
         state: m.state,
         ret: m.ret.as_ref(),
     }));
+    // Minions that left in the middle: offline, and what becomes of their part.
+    let width = away.iter().map(|m| m.minion.len()).max().unwrap_or(0);
+    for m in away {
+        println!(
+            "{}  {}",
+            paint(&format!("{:<width$}", m.minion), "1"),
+            paint(m.away.as_deref().unwrap_or_default(), "33")
+        );
+    }
     let width = late.iter().map(|m| m.minion.len()).max().unwrap_or(0);
     for m in late {
         crate::run::print_final(&m.minion, width, m.state, m.ret.as_ref());

@@ -188,17 +188,28 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
             ret: ret.as_ref(),
         }));
     }
+    // A minion still going that left in the middle (stopped, cut off) is told as offline, with
+    // what becomes of its part, as the master sees it.
+    let mut away: BTreeMap<String, String> = BTreeMap::new();
+    if gave_up && !going.is_empty() {
+        if let Ok(detail) = client.job(&published.jid).await {
+            away = detail.minions.into_iter().filter_map(|m| Some((m.minion, m.away?))).collect();
+        }
+    }
     if gave_up {
         for (id, state) in &going {
+            let detail = away.get(id).map_or(STILL_GOING, String::as_str);
             match format {
-                Format::Table => println!(
-                    "{}  {}",
-                    paint(&format!("{id:<width$}"), "1"),
-                    paint(&format!("{}: no return yet", state.as_str()), "33")
-                ),
+                Format::Table => {
+                    let said = match away.get(id) {
+                        Some(away) => away.clone(),
+                        None => format!("{}: no return yet", state.as_str()),
+                    };
+                    println!("{}  {}", paint(&format!("{id:<width$}"), "1"), paint(&said, "33"))
+                }
                 Format::Ndjson => output::print_document(
                     format,
-                    &json!({ "jid": published.jid, "minion": id, "state": state.as_str(), "detail": STILL_GOING }),
+                    &json!({ "jid": published.jid, "minion": id, "state": state.as_str(), "detail": detail }),
                 ),
                 _ => {}
             }
@@ -241,7 +252,8 @@ pub(crate) async fn run(client: &Client, mut args: RunArgs, format: Format) -> a
             let mut minions: serde_json::Map<String, Value> =
                 finals.iter().map(|(id, (state, ret))| (id.clone(), result_value(*state, ret.as_ref()))).collect();
             for (id, state) in &going {
-                minions.insert(id.clone(), json!({ "state": state.as_str(), "detail": STILL_GOING }));
+                let detail = away.get(id).map_or(STILL_GOING, String::as_str);
+                minions.insert(id.clone(), json!({ "state": state.as_str(), "detail": detail }));
             }
             output::print_document(format, &json!({ "jid": published.jid, "minions": minions }));
         }

@@ -171,7 +171,7 @@ mod tests {
             kwargs: Default::default(),
             minions: states
                 .iter()
-                .map(|(m, s)| MinionJob { minion: (*m).into(), state: *s, ret: None, late: false })
+                .map(|(m, s)| MinionJob { minion: (*m).into(), state: *s, ret: None, late: false, away: None })
                 .collect(),
         }
     }

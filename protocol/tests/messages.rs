@@ -232,7 +232,13 @@ fn response_body() -> impl Strategy<Value = ResponseBody> {
             prop::collection::vec(value(), 0..2),
             map(),
             prop::collection::vec(
-                (".{0,8}", job_state()).prop_map(|(minion, state)| MinionJob { minion, state, ret: None, late: false }),
+                (".{0,8}", job_state()).prop_map(|(minion, state)| MinionJob {
+                    minion,
+                    state,
+                    ret: None,
+                    late: false,
+                    away: None
+                }),
                 0..3
             )
         )

@@ -90,6 +90,9 @@ class MinionResult(Record):
     ret: Optional[JobReturn] = None
     #: The return came after the minion's deadline had already been recorded.
     late: bool = False
+    #: Set while the job is not final for a minion connected to no master (it left in the
+    #: middle): what becomes of its part.
+    away: Optional[str] = None
 
     _nested: ClassVar[Dict[str, Callable[[Any], Any]]] = {"ret": JobReturn.from_json}
 

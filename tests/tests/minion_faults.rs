@@ -521,3 +521,54 @@ fn a_minion_that_cannot_reach_its_master_says_so() {
             .map(str::to_owned)
     });
 }
+
+/// A minion stopped in the middle of a job: `run`, `jobs show` and the job's detail show it
+/// offline, with what becomes of its part (its return is taken when it comes back, until the
+/// job's timeout), not as still running; `minions list` shows when it was last in contact.
+#[test]
+fn a_minion_stopped_mid_job_is_shown_offline_with_what_the_job_does_next() {
+    let mut cluster = Cluster::start("");
+    cluster.enroll_minion("mid1", "");
+    cluster.wait_connected(&["mid1"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Connected: its last contact is now, not when it connected.
+    let listed = cluster.cli(&["minions", "list", "--out", "json"]).json();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let seen = listed[0]["last_seen_ms"].as_i64().unwrap();
+    assert!((now_ms - seen).abs() < 1000, "last contact {seen}, now {now_ms}: {listed}");
+
+    let run = cluster.cli(&["run", "--async", "--job-timeout", "10m", "mid1", "cmd.run", "sleep 30"]);
+    let jid = run.stdout.trim().to_owned();
+    wait_for("the job running", Duration::from_secs(20), || {
+        (cluster.job_states(&jid) == [("mid1".to_owned(), "running".to_owned())]).then_some(())
+    });
+    cluster.stop_minion("mid1", false);
+    wait_for("mid1 gone", Duration::from_secs(20), || {
+        (!cluster.connected().contains(&"mid1".to_owned())).then_some(())
+    });
+    let shown = cluster.cli(&["jobs", "show", &jid, "--out", "json"]).json();
+    let detail = shown["minions"]["mid1"]["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.starts_with("offline: the minion left while the job was running"), "{shown}");
+    assert!(detail.contains("its return is taken when it comes back") && detail.contains("600 s"), "{detail}");
+    let text = cluster.cli(&["jobs", "show", &jid]).stdout;
+    assert!(text.contains("offline: the minion left") && !text.contains("no return yet"), "{text}");
+
+    // A run waiting on a minion that leaves says the same when it stops waiting.
+    cluster.enroll_minion("mid2", "");
+    cluster.wait_connected(&["mid2"]);
+    let waiting = std::process::Command::new(cluster.bins().join("halite"))
+        .arg("--config")
+        .arg(&cluster.config)
+        .args(["run", "-t", "6s", "mid2", "cmd.run", "sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("mid2 running", Duration::from_secs(20), || {
+        let jobs = cluster.cli(&["jobs", "list", "--out", "json", "--state", "running"]).json();
+        jobs.as_array().is_some_and(|jobs| jobs.iter().any(|j| j["target"]["expr"] == "mid2")).then_some(())
+    });
+    cluster.stop_minion("mid2", false);
+    let out = waiting.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("mid2") && said.contains("offline: the minion left while the job was running"), "{said}");
+}

@@ -523,9 +523,39 @@ impl AdminDesk<'_> {
         match detail {
             Some(mut detail) => {
                 self.jobs.overlay_live(&mut detail.summary, Some(&mut detail.minions));
+                self.mark_away(&mut detail);
                 Ok(ResponseBody::Job(detail))
             }
             None => Err(RequestError::not_found(format!("no job {jid}"))),
+        }
+    }
+
+    /// Marks the minions a live job was sent to that are connected to no master now (stopped,
+    /// cut off mid-job) with what becomes of them: their return is taken when they come back
+    /// (a minion keeps its jobs and returns across a restart), until the job's timeout.
+    fn mark_away(&self, detail: &mut halite_protocol::message::JobDetail) {
+        use halite_protocol::message::MinionJobState::{Running, Sent};
+        let now = self.clock.now();
+        let Some(live) = self.jobs.get(&detail.summary.jid) else { return };
+        let timeout_ms = live.record.timeout_ms;
+        for minion in &mut detail.minions {
+            let here = self.sessions.is_online(&minion.minion);
+            if !matches!(minion.state, Sent | Running)
+                || here
+                || self.cluster.serves_elsewhere(&minion.minion, self.sessions, now)
+            {
+                continue;
+            }
+            let until = match timeout_ms {
+                0 => "the job has no timeout: it waits until the minion returns or the job is cancelled".to_owned(),
+                ms => {
+                    format!("it is timed_out {} s after it was sent if it has not returned by then", ms.div_ceil(1000))
+                }
+            };
+            minion.away = Some(format!(
+                "offline: the minion left while the job was {}; its return is taken when it comes back ({until})",
+                minion.state.as_str()
+            ));
         }
     }
 
@@ -552,11 +582,19 @@ impl AdminDesk<'_> {
             .take(limit)
             .map(|id| {
                 let entry = self.registry.minion(id).cloned().unwrap_or_default();
+                let connected = self.sessions.is_online(id);
+                let connected_elsewhere = self.cluster.serves_elsewhere(id, self.sessions, self.clock.now());
                 MinionInfo {
                     id: id.clone(),
-                    connected: self.sessions.is_online(id),
-                    connected_elsewhere: self.cluster.serves_elsewhere(id, self.sessions, self.clock.now()),
-                    last_seen_ms: entry.last_seen_ms,
+                    connected,
+                    connected_elsewhere,
+                    // The last contact: now for one whose session is live (its heartbeats keep
+                    // it so), else when its last session ended.
+                    last_seen_ms: if connected || connected_elsewhere {
+                        self.clock.wall_ms()
+                    } else {
+                        entry.last_seen_ms
+                    },
                     grains: entry.grains,
                     functions: entry.functions,
                 }

@@ -390,22 +390,34 @@ const RUN_WAIT_MAX_SECS: u64 = 3600;
 async fn run_job(Authed(mut s): Authed, Json(run): Json<RunRequest>) -> ApiResult {
     let wait = std::time::Duration::from_secs(run.wait_secs.unwrap_or(30).min(RUN_WAIT_MAX_SECS));
     let published = s.publish(PublishRequest::new(0, run.job.into())).await?;
-    let deadline = tokio::time::Instant::now() + wait;
+    let jid = published.jid;
     // The core is in this process: asking again is a message, not a round trip over a network.
-    let mut pause = std::time::Duration::from_millis(20);
-    loop {
-        let ResponseBody::Job(job) = s.request(RequestBody::JobShow { jid: published.jid.clone() }).await? else {
-            return Err(unexpected());
-        };
-        let going: Vec<&str> = job.minions.iter().filter(|m| !m.state.is_final()).map(|m| m.minion.as_str()).collect();
-        if going.is_empty() || tokio::time::Instant::now() >= deadline {
-            let done = going.is_empty();
-            let still_going: Vec<String> = going.into_iter().map(str::to_owned).collect();
-            return Ok(Json(json!({ "jid": published.jid, "done": done, "still_going": still_going, "job": job }))
-                .into_response());
+    let finished = tokio::time::timeout(wait, async {
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            let job = shown_job(&mut s, &jid).await?;
+            if job.minions.iter().all(|m| m.state.is_final()) {
+                return Ok::<_, ApiError>(job);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
         }
-        tokio::time::sleep(pause.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
-        pause = (pause * 2).min(std::time::Duration::from_millis(500));
+    })
+    .await;
+    let job = match finished {
+        Ok(job) => job?,
+        Err(_) => shown_job(&mut s, &jid).await?,
+    };
+    let still_going: Vec<&str> =
+        job.minions.iter().filter(|m| !m.state.is_final()).map(|m| m.minion.as_str()).collect();
+    let done = still_going.is_empty();
+    Ok(Json(json!({ "jid": jid, "done": done, "still_going": still_going, "job": job })).into_response())
+}
+
+async fn shown_job(s: &mut LocalSession, jid: &str) -> Result<halite_protocol::message::JobDetail, ApiError> {
+    match s.request(RequestBody::JobShow { jid: jid.to_owned() }).await? {
+        ResponseBody::Job(job) => Ok(job),
+        _ => Err(unexpected()),
     }
 }
 

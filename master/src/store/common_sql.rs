@@ -600,6 +600,7 @@ macro_rules! common_store_methods {
                     state: $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?,
                     ret: ret.as_deref().map(return_from_json).transpose()?,
                     late: row.try_get("late")?,
+                    away: None,
                 });
             }
             let summary = self.summary(&job).await?;

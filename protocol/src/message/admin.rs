@@ -670,6 +670,10 @@ pub struct MinionJob {
     /// `timed_out`); it is kept, never thrown away.
     #[serde(default)]
     pub late: bool,
+    /// Set while the slot is not final and its minion is connected to no master (it left in
+    /// the middle of the job): what becomes of the slot, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub away: Option<String>,
 }
 
 /// A job in detail.

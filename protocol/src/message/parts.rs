@@ -167,8 +167,13 @@ mod tests {
 
     #[test]
     fn a_job_is_cut_between_its_minions() {
-        let minion =
-            |i: usize| MinionJob { minion: format!("m{i}"), state: MinionJobState::Returned, ret: None, late: false };
+        let minion = |i: usize| MinionJob {
+            minion: format!("m{i}"),
+            state: MinionJobState::Returned,
+            ret: None,
+            late: false,
+            away: None,
+        };
         let detail = JobDetail {
             summary: JobSummary {
                 jid: "1".into(),
