@@ -7,6 +7,7 @@
 mod admin;
 mod apply;
 mod audit;
+mod complete;
 mod demo;
 mod deploy;
 mod duration;
@@ -94,10 +95,22 @@ enum Command {
     Deployment(deploy::DeploymentCommand),
     /// Start a master and three minions in a temporary directory, run jobs, show results.
     Demo(DemoArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell); bash's also
+    /// completes minion ids and function names from the master.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Minion ids or function names starting with PREFIX, from the master (for the bash
+    /// completion script).
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// What to list.
+        #[arg(value_enum)]
+        what: complete::Completed,
+        /// Only those starting with this.
+        #[arg(default_value = "")]
+        prefix: String,
     },
     /// Print this program's man page (roff); with --dir, write it and one page per command
     /// into DIR, as packages install them; with --install, where `man halite` finds them
@@ -190,7 +203,13 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => return demo::run(args.keep).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(*shell, &mut Cli::command(), "halite", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "halite", &mut script);
+            let script = String::from_utf8_lossy(&script);
+            match shell {
+                clap_complete::Shell::Bash => print!("{}", complete::bash(&script)),
+                _ => print!("{script}"),
+            }
             return Ok(ExitCode::SUCCESS);
         }
         Command::Man { dir, install: false } => {
@@ -233,6 +252,10 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(command) => audit::run(&client, command, format).await,
         Command::Config(command) => deploy::config(&client, command, format).await,
         Command::Deployment(command) => deploy::deployment(&client, command, format).await,
+        Command::Complete { what, prefix } => {
+            complete::print(&client, what, &prefix).await;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo(_) | Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
     }
 }

@@ -501,7 +501,13 @@ fn full_publish() -> PublishRequest {
 }
 
 fn minimal_publish() -> PublishRequest {
-    PublishRequest::new(0, JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping"))
+    // The timeout given, as the golden bytes were made with it (the default has changed since;
+    // the encoding has not).
+    let spec = JobSpec {
+        timeout_ms: 30_000,
+        ..JobSpec::new(Target { kind: TargetKind::Glob, expr: "*".into() }, "test.ping")
+    };
+    PublishRequest::new(0, spec)
 }
 
 fn hex(bytes: &[u8]) -> String {

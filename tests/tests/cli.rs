@@ -390,3 +390,46 @@ fn an_error_says_its_cause_once() {
         assert_eq!(stderr.matches("No such file or directory").count(), 1, "{program}: {stderr}");
     }
 }
+
+/// The bash completion script completes `run`'s target with the master's minion ids and its
+/// function with the functions they have; clap's completion answers everywhere else.
+#[test]
+fn bash_completion_offers_minion_ids_and_function_names_from_the_master() {
+    let mut cluster = Cluster::start("");
+    for id in ["comp-web1", "comp-db1"] {
+        cluster.enroll_minion(id, "");
+    }
+    cluster.wait_connected(&["comp-web1", "comp-db1"]);
+    let script = cluster.cli(&["completions", "bash"]).stdout;
+    let file = cluster.dir.join("halite.bash");
+    std::fs::write(&file, script).unwrap();
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let array = words.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" ");
+        let program = format!(
+            "source {}; COMP_WORDS=({array}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; \
+             _halite_dynamic halite '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            file.display(),
+            words.len() - 1,
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &program])
+            .env("PATH", format!("{}:{}", cluster.bins().display(), std::env::var("PATH").unwrap_or_default()))
+            .env("HALITE_CONFIG", &cluster.config)
+            .output()
+            .unwrap();
+        let mut words: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        words.sort();
+        words
+    };
+    assert_eq!(complete("halite run comp-"), ["comp-db1", "comp-web1"]);
+    assert_eq!(complete("halite run -t 5s comp-w"), ["comp-web1"]);
+    let functions = complete("halite run comp-web1 test.p");
+    assert!(functions.contains(&"test.ping".to_owned()), "{functions:?}");
+    assert!(functions.iter().all(|f| f.starts_with("test.p")), "{functions:?}");
+    // Elsewhere, clap's own: subcommands.
+    let subcommands = complete("halite ru");
+    assert_eq!(subcommands, ["run"], "{subcommands:?}");
+}

@@ -199,7 +199,7 @@ fn an_engine_does_the_same_over_the_http_gateway_with_a_narrow_token() {
     let doc = http::request("GET", &addr, "/v1/openapi.json", None, None).json();
     assert_eq!(doc["openapi"], json!("3.1.0"));
     let paths = doc["paths"].as_object().unwrap();
-    assert_eq!(paths.len(), 27);
+    assert_eq!(paths.len(), 28);
     for (path, methods) in paths {
         for method in methods.as_object().unwrap().keys() {
             let concrete = path
