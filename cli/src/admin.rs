@@ -191,6 +191,36 @@ async fn keys_changed(client: &Client, body: RequestBody, verb: &str, format: Fo
     Ok(if matched_none { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// The keys matching `pattern`, those in one of `states` (every state when none is given).
+async fn list_keys(
+    client: &Client,
+    pattern: String,
+    states: &[KeyStateArg],
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    let ResponseBody::Keys(mut keys) = client.request(RequestBody::KeyList { pattern }).await? else {
+        anyhow::bail!("unexpected answer")
+    };
+    if !states.is_empty() {
+        keys.retain(|k| states.iter().any(|s| s.holds(k.state)));
+    }
+    if format != Format::Table {
+        output::print_document(format, &serde_json::to_value(&keys)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let colour = |state: KeyState| match state {
+        KeyState::Accepted => "32",
+        KeyState::Pending => "33",
+        KeyState::Rejected | KeyState::Denied => "31",
+    };
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| vec![k.id.clone(), paint(k.state.as_str(), colour(k.state)), k.fingerprint.clone()])
+        .collect();
+    output::print_table(&["ID", "STATE", "FINGERPRINT"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Asks on the terminal; yes only for an answer starting with y.
 fn confirmed(question: &str) -> anyhow::Result<bool> {
     use std::io::Write;
@@ -206,34 +236,8 @@ pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) ->
         println!("master: {}\n", client.master_key().fingerprint());
     }
     match command {
-        KeyCommand::List { .. } | KeyCommand::Fingerprint { .. } => {
-            let (pattern, states) = match command {
-                KeyCommand::List { pattern, state } => (pattern, state),
-                KeyCommand::Fingerprint { pattern } => (pattern, Vec::new()),
-                _ => unreachable!("matched above"),
-            };
-            let ResponseBody::Keys(mut keys) = client.request(RequestBody::KeyList { pattern }).await? else {
-                anyhow::bail!("unexpected answer")
-            };
-            if !states.is_empty() {
-                keys.retain(|k| states.iter().any(|s| s.holds(k.state)));
-            }
-            if format != Format::Table {
-                output::print_document(format, &serde_json::to_value(&keys)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let colour = |state: KeyState| match state {
-                KeyState::Accepted => "32",
-                KeyState::Pending => "33",
-                KeyState::Rejected | KeyState::Denied => "31",
-            };
-            let rows: Vec<Vec<String>> = keys
-                .iter()
-                .map(|k| vec![k.id.clone(), paint(k.state.as_str(), colour(k.state)), k.fingerprint.clone()])
-                .collect();
-            output::print_table(&["ID", "STATE", "FINGERPRINT"], &rows);
-            Ok(ExitCode::SUCCESS)
-        }
+        KeyCommand::List { pattern, state } => list_keys(client, pattern, &state, format).await,
+        KeyCommand::Fingerprint { pattern } => list_keys(client, pattern, &[], format).await,
         KeyCommand::Accept(s) => {
             keys_changed(client, RequestBody::KeyAccept { pattern: s.pattern() }, "accepted", format).await
         }
