@@ -36,13 +36,25 @@ pub(crate) fn bash(generated: &str) -> String {
 }
 
 /// Options of `halite`, `run` and `apply` that take a value (the word after them is theirs).
-const BASH_DYNAMIC: &str = r#"# Minion ids and function names, from the master (halite __complete).
+const BASH_DYNAMIC: &str = r#"# Minion ids and function names, from the master (halite __complete), asked with the
+# -c/--config, --master, --master-key, --principal and --key the line already gives.
 _halite_dynamic() {
-    local cur="${COMP_WORDS[COMP_CWORD]}" word sub="" positional=0 i
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        word="${COMP_WORDS[i]}"
+    local words cword cur word sub="" positional=0 i
+    local -a reach=()
+    # Words as typed: `-G os:Debian` is one word, whatever COMP_WORDBREAKS says of ':'.
+    if declare -F _get_comp_words_by_ref >/dev/null; then
+        _get_comp_words_by_ref -n : -w words -i cword
+    else
+        words=("${COMP_WORDS[@]}")
+        cword=$COMP_CWORD
+    fi
+    cur="${words[cword]}"
+    for ((i = 1; i < cword; i++)); do
+        word="${words[i]}"
         case "$word" in
-            -c|--config|--master|--master-key|--principal|--key|--out|-t|--timeout|--job-timeout|--ttl|--top|-b|--batch|--batch-wait|--max-errors|--canary|--abort-on|--delimiter)
+            -c|--config|--master|--master-key|--principal|--key)
+                reach+=("$word" "${words[i+1]}"); ((i++)); continue ;;
+            --out|-t|--timeout|--job-timeout|--ttl|--top|-b|--batch|--batch-wait|--max-errors|--canary|--abort-on|--delimiter)
                 ((i++)); continue ;;
             -*) continue ;;
         esac
@@ -50,10 +62,10 @@ _halite_dynamic() {
     done
     if [[ ( "$sub" == run || "$sub" == apply ) && "$cur" != -* ]]; then
         if ((positional == 0)); then
-            COMPREPLY=($(compgen -W "$(halite __complete minions "$cur" 2>/dev/null)" -- "$cur"))
+            COMPREPLY=($(compgen -W "$(halite "${reach[@]}" __complete minions "$cur" 2>/dev/null)" -- "$cur"))
             return 0
         elif ((positional == 1)) && [[ "$sub" == run ]]; then
-            COMPREPLY=($(compgen -W "$(halite __complete functions "$cur" 2>/dev/null)" -- "$cur"))
+            COMPREPLY=($(compgen -W "$(halite "${reach[@]}" __complete functions "$cur" 2>/dev/null)" -- "$cur"))
             return 0
         fi
     fi

@@ -239,6 +239,11 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if matches!(cli.command, Command::Run(_) | Command::Apply(_)) {
         config.reconnect_for = Some(std::time::Duration::from_secs(60));
     }
+    // A completion waits on the shell's user: a master that does not answer soon gives none.
+    if matches!(cli.command, Command::Complete { .. }) {
+        config.connect_timeout = std::time::Duration::from_secs(2);
+        config.request_timeout = std::time::Duration::from_secs(2);
+    }
     let client = Client::connect(config).await?;
     match cli.command {
         Command::Run(args) => run::run(&client, args, format).await,

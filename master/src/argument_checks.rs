@@ -22,11 +22,11 @@ pub(crate) fn refusal(function: &str, positional: &[Value], keyword: &BTreeMap<S
     }
 }
 
-/// Whether a value says yes as a command line writes it (`true`, `True`, `yes`, `1`).
+/// Whether a value says yes as the minion reads a boolean argument (`true`, or the text
+/// `true`, `True`, `yes`, `on`, `1`; a number is no boolean there, so none here).
 fn truthy(value: &Value) -> bool {
     match value {
         Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|n| n != 0.0),
         Value::String(s) => matches!(s.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"),
         _ => false,
     }
@@ -50,5 +50,7 @@ mod tests {
         assert_eq!(refusal("cmd.run", &[json!(["sh", "-c", "a | b"])], &BTreeMap::new()), None, "an argv is no line");
         assert!(refusal("cmd.run", &[], &kw(&[("cmd", json!("a && b"))])).is_some());
         assert_eq!(refusal("test.echo", &[json!("a | b")], &BTreeMap::new()), None);
+        // The minion takes no number for a boolean: shell=2 is not a shell.
+        assert!(refusal("cmd.run", &[json!("a | b")], &kw(&[("shell", json!(2))])).is_some());
     }
 }

@@ -32,6 +32,14 @@ pub enum MasterConfigError {
     /// `metrics.listen` is not an address.
     #[error("metrics: listen: {0:?} is not an ip:port address")]
     MetricsListen(String),
+    /// A nodegroup that does not parse (or names a nodegroup that does not).
+    #[error("nodegroups: {name}: {error}")]
+    Nodegroup {
+        /// The nodegroup.
+        name: String,
+        /// Why.
+        error: halite_targeting::TargetError,
+    },
     /// A `[cluster]` readiness URL is not an http(s) URL.
     #[error("cluster: {0:?} is not an http:// or https:// URL")]
     ReadyUrl(String),
@@ -309,6 +317,12 @@ impl MasterConfig {
         if let Some(listen) = &config.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|_| E::MetricsListen(listen.clone()))?;
         }
+        // Each nodegroup parses now, not when a target or an ACL rule first names it.
+        for name in config.nodegroups.keys() {
+            let kind = halite_protocol::message::TargetKind::Nodegroup;
+            halite_targeting::Expr::parse(kind, name, &config.nodegroups)
+                .map_err(|error| E::Nodegroup { name: name.clone(), error })?;
+        }
         for url in config.cluster.peers_ready.iter().chain(&config.cluster.advertise_ready) {
             let parsed = reqwest::Url::parse(url).map_err(|_| E::ReadyUrl(url.clone()))?;
             if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
@@ -472,6 +486,11 @@ mod tests {
         assert_eq!(config.nodegroups["words"], "G@os:Debian or db*");
         let error = MasterConfig::parse("[nodegroups]\nbad = 3\n").unwrap_err().to_string();
         assert!(error.contains("a compound expression or a list of words"), "{error}");
+        // A group that does not parse is refused at once, named.
+        let error = MasterConfig::parse("[nodegroups]\nmixed = [\"L@m1\", \"m2\"]\n").unwrap_err().to_string();
+        assert!(error.starts_with("nodegroups: mixed: bad compound expression at word 2"), "{error}");
+        let error = MasterConfig::parse("[nodegroups]\nloop = \"N@loop\"\n").unwrap_err().to_string();
+        assert!(error.contains("loop") && error.contains("a cycle?"), "{error}");
     }
 
     #[test]

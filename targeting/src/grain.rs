@@ -91,14 +91,36 @@ impl GrainTarget {
 
     /// Whether a minion with these grains matches.
     pub(crate) fn matches(&self, grains: &BTreeMap<String, Value>) -> bool {
-        self.subdict_match(Node::Root(grains), &self.expr, self.delimiter)
+        let mut walk = Walk { memo: HashMap::new(), steps_left: MAX_STEPS };
+        self.subdict_match(&mut walk, Node::Root(grains), &self.expr, self.delimiter)
     }
 
-    /// Salt's `subdict_match` of `expr` (a suffix of the whole expression) in `data`.
-    fn subdict_match(&self, data: Node<'_>, expr: &str, delimiter: char) -> bool {
+    /// Where a suffix of the expression starts in it.
+    fn offset(&self, suffix: &str) -> usize {
+        suffix.as_ptr() as usize - self.expr.as_ptr() as usize
+    }
+
+    /// Salt's `subdict_match` of `expr` (a suffix of the whole expression) in `data`. Salt tries
+    /// the same suffix on the same place again and again (each cut, then each cut below a
+    /// dict): each answer is kept, so a nested grain costs what its places and the expression's
+    /// suffixes cost, not their powers.
+    fn subdict_match(&self, walk: &mut Walk, data: Node<'_>, expr: &str, delimiter: char) -> bool {
+        let key = (Step::Subdict(delimiter == NESTED), self.offset(expr), data.address());
+        if let Some(&known) = walk.memo.get(&key) {
+            return known;
+        }
+        let matched = self.subdict_walk(walk, data, expr, delimiter);
+        walk.memo.insert(key, matched);
+        matched
+    }
+
+    fn subdict_walk(&self, walk: &mut Walk, data: Node<'_>, expr: &str, delimiter: char) -> bool {
         let cuts: Vec<usize> = expr.char_indices().filter(|&(_, c)| c == delimiter).map(|(i, _)| i).collect();
         // The longest key path first: the last cut, then the one before.
         for &cut in cuts.iter().rev() {
+            if !walk.step() {
+                return false;
+            }
             let key = &expr[..cut];
             let (pattern, found) = if key == "*" {
                 (expr, Some(data))
@@ -111,7 +133,7 @@ impl GrainTarget {
                 if map.is_empty() {
                     continue;
                 }
-                if self.dict_match(map, pattern) {
+                if self.dict_match(walk, map, pattern) {
                     return true;
                 }
                 continue;
@@ -119,18 +141,18 @@ impl GrainTarget {
             if let Node::Value(Value::Array(members)) = found {
                 for member in members {
                     if let Value::Object(map) = member {
-                        if self.dict_match(MapRef::Json(map), pattern) {
+                        if self.dict_match(walk, MapRef::Json(map), pattern) {
                             return true;
                         }
                     }
-                    if self.scalar_match(member, pattern) {
+                    if self.scalar_match(walk, member, pattern) {
                         return true;
                     }
                 }
                 continue;
             }
             if let Node::Value(value) = found {
-                if self.scalar_match(value, pattern) {
+                if self.scalar_match(walk, value, pattern) {
                     return true;
                 }
             }
@@ -139,7 +161,20 @@ impl GrainTarget {
     }
 
     /// Salt's `_dict_match`: a dict value against what is left of the expression.
-    fn dict_match(&self, map: MapRef<'_>, pattern: &str) -> bool {
+    fn dict_match(&self, walk: &mut Walk, map: MapRef<'_>, pattern: &str) -> bool {
+        let key = (Step::Dict, self.offset(pattern), Node::Map(map).address());
+        if let Some(&known) = walk.memo.get(&key) {
+            return known;
+        }
+        let matched = self.dict_walk(walk, map, pattern);
+        walk.memo.insert(key, matched);
+        matched
+    }
+
+    fn dict_walk(&self, walk: &mut Walk, map: MapRef<'_>, pattern: &str) -> bool {
+        if !walk.step() {
+            return false;
+        }
         let (wildcard, pattern) = match pattern.strip_prefix("*:") {
             Some(rest) => (true, rest),
             None => (false, pattern),
@@ -147,27 +182,61 @@ impl GrainTarget {
         if pattern == "*" || map.get(pattern).is_some() {
             return true;
         }
-        if self.subdict_match(Node::Map(map), pattern, NESTED) {
+        if self.subdict_match(walk, Node::Map(map), pattern, NESTED) {
             return true;
         }
         wildcard
             && map.values().any(|value| match value {
-                Value::Object(inner) => self.dict_match(MapRef::Json(inner), pattern),
-                Value::Array(items) => items.iter().any(|item| self.scalar_match(item, pattern)),
-                other => self.scalar_match(other, pattern),
+                Value::Object(inner) => self.dict_match(walk, MapRef::Json(inner), pattern),
+                Value::Array(items) => items.iter().any(|item| self.scalar_match(walk, item, pattern)),
+                other => self.scalar_match(walk, other, pattern),
             })
     }
 
     /// Salt's `_match`: a value, printed as Python prints it and lower-cased, against a
     /// pattern (a suffix of the expression, prepared when it was parsed).
-    fn scalar_match(&self, value: &Value, pattern: &str) -> bool {
-        let offset = pattern.as_ptr() as usize - self.expr.as_ptr() as usize;
-        let Some(prepared) = self.patterns.get(&offset) else { return false };
+    fn scalar_match(&self, walk: &mut Walk, value: &Value, pattern: &str) -> bool {
+        if !walk.step() {
+            return false;
+        }
+        let Some(prepared) = self.patterns.get(&self.offset(pattern)) else { return false };
         let text = python_str(value).to_lowercase();
         match prepared {
             Pattern::Glob(lower) => glob::matches(lower, &text),
             Pattern::Regex(Some(re)) => re.is_match(&text),
             Pattern::Regex(None) => false,
+        }
+    }
+}
+
+/// Most steps one minion's grains take to match one grain target: far more than any real
+/// grain takes (tens), and a bound on what hostile grains and expressions cost the master,
+/// whose core matches every targeted minion in turn. Past it the minion does not match.
+const MAX_STEPS: u32 = 20_000;
+
+/// Which of Salt's two functions an answer kept is of (`subdict_match` cut at the target's
+/// own delimiter or at `:` below a dict, or `_dict_match`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Step {
+    Subdict(bool),
+    Dict,
+}
+
+/// One match's answers kept and its budget.
+struct Walk {
+    memo: HashMap<(Step, usize, usize), bool>,
+    steps_left: u32,
+}
+
+impl Walk {
+    /// Takes one step of the budget; false once it is spent.
+    fn step(&mut self) -> bool {
+        match self.steps_left.checked_sub(1) {
+            Some(left) => {
+                self.steps_left = left;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -191,6 +260,15 @@ enum Node<'a> {
 }
 
 impl<'a> Node<'a> {
+    /// Where it is in memory: the same place is the same node (for the answers kept).
+    fn address(self) -> usize {
+        match self {
+            Node::Root(map) | Node::Map(MapRef::Grains(map)) => std::ptr::from_ref(map) as usize,
+            Node::Map(MapRef::Json(map)) => std::ptr::from_ref(map) as usize,
+            Node::Value(value) => std::ptr::from_ref(value) as usize,
+        }
+    }
+
     fn as_map(self) -> Option<MapRef<'a>> {
         match self {
             Node::Root(map) => Some(MapRef::Grains(map)),
@@ -345,6 +423,23 @@ mod tests {
         ] {
             assert_eq!(python_str(&value), printed, "{value}");
         }
+    }
+
+    /// Salt's walk tries each suffix at each place once per way of reaching it: on a grain
+    /// nested 40 deep that is 2^60 tries for these expressions. Kept answers make it a few
+    /// thousand steps, and the budget bounds any shape (these would hang the master's core).
+    #[test]
+    fn a_deeply_nested_grain_costs_polynomial_steps_not_exponential() {
+        let mut nested = json!("leaf");
+        for _ in 0..40 {
+            nested = json!({ "a": nested });
+        }
+        let grains = BTreeMap::from([("a".to_owned(), nested)]);
+        let target = |expr: &str| GrainTarget::new(expr, ':', false, 1 << 20).unwrap();
+        assert!(target(&format!("{}leaf", "a:".repeat(41))).matches(&grains));
+        assert!(!target(&format!("{}zzz", "a:".repeat(60))).matches(&grains));
+        assert!(!target(&format!("{}zzz", "*:".repeat(60))).matches(&grains));
+        assert!(target(&format!("{}leaf", "*:".repeat(41))).matches(&grains));
     }
 
     #[test]

@@ -417,7 +417,7 @@ fn bash_completion_offers_minion_ids_and_function_names_from_the_master() {
         let out = std::process::Command::new("bash")
             .args(["-c", &program])
             .env("PATH", format!("{}:{}", cluster.bins().display(), std::env::var("PATH").unwrap_or_default()))
-            .env("HALITE_CONFIG", &cluster.config)
+            .env("HALITE_CONFIG", if line.contains(" -c ") { "/nonexistent/master.toml".as_ref() } else { cluster.config.as_path() })
             .output()
             .unwrap();
         let mut words: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
@@ -426,6 +426,9 @@ fn bash_completion_offers_minion_ids_and_function_names_from_the_master() {
     };
     assert_eq!(complete("halite run comp-"), ["comp-db1", "comp-web1"]);
     assert_eq!(complete("halite run -t 5s comp-w"), ["comp-web1"]);
+    // The config the line names is the one asked.
+    let config = cluster.config.display().to_string();
+    assert_eq!(complete(&format!("halite -c {config} run comp-d")), ["comp-db1"]);
     let functions = complete("halite run comp-web1 test.p");
     assert!(functions.contains(&"test.ping".to_owned()), "{functions:?}");
     assert!(functions.iter().all(|f| f.starts_with("test.p")), "{functions:?}");

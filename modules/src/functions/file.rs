@@ -297,6 +297,8 @@ impl Typed for Managed {
             pinned = Some(made);
         }
         let parent = path.parent().ok_or_else(|| ModuleError::BadArguments("no parent directory".into()))?;
+        // Errors name the file as the caller wrote it, not the directory handle it is reached by.
+        let named = Path::new(&args.name);
         if content_changes {
             if args.backup && meta.is_some() {
                 let backup = PathBuf::from(format!("{}.halite-bak", path.display()));
@@ -307,28 +309,28 @@ impl Typed for Managed {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
             let (mut file, tmp) =
                 crate::temp_file::create_beside(parent, name, wanted_mode.or(keep_mode).unwrap_or(0o644))
-                    .map_err(io(parent))?;
+                    .map_err(io(named))?;
             let written = match (content, fetched) {
-                (Content::Given(contents), _) => file.write_all(contents.as_bytes()).map_err(io(&tmp)),
-                (Content::Served { .. }, Some(served)) => file.write_all(&served).map_err(io(&tmp)),
+                (Content::Given(contents), _) => file.write_all(contents.as_bytes()).map_err(io(named)),
+                (Content::Served { .. }, Some(served)) => file.write_all(&served).map_err(io(named)),
                 (Content::Served { url, first }, None) => {
                     let path = crate::master_files::source_path(&url)?;
                     crate::master_files::copy_to(cx, path, first, &mut file).await
                 }
             };
-            if let Err(error) = written.and_then(|()| file.sync_all().map_err(io(&tmp))) {
+            if let Err(error) = written.and_then(|()| file.sync_all().map_err(io(named))) {
                 let _ = fs::remove_file(&tmp);
                 return Err(error);
             }
             let (keep_uid, keep_gid) =
                 (meta.as_ref().map(|m| Uid::from_raw(m.uid())), meta.as_ref().map(|m| Gid::from_raw(m.gid())));
             let placed = apply_attributes(cx, &tmp, wanted_mode.or(keep_mode), uid.or(keep_uid), gid.or(keep_gid))
-                .and_then(|()| fs::rename(&tmp, &path).map_err(io(&path)));
+                .and_then(|()| fs::rename(&tmp, &path).map_err(io(named)));
             if let Err(error) = placed {
                 let _ = fs::remove_file(&tmp);
                 return Err(error);
             }
-            fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io(parent))?;
+            fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io(named))?;
         } else {
             apply_attributes(cx, &path, wanted_mode, uid, gid)?;
         }
