@@ -417,7 +417,10 @@ fn bash_completion_offers_minion_ids_and_function_names_from_the_master() {
         let out = std::process::Command::new("bash")
             .args(["-c", &program])
             .env("PATH", format!("{}:{}", cluster.bins().display(), std::env::var("PATH").unwrap_or_default()))
-            .env("HALITE_CONFIG", if line.contains(" -c ") { "/nonexistent/master.toml".as_ref() } else { cluster.config.as_path() })
+            .env(
+                "HALITE_CONFIG",
+                if line.contains(" -c ") { "/nonexistent/master.toml".as_ref() } else { cluster.config.as_path() },
+            )
             .output()
             .unwrap();
         let mut words: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
