@@ -34,13 +34,7 @@ pub(crate) enum KeyCommand {
     Reject(Selection),
     /// Delete keys in any state; live minions are disconnected at once. On a terminal, the keys
     /// are listed and you are asked first, as Salt's `salt-key -d` asks.
-    Delete {
-        #[command(flatten)]
-        selection: Selection,
-        /// Delete without asking.
-        #[arg(short = 'y', long)]
-        yes: bool,
-    },
+    Delete(Selection),
     /// Show fingerprints (the master's first, then the keys matching a glob).
     Fingerprint {
         /// Id glob.
@@ -90,6 +84,10 @@ pub(crate) struct Selection {
     /// Every key in a state the command applies to.
     #[arg(long, conflicts_with = "pattern")]
     all: bool,
+    /// Do not ask (Salt's `salt-key -y`): `key delete` asks on a terminal otherwise; `accept`
+    /// and `reject` never ask.
+    #[arg(short = 'y', long)]
+    yes: bool,
 }
 
 impl Selection {
@@ -244,7 +242,8 @@ pub(crate) async fn key(client: &Client, command: KeyCommand, format: Format) ->
         KeyCommand::Reject(s) => {
             keys_changed(client, RequestBody::KeyReject { pattern: s.pattern() }, "rejected", format).await
         }
-        KeyCommand::Delete { selection, yes } => {
+        KeyCommand::Delete(selection) => {
+            let yes = selection.yes;
             let pattern = selection.pattern();
             if !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
                 let ResponseBody::Keys(keys) =

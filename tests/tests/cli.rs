@@ -95,6 +95,8 @@ fn key_list_filters_by_state_and_key_delete_asks_on_a_terminal() {
     assert!(said.contains("kd1 (accepted)") && said.contains("Proceed? [y/N]"), "{said}");
     assert!(said.contains("nothing deleted"), "{said}");
     assert_eq!(listed(&[]), ["kd1"], "still there");
+    // Salt's -y is taken by accept too (which never asks).
+    assert_eq!(cluster.cli(&["key", "accept", "-y", "kd1"]).code, 0);
     // Not on a terminal (a script, CI): no question.
     let run = cluster.cli(&["key", "delete", "kd1"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
