@@ -47,7 +47,9 @@ impl Subnet {
         let Ok(address) = address.parse::<IpAddr>() else { return false };
         match (self.network, address) {
             (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
-                self.value(address) >> self.host_count() == self.value(self.network) >> self.host_count()
+                // `::/0` leaves no network bits: a shift by 128 would overflow.
+                let network = |a: IpAddr| self.value(a).checked_shr(self.host_count()).unwrap_or(0);
+                network(address) == network(self.network)
             }
             _ => false,
         }
@@ -119,6 +121,9 @@ mod tests {
         assert_eq!(prefix("10.1.2.3"), Ok(32));
         assert_eq!(prefix("fd00::/8"), Ok(8));
         assert_eq!(prefix("0.0.0.0/0"), Ok(0));
+        // Every address of its family is in a /0.
+        assert!(Subnet::parse("::/0").unwrap().holds("fd00::1") && !Subnet::parse("::/0").unwrap().holds("10.0.0.1"));
+        assert!(Subnet::parse("0.0.0.0/0").unwrap().holds("10.0.0.1"));
         let host_bits = Subnet::parse("10.1.2.3/24").unwrap_err();
         assert!(host_bits.to_string().contains("the network is 10.1.2.0/24"), "{host_bits}");
         for bad in ["10.0.0.0/33", "nope", "10.0.0.0/x", "10.0.0.0/255.0.255.0", "fd00::/255.0.0.0", "10.0.0.0/"] {
