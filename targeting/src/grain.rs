@@ -200,7 +200,14 @@ impl GrainTarget {
             return false;
         }
         let Some(prepared) = self.patterns.get(&self.offset(pattern)) else { return false };
-        let text = python_str(value).to_lowercase();
+        // A mapping or list is matched as Python prints it, up to a bound: past it no
+        // pattern written for a value is meant to match its text.
+        let Some(text) = python_str_within(value, REPR_MAX) else { return false };
+        // What is read costs steps too: a huge value is not read again and again.
+        if !walk.charge(text.len() / 256) {
+            return false;
+        }
+        let text = text.to_lowercase();
         match prepared {
             Pattern::Glob(lower) => glob::matches(lower, &text),
             Pattern::Regex(Some(re)) => re.is_match(&text),
@@ -231,15 +238,26 @@ struct Walk {
 impl Walk {
     /// Takes one step of the budget; false once it is spent.
     fn step(&mut self) -> bool {
-        match self.steps_left.checked_sub(1) {
+        self.charge(1)
+    }
+
+    /// Takes `steps` of the budget; false once it is spent.
+    fn charge(&mut self, steps: usize) -> bool {
+        match u32::try_from(steps).ok().and_then(|steps| self.steps_left.checked_sub(steps)) {
             Some(left) => {
                 self.steps_left = left;
                 true
             }
-            None => false,
+            None => {
+                self.steps_left = 0;
+                false
+            }
         }
     }
 }
+
+/// The longest text of a mapping or list matched as Python prints it.
+const REPR_MAX: usize = 4096;
 
 /// The value at `path` (keys cut at `delimiter`) in the grains, walked as Salt's
 /// `traverse_dict_and_list` walks them (`grains.get`): dict keys, list indexes (negative from
@@ -355,6 +373,36 @@ pub(crate) fn python_str(value: &Value) -> Cow<'_, str> {
     }
 }
 
+/// The same, `None` for a mapping or list whose text is longer than `max` bytes (it is not
+/// printed whole to find out).
+fn python_str_within(value: &Value, max: usize) -> Option<Cow<'_, str>> {
+    fn size(value: &Value, budget: &mut usize) -> bool {
+        let own = match value {
+            Value::String(text) => text.len() + 2,
+            Value::Array(items) => return items.iter().all(|item| take(budget, 2) && size(item, budget)),
+            Value::Object(map) => {
+                return map.iter().all(|(k, v)| take(budget, k.len() + 4) && size(v, budget));
+            }
+            _ => 24,
+        };
+        take(budget, own)
+    }
+    fn take(budget: &mut usize, n: usize) -> bool {
+        match budget.checked_sub(n) {
+            Some(left) => {
+                *budget = left;
+                true
+            }
+            None => false,
+        }
+    }
+    let mut budget = max;
+    match value {
+        Value::Array(_) | Value::Object(_) if !size(value, &mut budget) => None,
+        other => Some(python_str(other)),
+    }
+}
+
 fn python_repr(value: &Value) -> String {
     match value {
         Value::Null => "None".into(),
@@ -440,6 +488,16 @@ mod tests {
         assert!(!target(&format!("{}zzz", "a:".repeat(60))).matches(&grains));
         assert!(!target(&format!("{}zzz", "*:".repeat(60))).matches(&grains));
         assert!(target(&format!("{}leaf", "*:".repeat(41))).matches(&grains));
+    }
+
+    #[test]
+    fn a_huge_value_is_read_within_the_budget() {
+        let big = json!([{ "k": "x".repeat(100_000) }, "a".repeat(1_000_000)]);
+        let grains = BTreeMap::from([("g".to_owned(), big)]);
+        let target = GrainTarget::new(&format!("g:{}", "*:".repeat(30)), ':', false, 1 << 20).unwrap();
+        assert!(!target.matches(&grains));
+        let small = BTreeMap::from([("g".to_owned(), json!([{ "k": "v" }]))]);
+        assert!(GrainTarget::new("g:{'k'*", ':', false, 1 << 20).unwrap().matches(&small), "a small mapping's text");
     }
 
     #[test]
