@@ -20,7 +20,19 @@ fuzz_target!(|data: &[u8]| {
         ("loop".to_owned(), "N@loop or db*".to_owned()),
         ("fuzz".to_owned(), text.to_owned()),
     ]);
-    let grains = BTreeMap::from([("os".to_owned(), Value::from("Debian")), ("roles".to_owned(), Value::from(vec!["web"]))]);
+    // Grains of every shape Salt's walk treats apart: text, lists, nested mappings, mappings in
+    // lists, numbers, booleans, null.
+    let nested = serde_json::json!({"a": {"a": {"a": {"a": ["x", {"a": "y"}]}}}});
+    let grains = BTreeMap::from([
+        ("os".to_owned(), Value::from("Debian")),
+        ("roles".to_owned(), Value::from(vec!["web"])),
+        ("ip_interfaces".to_owned(), serde_json::json!({"eth0": ["10.0.0.1", "fe80::1"]})),
+        ("ipv4".to_owned(), serde_json::json!(["127.0.0.1", "10.0.0.1"])),
+        ("a".to_owned(), nested),
+        ("num_cpus".to_owned(), serde_json::json!(4)),
+        ("virtual".to_owned(), serde_json::json!(true)),
+        ("none".to_owned(), Value::Null),
+    ]);
     if let Ok(expr) = Expr::parse(kind, text, &nodegroups) {
         let _ = expr.matches("web1", &grains);
         let _ = expr.matches(text, &grains);
