@@ -28,9 +28,6 @@ pub enum JobEvent {
 /// How long `Client::request` and `Client::publish` wait for the master's answer.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The `request` the master names in an error refusing a subscription.
-pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
-
 /// Commands queued for the driver before callers wait for room.
 const COMMAND_QUEUE: usize = 256;
 

@@ -370,7 +370,7 @@ impl Driver {
     fn refused(&mut self, error: ErrorMessage) {
         let as_error = |e: &ErrorMessage| ClientError::Master { kind: e.kind, message: e.message.clone() };
         match error.request.as_deref() {
-            Some(crate::client::SUBSCRIBE_REQUEST) => self.subscription_refused(as_error(&error)),
+            Some(halite_protocol::message::SUBSCRIBE_REQUEST) => self.subscription_refused(as_error(&error)),
             Some(named) => {
                 if let Ok(id) = named.parse::<u64>() {
                     if self.waiters.contains_key(&id) {

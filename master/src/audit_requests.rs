@@ -24,7 +24,7 @@ pub(crate) fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Va
             Some((cancel.jid.clone(), "cancel".into(), Vec::new(), json!({ "jid": cancel.jid })))
         }
         Message::Subscribe(subscribe) => Some((
-            crate::server::SUBSCRIBE_REQUEST.into(),
+            halite_protocol::message::SUBSCRIBE_REQUEST.into(),
             "subscribe".into(),
             Vec::new(),
             bounded(json!({ "patterns": subscribe.patterns })),

@@ -21,6 +21,7 @@ use crate::authz::{Access, Action, Asker, Denied, JobAccess, TargetView};
 use crate::clock::Clock;
 use crate::clock::JidGenerator;
 use crate::config::MasterConfig;
+use crate::core::asks::NewJob;
 use crate::core::asks::{Ask, JobPublisher, PreparedJob, RolloutCause};
 use crate::core::cluster_view::ClusterView;
 use crate::core::effects::{Effect, Effects, SlotOp};
@@ -32,7 +33,6 @@ use crate::core::rollouts::Rollouts;
 use crate::core::sessions::Sessions;
 use crate::limits;
 use crate::metrics::Metrics;
-use crate::server::NewJob;
 use crate::store::{JobRecord, StoreError};
 
 use crate::target::Expr;

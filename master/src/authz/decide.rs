@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use halite_protocol::message::DEPLOY_FUNCTION;
 use halite_protocol::message::{ErrorKind, PrincipalAcl, RequestBody, Value};
 
 use super::publish;
@@ -296,8 +297,6 @@ impl RequestKind {
     }
 }
 
-/// The function that carries deployments (its arguments hold their input values).
-pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
 /// Most patterns one subscription may hold.
 pub(crate) const MAX_PATTERNS: usize = 64;
 /// Longest pattern, in bytes (tags are at most 255 bytes).

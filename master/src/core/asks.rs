@@ -133,6 +133,16 @@ pub(crate) enum RolloutCause {
     Cancelled,
 }
 
+/// A job about to be created.
+pub(crate) struct NewJob {
+    /// What was asked.
+    pub(crate) spec: halite_protocol::message::JobSpec,
+    /// What the job may reach through functions that call functions (see `authz::publish`).
+    pub(crate) reach: Option<Vec<String>>,
+    /// Ids the target named that no minion has (sorted): final at once, as `unknown`.
+    pub(crate) unknown: Vec<String>,
+}
+
 /// A job created, signed and laid out, not stored yet: nothing of it is live or sent until its
 /// row is (`PublishDesk::job_stored`).
 #[derive(Debug)]

@@ -92,8 +92,7 @@ pub(crate) fn is_deploy_request(body: &RequestBody) -> bool {
     )
 }
 
-/// The minion function a deployment's job runs.
-pub(crate) const DEPLOY_FUNCTION: &str = "deploy.apply";
+pub(crate) use halite_protocol::message::DEPLOY_FUNCTION;
 
 /// Whether a request is about deployment groups (`groups.rs` answers those).
 pub(crate) fn is_group_request(body: &RequestBody) -> bool {

@@ -12,8 +12,8 @@ use serde_json::{json, Map};
 
 use super::{derive, validate, DEPLOY_FUNCTION};
 use crate::clock::new_uuid;
+use crate::core::asks::NewJob;
 use crate::request_error::RequestError;
-use crate::server::NewJob;
 use crate::store::DeploymentRecord;
 
 /// Extra time the job gets past the hook's own timeout, for the minion to report it.

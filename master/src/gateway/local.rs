@@ -15,8 +15,8 @@ use halite_transport::PeerId;
 use tokio::sync::{mpsc, oneshot};
 
 use super::local_queue::{local_queue, LocalInbox, LocalSender};
-use crate::server::SUBSCRIBE_REQUEST;
 use crate::token_sessions::{TokenRefused, SESSION_ENDED};
+use halite_protocol::message::SUBSCRIBE_REQUEST;
 
 /// How long a request may take in the core.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -27,7 +27,9 @@ use crate::request_error::RequestError;
 use crate::store::reads;
 use crate::store::{ApiTokenGrant, Store, StoreError};
 
-use super::{Master, BATCH, SUBSCRIBE_REQUEST};
+use halite_protocol::message::SUBSCRIBE_REQUEST;
+
+use super::{Master, BATCH};
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Answers one gateway request.

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{self, Message, MinionJobState, Welcome};
+use halite_protocol::message::{Message, MinionJobState, Welcome};
 use halite_protocol::noise::LocalIdentity;
 use halite_transport::{PeerId, Router, RouterEvent};
 use tokio::sync::mpsc;
@@ -75,8 +75,6 @@ use crate::store::reads::{self, AcceptedKeys};
 use crate::store::trust::Trust;
 use crate::store::{Heard, Store, StoreError};
 
-/// The `request` an `error` refusing a subscription names.
-pub(crate) const SUBSCRIBE_REQUEST: &str = "subscribe";
 /// How soon what failed, or could not be done yet, is tried again (a write the store refused, a
 /// job that did not fit a send queue, a store to reread).
 pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(100);
@@ -173,16 +171,6 @@ pub struct Master<S: Store, N: Net = Router> {
     wake_at: Option<Instant>,
     /// What the audit trail will hold, until the next commit appends it.
     audit: crate::core::audit_log::AuditLog,
-}
-
-/// A job about to be created.
-pub(crate) struct NewJob {
-    /// What was asked.
-    pub(crate) spec: message::JobSpec,
-    /// What the job may reach through functions that call functions (see `authz::publish`).
-    pub(crate) reach: Option<Vec<String>>,
-    /// Ids the target named that no minion has (sorted): final at once, as `unknown`.
-    pub(crate) unknown: Vec<String>,
 }
 
 impl<S: Store, N: Net> Master<S, N> {

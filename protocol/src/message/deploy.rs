@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Map;
 
+/// The function a software deployment's job runs on its server (the minion's Heat agent).
+pub const DEPLOY_FUNCTION: &str = "deploy.apply";
+
 use super::types::Value;
 
 fn string_type() -> String {

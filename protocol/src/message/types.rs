@@ -564,6 +564,10 @@ pub struct FileChunk {
 /// than one message and a transfer interleaves with other traffic.
 pub const FILE_CHUNK_BYTES: usize = 1024 * 1024;
 
+/// The `request` an `error` refusing a subscription names (a subscription has no request id of
+/// its own).
+pub const SUBSCRIBE_REQUEST: &str = "subscribe";
+
 /// Subscribe to bus events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subscribe {
