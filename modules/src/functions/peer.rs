@@ -18,7 +18,8 @@ pub(crate) struct Publish;
 pub(crate) struct PublishArgs {
     /// Target expression.
     target: String,
-    /// How to read the target: glob (default), list, regex, grain, compound or nodegroup.
+    /// How to read the target, by Salt's names: glob (default), list, pcre (or regex), grain,
+    /// grain_pcre, ipcidr, compound or nodegroup.
     #[serde(default)]
     tgt_type: Option<String>,
     /// Function to run on the targets.
@@ -43,22 +44,14 @@ impl Typed for Publish {
     const POSITIONAL: &'static [&'static str] = &["target", "function"];
     type Args = PublishArgs;
     async fn run(&self, a: PublishArgs, cx: &Context) -> Result<Output, ModuleError> {
-        let kind = match a.tgt_type.as_deref().unwrap_or("glob") {
-            "glob" => TargetKind::Glob,
-            "list" => TargetKind::List,
-            "regex" => TargetKind::Regex,
-            "grain" => TargetKind::Grain,
-            "compound" => TargetKind::Compound,
-            "nodegroup" => TargetKind::Nodegroup,
-            other => return Err(ModuleError::BadArguments(format!("unknown tgt_type {other:?}"))),
-        };
+        let target = salt_target(a.tgt_type.as_deref(), a.target)?;
         let Some(peer) = &cx.peer else {
             return Err(ModuleError::Failed("no master connection: peer.publish needs the minion daemon".into()));
         };
         if cx.test {
             return Ok(Output::change(
                 true,
-                format!("would ask the master to run {} on {}", a.function, a.target),
+                format!("would ask the master to run {} on {}", a.function, target.expr),
                 json!({}),
             ));
         }
@@ -66,12 +59,7 @@ impl Typed for Publish {
             a.timeout.map_or(halite_protocol::message::DEFAULT_JOB_TIMEOUT_MS, |t| (t.max(0.001) * 1000.0) as u64);
         let request = PublishRequest {
             request_id: 0,
-            spec: JobSpec {
-                args: a.args,
-                kwargs: a.kwargs,
-                timeout_ms,
-                ..JobSpec::new(Target { kind, expr: a.target }, a.function)
-            },
+            spec: JobSpec { args: a.args, kwargs: a.kwargs, timeout_ms, ..JobSpec::new(target, a.function) },
             // The master allows it only if this job's caller may run it too.
             on_behalf_of: Some(cx.caller.clone()),
         };
@@ -88,5 +76,49 @@ impl Typed for Publish {
             Ok(Err(reason)) => Err(ModuleError::Failed(format!("the master refused: {reason}"))),
             Err(_) => Err(ModuleError::Failed("lost the connection to the master before it answered".into())),
         }
+    }
+}
+
+/// The target `expr` read as Salt's `publish.publish` reads `tgt_type`: `grain_pcre` and
+/// `ipcidr` are the one-term compound targets `P@` and `S@`, `pcre` is halite's `regex`.
+fn salt_target(tgt_type: Option<&str>, expr: String) -> Result<Target, ModuleError> {
+    let kind = match tgt_type.unwrap_or("glob") {
+        "glob" => TargetKind::Glob,
+        "list" => TargetKind::List,
+        "pcre" | "regex" => TargetKind::Regex,
+        "grain" => TargetKind::Grain,
+        "compound" => TargetKind::Compound,
+        "nodegroup" => TargetKind::Nodegroup,
+        engine @ ("grain_pcre" | "ipcidr") => {
+            if expr.chars().any(char::is_whitespace) {
+                return Err(ModuleError::BadArguments(format!("tgt_type {engine}: the target cannot hold whitespace")));
+            }
+            let prefix = if engine == "grain_pcre" { "P@" } else { "S@" };
+            return Ok(Target { kind: TargetKind::Compound, expr: format!("{prefix}{expr}") });
+        }
+        other => {
+            return Err(ModuleError::BadArguments(format!(
+                "unknown tgt_type {other:?}: expected glob, list, pcre, regex, grain, grain_pcre, ipcidr, compound or nodegroup"
+            )))
+        }
+    };
+    Ok(Target { kind, expr })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salts_tgt_type_names_are_read_as_salt_reads_them() {
+        let read = |tgt_type: &str, expr: &str| salt_target(Some(tgt_type), expr.into()).map(|t| (t.kind, t.expr));
+        assert_eq!(read("pcre", "web\\d+").unwrap(), (TargetKind::Regex, "web\\d+".into()));
+        assert_eq!(read("grain_pcre", "os:deb.*").unwrap(), (TargetKind::Compound, "P@os:deb.*".into()));
+        assert_eq!(read("ipcidr", "10.0.0.0/8").unwrap(), (TargetKind::Compound, "S@10.0.0.0/8".into()));
+        assert_eq!(salt_target(None, "web*".into()).unwrap().kind, TargetKind::Glob);
+        let spaced = read("ipcidr", "10.0.0.0/8 or web1").unwrap_err().to_string();
+        assert!(spaced.contains("cannot hold whitespace"), "{spaced}");
+        let unknown = read("pillar", "role:web").unwrap_err().to_string();
+        assert!(unknown.contains("unknown tgt_type \"pillar\"") && unknown.contains("grain_pcre"), "{unknown}");
     }
 }
