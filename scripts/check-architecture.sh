@@ -29,8 +29,9 @@ for banned in halite-modules halite-master halite-minion halite-client rusqlite 
   fi
 done
 
-# modules know nothing of the network or crypto; the minion never depends on the master.
-for pair in "halite-modules halite-transport" "halite-minion halite-master" "halite-client halite-master" "halite-python halite-master"; do
+# modules know nothing of the network or crypto; the minion never depends on the master; the
+# store knows neither the master's handlers nor the network.
+for pair in "halite-modules halite-transport" "halite-store halite-master" "halite-store halite-transport" "halite-minion halite-master" "halite-client halite-master" "halite-python halite-master"; do
   set -- $pair
   if cargo tree -p "$1" -e normal --prefix none --format '{p}' | awk '{print $1}' | grep -qx "$2"; then
     echo "ARCHITECTURE: $1 depends on $2" >&2
@@ -61,7 +62,7 @@ done
 # comments are exempt.
 lib_source() {
   local dirs=("$@")
-  [ ${#dirs[@]} -gt 0 ] || dirs=(protocol/src transport/src targeting/src modules/src minion/src master/src client/src python/src)
+  [ ${#dirs[@]} -gt 0 ] || dirs=(protocol/src transport/src targeting/src modules/src minion/src store/src master/src client/src python/src)
   find "${dirs[@]}" -name '*.rs' -not -path '*/bin/*' -not -path '*/tests/*' -not -path '*/sim/*' -not -name '*tests.rs' |
     sort | while read -r f; do
       awk -v f="$f" '

@@ -29,8 +29,8 @@ use crate::core::rollout_queue::RolloutQueue;
 use crate::core::sessions::Sessions;
 use crate::core::watchers::Watchers;
 use crate::server::loaded_slots;
-use crate::store::reads::StoredJob;
 use crate::store::{MinionRecord, StoreError, UnfinishedJob};
+use crate::store_calls::reads::StoredJob;
 
 /// What jobs across the masters are followed with: what they change, and what they read.
 pub(crate) struct ClusterJobsDesk<'a> {

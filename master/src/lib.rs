@@ -45,11 +45,12 @@ pub mod net;
 mod publishing;
 mod request_error;
 mod server;
-#[cfg(test)]
-use server::sim;
-pub mod store;
+mod store_calls;
+pub use halite_store as store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;
+#[cfg(test)]
+use server::sim;
 pub mod tenants;
 mod token_sessions;
 

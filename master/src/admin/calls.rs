@@ -1,7 +1,7 @@
 //! What a client's administrative request asks of the store, and what the store answered.
 //!
 //! A request is decided without the store (`admin/mod.rs`: who may, what is valid); what it
-//! then needs of the store is an [`AdminCall`], which the loop makes (`store/requests.rs`) and
+//! then needs of the store is an [`AdminCall`], which the loop makes (`store_calls/requests.rs`) and
 //! whose [`AdminDone`] goes on in `AdminDesk::admin_answered`: the in-memory state follows what
 //! was stored, and the client is answered.
 
@@ -13,8 +13,8 @@ use halite_protocol::message::{
 use halite_transport::PeerId;
 
 use crate::authz::Who;
-use crate::store::reads::AcceptedKeys;
 use crate::store::{KeyRecord, PrincipalRecord, StoreError};
+use crate::store_calls::reads::AcceptedKeys;
 
 /// Who asked, to answer them and to decide what they may see.
 #[derive(Debug)]

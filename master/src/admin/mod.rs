@@ -2,7 +2,7 @@
 //!
 //! A request is decided here without the store: who may make it, whether its input is valid
 //! (`validate.rs`), what it changes in memory at once. What it then needs of the store is
-//! asked (`calls.rs`); the loop makes the calls (`store/requests.rs`), and
+//! asked (`calls.rs`); the loop makes the calls (`store_calls/requests.rs`), and
 //! [`AdminDesk::admin_answered`] brings memory in line with what was stored and answers the
 //! client. Deployments' requests are `deploy/`'s.
 //!
@@ -383,7 +383,7 @@ impl AdminDesk<'_> {
         &mut self,
         to: Option<KeyState>,
         changed: Vec<KeyRecord>,
-        accepted: Result<crate::store::reads::AcceptedKeys, crate::store::StoreError>,
+        accepted: Result<crate::store_calls::reads::AcceptedKeys, crate::store::StoreError>,
     ) -> Reply {
         let event_state = to.map_or("deleted", |s| s.as_str());
         let mut ids = Vec::with_capacity(changed.len());

@@ -76,10 +76,10 @@ impl Registry {
     }
 
     /// Takes the accepted keys as read: all of them, or those of some ids.
-    pub(crate) fn take_accepted(&mut self, keys: crate::store::reads::AcceptedKeys) {
+    pub(crate) fn take_accepted(&mut self, keys: crate::store_calls::reads::AcceptedKeys) {
         match keys {
-            crate::store::reads::AcceptedKeys::All(keys) => self.set_accepted(keys),
-            crate::store::reads::AcceptedKeys::Of(of) => {
+            crate::store_calls::reads::AcceptedKeys::All(keys) => self.set_accepted(keys),
+            crate::store_calls::reads::AcceptedKeys::Of(of) => {
                 for (id, key) in of {
                     self.set_accepted_of(&id, key);
                 }

@@ -1,7 +1,7 @@
 //! What a request for configs or deployments asks of the store, and what the store answered.
 //!
 //! A request is decided without the store (`deploy/mod.rs`); its store calls are a
-//! [`DeployCall`], made by the loop (`store/requests.rs`), and the [`DeployDone`] goes on in
+//! [`DeployCall`], made by the loop (`store_calls/requests.rs`), and the [`DeployDone`] goes on in
 //! `DeployDesk::deploy_answered`, which may ask again: a push reads its config and server, its
 //! job is stored (`Ask::InsertDeploymentJob`), then the deployment that names the job.
 

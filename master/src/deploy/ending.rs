@@ -1,6 +1,6 @@
 //! What a `deploy.apply` job's end does to its deployment, decided as a value: the status,
 //! reason and outputs the deployment takes, and the signal relayed to its engine. The loop
-//! reads what the decision needs (`store::reads::deployment_ending`) and stores what it
+//! reads what the decision needs (`store_calls::reads::deployment_ending`) and stores what it
 //! returns; nothing here reads, writes or sends.
 
 use halite_protocol::message::{status, JobReturn, MinionJobState, Value};
@@ -10,8 +10,8 @@ use super::derive;
 use crate::config::MasterConfig;
 use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::SlotMoved;
-use crate::store::reads::DeploymentEnding;
 use crate::store::DeploymentRecord;
+use crate::store_calls::reads::DeploymentEnding;
 
 /// A `deploy.apply` job that ended, and what was known of it before the store was read.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 //! A group is worked on one piece at a time (`core/group_runs.rs`: an advance, a stop), each a
 //! chain of asks: the group read, its members started as deployments are pushed (each a
 //! request of its own, `deploy/calls.rs`), the group stored. The loop makes the calls
-//! (`store/requests.rs`); `GroupDesk::group_answered` goes on.
+//! (`store_calls/requests.rs`); `GroupDesk::group_answered` goes on.
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -24,8 +24,8 @@ use crate::deploy::group_calls::GroupAsk;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::net::Net;
 use crate::request_error::RequestError;
-use crate::store::reads;
 use crate::store::{ApiTokenGrant, Store, StoreError};
+use crate::store_calls::reads;
 
 use halite_protocol::message::SUBSCRIBE_REQUEST;
 
@@ -146,7 +146,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::Admin(asked) => {
                     let AdminAsk { from, call } = *asked;
-                    let done = crate::store::requests::run(&self.store, call, self.clock.wall_ms()).await;
+                    let done = crate::store_calls::requests::run(&self.store, call, self.clock.wall_ms()).await;
                     self.with_admin_desk(|desk| desk.admin_answered(from, done));
                 }
                 Ask::ListJobs(asked) => {
@@ -161,7 +161,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::Deploy(asked) => {
                     let DeployAsk { from, call } = *asked;
-                    let done = crate::store::requests::run_deploy(&self.store, call, self.clock.wall_ms()).await;
+                    let done = crate::store_calls::requests::run_deploy(&self.store, call, self.clock.wall_ms()).await;
                     self.with_deploy_desk(|desk| desk.deploy_answered(from, done));
                 }
                 Ask::InsertDeploymentJob(pushed) => {
@@ -171,7 +171,8 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Ask::Group(asked) => {
                     let GroupAsk { id, call } = *asked;
-                    let done = crate::store::requests::run_group(&self.store, &id, call, self.clock.wall_ms()).await;
+                    let done =
+                        crate::store_calls::requests::run_group(&self.store, &id, call, self.clock.wall_ms()).await;
                     if done.starts_listening() {
                         self.hear_events();
                     }

@@ -71,9 +71,9 @@ use crate::keys::PendingLimits;
 use crate::limits;
 use crate::metrics::Kind;
 use crate::net::Net;
-use crate::store::reads::{self, AcceptedKeys};
 use crate::store::trust::Trust;
 use crate::store::{Heard, Store, StoreError};
+use crate::store_calls::reads::{self, AcceptedKeys};
 
 /// How soon what failed, or could not be done yet, is tried again (a write the store refused, a
 /// job that did not fit a send queue, a store to reread).
@@ -328,7 +328,7 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 
     /// Gives the store this master's keys: the rows it writes are signed with its key, and the
-    /// rows and announcements it reads are taken only from masters it trusts (`store/trust.rs`);
+    /// rows and announcements it reads are taken only from masters it trusts (`halite_store::trust`);
     /// refusals are counted in `halite_denials_total` (`cluster_announcement`, `store_row`).
     /// The revocations were checked against the cluster key when the master started, or when
     /// SIGHUP reread them.

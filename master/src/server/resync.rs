@@ -6,8 +6,8 @@
 use tracing::info;
 
 use crate::net::Net;
-use crate::store::reads;
 use crate::store::{ClusterChange, Store, StoreError};
+use crate::store_calls::reads;
 
 use super::Master;
 

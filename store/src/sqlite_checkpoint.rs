@@ -25,7 +25,7 @@ use super::StoreError;
 
 /// Hot commits between two requested checkpoints: with a job's two commits logging about eight
 /// pages, near SQLite's own 1,000-page threshold.
-pub(super) const COMMITS_PER_CHECKPOINT: u32 = 256;
+pub(crate) const COMMITS_PER_CHECKPOINT: u32 = 256;
 
 /// How often the thread checkpoints unasked: also how long a commit may wait in the log before
 /// a checkpoint syncs it to disk. (The store's unit tests take a copy of a database file right
@@ -37,7 +37,7 @@ const INTERVAL: Duration = Duration::from_secs(60);
 
 /// The hot connection's own automatic checkpoint threshold (pages): reached only if this
 /// thread cannot keep up.
-pub(super) const BACKSTOP_PAGES: u32 = 4_000;
+pub(crate) const BACKSTOP_PAGES: u32 = 4_000;
 
 /// What the thread is asked.
 #[derive(Debug)]
@@ -50,14 +50,14 @@ enum Ask {
 
 /// The checkpointing thread; stopped (and joined) on drop.
 #[derive(Debug)]
-pub(super) struct Checkpointer {
+pub(crate) struct Checkpointer {
     requests: SyncSender<Ask>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Checkpointer {
     /// Starts checkpointing the database file at `path`.
-    pub(super) fn start(path: &Path) -> Result<Self, StoreError> {
+    pub(crate) fn start(path: &Path) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)?;
         // The checkpoint syncs the log before copying it, and the main file after, as the
@@ -73,7 +73,7 @@ impl Checkpointer {
     }
 
     /// Asks for a checkpoint, without waiting: if one is already asked for, that one will do.
-    pub(super) fn ask(&self) {
+    pub(crate) fn ask(&self) {
         let _ = self.requests.try_send(Ask::Checkpoint);
     }
 }

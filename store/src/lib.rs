@@ -2,8 +2,18 @@
 //! and per-minion job states with their returns. [`SqliteStore`] is the embedded default;
 //! [`PostgresStore`] keeps the same state on a database server that several masters share.
 //! Both pass the same conformance suite (`conformance.rs`).
+//!
+//! What it does: the schema and its migrations (`store/migrations/`), every read and write the
+//! master makes, one statement or transaction each; rows signed by the master that wrote them
+//! and checked against the masters it trusts (`trust.rs`, `signed_rows.rs`); announcements
+//! between masters sealed and heard (`cluster.rs`, `cluster_seal.rs`); copying a SQLite store
+//! into PostgreSQL (`migrate.rs`); the audit trail's rows.
+//!
+//! What it does not do: decide anything. Which calls answer a request, and what follows from
+//! their results, is the master's (`halite-master`, `store_calls/`); this crate knows protocol
+//! types and its own records, never the master's handlers (`scripts/check-architecture.sh`).
 
-pub(crate) mod audit;
+pub mod audit;
 mod audit_sql;
 mod cluster;
 mod cluster_seal;
@@ -15,18 +25,18 @@ mod deploy_sql;
 mod migrate;
 mod postgres;
 mod postgres_audit;
-pub(crate) mod reads;
 mod records;
-pub(crate) mod requests;
 mod select;
 mod signed_rows;
 mod signed_rows_tests;
 mod sqlite;
-pub(crate) use sqlite::is_busy as sqlite_busy;
+pub use sqlite::is_busy as sqlite_busy;
 mod sqlite_checkpoint;
 mod sqlite_hot;
 mod sqlite_hot_audit;
 mod test_postgres;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod trust;
 mod wal;
 
@@ -39,15 +49,15 @@ use halite_protocol::message::{
 };
 
 pub use audit::{AuditHead, AuditStore};
-pub(crate) use cluster::Announcement;
+pub use cluster::Announcement;
 pub use cluster::{event_digest, ClusterChange, Heard};
-#[cfg(test)]
-pub(crate) use conformance::job as test_job;
 pub use deploy::{ApiTokenGrant, ConfigRecord, DeployStore, DeploymentRecord, GroupRecord, MemberStart};
 pub use migrate::{sqlite_to_postgres, Copied};
 pub use postgres::PostgresStore;
 pub use select::{describe_postgres, Backend, StoreConfig, StoreUrlError};
 pub use sqlite::SqliteStore;
+#[cfg(any(test, feature = "testing"))]
+pub use testing::job as test_job;
 
 /// Why a store operation failed, by what a caller can do about it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -242,15 +242,15 @@ mod tests {
     use halite_protocol::message::AuditFilter;
 
     use super::*;
-    use crate::store::audit::AuditStore;
-    use crate::store::conformance::job;
-    use crate::store::test_postgres::fresh_database;
-    use crate::store::{DeployStore, DeploymentRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store};
+    use crate::audit::AuditStore;
+    use crate::conformance::job;
+    use crate::test_postgres::fresh_database;
+    use crate::{DeployStore, DeploymentRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store};
 
     /// The master's own keys, on SQLite and then on PostgreSQL.
-    fn master() -> crate::store::trust::Trust {
+    fn master() -> crate::trust::Trust {
         let key = halite_protocol::identity::IdentityKey::from_seed(&[3; 32]);
-        crate::store::trust::Trust::new(key, None, "m1", Vec::new())
+        crate::trust::Trust::new(key, None, "m1", Vec::new())
     }
 
     async fn filled_sqlite() -> SqliteStore {
@@ -408,12 +408,12 @@ mod tests {
             // The enrollment token too, with its permission to replace web1's key.
             assert_eq!(
                 to.enroll_with_token(&[7; 32], "web1", &[9; 32], 50).await.unwrap(),
-                crate::store::TokenUse::Enrolled { replaced: true }
+                crate::TokenUse::Enrolled { replaced: true }
             );
             assert_eq!(to.tokens(Some("heat")).await.unwrap().len(), 1, "the owner is carried over");
             assert_eq!(
                 to.enroll_with_token(&[8; 32], "web3", &[10; 32], 50).await.unwrap(),
-                crate::store::TokenUse::Enrolled { replaced: false }
+                crate::TokenUse::Enrolled { replaced: false }
             );
 
             // The trail reads and verifies the same, and the master goes on appending to it.

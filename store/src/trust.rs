@@ -92,9 +92,9 @@ pub struct Trust {
     /// Master keys found trustworthy (registrations only change by a master starting).
     admitted: RwLock<HashSet<[u8; 32]>>,
     /// Announcements refused (bad signature, unknown signer, replayed, stale).
-    pub(crate) announcements_refused: Counter,
+    pub announcements_refused: Counter,
     /// Key and principal rows refused.
-    pub(crate) rows_refused: Counter,
+    pub rows_refused: Counter,
 }
 
 impl std::fmt::Debug for Trust {
@@ -230,7 +230,7 @@ impl Trust {
     }
 
     /// The same, for a store other masters share or not.
-    pub(super) fn sharing(mut self, shared: bool) -> Self {
+    pub fn sharing(mut self, shared: bool) -> Self {
         self.shared = shared;
         self
     }

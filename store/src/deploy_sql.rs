@@ -5,18 +5,18 @@
 
 macro_rules! deploy_store {
     ($store:ty, $sql:path) => {
-        impl $crate::store::DeployStore for $store {
+        impl $crate::DeployStore for $store {
             async fn put_config(
                 &self,
                 config: &halite_protocol::message::SoftwareConfig,
                 owner: &str,
                 now_ms: u64,
-            ) -> Result<(), $crate::store::StoreError> {
+            ) -> Result<(), $crate::StoreError> {
                 self.bounded(async move {
                     sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at, owner) VALUES (?, ?, ?, ?)"))
                         .bind(&config.id)
-                        .bind($crate::store::deploy_records::config_json(config))
-                        .bind($crate::store::sqlite::db_int(now_ms))
+                        .bind($crate::deploy_records::config_json(config))
+                        .bind($crate::sqlite::db_int(now_ms))
                         .bind(owner)
                         .execute(&mut *self.conn().await?)
                         .await?;
@@ -28,15 +28,15 @@ macro_rules! deploy_store {
             async fn config(
                 &self,
                 id: &str,
-            ) -> Result<Option<$crate::store::ConfigRecord>, $crate::store::StoreError> {
+            ) -> Result<Option<$crate::ConfigRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     let row = sqlx::query(&$sql("SELECT body, owner FROM software_configs WHERE id = ?"))
                         .bind(id)
                         .fetch_optional(&mut *self.conn().await?)
                         .await?;
                     row.map(|r| {
-                        Ok($crate::store::ConfigRecord {
-                            config: $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?)?,
+                        Ok($crate::ConfigRecord {
+                            config: $crate::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(&r, "body")?)?,
                             owner: sqlx::Row::try_get(&r, "owner")?,
                         })
                     })
@@ -49,7 +49,7 @@ macro_rules! deploy_store {
                 &self,
                 owner: Option<&str>,
                 limit: u32,
-            ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::store::StoreError> {
+            ) -> Result<Vec<halite_protocol::message::SoftwareConfig>, $crate::StoreError> {
                 self.bounded(async move {
                     let rows = sqlx::query(&$sql(
                         "SELECT body FROM software_configs WHERE (? IS NULL OR owner = ?) ORDER BY created_at DESC, id LIMIT ?",
@@ -60,13 +60,13 @@ macro_rules! deploy_store {
                         .fetch_all(&mut *self.conn().await?)
                         .await?;
                     rows.iter()
-                        .map(|r| $crate::store::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
+                        .map(|r| $crate::deploy_records::config_from_json(&sqlx::Row::try_get::<String, _>(r, "body")?))
                         .collect()
                 })
                 .await
             }
 
-            async fn delete_config(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
+            async fn delete_config(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::StoreError> {
                 self.bounded(async move {
                     let done = sqlx::query(&$sql("DELETE FROM software_configs WHERE id = ? AND (? IS NULL OR owner = ?)"))
                         .bind(id)
@@ -81,9 +81,9 @@ macro_rules! deploy_store {
 
             async fn put_deployment(
                 &self,
-                record: &$crate::store::DeploymentRecord,
+                record: &$crate::DeploymentRecord,
                 now_ms: u64,
-            ) -> Result<(), $crate::store::StoreError> {
+            ) -> Result<(), $crate::StoreError> {
                 self.bounded(async move {
                     sqlx::query(&$sql(
                         "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner, jid)
@@ -96,9 +96,9 @@ macro_rules! deploy_store {
                     .bind(&record.deployment.server_id)
                     .bind(&record.deployment.status)
                     .bind(record.relay_pending)
-                    .bind($crate::store::deploy_records::record_json(record))
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::deploy_records::record_json(record))
+                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::sqlite::db_int(now_ms))
                     .bind(&record.owner)
                     .bind(&record.jid)
                     .execute(&mut *self.conn().await?)
@@ -110,10 +110,10 @@ macro_rules! deploy_store {
 
             async fn update_deployment(
                 &self,
-                record: &$crate::store::DeploymentRecord,
+                record: &$crate::DeploymentRecord,
                 previous_jid: &str,
                 now_ms: u64,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 self.bounded(async move {
                     // A row written before deployments kept their job (`jid` empty) is taken
                     // as it is, as a finish takes it.
@@ -125,8 +125,8 @@ macro_rules! deploy_store {
                     .bind(&record.deployment.server_id)
                     .bind(&record.deployment.status)
                     .bind(record.relay_pending)
-                    .bind($crate::store::deploy_records::record_json(record))
-                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::deploy_records::record_json(record))
+                    .bind($crate::sqlite::db_int(now_ms))
                     .bind(&record.jid)
                     .bind(&record.deployment.id)
                     .bind(previous_jid)
@@ -139,31 +139,31 @@ macro_rules! deploy_store {
 
             async fn finish_deployment(
                 &self,
-                record: &$crate::store::DeploymentRecord,
+                record: &$crate::DeploymentRecord,
                 now_ms: u64,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 let in_progress = format!("status = '{}'", halite_protocol::message::status::IN_PROGRESS);
                 self.overwrite_deployment_if(record, record.relay_pending, now_ms, &in_progress).await
             }
 
             async fn record_relayed(
                 &self,
-                record: &$crate::store::DeploymentRecord,
+                record: &$crate::DeploymentRecord,
                 now_ms: u64,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 self.overwrite_deployment_if(record, false, now_ms, "relay_pending").await
             }
 
             async fn deployment(
                 &self,
                 id: &str,
-            ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+            ) -> Result<Option<$crate::DeploymentRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     let row = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE id = ?"))
                         .bind(id)
                         .fetch_optional(&mut *self.conn().await?)
                         .await?;
-                    row.map(|r| $crate::store::deploy_records::record_from_row(&r)).transpose()
+                    row.map(|r| $crate::deploy_records::record_from_row(&r)).transpose()
                 })
                 .await
             }
@@ -171,7 +171,7 @@ macro_rules! deploy_store {
             async fn deployments(
                 &self,
                 server_id: Option<&str>,
-            ) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+            ) -> Result<Vec<$crate::DeploymentRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     let rows = sqlx::query(&$sql(
                         "SELECT body, owner FROM deployments WHERE (? IS NULL OR server_id = ?) ORDER BY created_at DESC, id",
@@ -180,18 +180,18 @@ macro_rules! deploy_store {
                     .bind(server_id)
                     .fetch_all(&mut *self.conn().await?)
                     .await?;
-                    rows.iter().map($crate::store::deploy_records::record_from_row).collect()
+                    rows.iter().map($crate::deploy_records::record_from_row).collect()
                 })
                 .await
             }
 
-            async fn open_deployments(&self) -> Result<Vec<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+            async fn open_deployments(&self) -> Result<Vec<$crate::DeploymentRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     let rows = sqlx::query(&$sql("SELECT body, owner FROM deployments WHERE status = ? OR relay_pending"))
                         .bind(halite_protocol::message::status::IN_PROGRESS)
                         .fetch_all(&mut *self.conn().await?)
                         .await?;
-                    rows.iter().map($crate::store::deploy_records::record_from_row).collect()
+                    rows.iter().map($crate::deploy_records::record_from_row).collect()
                 })
                 .await
             }
@@ -199,7 +199,7 @@ macro_rules! deploy_store {
             async fn deployment_waiting_on(
                 &self,
                 jid: &str,
-            ) -> Result<Option<$crate::store::DeploymentRecord>, $crate::store::StoreError> {
+            ) -> Result<Option<$crate::DeploymentRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     // Rows written before the job had a column of its own have it empty, and
                     // are matched on their document.
@@ -211,7 +211,7 @@ macro_rules! deploy_store {
                     .fetch_all(&mut *self.conn().await?)
                     .await?;
                     for row in &rows {
-                        let record = $crate::store::deploy_records::record_from_row(row)?;
+                        let record = $crate::deploy_records::record_from_row(row)?;
                         if record.jid == jid {
                             return Ok(Some(record));
                         }
@@ -223,12 +223,12 @@ macro_rules! deploy_store {
 
             async fn put_group(
                 &self,
-                record: &$crate::store::GroupRecord,
+                record: &$crate::GroupRecord,
                 now_ms: u64,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 self.bounded(async move {
                     let open = i64::from(record.group.status == halite_protocol::message::status::IN_PROGRESS);
-                    let (body, now) = ($crate::store::records::to_json(record), $crate::store::sqlite::db_int(now_ms));
+                    let (body, now) = ($crate::records::to_json(record), $crate::sqlite::db_int(now_ms));
                     let done = if record.revision == 0 {
                         sqlx::query(&$sql(
                             "INSERT INTO deployment_groups (id, open, body, created_at, updated_at, revision) VALUES (?, ?, ?, ?, ?, 1)
@@ -259,29 +259,29 @@ macro_rules! deploy_store {
                 .await
             }
 
-            async fn group(&self, id: &str) -> Result<Option<$crate::store::GroupRecord>, $crate::store::StoreError> {
+            async fn group(&self, id: &str) -> Result<Option<$crate::GroupRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     let row = sqlx::query(&$sql("SELECT body, revision FROM deployment_groups WHERE id = ?"))
                         .bind(id)
                         .fetch_optional(&mut *self.conn().await?)
                         .await?;
-                    row.map(|r| $crate::store::deploy_records::group_from_row(&r)).transpose()
+                    row.map(|r| $crate::deploy_records::group_from_row(&r)).transpose()
                 })
                 .await
             }
 
-            async fn open_groups(&self) -> Result<Vec<$crate::store::GroupRecord>, $crate::store::StoreError> {
+            async fn open_groups(&self) -> Result<Vec<$crate::GroupRecord>, $crate::StoreError> {
                 self.bounded(async move {
                     let rows =
                         sqlx::query(&$sql("SELECT body, revision FROM deployment_groups WHERE open = 1 ORDER BY created_at"))
                             .fetch_all(&mut *self.conn().await?)
                             .await?;
-                    rows.iter().map($crate::store::deploy_records::group_from_row).collect()
+                    rows.iter().map($crate::deploy_records::group_from_row).collect()
                 })
                 .await
             }
 
-            async fn delete_deployment(&self, id: &str) -> Result<bool, $crate::store::StoreError> {
+            async fn delete_deployment(&self, id: &str) -> Result<bool, $crate::StoreError> {
                 self.bounded(async move {
                     let done =
                         sqlx::query(&$sql("DELETE FROM deployments WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
@@ -297,11 +297,11 @@ macro_rules! deploy_store {
                 owner: &str,
                 now_ms: u64,
                 expires_at_ms: Option<u64>,
-            ) -> Result<(), $crate::store::StoreError> {
+            ) -> Result<(), $crate::StoreError> {
                 self.bounded(async move {
                     // Signed as stored (and read back): the column holds at most i64::MAX.
-                    let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::store::sqlite::db_int(at)).unwrap_or(0));
-                    let row = $crate::store::trust::ApiTokenRow { hash: &hash[..], principal, expires_at_ms: stored_expiry };
+                    let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::sqlite::db_int(at)).unwrap_or(0));
+                    let row = $crate::trust::ApiTokenRow { hash: &hash[..], principal, expires_at_ms: stored_expiry };
                     let seal = self.trust.get().seal_api_token(&row);
                     sqlx::query(&$sql(
                         "INSERT INTO api_tokens (token_hash, principal, owner, created_at, id, expires_at, signer, signature) \
@@ -310,9 +310,9 @@ macro_rules! deploy_store {
                     .bind(&hash[..])
                     .bind(principal)
                     .bind(owner)
-                    .bind($crate::store::sqlite::db_int(now_ms))
-                    .bind($crate::store::records::token_id(hash))
-                    .bind(expires_at_ms.map($crate::store::sqlite::db_int))
+                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::records::token_id(hash))
+                    .bind(expires_at_ms.map($crate::sqlite::db_int))
                     .bind(seal.signer)
                     .bind(seal.signature)
                     .execute(&mut *self.conn().await?)
@@ -326,19 +326,19 @@ macro_rules! deploy_store {
                 &self,
                 hash: &[u8; 32],
                 now_ms: u64,
-            ) -> Result<Option<$crate::store::ApiTokenGrant>, $crate::store::StoreError> {
+            ) -> Result<Option<$crate::ApiTokenGrant>, $crate::StoreError> {
                 self.bounded(async move {
                     let row = sqlx::query(&$sql(
                         "SELECT principal, expires_at, signer, signature FROM api_tokens \
                          WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
                     ))
                     .bind(&hash[..])
-                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::sqlite::db_int(now_ms))
                     .fetch_optional(&mut *self.conn().await?)
                     .await?;
                     let Some(row) = row else { return Ok(None) };
-                    let grant = $crate::store::ApiTokenGrant {
-                        id: $crate::store::records::token_id(hash),
+                    let grant = $crate::ApiTokenGrant {
+                        id: $crate::records::token_id(hash),
                         principal: sqlx::Row::try_get(&row, "principal")?,
                         expires_at_ms: sqlx::Row::try_get::<Option<i64>, _>(&row, "expires_at")?
                             .map(|v| u64::try_from(v).unwrap_or(0)),
@@ -346,14 +346,14 @@ macro_rules! deploy_store {
                     // A token opens a session only as a master signed it.
                     let signer: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signer")?;
                     let signature: Option<Vec<u8>> = sqlx::Row::try_get(&row, "signature")?;
-                    let signed = $crate::store::trust::ApiTokenRow {
+                    let signed = $crate::trust::ApiTokenRow {
                         hash: &hash[..],
                         principal: &grant.principal,
                         expires_at_ms: grant.expires_at_ms,
                     };
                     let trusted = self
                         .token_row_trusted(&grant.id, signer.as_deref(), |signer| {
-                            $crate::store::trust::Trust::check_api_token(signer, &signed, signature.as_deref().unwrap_or_default())
+                            $crate::trust::Trust::check_api_token(signer, &signed, signature.as_deref().unwrap_or_default())
                         })
                         .await?;
                     Ok(trusted.then_some(grant))
@@ -364,7 +364,7 @@ macro_rules! deploy_store {
             async fn api_tokens(
                 &self,
                 owner: Option<&str>,
-            ) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::store::StoreError> {
+            ) -> Result<Vec<halite_protocol::message::ApiTokenInfo>, $crate::StoreError> {
                 self.bounded(async move {
                     let rows = sqlx::query(&$sql(
                         "SELECT id, principal, created_at, expires_at FROM api_tokens WHERE (? IS NULL OR owner = ?)
@@ -389,7 +389,7 @@ macro_rules! deploy_store {
                 .await
             }
 
-            async fn delete_api_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
+            async fn delete_api_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::StoreError> {
                 self.bounded(async move {
                     let done = sqlx::query(&$sql("DELETE FROM api_tokens WHERE id = ? AND (? IS NULL OR owner = ?)"))
                         .bind(id)
@@ -409,11 +409,11 @@ macro_rules! deploy_store {
             /// (rows from before the job had a column have it empty): whether it did.
             async fn overwrite_deployment_if(
                 &self,
-                record: &$crate::store::DeploymentRecord,
+                record: &$crate::DeploymentRecord,
                 relay_pending: bool,
                 now_ms: u64,
                 guard: &str,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 let sql = format!(
                     "UPDATE deployments SET status = ?, relay_pending = ?, body = ?, updated_at = ?
                      WHERE id = ? AND {guard} AND (jid = ? OR jid = '')"
@@ -422,8 +422,8 @@ macro_rules! deploy_store {
                     let done = sqlx::query(&$sql(&sql))
                         .bind(&record.deployment.status)
                         .bind(relay_pending)
-                        .bind($crate::store::deploy_records::record_json(record))
-                        .bind($crate::store::sqlite::db_int(now_ms))
+                        .bind($crate::deploy_records::record_json(record))
+                        .bind($crate::sqlite::db_int(now_ms))
                         .bind(&record.deployment.id)
                         .bind(&record.jid)
                         .execute(&mut *self.conn().await?)
@@ -435,4 +435,4 @@ macro_rules! deploy_store {
         }
     };
 }
-pub(super) use deploy_store;
+pub(crate) use deploy_store;

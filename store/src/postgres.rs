@@ -16,13 +16,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::Row;
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
-use crate::clock::{Clock, SystemClock};
-
 use super::records::{job_state, job_state_name, return_from_json, return_json, target_kind_name, to_json};
 use super::sqlite::db_int;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
-/// Schema migrations: versioned SQL files in `master/migrations/postgres`, embedded at build
+/// Schema migrations: versioned SQL files in `store/migrations/postgres`, embedded at build
 /// time. sqlx takes an advisory lock while migrating, so masters starting together take turns.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -93,7 +91,7 @@ pub struct PostgresStore {
     /// [`PostgresStore::hot`].
     hot: Arc<Mutex<Option<PgConnection>>>,
     /// Whose rows and announcements it signs and trusts.
-    pub(super) trust: Arc<super::trust::TrustSlot>,
+    pub trust: Arc<super::trust::TrustSlot>,
     /// The number of this process's last announcement (see `cluster_seal.rs`); held while one
     /// is queued, so they are queued in the order of their numbers.
     announced: Arc<std::sync::Mutex<u64>>,
@@ -293,14 +291,14 @@ impl PostgresStore {
     }
 
     /// A connection of the pool, for the SQL both backends share.
-    pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, StoreError> {
+    pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, StoreError> {
         Ok(self.pool()?.acquire().await?)
     }
 
     /// The pool while the database answers; while it does not, every call fails at once as
     /// unavailable instead of waiting for a connection (the master's core must not stall),
     /// and a background probe notices when it is back.
-    pub(super) fn pool(&self) -> Result<&PgPool, StoreError> {
+    pub fn pool(&self) -> Result<&PgPool, StoreError> {
         if *self.reachable.borrow() {
             Ok(&self.pool)
         } else {
@@ -314,7 +312,7 @@ impl PostgresStore {
     /// its calls one at a time, so this is what keeps a frozen or silent database from
     /// stalling it. The core's own connection is dropped after an abandoned call (it may still
     /// carry the answer).
-    pub(super) async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    pub async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
         let mut reachable = self.reachable.subscribe();
         if !*reachable.borrow_and_update() {
             return Err(StoreError::Unavailable("the database does not answer; retrying in the background".into()));
@@ -500,7 +498,8 @@ async fn clock_offset(conn: &mut PgConnection) -> Result<i64, StoreError> {
 }
 
 fn wall_ms() -> i64 {
-    i64::try_from(SystemClock.wall_ms()).unwrap_or(i64::MAX)
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Forwards the other masters' announcements to `tx` until its receiver is gone, those signed
@@ -604,7 +603,7 @@ impl Refusals {
     fn note(&mut self, trust: &super::trust::Trust, refused: super::cluster_seal::Refused) {
         trust.announcements_refused.inc();
         self.unlogged += 1;
-        let now = SystemClock.now();
+        let now = std::time::Instant::now();
         if self.last_logged.is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1)) {
             tracing::warn!(why = %refused, dropped = self.unlogged, "dropped an announcement no trusted master sent (forged or replayed?)");
             self.last_logged = Some(now);
@@ -895,8 +894,8 @@ super::audit_sql::audit_store!(PostgresStore, super::common_sql::postgres_sql);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conformance::conformance_suite;
-    use crate::store::test_postgres::fresh_database;
+    use crate::conformance::conformance_suite;
+    use crate::test_postgres::fresh_database;
 
     conformance_suite!(async { PostgresStore::connect(fresh_database().await).await.expect("postgres store") });
 }

@@ -119,7 +119,7 @@ pub(crate) const MAX_PAYLOAD: usize = 7_000;
 /// A change on the wire, with the master that made it (so it ignores its own), its number
 /// among that master's announcements and when it was sent (so a replay is told apart).
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Announcement {
+pub struct Announcement {
     pub(crate) from: String,
     pub(crate) seq: u64,
     pub(crate) at: u64,
@@ -165,12 +165,12 @@ impl Announcement {
     }
 
     /// Whether `change` fits one announcement as it is (whatever its number and time).
-    pub(crate) fn fits(from: &str, change: &ClusterChange) -> bool {
+    pub fn fits(from: &str, change: &ClusterChange) -> bool {
         Self::text(from, u64::MAX, u64::MAX, change.clone()).len() <= MAX_PAYLOAD
     }
 
     /// The body for NOTIFY (signed and sent by `cluster_seal`), shortened to fit.
-    pub(crate) fn payload(from: &str, seq: u64, at: u64, change: &ClusterChange) -> String {
+    pub fn payload(from: &str, seq: u64, at: u64, change: &ClusterChange) -> String {
         let text = Self::text(from, seq, at, change.clone());
         if text.len() <= MAX_PAYLOAD {
             return text;

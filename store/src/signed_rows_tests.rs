@@ -94,7 +94,7 @@ async fn a_denied_key_loses_its_signature() {
     store.put_key(&key("web1", KeyState::Accepted), 1).await.unwrap();
     store.create_token(&[1; 32], "web1", u64::MAX / 2, true, "root").await.unwrap();
     let used = store.enroll_with_token(&[1; 32], "web1", &[8; 32], 2).await.unwrap();
-    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: true });
+    assert_eq!(used, crate::TokenUse::Enrolled { replaced: true });
     // The old key's row, put back to accepted in the table, has no signature to show.
     sql(&store, "UPDATE keys SET state = 'accepted' WHERE public_key = x'0707070707070707070707070707070707070707070707070707070707070707'").await;
     let mut keys = store.keys_for("web1").await.unwrap();
@@ -172,19 +172,19 @@ async fn token_rows_a_master_wrote_work_and_rows_written_or_changed_past_it_do_n
     store.put_key(&key("web1", KeyState::Accepted), 1).await.unwrap();
     sql(&store, "INSERT INTO tokens (token_hash, minion, expires_at, id, owner) VALUES (x'0404040404040404040404040404040404040404040404040404040404040404', 'web9', 9999999999999, '040404040404', 'root')").await;
     let forged = store.enroll_with_token(&[4; 32], "web9", &[9; 32], 2).await.unwrap();
-    assert_eq!(forged, crate::store::TokenUse::Invalid);
+    assert_eq!(forged, crate::TokenUse::Invalid);
     assert!(store.keys_for("web9").await.unwrap().is_empty(), "no key recorded for a forged token");
     store.create_token(&[5; 32], "web1", far, false, "root").await.unwrap();
     sql(&store, "UPDATE tokens SET replaces_key = 1, replaced_key = x'0707070707070707070707070707070707070707070707070707070707070707' WHERE minion = 'web1'").await;
     let widened = store.enroll_with_token(&[5; 32], "web1", &[9; 32], 2).await.unwrap();
-    assert_eq!(widened, crate::store::TokenUse::Invalid);
+    assert_eq!(widened, crate::TokenUse::Invalid);
     assert_eq!(store.keys_for("web1").await.unwrap(), vec![key("web1", KeyState::Accepted)], "the key stays");
     // A token a master made enrolls, once.
     store.create_token(&[6; 32], "web2", far, false, "heat").await.unwrap();
     let used = store.enroll_with_token(&[6; 32], "web2", &[9; 32], 2).await.unwrap();
-    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: false });
+    assert_eq!(used, crate::TokenUse::Enrolled { replaced: false });
     let again = store.enroll_with_token(&[6; 32], "web2", &[8; 32], 3).await.unwrap();
-    assert_eq!(again, crate::store::TokenUse::Invalid);
+    assert_eq!(again, crate::TokenUse::Invalid);
 }
 
 #[tokio::test]
@@ -212,7 +212,7 @@ async fn token_rows_from_before_their_signatures_are_signed_once_at_the_upgrade(
     assert_eq!(store.set_trust(trust(1), 3).await.unwrap(), 0);
     assert_eq!(store.api_token_grant(&[3; 32], 3).await.unwrap(), None);
     let used = store.enroll_with_token(&[2; 32], "web2", &[9; 32], 3).await.unwrap();
-    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: false });
+    assert_eq!(used, crate::TokenUse::Enrolled { replaced: false });
 }
 
 #[tokio::test]
@@ -221,11 +221,11 @@ async fn a_replacing_token_put_back_unused_replaces_nothing() {
     store.put_key(&key("web1", KeyState::Accepted), 1).await.unwrap();
     store.create_token(&[1; 32], "web1", u64::MAX / 2, true, "root").await.unwrap();
     let used = store.enroll_with_token(&[1; 32], "web1", &[8; 32], 2).await.unwrap();
-    assert_eq!(used, crate::store::TokenUse::Enrolled { replaced: true });
+    assert_eq!(used, crate::TokenUse::Enrolled { replaced: true });
     // A role that may write the table re-arms it, for a key of its own.
     sql(&store, "UPDATE tokens SET used_at = NULL").await;
     let again = store.enroll_with_token(&[1; 32], "web1", &[9; 32], 3).await.unwrap();
-    assert_eq!(again, crate::store::TokenUse::Refused, "the key it was made to replace is gone");
+    assert_eq!(again, crate::TokenUse::Refused, "the key it was made to replace is gone");
     let accepted: Vec<[u8; 32]> = store
         .keys_for("web1")
         .await

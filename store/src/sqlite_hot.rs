@@ -40,7 +40,7 @@ const UPDATE_SLOT: &str = "UPDATE job_minions SET state = ?, ret = COALESCE(?, r
 
 /// The connection for the hot writes.
 #[derive(Debug)]
-pub(super) struct HotWrites {
+pub(crate) struct HotWrites {
     conn: Connection,
     /// A database file's checkpoint thread (stopped with this connection), and the commits since
     /// it was last asked for a checkpoint.
@@ -51,7 +51,7 @@ impl HotWrites {
     /// Opens the (already created and migrated) database at `path`, a file name or a
     /// `file:` URI. With `checkpoint_thread` (a database file), its log is checkpointed by a
     /// thread of its own rather than by its commits (`sqlite_checkpoint`).
-    pub(super) fn open(path: &Path, checkpoint_thread: bool) -> Result<Self, StoreError> {
+    pub(crate) fn open(path: &Path, checkpoint_thread: bool) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -79,7 +79,7 @@ impl HotWrites {
     /// Runs `write` in one IMMEDIATE transaction: committed if it succeeds, rolled back if it
     /// fails, returns early or panics. BEGIN and COMMIT are cached statements like the writes
     /// (rusqlite's `Transaction` parses them again on every call).
-    pub(super) fn in_transaction(
+    pub(crate) fn in_transaction(
         &mut self,
         write: impl FnOnce(&Connection) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
@@ -93,7 +93,7 @@ impl HotWrites {
     }
 
     /// Stores a job and its minions' first states, all or nothing.
-    pub(super) fn insert_job(
+    pub(crate) fn insert_job(
         &mut self,
         job: &JobRecord,
         states: &[(String, MinionJobState)],
@@ -123,7 +123,7 @@ impl HotWrites {
     }
 
     /// Writes merged state changes, then late returns, in one transaction.
-    pub(super) fn set_states(&mut self, merged: &[StateChange], late: &[&StateChange]) -> Result<(), StoreError> {
+    pub(crate) fn set_states(&mut self, merged: &[StateChange], late: &[&StateChange]) -> Result<(), StoreError> {
         if merged.is_empty() && late.is_empty() {
             return Ok(());
         }

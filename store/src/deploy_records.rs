@@ -133,24 +133,24 @@ mirror!(SoftwareDeployment <=> StoredDeployment {
 
 mirror!(DeploymentRecord <=> StoredRecord { owner, jid, item, relay_pending, last_signal, finish_id } nested { deployment, spec });
 
-pub(super) fn config_json(config: &SoftwareConfig) -> String {
+pub(crate) fn config_json(config: &SoftwareConfig) -> String {
     to_json(&StoredConfig::from(config.clone()))
 }
 
-pub(super) fn config_from_json(text: &str) -> Result<SoftwareConfig, StoreError> {
+pub(crate) fn config_from_json(text: &str) -> Result<SoftwareConfig, StoreError> {
     json::<StoredConfig>(text).map(Into::into)
 }
 
-pub(super) fn record_json(record: &DeploymentRecord) -> String {
+pub(crate) fn record_json(record: &DeploymentRecord) -> String {
     to_json(&StoredRecord::from(record.clone()))
 }
 
-pub(super) fn record_from_json(text: &str) -> Result<DeploymentRecord, StoreError> {
+pub(crate) fn record_from_json(text: &str) -> Result<DeploymentRecord, StoreError> {
     json::<StoredRecord>(text).map(Into::into)
 }
 
 /// A deployment row: its document, and its owner from its own column.
-pub(super) fn record_from_row<R: sqlx::Row>(row: &R) -> Result<DeploymentRecord, StoreError>
+pub(crate) fn record_from_row<R: sqlx::Row>(row: &R) -> Result<DeploymentRecord, StoreError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
@@ -161,7 +161,7 @@ where
 }
 
 /// A deployment group row: its document, and the revision beside it.
-pub(super) fn group_from_row<R: sqlx::Row>(row: &R) -> Result<super::GroupRecord, StoreError>
+pub(crate) fn group_from_row<R: sqlx::Row>(row: &R) -> Result<super::GroupRecord, StoreError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,

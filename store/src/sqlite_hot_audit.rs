@@ -13,7 +13,7 @@ use super::StoreError;
 impl HotWrites {
     /// Appends `entries` to `chain` in one transaction, going on from [`next_head`]; `sign`
     /// makes the records (chained and signed) after a record number and hash.
-    pub(super) fn append_audit(
+    pub(crate) fn append_audit(
         &mut self,
         chain: &str,
         after: Option<AuditHead>,

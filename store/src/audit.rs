@@ -8,10 +8,10 @@ use halite_protocol::audit::{AuditEntry, AuditRecord, Checkpoint};
 use halite_protocol::message::AuditFilter;
 
 /// Records read at once by a check or an export.
-pub(crate) const AUDIT_PAGE: u32 = 1000;
+pub const AUDIT_PAGE: u32 = 1000;
 
 /// What a check reads: every record, the reads of the trail included.
-pub(crate) const EVERY_RECORD: AuditFilter = AuditFilter {
+pub const EVERY_RECORD: AuditFilter = AuditFilter {
     principal: None,
     tenant: None,
     minion: None,
@@ -80,17 +80,17 @@ pub trait AuditStore {
 }
 
 /// A chain's last record as the store holds it.
-pub(super) const LAST_RECORD: &str = "SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1";
+pub const LAST_RECORD: &str = "SELECT seq, hash FROM audit WHERE chain = ? ORDER BY seq DESC LIMIT 1";
 
 /// Where a pruned chain starts, once it holds no record.
-pub(super) const CHECKPOINT_HEAD: &str = "SELECT seq, hash FROM audit_checkpoints WHERE chain = ?";
+pub const CHECKPOINT_HEAD: &str = "SELECT seq, hash FROM audit_checkpoints WHERE chain = ?";
 
 /// One record.
-pub(super) const INSERT_RECORD: &str = "INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, \
+pub const INSERT_RECORD: &str = "INSERT INTO audit (chain, seq, at_ms, principal, tenant, action, decision, \
      minions, body, prev, hash, signer, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// The number and hash of the row [`LAST_RECORD`] (or else [`CHECKPOINT_HEAD`]) found.
-pub(super) fn stored_head(chain: &str, found: Option<(i64, String)>) -> Result<(u64, [u8; 32]), StoreError> {
+pub fn stored_head(chain: &str, found: Option<(i64, String)>) -> Result<(u64, [u8; 32]), StoreError> {
     let Some((seq, hash)) = found else { return Ok((0, halite_protocol::audit::GENESIS)) };
     let seq = u64::try_from(seq).unwrap_or(0);
     let hash = halite_protocol::audit::hash_from_hex(&hash)
@@ -102,7 +102,7 @@ pub(super) fn stored_head(chain: &str, found: Option<(i64, String)>) -> Result<(
 /// records this master appended (`after`) are gone from its end, removed behind its back: then
 /// from its own last one, so that the gap shows in every check. (A store ahead of `after` is
 /// another master with the same id going on: one chain, in store order.)
-pub(super) fn next_head(chain: &str, stored: (u64, [u8; 32]), after: Option<AuditHead>) -> (u64, [u8; 32]) {
+pub fn next_head(chain: &str, stored: (u64, [u8; 32]), after: Option<AuditHead>) -> (u64, [u8; 32]) {
     match after {
         Some(mine) if mine.seq > stored.0 => {
             tracing::error!(
@@ -119,7 +119,7 @@ pub(super) fn next_head(chain: &str, stored: (u64, [u8; 32]), after: Option<Audi
 }
 
 /// The `minions` column: every id between spaces, so one is found with `LIKE '% id %'`.
-pub(super) fn minions_column(minions: &[String]) -> String {
+pub fn minions_column(minions: &[String]) -> String {
     let mut column = String::from(" ");
     for id in minions {
         column.push_str(id);
@@ -129,7 +129,7 @@ pub(super) fn minions_column(minions: &[String]) -> String {
 }
 
 /// The `LIKE` pattern that finds `id` in the `minions` column (`\` escapes `%` and `_`).
-pub(super) fn minion_pattern(id: &str) -> String {
+pub fn minion_pattern(id: &str) -> String {
     let mut pattern = String::from("% ");
     for c in id.chars() {
         if matches!(c, '%' | '_' | '\\') {

@@ -13,7 +13,7 @@ use super::sqlite_checkpoint::BACKSTOP_PAGES;
 use super::sqlite_hot::HotWrites;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
-/// Schema migrations: versioned SQL files in `master/migrations/sqlite`, embedded at build time.
+/// Schema migrations: versioned SQL files in `store/migrations/sqlite`, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// The migration that added signatures to key and principal rows.
@@ -42,8 +42,8 @@ pub struct SqliteStore {
 }
 
 /// Both connections, taken away by [`SqliteStore::take_away`].
-#[cfg(test)]
-pub(crate) struct Connections(SqliteConnection, HotWrites);
+#[cfg(any(test, feature = "testing"))]
+pub struct Connections(SqliteConnection, HotWrites);
 
 /// How long opening waits for another process's write lock before saying so (and being
 /// tried again, `open_retrying` in the crate root).
@@ -53,7 +53,7 @@ const STATEMENT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(
 
 /// Whether opening a database failed only because another process holds its lock
 /// (`SQLITE_BUSY`, `SQLITE_LOCKED`): worth waiting for, unlike any other failure.
-pub(crate) fn is_busy(error: &StoreError) -> bool {
+pub fn is_busy(error: &StoreError) -> bool {
     matches!(error, StoreError::Unavailable(message)
         if message.contains("database is locked") || message.contains("database table is locked"))
 }
@@ -164,24 +164,24 @@ impl SqliteStore {
 
     /// Takes the connections away, as a lost database would: every call fails as unavailable
     /// until [`SqliteStore::give_back`].
-    #[cfg(test)]
-    pub(crate) async fn take_away(&self) -> Option<Connections> {
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn take_away(&self) -> Option<Connections> {
         let conn = self.conn.lock().await.take()?;
         let hot = self.hot_slot().take()?;
         Some(Connections(conn, hot))
     }
 
     /// Gives back the connections [`SqliteStore::take_away`] took.
-    #[cfg(test)]
-    pub(crate) async fn give_back(&self, Connections(conn, hot): Connections) {
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn give_back(&self, Connections(conn, hot): Connections) {
         *self.conn.lock().await = Some(conn);
         *self.hot_slot() = Some(hot);
     }
 
     /// Runs `sql` on the database behind the store's back (a trigger that refuses one write,
     /// say: a store that fails part way through a request).
-    #[cfg(test)]
-    pub(crate) async fn execute_for_test(&self, sql: &str) {
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn execute_for_test(&self, sql: &str) {
         let mut conn = self.conn.lock().await;
         let conn = conn.as_mut().expect("the store's connection is here");
         sqlx::raw_sql(sql).execute(&mut *conn).await.expect("test SQL runs");
@@ -189,7 +189,7 @@ impl SqliteStore {
 
     /// Runs one call of the store. SQLite lives in this process, on a local file that one master
     /// uses: nothing for a call to wait on that a deadline would end sooner.
-    pub(super) async fn bounded<T>(
+    pub async fn bounded<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
@@ -197,7 +197,7 @@ impl SqliteStore {
     }
 
     /// The connection, for the SQL both backends share; an error once the store is closed.
-    pub(super) async fn conn(&self) -> Result<MappedMutexGuard<'_, SqliteConnection>, StoreError> {
+    pub async fn conn(&self) -> Result<MappedMutexGuard<'_, SqliteConnection>, StoreError> {
         MutexGuard::try_map(self.conn.lock().await, Option::as_mut)
             .map_err(|_| StoreError::Unavailable("the database is closed".into()))
     }
@@ -306,7 +306,7 @@ async fn left_open_without_log(path: &Path) -> bool {
     matches!(marked, Ok(Some(_)))
 }
 
-pub(super) fn db_int(value: u64) -> i64 {
+pub(crate) fn db_int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
@@ -421,7 +421,7 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conformance::{conformance_suite, job};
+    use crate::conformance::{conformance_suite, job};
 
     conformance_suite!(async { SqliteStore::in_memory().await.expect("in-memory store") });
 
@@ -463,7 +463,7 @@ mod tests {
             let (dir, path, store) = file_store("checkpoint").await;
             let main_file = || std::fs::metadata(&path).unwrap().len();
             let before = main_file();
-            let commits = crate::store::sqlite_checkpoint::COMMITS_PER_CHECKPOINT as u64 + 10;
+            let commits = crate::sqlite_checkpoint::COMMITS_PER_CHECKPOINT as u64 + 10;
             for n in 1..=commits {
                 let jid = format!("{n:08}");
                 insert_sent(&store, &jid, n).await;
@@ -604,7 +604,7 @@ mod tests {
     /// Configs, deployments and tokens stored before they had owners belong to root.
     #[test]
     fn rows_from_before_owners_belong_to_root() {
-        use crate::store::DeployStore;
+        use crate::DeployStore;
         rt().block_on(async {
             let path = scratch("owners").join("master.db");
             let rows = "INSERT INTO software_configs VALUES ('c0', '{\"id\": \"c0\"}', 1);
@@ -626,7 +626,7 @@ mod tests {
     /// job, and finished by its job's end.
     #[test]
     fn deployments_from_before_the_job_column_are_found_and_finished_by_their_job() {
-        use crate::store::DeployStore;
+        use crate::DeployStore;
         rt().block_on(async {
             let path = scratch("deployment-jobs").join("master.db");
             let row = "INSERT INTO deployments (id, server_id, status, relay_pending, body, created_at, updated_at, owner)

@@ -6,12 +6,12 @@
 //! and `postgres.rs`.
 
 /// The statements as written here, for SQLite (which takes `?` as it is).
-pub(super) fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Borrowed(sql)
 }
 
 /// PostgreSQL numbers its placeholders: each `?` becomes `$1`, `$2`, … in order.
-pub(super) fn postgres_sql(sql: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn postgres_sql(sql: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(sql.len() + 8);
     let mut n = 0;
     for c in sql.chars() {
@@ -27,26 +27,26 @@ pub(super) fn postgres_sql(sql: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Ids looked up at most per `IN (…)` list: one query per this many.
-pub(super) const IN_LIST_MAX: usize = 500;
+pub(crate) const IN_LIST_MAX: usize = 500;
 
 /// `n` placeholders for an `IN (…)` list.
-pub(super) fn placeholders(n: usize) -> String {
+pub(crate) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
 /// A return that came after its slot ended: only the return, marked late, and only if the slot
 /// has none yet (bound as `ret, updated_at, jid, minion`).
-pub(super) const LATE_RETURN: &str =
+pub(crate) const LATE_RETURN: &str =
     "UPDATE job_minions SET ret = ?, late = TRUE, updated_at = ? WHERE jid = ? AND minion = ? AND ret IS NULL";
 
 /// The page of a job listing: the `limit` newest jids older than `before` (bound as
 /// `before, before, limit`).
-pub(super) const PAGE: &str =
+pub(crate) const PAGE: &str =
     "SELECT jid FROM jobs WHERE (CAST(? AS TEXT) IS NULL OR jid < ?) ORDER BY jid DESC LIMIT ?";
 
 /// One row per job and minion: the last state, and the last return given (what applying the
 /// changes one by one would leave), so one multi-row statement can write them.
-pub(super) fn merge_changes<'a>(changes: impl Iterator<Item = &'a super::StateChange>) -> Vec<super::StateChange> {
+pub(crate) fn merge_changes<'a>(changes: impl Iterator<Item = &'a super::StateChange>) -> Vec<super::StateChange> {
     let mut merged: Vec<super::StateChange> = Vec::new();
     let mut index: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
     for change in changes {
@@ -68,35 +68,35 @@ pub(super) fn merge_changes<'a>(changes: impl Iterator<Item = &'a super::StateCh
 /// level, with `sqlx::Row` in scope.
 macro_rules! common_helpers {
     ($store:ty, $row:ty, $sql:path) => {
-        fn corrupt(what: impl std::fmt::Display) -> $crate::store::StoreError {
-            $crate::store::StoreError::Corrupt(what.to_string())
+        fn corrupt(what: impl std::fmt::Display) -> $crate::StoreError {
+            $crate::StoreError::Corrupt(what.to_string())
         }
 
         fn ms(value: i64) -> u64 {
             u64::try_from(value).unwrap_or(0)
         }
 
-        fn key_from_row(row: &$row) -> Result<$crate::store::KeyRecord, $crate::store::StoreError> {
+        fn key_from_row(row: &$row) -> Result<$crate::KeyRecord, $crate::StoreError> {
             let public_key: Vec<u8> = row.try_get("public_key")?;
             let state: String = row.try_get("state")?;
-            Ok($crate::store::KeyRecord {
+            Ok($crate::KeyRecord {
                 id: row.try_get("id")?,
                 public_key: public_key.try_into().map_err(|_| corrupt("public key is not 32 bytes"))?,
-                state: $crate::store::records::key_state(&state)?,
+                state: $crate::records::key_state(&state)?,
             })
         }
 
-        fn job_from_row(row: &$row) -> Result<$crate::store::JobRecord, $crate::store::StoreError> {
+        fn job_from_row(row: &$row) -> Result<$crate::JobRecord, $crate::StoreError> {
             let kind: String = row.try_get("target_kind")?;
-            Ok($crate::store::JobRecord {
+            Ok($crate::JobRecord {
                 jid: row.try_get("jid")?,
                 function: row.try_get("function")?,
                 target: halite_protocol::message::Target {
-                    kind: $crate::store::records::target_kind(&kind)?,
+                    kind: $crate::records::target_kind(&kind)?,
                     expr: row.try_get("target_expr")?,
                 },
-                args: $crate::store::records::json(&row.try_get::<String, _>("args")?)?,
-                kwargs: $crate::store::records::json(&row.try_get::<String, _>("kwargs")?)?,
+                args: $crate::records::json(&row.try_get::<String, _>("args")?)?,
+                kwargs: $crate::records::json(&row.try_get::<String, _>("kwargs")?)?,
                 caller: row.try_get("caller")?,
                 created_at_ms: ms(row.try_get("created_at")?),
                 timeout_ms: ms(row.try_get("timeout_ms")?),
@@ -108,7 +108,7 @@ macro_rules! common_helpers {
                 },
                 rollout: row
                     .try_get::<Option<String>, _>("rollout")?
-                    .map(|text| $crate::store::records::json(&text))
+                    .map(|text| $crate::records::json(&text))
                     .transpose()?,
             })
         }
@@ -120,8 +120,8 @@ macro_rules! common_helpers {
                 sql: &str,
                 before: Option<&str>,
                 limit: u32,
-            ) -> Result<Vec<$row>, $crate::store::StoreError> {
-                let sql = sql.replace("{PAGE}", $crate::store::common_sql::PAGE);
+            ) -> Result<Vec<$row>, $crate::StoreError> {
+                let sql = sql.replace("{PAGE}", $crate::common_sql::PAGE);
                 Ok(sqlx::query(&$sql(&sql))
                     .bind(before)
                     .bind(before)
@@ -132,8 +132,8 @@ macro_rules! common_helpers {
 
             async fn summary(
                 &self,
-                job: &$crate::store::JobRecord,
-            ) -> Result<halite_protocol::message::JobSummary, $crate::store::StoreError> {
+                job: &$crate::JobRecord,
+            ) -> Result<halite_protocol::message::JobSummary, $crate::StoreError> {
                 let rows =
                     sqlx::query(&$sql("SELECT state, COUNT(*) AS n FROM job_minions WHERE jid = ? GROUP BY state"))
                         .bind(&job.jid)
@@ -143,7 +143,7 @@ macro_rules! common_helpers {
                 for row in rows {
                     let n: i64 = row.try_get("n")?;
                     states.insert(
-                        $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?,
+                        $crate::records::job_state(&row.try_get::<String, _>("state")?)?,
                         u32::try_from(n).unwrap_or(u32::MAX),
                     );
                 }
@@ -160,13 +160,13 @@ macro_rules! common_helpers {
         }
     };
 }
-pub(super) use common_helpers;
+pub(crate) use common_helpers;
 
 /// The shared [`Store`](super::Store) methods, invoked inside a backend's `impl Store` (after
 /// `common_helpers!` in the same module).
 macro_rules! common_store_methods {
     ($sql:path) => {
-    async fn keys(&self) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
+    async fn keys(&self) -> Result<Vec<$crate::KeyRecord>, $crate::StoreError> {
         self.bounded(async move {
             let rows = sqlx::query(&$sql("SELECT id, public_key, state, signer, signature FROM keys ORDER BY id, state"))
                 .fetch_all(&mut *self.conn().await?)
@@ -176,7 +176,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn keys_for(&self, id: &str) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
+    async fn keys_for(&self, id: &str) -> Result<Vec<$crate::KeyRecord>, $crate::StoreError> {
         self.bounded(async move {
             let rows = sqlx::query(&$sql("SELECT id, public_key, state, signer, signature FROM keys WHERE id = ?"))
                 .bind(id)
@@ -187,9 +187,9 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn put_key(&self, key: &$crate::store::KeyRecord, now_ms: u64) -> Result<(), $crate::store::StoreError> {
+    async fn put_key(&self, key: &$crate::KeyRecord, now_ms: u64) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
-            let state = $crate::store::records::key_state_name(key.state);
+            let state = $crate::records::key_state_name(key.state);
             let seal = self.trust.get().seal_key(&key.id, &key.public_key, state);
             sqlx::query(&$sql("INSERT INTO keys (id, public_key, state, updated_at, signer, signature) VALUES (?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (id, public_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at, \
@@ -198,7 +198,7 @@ macro_rules! common_store_methods {
             .bind(&key.id)
             .bind(&key.public_key[..])
             .bind(state)
-            .bind($crate::store::sqlite::db_int(now_ms))
+            .bind($crate::sqlite::db_int(now_ms))
             .bind(seal.signer)
             .bind(seal.signature)
             .execute(&mut *self.conn().await?)
@@ -208,7 +208,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> Result<(), $crate::store::StoreError> {
+    async fn delete_key(&self, id: &str, public_key: &[u8; 32]) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
             sqlx::query(&$sql("DELETE FROM keys WHERE id = ? AND public_key = ?"))
                 .bind(id)
@@ -227,7 +227,7 @@ macro_rules! common_store_methods {
         expires_at_ms: u64,
         replaces_key: bool,
         owner: &str,
-    ) -> Result<(), $crate::store::StoreError> {
+    ) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
             // A replacing token names the key it replaces: the one accepted now.
             let replaced: Option<Vec<u8>> = if replaces_key {
@@ -239,8 +239,8 @@ macro_rules! common_store_methods {
                 None
             };
             // Signed as stored (and read back): the column holds at most i64::MAX.
-            let stored_expiry = ms($crate::store::sqlite::db_int(expires_at_ms));
-            let row = $crate::store::trust::EnrollmentTokenRow {
+            let stored_expiry = ms($crate::sqlite::db_int(expires_at_ms));
+            let row = $crate::trust::EnrollmentTokenRow {
                 hash: &hash[..],
                 minion,
                 expires_at_ms: stored_expiry,
@@ -251,8 +251,8 @@ macro_rules! common_store_methods {
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))
                 .bind(&hash[..])
                 .bind(minion)
-                .bind($crate::store::sqlite::db_int(expires_at_ms))
-                .bind($crate::store::records::token_id(hash))
+                .bind($crate::sqlite::db_int(expires_at_ms))
+                .bind($crate::records::token_id(hash))
                 .bind(replaces_key)
                 .bind(owner)
                 .bind(seal.signer)
@@ -271,7 +271,7 @@ macro_rules! common_store_methods {
         minion: &str,
         public_key: &[u8; 32],
         now_ms: u64,
-    ) -> Result<$crate::store::TokenUse, $crate::store::StoreError> {
+    ) -> Result<$crate::TokenUse, $crate::StoreError> {
         self.bounded(async move {
             // The token is honoured only as a master signed it: checked first (the check may read
             // the signer's registration), then burnt in the transaction only if its row is still
@@ -280,25 +280,25 @@ macro_rules! common_store_methods {
                  signer, signature FROM tokens WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"))
             .bind(&hash[..])
             .bind(minion)
-            .bind($crate::store::sqlite::db_int(now_ms))
+            .bind($crate::sqlite::db_int(now_ms))
             .fetch_optional(&mut *self.conn().await?)
             .await?;
-            let Some(row) = row else { return Ok($crate::store::TokenUse::Invalid) };
+            let Some(row) = row else { return Ok($crate::TokenUse::Invalid) };
             let signature: Option<Vec<u8>> = row.try_get("signature")?;
             let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
             if !self.enrollment_row_trusted(&row, &hash[..], minion).await? {
-                return Ok($crate::store::TokenUse::Invalid);
+                return Ok($crate::TokenUse::Invalid);
             }
             let mut conn = self.conn().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND signature = ?"))
-                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::sqlite::db_int(now_ms))
                 .bind(&hash[..])
                 .bind(signature.as_deref())
                 .execute(&mut *tx)
                 .await?;
             if burnt.rows_affected() != 1 {
-                return Ok($crate::store::TokenUse::Invalid);
+                return Ok($crate::TokenUse::Invalid);
             }
             // Read in the same transaction that burns the token: a key accepted meanwhile counts.
             let accepted: Vec<Vec<u8>> = sqlx::query_scalar(&$sql("SELECT public_key FROM keys WHERE id = ? AND state = 'accepted' AND public_key != ?"))
@@ -310,15 +310,15 @@ macro_rules! common_store_methods {
             // accepted when it was made (a token put back unused after replacing it replaces nothing).
             let replaces_accepted = replaced.as_deref().is_some_and(|key| accepted.iter().all(|a| a.as_slice() == key));
             let (state, used) = match (accepted.is_empty(), replaces_accepted) {
-                (true, _) => ("accepted", $crate::store::TokenUse::Enrolled { replaced: false }),
-                (false, true) => ("accepted", $crate::store::TokenUse::Enrolled { replaced: true }),
-                (false, false) => ("denied", $crate::store::TokenUse::Refused),
+                (true, _) => ("accepted", $crate::TokenUse::Enrolled { replaced: false }),
+                (false, true) => ("accepted", $crate::TokenUse::Enrolled { replaced: true }),
+                (false, false) => ("denied", $crate::TokenUse::Refused),
             };
             if state == "accepted" {
                 // The token holder is the minion: any other key recorded for the id is denied (and
                 // loses its signature: one made for another state must not come back with it).
                 sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ?, signer = NULL, signature = NULL WHERE id = ? AND public_key != ?"))
-                    .bind($crate::store::sqlite::db_int(now_ms))
+                    .bind($crate::sqlite::db_int(now_ms))
                     .bind(minion)
                     .bind(&public_key[..])
                     .execute(&mut *tx)
@@ -332,7 +332,7 @@ macro_rules! common_store_methods {
             .bind(minion)
             .bind(&public_key[..])
             .bind(state)
-            .bind($crate::store::sqlite::db_int(now_ms))
+            .bind($crate::sqlite::db_int(now_ms))
             .bind(seal.signer)
             .bind(seal.signature)
             .execute(&mut *tx)
@@ -343,7 +343,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, $crate::store::StoreError> {
+    async fn token_outstanding(&self, minion: &str, now_ms: u64) -> Result<bool, $crate::StoreError> {
         self.bounded(async move {
             // Only a token a master made binds the id: a row written past the masters does not
             // lock its minion out.
@@ -351,7 +351,7 @@ macro_rules! common_store_methods {
                  signer, signature FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? \
                  ORDER BY signature IS NULL LIMIT 16"))
                 .bind(minion)
-                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::sqlite::db_int(now_ms))
                 .fetch_all(&mut *self.conn().await?)
                 .await?;
             for row in &rows {
@@ -365,7 +365,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn pending_key_count(&self) -> Result<u64, $crate::store::StoreError> {
+    async fn pending_key_count(&self) -> Result<u64, $crate::StoreError> {
         self.bounded(async move {
             let n: i64 =
                 sqlx::query_scalar(&$sql("SELECT COUNT(*) FROM keys WHERE state = 'pending'")).fetch_one(&mut *self.conn().await?).await?;
@@ -374,17 +374,17 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn minions(&self) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
+    async fn minions(&self) -> Result<Vec<$crate::MinionRecord>, $crate::StoreError> {
         self.bounded(async move {
             let rows = sqlx::query(&$sql("SELECT id, grains, functions, last_seen FROM minions ORDER BY id"))
                 .fetch_all(&mut *self.conn().await?)
                 .await?;
             rows.iter()
                 .map(|row| {
-                    Ok($crate::store::MinionRecord {
+                    Ok($crate::MinionRecord {
                         id: row.try_get("id")?,
-                        grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
-                        functions: $crate::store::records::json(&row.try_get::<String, _>("functions")?)?,
+                        grains: $crate::records::json(&row.try_get::<String, _>("grains")?)?,
+                        functions: $crate::records::json(&row.try_get::<String, _>("functions")?)?,
                         last_seen_ms: ms(row.try_get("last_seen")?),
                     })
                 })
@@ -396,13 +396,13 @@ macro_rules! common_store_methods {
     async fn minions_named(
         &self,
         ids: &[String],
-    ) -> Result<Vec<$crate::store::MinionRecord>, $crate::store::StoreError> {
+    ) -> Result<Vec<$crate::MinionRecord>, $crate::StoreError> {
         self.bounded(async move {
             let mut out = Vec::with_capacity(ids.len());
-            for chunk in ids.chunks($crate::store::common_sql::IN_LIST_MAX) {
+            for chunk in ids.chunks($crate::common_sql::IN_LIST_MAX) {
                 let sql = format!(
                     "SELECT id, grains, functions, last_seen FROM minions WHERE id IN ({}) ORDER BY id",
-                    $crate::store::common_sql::placeholders(chunk.len())
+                    $crate::common_sql::placeholders(chunk.len())
                 );
                 let sql = $sql(&sql);
                 let mut query = sqlx::query(&sql);
@@ -410,10 +410,10 @@ macro_rules! common_store_methods {
                     query = query.bind(id);
                 }
                 for row in query.fetch_all(&mut *self.conn().await?).await? {
-                    out.push($crate::store::MinionRecord {
+                    out.push($crate::MinionRecord {
                         id: row.try_get("id")?,
-                        grains: $crate::store::records::json(&row.try_get::<String, _>("grains")?)?,
-                        functions: $crate::store::records::json(&row.try_get::<String, _>("functions")?)?,
+                        grains: $crate::records::json(&row.try_get::<String, _>("grains")?)?,
+                        functions: $crate::records::json(&row.try_get::<String, _>("functions")?)?,
                         last_seen_ms: ms(row.try_get("last_seen")?),
                     });
                 }
@@ -423,7 +423,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn unfinished_jids(&self) -> Result<Vec<String>, $crate::store::StoreError> {
+    async fn unfinished_jids(&self) -> Result<Vec<String>, $crate::StoreError> {
         self.bounded(async move {
             Ok(sqlx::query_scalar(&$sql(
                 "SELECT DISTINCT jid FROM job_minions WHERE state IN ('waiting', 'sent', 'running', 'queued') ORDER BY jid",
@@ -434,14 +434,14 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn token(&self, hash: &[u8; 32]) -> Result<Option<$crate::store::TokenRecord>, $crate::store::StoreError> {
+    async fn token(&self, hash: &[u8; 32]) -> Result<Option<$crate::TokenRecord>, $crate::StoreError> {
         self.bounded(async move {
             let row = sqlx::query(&$sql("SELECT minion, expires_at, used_at FROM tokens WHERE token_hash = ?"))
                 .bind(&hash[..])
                 .fetch_optional(&mut *self.conn().await?)
                 .await?;
             row.map(|row| {
-                Ok($crate::store::TokenRecord {
+                Ok($crate::TokenRecord {
                     minion: row.try_get("minion")?,
                     expires_at_ms: ms(row.try_get("expires_at")?),
                     used: row.try_get::<Option<i64>, _>("used_at")?.is_some(),
@@ -452,7 +452,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn live_job(&self, jid: &str) -> Result<Option<$crate::store::UnfinishedJob>, $crate::store::StoreError> {
+    async fn live_job(&self, jid: &str) -> Result<Option<$crate::UnfinishedJob>, $crate::StoreError> {
         self.bounded(async move {
             let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(&mut *self.conn().await?).await?
             else {
@@ -464,8 +464,8 @@ macro_rules! common_store_methods {
                 .fetch_all(&mut *self.conn().await?)
                 .await?
                 .iter()
-                .map(|r| Ok((r.try_get("minion")?, $crate::store::records::job_state(&r.try_get::<String, _>("state")?)?)))
-                .collect::<Result<Vec<_>, $crate::store::StoreError>>()?;
+                .map(|r| Ok((r.try_get("minion")?, $crate::records::job_state(&r.try_get::<String, _>("state")?)?)))
+                .collect::<Result<Vec<_>, $crate::StoreError>>()?;
             Ok(Some((job, states)))
         })
         .await
@@ -475,10 +475,10 @@ macro_rules! common_store_methods {
         &self,
         jid: &str,
         rollout: &halite_protocol::message::RolloutStatus,
-    ) -> Result<(), $crate::store::StoreError> {
+    ) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
             sqlx::query(&$sql("UPDATE jobs SET rollout = ? WHERE jid = ?"))
-                .bind($crate::store::records::to_json(rollout))
+                .bind($crate::records::to_json(rollout))
                 .bind(jid)
                 .execute(&mut *self.conn().await?)
                 .await?;
@@ -487,7 +487,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn delete_minion(&self, id: &str) -> Result<(), $crate::store::StoreError> {
+    async fn delete_minion(&self, id: &str) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
             sqlx::query(&$sql("DELETE FROM minions WHERE id = ?")).bind(id).execute(&mut *self.conn().await?).await?;
             Ok(())
@@ -495,7 +495,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn jobs(&self, before: Option<&str>, limit: u32, with_minions: bool) -> Result<Vec<$crate::store::JobListing>, $crate::store::StoreError> {
+    async fn jobs(&self, before: Option<&str>, limit: u32, with_minions: bool) -> Result<Vec<$crate::JobListing>, $crate::StoreError> {
         self.bounded(async move {
             // Three queries for the whole page, whatever its size: the jobs, their state counts,
             // and (when asked) their minions.
@@ -514,7 +514,7 @@ macro_rules! common_store_methods {
                     states: std::collections::BTreeMap::new(),
                     rollout: job.rollout,
                 };
-                out.push($crate::store::JobListing { summary, minions: Vec::new() });
+                out.push($crate::JobListing { summary, minions: Vec::new() });
             }
             let counts = self
                 .page_rows(
@@ -527,7 +527,7 @@ macro_rules! common_store_methods {
                 let jid: String = row.try_get("jid")?;
                 let n: i64 = row.try_get("n")?;
                 if let Some(&i) = index.get(&jid) {
-                    let state = $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?;
+                    let state = $crate::records::job_state(&row.try_get::<String, _>("state")?)?;
                     out[i].summary.states.insert(state, u32::try_from(n).unwrap_or(u32::MAX));
                 }
             }
@@ -558,13 +558,13 @@ macro_rules! common_store_methods {
         &self,
         jid: &str,
         minions: &[String],
-    ) -> Result<Vec<(String, halite_protocol::message::JobReturn)>, $crate::store::StoreError> {
+    ) -> Result<Vec<(String, halite_protocol::message::JobReturn)>, $crate::StoreError> {
         self.bounded(async move {
             let mut out = Vec::with_capacity(minions.len());
-            for chunk in minions.chunks($crate::store::common_sql::IN_LIST_MAX) {
+            for chunk in minions.chunks($crate::common_sql::IN_LIST_MAX) {
                 let sql = format!(
                     "SELECT minion, ret FROM job_minions WHERE jid = ? AND ret IS NOT NULL AND minion IN ({}) ORDER BY minion",
-                    $crate::store::common_sql::placeholders(chunk.len())
+                    $crate::common_sql::placeholders(chunk.len())
                 );
                 let sql = $sql(&sql);
                 let mut query = sqlx::query(&sql).bind(jid);
@@ -581,7 +581,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn job(&self, jid: &str) -> Result<Option<halite_protocol::message::JobDetail>, $crate::store::StoreError> {
+    async fn job(&self, jid: &str) -> Result<Option<halite_protocol::message::JobDetail>, $crate::StoreError> {
         self.bounded(async move {
             let Some(row) = sqlx::query(&$sql("SELECT * FROM jobs WHERE jid = ?")).bind(jid).fetch_optional(&mut *self.conn().await?).await?
             else {
@@ -597,7 +597,7 @@ macro_rules! common_store_methods {
                 let ret: Option<String> = row.try_get("ret")?;
                 minions.push(halite_protocol::message::MinionJob {
                     minion: row.try_get("minion")?,
-                    state: $crate::store::records::job_state(&row.try_get::<String, _>("state")?)?,
+                    state: $crate::records::job_state(&row.try_get::<String, _>("state")?)?,
                     ret: ret.as_deref().map(return_from_json).transpose()?,
                     late: row.try_get("late")?,
                     away: None,
@@ -609,7 +609,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn principals(&self) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
+    async fn principals(&self) -> Result<Vec<$crate::PrincipalRecord>, $crate::StoreError> {
         self.bounded(async move {
             let rows = sqlx::query(&$sql("SELECT name, public_key, acl, signer, signature FROM principals ORDER BY name"))
                 .fetch_all(&mut *self.conn().await?)
@@ -619,9 +619,9 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn put_principal(&self, principal: &$crate::store::PrincipalRecord, now_ms: u64) -> Result<(), $crate::store::StoreError> {
+    async fn put_principal(&self, principal: &$crate::PrincipalRecord, now_ms: u64) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
-            let acl = $crate::store::records::acl_json(&principal.acl);
+            let acl = $crate::records::acl_json(&principal.acl);
             let seal = self.trust.get().seal_principal(&principal.name, &principal.public_key, &acl);
             sqlx::query(&$sql(
                 "INSERT INTO principals (name, public_key, acl, updated_at, signer, signature) VALUES (?, ?, ?, ?, ?, ?) \
@@ -631,7 +631,7 @@ macro_rules! common_store_methods {
                 .bind(&principal.name)
                 .bind(&principal.public_key[..])
                 .bind(acl)
-                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::sqlite::db_int(now_ms))
                 .bind(seal.signer)
                 .bind(seal.signature)
                 .execute(&mut *self.conn().await?)
@@ -641,14 +641,14 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn set_trust(&self, trust: $crate::store::trust::Trust, now_ms: u64) -> Result<u64, $crate::store::StoreError> {
+    async fn set_trust(&self, trust: $crate::trust::Trust, now_ms: u64) -> Result<u64, $crate::StoreError> {
         // In use at once, whether or not the database answers: what a master revoked now signs
         // is refused from the next row or announcement read, not from the next registration.
         self.trust.set(trust.sharing(Self::SHARED));
         self.bounded(async move { self.put_trust(now_ms).await }).await
     }
 
-    async fn delete_principal(&self, name: &str) -> Result<bool, $crate::store::StoreError> {
+    async fn delete_principal(&self, name: &str) -> Result<bool, $crate::StoreError> {
         self.bounded(async move {
             let mut conn = self.conn().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -663,7 +663,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn transfer_owner(&self, from: &str, to: &str) -> Result<u64, $crate::store::StoreError> {
+    async fn transfer_owner(&self, from: &str, to: &str) -> Result<u64, $crate::StoreError> {
         self.bounded(async move {
             let mut conn = self.conn().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -682,7 +682,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn tokens(&self, owner: Option<&str>) -> Result<Vec<halite_protocol::message::TokenSummary>, $crate::store::StoreError> {
+    async fn tokens(&self, owner: Option<&str>) -> Result<Vec<halite_protocol::message::TokenSummary>, $crate::StoreError> {
         self.bounded(async move {
             let rows = sqlx::query(&$sql(
                 "SELECT id, minion, expires_at, used_at FROM tokens WHERE (? IS NULL OR owner = ?) ORDER BY expires_at, minion",
@@ -705,7 +705,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn delete_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::store::StoreError> {
+    async fn delete_token(&self, id: &str, owner: Option<&str>) -> Result<bool, $crate::StoreError> {
         self.bounded(async move {
             let done = sqlx::query(&$sql("DELETE FROM tokens WHERE id = ? AND (? IS NULL OR owner = ?)"))
                 .bind(id)
@@ -718,7 +718,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn last_jid(&self) -> Result<Option<String>, $crate::store::StoreError> {
+    async fn last_jid(&self) -> Result<Option<String>, $crate::StoreError> {
         self.bounded(async move {
             // The newest job stored, or the newest that retention deleted (recorded as it purged).
             Ok(sqlx::query_scalar(&$sql("SELECT max(jid) FROM (SELECT max(jid) AS jid FROM jobs \
@@ -729,7 +729,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn wall_mark(&self) -> Result<Option<u64>, $crate::store::StoreError> {
+    async fn wall_mark(&self) -> Result<Option<u64>, $crate::StoreError> {
         self.bounded(async move {
             let value: Option<String> =
                 sqlx::query_scalar(&$sql("SELECT value FROM meta WHERE key = 'wall_mark'")).fetch_optional(&mut *self.conn().await?).await?;
@@ -738,7 +738,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn set_wall_mark(&self, ms: u64) -> Result<(), $crate::store::StoreError> {
+    async fn set_wall_mark(&self, ms: u64) -> Result<(), $crate::StoreError> {
         self.bounded(async move {
             sqlx::query(&$sql("INSERT INTO meta (key, value) VALUES ('wall_mark', ?) ON CONFLICT(key) DO UPDATE \
                  SET value = excluded.value WHERE CAST(excluded.value AS BIGINT) > CAST(meta.value AS BIGINT)"),
@@ -751,7 +751,7 @@ macro_rules! common_store_methods {
         .await
     }
 
-    async fn purge_jobs(&self, before_ms: u64) -> Result<u64, $crate::store::StoreError> {
+    async fn purge_jobs(&self, before_ms: u64) -> Result<u64, $crate::StoreError> {
         self.bounded(async move {
             let mut conn = self.conn().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -764,7 +764,7 @@ macro_rules! common_store_methods {
             let done = sqlx::query(&$sql("DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
                  WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running', 'queued'))"),
             )
-            .bind($crate::store::sqlite::db_int(before_ms))
+            .bind($crate::sqlite::db_int(before_ms))
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -774,4 +774,4 @@ macro_rules! common_store_methods {
     }
     };
 }
-pub(super) use common_store_methods;
+pub(crate) use common_store_methods;

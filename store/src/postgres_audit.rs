@@ -10,7 +10,7 @@ use super::{PostgresStore, StoreError};
 
 impl PostgresStore {
     /// Appends `entries` to `chain`, going on from [`next_head`].
-    pub(super) async fn append_audit_records(
+    pub async fn append_audit_records(
         &self,
         chain: &str,
         after: Option<AuditHead>,

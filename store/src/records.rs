@@ -71,33 +71,33 @@ const OUTCOMES: Names<Outcome> = Names(&[
     (Outcome::Denied, "denied"),
 ]);
 
-pub(super) fn key_state_name(state: KeyState) -> &'static str {
+pub(crate) fn key_state_name(state: KeyState) -> &'static str {
     KEY_STATES.name(state)
 }
 
-pub(super) fn key_state(name: &str) -> Result<KeyState, StoreError> {
+pub(crate) fn key_state(name: &str) -> Result<KeyState, StoreError> {
     KEY_STATES.parse(name, "key state")
 }
 
 /// A token's public id: the first 6 bytes of its SHA-256, in hex (what lists show and revoke
 /// takes; the token itself is never stored).
-pub(super) fn token_id(hash: &[u8; 32]) -> String {
+pub(crate) fn token_id(hash: &[u8; 32]) -> String {
     halite_protocol::hex::encode(&hash[..6])
 }
 
-pub(super) fn job_state_name(state: MinionJobState) -> &'static str {
+pub(crate) fn job_state_name(state: MinionJobState) -> &'static str {
     JOB_STATES.name(state)
 }
 
-pub(super) fn job_state(name: &str) -> Result<MinionJobState, StoreError> {
+pub(crate) fn job_state(name: &str) -> Result<MinionJobState, StoreError> {
     JOB_STATES.parse(name, "job state")
 }
 
-pub(super) fn target_kind_name(kind: TargetKind) -> &'static str {
+pub(crate) fn target_kind_name(kind: TargetKind) -> &'static str {
     TARGET_KINDS.name(kind)
 }
 
-pub(super) fn target_kind(name: &str) -> Result<TargetKind, StoreError> {
+pub(crate) fn target_kind(name: &str) -> Result<TargetKind, StoreError> {
     TARGET_KINDS.parse(name, "target kind")
 }
 
@@ -121,7 +121,7 @@ fn completed() -> String {
     "completed".into()
 }
 
-pub(super) fn return_json(ret: &JobReturn) -> String {
+pub(crate) fn return_json(ret: &JobReturn) -> String {
     let stored = StoredReturn {
         jid: ret.jid.clone(),
         minion: ret.minion.clone(),
@@ -135,7 +135,7 @@ pub(super) fn return_json(ret: &JobReturn) -> String {
     to_json(&stored)
 }
 
-pub(super) fn return_from_json(text: &str) -> Result<JobReturn, StoreError> {
+pub(crate) fn return_from_json(text: &str) -> Result<JobReturn, StoreError> {
     let stored: StoredReturn = json(text)?;
     Ok(JobReturn {
         jid: stored.jid,
@@ -168,7 +168,7 @@ struct StoredRule {
     args: BTreeMap<String, String>,
 }
 
-pub(super) fn acl_json(acl: &PrincipalAcl) -> String {
+pub(crate) fn acl_json(acl: &PrincipalAcl) -> String {
     let stored = StoredAcl {
         rules: acl
             .rules
@@ -182,7 +182,7 @@ pub(super) fn acl_json(acl: &PrincipalAcl) -> String {
     to_json(&stored)
 }
 
-pub(super) fn acl_from_json(text: &str) -> Result<PrincipalAcl, StoreError> {
+pub(crate) fn acl_from_json(text: &str) -> Result<PrincipalAcl, StoreError> {
     let stored: StoredAcl = json(text)?;
     Ok(PrincipalAcl {
         rules: stored
@@ -197,12 +197,12 @@ pub(super) fn acl_from_json(text: &str) -> Result<PrincipalAcl, StoreError> {
 }
 
 /// Decodes a JSON column; a value that does not decode is corrupt.
-pub(super) fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+pub(crate) fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// Encodes a JSON column.
-pub(super) fn to_json<T: Serialize>(value: &T) -> String {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 

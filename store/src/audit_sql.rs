@@ -3,7 +3,7 @@
 //! into the backend's own (`common_sql.rs`).
 
 /// One page of a listing, every filter optional (bound as each value twice, then `limit`).
-pub(super) const PAGE: &str = "SELECT id, chain, seq, body, prev, hash, signer, signature FROM audit \
+pub(crate) const PAGE: &str = "SELECT id, chain, seq, body, prev, hash, signer, signature FROM audit \
      WHERE (CAST(? AS BIGINT) IS NULL OR id > ?) AND (CAST(? AS TEXT) IS NULL OR principal = ?) \
      AND (CAST(? AS TEXT) IS NULL OR tenant = ?) AND (CAST(? AS TEXT) IS NULL OR action = ?) \
      AND (CAST(? AS TEXT) IS NULL OR decision = ?) AND (CAST(? AS BIGINT) IS NULL OR at_ms >= ?) \
@@ -12,13 +12,13 @@ pub(super) const PAGE: &str = "SELECT id, chain, seq, body, prev, hash, signer, 
 
 macro_rules! audit_store {
     ($store:ty, $sql:path) => {
-        impl $crate::store::audit::AuditStore for $store {
+        impl $crate::audit::AuditStore for $store {
             async fn append_audit(
                 &self,
                 chain: &str,
-                after: Option<$crate::store::audit::AuditHead>,
+                after: Option<$crate::audit::AuditHead>,
                 entries: &[halite_protocol::audit::AuditEntry],
-            ) -> Result<$crate::store::audit::AuditHead, $crate::store::StoreError> {
+            ) -> Result<$crate::audit::AuditHead, $crate::StoreError> {
                 self.append_audit_records(chain, after, entries).await
             }
 
@@ -27,12 +27,12 @@ macro_rules! audit_store {
                 filter: &halite_protocol::message::AuditFilter,
                 after: Option<i64>,
                 limit: u32,
-            ) -> Result<Vec<halite_protocol::audit::AuditRecord>, $crate::store::StoreError> {
-                let since = filter.since_ms.map($crate::store::sqlite::db_int);
-                let until = filter.until_ms.map($crate::store::sqlite::db_int);
-                let minion = filter.minion.as_deref().map($crate::store::audit::minion_pattern);
+            ) -> Result<Vec<halite_protocol::audit::AuditRecord>, $crate::StoreError> {
+                let since = filter.since_ms.map($crate::sqlite::db_int);
+                let until = filter.until_ms.map($crate::sqlite::db_int);
+                let minion = filter.minion.as_deref().map($crate::audit::minion_pattern);
                 self.bounded(async move {
-                    let rows = sqlx::query(&$sql($crate::store::audit_sql::PAGE))
+                    let rows = sqlx::query(&$sql($crate::audit_sql::PAGE))
                         .bind(after)
                         .bind(after)
                         .bind(&filter.principal)
@@ -53,14 +53,12 @@ macro_rules! audit_store {
                         .bind(i64::from(limit))
                         .fetch_all(&mut *self.conn().await?)
                         .await?;
-                    rows.iter().map(|row| Ok($crate::store::audit_sql::record_of(row)?)).collect()
+                    rows.iter().map(|row| Ok($crate::audit_sql::record_of(row)?)).collect()
                 })
                 .await
             }
 
-            async fn audit_checkpoints(
-                &self,
-            ) -> Result<Vec<halite_protocol::audit::Checkpoint>, $crate::store::StoreError> {
+            async fn audit_checkpoints(&self) -> Result<Vec<halite_protocol::audit::Checkpoint>, $crate::StoreError> {
                 use sqlx::Row;
                 self.bounded(async move {
                     let rows = sqlx::query(&$sql(
@@ -83,7 +81,7 @@ macro_rules! audit_store {
                 .await
             }
 
-            async fn audit_head(&self, chain: &str) -> Result<u64, $crate::store::StoreError> {
+            async fn audit_head(&self, chain: &str) -> Result<u64, $crate::StoreError> {
                 self.bounded(async move {
                     let head: Option<i64> = sqlx::query_scalar(&$sql(
                         "SELECT max(seq) FROM (SELECT max(seq) AS seq FROM audit WHERE chain = ? \
@@ -98,7 +96,7 @@ macro_rules! audit_store {
                 .await
             }
 
-            async fn audit_heads(&self) -> Result<std::collections::BTreeMap<String, u64>, $crate::store::StoreError> {
+            async fn audit_heads(&self) -> Result<std::collections::BTreeMap<String, u64>, $crate::StoreError> {
                 use sqlx::Row;
                 self.bounded(async move {
                     // One index lookup per master, not a scan of the trail.
@@ -122,7 +120,7 @@ macro_rules! audit_store {
             async fn verify_audit(
                 &self,
                 known_heads: &std::collections::BTreeMap<String, u64>,
-            ) -> Result<halite_protocol::message::AuditVerification, $crate::store::StoreError> {
+            ) -> Result<halite_protocol::message::AuditVerification, $crate::StoreError> {
                 let checkpoints = self.audit_checkpoints().await?;
                 let trust = self.trust.get();
                 // Each signer's standing, looked up once (the lookup reads the store).
@@ -153,9 +151,7 @@ macro_rules! audit_store {
                 };
                 let mut after = None;
                 loop {
-                    let page = self
-                        .audit_page(&$crate::store::audit::EVERY_RECORD, after, $crate::store::audit::AUDIT_PAGE)
-                        .await?;
+                    let page = self.audit_page(&$crate::audit::EVERY_RECORD, after, $crate::audit::AUDIT_PAGE).await?;
                     let Some(last) = page.last() else { break };
                     after = Some(last.id);
                     for record in &page {
@@ -185,7 +181,7 @@ macro_rules! audit_store {
                 })
             }
 
-            async fn audit_header(&self) -> Result<halite_protocol::audit::ExportHeader, $crate::store::StoreError> {
+            async fn audit_header(&self) -> Result<halite_protocol::audit::ExportHeader, $crate::StoreError> {
                 use sqlx::Row;
                 let checkpoints = self.audit_checkpoints().await?;
                 let (masters, heads) = self
@@ -205,7 +201,7 @@ macro_rules! audit_store {
                                         .map(|c| halite_protocol::hex::encode(&c)),
                                 })
                             })
-                            .collect::<Result<Vec<_>, $crate::store::StoreError>>()?;
+                            .collect::<Result<Vec<_>, $crate::StoreError>>()?;
                         let rows = sqlx::query(&$sql("SELECT chain, max(seq) AS head FROM audit GROUP BY chain"))
                             .fetch_all(&mut *conn)
                             .await?;
@@ -217,7 +213,7 @@ macro_rules! audit_store {
                                     u64::try_from(row.try_get::<i64, _>("head")?).unwrap_or(0),
                                 ))
                             })
-                            .collect::<Result<std::collections::BTreeMap<_, _>, $crate::store::StoreError>>()?;
+                            .collect::<Result<std::collections::BTreeMap<_, _>, $crate::StoreError>>()?;
                         Ok((masters, heads))
                     })
                     .await?;
@@ -234,8 +230,8 @@ macro_rules! audit_store {
                 chain: &str,
                 before_ms: Option<u64>,
                 keep: Option<u64>,
-            ) -> Result<u64, $crate::store::StoreError> {
-                let before = before_ms.map($crate::store::sqlite::db_int);
+            ) -> Result<u64, $crate::StoreError> {
+                let before = before_ms.map($crate::sqlite::db_int);
                 self.bounded(async move {
                     let mut conn = self.conn().await?;
                     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -267,9 +263,7 @@ macro_rules! audit_store {
                     // Already pruned past it.
                     let Some(hash) = hash else { return Ok(0) };
                     let hash = halite_protocol::audit::hash_from_hex(&hash).ok_or_else(|| {
-                        $crate::store::StoreError::Corrupt(format!(
-                            "audit chain {chain}: record {cut}'s hash is not one"
-                        ))
+                        $crate::StoreError::Corrupt(format!("audit chain {chain}: record {cut}'s hash is not one"))
                     })?;
                     let checkpoint = self.trust.get().audit_checkpoint(chain, u64::try_from(cut).unwrap_or(0), &hash);
                     sqlx::query(&$sql(
@@ -297,7 +291,7 @@ macro_rules! audit_store {
         }
     };
 }
-pub(super) use audit_store;
+pub(crate) use audit_store;
 
 /// Invoked at module level after `signed_row_helpers!`: whether an audit record's signer
 /// (hex) is a master this master trusts.
@@ -306,19 +300,19 @@ macro_rules! audit_helpers {
         impl $store {
             async fn signer_trusted(
                 &self,
-                trust: &$crate::store::trust::Trust,
+                trust: &$crate::trust::Trust,
                 signer: &str,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 let Some(bytes) = halite_protocol::hex::decode(signer) else { return Ok(false) };
                 Ok(self.trusted_signer(trust, Some(&bytes)).await?.is_ok())
             }
         }
     };
 }
-pub(super) use audit_helpers;
+pub(crate) use audit_helpers;
 
 /// A record as read.
-pub(super) fn record_of<R: sqlx::Row>(row: &R) -> Result<halite_protocol::audit::AuditRecord, sqlx::Error>
+pub(crate) fn record_of<R: sqlx::Row>(row: &R) -> Result<halite_protocol::audit::AuditRecord, sqlx::Error>
 where
     for<'r> &'r str: sqlx::ColumnIndex<R>,
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,

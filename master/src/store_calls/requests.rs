@@ -5,11 +5,11 @@
 use halite_protocol::message::KeyState;
 
 use super::reads::{self, AcceptedKeys};
-use super::{KeyRecord, Store, StoreError};
 use crate::admin::calls::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
 use crate::deploy::calls::{DeployCall, DeployDone, DeploymentWrite};
 use crate::deploy::group_calls::{GroupCall, GroupDone};
 use crate::keys::token_hash;
+use crate::store::{KeyRecord, Store, StoreError};
 use crate::target::glob;
 
 /// Makes `call`'s store calls; `now_ms` (wall time) stamps what they write.

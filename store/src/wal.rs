@@ -14,14 +14,14 @@ const FRAME_HEADER: usize = 24;
 
 /// Where the log stops checking out, when transactions are recorded after that point.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Damage {
+pub(crate) struct Damage {
     /// The first frame (from 1) that does not check out, or 0 for the log's header.
-    pub(super) frame: u64,
+    pub frame: u64,
 }
 
 /// `Ok(None)` for a log SQLite will read whole (or that holds nothing committed past a torn
 /// end), `Ok(Some(damage))` when committed transactions would be ignored.
-pub(super) fn check(path: &Path) -> io::Result<Option<Damage>> {
+pub(crate) fn check(path: &Path) -> io::Result<Option<Damage>> {
     let mut log = BufReader::new(File::open(path)?);
     let mut header = [0u8; HEADER];
     if !read_full(&mut log, &mut header)? {

@@ -4,18 +4,18 @@
 
 #![cfg(test)]
 
+pub(crate) use crate::testing::job;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 
 use halite_protocol::message::{
-    status, JobReturn, JobSpec, KeyState, MinionJobState, NewDeployment, Outcome, PrincipalAcl, PrincipalRule,
-    SignedJob, SoftwareConfig, SoftwareDeployment, Target, TargetKind,
+    status, JobReturn, KeyState, MinionJobState, NewDeployment, Outcome, PrincipalAcl, PrincipalRule, SoftwareConfig,
+    SoftwareDeployment,
 };
 use serde_json::json;
 
-use super::{
-    DeploymentRecord, JobRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, TokenRecord, TokenUse,
-};
+use super::{DeploymentRecord, KeyRecord, MinionRecord, PrincipalRecord, StateChange, Store, TokenRecord, TokenUse};
 
 /// Runs one case on a fresh store, on a runtime with worker threads (for the concurrency case).
 pub(crate) fn run<S, Open, Case, Done>(open: Open, case: Case)
@@ -32,7 +32,7 @@ where
 /// fresh store) opens.
 macro_rules! conformance_suite {
     ($open:expr) => {
-        $crate::store::conformance::conformance_suite!(@cases $open;
+        $crate::conformance::conformance_suite!(@cases $open;
             keys_and_tokens, minions, big_jobs_and_failed_inserts, states_returns_listing_and_retention,
             later_changes_win_and_returns_stay, principals, jids_and_wall_marks_only_grow,
             configs_deployments_and_api_tokens, group_writes_are_guarded_by_their_revision, concurrent_writers);
@@ -43,25 +43,13 @@ macro_rules! conformance_suite {
             $(
                 #[test]
                 fn $case() {
-                    $crate::store::conformance::run($open, $crate::store::conformance::$case)
+                    $crate::conformance::run($open, $crate::conformance::$case)
                 }
             )*
         }
     };
 }
 pub(crate) use conformance_suite;
-
-pub(crate) fn job(jid: &str, created_at_ms: u64) -> JobRecord {
-    let target = Target { kind: TargetKind::Compound, expr: "web* and G@os:Debian".into() };
-    let spec = JobSpec {
-        args: vec![json!(1)],
-        kwargs: BTreeMap::from([("name".into(), json!("nginx"))]),
-        timeout_ms: 1000,
-        ..JobSpec::new(target, "test.ping")
-    };
-    let signed = SignedJob { body: vec![1, 2, 3], signature: vec![9; 64], start_by_ms: None };
-    JobRecord::new(jid.into(), spec, "root".into(), created_at_ms, signed)
-}
 
 fn ret(jid: &str, minion: &str, stdout: &str) -> JobReturn {
     JobReturn {
@@ -357,7 +345,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     store.put_config(&config("c1"), "heat", 1).await.unwrap();
     store.put_config(&config("c2"), "trove", 2).await.unwrap();
     store.put_config(&config("c3"), "heat", 3).await.unwrap();
-    let c1 = crate::store::ConfigRecord { config: config("c1"), owner: "heat".into() };
+    let c1 = crate::ConfigRecord { config: config("c1"), owner: "heat".into() };
     assert_eq!(store.config("c1").await.unwrap(), Some(c1));
     assert_eq!(store.configs(None, 10).await.unwrap(), vec![config("c3"), config("c2"), config("c1")], "newest first");
     assert_eq!(store.configs(None, 1).await.unwrap().len(), 1);
@@ -450,7 +438,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert_eq!(store.deployment("d1").await.unwrap(), None, "a relay recorded late brings nothing back");
 
     store.create_api_token(&[4; 32], "heat", "root", 1, None).await.unwrap();
-    let grant = |principal: &str, id: &str, expires_at_ms| crate::store::ApiTokenGrant {
+    let grant = |principal: &str, id: &str, expires_at_ms| crate::ApiTokenGrant {
         id: id.into(),
         principal: principal.into(),
         expires_at_ms,
@@ -477,10 +465,7 @@ pub(crate) async fn configs_deployments_and_api_tokens<S: Store>(store: S) {
     assert_eq!(store.api_token_grant(&[6; 32], 50).await.unwrap(), None);
     // A principal's tokens go with it: one of the same name added later does not inherit them.
     let acl = halite_protocol::message::PrincipalAcl::default();
-    store
-        .put_principal(&crate::store::PrincipalRecord { name: "heat".into(), public_key: [1; 32], acl }, 4)
-        .await
-        .unwrap();
+    store.put_principal(&crate::PrincipalRecord { name: "heat".into(), public_key: [1; 32], acl }, 4).await.unwrap();
     store.put_config(&config("c4"), "heat", 4).await.unwrap();
     store.create_api_token(&[8; 32], "trove", "heat", 4, None).await.unwrap();
     assert!(store.delete_principal("heat").await.unwrap());
@@ -507,11 +492,11 @@ pub(crate) async fn group_writes_are_guarded_by_their_revision<S: Store>(store: 
         action: "CREATE".into(),
         status: status::IN_PROGRESS.into(),
         status_reason: String::new(),
-        rollout: crate::core::rollout::RolloutRun::status_of(Default::default()),
+        rollout: halite_protocol::message::RolloutStatus::new(Default::default()),
         members: vec![GroupMember { server_id: "vm-1".into(), deployment_id: None, status: status::QUEUED.into() }],
         creation_time: String::new(),
     };
-    let new = crate::store::GroupRecord {
+    let new = crate::GroupRecord {
         group,
         spec,
         principal: "heat".into(),

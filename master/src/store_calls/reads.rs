@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use halite_protocol::message::{status, ConfigOutput, JobFilter, JobReturn, JobSummary, KeyState, MinionJobState};
 use halite_transport::PeerId;
 
-use super::{DeploymentRecord, JobListing, JobRecord, Store, StoreError};
 use crate::deploy::calls::PushInputs;
 use crate::deploy::group_calls::GroupAdvancing;
+use crate::store::{DeploymentRecord, JobListing, JobRecord, Store, StoreError};
 
 /// Accepted keys as reread.
 #[derive(Debug)]

@@ -61,7 +61,7 @@ pub(crate) fn seal(trust: &Trust, body: &str) -> String {
 /// A payload taken apart, not yet checked.
 #[derive(Debug)]
 pub(crate) struct Envelope<'a> {
-    pub(crate) signer: Vec<u8>,
+    pub signer: Vec<u8>,
     signature: Vec<u8>,
     body: &'a str,
 }
@@ -170,7 +170,7 @@ mod tests {
     use halite_protocol::identity::IdentityKey;
 
     use super::*;
-    use crate::store::ClusterChange;
+    use crate::ClusterChange;
 
     fn trust(seed: u8) -> Trust {
         Trust::new(IdentityKey::from_seed(&[seed; 32]), None, "m", Vec::new())

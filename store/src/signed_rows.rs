@@ -9,16 +9,16 @@ macro_rules! signed_row_helpers {
     ($store:ty, $row:ty, $sql:path) => {
         impl $store {
             /// The registration of master key `key` in the `masters` table, if any.
-            pub(super) async fn registration(
+            pub async fn registration(
                 &self,
                 key: &[u8],
-            ) -> Result<Option<$crate::store::trust::Registration>, $crate::store::StoreError> {
+            ) -> Result<Option<$crate::trust::Registration>, $crate::StoreError> {
                 let row = sqlx::query(&$sql("SELECT id, certificate FROM masters WHERE public_key = ?"))
                     .bind(key)
                     .fetch_optional(&mut *self.conn().await?)
                     .await?;
                 row.map(|row| {
-                    Ok($crate::store::trust::Registration {
+                    Ok($crate::trust::Registration {
                         id: row.try_get("id")?,
                         certificate: row.try_get("certificate")?,
                     })
@@ -28,15 +28,15 @@ macro_rules! signed_row_helpers {
 
             /// The master that signed something, if this master trusts it (reading its
             /// registration when it is not known yet).
-            pub(super) async fn trusted_signer(
+            pub async fn trusted_signer(
                 &self,
-                trust: &$crate::store::trust::Trust,
+                trust: &$crate::trust::Trust,
                 signer: Option<&[u8]>,
             ) -> Result<
-                Result<halite_protocol::identity::PublicIdentity, $crate::store::trust::Untrusted>,
-                $crate::store::StoreError,
+                Result<halite_protocol::identity::PublicIdentity, $crate::trust::Untrusted>,
+                $crate::StoreError,
             > {
-                let Some(signer) = signer else { return Ok(Err($crate::store::trust::Untrusted::Unsigned)) };
+                let Some(signer) = signer else { return Ok(Err($crate::trust::Untrusted::Unsigned)) };
                 match trust.known(signer) {
                     Ok(Some(key)) => return Ok(Ok(key)),
                     Ok(None) => {}
@@ -52,15 +52,15 @@ macro_rules! signed_row_helpers {
             /// logged and counted.
             async fn key_row_trusted(
                 &self,
-                trust: &$crate::store::trust::Trust,
+                trust: &$crate::trust::Trust,
                 row: &$row,
-                key: &$crate::store::KeyRecord,
-            ) -> Result<bool, $crate::store::StoreError> {
+                key: &$crate::KeyRecord,
+            ) -> Result<bool, $crate::StoreError> {
                 let signer: Option<Vec<u8>> = row.try_get("signer")?;
                 let signature: Option<Vec<u8>> = row.try_get("signature")?;
-                let state = $crate::store::records::key_state_name(key.state);
+                let state = $crate::records::key_state_name(key.state);
                 let checked = match self.trusted_signer(trust, signer.as_deref()).await? {
-                    Ok(signer) => $crate::store::trust::Trust::check_key(
+                    Ok(signer) => $crate::trust::Trust::check_key(
                         &signer,
                         &key.id,
                         &key.public_key,
@@ -78,7 +78,7 @@ macro_rules! signed_row_helpers {
             }
 
             /// Key rows as read, an accepted one read as pending unless signed by a trusted master.
-            async fn checked_keys(&self, rows: &[$row]) -> Result<Vec<$crate::store::KeyRecord>, $crate::store::StoreError> {
+            async fn checked_keys(&self, rows: &[$row]) -> Result<Vec<$crate::KeyRecord>, $crate::StoreError> {
                 let trust = self.trust.get();
                 let mut keys = Vec::with_capacity(rows.len());
                 for row in rows {
@@ -97,7 +97,7 @@ macro_rules! signed_row_helpers {
             async fn checked_principals(
                 &self,
                 rows: &[$row],
-            ) -> Result<Vec<$crate::store::PrincipalRecord>, $crate::store::StoreError> {
+            ) -> Result<Vec<$crate::PrincipalRecord>, $crate::StoreError> {
                 let trust = self.trust.get();
                 let mut principals = Vec::with_capacity(rows.len());
                 for row in rows {
@@ -107,7 +107,7 @@ macro_rules! signed_row_helpers {
                     let signer: Option<Vec<u8>> = row.try_get("signer")?;
                     let signature: Option<Vec<u8>> = row.try_get("signature")?;
                     let checked = match self.trusted_signer(&trust, signer.as_deref()).await? {
-                        Ok(signer) => $crate::store::trust::Trust::check_principal(
+                        Ok(signer) => $crate::trust::Trust::check_principal(
                             &signer,
                             &name,
                             &key,
@@ -121,10 +121,10 @@ macro_rules! signed_row_helpers {
                         tracing::error!(principal = %name, %why, "a principal row no master signed: ignored (written past the masters?)");
                         continue;
                     }
-                    principals.push($crate::store::PrincipalRecord {
+                    principals.push($crate::PrincipalRecord {
                         name,
                         public_key: key.try_into().map_err(|_| corrupt("principal key is not 32 bytes"))?,
-                        acl: $crate::store::records::acl_from_json(&acl)?,
+                        acl: $crate::records::acl_from_json(&acl)?,
                     });
                 }
                 Ok(principals)
@@ -132,12 +132,12 @@ macro_rules! signed_row_helpers {
 
             /// Whether a token row's seal (`signer`, `signature`) is a trusted master's over
             /// `check`'s row; what is not is logged and counted.
-            pub(super) async fn token_row_trusted(
+            pub async fn token_row_trusted(
                 &self,
                 what: &str,
                 signer: Option<&[u8]>,
-                check: impl FnOnce(&halite_protocol::identity::PublicIdentity) -> Result<(), $crate::store::trust::Untrusted>,
-            ) -> Result<bool, $crate::store::StoreError> {
+                check: impl FnOnce(&halite_protocol::identity::PublicIdentity) -> Result<(), $crate::trust::Untrusted>,
+            ) -> Result<bool, $crate::StoreError> {
                 let trust = self.trust.get();
                 let checked = match self.trusted_signer(&trust, signer).await? {
                     Ok(signer) => check(&signer),
@@ -153,16 +153,16 @@ macro_rules! signed_row_helpers {
 
             /// Whether an enrollment token row as read (`expires_at`, `replaced_key`, `signer`,
             /// `signature`) for `hash` and `minion` is a trusted master's.
-            pub(super) async fn enrollment_row_trusted(
+            pub async fn enrollment_row_trusted(
                 &self,
                 row: &$row,
                 hash: &[u8],
                 minion: &str,
-            ) -> Result<bool, $crate::store::StoreError> {
+            ) -> Result<bool, $crate::StoreError> {
                 let signature: Option<Vec<u8>> = row.try_get("signature")?;
                 let signer: Option<Vec<u8>> = row.try_get("signer")?;
                 let replaced: Option<Vec<u8>> = row.try_get("replaced_key")?;
-                let signed = $crate::store::trust::EnrollmentTokenRow {
+                let signed = $crate::trust::EnrollmentTokenRow {
                     hash,
                     minion,
                     expires_at_ms: ms(row.try_get("expires_at")?),
@@ -170,7 +170,7 @@ macro_rules! signed_row_helpers {
                 };
                 let id = halite_protocol::hex::encode(&hash[..hash.len().min(6)]);
                 self.token_row_trusted(&id, signer.as_deref(), |signer| {
-                    $crate::store::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
+                    $crate::trust::Trust::check_enrollment_token(signer, &signed, signature.as_deref().unwrap_or_default())
                 })
                 .await
             }
@@ -179,8 +179,8 @@ macro_rules! signed_row_helpers {
             /// [`Self::put_trust`]); how many.
             async fn sign_legacy_tokens(
                 &self,
-                trust: &$crate::store::trust::Trust,
-            ) -> Result<u64, $crate::store::StoreError> {
+                trust: &$crate::trust::Trust,
+            ) -> Result<u64, $crate::StoreError> {
                 let mut conn = self.conn().await?;
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 // A replacing token from before names the key accepted at the upgrade.
@@ -195,7 +195,7 @@ macro_rules! signed_row_helpers {
                 for row in &tokens {
                     let hash: Vec<u8> = row.try_get("token_hash")?;
                     let replaced: Option<Vec<u8>> = row.try_get("replaced")?;
-                    let seal = trust.seal_enrollment_token(&$crate::store::trust::EnrollmentTokenRow {
+                    let seal = trust.seal_enrollment_token(&$crate::trust::EnrollmentTokenRow {
                         hash: &hash,
                         minion: &row.try_get::<String, _>("minion")?,
                         expires_at_ms: ms(row.try_get("expires_at")?),
@@ -216,7 +216,7 @@ macro_rules! signed_row_helpers {
                 .await?;
                 for row in &api_tokens {
                     let hash: Vec<u8> = row.try_get("token_hash")?;
-                    let seal = trust.seal_api_token(&$crate::store::trust::ApiTokenRow {
+                    let seal = trust.seal_api_token(&$crate::trust::ApiTokenRow {
                         hash: &hash,
                         principal: &row.try_get::<String, _>("principal")?,
                         expires_at_ms: row.try_get::<Option<i64>, _>("expires_at")?.map(ms),
@@ -242,7 +242,7 @@ macro_rules! signed_row_helpers {
             /// they are the operator's rows from before the upgrade: the migration runs once, and
             /// nothing could write a row after it and before this, at the master's start).
             /// Returns how many rows it signed.
-            async fn put_trust(&self, now_ms: u64) -> Result<u64, $crate::store::StoreError> {
+            async fn put_trust(&self, now_ms: u64) -> Result<u64, $crate::StoreError> {
                 let trust = self.trust.get();
                 let registration = trust.registration();
                 sqlx::query(&$sql(
@@ -253,7 +253,7 @@ macro_rules! signed_row_helpers {
                 .bind(&trust.public().as_bytes()[..])
                 .bind(&registration.id)
                 .bind(registration.certificate.as_deref())
-                .bind($crate::store::sqlite::db_int(now_ms))
+                .bind($crate::sqlite::db_int(now_ms))
                 .execute(&mut *self.conn().await?)
                 .await?;
                 let mut signed = 0;
@@ -270,7 +270,7 @@ macro_rules! signed_row_helpers {
                     .await?;
                 for row in &keys {
                     let key = key_from_row(row)?;
-                    let seal = trust.seal_key(&key.id, &key.public_key, $crate::store::records::key_state_name(key.state));
+                    let seal = trust.seal_key(&key.id, &key.public_key, $crate::records::key_state_name(key.state));
                     sqlx::query(&$sql("UPDATE keys SET signer = ?, signature = ? WHERE id = ? AND public_key = ?"))
                         .bind(seal.signer)
                         .bind(seal.signature)
@@ -304,4 +304,4 @@ macro_rules! signed_row_helpers {
         }
     };
 }
-pub(super) use signed_row_helpers;
+pub(crate) use signed_row_helpers;
