@@ -25,11 +25,11 @@ use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
 use crate::core::effects::{Effect, Effects};
 use crate::core::jobs::JobTable;
+use crate::core::registry::AcceptedKeys;
 use crate::core::registry::Registry;
 use crate::core::sessions::{Conn, Sessions};
 use crate::core::writes::PendingWrites;
 use crate::store::{ClusterChange, PrincipalRecord, StoreError};
-use crate::store_calls::reads::AcceptedKeys;
 
 /// The most keys another master's change names that are reread one by one rather than all.
 const KEYS_READ_ONE_BY_ONE: usize = 64;

@@ -23,14 +23,13 @@ use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
 use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::hearing::{Hearing, SlotChange};
+use crate::core::jobs::loaded_slots;
 use crate::core::jobs::{JobTable, LiveJob};
 use crate::core::registry::{MinionEntry, Registry};
 use crate::core::rollout_queue::RolloutQueue;
 use crate::core::sessions::Sessions;
 use crate::core::watchers::Watchers;
-use crate::server::loaded_slots;
-use crate::store::{MinionRecord, StoreError, UnfinishedJob};
-use crate::store_calls::reads::StoredJob;
+use crate::store::{JobRecord, MinionRecord, StoreError, UnfinishedJob};
 
 /// What jobs across the masters are followed with: what they change, and what they read.
 pub(crate) struct ClusterJobsDesk<'a> {
@@ -280,4 +279,12 @@ impl ClusterJobsDesk<'_> {
             self.registry.set_minion(record.id, entry);
         }
     }
+}
+
+/// A job as stored, with the returns of its slots already final.
+#[derive(Debug)]
+pub(crate) struct StoredJob {
+    pub(crate) record: JobRecord,
+    pub(crate) states: Vec<(String, MinionJobState)>,
+    pub(crate) returns: HashMap<String, JobReturn>,
 }

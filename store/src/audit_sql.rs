@@ -28,8 +28,8 @@ macro_rules! audit_store {
                 after: Option<i64>,
                 limit: u32,
             ) -> Result<Vec<halite_protocol::audit::AuditRecord>, $crate::StoreError> {
-                let since = filter.since_ms.map($crate::sqlite::db_int);
-                let until = filter.until_ms.map($crate::sqlite::db_int);
+                let since = filter.since_ms.map($crate::records::db_int);
+                let until = filter.until_ms.map($crate::records::db_int);
                 let minion = filter.minion.as_deref().map($crate::audit::minion_pattern);
                 self.bounded(async move {
                     let rows = sqlx::query(&$sql($crate::audit_sql::PAGE))
@@ -231,7 +231,7 @@ macro_rules! audit_store {
                 before_ms: Option<u64>,
                 keep: Option<u64>,
             ) -> Result<u64, $crate::StoreError> {
-                let before = before_ms.map($crate::sqlite::db_int);
+                let before = before_ms.map($crate::records::db_int);
                 self.bounded(async move {
                     let mut conn = self.conn().await?;
                     let mut tx = sqlx::Connection::begin(&mut *conn).await?;

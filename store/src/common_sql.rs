@@ -198,7 +198,7 @@ macro_rules! common_store_methods {
             .bind(&key.id)
             .bind(&key.public_key[..])
             .bind(state)
-            .bind($crate::sqlite::db_int(now_ms))
+            .bind($crate::records::db_int(now_ms))
             .bind(seal.signer)
             .bind(seal.signature)
             .execute(&mut *self.conn().await?)
@@ -239,7 +239,7 @@ macro_rules! common_store_methods {
                 None
             };
             // Signed as stored (and read back): the column holds at most i64::MAX.
-            let stored_expiry = ms($crate::sqlite::db_int(expires_at_ms));
+            let stored_expiry = ms($crate::records::db_int(expires_at_ms));
             let row = $crate::trust::EnrollmentTokenRow {
                 hash: &hash[..],
                 minion,
@@ -251,7 +251,7 @@ macro_rules! common_store_methods {
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))
                 .bind(&hash[..])
                 .bind(minion)
-                .bind($crate::sqlite::db_int(expires_at_ms))
+                .bind($crate::records::db_int(expires_at_ms))
                 .bind($crate::records::token_id(hash))
                 .bind(replaces_key)
                 .bind(owner)
@@ -280,7 +280,7 @@ macro_rules! common_store_methods {
                  signer, signature FROM tokens WHERE token_hash = ? AND minion = ? AND used_at IS NULL AND expires_at > ?"))
             .bind(&hash[..])
             .bind(minion)
-            .bind($crate::sqlite::db_int(now_ms))
+            .bind($crate::records::db_int(now_ms))
             .fetch_optional(&mut *self.conn().await?)
             .await?;
             let Some(row) = row else { return Ok($crate::TokenUse::Invalid) };
@@ -292,7 +292,7 @@ macro_rules! common_store_methods {
             let mut conn = self.conn().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let burnt = sqlx::query(&$sql("UPDATE tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND signature = ?"))
-                .bind($crate::sqlite::db_int(now_ms))
+                .bind($crate::records::db_int(now_ms))
                 .bind(&hash[..])
                 .bind(signature.as_deref())
                 .execute(&mut *tx)
@@ -318,7 +318,7 @@ macro_rules! common_store_methods {
                 // The token holder is the minion: any other key recorded for the id is denied (and
                 // loses its signature: one made for another state must not come back with it).
                 sqlx::query(&$sql("UPDATE keys SET state = 'denied', updated_at = ?, signer = NULL, signature = NULL WHERE id = ? AND public_key != ?"))
-                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::records::db_int(now_ms))
                     .bind(minion)
                     .bind(&public_key[..])
                     .execute(&mut *tx)
@@ -332,7 +332,7 @@ macro_rules! common_store_methods {
             .bind(minion)
             .bind(&public_key[..])
             .bind(state)
-            .bind($crate::sqlite::db_int(now_ms))
+            .bind($crate::records::db_int(now_ms))
             .bind(seal.signer)
             .bind(seal.signature)
             .execute(&mut *tx)
@@ -351,7 +351,7 @@ macro_rules! common_store_methods {
                  signer, signature FROM tokens WHERE minion = ? AND used_at IS NULL AND expires_at > ? \
                  ORDER BY signature IS NULL LIMIT 16"))
                 .bind(minion)
-                .bind($crate::sqlite::db_int(now_ms))
+                .bind($crate::records::db_int(now_ms))
                 .fetch_all(&mut *self.conn().await?)
                 .await?;
             for row in &rows {
@@ -631,7 +631,7 @@ macro_rules! common_store_methods {
                 .bind(&principal.name)
                 .bind(&principal.public_key[..])
                 .bind(acl)
-                .bind($crate::sqlite::db_int(now_ms))
+                .bind($crate::records::db_int(now_ms))
                 .bind(seal.signer)
                 .bind(seal.signature)
                 .execute(&mut *self.conn().await?)
@@ -764,7 +764,7 @@ macro_rules! common_store_methods {
             let done = sqlx::query(&$sql("DELETE FROM jobs WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM job_minions m \
                  WHERE m.jid = jobs.jid AND m.state IN ('waiting', 'sent', 'running', 'queued'))"),
             )
-            .bind($crate::sqlite::db_int(before_ms))
+            .bind($crate::records::db_int(before_ms))
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;

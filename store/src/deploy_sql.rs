@@ -16,7 +16,7 @@ macro_rules! deploy_store {
                     sqlx::query(&$sql("INSERT INTO software_configs (id, body, created_at, owner) VALUES (?, ?, ?, ?)"))
                         .bind(&config.id)
                         .bind($crate::deploy_records::config_json(config))
-                        .bind($crate::sqlite::db_int(now_ms))
+                        .bind($crate::records::db_int(now_ms))
                         .bind(owner)
                         .execute(&mut *self.conn().await?)
                         .await?;
@@ -97,8 +97,8 @@ macro_rules! deploy_store {
                     .bind(&record.deployment.status)
                     .bind(record.relay_pending)
                     .bind($crate::deploy_records::record_json(record))
-                    .bind($crate::sqlite::db_int(now_ms))
-                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::records::db_int(now_ms))
+                    .bind($crate::records::db_int(now_ms))
                     .bind(&record.owner)
                     .bind(&record.jid)
                     .execute(&mut *self.conn().await?)
@@ -126,7 +126,7 @@ macro_rules! deploy_store {
                     .bind(&record.deployment.status)
                     .bind(record.relay_pending)
                     .bind($crate::deploy_records::record_json(record))
-                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::records::db_int(now_ms))
                     .bind(&record.jid)
                     .bind(&record.deployment.id)
                     .bind(previous_jid)
@@ -228,7 +228,7 @@ macro_rules! deploy_store {
             ) -> Result<bool, $crate::StoreError> {
                 self.bounded(async move {
                     let open = i64::from(record.group.status == halite_protocol::message::status::IN_PROGRESS);
-                    let (body, now) = ($crate::records::to_json(record), $crate::sqlite::db_int(now_ms));
+                    let (body, now) = ($crate::records::to_json(record), $crate::records::db_int(now_ms));
                     let done = if record.revision == 0 {
                         sqlx::query(&$sql(
                             "INSERT INTO deployment_groups (id, open, body, created_at, updated_at, revision) VALUES (?, ?, ?, ?, ?, 1)
@@ -300,7 +300,7 @@ macro_rules! deploy_store {
             ) -> Result<(), $crate::StoreError> {
                 self.bounded(async move {
                     // Signed as stored (and read back): the column holds at most i64::MAX.
-                    let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::sqlite::db_int(at)).unwrap_or(0));
+                    let stored_expiry = expires_at_ms.map(|at| u64::try_from($crate::records::db_int(at)).unwrap_or(0));
                     let row = $crate::trust::ApiTokenRow { hash: &hash[..], principal, expires_at_ms: stored_expiry };
                     let seal = self.trust.get().seal_api_token(&row);
                     sqlx::query(&$sql(
@@ -310,9 +310,9 @@ macro_rules! deploy_store {
                     .bind(&hash[..])
                     .bind(principal)
                     .bind(owner)
-                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::records::db_int(now_ms))
                     .bind($crate::records::token_id(hash))
-                    .bind(expires_at_ms.map($crate::sqlite::db_int))
+                    .bind(expires_at_ms.map($crate::records::db_int))
                     .bind(seal.signer)
                     .bind(seal.signature)
                     .execute(&mut *self.conn().await?)
@@ -333,7 +333,7 @@ macro_rules! deploy_store {
                          WHERE token_hash = ? AND (expires_at IS NULL OR expires_at > ?)",
                     ))
                     .bind(&hash[..])
-                    .bind($crate::sqlite::db_int(now_ms))
+                    .bind($crate::records::db_int(now_ms))
                     .fetch_optional(&mut *self.conn().await?)
                     .await?;
                     let Some(row) = row else { return Ok(None) };
@@ -423,7 +423,7 @@ macro_rules! deploy_store {
                         .bind(&record.deployment.status)
                         .bind(relay_pending)
                         .bind($crate::deploy_records::record_json(record))
-                        .bind($crate::sqlite::db_int(now_ms))
+                        .bind($crate::records::db_int(now_ms))
                         .bind(&record.deployment.id)
                         .bind(&record.jid)
                         .execute(&mut *self.conn().await?)

@@ -16,8 +16,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::Row;
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
+use super::records::db_int;
 use super::records::{job_state, job_state_name, return_from_json, return_json, target_kind_name, to_json};
-use super::sqlite::db_int;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
 
 /// Schema migrations: versioned SQL files in `store/migrations/postgres`, embedded at build

@@ -5,7 +5,7 @@ use halite_protocol::audit::{hash_from_hex, AuditEntry};
 
 use super::audit::{minions_column, next_head, stored_head, AuditHead, CHECKPOINT_HEAD, INSERT_RECORD, LAST_RECORD};
 use super::common_sql::postgres_sql;
-use super::sqlite::db_int;
+use super::records::db_int;
 use super::{PostgresStore, StoreError};
 
 impl PostgresStore {

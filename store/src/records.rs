@@ -71,6 +71,12 @@ const OUTCOMES: Names<Outcome> = Names(&[
     (Outcome::Denied, "denied"),
 ]);
 
+/// A count or time as both databases keep it (a signed 64-bit integer; past `i64::MAX` is
+/// `i64::MAX`).
+pub(crate) fn db_int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
 pub(crate) fn key_state_name(state: KeyState) -> &'static str {
     KEY_STATES.name(state)
 }

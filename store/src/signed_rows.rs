@@ -253,7 +253,7 @@ macro_rules! signed_row_helpers {
                 .bind(&trust.public().as_bytes()[..])
                 .bind(&registration.id)
                 .bind(registration.certificate.as_deref())
-                .bind($crate::sqlite::db_int(now_ms))
+                .bind($crate::records::db_int(now_ms))
                 .execute(&mut *self.conn().await?)
                 .await?;
                 let mut signed = 0;

@@ -8,7 +8,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
-use super::records::{job_state, return_from_json, to_json};
+use super::records::{db_int, job_state, return_from_json, to_json};
 use super::sqlite_checkpoint::BACKSTOP_PAGES;
 use super::sqlite_hot::HotWrites;
 use super::{JobRecord, MinionRecord, StateChange, Store, StoreError, UnfinishedJob};
@@ -181,6 +181,7 @@ impl SqliteStore {
     /// Runs `sql` on the database behind the store's back (a trigger that refuses one write,
     /// say: a store that fails part way through a request).
     #[cfg(any(test, feature = "testing"))]
+    #[allow(clippy::expect_used)] // a test hook: SQL that does not run is the test's own mistake
     pub async fn execute_for_test(&self, sql: &str) {
         let mut conn = self.conn.lock().await;
         let conn = conn.as_mut().expect("the store's connection is here");
@@ -304,10 +305,6 @@ async fn left_open_without_log(path: &Path) -> bool {
         sqlx::query_scalar("SELECT value FROM meta WHERE key = 'open'").fetch_optional(&mut conn).await;
     let _ = sqlx::Connection::close(conn).await;
     matches!(marked, Ok(Some(_)))
-}
-
-pub(crate) fn db_int(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 super::common_sql::common_helpers!(SqliteStore, SqliteRow, super::common_sql::sqlite_sql);

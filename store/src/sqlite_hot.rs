@@ -20,8 +20,8 @@ use halite_protocol::message::MinionJobState;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags};
 
 use super::common_sql::LATE_RETURN;
+use super::records::db_int;
 use super::records::{job_state_name, return_json, target_kind_name, to_json};
-use super::sqlite::db_int;
 use super::sqlite_checkpoint::{Checkpointer, BACKSTOP_PAGES, COMMITS_PER_CHECKPOINT};
 use super::{JobRecord, StateChange, StoreError};
 

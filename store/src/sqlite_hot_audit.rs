@@ -6,7 +6,7 @@ use rusqlite::{params, OptionalExtension};
 use halite_protocol::audit::{hash_from_hex, AuditEntry, AuditRecord};
 
 use super::audit::{minions_column, next_head, stored_head, AuditHead, CHECKPOINT_HEAD, INSERT_RECORD, LAST_RECORD};
-use super::sqlite::db_int;
+use super::records::db_int;
 use super::sqlite_hot::HotWrites;
 use super::StoreError;
 

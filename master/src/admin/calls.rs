@@ -13,8 +13,8 @@ use halite_protocol::message::{
 use halite_transport::PeerId;
 
 use crate::authz::Who;
+use crate::core::registry::AcceptedKeys;
 use crate::store::{KeyRecord, PrincipalRecord, StoreError};
-use crate::store_calls::reads::AcceptedKeys;
 
 /// Who asked, to answer them and to decide what they may see.
 #[derive(Debug)]

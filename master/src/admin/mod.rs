@@ -383,7 +383,7 @@ impl AdminDesk<'_> {
         &mut self,
         to: Option<KeyState>,
         changed: Vec<KeyRecord>,
-        accepted: Result<crate::store_calls::reads::AcceptedKeys, crate::store::StoreError>,
+        accepted: Result<crate::core::registry::AcceptedKeys, crate::store::StoreError>,
     ) -> Reply {
         let event_state = to.map_or("deleted", |s| s.as_str());
         let mut ids = Vec::with_capacity(changed.len());

@@ -370,6 +370,33 @@ impl JobTable {
     }
 }
 
+/// The slots of a job loaded from the store (at start, or published by another master): a
+/// waiting slot gets what is left of its TTL (counted from `wall`, never more than the TTL), a
+/// sent or running one a full timeout from now, so its minion has time to reconnect and
+/// deliver its outbox.
+pub(crate) fn loaded_slots(
+    record: &crate::store::JobRecord,
+    states: Vec<(String, MinionJobState)>,
+    now: Instant,
+    wall: u64,
+    grace: Duration,
+) -> std::collections::BTreeMap<String, Slot> {
+    let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
+    let ttl_left = Duration::from_millis(ttl_left);
+    let run_deadline = run_deadline(record.timeout_ms, now, grace);
+    states
+        .into_iter()
+        .map(|(minion, state)| {
+            let deadline = match state {
+                MinionJobState::Waiting => Some(now + ttl_left),
+                MinionJobState::Sent | MinionJobState::Running => run_deadline,
+                _ => None,
+            };
+            (minion, Slot { state, deadline })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -76,10 +76,10 @@ impl Registry {
     }
 
     /// Takes the accepted keys as read: all of them, or those of some ids.
-    pub(crate) fn take_accepted(&mut self, keys: crate::store_calls::reads::AcceptedKeys) {
+    pub(crate) fn take_accepted(&mut self, keys: AcceptedKeys) {
         match keys {
-            crate::store_calls::reads::AcceptedKeys::All(keys) => self.set_accepted(keys),
-            crate::store_calls::reads::AcceptedKeys::Of(of) => {
+            AcceptedKeys::All(keys) => self.set_accepted(keys),
+            AcceptedKeys::Of(of) => {
                 for (id, key) in of {
                     self.set_accepted_of(&id, key);
                 }
@@ -203,6 +203,16 @@ impl Registry {
     pub(crate) fn is_accepted(&self, id: &str, key: &[u8; 32]) -> bool {
         self.accepted_keys.get(id) == Some(key)
     }
+}
+
+/// Accepted keys as reread.
+#[derive(Debug)]
+pub(crate) enum AcceptedKeys {
+    /// Every accepted key.
+    All(Vec<(String, [u8; 32])>),
+    /// The accepted key of each id named (the last accepted row, as a full reread keeps it),
+    /// `None` for an id with none.
+    Of(Vec<(String, Option<[u8; 32]>)>),
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! reads what the decision needs (`store_calls::reads::deployment_ending`) and stores what it
 //! returns; nothing here reads, writes or sends.
 
-use halite_protocol::message::{status, JobReturn, MinionJobState, Value};
+use halite_protocol::message::{status, ConfigOutput, JobReturn, MinionJobState, Value};
 use serde_json::{json, Map};
 
 use super::derive;
@@ -11,7 +11,6 @@ use crate::config::MasterConfig;
 use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::SlotMoved;
 use crate::store::DeploymentRecord;
-use crate::store_calls::reads::DeploymentEnding;
 
 /// A `deploy.apply` job that ended, and what was known of it before the store was read.
 #[derive(Debug)]
@@ -204,6 +203,19 @@ fn failure_reason(
         (_, Some(error)) => error.to_owned(),
         (state, None) => format!("deploy.apply ended {}", state.as_str()),
     }
+}
+
+/// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.
+#[derive(Debug)]
+pub(crate) struct DeploymentEnding {
+    pub(crate) record: DeploymentRecord,
+    /// The outputs its config declares (read only for a job that signalled, and only while the
+    /// deployment waits on that job).
+    pub(crate) outputs: Vec<ConfigOutput>,
+    /// Whether the job waited only the short wait for a server nobody enrolls as, and its
+    /// server still has no key (read only for such a job, and only while the deployment waits
+    /// on it).
+    pub(crate) never_enrolled: bool,
 }
 
 #[cfg(test)]

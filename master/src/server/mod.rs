@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{Message, MinionJobState, Welcome};
+use halite_protocol::message::{Message, Welcome};
 use halite_protocol::noise::LocalIdentity;
 use halite_transport::{PeerId, Router, RouterEvent};
 use tokio::sync::mpsc;
@@ -58,7 +58,8 @@ use crate::config::MasterConfig;
 use crate::core::asks::Asks;
 use crate::core::bus::Bus;
 use crate::core::event_gate::EventGate;
-use crate::core::jobs::{JobTable, LiveJob, Slot};
+use crate::core::jobs::{loaded_slots, JobTable, LiveJob};
+use crate::core::registry::AcceptedKeys;
 use crate::core::registry::{MinionEntry, Registry};
 use crate::core::sessions::Sessions;
 use crate::core::slot_moves::SlotMoves;
@@ -73,7 +74,7 @@ use crate::metrics::Kind;
 use crate::net::Net;
 use crate::store::trust::Trust;
 use crate::store::{Heard, Store, StoreError};
-use crate::store_calls::reads::{self, AcceptedKeys};
+use crate::store_calls::reads;
 
 /// How soon what failed, or could not be done yet, is tried again (a write the store refused, a
 /// job that did not fit a send queue, a store to reread).
@@ -598,31 +599,4 @@ async fn next_hangup(hangups: &mut Option<tokio::signal::unix::Signal>) -> Optio
         Some(hangups) => hangups.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// The slots of a job loaded from the store (at start, or published by another master): a
-/// waiting slot gets what is left of its TTL (counted from `wall`, never more than the TTL), a
-/// sent or running one a full timeout from now, so its minion has time to reconnect and
-/// deliver its outbox.
-pub(crate) fn loaded_slots(
-    record: &crate::store::JobRecord,
-    states: Vec<(String, MinionJobState)>,
-    now: Instant,
-    wall: u64,
-    grace: Duration,
-) -> std::collections::BTreeMap<String, Slot> {
-    let ttl_left = (record.created_at_ms + record.ttl_ms).saturating_sub(wall).min(record.ttl_ms);
-    let ttl_left = Duration::from_millis(ttl_left);
-    let run_deadline = crate::core::jobs::run_deadline(record.timeout_ms, now, grace);
-    states
-        .into_iter()
-        .map(|(minion, state)| {
-            let deadline = match state {
-                MinionJobState::Waiting => Some(now + ttl_left),
-                MinionJobState::Sent | MinionJobState::Running => run_deadline,
-                _ => None,
-            };
-            (minion, Slot { state, deadline })
-        })
-        .collect()
 }

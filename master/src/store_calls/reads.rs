@@ -5,22 +5,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use halite_protocol::message::{status, ConfigOutput, JobFilter, JobReturn, JobSummary, KeyState, MinionJobState};
+use halite_protocol::message::{status, JobFilter, JobReturn, JobSummary, KeyState};
 use halite_transport::PeerId;
 
+use crate::cluster_jobs::StoredJob;
+use crate::core::registry::AcceptedKeys;
 use crate::deploy::calls::PushInputs;
+use crate::deploy::ending::DeploymentEnding;
 use crate::deploy::group_calls::GroupAdvancing;
-use crate::store::{DeploymentRecord, JobListing, JobRecord, Store, StoreError};
-
-/// Accepted keys as reread.
-#[derive(Debug)]
-pub(crate) enum AcceptedKeys {
-    /// Every accepted key.
-    All(Vec<(String, [u8; 32])>),
-    /// The accepted key of each id named (the last accepted row, as a full reread keeps it),
-    /// `None` for an id with none.
-    Of(Vec<(String, Option<[u8; 32]>)>),
-}
+use crate::store::{JobListing, JobRecord, Store, StoreError};
 
 /// The accepted keys of `ids`, one read each, or all of them (`None`).
 pub(crate) async fn accepted_keys<S: Store>(store: &S, ids: Option<&[String]>) -> Result<AcceptedKeys, StoreError> {
@@ -36,14 +29,6 @@ pub(crate) async fn accepted_keys<S: Store>(store: &S, ids: Option<&[String]>) -
         of.push((id.clone(), accepted.map(|k| k.public_key)));
     }
     Ok(AcceptedKeys::Of(of))
-}
-
-/// A job as stored, with the returns of its slots already final.
-#[derive(Debug)]
-pub(crate) struct StoredJob {
-    pub(crate) record: JobRecord,
-    pub(crate) states: Vec<(String, MinionJobState)>,
-    pub(crate) returns: HashMap<String, JobReturn>,
 }
 
 /// Job `jid` if it is stored, with the returns of its ended slots: none read when none ended,
@@ -212,19 +197,6 @@ pub(crate) async fn group_advancing<S: Store>(store: &S, id: &str) -> Result<Opt
     Ok(Some(GroupAdvancing { record, statuses, starts, jids }))
 }
 
-/// The deployment a `deploy.apply` job's end is for, as stored, with what the end needs read.
-#[derive(Debug)]
-pub(crate) struct DeploymentEnding {
-    pub(crate) record: DeploymentRecord,
-    /// The outputs its config declares (read only for a job that signalled, and only while the
-    /// deployment waits on that job).
-    pub(crate) outputs: Vec<ConfigOutput>,
-    /// Whether the job waited only the short wait for a server nobody enrolls as, and its
-    /// server still has no key (read only for such a job, and only while the deployment waits
-    /// on it).
-    pub(crate) never_enrolled: bool,
-}
-
 /// The deployment `id` (or, unknown here, the one in progress on job `jid`), as stored; while it
 /// still waits on job `jid` (in progress on it), with what the end needs: for a job that
 /// `signalled`, its config's outputs; for one that expired after `short_wait_ms`, whether it
@@ -261,6 +233,7 @@ pub(crate) async fn deployment_ending<S: Store>(
 mod tests {
     use super::*;
     use crate::store::{SqliteStore, StateChange};
+    use halite_protocol::message::MinionJobState;
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")

@@ -4,8 +4,9 @@
 
 use halite_protocol::message::KeyState;
 
-use super::reads::{self, AcceptedKeys};
+use super::reads;
 use crate::admin::calls::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
+use crate::core::registry::AcceptedKeys;
 use crate::deploy::calls::{DeployCall, DeployDone, DeploymentWrite};
 use crate::deploy::group_calls::{GroupCall, GroupDone};
 use crate::keys::token_hash;
