@@ -20,7 +20,6 @@ pub(crate) mod group_calls;
 pub(crate) mod groups;
 mod records;
 pub(crate) mod relay;
-pub(crate) mod signal_hosts;
 mod validate;
 
 use halite_protocol::message::{
@@ -34,6 +33,7 @@ use crate::admin::calls::RequestFrom;
 use crate::authz::Access;
 use crate::clock::new_uuid;
 use crate::clock::Clock;
+use crate::config::signal_hosts::SignalHosts;
 use crate::config::MasterConfig;
 use crate::core::asks::{Ask, PreparedJob};
 use crate::core::deploy_jobs::{DeployJobs, EndToRecord};
@@ -49,7 +49,6 @@ use crate::store::{DeploymentRecord, StoreError};
 use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, DeploymentWrite, Listing, Push, PushInputs, Requester};
 use ending::Recording;
 use relay::RelayRequest;
-use signal_hosts::SignalHosts;
 
 /// Most configs one listing returns.
 const MAX_CONFIG_LIST: u32 = 1000;

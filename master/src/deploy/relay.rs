@@ -4,7 +4,7 @@
 //!
 //! The master relays (not the minion): the minion stays small and needs no route to the
 //! engine's API, and a relay still pending when the master stops is resumed at its next start.
-//! It contacts only what `[deploy] signal_hosts` allows ([`super::signal_hosts`]), connects
+//! It contacts only what `[deploy] signal_hosts` allows ([`crate::config::signal_hosts`]), connects
 //! only to addresses it checked, and follows no redirects.
 
 use std::net::SocketAddr;
@@ -15,7 +15,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::signal_hosts::{Refused, SignalHosts};
+use crate::config::signal_hosts::{Refused, SignalHosts};
 
 /// heat-config-notify's limit: Heat refuses bodies over `max_json_body_size` (1 MiB).
 pub(crate) const MAX_BODY: usize = 950_000;

@@ -420,7 +420,10 @@ impl<S: Store, N: Net> Master<S, N> {
             Input::Reload => {
                 // Rows and announcements a master revoked now signs are refused from now on, not
                 // only after a restart (the store takes the new trust even if it does not answer).
-                let before = self.config.reread_rules(&self.identity);
+                let identity = &self.identity;
+                let before = self
+                    .config
+                    .reread_rules(|revoked| crate::cluster_identity::check_revocations_of(revoked, identity));
                 self.audit_policy("policy_reread");
                 if let Some(before) = before {
                     self.revocations_changed(&before).await;

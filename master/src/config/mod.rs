@@ -1,4 +1,11 @@
-//! The master's TOML configuration.
+//! The master's TOML configuration: the file read, each section parsed and checked when it is
+//! read, and what each part of the master reads of it. Sections with checks of their own are
+//! beside it (`gateway.rs`, `files.rs`, `signal_hosts.rs`); no other part of the master is
+//! named here.
+
+pub mod files;
+pub mod gateway;
+pub(crate) mod signal_hosts;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,8 +17,8 @@ use crate::acl::{EventRule, PeerRule};
 /// Default config file.
 pub const DEFAULT_PATH: &str = "/etc/halite/master.toml";
 
-pub use crate::deploy::signal_hosts::BadSignalHost;
 pub use halite_transport::config_file::ConfigError;
+pub use signal_hosts::BadSignalHost;
 
 /// What is wrong in a master's config text; the message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +32,7 @@ pub enum MasterConfigError {
     Id(halite_protocol::id::IdError),
     /// `[gateway]` is invalid.
     #[error("gateway: {0}")]
-    Gateway(crate::gateway::GatewayConfigError),
+    Gateway(gateway::GatewayConfigError),
     /// `[deploy] signal_hosts` has an invalid entry.
     #[error("deploy: {0}")]
     Deploy(BadSignalHost),
@@ -199,13 +206,13 @@ pub struct MasterConfig {
     /// Software deployments (`[deploy]`): where signals may be relayed.
     pub deploy: DeployConfig,
     /// The HTTP/JSON gateway for engines (`[gateway]`); off unless `listen` is set.
-    pub gateway: crate::gateway::GatewayConfig,
+    pub gateway: gateway::GatewayConfig,
     /// Prometheus metrics and health checks (`[metrics]`); off unless `listen` is set.
     pub metrics: MetricsConfig,
     /// Handing minions over when this master alone cannot reach the store (`[cluster]`).
     pub cluster: ClusterConfig,
     /// Files served to minions as `halite://` (`[files]`); off unless `root` is set.
-    pub files: crate::files::FilesConfig,
+    pub files: files::FilesConfig,
     /// How long the audit trail keeps its records (`[audit]`).
     pub audit: AuditConfig,
     /// Master keys the cluster key revoked (`halite-master cluster revoke` prints each), told
@@ -260,10 +267,10 @@ impl Default for MasterConfig {
             deployment_unenrolled_wait_secs: 600,
             deployment_timeout_secs: 3600,
             deploy: DeployConfig::default(),
-            gateway: crate::gateway::GatewayConfig::default(),
+            gateway: gateway::GatewayConfig::default(),
             metrics: MetricsConfig::default(),
             cluster: ClusterConfig::default(),
-            files: crate::files::FilesConfig::default(),
+            files: files::FilesConfig::default(),
             audit: AuditConfig::default(),
             store: crate::store::StoreConfig::default(),
             revoked_masters: Vec::new(),
@@ -301,7 +308,7 @@ impl MasterConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let mut config = halite_transport::config_file::load(path, Self::parse)?;
-        crate::files::check_root(&config)
+        files::check_root(&config)
             .map_err(|e| ConfigError::Invalid { path: path.to_owned(), message: e.to_string() })?;
         config.path = Some(path.to_owned());
         Ok(config)
@@ -313,7 +320,7 @@ impl MasterConfig {
         let config: MasterConfig = toml::from_str(text).map_err(E::Toml)?;
         halite_protocol::id::validate(&config.id).map_err(E::Id)?;
         config.gateway.validate().map_err(E::Gateway)?;
-        crate::deploy::signal_hosts::SignalHosts::parse(&config.deploy.signal_hosts).map_err(E::Deploy)?;
+        signal_hosts::SignalHosts::parse(&config.deploy.signal_hosts).map_err(E::Deploy)?;
         if let Some(listen) = &config.metrics.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|_| E::MetricsListen(listen.clone()))?;
         }
@@ -376,10 +383,13 @@ impl MasterConfig {
     /// SIGHUP: rereads the rules in the config file that may change while the master runs
     /// (`[[events]]`, `[[peers]]`, `[nodegroups]`, `revoked_masters`, `[deploy] signal_hosts`);
     /// everything else (addresses, store, limits) needs a restart. A file that no longer reads,
-    /// or whose revocations this master (`identity`) may not use, is reported and the running
-    /// rules are kept. Returns the revocations that were in force when they changed: the store
+    /// or whose revocations this master may not use (`may_use_revocations`, the cluster
+    /// identity's check), is reported and the running rules are kept. Returns the revocations that were in force when they changed: the store
     /// must then refuse what a newly revoked master signs (`Master::trust_store`).
-    pub(crate) fn reread_rules(&mut self, identity: &halite_protocol::noise::LocalIdentity) -> Option<Vec<String>> {
+    pub(crate) fn reread_rules<E: std::fmt::Display>(
+        &mut self,
+        may_use_revocations: impl FnOnce(&[String]) -> Result<(), E>,
+    ) -> Option<Vec<String>> {
         let path = self.path.clone()?;
         let new = match MasterConfig::load(&path) {
             Ok(new) => new,
@@ -388,7 +398,7 @@ impl MasterConfig {
                 return None;
             }
         };
-        if let Err(error) = crate::cluster_identity::check_revocations_of(&new.revoked_masters, identity) {
+        if let Err(error) = may_use_revocations(&new.revoked_masters) {
             tracing::error!(%error, "SIGHUP: the config's revocations cannot be used; keeping the running rules");
             return None;
         }
@@ -445,10 +455,17 @@ mod tests {
             halite_protocol::noise::LocalIdentity::new(halite_protocol::identity::IdentityKey::generate_os()).unwrap();
         // This master has no certificate: a revocation is refused, and nothing else changes.
         write("revoked_masters = [\"00\"]\n[nodegroups]\nweb = \"www*\"\n");
-        assert_eq!(config.reread_rules(&identity), None);
+        assert_eq!(
+            config.reread_rules(|revoked| crate::cluster_identity::check_revocations_of(revoked, &identity)),
+            None
+        );
         assert_eq!((config.nodegroups["web"].as_str(), config.revoked_masters.len()), ("web*", 0));
         write("[nodegroups]\nweb = \"www*\"\n");
-        assert_eq!(config.reread_rules(&identity), None, "the revocations did not change");
+        assert_eq!(
+            config.reread_rules(|revoked| crate::cluster_identity::check_revocations_of(revoked, &identity)),
+            None,
+            "the revocations did not change"
+        );
         assert_eq!(config.nodegroups["web"], "www*");
         std::fs::remove_file(&path).unwrap();
     }
