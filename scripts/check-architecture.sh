@@ -111,6 +111,14 @@ if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
   fail=1
 fi
 
+# The owners name no handler and nothing the handlers hand the loop: what they may use of the
+# master is the store's records, the ACL rules and the in-process sessions' queue.
+if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+  grep -oE 'crate::(\{[^}]*\}|[a-z_]+)' | grep -vxE 'crate::(core|store|acl|local_queue)' | sort -u | grep .; then
+  echo "ARCHITECTURE: a state owner in master/src/core names the master's other parts (above)" >&2
+  fail=1
+fi
+
 # `impl Master` is the loop's alone (`server/`, one file per duty): a handler works at a desk the
 # loop lends it (a struct of borrows named `…Desk`) and returns effects.
 loop_files='master/src/server/[a-z_]+\.rs:'
@@ -120,7 +128,7 @@ if lib_source master/src | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | grep -E '^[
   fail=1
 fi
 
-# Handlers do not await: they ask the store (`core/asks.rs`) and the loop alone answers. A
+# Handlers do not await: they ask the store (`outputs/asks.rs`) and the loop alone answers. A
 # handler's file is one that declares a desk.
 handler_files=$(grep -rlE "^pub\(crate\) struct [A-Za-z]+Desk<'a>" master/src | sort)
 if [ -z "$handler_files" ]; then
@@ -129,7 +137,7 @@ if [ -z "$handler_files" ]; then
 fi
 for f in $handler_files; do
   if lib_source "$f" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | grep -E '\.await|\basync fn\b'; then
-    echo "ARCHITECTURE: a handler awaits (lines above): ask the store through core/asks.rs" >&2
+    echo "ARCHITECTURE: a handler awaits (lines above): ask the store through outputs/asks.rs" >&2
     fail=1
   fi
 done

@@ -20,12 +20,12 @@ use tracing::{debug, info, warn};
 use crate::acl::NoticeThrottle;
 use crate::clock::Clock;
 use crate::config::MasterConfig;
-use crate::core::asks::{Admitting, Ask};
-use crate::core::effects::{Effect, Effects};
 use crate::core::registry::Registry;
 use crate::core::sessions::{Conn, Sessions};
 use crate::keys::Decision;
 use crate::metrics::Metrics;
+use crate::outputs::asks::{Admitting, Ask};
+use crate::outputs::effects::{Effect, Effects};
 use crate::store::{ClusterChange, StoreError};
 
 /// Handshake outcomes as counted (`refused` includes keys told to wait for acceptance).

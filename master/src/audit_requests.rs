@@ -37,7 +37,7 @@ pub(crate) fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Va
 pub(crate) fn describe_publish(publish: &PublishRequest) -> (String, String, Vec<String>, Value) {
     let spec = &publish.spec;
     // A deployment's job carries its config and input values: only their names stay.
-    let (args, kwargs) = if spec.function == crate::deploy::DEPLOY_FUNCTION {
+    let (args, kwargs) = if spec.function == halite_protocol::message::DEPLOY_FUNCTION {
         (json!(spec.args.len()), json!(spec.kwargs.keys().collect::<Vec<_>>()))
     } else {
         (json!(spec.args), json!(spec.kwargs))

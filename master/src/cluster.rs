@@ -21,14 +21,14 @@ use crate::acl::NoticeThrottle;
 use crate::authz::{Access, Action, Asker};
 use crate::clock::Clock;
 use crate::config::MasterConfig;
-use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
-use crate::core::effects::{Effect, Effects};
 use crate::core::jobs::JobTable;
 use crate::core::registry::AcceptedKeys;
 use crate::core::registry::Registry;
 use crate::core::sessions::{Conn, Sessions};
 use crate::core::writes::PendingWrites;
+use crate::outputs::asks::Ask;
+use crate::outputs::effects::{Effect, Effects};
 use crate::store::{ClusterChange, PrincipalRecord, StoreError};
 
 /// The most keys another master's change names that are reread one by one rather than all.

@@ -19,9 +19,7 @@ use tracing::{debug, warn};
 use crate::acl::NoticeThrottle;
 use crate::clock::Clock;
 use crate::config::MasterConfig;
-use crate::core::asks::Ask;
 use crate::core::cluster_view::ClusterView;
-use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::hearing::{Hearing, SlotChange};
 use crate::core::jobs::loaded_slots;
 use crate::core::jobs::{JobTable, LiveJob};
@@ -29,6 +27,8 @@ use crate::core::registry::{MinionEntry, Registry};
 use crate::core::rollout_queue::RolloutQueue;
 use crate::core::sessions::Sessions;
 use crate::core::watchers::Watchers;
+use crate::outputs::asks::Ask;
+use crate::outputs::effects::{Effect, Effects, SlotOp};
 use crate::store::{JobRecord, MinionRecord, StoreError, UnfinishedJob};
 
 /// What jobs across the masters are followed with: what they change, and what they read.

@@ -18,7 +18,6 @@ use crate::acl::NoticeThrottle;
 use crate::authz::publish::Publisher;
 use crate::clock::Clock;
 use crate::config::MasterConfig;
-use crate::core::effects::{Effect, Effects, SlotOp};
 use crate::core::event_gate::EventGate;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
@@ -27,6 +26,7 @@ use crate::file_scope::FileScope;
 use crate::files::FileServer;
 use crate::limits;
 use crate::metrics::Metrics;
+use crate::outputs::effects::{Effect, Effects, SlotOp};
 
 /// What a minion's messages are handled with: what they change, and what they read.
 pub(crate) struct MinionDesk<'a> {

@@ -73,7 +73,7 @@ mod tests {
     use crate::core::jobs::JobTable;
     use crate::core::registry::Registry;
     use crate::core::sessions::Sessions;
-    use crate::gateway::local_queue::local_queue;
+    use crate::local_queue::local_queue;
     use crate::store::PrincipalRecord;
     use halite_transport::PeerId;
 

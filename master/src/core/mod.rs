@@ -5,21 +5,16 @@
 //! files beside this folder, and the loop (`server/`) is what awaits the store and the
 //! network (checked by `scripts/check-architecture.sh`).
 
-pub(crate) mod asks;
 pub(crate) mod audit_log;
 pub(crate) mod bus;
 pub(crate) mod cluster_view;
-pub(crate) mod deploy_jobs;
-pub(crate) mod effects;
 pub(crate) mod event_gate;
 pub(crate) mod event_log;
-pub(crate) mod group_runs;
 pub(crate) mod hearing;
 pub(crate) mod jobs;
 pub(crate) mod registry;
 pub(crate) mod rollout;
 pub(crate) mod rollout_queue;
-pub(crate) mod rollouts;
 pub(crate) mod sessions;
 pub(crate) mod slot_moves;
 pub(crate) mod timers;

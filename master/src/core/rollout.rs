@@ -1,6 +1,6 @@
 //! Rollouts: which of a job's targets start when. [`RolloutRun`] holds a job's rollout and,
 //! from the job's slots, decides what happens next ([`RolloutRun::decide`]); it changes
-//! nothing itself. [`Rollouts`](crate::core::rollouts::Rollouts) turns it into effects, which
+//! nothing itself. [`Rollouts`](crate::rollouts::Rollouts) turns it into effects, which
 //! the loop carries out (`server/rollouts.rs`).
 //!
 //! Targets are taken in id order, the first `canary` of them being the canaries. A target is

@@ -126,7 +126,7 @@ impl<'a> SlotMoves<'a> {
     /// may have left the table by then.
     fn ended(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: &Option<JobReturn>) {
         let Some(job) = self.jobs.get(jid) else { return };
-        let deploy = job.record.function == crate::deploy::DEPLOY_FUNCTION;
+        let deploy = job.record.function == halite_protocol::message::DEPLOY_FUNCTION;
         self.hearing.slot_ended(SlotMoved {
             jid: jid.to_owned(),
             minion: minion.to_owned(),
@@ -231,7 +231,7 @@ mod tests {
         assert!(changes[0].ret.is_some(), "the bus and the watchers get the return");
 
         let mut deploy = Parts::new();
-        deploy.jobs.get_mut("1").unwrap().record.function = crate::deploy::DEPLOY_FUNCTION.into();
+        deploy.jobs.get_mut("1").unwrap().record.function = halite_protocol::message::DEPLOY_FUNCTION.into();
         deploy.slots(false).set("1", "a", Returned, Some(ret()));
         let ends = deploy.hearing.take_moves();
         assert!(ends[0].deploy && ends[0].ret.is_some(), "the deployment reads its job's return");

@@ -8,8 +8,8 @@ use serde_json::{json, Map};
 
 use super::derive;
 use crate::config::MasterConfig;
-use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::SlotMoved;
+use crate::deploy::jobs::EndToRecord;
 use crate::store::DeploymentRecord;
 
 /// A `deploy.apply` job that ended, and what was known of it before the store was read.

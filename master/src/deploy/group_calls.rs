@@ -1,6 +1,6 @@
 //! What a deployment group's work and requests ask of the store, and what the store answered.
 //!
-//! A group is worked on one piece at a time (`core/group_runs.rs`: an advance, a stop), each a
+//! A group is worked on one piece at a time (`deploy/group_runs.rs`: an advance, a stop), each a
 //! chain of asks: the group read, its members started as deployments are pushed (each a
 //! request of its own, `deploy/calls.rs`), the group stored. The loop makes the calls
 //! (`store_calls/requests.rs`); `GroupDesk::group_answered` goes on.
@@ -57,7 +57,7 @@ pub(crate) enum GroupPut {
     Stopped,
     /// The members it starts recorded (`GroupRecord::starting`): their starts are sent once
     /// this is stored, never before.
-    Recorded(Box<crate::core::group_runs::GroupAdvance>),
+    Recorded(Box<crate::deploy::group_runs::GroupAdvance>),
     /// Advanced: announced when its status or rollout changed; open until `not_before` (a
     /// wait still ahead when it was read).
     Advanced {

@@ -12,7 +12,7 @@
 //! Nothing here awaits the store or acts on the master: the loop lends a [`GroupDesk`] (the
 //! groups this master drives, and what their work decides with, read-only) and carries out the
 //! [`Effect`]s it returns (`Master::with_groups`). Work on groups (an advance, a stop) is done
-//! one piece at a time (`core/group_runs.rs`), each a chain of asks (`group_calls.rs`): the
+//! one piece at a time (`deploy/group_runs.rs`), each a chain of asks (`group_calls.rs`): the
 //! group read, its members started as deployments are pushed (`deploy/calls.rs`, told back
 //! through [`GroupDesk::member_pushed`]), the group stored.
 
@@ -32,11 +32,11 @@ use crate::authz::Access;
 use crate::clock::new_uuid;
 use crate::clock::Clock;
 use crate::config::MasterConfig;
-use crate::core::asks::Ask;
-use crate::core::effects::Effects;
-use crate::core::group_runs::{GroupAdvance, GroupRuns, GroupWork};
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
+use crate::deploy::group_runs::{GroupAdvance, GroupRuns, GroupWork};
+use crate::outputs::asks::Ask;
+use crate::outputs::effects::Effects;
 use crate::request_error::RequestError;
 use crate::store::{GroupRecord, MemberStart, StoreError};
 

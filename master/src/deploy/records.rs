@@ -12,7 +12,7 @@ use serde_json::{json, Map};
 
 use super::{derive, validate, DEPLOY_FUNCTION};
 use crate::clock::new_uuid;
-use crate::core::asks::NewJob;
+use crate::outputs::asks::NewJob;
 use crate::request_error::RequestError;
 use crate::store::DeploymentRecord;
 

@@ -14,7 +14,7 @@ use halite_protocol::message::{
 use halite_transport::PeerId;
 use tokio::sync::{mpsc, oneshot};
 
-use super::local_queue::{local_queue, LocalInbox, LocalSender};
+use crate::local_queue::{local_queue, LocalInbox, LocalSender};
 use crate::token_sessions::{TokenRefused, SESSION_ENDED};
 use halite_protocol::message::SUBSCRIBE_REQUEST;
 

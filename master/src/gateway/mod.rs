@@ -14,7 +14,6 @@ mod connections;
 mod errors;
 pub(crate) mod fleet;
 pub(crate) mod local;
-pub(crate) mod local_queue;
 mod openapi;
 mod principals;
 mod routes;

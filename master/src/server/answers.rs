@@ -1,5 +1,5 @@
 //! Where the loop hands inputs to their handlers and answers what the handlers asked of the
-//! store (`core/asks.rs`): the one place a handler's store call is awaited. Each answer goes to
+//! store (`outputs/asks.rs`): the one place a handler's store call is awaited. Each answer goes to
 //! the handler's synchronous continuation before anything else happens.
 //!
 //! What clients send once in session (over the network or in-process through the gateway) is
@@ -17,12 +17,12 @@ use crate::admin::calls::{AdminAsk, JobsAsk};
 use crate::admission::Unsealed;
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
-use crate::core::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::core::sessions::Conn;
 use crate::deploy::calls::DeployAsk;
 use crate::deploy::group_calls::GroupAsk;
 use crate::gateway::local::{LocalCommand, Opened};
 use crate::net::Net;
+use crate::outputs::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::request_error::RequestError;
 use crate::store::{ApiTokenGrant, Store, StoreError};
 use crate::store_calls::reads;

@@ -8,11 +8,11 @@ use crate::admission::AdmissionDesk;
 use crate::authz::Access;
 use crate::cluster::ClusterDesk;
 use crate::cluster_jobs::ClusterJobsDesk;
-use crate::core::effects::Effects;
 use crate::deploy::groups::GroupDesk;
 use crate::deploy::DeployDesk;
 use crate::minion_messages::MinionDesk;
 use crate::net::Net;
+use crate::outputs::effects::Effects;
 use crate::publishing::{JobIssuer, PublishDesk};
 use crate::store::Store;
 

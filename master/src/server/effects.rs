@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use halite_protocol::message::{JobReturn, MinionJobState};
 
-use crate::core::effects::{Effect, SlotOp};
 use crate::core::sessions::Conn;
 use crate::net::Net;
+use crate::outputs::effects::{Effect, SlotOp};
 use crate::store::Store;
 
 use super::Master;

@@ -8,7 +8,7 @@
 //! slot changes state in one place) and needs no locks. Job state changes are group-committed,
 //! one transaction per step (every store call is a round trip to SQLite's thread, and a fan-out
 //! brings thousands of returns at once). A handler that needs another store call asks for it
-//! (`core/asks.rs`) and the loop answers it right after the handler ([`Master::answer_asks`]):
+//! (`outputs/asks.rs`) and the loop answers it right after the handler ([`Master::answer_asks`]):
 //! no handler awaits (checked by `scripts/check-architecture.sh`). A return is acknowledged to
 //! the minion only after its step is stored, and requests see every change made before them.
 //!
@@ -55,7 +55,6 @@ use crate::acl::NoticeThrottle;
 use crate::authz::Access;
 use crate::clock::{Clock, JidGenerator};
 use crate::config::MasterConfig;
-use crate::core::asks::Asks;
 use crate::core::bus::Bus;
 use crate::core::event_gate::EventGate;
 use crate::core::jobs::{loaded_slots, JobTable, LiveJob};
@@ -72,6 +71,7 @@ use crate::keys::PendingLimits;
 use crate::limits;
 use crate::metrics::Kind;
 use crate::net::Net;
+use crate::outputs::asks::Asks;
 use crate::store::trust::Trust;
 use crate::store::{Heard, Store, StoreError};
 use crate::store_calls::reads;
@@ -150,10 +150,10 @@ pub struct Master<S: Store, N: Net = Router> {
     /// What each watching client is told at the end of the step.
     watchers: Watchers,
     /// Deployment groups this master drives.
-    groups: crate::core::group_runs::GroupRuns,
+    groups: crate::deploy::group_runs::GroupRuns,
     /// `deploy.apply` jobs in flight and the deployment each carries; job ends whose deployment
     /// is to be recorded again.
-    deploy_jobs: crate::core::deploy_jobs::DeployJobs,
+    deploy_jobs: crate::deploy::jobs::DeployJobs,
     /// Sends deployment signals to engines.
     relay_tx: mpsc::UnboundedSender<RelayDone>,
     relay_rx: Option<mpsc::UnboundedReceiver<RelayDone>>,

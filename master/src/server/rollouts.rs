@@ -1,13 +1,13 @@
-//! Where the loop lets the rollouts act (`core/rollouts.rs` decides): at the end of a step it
+//! Where the loop lets the rollouts act (`rollouts.rs` decides): at the end of a step it
 //! stops those an event aborted, then decides those due, carrying out each decision and letting
 //! the targets that ended at once be heard before deciding again.
 
 use halite_protocol::message::RolloutStatus;
 
-use crate::core::asks::RolloutChange;
-use crate::core::effects::Effect;
-use crate::core::rollouts::Rollouts;
 use crate::net::Net;
+use crate::outputs::asks::RolloutChange;
+use crate::outputs::effects::Effect;
+use crate::rollouts::Rollouts;
 use crate::store::{Store, StoreError};
 
 use super::Master;

@@ -1,4 +1,4 @@
-//! Handlers that need the store ask, and the loop answers (`core/asks.rs`): a job is stored
+//! Handlers that need the store ask, and the loop answers (`outputs/asks.rs`): a job is stored
 //! before anything of it leaves, a key's verdict may need a second store call, a gateway token
 //! is granted once read, and each outcome, failures included, reaches the one who asked within
 //! the step that asked.
@@ -9,7 +9,7 @@ use halite_protocol::message::{MinionJobState, Target, TargetKind};
 use super::Sim;
 use crate::core::sessions::Conn;
 use crate::gateway::local::LocalCommand;
-use crate::gateway::local_queue::local_queue;
+use crate::local_queue::local_queue;
 use crate::server::Input;
 use crate::store::Store;
 use crate::token_sessions::TokenRefused;

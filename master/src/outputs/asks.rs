@@ -16,14 +16,14 @@ use halite_transport::PeerId;
 use tokio::sync::oneshot;
 
 use crate::admin::calls::{AdminAsk, JobsAsk};
-use crate::core::deploy_jobs::EndToRecord;
 use crate::core::jobs::Slot;
 use crate::deploy::calls::{DeployAsk, DeploymentWrite, Requester};
 use crate::deploy::ending::DeploymentEnd;
 use crate::deploy::group_calls::GroupAsk;
+use crate::deploy::jobs::EndToRecord;
 use crate::deploy::relay::RelayDone;
 use crate::gateway::local::Opened;
-use crate::gateway::local_queue::LocalSender;
+use crate::local_queue::LocalSender;
 use crate::store::{DeploymentRecord, JobRecord};
 use crate::token_sessions::TokenRefused;
 
@@ -220,7 +220,7 @@ mod tests {
         let mut asks = Asks::default();
         assert!(asks.is_empty());
         let grant = |byte: u8| {
-            let (to_client, _) = crate::gateway::local_queue::local_queue();
+            let (to_client, _) = crate::local_queue::local_queue();
             let (reply, _) = oneshot::channel();
             Ask::TokenGrant(Box::new(TokenGrant { token_hash: [byte; 32], addr: None, to_client, reply }))
         };

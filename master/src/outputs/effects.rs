@@ -10,10 +10,10 @@ use halite_protocol::noise::Session;
 use halite_transport::{Lane, PeerId};
 
 use crate::authz::publish::Publisher;
-use crate::core::asks::Ask;
 use crate::deploy::calls::Member;
 use crate::deploy::relay::RelayRequest;
 use crate::files::FileRead;
+use crate::outputs::asks::Ask;
 use crate::request_error::{Reply, RequestError};
 use crate::store::ClusterChange;
 

@@ -16,11 +16,11 @@ use halite_protocol::message::{RolloutState, RolloutStatus};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::core::asks::{Ask, RolloutCause, RolloutChange};
-use crate::core::effects::Effect;
 use crate::core::jobs::JobTable;
 use crate::core::rollout::Decision;
 use crate::core::rollout_queue::RolloutQueue;
+use crate::outputs::asks::{Ask, RolloutCause, RolloutChange};
+use crate::outputs::effects::Effect;
 use crate::store::{ClusterChange, StoreError};
 
 /// How long a rollout whose decided stop could not be stored waits before it decides again.
