@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use halite_protocol::message::{ErrorKind, ErrorMessage, Message, PrincipalAcl};
+use halite_transport::PeerId;
 
 use crate::authz::{Access, Action, Asker};
 use crate::core::sessions::LocalToken;
@@ -65,6 +66,17 @@ pub(crate) fn session_for(
     let reads_metrics = access.decide(&asker, &Action::ReadMetrics).is_ok();
     let token = LocalToken { hash, id: grant.id, expires_at_ms: grant.expires_at_ms };
     Ok(LocalSession { principal: grant.principal, acl, token, reads_metrics })
+}
+
+/// A session the core opened: its id, and the principal its token acts as.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// The session's id in the core.
+    pub(crate) peer: PeerId,
+    /// The principal.
+    pub(crate) principal: String,
+    /// Whether it may read the master's metrics (decided when the session opened).
+    pub(crate) reads_metrics: bool,
 }
 
 #[cfg(test)]

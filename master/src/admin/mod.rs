@@ -12,7 +12,6 @@
 //! it returns: answers, store calls, events, announcements, sessions ended
 //! (`Master::with_admin_desk`).
 
-pub(crate) mod calls;
 mod validate;
 
 use halite_protocol::hex;
@@ -25,6 +24,9 @@ use rand_core::RngCore;
 use tracing::{info, warn};
 
 use crate::authz::{Access, Action, Asker, Granted, JobAccess, RequestKind, Who};
+use crate::calls::admin::{
+    AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom, Secret,
+};
 use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
@@ -40,7 +42,6 @@ use crate::request_error::{Reply, RequestError};
 use crate::rollouts::Rollouts;
 use crate::store::{ClusterChange, JobListing, KeyRecord};
 use crate::target::glob;
-use calls::{AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom, Secret};
 
 /// Most jobs one listing returns.
 const MAX_JOB_LIST: u32 = 1000;

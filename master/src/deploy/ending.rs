@@ -7,33 +7,10 @@ use halite_protocol::message::{status, ConfigOutput, JobReturn, MinionJobState, 
 use serde_json::{json, Map};
 
 use super::derive;
+use crate::calls::deploy::{DeploymentEnd, EndToRecord};
 use crate::config::MasterConfig;
 use crate::core::jobs::SlotMoved;
-use crate::deploy::jobs::EndToRecord;
 use crate::store::DeploymentRecord;
-
-/// A `deploy.apply` job that ended, and what was known of it before the store was read.
-#[derive(Debug)]
-pub(crate) struct DeploymentEnd {
-    pub(crate) jid: String,
-    /// The server whose slot ended (the job's one target).
-    pub(crate) minion: String,
-    /// How the job ended.
-    pub(crate) state: MinionJobState,
-    /// The deployment this master published the job for (`None`: published on another master,
-    /// or adopted before that master recorded which deployment the job carries).
-    pub(crate) id: Option<String>,
-    /// What the hook signalled, if it did.
-    pub(crate) signal: Option<Map<String, Value>>,
-    /// What the job's return said went wrong, for a job that sent no signal.
-    pub(crate) error: Option<String>,
-    /// Set when the job expired after the short wait for a server nobody was enrolling as: how
-    /// short (ms). The reason then says the server never enrolled, if it still has no key.
-    pub(crate) short_wait_ms: Option<u64>,
-    /// The deployment as an earlier write of this end left it, if that write's outcome is
-    /// unknown: found stored as written, the write was made and what follows it is still due.
-    pub(crate) written: Option<DeploymentRecord>,
-}
 
 impl DeploymentEnd {
     /// The end of job `jid` on `minion` in `state` with `ret`, the job of deployment `id` if

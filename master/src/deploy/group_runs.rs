@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-use halite_protocol::message::{status, DeploymentGroup, Value};
+use halite_protocol::message::{status, Value};
 
-use crate::admin::calls::RequestFrom;
-use crate::core::rollout::{abort_reason, RolloutRun};
-use crate::store::GroupRecord;
+use crate::calls::admin::RequestFrom;
+use crate::calls::group::GroupAdvance;
+use crate::core::rollout::abort_reason;
 
 /// Groups this master drives.
 #[derive(Debug, Default)]
@@ -39,27 +39,6 @@ pub(crate) enum GroupWork {
     Advance { id: String, reply: Option<RequestFrom> },
     /// Stop its rollout (an abort event), then advance it.
     Stop { id: String, reason: String },
-}
-
-/// A group being advanced: as read, with its rollout deciding, waiting on the members it
-/// started (`starting`).
-#[derive(Debug)]
-pub(crate) struct GroupAdvance {
-    pub(crate) id: String,
-    pub(crate) record: GroupRecord,
-    /// The group as read, to tell whether anything changed.
-    pub(crate) before: DeploymentGroup,
-    pub(crate) run: RolloutRun,
-    /// When it was read: its rollout decides, and its wait is judged, as of then (a store that
-    /// answers slowly must not make a wait look passed, and so forgotten).
-    pub(crate) now: Instant,
-    pub(crate) starting: usize,
-    /// Members recorded as starting (in `record.starting`) whose starts are to be sent once
-    /// that record is stored.
-    pub(crate) to_start: Vec<String>,
-    /// The job each queued member's existing deployment was on when read (by deployment id).
-    pub(crate) jids: BTreeMap<String, String>,
-    pub(crate) reply: Option<RequestFrom>,
 }
 
 impl GroupRuns {

@@ -25,16 +25,17 @@ use halite_protocol::message::{
 };
 use tracing::{info, warn};
 
-use super::calls::{DeployAsk, DeployCall, DeploymentRead, Member, Push, Requester};
-use super::group_calls::{ConfigFor, GroupAdvancing, GroupAsk, GroupCall, GroupDone, GroupPut, GroupRequest};
-use crate::admin::calls::RequestFrom;
 use crate::authz::Access;
+use crate::calls::admin::RequestFrom;
+use crate::calls::deploy::{DeployAsk, DeployCall, DeploymentRead, Member, Push, Requester};
+use crate::calls::group::GroupAdvance;
+use crate::calls::group::{ConfigFor, GroupAdvancing, GroupAsk, GroupCall, GroupDone, GroupPut, GroupRequest};
 use crate::clock::new_uuid;
 use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
-use crate::deploy::group_runs::{GroupAdvance, GroupRuns, GroupWork};
+use crate::deploy::group_runs::{GroupRuns, GroupWork};
 use crate::outputs::asks::Ask;
 use crate::outputs::effects::Effects;
 use crate::request_error::RequestError;

@@ -8,22 +8,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::deploy::relay::RelayDone;
-use crate::store::DeploymentRecord;
+use crate::calls::deploy::EndToRecord;
+use crate::relay::RelayDone;
 
 /// How long a job end whose deployment could not be recorded waits before it is tried again.
 pub(crate) const RECORD_RETRY: Duration = Duration::from_secs(1);
-
-/// A `deploy.apply` job's end whose deployment is still to be recorded.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct EndToRecord {
-    pub(crate) jid: String,
-    /// The deployment, if this master knows it.
-    pub(crate) id: Option<String>,
-    /// The deployment as a write whose outcome is unknown left it (see
-    /// `DeploymentEnd::written`).
-    pub(crate) written: Option<DeploymentRecord>,
-}
 
 /// See the module docs.
 #[derive(Default)]

@@ -13,15 +13,12 @@
 //! returns: answers, store calls, cancels, members pushed to their group, relays to start,
 //! events (`Master::with_deploy_desk`). Deployment groups have their own desk (`groups.rs`).
 
-pub(crate) mod calls;
 pub(crate) mod derive;
 pub(crate) mod ending;
-pub(crate) mod group_calls;
 pub(crate) mod group_runs;
 pub(crate) mod groups;
 pub(crate) mod jobs;
 mod records;
-pub(crate) mod relay;
 mod validate;
 
 use halite_protocol::message::{
@@ -31,8 +28,12 @@ use serde_json::json;
 use tracing::{error, info, warn};
 
 use crate::acl::NoticeThrottle;
-use crate::admin::calls::RequestFrom;
 use crate::authz::Access;
+use crate::calls::admin::RequestFrom;
+use crate::calls::deploy::{
+    DeployAsk, DeployCall, DeployDone, DeploymentRead, DeploymentWrite, Listing, Push, PushInputs, Requester,
+};
+use crate::calls::deploy::{DeploymentEnd, EndToRecord};
 use crate::clock::new_uuid;
 use crate::clock::Clock;
 use crate::config::signal_hosts::SignalHosts;
@@ -41,16 +42,15 @@ use crate::core::hearing::Hearing;
 use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
 use crate::deploy::ending::DeploymentEnding;
-use crate::deploy::jobs::{DeployJobs, EndToRecord};
+use crate::deploy::jobs::DeployJobs;
 use crate::metrics::Metrics;
 use crate::outputs::asks::{Ask, PreparedJob};
 use crate::outputs::effects::{Effect, Effects};
 use crate::publishing::JobIssuer;
+use crate::relay::RelayRequest;
 use crate::request_error::{Reply, RequestError};
 use crate::store::{DeploymentRecord, StoreError};
-use calls::{DeployAsk, DeployCall, DeployDone, DeploymentRead, DeploymentWrite, Listing, Push, PushInputs, Requester};
 use ending::Recording;
-use relay::RelayRequest;
 
 /// Most configs one listing returns.
 const MAX_CONFIG_LIST: u32 = 1000;
@@ -426,7 +426,7 @@ impl DeployDesk<'_> {
         }
         for moved in self.hearing.take_deployment_ends() {
             let id = self.deploy_jobs.ended(&moved.jid);
-            let end = ending::DeploymentEnd::of_move(self.config, moved, id);
+            let end = DeploymentEnd::of_move(self.config, moved, id);
             self.out.ask(Ask::ReadDeploymentEnd(Box::new(end)));
         }
     }
@@ -470,7 +470,7 @@ impl DeployDesk<'_> {
     /// what follows it is done now.
     pub(crate) fn deployment_end_read(
         &mut self,
-        end: ending::DeploymentEnd,
+        end: DeploymentEnd,
         read: Result<Option<DeploymentEnding>, StoreError>,
     ) {
         let ending = match read {
@@ -490,7 +490,7 @@ impl DeployDesk<'_> {
     /// first, or it was updated meanwhile (`Ok(false)`): that master announces and relays.
     pub(crate) fn deployment_finished(
         &mut self,
-        end: ending::DeploymentEnd,
+        end: DeploymentEnd,
         record: DeploymentRecord,
         stored: Result<bool, StoreError>,
     ) {
@@ -540,20 +540,24 @@ impl DeployDesk<'_> {
             derived_config_id: record.deployment.derived_config_id.clone(),
             url: url.clone(),
             verb: derive::signal_verb(&record.spec),
-            body: derive::trimmed_body(signal, relay::MAX_BODY),
+            body: derive::trimmed_body(signal, crate::relay::MAX_BODY),
         };
         self.out.push(Effect::StartRelay(Box::new(request)));
     }
 
     /// A relay ended: its deployment is read, then recorded as relayed
     /// ([`DeployDesk::relayed_read`]).
-    pub(crate) fn relay_finished(&mut self, done: relay::RelayDone) {
+    pub(crate) fn relay_finished(&mut self, done: crate::relay::RelayDone) {
         self.out.ask(Ask::ReadRelayed(Box::new(done)));
     }
 
     /// The deployment a relay was for, as read: no longer pending, unless it has been derived
     /// again since (a newer signal is on its way).
-    pub(crate) fn relayed_read(&mut self, done: relay::RelayDone, read: Result<Option<DeploymentRecord>, StoreError>) {
+    pub(crate) fn relayed_read(
+        &mut self,
+        done: crate::relay::RelayDone,
+        read: Result<Option<DeploymentRecord>, StoreError>,
+    ) {
         match read {
             // A write of this end that may have landed did: told now (stored, not yet told).
             Ok(Some(record))
@@ -576,7 +580,7 @@ impl DeployDesk<'_> {
     /// (`DeployJobs::retry_relay`), unless the store refused it for good. Otherwise its
     /// deployment would keep its relay pending, and its signal would be relayed again when a
     /// master next starts.
-    fn record_relay_later(&mut self, done: relay::RelayDone, error: &StoreError) {
+    fn record_relay_later(&mut self, done: crate::relay::RelayDone, error: &StoreError) {
         let deployment = &done.request.deployment_id;
         if !error.is_transient() {
             return error!(%error, %deployment, "a relay's end cannot be recorded; its relay stays pending");
@@ -594,7 +598,7 @@ impl DeployDesk<'_> {
     pub(crate) fn relay_recorded(
         &mut self,
         record: DeploymentRecord,
-        mut done: relay::RelayDone,
+        mut done: crate::relay::RelayDone,
         stored: Result<bool, StoreError>,
     ) {
         match stored {
@@ -611,7 +615,7 @@ impl DeployDesk<'_> {
     }
 
     /// Tells a relay's end, once stored.
-    fn tell_relayed(&mut self, record: &DeploymentRecord, done: &relay::RelayDone) {
+    fn tell_relayed(&mut self, record: &DeploymentRecord, done: &crate::relay::RelayDone) {
         let id = &done.request.deployment_id;
         let relayed = match &done.result {
             Ok(code @ 200..=299) => {

@@ -84,8 +84,9 @@ mod tests {
     use tower::ServiceExt;
 
     use super::super::fleet::Enrollment;
-    use super::super::local::{LocalCommand, Opened};
+    use super::super::local::LocalCommand;
     use super::*;
+    use crate::token_sessions::Opened;
 
     /// A stand-in core: opens a session for every token (counting them) and answers every
     /// request with an empty minion list.

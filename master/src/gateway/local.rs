@@ -15,7 +15,7 @@ use halite_transport::PeerId;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::local_queue::{local_queue, LocalInbox, LocalSender};
-use crate::token_sessions::{TokenRefused, SESSION_ENDED};
+use crate::token_sessions::{Opened, TokenRefused, SESSION_ENDED};
 use halite_protocol::message::SUBSCRIBE_REQUEST;
 
 /// How long a request may take in the core.
@@ -36,17 +36,6 @@ pub(crate) enum LocalCommand {
     Message { peer: PeerId, msg: Box<Message> },
     /// The session ended.
     Disconnect { peer: PeerId },
-}
-
-/// A session the core opened: its id, and the principal its token acts as.
-#[derive(Debug)]
-pub(crate) struct Opened {
-    /// The session's id in the core.
-    pub(crate) peer: PeerId,
-    /// The principal.
-    pub(crate) principal: String,
-    /// Whether it may read the master's metrics (decided when the session opened).
-    pub(crate) reads_metrics: bool,
 }
 
 /// Why a local call failed; maps to an HTTP status.

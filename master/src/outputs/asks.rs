@@ -15,16 +15,16 @@ use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
 use tokio::sync::oneshot;
 
-use crate::admin::calls::{AdminAsk, JobsAsk};
+use crate::calls::admin::{AdminAsk, JobsAsk};
+use crate::calls::deploy::DeploymentEnd;
+use crate::calls::deploy::EndToRecord;
+use crate::calls::deploy::{DeployAsk, DeploymentWrite, Requester};
+use crate::calls::group::GroupAsk;
 use crate::core::jobs::Slot;
-use crate::deploy::calls::{DeployAsk, DeploymentWrite, Requester};
-use crate::deploy::ending::DeploymentEnd;
-use crate::deploy::group_calls::GroupAsk;
-use crate::deploy::jobs::EndToRecord;
-use crate::deploy::relay::RelayDone;
-use crate::gateway::local::Opened;
 use crate::local_queue::LocalSender;
+use crate::relay::RelayDone;
 use crate::store::{DeploymentRecord, JobRecord};
+use crate::token_sessions::Opened;
 use crate::token_sessions::TokenRefused;
 
 /// One store call a handler waits on, with what its continuation needs.

@@ -10,10 +10,10 @@ use halite_protocol::noise::Session;
 use halite_transport::{Lane, PeerId};
 
 use crate::authz::publish::Publisher;
-use crate::deploy::calls::Member;
-use crate::deploy::relay::RelayRequest;
+use crate::calls::deploy::Member;
 use crate::files::FileRead;
 use crate::outputs::asks::Ask;
+use crate::relay::RelayRequest;
 use crate::request_error::{Reply, RequestError};
 use crate::store::ClusterChange;
 

@@ -13,19 +13,20 @@ use halite_protocol::message::{ErrorKind, Message, PrincipalAcl, ResponseBody};
 use halite_transport::{PeerId, RouterEvent};
 use tracing::{debug, info, warn};
 
-use crate::admin::calls::{AdminAsk, JobsAsk};
 use crate::admission::Unsealed;
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
+use crate::calls::admin::{AdminAsk, JobsAsk};
+use crate::calls::deploy::DeployAsk;
+use crate::calls::group::GroupAsk;
 use crate::core::sessions::Conn;
-use crate::deploy::calls::DeployAsk;
-use crate::deploy::group_calls::GroupAsk;
-use crate::gateway::local::{LocalCommand, Opened};
+use crate::gateway::local::LocalCommand;
 use crate::net::Net;
 use crate::outputs::asks::{Ask, ClientRequest, PreparedJob, TokenGrant};
 use crate::request_error::RequestError;
 use crate::store::{ApiTokenGrant, Store, StoreError};
 use crate::store_calls::reads;
+use crate::token_sessions::Opened;
 
 use halite_protocol::message::SUBSCRIBE_REQUEST;
 

@@ -59,7 +59,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Effect::StartRelay(request) => {
                     let hosts = crate::deploy::signal_hosts(&self.config);
-                    crate::deploy::relay::spawn(hosts, *request, self.relay_tx.clone());
+                    crate::relay::spawn(hosts, *request, self.relay_tx.clone());
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
                     let described = crate::audit_requests::describe_publish(&request);

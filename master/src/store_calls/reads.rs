@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 use halite_protocol::message::{status, JobFilter, JobReturn, JobSummary, KeyState};
 use halite_transport::PeerId;
 
+use crate::calls::deploy::PushInputs;
+use crate::calls::group::GroupAdvancing;
 use crate::cluster_jobs::StoredJob;
 use crate::core::registry::AcceptedKeys;
-use crate::deploy::calls::PushInputs;
 use crate::deploy::ending::DeploymentEnding;
-use crate::deploy::group_calls::GroupAdvancing;
 use crate::store::{JobListing, JobRecord, Store, StoreError};
 
 /// The accepted keys of `ids`, one read each, or all of them (`None`).

@@ -5,10 +5,10 @@
 use halite_protocol::message::KeyState;
 
 use super::reads;
-use crate::admin::calls::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
+use crate::calls::admin::{AdminCall, AdminDone, Checked, JobReadDone, NewToken};
+use crate::calls::deploy::{DeployCall, DeployDone, DeploymentWrite};
+use crate::calls::group::{GroupCall, GroupDone};
 use crate::core::registry::AcceptedKeys;
-use crate::deploy::calls::{DeployCall, DeployDone, DeploymentWrite};
-use crate::deploy::group_calls::{GroupCall, GroupDone};
 use crate::keys::token_hash;
 use crate::store::{KeyRecord, Store, StoreError};
 use crate::target::glob;

@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use halite_protocol::message::DeploymentGroupUpdate;
+use halite_protocol::message::{DeploymentGroup, DeploymentGroupUpdate};
 
-use crate::admin::calls::RequestFrom;
+use crate::calls::admin::RequestFrom;
+use crate::core::rollout::RolloutRun;
 use crate::store::{ConfigRecord, GroupRecord, StoreError};
 
 /// A group's store calls.
@@ -57,7 +58,7 @@ pub(crate) enum GroupPut {
     Stopped,
     /// The members it starts recorded (`GroupRecord::starting`): their starts are sent once
     /// this is stored, never before.
-    Recorded(Box<crate::deploy::group_runs::GroupAdvance>),
+    Recorded(Box<crate::calls::group::GroupAdvance>),
     /// Advanced: announced when its status or rollout changed; open until `not_before` (a
     /// wait still ahead when it was read).
     Advanced {
@@ -119,4 +120,25 @@ impl GroupDone {
         matches!(self, GroupDone::ReadForAdvance { read: Ok(Some(advancing)), .. }
             if !advancing.record.group.rollout.spec.abort_on.is_empty())
     }
+}
+
+/// A group being advanced: as read, with its rollout deciding, waiting on the members it
+/// started (`starting`).
+#[derive(Debug)]
+pub(crate) struct GroupAdvance {
+    pub(crate) id: String,
+    pub(crate) record: GroupRecord,
+    /// The group as read, to tell whether anything changed.
+    pub(crate) before: DeploymentGroup,
+    pub(crate) run: RolloutRun,
+    /// When it was read: its rollout decides, and its wait is judged, as of then (a store that
+    /// answers slowly must not make a wait look passed, and so forgotten).
+    pub(crate) now: Instant,
+    pub(crate) starting: usize,
+    /// Members recorded as starting (in `record.starting`) whose starts are to be sent once
+    /// that record is stored.
+    pub(crate) to_start: Vec<String>,
+    /// The job each queued member's existing deployment was on when read (by deployment id).
+    pub(crate) jids: BTreeMap<String, String>,
+    pub(crate) reply: Option<RequestFrom>,
 }

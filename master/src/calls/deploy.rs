@@ -5,10 +5,11 @@
 //! `DeployDesk::deploy_answered`, which may ask again: a push reads its config and server, its
 //! job is stored (`Ask::InsertDeploymentJob`), then the deployment that names the job.
 
-use halite_protocol::message::{DeploymentUpdate, SoftwareConfig};
+use halite_protocol::message::{DeploymentUpdate, MinionJobState, SoftwareConfig, Value};
+use serde_json::Map;
 
-use crate::admin::calls::RequestFrom;
 use crate::authz::Who;
+use crate::calls::admin::RequestFrom;
 use crate::store::{ConfigRecord, DeploymentRecord, StoreError};
 
 /// A deployment request's store calls, and who asked.
@@ -180,4 +181,39 @@ pub(crate) enum DeployDone {
         pushed: bool,
         stored: Result<bool, StoreError>,
     },
+}
+
+/// A `deploy.apply` job that ended, and what was known of it before the store was read (made and
+/// decided by `deploy/ending.rs`).
+#[derive(Debug)]
+pub(crate) struct DeploymentEnd {
+    pub(crate) jid: String,
+    /// The server whose slot ended (the job's one target).
+    pub(crate) minion: String,
+    /// How the job ended.
+    pub(crate) state: MinionJobState,
+    /// The deployment this master published the job for (`None`: published on another master,
+    /// or adopted before that master recorded which deployment the job carries).
+    pub(crate) id: Option<String>,
+    /// What the hook signalled, if it did.
+    pub(crate) signal: Option<Map<String, Value>>,
+    /// What the job's return said went wrong, for a job that sent no signal.
+    pub(crate) error: Option<String>,
+    /// Set when the job expired after the short wait for a server nobody was enrolling as: how
+    /// short (ms). The reason then says the server never enrolled, if it still has no key.
+    pub(crate) short_wait_ms: Option<u64>,
+    /// The deployment as an earlier write of this end left it, if that write's outcome is
+    /// unknown: found stored as written, the write was made and what follows it is still due.
+    pub(crate) written: Option<DeploymentRecord>,
+}
+
+/// A `deploy.apply` job's end whose deployment is still to be recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EndToRecord {
+    pub(crate) jid: String,
+    /// The deployment, if this master knows it.
+    pub(crate) id: Option<String>,
+    /// The deployment as a write whose outcome is unknown left it (see
+    /// `DeploymentEnd::written`).
+    pub(crate) written: Option<DeploymentRecord>,
 }
