@@ -15,9 +15,8 @@ use halite_transport::PeerId;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::acl::{self};
-use crate::authz::publish::{self, Publisher};
-use crate::authz::{Access, Action, Asker, Denied, JobAccess, TargetView};
+use crate::authz::publish::{self, Publisher, Rules};
+use crate::authz::{Access, Action, Asker, Denied, JobAccess};
 use crate::clock::Clock;
 use crate::clock::JidGenerator;
 use crate::config::MasterConfig;
@@ -172,14 +171,7 @@ impl PublishDesk<'_> {
         };
         // Resolved within what the publisher can see: a minion outside its view is never
         // matched, so neither the answer nor an error reveals it or its grains.
-        let view = match &publisher {
-            Publisher::Root => TargetView::all(),
-            Publisher::Principal(acl) => TargetView::of_principal(Some(acl), &self.config.nodegroups),
-            Publisher::Peer(source) => TargetView::of(
-                self.config.peers.iter().filter(|r| acl::any_glob(&r.minions, source)).map(|r| r.target.as_str()),
-                &self.config.nodegroups,
-            ),
-        };
+        let view = publisher.view(&Rules { nodegroups: &self.config.nodegroups, peers: &self.config.peers });
         let in_view = |id: &&str| {
             let grains = self.registry.grains(id);
             view.contains(id, grains) && expr.matches(id, grains)

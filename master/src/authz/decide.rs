@@ -478,7 +478,7 @@ impl Policy<'_> {
     }
 
     fn has_peer_rule(&self, id: &str) -> bool {
-        self.peers.iter().any(|rule| crate::acl::any_glob(&rule.minions, id))
+        publish::peer_rules_of(self.peers, id).next().is_some()
     }
 
     fn publish(&self, asker: &Asker<'_>, action: &Action<'_>) -> Result<Granted, Denied> {

@@ -38,6 +38,27 @@ impl Publisher {
     }
 }
 
+impl Publisher {
+    /// The minions this publisher's targets are resolved within: all for root, a principal's
+    /// view (`TargetView::of_principal`), or the targets of the `[[peers]]` rules that name
+    /// the minion.
+    pub(crate) fn view(&self, rules: &Rules) -> super::TargetView {
+        match self {
+            Publisher::Root => super::TargetView::all(),
+            Publisher::Principal(acl) => super::TargetView::of_principal(Some(acl), rules.nodegroups),
+            Publisher::Peer(source) => super::TargetView::of(
+                peer_rules_of(rules.peers, source).map(|rule| rule.target.as_str()),
+                rules.nodegroups,
+            ),
+        }
+    }
+}
+
+/// The `[[peers]]` rules that name minion `source`: every rule a minion's publish is judged by.
+pub(crate) fn peer_rules_of<'a>(peers: &'a [PeerRule], source: &'a str) -> impl Iterator<Item = &'a PeerRule> {
+    peers.iter().filter(move |rule| acl::any_glob(&rule.minions, source))
+}
+
 /// The master's rules a publish is checked against.
 pub(crate) struct Rules<'a> {
     pub(crate) nodegroups: &'a BTreeMap<String, String>,
@@ -84,10 +105,8 @@ pub(crate) fn authorize(
             .filter(|rule| within(&rule.targets))
             .map(|rule| (rule.functions.as_slice(), Some(&rule.args).filter(|a| !a.is_empty())))
             .collect(),
-        super::Asker::MinionPeer { id: source } => rules
-            .peers
-            .iter()
-            .filter(|rule| acl::any_glob(&rule.minions, source) && within(&rule.target))
+        super::Asker::MinionPeer { id: source } => peer_rules_of(rules.peers, source)
+            .filter(|rule| within(&rule.target))
             .map(|rule| (rule.functions.as_slice(), None))
             .collect(),
     };
