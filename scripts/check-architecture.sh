@@ -119,6 +119,14 @@ if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
   fail=1
 fi
 
+# A deployment's, a group's and a member's status moves only through their state machines
+# (`deploy/lifecycle.rs`, one table each): nothing else assigns one.
+if lib_source master/src | grep -v '^master/src/deploy/lifecycle.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+  grep -E '(deployment|group|member|slot)\.status = '; then
+  echo "ARCHITECTURE: a deployment's or group's status set outside deploy/lifecycle.rs (lines above)" >&2
+  fail=1
+fi
+
 # `impl Master` is the loop's alone (`server/`, one file per duty): a handler works at a desk the
 # loop lends it (a struct of borrows named `…Desk`) and returns effects.
 loop_files='master/src/server/[a-z_]+\.rs:'

@@ -2,8 +2,10 @@
 //! functions (heat/engine/resources/openstack/heat/software_deployment.py, structured_config.py
 //! and heat/engine/service_software_config.py).
 
-use halite_protocol::message::{status, ConfigOutput, NewDeployment, SoftwareConfig, Value};
+use halite_protocol::message::{ConfigOutput, NewDeployment, SoftwareConfig, Value};
 use serde_json::{json, Map};
+
+use super::lifecycle::Status;
 
 /// Builds the item the minion applies: declared inputs with their values (given, else the
 /// default), undeclared input values as String inputs, then the `deploy_*` inputs.
@@ -150,7 +152,7 @@ fn substitute(snippet: &Value, key: &str, inputs: &Map<String, Value>, strict: b
 /// The outcome of a signal: status, reason, and the output values kept.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Outcome {
-    pub(crate) status: &'static str,
+    pub(crate) status: Status,
     pub(crate) reason: String,
     pub(crate) output_values: Map<String, Value>,
 }
@@ -195,9 +197,9 @@ pub(crate) fn apply_signal(
     }
     if failed {
         let reason = reasons.iter().map(|(k, v)| format!("{k} : {v}")).collect::<Vec<_>>().join(", ");
-        Outcome { status: status::FAILED, reason, output_values }
+        Outcome { status: Status::Failed, reason, output_values }
     } else {
-        Outcome { status: status::COMPLETE, reason: "Outputs received".into(), output_values }
+        Outcome { status: Status::Complete, reason: "Outputs received".into(), output_values }
     }
 }
 
@@ -349,19 +351,19 @@ mod tests {
             .unwrap(),
             &Map::new(),
         );
-        assert_eq!((ok.status, ok.reason.as_str()), ("COMPLETE", "Outputs received"));
+        assert_eq!((ok.status.as_str(), ok.reason.as_str()), ("COMPLETE", "Outputs received"));
         assert_eq!(
             Value::Object(ok.output_values),
             json!({"result": "r", "deploy_stdout": "o", "deploy_stderr": "", "deploy_status_code": 0})
         );
 
         let code = apply_signal(&outputs, json!({"deploy_status_code": 3}).as_object().unwrap(), &Map::new());
-        assert_eq!(code.status, "FAILED");
+        assert_eq!(code.status.as_str(), "FAILED");
         assert_eq!(code.reason, "deploy_status_code : Deployment exited with non-zero status code: 3");
 
         let empty_error =
             apply_signal(&outputs, json!({"err": "", "deploy_status_code": 0}).as_object().unwrap(), &Map::new());
-        assert_eq!((empty_error.status, empty_error.reason.as_str()), ("FAILED", "err : "));
+        assert_eq!((empty_error.status.as_str(), empty_error.reason.as_str()), ("FAILED", "err : "));
 
         let both = apply_signal(
             &outputs,
@@ -371,7 +373,7 @@ mod tests {
         assert_eq!(both.reason, "deploy_status_code : Deployment exited with non-zero status code: 1, err : disk full");
 
         let nothing = apply_signal(&outputs, &Map::new(), &Map::new());
-        assert_eq!(nothing.status, "COMPLETE");
+        assert_eq!(nothing.status.as_str(), "COMPLETE");
         assert_eq!(nothing.output_values["deploy_status_code"], Value::Null);
     }
 

@@ -7,6 +7,7 @@ use halite_protocol::message::{status, ConfigOutput, JobReturn, MinionJobState, 
 use serde_json::{json, Map};
 
 use super::derive;
+use super::lifecycle::{self, Status};
 use crate::calls::deploy::{DeploymentEnd, EndToRecord};
 use crate::config::MasterConfig;
 use crate::core::jobs::SlotMoved;
@@ -137,10 +138,10 @@ fn finished(config: &MasterConfig, end: &DeploymentEnd, ending: DeploymentEnding
             output_values.insert("deploy_stdout".into(), json!(""));
             output_values.insert("deploy_stderr".into(), json!(reason));
             output_values.insert("deploy_status_code".into(), json!(1));
-            derive::Outcome { status: status::FAILED, reason, output_values }
+            derive::Outcome { status: Status::Failed, reason, output_values }
         }
     };
-    record.deployment.status = outcome.status.into();
+    lifecycle::move_deployment(&mut record.deployment, outcome.status);
     record.deployment.status_reason = outcome.reason;
     record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now_ms));
     let relayed_signal = end.signal.clone().unwrap_or_else(|| {

@@ -36,6 +36,7 @@ use crate::config::MasterConfig;
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
 use crate::deploy::group_runs::{GroupRuns, GroupWork};
+use crate::deploy::lifecycle::{self, MemberStatus, Status};
 use crate::outputs::asks::Ask;
 use crate::outputs::effects::Effects;
 use crate::request_error::RequestError;
@@ -60,12 +61,12 @@ fn stop(rollout: &mut halite_protocol::message::RolloutStatus, members: &mut [Gr
     rollout.state = RolloutState::Stopped;
     rollout.reason = Some(reason);
     for member in members.iter_mut().filter(|m| m.status == status::QUEUED) {
-        member.status = status::SKIPPED.into();
+        lifecycle::move_member(member, MemberStatus::Skipped);
     }
 }
 
 fn is_final(member_status: &str) -> bool {
-    !matches!(member_status, status::QUEUED | status::IN_PROGRESS)
+    MemberStatus::of(member_status).is_none_or(MemberStatus::is_final)
 }
 
 /// Where deployment groups are worked on: the groups this master drives, theirs to change,
@@ -138,12 +139,16 @@ impl GroupDesk<'_> {
             id: new_uuid(),
             config_id: spec.config_id.clone(),
             action: spec.action.clone().unwrap_or_else(|| "CREATE".into()).to_ascii_uppercase(),
-            status: status::IN_PROGRESS.into(),
+            status: Status::InProgress.as_str().into(),
             status_reason: "Deploy data available".into(),
             rollout: RolloutRun::status_of(spec.rollout.clone().unwrap_or_default()),
             members: servers
                 .iter()
-                .map(|s| GroupMember { server_id: s.clone(), deployment_id: None, status: status::QUEUED.into() })
+                .map(|s| GroupMember {
+                    server_id: s.clone(),
+                    deployment_id: None,
+                    status: MemberStatus::Queued.as_str().into(),
+                })
                 .collect(),
             creation_time: halite_protocol::time::iso8601_utc(now),
         };
@@ -201,13 +206,13 @@ impl GroupDesk<'_> {
             .map(|server| GroupMember {
                 server_id: server.clone(),
                 deployment_id: kept.get(server).cloned().flatten(),
-                status: status::QUEUED.into(),
+                status: MemberStatus::Queued.as_str().into(),
             })
             .collect();
         record.group.config_id = record.spec.config_id.clone();
         // The servers it keeps run the update's action; those it gains, the group's own (CREATE).
         record.group.action = action;
-        record.group.status = status::IN_PROGRESS.into();
+        lifecycle::move_group(&mut record.group, Status::InProgress);
         record.group.status_reason = "Deploy data available".into();
         record.group.rollout = RolloutRun::status_of(record.spec.rollout.clone().unwrap_or_default());
         record.owner = self.config.id.clone();
@@ -469,7 +474,7 @@ impl GroupDesk<'_> {
             let Some(deployment) = &member.deployment_id else { continue };
             let Some(read) = statuses.get(deployment) else { continue };
             self.runs.follow(deployment, &id);
-            member.status = read.clone().unwrap_or_else(|| status::FAILED.into());
+            lifecycle::move_member(member, MemberStatus::of_deployment(read.as_deref()));
             finished_now |= is_final(&member.status);
         }
         // Starts recorded before an advance that did not finish: each landed (its deployment
@@ -483,10 +488,12 @@ impl GroupDesk<'_> {
                 (Some((status, jid)), Some(deployment)) if start.jid_before.as_ref() != Some(&jid) => {
                     self.runs.follow(deployment, &id);
                     finished_now |= is_final(&status);
-                    member.status = status;
+                    lifecycle::move_member(member, MemberStatus::of_deployment(Some(&status)));
                 }
                 // A server's deployment deleted before it could run again.
-                (None, _) if start.jid_before.is_some() => member.status = status::FAILED.into(),
+                (None, _) if start.jid_before.is_some() => {
+                    lifecycle::move_member(member, MemberStatus::Failed);
+                }
                 _ => {
                     record.starting.insert(server.clone(), start);
                     to_start.push(server);
@@ -557,7 +564,7 @@ impl GroupDesk<'_> {
                 None
             }
         };
-        member.status = status::IN_PROGRESS.into();
+        lifecycle::move_member(member, MemberStatus::InProgress);
         record.starting.insert(server.clone(), MemberStart { jid_before });
         advance.to_start.push(server);
     }
@@ -630,7 +637,7 @@ impl GroupDesk<'_> {
                 self.runs.follow(&deployment.id, &advance.id);
                 if let Some(slot) = advance.record.group.members.iter_mut().find(|m| m.server_id == member.server) {
                     slot.deployment_id = Some(deployment.id);
-                    slot.status = deployment.status;
+                    lifecycle::move_member(slot, MemberStatus::of_deployment(Some(&deployment.status)));
                 }
             }
             // The store failed under it: the start may have landed. It stays recorded as
@@ -658,10 +665,10 @@ impl GroupDesk<'_> {
             let failed = record.group.members.iter().filter(|m| m.status != status::COMPLETE).count();
             let total = record.group.members.len();
             if failed == 0 {
-                record.group.status = status::COMPLETE.into();
+                lifecycle::move_group(&mut record.group, Status::Complete);
                 record.group.status_reason = format!("all {total} deployments completed");
             } else {
-                record.group.status = status::FAILED.into();
+                lifecycle::move_group(&mut record.group, Status::Failed);
                 let why = run.status.reason.clone().map(|r| format!(" (rollout stopped: {r})")).unwrap_or_default();
                 record.group.status_reason = format!("{failed} of {total} deployments did not complete{why}");
             }
@@ -736,7 +743,7 @@ fn member_failed(advance: &mut GroupAdvance, server: &str, error: &RequestError)
     warn!(group = %advance.id, %server, error = %error.message, "a group member could not be deployed");
     let start = advance.record.starting.remove(server);
     if let Some(member) = advance.record.group.members.iter_mut().find(|m| m.server_id == server) {
-        member.status = status::FAILED.into();
+        lifecycle::move_member(member, MemberStatus::Failed);
         // A new deployment that was never made leaves no id behind (an update creates it).
         if start.is_some_and(|s| s.jid_before.is_none()) {
             member.deployment_id = None;

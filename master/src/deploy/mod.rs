@@ -18,6 +18,7 @@ pub(crate) mod ending;
 pub(crate) mod group_runs;
 pub(crate) mod groups;
 pub(crate) mod jobs;
+pub(crate) mod lifecycle;
 mod records;
 mod validate;
 

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use halite_protocol::message::{
-    status, DeploymentUpdate, JobSpec, NewDeployment, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment, Target,
+    DeploymentUpdate, JobSpec, NewDeployment, NewSoftwareConfig, SoftwareConfig, SoftwareDeployment, Target,
     TargetKind, Value,
 };
 use serde_json::{json, Map};
 
+use super::lifecycle::{self, Status};
 use super::{derive, validate, DEPLOY_FUNCTION};
 use crate::clock::new_uuid;
 use crate::outputs::asks::NewJob;
@@ -43,7 +44,7 @@ pub(crate) fn new_deployment(spec: NewDeployment, principal: &str, now_ms: u64) 
         input_values: spec.input_values.clone(),
         output_values: Map::new(),
         action,
-        status: status::IN_PROGRESS.into(),
+        status: Status::InProgress.as_str().into(),
         status_reason: "Deploy data available".into(),
         derived_config_id: String::new(),
         creation_time: halite_protocol::time::iso8601_utc(now_ms),
@@ -81,7 +82,7 @@ pub(crate) fn updated(
     record.deployment.config_id = record.spec.config_id.clone();
     record.deployment.input_values = record.spec.input_values.clone();
     record.deployment.action = action;
-    record.deployment.status = status::IN_PROGRESS.into();
+    lifecycle::move_deployment(&mut record.deployment, Status::InProgress);
     record.deployment.status_reason = "Deploy data available".into();
     record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now_ms));
     record.relay_pending = false;
@@ -93,7 +94,7 @@ pub(crate) fn updated(
 /// Finishes a deployment COMPLETE without running anything on its server, with `reason`, at
 /// `now_ms`; its signal is to be relayed where the engine gave a URL.
 pub(crate) fn finish_without_job(record: &mut DeploymentRecord, reason: &str, now_ms: u64) {
-    record.deployment.status = status::COMPLETE.into();
+    lifecycle::move_deployment(&mut record.deployment, Status::Complete);
     record.deployment.status_reason = reason.to_owned();
     record.deployment.updated_time = Some(halite_protocol::time::iso8601_utc(now_ms));
     let signal: Map<String, Value> = [
