@@ -119,6 +119,14 @@ if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
   fail=1
 fi
 
+# A slot changes state only through its owner, `core/slot_moves.rs` (over the table of
+# `core/jobs.rs`): nothing else calls the table's moves.
+if lib_source master/src | grep -vE '^master/src/core/(slot_moves|jobs)\.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+  grep -E '\.(set_state|correct_final)\('; then
+  echo "ARCHITECTURE: a slot moved outside core/slot_moves.rs (lines above)" >&2
+  fail=1
+fi
+
 # A deployment's, a group's and a member's status moves only through their state machines
 # (`deploy/lifecycle.rs`, one table each): nothing else assigns one.
 if lib_source master/src | grep -v '^master/src/deploy/lifecycle.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |

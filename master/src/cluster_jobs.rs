@@ -21,8 +21,7 @@ use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
 use crate::core::hearing::{Hearing, SlotChange};
-use crate::core::jobs::loaded_slots;
-use crate::core::jobs::{JobTable, LiveJob};
+use crate::core::jobs::{loaded_slots, transition_allowed, JobTable, LiveJob};
 use crate::core::registry::{MinionEntry, Registry};
 use crate::core::rollout_queue::RolloutQueue;
 use crate::core::sessions::Sessions;
@@ -247,18 +246,20 @@ impl ClusterJobsDesk<'_> {
             Err(error) => return self.read_failed(&error),
         };
         for (minion, state) in states {
-            let was = self.jobs.state(jid, &minion);
-            if was.is_none_or(|s| s == state) || !self.jobs.set_state(jid, &minion, state) {
+            // Moved by the slot's owner (`SlotMoves::elsewhere`), as the effects are carried out
+            // in order: the move first, then what follows it.
+            let Some(was) = self.jobs.state(jid, &minion) else { continue };
+            if was == state || !transition_allowed(was, state) {
                 continue;
             }
+            let ret = if state.is_final() { returns.remove(&minion) } else { None };
+            self.out.slot(SlotOp::Moved { jid: jid.to_owned(), minion: minion.clone(), state, ret });
             // Another master's rollout started a target connected here: this master sends it.
-            if was == Some(MinionJobState::Queued) && state == MinionJobState::Sent {
+            if was == MinionJobState::Queued && state == MinionJobState::Sent {
                 if let Some(peer) = self.sessions.peer_of(&minion) {
-                    self.out.push(Effect::Deliver { jid: jid.to_owned(), minion: minion.clone(), peer });
+                    self.out.push(Effect::Deliver { jid: jid.to_owned(), minion, peer });
                 }
             }
-            let ret = if state.is_final() { returns.remove(&minion) } else { None };
-            self.out.slot(SlotOp::Moved { jid: jid.to_owned(), minion, state, ret });
         }
     }
 

@@ -113,9 +113,27 @@ impl<'a> SlotMoves<'a> {
         self.pending.record(StateChange { jid, minion, state, ret, at_ms: self.wall_ms, late });
     }
 
-    /// Records a move already made, whichever master decided it, for the bus, the job's
-    /// watchers and the job's end, and its end for the listeners of slot ends.
-    pub(crate) fn moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+    /// A move another master decided and stored: made here if the transition table allows it,
+    /// and recorded for its listeners, never written again.
+    pub(crate) fn elsewhere(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
+        if !self.jobs.set_state(jid, minion, state) {
+            debug!(jid, minion, state = state.as_str(), "no change: the slot is gone, final, or already there");
+            return;
+        }
+        self.moved(jid, minion, state, ret);
+    }
+
+    /// The final state the store kept for a slot that ended here too (another master recorded
+    /// it first, while this one could not write): the one change of a final state there is,
+    /// followed by what the group commit still has to tell of it.
+    pub(crate) fn follow_stored(&mut self, jid: &str, minion: &str, kept: MinionJobState, ret: Option<JobReturn>) {
+        self.jobs.correct_final(jid, minion, kept);
+        self.pending.follow_stored(jid, minion, kept, ret);
+    }
+
+    /// Records a move already made for the bus, the job's watchers and the job's end, and its
+    /// end for the listeners of slot ends.
+    fn moved(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {
         if state.is_final() {
             self.ended(jid, minion, state, &ret);
         }

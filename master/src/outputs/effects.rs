@@ -90,8 +90,8 @@ pub(crate) enum SlotOp {
     Set { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
     /// Refused by its minion (`SlotMoves::refused`).
     Refused { jid: String, minion: String, kind: ErrorKind, reason: String },
-    /// A move already made, whichever master decided it, recorded for its listeners
-    /// (`SlotMoves::moved`).
+    /// A move another master decided and stored, made here and told to its listeners
+    /// (`SlotMoves::elsewhere`).
     Moved { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
     /// Recorded for the commit without moving (`SlotMoves::record`).
     Record { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn>, late: bool },

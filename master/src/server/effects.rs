@@ -74,7 +74,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match op {
             SlotOp::Set { jid, minion, state, ret } => self.slots().set(&jid, &minion, state, ret),
             SlotOp::Refused { jid, minion, kind, reason } => self.slots().refused(&jid, &minion, kind, reason),
-            SlotOp::Moved { jid, minion, state, ret } => self.slots().moved(&jid, &minion, state, ret),
+            SlotOp::Moved { jid, minion, state, ret } => self.slots().elsewhere(&jid, &minion, state, ret),
             SlotOp::Record { jid, minion, state, ret, late } => self.slots().record(&jid, &minion, state, ret, late),
         }
     }

@@ -145,8 +145,7 @@ impl<S: Store, N: Net> Master<S, N> {
                     }
                 };
                 info!(%jid, %minion, kept = kept.as_str(), "another master recorded this slot first; following the store");
-                self.jobs.correct_final(&jid, &minion, kept);
-                self.pending.follow_stored(&jid, &minion, kept, ret);
+                self.slots().follow_stored(&jid, &minion, kept, ret);
             }
         }
         true
