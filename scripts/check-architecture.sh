@@ -156,6 +156,11 @@ for f in $handler_files; do
     echo "ARCHITECTURE: a handler awaits (lines above): ask the store through outputs/asks.rs" >&2
     fail=1
   fi
+  # Nor reads a clock: its desk is given `now` (`clock::Now`) when lent.
+  if lib_source "$f" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | grep -E 'dyn Clock|\.clock\.|Clock::'; then
+    echo "ARCHITECTURE: a handler reads a clock (lines above): use the now its desk is given" >&2
+    fail=1
+  fi
 done
 
 # The minion's core reads no clock: its loop (`daemon.rs`) gives it `now`.

@@ -18,7 +18,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::acl::NoticeThrottle;
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::registry::Registry;
 use crate::core::sessions::{Conn, Sessions};
@@ -51,7 +51,7 @@ pub(crate) struct AdmissionDesk<'a> {
     pub(crate) keys_refused: &'a mut u64,
     pub(crate) metrics: &'a Metrics,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
@@ -83,7 +83,7 @@ impl AdmissionDesk<'_> {
                 match result {
                     Ok((state, msg2)) => {
                         self.send_parts(peer, vec![msg2]);
-                        let now = self.clock.now();
+                        let now = self.now.at;
                         self.sessions.insert(peer, Conn::AwaitIdentity { state: Box::new(state), since: now });
                         self.sessions.watch(peer, now + self.config.handshake_timeout());
                     }
@@ -95,7 +95,7 @@ impl AdmissionDesk<'_> {
                 Err(error) => self.drop_peer(peer, &error.to_string()),
             },
             Conn::Minion { id, mut session } => {
-                let opened = session.open(&parts, self.clock.now());
+                let opened = session.open(&parts, self.now.at);
                 self.sessions.insert(peer, Conn::Minion { id: id.clone(), session });
                 let decoded = opened
                     .map_err(UnreadableMessage::from)
@@ -109,7 +109,7 @@ impl AdmissionDesk<'_> {
                 }
             }
             Conn::Client { principal, acl, mut session, greeted } => {
-                let opened = session.open(&parts, self.clock.now());
+                let opened = session.open(&parts, self.now.at);
                 let decoded = opened
                     .map_err(UnreadableMessage::from)
                     .and_then(|b| message::decode(&b).map_err(UnreadableMessage::from));
@@ -145,7 +145,7 @@ impl AdmissionDesk<'_> {
     /// known here; a minion whose key is not accepted here waits on the key registry's verdict
     /// ([`AdmissionDesk::key_decided`]).
     pub(crate) fn admit(&mut self, peer: PeerId, identified: IdentifiedPeer) {
-        let now = self.clock.now();
+        let now = self.now.at;
         let who = identified.peer().clone();
         match who.role {
             Role::Client => {
@@ -197,7 +197,7 @@ impl AdmissionDesk<'_> {
             Err(error) => return self.no_verdict(admitting.peer, &error),
         };
         let Admitting { peer, identified, id } = admitting;
-        let now = self.clock.now();
+        let now = self.now.at;
         let who = identified.peer().clone();
         // The old key's session, when the new key replaced it.
         let mut old_cut = false;
@@ -303,7 +303,7 @@ impl AdmissionDesk<'_> {
         info!(minion = %id, %fingerprint, %reason, "minion key pending");
         self.out
             .emit_shared(format!("halite/key/{id}/pending"), json!({ "fingerprint": fingerprint, "reason": reason }));
-        let verdict = identified.defer(&reason, self.clock.now());
+        let verdict = identified.defer(&reason, self.now.at);
         self.refuse_and_park(peer, &id, verdict);
     }
 
@@ -350,7 +350,7 @@ impl AdmissionDesk<'_> {
             Ok(parts) => {
                 self.send_parts(peer, parts);
                 // Closed once the verdict has had time to arrive (see `Conn::Refused`).
-                let now = self.clock.now();
+                let now = self.now.at;
                 self.sessions.insert(peer, Conn::Refused { since: now, parked });
                 self.sessions.watch(peer, now + crate::core::sessions::linger(parked));
             }

@@ -25,6 +25,26 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
+/// The time a handler is given: read once when its desk is lent, so everything it decides
+/// in one piece of work is decided as of one instant, and no handler reads a clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Now {
+    /// Monotonic: deadlines and rates.
+    pub(crate) at: Instant,
+    /// Wall clock, Unix milliseconds: what records are stamped with.
+    pub(crate) wall_ms: u64,
+    /// Wall clock, Unix microseconds: what jids are made of.
+    pub(crate) wall_micros: u64,
+}
+
+impl Now {
+    /// `clock`'s time now.
+    pub(crate) fn of(clock: &dyn Clock) -> Self {
+        let wall_micros = clock.wall_micros();
+        Now { at: clock.now(), wall_ms: wall_micros / 1000, wall_micros }
+    }
+}
+
 /// The operating system's clocks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

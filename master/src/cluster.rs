@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::acl::NoticeThrottle;
 use crate::authz::{Access, Action, Asker};
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
 use crate::core::jobs::JobTable;
@@ -45,7 +45,7 @@ pub(crate) struct ClusterDesk<'a> {
     pub(crate) sessions: &'a Sessions,
     pub(crate) jobs: &'a JobTable,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
@@ -115,7 +115,7 @@ impl ClusterDesk<'_> {
             return false;
         }
         if !matches!(change, ClusterChange::Resync | ClusterChange::ListenerLost) {
-            self.cluster.heard_from(from, self.clock.now());
+            self.cluster.heard_from(from, self.now.at);
         }
         let effect = match change {
             ClusterChange::Keys { ids } => Effect::Ask(Ask::ReadKeys { ids }),
@@ -125,7 +125,7 @@ impl ClusterDesk<'_> {
                 return true;
             }
             ClusterChange::ListenerLost => {
-                self.cluster.listener_lost(self.clock.now());
+                self.cluster.listener_lost(self.now.at);
                 return false;
             }
             ClusterChange::Job { jid } => Effect::AdoptJob { jid },
@@ -159,7 +159,7 @@ impl ClusterDesk<'_> {
     }
 
     fn read_failed(&mut self, error: &StoreError) {
-        read_failed(self.cluster, self.notices, self.clock.now(), error);
+        read_failed(self.cluster, self.notices, self.now.at, error);
     }
 
     /// The keys another master changed (those of `ids`, or any), as reread: taken, and a minion

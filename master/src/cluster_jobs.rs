@@ -17,7 +17,7 @@ use halite_protocol::message::{JobReturn, MinionJobState};
 use tracing::{debug, warn};
 
 use crate::acl::NoticeThrottle;
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
 use crate::core::hearing::{Hearing, SlotChange};
@@ -42,13 +42,13 @@ pub(crate) struct ClusterJobsDesk<'a> {
     pub(crate) notices: &'a mut NoticeThrottle,
     pub(crate) sessions: &'a Sessions,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
 impl ClusterJobsDesk<'_> {
     fn read_failed(&mut self, error: &StoreError) {
-        crate::cluster::read_failed(self.cluster, self.notices, self.clock.now(), error);
+        crate::cluster::read_failed(self.cluster, self.notices, self.now.at, error);
     }
 
     /// Loads a job another master published (or this one has lost track of) and sends it to
@@ -89,7 +89,7 @@ impl ClusterJobsDesk<'_> {
                                       "minions": minions });
         let finals: Vec<(String, MinionJobState)> = states.iter().filter(|(_, s)| s.is_final()).cloned().collect();
         let grace = std::time::Duration::from_secs(self.config.timeout_grace_secs);
-        let slots = loaded_slots(&record, states, self.clock.now(), self.clock.wall_ms(), grace);
+        let slots = loaded_slots(&record, states, self.now.at, self.now.wall_ms, grace);
         let here: Vec<String> = slots
             .iter()
             .filter(|(id, slot)| !slot.state.is_final() && self.sessions.is_online(id))

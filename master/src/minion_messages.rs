@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::acl::NoticeThrottle;
 use crate::authz::publish::Publisher;
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::event_gate::EventGate;
 use crate::core::jobs::JobTable;
@@ -42,7 +42,7 @@ pub(crate) struct MinionDesk<'a> {
     /// on the minions.
     pub(crate) store_in_doubt: bool,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
@@ -95,8 +95,8 @@ impl MinionDesk<'_> {
                 let entry = self.registry.minion_mut(id);
                 entry.functions = hello.functions;
                 entry.installed = installed;
-                self.pending.put_minion(self.registry.seen(id, self.clock.wall_ms()));
-                self.out.send(peer, Message::Welcome(welcome(self.config, self.clock.wall_ms())));
+                self.pending.put_minion(self.registry.seen(id, self.now.wall_ms));
+                self.out.send(peer, Message::Welcome(welcome(self.config, self.now.wall_ms)));
                 self.out.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.out.push(Effect::DeliverAll { minion: id.to_owned(), peer });
@@ -126,7 +126,7 @@ impl MinionDesk<'_> {
                     // the minion's outbox, and the minion is asked for it again once the store
                     // answers and this master has reread it. Nothing is told meanwhile that the
                     // store might contradict.
-                    if self.notices.ready("store:held_returns", Duration::from_secs(10), self.clock.now()) {
+                    if self.notices.ready("store:held_returns", Duration::from_secs(10), self.now.at) {
                         warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
                     }
                     self.pending.owe(id);
@@ -201,7 +201,7 @@ impl MinionDesk<'_> {
     /// published under the minion's authenticated namespace. The tag and body are the minion's;
     /// the id is never taken from them.
     pub(crate) fn on_minion_event(&mut self, id: &str, event: Event) {
-        let now = self.clock.now();
+        let now = self.now.at;
         match self.event_gate.minion_event(&self.config.events, id, &event.tag, &event.data, now) {
             Ok(()) => {
                 self.out.emit_shared(format!("minion/{id}/{}", event.tag), json!({ "minion": id, "data": event.data }))

@@ -17,8 +17,8 @@ use tracing::{info, warn};
 
 use crate::authz::publish::{self, Publisher, Rules};
 use crate::authz::{Access, Action, Asker, Denied, JobAccess};
-use crate::clock::Clock;
 use crate::clock::JidGenerator;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
 use crate::core::hearing::{Hearing, SlotChange};
@@ -50,7 +50,7 @@ pub(crate) struct JobIssuer<'a> {
     pub(crate) sessions: &'a Sessions,
     pub(crate) cluster: &'a ClusterView,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
 }
 
 impl JobIssuer<'_> {
@@ -58,8 +58,8 @@ impl JobIssuer<'_> {
     /// slots: what is stored before anything of it is sent.
     pub(crate) fn prepare(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
         let NewJob { spec, reach, unknown } = new;
-        let jid = self.jids.next(self.clock.wall_micros());
-        let created_at_ms = self.clock.wall_ms();
+        let jid = self.jids.next(self.now.wall_micros);
+        let created_at_ms = self.now.wall_ms;
         let job = Job::issue(jid.clone(), &spec, created_at_ms, caller.to_owned(), reach);
         // A master of a cluster names itself and its certificate: any master may deliver it.
         let signed = match self.identity.certificate() {
@@ -67,7 +67,7 @@ impl JobIssuer<'_> {
             None => SignedJob::sign(&job, self.identity.key()),
         };
         let record = JobRecord::new(jid, spec, caller.to_owned(), created_at_ms, signed);
-        let now = self.clock.now();
+        let now = self.now.at;
         let run_deadline = crate::core::jobs::run_deadline(
             record.timeout_ms,
             now,
@@ -115,7 +115,7 @@ pub(crate) struct PublishDesk<'a> {
     pub(crate) metrics: &'a Metrics,
     pub(crate) issuer: JobIssuer<'a>,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
@@ -128,7 +128,7 @@ impl PublishDesk<'_> {
     /// ([`PublishDesk::job_stored`] sends it); whatever refuses it is answered at once.
     pub(crate) fn publish(&mut self, peer: PeerId, caller: &str, publisher: Publisher, request: PublishRequest) {
         let request_id = Some(request.request_id.to_string());
-        let received = self.clock.now();
+        let received = self.now.at;
         // A minion no peer rule names may publish nothing: refused before its target is read.
         if let Publisher::Peer(source) = &publisher {
             let nothing =
@@ -307,7 +307,7 @@ impl PublishDesk<'_> {
             json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
         let job_message =
-            crate::core::jobs::job_message(&record.signed, run_deadline, grace, self.clock.now(), self.clock.wall_ms());
+            crate::core::jobs::job_message(&record.signed, run_deadline, grace, self.now.at, self.now.wall_ms);
         let (watchers, answer) = match publisher {
             Some(JobPublisher { peer, request_id, watchers, received }) => {
                 let published = Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown };
@@ -339,7 +339,7 @@ impl PublishDesk<'_> {
         // the step ends), and after the jobs: they are on their way before it is.
         if let Some((peer, published, received)) = answer {
             self.out.send(peer, Message::Published(published));
-            let took = self.clock.now().saturating_duration_since(received);
+            let took = self.now.at.saturating_duration_since(received);
             self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
         }
         Ok(jid)
@@ -374,7 +374,7 @@ impl PublishDesk<'_> {
     /// they serve. A rollout's stop is stored first, and the cancel goes on from there
     /// (`Rollouts::stored`).
     pub(crate) fn cancel_live(&mut self, jid: &str) {
-        match Rollouts::new(self.jobs, self.rollout_queue, self.clock.now()).stop(
+        match Rollouts::new(self.jobs, self.rollout_queue, self.now.at).stop(
             jid,
             "cancelled".to_owned(),
             RolloutCause::Cancelled,
@@ -396,7 +396,7 @@ impl PublishDesk<'_> {
     pub(crate) fn cancel_here(&mut self, jid: &str) {
         let Some(job) = self.jobs.get(jid) else { return };
         let slots: Vec<(String, MinionJobState)> = job.slots().iter().map(|(m, s)| (m.clone(), s.state)).collect();
-        let now = self.clock.now();
+        let now = self.now.at;
         for (minion, state) in slots {
             if self.cluster.serves_elsewhere(&minion, self.sessions, now) {
                 // Its master stops it and records the outcome.

@@ -27,7 +27,7 @@ use crate::authz::{Access, Action, Asker, Granted, JobAccess, RequestKind, Who};
 use crate::calls::admin::{
     AdminAsk, AdminCall, AdminDone, Checked, JobRead, JobReadDone, JobsAsk, NewToken, RequestFrom, Secret,
 };
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
 use crate::core::event_gate::EventGate;
@@ -90,7 +90,7 @@ pub(crate) struct AdminDesk<'a> {
     pub(crate) sessions: &'a Sessions,
     pub(crate) cluster: &'a ClusterView,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     /// The last record of this master's audit chain it appended (0: none yet).
     pub(crate) audit_head: u64,
     pub(crate) out: Effects,
@@ -108,7 +108,7 @@ impl AdminDesk<'_> {
     }
 
     fn rollouts(&mut self) -> Rollouts<'_> {
-        Rollouts::new(self.jobs, self.rollout_queue, self.clock.now())
+        Rollouts::new(self.jobs, self.rollout_queue, self.now.at)
     }
 
     /// Answers an administrative request (or says why not), or asks the store what it needs:
@@ -202,7 +202,7 @@ impl AdminDesk<'_> {
                 if ttl_ms == 0 {
                     return Err(RequestError::bad_request("token ttl must be positive"));
                 }
-                let expires_at_ms = self.clock.wall_ms().saturating_add(ttl_ms);
+                let expires_at_ms = self.now.wall_ms.saturating_add(ttl_ms);
                 let owner = principal.to_owned();
                 let token = Secret(new_secret());
                 AdminCall::CreateToken(NewToken { token, minion, expires_at_ms, replace, owner })
@@ -230,7 +230,7 @@ impl AdminDesk<'_> {
                 }
                 // 0 (given, or as the configured default) means a token that never expires.
                 let ttl_ms = ttl_ms.unwrap_or(self.config.gateway.token_ttl_days.saturating_mul(86_400_000));
-                let expires_at_ms = (ttl_ms > 0).then(|| self.clock.wall_ms().saturating_add(ttl_ms));
+                let expires_at_ms = (ttl_ms > 0).then(|| self.now.wall_ms.saturating_add(ttl_ms));
                 let (token, owner) = (Secret(format!("hal_{}", new_secret())), principal.to_owned());
                 AdminCall::CreateApiToken { token, acting_as, owner, expires_at_ms }
             }
@@ -486,7 +486,7 @@ impl AdminDesk<'_> {
         if serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len()) > MAX_BYTES {
             return Err(RequestError::bad_request(format!("event data larger than {MAX_BYTES} bytes as JSON")));
         }
-        let now = self.clock.now();
+        let now = self.now.at;
         if !self.event_gate.engine_event(principal, RATE_PER_SEC, BURST, now) {
             return Err(RequestError::new(
                 ErrorKind::LimitExceeded,
@@ -536,7 +536,7 @@ impl AdminDesk<'_> {
     /// (a minion keeps its jobs and returns across a restart), until the job's timeout.
     fn mark_away(&self, detail: &mut halite_protocol::message::JobDetail) {
         use halite_protocol::message::MinionJobState::{Running, Sent};
-        let now = self.clock.now();
+        let now = self.now.at;
         let Some(live) = self.jobs.get(&detail.summary.jid) else { return };
         let timeout_ms = live.record.timeout_ms;
         for minion in &mut detail.minions {
@@ -584,18 +584,14 @@ impl AdminDesk<'_> {
             .map(|id| {
                 let entry = self.registry.minion(id).cloned().unwrap_or_default();
                 let connected = self.sessions.is_online(id);
-                let connected_elsewhere = self.cluster.serves_elsewhere(id, self.sessions, self.clock.now());
+                let connected_elsewhere = self.cluster.serves_elsewhere(id, self.sessions, self.now.at);
                 MinionInfo {
                     id: id.clone(),
                     connected,
                     connected_elsewhere,
                     // The last contact: now for one whose session is live (its heartbeats keep
                     // it so), else when its last session ended.
-                    last_seen_ms: if connected || connected_elsewhere {
-                        self.clock.wall_ms()
-                    } else {
-                        entry.last_seen_ms
-                    },
+                    last_seen_ms: if connected || connected_elsewhere { self.now.wall_ms } else { entry.last_seen_ms },
                     grains: entry.grains,
                     functions: entry.functions,
                 }

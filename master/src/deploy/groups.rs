@@ -31,7 +31,7 @@ use crate::calls::deploy::{DeployAsk, DeployCall, DeploymentRead, Member, Push, 
 use crate::calls::group::GroupAdvance;
 use crate::calls::group::{ConfigFor, GroupAdvancing, GroupAsk, GroupCall, GroupDone, GroupPut, GroupRequest};
 use crate::clock::new_uuid;
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::jobs::Slot;
 use crate::core::rollout::{Decision, RolloutRun};
@@ -77,7 +77,7 @@ pub(crate) struct GroupDesk<'a> {
     pub(crate) access: Access<'a>,
     pub(crate) config: &'a MasterConfig,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
@@ -134,7 +134,7 @@ impl GroupDesk<'_> {
         // What each member's deployment will be is checked once, before anything starts.
         super::validate::deployment(&member_spec(&spec, &servers[0]))?;
         self.check_signal_url(&member_spec(&spec, &servers[0]))?;
-        let now = self.clock.wall_ms();
+        let now = self.now.wall_ms;
         let group = DeploymentGroup {
             id: new_uuid(),
             config_id: spec.config_id.clone(),
@@ -395,7 +395,7 @@ impl GroupDesk<'_> {
         for (id, reason) in self.runs.take_aborts() {
             self.runs.queue(GroupWork::Stop { id, reason });
         }
-        for id in self.runs.take_due(tick, self.clock.now()) {
+        for id in self.runs.take_due(tick, self.now.at) {
             self.runs.queue(GroupWork::Advance { id, reply: None });
         }
         self.start_group_work();
@@ -468,7 +468,7 @@ impl GroupDesk<'_> {
             return self.group_work_done();
         }
         let before = record.group.clone();
-        let now = self.clock.now();
+        let now = self.now.at;
         let mut finished_now = false;
         for member in &mut record.group.members {
             let Some(deployment) = &member.deployment_id else { continue };
@@ -611,7 +611,7 @@ impl GroupDesk<'_> {
                     Ok(spec) => spec,
                     Err(error) => return member_failed(advance, &server, &error),
                 };
-                let mut deployment = super::records::new_deployment(spec, &principal, self.clock.wall_ms());
+                let mut deployment = super::records::new_deployment(spec, &principal, self.now.wall_ms);
                 deployment.deployment.id = id;
                 DeployCall::ReadPush(Box::new(Push { record: deployment, update: false, config_checked: false }))
             }
@@ -696,7 +696,7 @@ impl GroupDesk<'_> {
             self.forget_group(id);
         } else if !record.starting.is_empty() {
             // Starts whose outcome is unknown: looked at again a second later.
-            self.runs.open(id, Some(self.clock.now() + Duration::from_secs(1)));
+            self.runs.open(id, Some(self.now.at + Duration::from_secs(1)));
         } else {
             self.runs.open(id, not_before);
         }
@@ -709,7 +709,7 @@ impl GroupDesk<'_> {
     /// An advance the store failed: tried again a second later; a client waiting on it is told.
     fn advance_failed(&mut self, id: &str, error: RequestError, reply: Option<RequestFrom>) {
         warn!(error = %error.message, group = %id, "advancing a deployment group failed; tried again in a second");
-        self.runs.open(id, Some(self.clock.now() + Duration::from_secs(1)));
+        self.runs.open(id, Some(self.now.at + Duration::from_secs(1)));
         if let Some(from) = reply {
             self.out.reply(from.peer, from.request_id, Err(error));
         }

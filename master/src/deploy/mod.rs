@@ -36,7 +36,7 @@ use crate::calls::deploy::{
 };
 use crate::calls::deploy::{DeploymentEnd, EndToRecord};
 use crate::clock::new_uuid;
-use crate::clock::Clock;
+use crate::clock::Now;
 use crate::config::signal_hosts::SignalHosts;
 use crate::config::MasterConfig;
 use crate::core::hearing::Hearing;
@@ -118,7 +118,7 @@ pub(crate) struct DeployDesk<'a> {
     /// Deployments' jobs are issued here (stored and sent by the publishing desk).
     pub(crate) issuer: JobIssuer<'a>,
     /// The time, read when a decision needs it.
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) now: Now,
     pub(crate) out: Effects,
 }
 
@@ -149,7 +149,7 @@ impl DeployDesk<'_> {
             RequestBody::ConfigCreate(new) => {
                 self.may_deploy(acl, None)?;
                 validate::config(&new)?;
-                let config = records::new_config(new, self.clock.wall_ms());
+                let config = records::new_config(new, self.now.wall_ms);
                 DeployCall::PutConfig { config: Box::new(config), owner: from.principal.clone() }
             }
             RequestBody::ConfigShow { id } => {
@@ -168,7 +168,7 @@ impl DeployDesk<'_> {
                 self.may_deploy(acl, Some(&spec.server_id))?;
                 validate::deployment(&spec)?;
                 self.check_signal_url(&spec)?;
-                let record = records::new_deployment(spec, &from.principal, self.clock.wall_ms());
+                let record = records::new_deployment(spec, &from.principal, self.now.wall_ms);
                 DeployCall::ReadPush(Box::new(Push { record, update: false, config_checked: true }))
             }
             RequestBody::DeploymentUpdate { id, update } => {
@@ -241,7 +241,7 @@ impl DeployDesk<'_> {
                 let Some(record) = read? else {
                     return Err(RequestError::not_found(format!("no deployment {id}")));
                 };
-                let record = records::updated(record, update, self.clock.wall_ms())?;
+                let record = records::updated(record, update, self.now.wall_ms)?;
                 Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked: false }))))
             }
             DeployDone::Deployment { id, then, read } => {
@@ -259,7 +259,7 @@ impl DeployDesk<'_> {
                     }
                     DeploymentRead::Update(update) | DeploymentRead::Restart(update) => {
                         let config_checked = update.config_id.is_some();
-                        let record = records::updated(record, update, self.clock.wall_ms())?;
+                        let record = records::updated(record, update, self.now.wall_ms)?;
                         Ok(Next::Ask(DeployCall::ReadPush(Box::new(Push { record, update: true, config_checked }))))
                     }
                 }
@@ -358,7 +358,7 @@ impl DeployDesk<'_> {
         // An update is stored only while its row still waits on the job it was read on.
         let read_on = update.then(|| record.jid.clone());
         let config = inputs.config.map(|r| r.config).ok_or_else(|| no_config(&record.spec.config_id))?;
-        let now = self.clock.wall_ms();
+        let now = self.now.wall_ms;
         if update {
             self.deploy_jobs.forget(&record.jid);
             self.cancel_live(&record.jid);
@@ -419,10 +419,10 @@ impl DeployDesk<'_> {
     /// loop answers what this asks right away, so the deployments' groups hear the
     /// announcements in the same step. Ends the store could not take before come first.
     pub(crate) fn record_deployment_ends(&mut self) {
-        for retry in self.deploy_jobs.take_due(self.clock.now()) {
+        for retry in self.deploy_jobs.take_due(self.now.at) {
             self.out.ask(Ask::RereadDeploymentEnd(Box::new(retry)));
         }
-        for done in self.deploy_jobs.take_due_relays(self.clock.now()) {
+        for done in self.deploy_jobs.take_due_relays(self.now.at) {
             self.out.ask(Ask::ReadRelayed(Box::new(done)));
         }
         for moved in self.hearing.take_deployment_ends() {
@@ -436,7 +436,7 @@ impl DeployDesk<'_> {
     /// later (`DeployJobs::retry`), so the deployment is not left in progress, unless the store
     /// refused it for good (a conflict, a row it cannot decode: trying again fails again).
     fn record_deployment_later(&mut self, retry: EndToRecord, error: &StoreError) {
-        let now = self.clock.now();
+        let now = self.now.at;
         if !error.is_transient() {
             return error!(%error, jid = %retry.jid, "a deployment's result cannot be recorded; it is left as stored");
         }
@@ -456,7 +456,7 @@ impl DeployDesk<'_> {
         match read {
             Ok(Some(job)) => match ending::stored_end(self.config, &retry, &job.minions) {
                 Some(end) => self.out.ask(Ask::ReadDeploymentEnd(Box::new(end))),
-                None => self.deploy_jobs.retry(retry, self.clock.now()),
+                None => self.deploy_jobs.retry(retry, self.now.at),
             },
             Ok(None) => {
                 warn!(jid = %retry.jid, "a deployment's job is no longer stored; its result cannot be recorded")
@@ -479,7 +479,7 @@ impl DeployDesk<'_> {
             Ok(None) => return,
             Err(error) => return self.record_deployment_later(end.to_retry(end.written.clone()), &error),
         };
-        match ending::recording(self.config, &end, ending, (self.clock.wall_ms(), new_uuid())) {
+        match ending::recording(self.config, &end, ending, (self.now.wall_ms, new_uuid())) {
             Recording::Written(record) => self.deployment_finished(end, record, Ok(true)),
             Recording::Finish(record) => self.out.ask(Ask::FinishDeployment(Box::new((end, record)))),
             Recording::Nothing => {}
@@ -586,10 +586,10 @@ impl DeployDesk<'_> {
         if !error.is_transient() {
             return error!(%error, %deployment, "a relay's end cannot be recorded; its relay stays pending");
         }
-        if self.notices.ready("store:relay_end", std::time::Duration::from_secs(10), self.clock.now()) {
+        if self.notices.ready("store:relay_end", std::time::Duration::from_secs(10), self.now.at) {
             warn!(%error, %deployment, "recording a relay failed; trying again every second");
         }
-        self.deploy_jobs.retry_relay(done, self.clock.now());
+        self.deploy_jobs.retry_relay(done, self.now.at);
     }
 
     /// A relay recorded, as stored: announced. The announcement says only `relayed` (the
@@ -640,7 +640,7 @@ impl DeployDesk<'_> {
     /// After a restart: the open deployments as read (`Store::open_deployments`) are linked to
     /// their jobs again and pending relays resume.
     pub(crate) fn resume_deployments(&mut self, open: Vec<DeploymentRecord>) {
-        let now = self.clock.now();
+        let now = self.now.at;
         for record in open {
             if record.deployment.status == status::IN_PROGRESS && self.jobs.get(&record.jid).is_none() {
                 // Its job ended but the deployment was not recorded (the store did not answer,

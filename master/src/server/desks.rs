@@ -6,6 +6,7 @@
 use crate::admin::AdminDesk;
 use crate::admission::AdmissionDesk;
 use crate::authz::Access;
+use crate::clock::Now;
 use crate::cluster::ClusterDesk;
 use crate::cluster_jobs::ClusterJobsDesk;
 use crate::deploy::groups::GroupDesk;
@@ -28,7 +29,7 @@ macro_rules! job_issuer {
             config: &$master.config,
             sessions: &$master.sessions,
             cluster: &$master.cluster,
-            clock: &*$master.clock,
+            now: Now::of(&*$master.clock),
         }
     };
 }
@@ -45,7 +46,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             metrics: &self.metrics,
             issuer: job_issuer!(self),
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -64,7 +65,7 @@ impl<S: Store, N: Net> Master<S, N> {
             event_gate: &mut self.event_gate,
             sessions: &self.sessions,
             cluster: &self.cluster,
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             audit_head: self.audit.head(),
             out: Effects::default(),
         };
@@ -85,7 +86,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             keys_refused: &mut self.keys_refused,
             metrics: &self.metrics,
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -106,7 +107,7 @@ impl<S: Store, N: Net> Master<S, N> {
             rollout_queue: &mut self.rollout_queue,
             metrics: &self.metrics,
             issuer: job_issuer!(self),
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -127,7 +128,7 @@ impl<S: Store, N: Net> Master<S, N> {
             files: &mut self.files,
             metrics: &self.metrics,
             store_in_doubt,
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -146,7 +147,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             sessions: &self.sessions,
             jobs: &self.jobs,
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -167,7 +168,7 @@ impl<S: Store, N: Net> Master<S, N> {
             cluster: &mut self.cluster,
             notices: &mut self.notices,
             sessions: &self.sessions,
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -181,7 +182,7 @@ impl<S: Store, N: Net> Master<S, N> {
             runs: &mut self.groups,
             access: Access::of(&self.config, &self.registry, &self.jobs),
             config: &self.config,
-            clock: &*self.clock,
+            now: Now::of(&*self.clock),
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
