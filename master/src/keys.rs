@@ -1,4 +1,5 @@
-//! Deciding whether a minion that completed the handshake may stay: the key registry's rules.
+//! Deciding whether a minion that completed the handshake may stay: the key registry's rules,
+//! as a machine the loop drives with the store calls it asks for (`store_calls/keys.rs`).
 
 use std::time::Instant;
 
@@ -6,7 +7,7 @@ use halite_protocol::message::KeyState;
 use sha2::{Digest, Sha256};
 
 use crate::acl::RateLimiter;
-use crate::store::{KeyRecord, Store, StoreError, TokenUse};
+use crate::store::{KeyRecord, TokenRecord, TokenUse};
 
 /// The master's decision about an authenticated minion key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +53,50 @@ impl PendingLimits {
     }
 }
 
-/// Applies the registry rules to minion `id` presenting `public_key` and maybe a token:
+/// A store call the rules need before they can go on; the loop makes it
+/// (`store_calls/keys.rs`) and gives back its answer ([`KeyRules::answered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyCall {
+    /// Every key recorded for the id.
+    KeysOf,
+    /// Enroll the key with its token, in one transaction (the token burns).
+    Enroll,
+    /// Whether an unused token is outstanding for the id.
+    TokenOutstanding,
+    /// How many keys are pending.
+    PendingCount,
+    /// Record the key in this state.
+    Put(KeyState),
+}
+
+/// What a [`KeyCall`] answered.
+#[derive(Debug)]
+pub(crate) enum KeyAnswer {
+    /// The id's keys.
+    Keys(Vec<KeyRecord>),
+    /// What the token did.
+    Enrolled(TokenUse),
+    /// Whether a token is outstanding for the id.
+    Outstanding(bool),
+    /// How many keys are pending.
+    Pending(u64),
+    /// The key is recorded in this state.
+    Put(KeyState),
+}
+
+/// What the rules say next.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Make this store call, then ask again.
+    Call(KeyCall),
+    /// Decided.
+    Decided(Decision),
+}
+
+/// The registry's rules for minion `id` presenting `public_key` and maybe a token, as a
+/// machine the loop drives: each [`KeyRules::step`] asks for one store call or decides, and
+/// nothing here reads, writes or waits. The calls come in the order the rules need them, and
+/// only those they need (an accepted key costs one read):
 ///
 /// - a token that is valid for the id enrolls this key (one transaction: the token burns, the
 ///   key is accepted, any other key for the id is denied), unless the id already has an
@@ -65,65 +109,110 @@ impl PendingLimits {
 /// - a different key while the id has a non-denied key → recorded as denied;
 /// - otherwise → recorded as pending, unless too many keys are pending already or new keys
 ///   arrive faster than the allowed rate (then busy: try again later).
-pub(crate) async fn decide<S: Store>(
-    store: &S,
-    id: &str,
-    public_key: &[u8; 32],
-    token: Option<&str>,
-    (now_ms, now): (u64, Instant),
-    limits: &mut PendingLimits,
-) -> Result<Decision, StoreError> {
-    let keys = store.keys_for(id).await?;
-    let same = keys.iter().find(|k| &k.public_key == public_key).map(|k| k.state);
-    if let Some(token) = token.filter(|_| same != Some(KeyState::Accepted)) {
-        match store.enroll_with_token(&token_hash(token), id, public_key, now_ms).await? {
-            TokenUse::Enrolled { replaced: false } => return Ok(Decision::Accept),
-            TokenUse::Enrolled { replaced: true } => return Ok(Decision::Replaced),
-            TokenUse::Refused => return Ok(Decision::Denied),
-            TokenUse::Invalid => {}
+#[derive(Debug)]
+pub(crate) struct KeyRules {
+    id: String,
+    public_key: [u8; 32],
+    has_token: bool,
+    keys: Option<Vec<KeyRecord>>,
+    enrolled: Option<TokenUse>,
+    outstanding: Option<bool>,
+    pending: Option<u64>,
+    put: Option<KeyState>,
+}
+
+impl KeyRules {
+    /// The rules for `id`'s `public_key`, presented with a token or not.
+    pub(crate) fn new(id: &str, public_key: [u8; 32], has_token: bool) -> Self {
+        KeyRules {
+            id: id.to_owned(),
+            public_key,
+            has_token,
+            keys: None,
+            enrolled: None,
+            outstanding: None,
+            pending: None,
+            put: None,
         }
-        // A used, expired or foreign token counts as none (a minion keeps its token in its
-        // enrollment file after enrolling): the rules below apply.
     }
-    let other_live = keys.iter().any(|k| &k.public_key != public_key && k.state != KeyState::Denied);
-    let record = |state| KeyRecord { id: id.to_owned(), public_key: *public_key, state };
-    match same {
-        Some(KeyState::Accepted) => Ok(Decision::Accept),
-        Some(KeyState::Rejected) => Ok(Decision::Reject("key rejected by the master".into())),
-        Some(KeyState::Denied) => Ok(Decision::Denied),
-        _ if store.token_outstanding(id, now_ms).await? => {
-            Ok(Decision::Reject(format!("{id} enrolls with its enrollment token; this key came without one")))
+
+    /// The record a [`KeyCall::Put`] writes.
+    pub(crate) fn record(&self, state: KeyState) -> KeyRecord {
+        KeyRecord { id: self.id.clone(), public_key: self.public_key, state }
+    }
+
+    /// Takes a call's answer.
+    pub(crate) fn answered(&mut self, answer: KeyAnswer) {
+        match answer {
+            KeyAnswer::Keys(keys) => self.keys = Some(keys),
+            KeyAnswer::Enrolled(used) => self.enrolled = Some(used),
+            KeyAnswer::Outstanding(outstanding) => self.outstanding = Some(outstanding),
+            KeyAnswer::Pending(count) => self.pending = Some(count),
+            KeyAnswer::Put(state) => self.put = Some(state),
         }
-        Some(KeyState::Pending) | None if other_live => {
-            store.put_key(&record(KeyState::Denied), now_ms).await?;
-            Ok(Decision::Denied)
-        }
-        Some(KeyState::Pending) => Ok(Decision::Pending),
-        None => {
-            if store.pending_key_count().await? >= limits.max {
-                return Ok(Decision::Busy("too many keys are pending acceptance; try again later".into()));
+    }
+
+    /// The next call the rules need, or the decision, at `now` (a new key spends the
+    /// allowance of `limits` once, just before it is recorded).
+    pub(crate) fn step(&self, now: Instant, limits: &mut PendingLimits) -> Step {
+        let Some(keys) = &self.keys else { return Step::Call(KeyCall::KeysOf) };
+        let same = keys.iter().find(|k| k.public_key == self.public_key).map(|k| k.state);
+        if self.has_token && same != Some(KeyState::Accepted) {
+            match self.enrolled {
+                None => return Step::Call(KeyCall::Enroll),
+                Some(TokenUse::Enrolled { replaced: false }) => return Step::Decided(Decision::Accept),
+                Some(TokenUse::Enrolled { replaced: true }) => return Step::Decided(Decision::Replaced),
+                Some(TokenUse::Refused) => return Step::Decided(Decision::Denied),
+                // A used, expired or foreign token counts as none (a minion keeps its token in
+                // its enrollment file after enrolling): the rules below apply.
+                Some(TokenUse::Invalid) => {}
             }
-            if !limits.admit_new(now) {
-                return Ok(Decision::Busy("too many new keys are arriving; try again later".into()));
-            }
-            store.put_key(&record(KeyState::Pending), now_ms).await?;
-            Ok(Decision::Pending)
         }
+        match same {
+            Some(KeyState::Accepted) => return Step::Decided(Decision::Accept),
+            Some(KeyState::Rejected) => return Step::Decided(Decision::Reject("key rejected by the master".into())),
+            Some(KeyState::Denied) => return Step::Decided(Decision::Denied),
+            Some(KeyState::Pending) | None => {}
+        }
+        match self.outstanding {
+            None => return Step::Call(KeyCall::TokenOutstanding),
+            Some(true) => {
+                let id = &self.id;
+                return Step::Decided(Decision::Reject(format!(
+                    "{id} enrolls with its enrollment token; this key came without one"
+                )));
+            }
+            Some(false) => {}
+        }
+        let other_live = keys.iter().any(|k| k.public_key != self.public_key && k.state != KeyState::Denied);
+        if other_live {
+            return match self.put {
+                Some(KeyState::Denied) => Step::Decided(Decision::Denied),
+                _ => Step::Call(KeyCall::Put(KeyState::Denied)),
+            };
+        }
+        if same == Some(KeyState::Pending) || self.put == Some(KeyState::Pending) {
+            return Step::Decided(Decision::Pending);
+        }
+        let Some(pending) = self.pending else { return Step::Call(KeyCall::PendingCount) };
+        if pending >= limits.max {
+            return Step::Decided(Decision::Busy("too many keys are pending acceptance; try again later".into()));
+        }
+        if !limits.admit_new(now) {
+            return Step::Decided(Decision::Busy("too many new keys are arriving; try again later".into()));
+        }
+        Step::Call(KeyCall::Put(KeyState::Pending))
     }
 }
 
-/// Why a token a minion presented did not enroll it, in words for the minion's log (`None`
-/// when it is valid: then it is not why the key waits).
-pub(crate) async fn token_problem<S: Store>(
-    store: &S,
-    token: &str,
-    id: &str,
-    now_ms: u64,
-) -> Result<Option<String>, StoreError> {
-    let Some(record) = store.token(&token_hash(token)).await? else {
-        return Ok(Some("its enrollment token is not known to this master (mistyped, or made by another)".into()));
+/// Why a token a minion presented for `id` did not enroll it (`record`: the token as stored,
+/// if it is), in words for the minion's log; `None` when it is valid: then it is not why the
+/// key waits.
+pub(crate) fn token_problem(record: Option<TokenRecord>, id: &str, now_ms: u64) -> Option<String> {
+    let Some(record) = record else {
+        return Some("its enrollment token is not known to this master (mistyped, or made by another)".into());
     };
-    Ok(if record.minion != id {
+    if record.minion != id {
         Some(format!("its enrollment token is bound to another minion id ({})", record.minion))
     } else if record.used {
         Some("its enrollment token was already used".into())
@@ -132,13 +221,14 @@ pub(crate) async fn token_problem<S: Store>(
         Some(format!("its enrollment token expired at {at}; create a new one (halite key token create)"))
     } else {
         None
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SqliteStore;
+    use crate::store::{SqliteStore, Store};
+    use crate::store_calls::keys::{decide, token_problem};
 
     fn at(ms: u64) -> (u64, Instant) {
         (ms, Instant::now())
@@ -303,5 +393,49 @@ mod tests {
             // A second later there is room for one more.
             assert_eq!(decide(&store, "c", &[3; 32], None, at(1), &mut limits).await.unwrap(), Decision::Pending);
         });
+    }
+
+    /// The rules ask for the calls they need, in order, and no more: an accepted key costs one
+    /// read; a new key is counted, spends the allowance once and is recorded before it is
+    /// called pending.
+    #[test]
+    fn the_rules_ask_only_for_the_calls_they_need_in_order() {
+        let now = Instant::now();
+        let key = |state| KeyRecord { id: "web1".into(), public_key: [1; 32], state };
+        let mut limits = PendingLimits::new(10, 1.0, 1.0, now);
+
+        let mut accepted = KeyRules::new("web1", [1; 32], true);
+        assert_eq!(accepted.step(now, &mut limits), Step::Call(KeyCall::KeysOf));
+        accepted.answered(KeyAnswer::Keys(vec![key(KeyState::Accepted)]));
+        assert_eq!(accepted.step(now, &mut limits), Step::Decided(Decision::Accept), "no token tried, nothing counted");
+
+        let mut new = KeyRules::new("web2", [2; 32], false);
+        let mut calls = Vec::new();
+        let decided = loop {
+            match new.step(now, &mut limits) {
+                Step::Decided(decision) => break decision,
+                Step::Call(call) => {
+                    calls.push(call);
+                    new.answered(match call {
+                        KeyCall::KeysOf => KeyAnswer::Keys(Vec::new()),
+                        KeyCall::TokenOutstanding => KeyAnswer::Outstanding(false),
+                        KeyCall::PendingCount => KeyAnswer::Pending(3),
+                        KeyCall::Put(state) => KeyAnswer::Put(state),
+                        KeyCall::Enroll => unreachable!("no token was presented"),
+                    });
+                }
+            }
+        };
+        assert_eq!(decided, Decision::Pending);
+        assert_eq!(
+            calls,
+            [KeyCall::KeysOf, KeyCall::TokenOutstanding, KeyCall::PendingCount, KeyCall::Put(KeyState::Pending)]
+        );
+        // The burst of one was spent by that key alone: the next new key now is busy.
+        let mut next = KeyRules::new("web3", [3; 32], false);
+        next.answered(KeyAnswer::Keys(Vec::new()));
+        next.answered(KeyAnswer::Outstanding(false));
+        next.answered(KeyAnswer::Pending(4));
+        assert!(matches!(next.step(now, &mut limits), Step::Decided(Decision::Busy(_))));
     }
 }

@@ -55,15 +55,26 @@ impl<S: Store, N: Net> Master<S, N> {
                     let who = admitting.identified.peer();
                     let (key, token) = (*who.identity.as_bytes(), admitting.identified.enrollment_token());
                     let at = (self.clock.wall_ms(), self.clock.now());
-                    let decided =
-                        crate::keys::decide(&self.store, &admitting.id, &key, token, at, &mut self.pending_limits)
-                            .await;
+                    let decided = crate::store_calls::keys::decide(
+                        &self.store,
+                        &admitting.id,
+                        &key,
+                        token,
+                        at,
+                        &mut self.pending_limits,
+                    )
+                    .await;
                     self.with_admission_desk(|desk| desk.key_decided(*admitting, decided));
                 }
                 Ask::TokenProblem(admitting) => {
                     let token = admitting.identified.enrollment_token().unwrap_or_default();
-                    let problem =
-                        crate::keys::token_problem(&self.store, token, &admitting.id, self.clock.wall_ms()).await;
+                    let problem = crate::store_calls::keys::token_problem(
+                        &self.store,
+                        token,
+                        &admitting.id,
+                        self.clock.wall_ms(),
+                    )
+                    .await;
                     self.with_admission_desk(|desk| desk.pending_explained(*admitting, problem));
                 }
                 Ask::TokenGrant(grant) => {
