@@ -75,6 +75,11 @@ lib_source() {
       ' "$f"
     done
 }
+
+# Library source without its comment lines (see `lib_source`).
+code() {
+  lib_source "$@" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//'
+}
 # `Result<…, String>` whose last argument is `String` (nesting up to three levels deep), the
 # same wrapped over lines by rustfmt (`Result<` ending a line, `String,` then `>` closing it),
 # and the stringly `map_err`.
@@ -97,7 +102,7 @@ fi
 
 # The master reads time only through its clock module (`clock.rs`): the core from the clock
 # it is given, everything else from `SystemClock`.
-if lib_source master/src | grep -v '^master/src/clock.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+if code master/src | grep -v '^master/src/clock.rs:' |
   grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then
   echo "ARCHITECTURE: the master reads a clock outside clock.rs (lines above)" >&2
   fail=1
@@ -105,7 +110,7 @@ fi
 
 # The master's state owners (master/src/core/) do no I/O, await nothing, read no clock and hold
 # no `impl Master`: the loop and the files beside the folder act on them.
-if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+if code master/src/core |
   grep -E 'impl<[^>]*> Master|\.await|Instant::now|SystemTime::now|\.elapsed\(\)|std::fs|tokio::(net|fs)|Store\b'; then
   echo "ARCHITECTURE: a state owner in master/src/core acts (lines above)" >&2
   fail=1
@@ -113,7 +118,7 @@ fi
 
 # The owners name no handler and nothing the handlers hand the loop: what they may use of the
 # master is the store's records, the ACL rules and the in-process sessions' queue.
-if lib_source master/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+if code master/src/core |
   grep -oE 'crate::(\{[^}]*\}|[a-z_]+)' | grep -vxE 'crate::(core|store|acl|local_queue)' | sort -u | grep .; then
   echo "ARCHITECTURE: a state owner in master/src/core names the master's other parts (above)" >&2
   fail=1
@@ -121,7 +126,7 @@ fi
 
 # A slot changes state only through its owner, `core/slot_moves.rs` (over the table of
 # `core/jobs.rs`): nothing else calls the table's moves.
-if lib_source master/src | grep -vE '^master/src/core/(slot_moves|jobs)\.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+if code master/src | grep -vE '^master/src/core/(slot_moves|jobs)\.rs:' |
   grep -E '\.(set_state|correct_final)\('; then
   echo "ARCHITECTURE: a slot moved outside core/slot_moves.rs (lines above)" >&2
   fail=1
@@ -129,7 +134,7 @@ fi
 
 # A deployment's, a group's and a member's status moves only through their state machines
 # (`deploy/lifecycle.rs`, one table each): nothing else assigns one.
-if lib_source master/src | grep -v '^master/src/deploy/lifecycle.rs:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+if code master/src | grep -v '^master/src/deploy/lifecycle.rs:' |
   grep -E '(deployment|group|member|slot)\.status = '; then
   echo "ARCHITECTURE: a deployment's or group's status set outside deploy/lifecycle.rs (lines above)" >&2
   fail=1
@@ -138,7 +143,7 @@ fi
 # `impl Master` is the loop's alone (`server/`, one file per duty): a handler works at a desk the
 # loop lends it (a struct of borrows named `…Desk`) and returns effects.
 loop_files='master/src/server/[a-z_]+\.rs:'
-if lib_source master/src | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | grep -E '^[^:]+:[0-9]+:[[:space:]]*impl\b[^{]*\bMaster[[:space:]]*<' |
+if code master/src | grep -E '^[^:]+:[0-9]+:[[:space:]]*impl\b[^{]*\bMaster[[:space:]]*<' |
   grep -vE "^$loop_files"; then
   echo "ARCHITECTURE: a file outside the loop holds impl Master (lines above): lend the handler a desk (server/desks.rs)" >&2
   fail=1
@@ -154,19 +159,19 @@ if [ -z "$handler_files" ]; then
   fail=1
 fi
 for f in $handler_files; do
-  if lib_source "$f" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | grep -E '\.await|\basync fn\b'; then
+  if code "$f" | grep -E '\.await|\basync fn\b'; then
     echo "ARCHITECTURE: a handler awaits (lines above): ask the store through outputs/asks.rs" >&2
     fail=1
   fi
   # Nor reads a clock: its desk is given `now` (`clock::Now`) when lent.
-  if lib_source "$f" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' | grep -E 'dyn Clock|\.clock\.|Clock::'; then
+  if code "$f" | grep -E 'dyn Clock|\.clock\.|Clock::'; then
     echo "ARCHITECTURE: a handler reads a clock (lines above): use the now its desk is given" >&2
     fail=1
   fi
 done
 
 # The minion's core reads no clock: its loop (`daemon.rs`) gives it `now`.
-if lib_source minion/src/core | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' |
+if code minion/src/core |
   grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then
   echo "ARCHITECTURE: the minion's core reads a clock (lines above)" >&2
   fail=1
@@ -182,7 +187,7 @@ fi
 planted=$(mktemp -d)
 mkdir -p "$planted/src/a"
 printf 'mod a;\nmod b;\n' >"$planted/src/lib.rs"
-printf 'pub(crate) use crate::b::B;\npub(crate) struct A;\n' >"$planted/src/a/mod.rs"
+printf 'pub(crate) use crate::{b::{B}};\npub(crate) struct A;\n' >"$planted/src/a/mod.rs"
 printf 'pub(crate) struct B(super::a::A);\n' >"$planted/src/b.rs"
 if python3 scripts/module_cycles.py "$planted/src" >/dev/null; then
   echo "ARCHITECTURE: scripts/module_cycles.py misses a planted cycle" >&2

@@ -51,6 +51,34 @@ def non_test_text(path):
     return re.sub(r"//[^\n]*", "", text)
 
 
+def group_heads(text, start):
+    """The first name of each path in the `{…}` group opening at `start`: `a`, `b` and `c` of
+    `{a::{X, Y}, b, c::Z}` (a nested group belongs to the name before it)."""
+    heads, depth, word, at_head = [], 0, "", True
+    for char in text[start:]:
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif char == "," and depth == 0:
+            if word:
+                heads.append(word)
+            word, at_head = "", True
+            continue
+        if depth == 0 and at_head:
+            if char.isalnum() or char == "_":
+                word += char
+                continue
+            if word:
+                heads.append(word)
+                word, at_head = "", False
+    if word:
+        heads.append(word)
+    return heads
+
+
 def root_reexports(src):
     """Items the crate root re-exports from a module: name -> module."""
     lib = os.path.join(src, "lib.rs")
@@ -74,8 +102,8 @@ def graph(src):
         text = non_test_text(path)
         to_root = r"(?:crate|" + r"::".join(["super"] * depth(src, path)) + r")::"
         names = re.findall(to_root + r"([A-Za-z_0-9]+)", text)
-        for group in re.findall(to_root + r"\{([^}]*)\}", text):
-            names += re.findall(r"(?:^|,)\s*([A-Za-z_0-9]+)", group)
+        for opening in re.finditer(to_root + r"\{", text):
+            names += group_heads(text, opening.end())
         for name in names:
             target = name if name in modules else reexports.get(name)
             if target and target != here:

@@ -61,21 +61,19 @@ impl TargetArgs {
     /// the one-term compound expression Salt's own `P@`, `S@` and `G|@` would be.
     pub(crate) fn target(&self, expr: &str) -> Result<Target, String> {
         let delimiter = self.delimiter.map(String::from).unwrap_or_default();
-        let term = if self.grain_pcre {
-            format!("P{delimiter}@{expr}")
+        let engine = if self.grain_pcre {
+            format!("P{delimiter}@")
         } else if self.ipcidr {
-            format!("S@{expr}")
+            "S@".to_owned()
         } else if self.grain && self.delimiter.is_some() {
-            format!("G{delimiter}@{expr}")
+            format!("G{delimiter}@")
         } else if self.delimiter.is_some() {
             return Err("--delimiter goes with -G or -P".into());
         } else {
             return Ok(Target { kind: self.kind(), expr: expr.to_owned() });
         };
-        if expr.chars().any(char::is_whitespace) {
-            return Err(format!("{expr:?}: this target cannot hold whitespace (in a regex, write \\s)"));
-        }
-        Ok(Target { kind: TargetKind::Compound, expr: term })
+        Target::one_term(&engine, expr)
+            .ok_or_else(|| format!("{expr:?}: this target cannot hold whitespace (in a regex, write \\s)"))
     }
 }
 

@@ -116,34 +116,43 @@ pub(crate) fn member_may_move(from: MemberStatus, to: MemberStatus) -> bool {
 
 /// Moves `deployment` to `to`, if its lifecycle allows; whether it moved.
 pub(crate) fn move_deployment(deployment: &mut SoftwareDeployment, to: Status) -> bool {
-    let allowed = Status::of(&deployment.status).is_some_and(|from| deployment_may_move(from, to));
-    if !allowed {
+    let moved = move_status(&mut deployment.status, to.as_str(), |from| {
+        Status::of(from).is_some_and(|from| deployment_may_move(from, to))
+    });
+    if !moved {
         error!(deployment = %deployment.id, from = %deployment.status, to = to.as_str(), "a deployment's status may not move so; left as it was");
-        return false;
     }
-    deployment.status = to.as_str().into();
-    true
+    moved
 }
 
 /// Moves `group` to `to`, if its lifecycle (a deployment's) allows; whether it moved.
 pub(crate) fn move_group(group: &mut DeploymentGroup, to: Status) -> bool {
-    let allowed = Status::of(&group.status).is_some_and(|from| deployment_may_move(from, to));
-    if !allowed {
+    let moved = move_status(&mut group.status, to.as_str(), |from| {
+        Status::of(from).is_some_and(|from| deployment_may_move(from, to))
+    });
+    if !moved {
         error!(group = %group.id, from = %group.status, to = to.as_str(), "a group's status may not move so; left as it was");
-        return false;
     }
-    group.status = to.as_str().into();
-    true
+    moved
 }
 
 /// Moves `member` to `to`, if its lifecycle allows; whether it moved.
 pub(crate) fn move_member(member: &mut GroupMember, to: MemberStatus) -> bool {
-    let allowed = MemberStatus::of(&member.status).is_some_and(|from| member_may_move(from, to));
-    if !allowed {
+    let moved = move_status(&mut member.status, to.as_str(), |from| {
+        MemberStatus::of(from).is_some_and(|from| member_may_move(from, to))
+    });
+    if !moved {
         error!(server = %member.server_id, from = %member.status, to = to.as_str(), "a group member's status may not move so; left as it was");
+    }
+    moved
+}
+
+/// Sets `status` (the wire's text) to `to` if `allowed` says its table lets it move there.
+fn move_status(status: &mut String, to: &str, allowed: impl FnOnce(&str) -> bool) -> bool {
+    if !allowed(status) {
         return false;
     }
-    member.status = to.as_str().into();
+    to.clone_into(status);
     true
 }
 

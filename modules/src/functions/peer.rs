@@ -90,11 +90,10 @@ fn salt_target(tgt_type: Option<&str>, expr: String) -> Result<Target, ModuleErr
         "compound" => TargetKind::Compound,
         "nodegroup" => TargetKind::Nodegroup,
         engine @ ("grain_pcre" | "ipcidr") => {
-            if expr.chars().any(char::is_whitespace) {
-                return Err(ModuleError::BadArguments(format!("tgt_type {engine}: the target cannot hold whitespace")));
-            }
             let prefix = if engine == "grain_pcre" { "P@" } else { "S@" };
-            return Ok(Target { kind: TargetKind::Compound, expr: format!("{prefix}{expr}") });
+            return Target::one_term(prefix, &expr).ok_or_else(|| {
+                ModuleError::BadArguments(format!("tgt_type {engine}: the target cannot hold whitespace"))
+            });
         }
         other => {
             return Err(ModuleError::BadArguments(format!(

@@ -262,6 +262,16 @@ pub struct Target {
     pub expr: String,
 }
 
+impl Target {
+    /// The one-term compound target `{engine}{expr}` (`P@os:deb.*`, `S@10.0.0.0/8`), as Salt's
+    /// `grain_pcre` and `ipcidr` targets are sent; `None` when `expr` holds whitespace, which
+    /// would split it into several words of an expression.
+    pub fn one_term(engine: &str, expr: &str) -> Option<Target> {
+        (!expr.chars().any(char::is_whitespace))
+            .then(|| Target { kind: TargetKind::Compound, expr: format!("{engine}{expr}") })
+    }
+}
+
 /// A number of a job's targets: a count, or a percentage of them.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
