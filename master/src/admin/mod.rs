@@ -116,7 +116,9 @@ impl AdminDesk<'_> {
     pub(crate) fn answer_request(&mut self, from: RequestFrom, body: RequestBody) {
         match self.decide_request(&from, body) {
             Ok(Decided::Answer(body)) => self.out.reply(from.peer, from.request_id, Ok(*body)),
-            Ok(Decided::Call(call)) => self.out.ask(Ask::Admin(Box::new(AdminAsk { from, call }))),
+            Ok(Decided::Call(call)) => {
+                self.out.ask(Ask::Admin(Box::new(AdminAsk { from, call, at_ms: self.now.wall_ms })))
+            }
             Ok(Decided::ListJobs { limit, filter }) => {
                 self.out.ask(Ask::ListJobs(Box::new(JobsAsk { from, limit, filter })));
             }

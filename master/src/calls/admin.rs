@@ -36,6 +36,9 @@ impl RequestFrom {
 pub(crate) struct AdminAsk {
     pub(crate) from: RequestFrom,
     pub(crate) call: AdminCall,
+    /// When it was decided (wall, ms): what its calls stamp, so a row's times agree with what
+    /// the decision computed from them (a token's `created_at_ms` and its expiry).
+    pub(crate) at_ms: u64,
 }
 
 /// A job listing: the newest `limit` jobs the asker may see that pass `filter`.

@@ -157,8 +157,8 @@ impl<S: Store, N: Net> Master<S, N> {
                     }
                 }
                 Ask::Admin(asked) => {
-                    let AdminAsk { from, call } = *asked;
-                    let done = crate::store_calls::requests::run(&self.store, call, self.clock.wall_ms()).await;
+                    let AdminAsk { from, call, at_ms } = *asked;
+                    let done = crate::store_calls::requests::run(&self.store, call, at_ms).await;
                     self.with_admin_desk(|desk| desk.admin_answered(from, done));
                 }
                 Ask::ListJobs(asked) => {
