@@ -34,6 +34,7 @@ pub struct AuditHead {
 }
 
 /// How the store keeps the audit trail.
+#[cfg(feature = "io")]
 pub trait AuditStore {
     /// Appends `entries` to `chain` (this master's id) in one transaction, each chained to
     /// the one before it and signed with this master's key; the chain's new last record.

@@ -92,6 +92,7 @@ pub struct MemberStart {
 ///
 /// An `owner: Option<&str>` argument narrows a listing or deletion to what that principal
 /// created (`None`: everyone's); who gets which is decided in `authz::ownership`.
+#[cfg(feature = "io")]
 pub trait DeployStore: Send + Sync + 'static {
     /// Writes a deployment group: a new one (`revision` 0), or one whose stored revision is
     /// still `record.revision`, which it bumps. False: refused, the group was written since (or

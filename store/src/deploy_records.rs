@@ -150,6 +150,7 @@ pub(crate) fn record_from_json(text: &str) -> Result<DeploymentRecord, StoreErro
 }
 
 /// A deployment row: its document, and its owner from its own column.
+#[cfg(feature = "io")]
 pub(crate) fn record_from_row<R: sqlx::Row>(row: &R) -> Result<DeploymentRecord, StoreError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
@@ -161,6 +162,7 @@ where
 }
 
 /// A deployment group row: its document, and the revision beside it.
+#[cfg(feature = "io")]
 pub(crate) fn group_from_row<R: sqlx::Row>(row: &R) -> Result<super::GroupRecord, StoreError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,

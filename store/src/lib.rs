@@ -12,32 +12,57 @@
 //! What it does not do: decide anything. Which calls answer a request, and what follows from
 //! their results, is the master's (`halite-master`, `store_calls/`); this crate knows protocol
 //! types and its own records, never the master's handlers (`scripts/check-architecture.sh`).
+//!
+//! Without its default `io` feature it is the record types and [`StoreError`] alone (no trait,
+//! no database): what the master's core, which does no I/O, names.
+
+// The record helpers (names, JSON columns) serve the databases: without them they are unused.
+#![cfg_attr(not(feature = "io"), allow(unused_imports, dead_code))]
 
 pub mod audit;
+#[cfg(feature = "io")]
 mod audit_sql;
 mod cluster;
+#[cfg(feature = "io")]
 mod cluster_seal;
+#[cfg(feature = "io")]
 mod common_sql;
+#[cfg(feature = "io")]
 mod conformance;
 mod deploy;
 mod deploy_records;
+#[cfg(feature = "io")]
 mod deploy_sql;
+#[cfg(feature = "io")]
 mod migrate;
+#[cfg(feature = "io")]
 mod postgres;
+#[cfg(feature = "io")]
 mod postgres_audit;
 mod records;
+#[cfg(feature = "io")]
 mod select;
+#[cfg(feature = "io")]
 mod signed_rows;
+#[cfg(feature = "io")]
 mod signed_rows_tests;
+#[cfg(feature = "io")]
 mod sqlite;
+#[cfg(feature = "io")]
 pub use sqlite::is_busy as sqlite_busy;
+#[cfg(feature = "io")]
 mod sqlite_checkpoint;
+#[cfg(feature = "io")]
 mod sqlite_hot;
+#[cfg(feature = "io")]
 mod sqlite_hot_audit;
+#[cfg(feature = "io")]
 mod test_postgres;
-#[cfg(any(test, feature = "testing"))]
+#[cfg(all(feature = "io", any(test, feature = "testing")))]
 pub mod testing;
+#[cfg(feature = "io")]
 pub mod trust;
+#[cfg(feature = "io")]
 mod wal;
 
 use std::collections::BTreeMap;
@@ -48,15 +73,23 @@ use halite_protocol::message::{
     Target, Value,
 };
 
-pub use audit::{AuditHead, AuditStore};
+pub use audit::AuditHead;
+#[cfg(feature = "io")]
+pub use audit::AuditStore;
 pub use cluster::Announcement;
 pub use cluster::{event_digest, ClusterChange, Heard};
-pub use deploy::{ApiTokenGrant, ConfigRecord, DeployStore, DeploymentRecord, GroupRecord, MemberStart};
+#[cfg(feature = "io")]
+pub use deploy::DeployStore;
+pub use deploy::{ApiTokenGrant, ConfigRecord, DeploymentRecord, GroupRecord, MemberStart};
+#[cfg(feature = "io")]
 pub use migrate::{sqlite_to_postgres, Copied};
+#[cfg(feature = "io")]
 pub use postgres::PostgresStore;
+#[cfg(feature = "io")]
 pub use select::{describe_postgres, Backend, StoreConfig, StoreUrlError};
+#[cfg(feature = "io")]
 pub use sqlite::SqliteStore;
-#[cfg(any(test, feature = "testing"))]
+#[cfg(all(feature = "io", any(test, feature = "testing")))]
 pub use testing::job as test_job;
 
 /// Why a store operation failed, by what a caller can do about it.
@@ -103,6 +136,7 @@ impl StoreError {
     }
 }
 
+#[cfg(feature = "io")]
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         use sqlx::error::ErrorKind;
@@ -280,6 +314,7 @@ pub struct JobListing {
 pub type UnfinishedJob = (JobRecord, Vec<(String, MinionJobState)>);
 
 /// Persistent state. Every method is one transaction.
+#[cfg(feature = "io")]
 pub trait Store: DeployStore + AuditStore + Send + Sync + 'static {
     /// Every key.
     fn keys(&self) -> impl Future<Output = Result<Vec<KeyRecord>, StoreError>> + Send;

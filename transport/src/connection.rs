@@ -5,7 +5,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use halite_protocol::zmtp::{Connection, Event, PeerInfo, TimeoutKind, ZmtpError};
+use halite_protocol::zmtp::{Connection, Event, PeerInfo};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::admission::Slot;
 use crate::budget::{message_bytes, InboundBudget};
 use crate::outbound::{write_until_full, Outbound};
+use crate::peers::{CloseReason, Lane};
 
 /// Size of the per-thread read buffer. Shared by every connection a runtime thread drives, so
 /// 10,000 idle peers cost no read buffers at all.
@@ -36,21 +37,6 @@ pub(crate) enum Control {
     Authenticated,
     /// Close, telling the peer why.
     Close(String),
-}
-
-/// Which of its owner's queues a connection reports to. The owner reads the priority lane
-/// first: a connection starts there (its handshake, then an administrator's requests), and the
-/// owner moves the peers whose traffic is bulk (minions' returns) to the bulk lane as it admits
-/// them, before it tells them so, so a burst of bulk never queues an administrator's request
-/// behind it. A connection moves only from priority to bulk, never back; one still not admitted
-/// after [`PRE_AUTH_PRIORITY`] messages moves by itself (a peer that is refused or parked, or
-/// floods before its verdict, gets no more priority than a handshake needs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// Read first.
-    Priority,
-    /// Read when the priority lane is empty.
-    Bulk,
 }
 
 /// Messages a connection not yet admitted sends on the priority lane: its handshake's.
@@ -122,30 +108,6 @@ impl<T> Lanes<T> {
 pub(crate) enum Up {
     Ready(PeerInfo),
     Message(Vec<Vec<u8>>),
-}
-
-/// Why a connection ended.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CloseReason {
-    /// The peer closed the TCP connection.
-    #[error("peer closed the connection")]
-    Eof,
-    /// A socket error.
-    #[error("i/o error: {0}")]
-    Io(String),
-    /// The peer broke the protocol or a limit (it was sent an ERROR), or sent ERROR itself.
-    #[error(transparent)]
-    Protocol(#[from] ZmtpError),
-    /// A handshake or heartbeat deadline expired.
-    #[error("timed out: {0:?}")]
-    TimedOut(TimeoutKind),
-    /// Writing to the peer stalled for longer than the write timeout.
-    #[error("peer stopped reading")]
-    WriteStalled,
-    /// This side closed the connection.
-    #[error("closed locally: {0}")]
-    Local(String),
 }
 
 /// Connection task settings.

@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Standing, Up};
-use crate::router::SendError;
+use crate::connection::{drive, Control, DriveOptions, Lanes, Standing, Up};
+use crate::peers::{CloseReason, Lane, SendError};
 
 /// Dealer settings.
 #[derive(Debug, Clone)]

@@ -13,29 +13,54 @@
 //! jobs or storage, or run Noise handshakes on its own; those layers sit on top of the message
 //! streams this crate provides.
 
+//!
+//! Without its default `io` feature it is only [`peers`] (what a router's owner sees of its
+//! connections), [`config_file`], [`logging`]'s formats and the text helpers: what a core that
+//! does no I/O (`halite-master-core`) may name.
+
+#[cfg(feature = "io")]
 mod admission;
+#[cfg(feature = "io")]
 mod backoff;
+#[cfg(feature = "io")]
 mod budget;
 pub mod config_file;
+#[cfg(feature = "io")]
 mod connection;
+#[cfg(feature = "io")]
 mod dealer;
 pub mod error_text;
+#[cfg(feature = "io")]
 pub mod keyfile;
+#[cfg(feature = "io")]
 mod link_watch;
 pub mod logging;
 pub mod metrics_text;
+#[cfg(feature = "io")]
 mod notify;
+#[cfg(feature = "io")]
 mod open_files;
+#[cfg(feature = "io")]
 mod outbound;
+pub mod peers;
+#[cfg(feature = "io")]
 mod router;
+#[cfg(feature = "io")]
 mod signal;
 
+#[cfg(feature = "io")]
 pub use link_watch::SILENT_LINK_NOTICED;
 
+#[cfg(feature = "io")]
 pub use backoff::Backoff;
-pub use connection::{CloseReason, Lane};
+#[cfg(feature = "io")]
 pub use dealer::{Dealer, DealerConfig, DealerEvent, DealerSender};
+#[cfg(feature = "io")]
 pub use notify::{notify_ready, notify_to};
+#[cfg(feature = "io")]
 pub use open_files::{open_files_limit, raise_open_files, OpenFilesError};
-pub use router::{PeerId, Router, RouterConfig, RouterEvent, SendError};
+pub use peers::{CloseReason, Lane, PeerId, RouterEvent, SendError};
+#[cfg(feature = "io")]
+pub use router::{Router, RouterConfig};
+#[cfg(feature = "io")]
 pub use signal::shutdown_signal;

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use crate::budget::message_bytes;
-use crate::router::SendError;
+use crate::peers::SendError;
 
 /// Bytes a held buffer takes before it is written anyway: holding is for a few small messages,
 /// never for a large answer's parts, which go as they come.

@@ -7,19 +7,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use halite_protocol::zmtp::{Connection, Heartbeat, Limits, PeerInfo, SocketType};
+use halite_protocol::zmtp::{Connection, Heartbeat, Limits, SocketType};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::admission::{Admission, Slot};
 use crate::budget::{message_bytes, InboundBudget};
-use crate::connection::{drive, CloseReason, Control, DriveOptions, Lane, Lanes, Standing, Up};
+use crate::connection::{drive, Control, DriveOptions, Lanes, Standing, Up};
 use crate::outbound::Outbound;
-
-/// A connection's handle on this router. Never reused within one router.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerId(pub u64);
+use crate::peers::{Lane, PeerId, RouterEvent, SendError};
 
 /// Router settings. The defaults suit a master exposed to untrusted networks.
 #[derive(Debug, Clone)]
@@ -68,46 +65,6 @@ impl Default for RouterConfig {
             max_connections: usize::MAX,
         }
     }
-}
-
-/// Something that happened on the router.
-#[derive(Debug)]
-pub enum RouterEvent {
-    /// A peer completed the ZMTP handshake.
-    Connected {
-        /// Its handle.
-        peer: PeerId,
-        /// Its address.
-        addr: SocketAddr,
-        /// What it announced.
-        info: PeerInfo,
-    },
-    /// A message from a peer.
-    Message {
-        /// Who sent it.
-        peer: PeerId,
-        /// Its parts.
-        parts: Vec<Vec<u8>>,
-    },
-    /// A peer that had connected is gone.
-    Disconnected {
-        /// Its handle.
-        peer: PeerId,
-        /// Why.
-        reason: CloseReason,
-    },
-}
-
-/// Why a message could not be queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SendError {
-    /// The peer's send queue is full: it is not reading fast enough. Explicit backpressure:
-    /// the caller decides whether to retry, drop or disconnect.
-    #[error("send queue full")]
-    Full,
-    /// No such peer (never connected, or gone).
-    #[error("peer not connected")]
-    NotConnected,
 }
 
 /// What the router keeps of one connection: its control queue and that queue's bytes.
