@@ -35,13 +35,15 @@ pub(crate) struct Now {
     pub(crate) wall_ms: u64,
     /// Wall clock, Unix microseconds: what jids are made of.
     pub(crate) wall_micros: u64,
+    /// How far the wall clock is set from this host's own ([`Clock::offset_ms`]).
+    pub(crate) offset_ms: i64,
 }
 
 impl Now {
     /// `clock`'s time now.
     pub(crate) fn of(clock: &dyn Clock) -> Self {
         let wall_micros = clock.wall_micros();
-        Now { at: clock.now(), wall_ms: wall_micros / 1000, wall_micros }
+        Now { at: clock.now(), wall_ms: wall_micros / 1000, wall_micros, offset_ms: clock.offset_ms() }
     }
 }
 

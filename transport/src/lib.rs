@@ -61,6 +61,6 @@ pub use notify::{notify_ready, notify_to};
 pub use open_files::{open_files_limit, raise_open_files, OpenFilesError};
 pub use peers::{CloseReason, Lane, PeerId, RouterEvent, SendError};
 #[cfg(feature = "io")]
-pub use router::{Router, RouterConfig};
+pub use router::{Router, RouterConfig, RouterSender};
 #[cfg(feature = "io")]
 pub use signal::shutdown_signal;

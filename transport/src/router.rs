@@ -90,20 +90,28 @@ pub struct Router {
     events: mpsc::Receiver<RouterEvent>,
     /// Priority events taken in a row while bulk ones waited (see [`PRIORITY_RUN`]).
     priority_run: usize,
-    peers: Peers,
     /// The byte budgets of received messages: the bulk lane's, then the priority lane's.
     inbound: (InboundBudget, InboundBudget),
-    send_queue_bytes: usize,
-    /// Buffers holding messages until [`Router::release_held`], in the order they were held.
-    held: Mutex<Vec<Arc<Outbound>>>,
+    sender: RouterSender,
     accept_task: JoinHandle<()>,
+}
+
+/// The sending side of a [`Router`]: what its owner may do to its connections without waiting
+/// (send, hold and release, authenticate, close). Cloned, it reaches the same connections, so a
+/// core that decides can hold one while the router's owner reads events.
+#[derive(Debug, Clone)]
+pub struct RouterSender {
+    peers: Peers,
+    send_queue_bytes: usize,
+    /// Buffers holding messages until [`RouterSender::release_held`], in the order they were held.
+    held: Arc<Mutex<Vec<Arc<Outbound>>>>,
 }
 
 impl Drop for Router {
     fn drop(&mut self) {
         self.accept_task.abort();
         // Dropping the control senders makes every connection task close.
-        self.peers.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.sender.peers.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 }
 
@@ -127,10 +135,8 @@ impl Router {
             priority,
             events,
             priority_run: 0,
-            peers,
             inbound,
-            send_queue_bytes,
-            held: Mutex::default(),
+            sender: RouterSender { peers, send_queue_bytes, held: Arc::default() },
             accept_task,
         })
     }
@@ -187,6 +193,43 @@ impl Router {
         event
     }
 
+    /// Its sending side (see [`RouterSender`]).
+    pub fn sender(&self) -> RouterSender {
+        self.sender.clone()
+    }
+
+    /// [`RouterSender::send`].
+    pub fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.sender.send(peer, parts)
+    }
+
+    /// [`RouterSender::send_held`].
+    pub fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
+        self.sender.send_held(peer, parts)
+    }
+
+    /// [`RouterSender::release_held`].
+    pub fn release_held(&self) {
+        self.sender.release_held();
+    }
+
+    /// [`RouterSender::mark_authenticated`].
+    pub fn mark_authenticated(&self, peer: PeerId, lane: Lane) -> Result<(), SendError> {
+        self.sender.mark_authenticated(peer, lane)
+    }
+
+    /// [`RouterSender::disconnect`].
+    pub fn disconnect(&self, peer: PeerId, reason: &str) {
+        self.sender.disconnect(peer, reason);
+    }
+
+    /// Number of connections (authenticated or not).
+    pub fn connection_count(&self) -> usize {
+        self.sender.connection_count()
+    }
+}
+
+impl RouterSender {
     /// Sends a message to a peer without waiting: written to its socket at once, on this
     /// thread, as far as the socket takes it; the rest is finished by the connection's task.
     /// [`SendError::Full`] when more than `send_queue_bytes` already wait for a peer that does
@@ -195,7 +238,7 @@ impl Router {
         self.outbound(peer)?.send(&parts, self.send_queue_bytes)
     }
 
-    /// Like [`Router::send`], but the message waits for [`Router::release_held`], so a peer
+    /// Like [`RouterSender::send`], but the message waits for [`RouterSender::release_held`], so a peer
     /// sent several small messages gets them in one write, woken once. Past a few KiB held for
     /// one peer, its messages are written at once.
     pub fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
@@ -436,7 +479,7 @@ mod tests {
             RouterEvent::Connected { peer, .. } => peer,
             other => panic!("{other:?}"),
         };
-        router.set_standing(peer, Lane::Priority);
+        router.sender.set_standing(peer, Lane::Priority);
         router.send(peer, vec![b"welcome".to_vec()]).unwrap();
         loop {
             match timeout(Duration::from_secs(5), client.recv()).await.expect("the verdict in time").unwrap() {

@@ -10,12 +10,14 @@ use halite_transport::PeerId;
 use tracing::warn;
 
 use crate::core::audit_log::Begun;
-use crate::net::Net;
-use crate::store::Store;
 
+use crate::net::Net;
+use crate::store::{AuditHead, Store, StoreError};
+
+use super::machine::Core;
 use super::Master;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// A client's (or a minion's `peer.publish`) message arrived: the request it makes is
     /// recorded once answered.
     pub(crate) fn audit_begin(&mut self, peer: PeerId, principal: &str, acl: Option<&PrincipalAcl>, msg: &Message) {
@@ -24,7 +26,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// [`Master::audit_begin`] of a request already described.
+    /// [`Core::audit_begin`] of a request already described.
     pub(crate) fn audit_begin_described(
         &mut self,
         peer: PeerId,
@@ -39,7 +41,7 @@ impl<S: Store, N: Net> Master<S, N> {
         });
         let tenant = acl.and_then(|acl| acl.tenant.clone());
         let begun = Begun { principal: principal.to_owned(), tenant, action, minions, detail };
-        self.audit.begin(peer, key, self.clock.wall_ms(), begun);
+        self.audit.begin(peer, key, self.now.wall_ms, begun);
     }
 
     /// The policy the master runs with (at start, and as SIGHUP rereads it): its rules'
@@ -61,7 +63,7 @@ impl<S: Store, N: Net> Master<S, N> {
             "shared_files": config.files.shared,
         });
         let entry = AuditEntry {
-            at_ms: self.clock.wall_ms(),
+            at_ms: self.now.wall_ms,
             kind: "policy".into(),
             principal: "master".into(),
             tenant: None,
@@ -79,22 +81,22 @@ impl<S: Store, N: Net> Master<S, N> {
         self.audit.push(entry);
     }
 
-    /// Appends what was gathered, in one transaction, once it is due ([`AuditLog::due`]):
-    /// every entry gets the tenant of the minions it concerns when they lie in one. What the
-    /// store does not take is tried again 100 ms later.
+    /// Whether the audit records gathered are due to be appended ([`AuditLog::due`]): if so,
+    /// whether the other masters' chain heads are to be read first to link them.
     ///
     /// [`AuditLog::due`]: crate::core::audit_log::AuditLog::due
-    pub(crate) async fn append_audit(&mut self) {
-        if !self.audit.due(self.clock.now()) {
-            return;
-        }
-        let now_ms = self.clock.wall_ms();
-        if self.audit.link_due(now_ms) {
-            // A failed read only leaves this link out: the next is a minute away.
-            if let Ok(heads) = self.store.audit_heads().await {
-                self.audit.link(&self.config.id, heads, now_ms);
-            }
-        }
+    pub(super) fn audit_due(&mut self) -> Option<bool> {
+        self.audit.due(self.now.at).then(|| self.audit.link_due(self.now.wall_ms))
+    }
+
+    /// The other masters' chain heads, read: the next append links them.
+    pub(super) fn audit_heads_read(&mut self, heads: std::collections::BTreeMap<String, u64>) {
+        self.audit.link(&self.config.id, heads, self.now.wall_ms);
+    }
+
+    /// The records to append, each given the tenant of the minions it concerns when they lie
+    /// in one, and the chain position they follow.
+    pub(super) fn take_audit(&mut self) -> (Vec<AuditEntry>, Option<AuditHead>) {
         let mut entries = self.audit.take();
         let tenants: Vec<&str> = self.registry.tenants().collect();
         for entry in entries.iter_mut().filter(|e| e.tenant.is_none() && !e.minions.is_empty()) {
@@ -105,17 +107,44 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
             }
         }
-        let started = self.clock.now();
-        let stored = self.store.append_audit(&self.config.id, self.audit.appended(), &entries).await;
-        self.metrics.store_call("append_audit", self.clock.now().saturating_duration_since(started), stored.is_ok());
+        (entries, self.audit.appended())
+    }
+
+    /// The append's outcome: what the store did not take is tried again with the next commit.
+    pub(super) fn audit_appended(&mut self, entries: Vec<AuditEntry>, stored: Result<AuditHead, StoreError>) {
         match stored {
             Ok(head) => self.audit.stored(head),
             Err(error) => {
-                if self.notices.ready("store:audit", Duration::from_secs(10), self.clock.now()) {
+                if self.notices.ready("store:audit", Duration::from_secs(10), self.now.at) {
                     warn!(%error, records = entries.len(), "appending to the audit trail failed; retrying with the next commit");
                 }
                 self.audit.put_back(entries);
             }
         }
+    }
+}
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Appends what was gathered, in one transaction, once it is due: at most 100 ms after a
+    /// record is made, or at once before a request reads the store.
+    pub(crate) async fn append_audit(&mut self) {
+        let Some(link_due) = self.core.audit_due() else { return };
+        if link_due {
+            // A failed read only leaves this link out: the next is a minute away.
+            if let Ok(heads) = self.store.audit_heads().await {
+                self.observe();
+                self.core.audit_heads_read(heads);
+            }
+        }
+        let (entries, appended) = self.core.take_audit();
+        let started = self.clock.now();
+        let stored = self.store.append_audit(&self.core.config.id, appended, &entries).await;
+        self.observe();
+        self.core.metrics.store_call(
+            "append_audit",
+            self.clock.now().saturating_duration_since(started),
+            stored.is_ok(),
+        );
+        self.core.audit_appended(entries, stored);
     }
 }

@@ -1,4 +1,4 @@
-//! Where the loop ends connections: the one clean-up path for every peer ([`Master::forget`]),
+//! Where the loop ends connections: the one clean-up path for every peer ([`Core::forget`]),
 //! and the ways the loop ends sessions itself or as handlers' effects ask (a minion cut,
 //! gateway sessions ended, parked connections released, a failed handshake dropped).
 
@@ -6,12 +6,10 @@ use halite_transport::PeerId;
 use tracing::{debug, info};
 
 use crate::core::sessions::Conn;
-use crate::net::Net;
-use crate::store::Store;
 
-use super::Master;
+use super::machine::Core;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.
@@ -19,7 +17,7 @@ impl<S: Store, N: Net> Master<S, N> {
         match (self.sessions.remove(&peer), close) {
             (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.unpark(peer),
             (Some(Conn::Minion { id, .. }), _) if self.sessions.went_offline(&id, peer) => {
-                self.pending.put_minion(self.registry.seen(&id, self.clock.wall_ms()));
+                self.pending.put_minion(self.registry.seen(&id, self.now.wall_ms));
                 self.cluster.left_here(id);
             }
             // An in-process session is told why it ends (its queue closes right after).
@@ -33,7 +31,7 @@ impl<S: Store, N: Net> Master<S, N> {
         self.jobs.forget_watcher(peer);
         self.watchers.forget(peer);
         if let Some(reason) = close {
-            self.net.disconnect(peer, reason);
+            self.outlet.disconnect(peer, reason);
         }
     }
 

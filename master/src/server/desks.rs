@@ -6,18 +6,15 @@
 use crate::admin::AdminDesk;
 use crate::admission::AdmissionDesk;
 use crate::authz::Access;
-use crate::clock::Now;
 use crate::cluster::ClusterDesk;
 use crate::cluster_jobs::ClusterJobsDesk;
 use crate::deploy::groups::GroupDesk;
 use crate::deploy::DeployDesk;
 use crate::minion_messages::MinionDesk;
-use crate::net::Net;
 use crate::outputs::effects::Effects;
 use crate::publishing::{JobIssuer, PublishDesk};
-use crate::store::Store;
 
-use super::Master;
+use super::machine::Core;
 
 /// The master's job issuer, borrowed field by field (a macro, so its borrows stay apart from
 /// those of the desk that holds it).
@@ -29,12 +26,12 @@ macro_rules! job_issuer {
             config: &$master.config,
             sessions: &$master.sessions,
             cluster: &$master.cluster,
-            now: Now::of(&*$master.clock),
+            now: $master.now,
         }
     };
 }
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// Lends configs and deployments their desk for `work`, then carries out what it decided.
     pub(crate) fn with_deploy_desk<R>(&mut self, work: impl FnOnce(&mut DeployDesk<'_>) -> R) -> R {
         let mut desk = DeployDesk {
@@ -46,7 +43,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             metrics: &self.metrics,
             issuer: job_issuer!(self),
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -65,7 +62,7 @@ impl<S: Store, N: Net> Master<S, N> {
             event_gate: &mut self.event_gate,
             sessions: &self.sessions,
             cluster: &self.cluster,
-            now: Now::of(&*self.clock),
+            now: self.now,
             audit_head: self.audit.head(),
             out: Effects::default(),
         };
@@ -86,7 +83,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             keys_refused: &mut self.keys_refused,
             metrics: &self.metrics,
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -107,7 +104,7 @@ impl<S: Store, N: Net> Master<S, N> {
             rollout_queue: &mut self.rollout_queue,
             metrics: &self.metrics,
             issuer: job_issuer!(self),
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -128,7 +125,7 @@ impl<S: Store, N: Net> Master<S, N> {
             files: &mut self.files,
             metrics: &self.metrics,
             store_in_doubt,
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -147,7 +144,7 @@ impl<S: Store, N: Net> Master<S, N> {
             notices: &mut self.notices,
             sessions: &self.sessions,
             jobs: &self.jobs,
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -168,7 +165,7 @@ impl<S: Store, N: Net> Master<S, N> {
             cluster: &mut self.cluster,
             notices: &mut self.notices,
             sessions: &self.sessions,
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);
@@ -182,7 +179,7 @@ impl<S: Store, N: Net> Master<S, N> {
             runs: &mut self.groups,
             access: Access::of(&self.config, &self.registry, &self.jobs),
             config: &self.config,
-            now: Now::of(&*self.clock),
+            now: self.now,
             out: Effects::default(),
         };
         let (done, effects) = (work(&mut desk), desk.out);

@@ -5,13 +5,11 @@ use std::time::Duration;
 use halite_protocol::message::{JobReturn, MinionJobState};
 
 use crate::core::sessions::Conn;
-use crate::net::Net;
 use crate::outputs::effects::{Effect, SlotOp};
-use crate::store::Store;
 
-use super::Master;
+use super::machine::Core;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// Carries out `effects`, in order.
     pub(crate) fn apply(&mut self, effects: impl IntoIterator<Item = Effect>) {
         for effect in effects {
@@ -28,14 +26,14 @@ impl<S: Store, N: Net> Master<S, N> {
                 Effect::Slot(op) => self.move_slot(op),
                 Effect::LateReturn { jid, minion, state, ret } => self.late_return(&jid, &minion, state, *ret),
                 Effect::DeliverAll { minion, peer } => self.deliver_all(&minion, peer),
-                Effect::ReadFile(read) => read.start(self.file_tx.clone()),
+                Effect::ReadFile(read) => self.outputs.push(super::machine::Output::ReadFile(*read)),
                 Effect::Forget { peer, why } => self.forget(peer, Some(&why)),
-                Effect::Disconnect { peer, why } => self.net.disconnect(peer, &why),
+                Effect::Disconnect { peer, why } => self.outlet.disconnect(peer, &why),
                 Effect::SendParts { peer, parts } => {
                     // A handshake message lost to a full queue is a handshake that times out.
-                    let _ = self.net.send(peer, parts);
+                    let _ = self.outlet.send(peer, parts);
                 }
-                Effect::MarkAuthenticated { peer, lane } => self.net.mark_authenticated(peer, lane),
+                Effect::MarkAuthenticated { peer, lane } => self.outlet.mark_authenticated(peer, lane),
                 Effect::MinionOnline { peer, id, session } => {
                     self.sessions.went_online(&id, peer);
                     self.sessions.insert(peer, Conn::Minion { id, session: *session });
@@ -59,7 +57,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 }
                 Effect::StartRelay(request) => {
                     let hosts = crate::deploy::signal_hosts(&self.config);
-                    crate::relay::spawn(hosts, *request, self.relay_tx.clone());
+                    self.outputs.push(super::machine::Output::StartRelay { hosts, request });
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
                     let described = crate::audit_requests::describe_publish(&request);
@@ -93,7 +91,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Starts one queued target: sent if it is connected, waiting for its TTL if not (offline
     /// without a TTL ends it `offline`).
     fn start_target(&mut self, jid: &str, minion: &str) {
-        let now = self.clock.now();
+        let now = self.now.at;
         let Some(job) = self.jobs.get(jid) else { return };
         let ttl = Duration::from_millis(job.record.ttl_ms);
         match self.sessions.peer_of(minion) {

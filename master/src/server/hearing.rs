@@ -1,6 +1,6 @@
 //! What the loop hands to the concerns that listen to what a step decided (recorded in
 //! `core/hearing.rs`): each slot that moved, to the bus and the job's watchers, then the job's
-//! end ([`Master::tell_moves`], after each input); each slot that ended
+//! end ([`Core::tell_moves`], after each input); each slot that ended
 //! ([`crate::core::jobs::SlotMoved`]) to the metrics, rollouts and deployments, and each event
 //! published to the rollouts and groups (at
 //! the end of the step). The slot code and `emit` call none of them; the loop (`Master::step`)
@@ -15,12 +15,10 @@ use halite_transport::SendError;
 use serde_json::json;
 use tracing::warn;
 
+use super::machine::Core;
 use crate::limits;
-use crate::net::Net;
-use crate::server::Master;
-use crate::store::Store;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// Hands each slot end recorded since the last call to its listeners, move by move, in
     /// this order: the metrics; the job's rollout (its next targets may start: decided by
     /// `advance_rollouts`, after the wait counted from the move); the deployment riding on a
@@ -65,7 +63,7 @@ impl<S: Store, N: Net> Master<S, N> {
         if job.is_done() && !self.pending.holds_final_of(jid) {
             // Announced while still live, so the bus can tell who may see it.
             let ended = crate::core::jobs::how_it_ended(job);
-            let entry = crate::core::audit_log::job_end(job, &ended, self.clock.wall_ms());
+            let entry = crate::core::audit_log::job_end(job, &ended, self.now.wall_ms);
             self.audit_record(entry);
             self.emit(format!("halite/job/{jid}/done"), ended);
             // Its events are heard while it lives (who may receive them depends on it).

@@ -9,52 +9,59 @@ use crate::net::Net;
 use crate::store::{ClusterChange, Store, StoreError};
 use crate::store_calls::reads;
 
+use super::machine::Core;
 use super::Master;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// A read another master's change needed failed: the store is reread once it answers
     /// (`crate::cluster::read_failed`).
     pub(crate) fn cluster_read_failed(&mut self, error: &StoreError) {
-        crate::cluster::read_failed(&mut self.cluster, &mut self.notices, self.clock.now(), error);
+        crate::cluster::read_failed(&mut self.cluster, &mut self.notices, self.now.at, error);
     }
+}
 
+impl<S: Store, N: Net> Master<S, N> {
     /// Rereads everything another master may have changed without this one hearing of it
     /// (its listening connection was lost, the store did not answer, an announcement could not
     /// be applied): keys, principals, who is where, the live jobs it does not hold, and the
     /// states of every job it holds, so each view (watchers, bus, deadlines) follows the store.
     pub(crate) async fn resync(&mut self) -> Result<(), StoreError> {
         // Said once per gap: while the store does not answer, this is tried again every 100 ms.
-        let (first, gap_began) = self.cluster.resync_begins(self.clock.wall_ms());
+        self.observe();
+        let (first, gap_began) = self.core.cluster.resync_begins(self.core.now.wall_ms);
         if first {
             info!("rereading keys, principals and jobs (changes by other masters may have been missed)");
         }
         let keys = reads::accepted_keys(&self.store, None).await?;
         let principals = self.store.principals().await?;
-        self.with_cluster_desk(|desk| desk.views_reread(keys, principals));
+        self.observe();
+        self.core.with_cluster_desk(|desk| desk.views_reread(keys, principals));
         // A read failed before this reread is covered by it; one failed during it is not.
-        self.cluster.take_read_failed();
+        self.core.cluster.take_read_failed();
         // Slots this master decided are written first: its own view is then what the store says.
         self.flush().await;
-        if self.pending.has_states() {
+        if self.core.pending.has_states() {
             return Err(StoreError::Unavailable("job states could not be written".into()));
         }
-        let held = self.jobs.jids();
-        self.with_cluster_jobs(|desk| desk.reread_jobs(&held));
+        let held = self.core.jobs.jids();
+        self.core.with_cluster_jobs(|desk| desk.reread_jobs(&held));
         // Who is where, and the jobs published meanwhile.
-        self.tell_masters(ClusterChange::RollCall);
+        self.core.tell_masters(ClusterChange::RollCall);
         let live = self.store.unfinished_jids().await?;
-        self.with_cluster_jobs(|desk| live.iter().for_each(|jid| desk.adopt_job(jid)));
+        self.observe();
+        self.core.with_cluster_jobs(|desk| live.iter().for_each(|jid| desk.adopt_job(jid)));
         // Taken up before the gap is looked at, so a live job is not counted among those missed.
         self.answer_asks().await;
         // And those published and ended while this master heard nothing.
-        self.with_cluster_jobs(|desk| desk.adopt_jobs_published_since(gap_began));
+        self.core.with_cluster_jobs(|desk| desk.adopt_jobs_published_since(gap_began));
         // The jobs and returns asked for are read before the reread counts as done: one that
         // fails leaves the gap open for the next.
         self.answer_asks().await;
-        if self.cluster.take_read_failed() {
+        if self.core.cluster.take_read_failed() {
             return Err(StoreError::Unavailable("jobs could not be reread".into()));
         }
-        self.cluster.resynced(self.clock.now());
+        self.observe();
+        self.core.cluster.resynced(self.core.now.at);
         Ok(())
     }
 }

@@ -4,18 +4,17 @@
 
 use halite_protocol::message::RolloutStatus;
 
-use crate::net::Net;
 use crate::outputs::asks::RolloutChange;
 use crate::outputs::effects::Effect;
 use crate::rollouts::Rollouts;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
-use super::Master;
+use super::machine::Core;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// The live rollouts, now.
     pub(crate) fn rollouts(&mut self) -> Rollouts<'_> {
-        let now = self.clock.now();
+        let now = self.now.at;
         Rollouts::new(&mut self.jobs, &mut self.rollout_queue, now)
     }
 
@@ -32,7 +31,7 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn advance_rollouts(&mut self, woken_by_time: bool) {
         for jid in self.rollouts().due(woken_by_time) {
             loop {
-                let now = self.clock.now();
+                let now = self.now.at;
                 // Those served by another live master are started there.
                 let (cluster, sessions) = (&self.cluster, &self.sessions);
                 let serves = |id: &str| !cluster.serves_elsewhere(id, sessions, now);

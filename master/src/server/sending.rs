@@ -15,12 +15,10 @@ use tracing::warn;
 use crate::authz::Who;
 use crate::core::sessions::Conn;
 use crate::limits;
-use crate::net::Net;
-use crate::store::Store;
 
-use super::Master;
+use super::machine::Core;
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// Publishes an event on the bus here and, after this step's writes, on every master
     /// sharing the store: for events no other master derives itself (minion events, keys,
     /// deployments; a job's returns and end are derived by each master from its slots).
@@ -34,7 +32,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The concerns that listen to events (rollouts' and groups' `abort_on`, groups following
     /// their deployments) hear it later in the step, from the loop (`Master::hear_events`).
     pub(crate) fn emit(&mut self, tag: String, data: Value) {
-        self.audit.event(&tag, &data, self.clock.wall_ms());
+        self.audit.event(&tag, &data, self.now.wall_ms);
         // Kept for the listeners only while one exists: a fan-out's returns are not copied for
         // nobody (a listener that starts later hears only what comes after it).
         if self.jobs.has_rollouts() || self.groups.listening() {
@@ -86,7 +84,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
     pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
-        self.audit.answered(peer, msg, self.clock.wall_ms());
+        self.audit.answered(peer, msg, self.now.wall_ms);
         if let Some(Conn::Local { tx, .. }) = self.sessions.get(&peer) {
             return tx.try_send(msg.clone());
         }
@@ -96,18 +94,18 @@ impl<S: Store, N: Net> Master<S, N> {
         // A minion's leave at once: its job is on the way of every fan-out.
         let held = matches!(conn, Conn::Client { .. });
         let Some(session) = conn.session_mut() else { return Err(SendError::NotConnected) };
-        match session.seal(&message::encode(msg), self.clock.now()) {
-            Ok(parts) if held => self.net.send_held(peer, parts),
-            Ok(parts) => self.net.send(peer, parts),
+        match session.seal(&message::encode(msg), self.now.at) {
+            Ok(parts) if held => self.outlet.send_held(peer, parts),
+            Ok(parts) => self.outlet.send(peer, parts),
             Err(error) => {
                 warn!(peer = peer.0, %error, "session cannot seal; disconnecting");
-                self.net.disconnect(peer, "session ended");
+                self.outlet.disconnect(peer, "session ended");
                 Err(SendError::NotConnected)
             }
         }
     }
 
-    /// [`Master::try_send`] for messages whose loss the peer recovers from (it retries, or its
+    /// [`Core::try_send`] for messages whose loss the peer recovers from (it retries, or its
     /// job times out): a full queue is logged, a vanished peer ignored.
     pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
         if let Err(SendError::Full) = self.try_send(peer, msg) {
@@ -176,7 +174,7 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// What a minion (or client) is told when its session opens.
     pub(crate) fn welcome(&self) -> Welcome {
-        crate::minion_messages::welcome(&self.config, self.clock.wall_ms())
+        crate::minion_messages::welcome(&self.config, self.now.wall_ms)
     }
 
     /// Sends a minion that said hello everything unfinished for it, in jid order: its backlog
@@ -191,7 +189,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Sends a live job to a connected minion and marks it sent.
     pub(crate) fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
-        let now = self.clock.now();
+        let now = self.now.at;
         let Some(job) = self.jobs.get(jid) else { return };
         let deadline = job.run_deadline(now, grace);
         let signed = job.record.signed.clone();
@@ -212,7 +210,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// report), so a minion that gets it after the master may have given it up never runs it.
     pub(crate) fn job_message(&self, signed: &SignedJob, deadline: Option<Instant>) -> Message {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
-        crate::core::jobs::job_message(signed, deadline, grace, self.clock.now(), self.clock.wall_ms())
+        crate::core::jobs::job_message(signed, deadline, grace, self.now.at, self.now.wall_ms)
     }
 
     /// Sends a job to a minion's connection; if its queue is full, the job waits in the

@@ -11,6 +11,7 @@ use crate::core::timers::Timer;
 use crate::net::Net;
 use crate::store::{ClusterChange, Store};
 
+use super::machine::Core;
 use super::{Master, RETRY_EVERY};
 
 /// How often the figures that are counted rather than kept are counted.
@@ -19,11 +20,8 @@ const GAUGES_EVERY: Duration = Duration::from_secs(1);
 const WALL_MARK_EVERY: Duration = Duration::from_secs(5);
 /// How often old jobs are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
-/// Waking this much later than planned means the master itself was not running (SIGSTOP, a VM
-/// migration, a long swap storm): the time it lost is not charged to the minions' jobs.
-const PAUSE_THRESHOLD: Duration = Duration::from_secs(1);
 
-impl<S: Store, N: Net> Master<S, N> {
+impl Core {
     /// Sessions by role, live jobs and the clock's offset, for `/metrics` (counted every
     /// [`GAUGES_EVERY`]); an offset past `max_clock_offset_secs` is logged.
     fn count_sessions(&mut self) {
@@ -36,12 +34,10 @@ impl<S: Store, N: Net> Master<S, N> {
             .set(gauge(self.sessions.online_count()));
         metrics.sessions.get_or_create(&crate::metrics::Role { role: "client" }).set(gauge(clients));
         metrics.jobs_live.set(gauge(self.jobs.len()));
-        let offset = self.clock.offset_ms();
+        let offset = self.now.offset_ms;
         metrics.clock_offset_seconds.set(offset as f64 / 1000.0);
         let bound = self.config.max_clock_offset_secs.saturating_mul(1000);
-        if offset.unsigned_abs() > bound
-            && self.notices.ready("clock:offset", Duration::from_secs(60), self.clock.now())
-        {
+        if offset.unsigned_abs() > bound && self.notices.ready("clock:offset", Duration::from_secs(60), self.now.at) {
             warn!(
                 offset_ms = offset,
                 max_clock_offset_secs = self.config.max_clock_offset_secs,
@@ -50,24 +46,11 @@ impl<S: Store, N: Net> Master<S, N> {
         }
     }
 
-    /// Waking far later than planned means the master was not running: minions' returns may be
-    /// waiting unread in socket buffers. The lost time is added to every deadline, so a pause of
-    /// the master never turns a minion's result into `timed_out`. Measured as the wake begins: a
-    /// step that then works through a burst of inputs for seconds is the master running.
-    pub(super) fn notice_pause(&mut self) {
-        if let Some(planned) = self.wake_at {
-            let late = self.clock.now().saturating_duration_since(planned);
-            if late > PAUSE_THRESHOLD {
-                warn!(paused_ms = late.as_millis() as u64, "the master was not running; deadlines moved by that long");
-                self.jobs.postpone_deadlines(late);
-            }
-        }
-    }
-
-    /// Does what has come due: closes handshakes and refusals past their time, ends sessions
-    /// whose token expired, decides job slots past their deadline, and the periodic duties.
-    pub(crate) async fn on_tick(&mut self) {
-        let now = self.clock.now();
+    /// What comes due at a wake, before the store is followed: the figures counted, handshakes
+    /// and refusals past their time closed, sessions whose token expired ended, backlogs sent,
+    /// the other masters told this one is alive.
+    pub(super) fn tick_due(&mut self) {
+        let now = self.now.at;
         if self.timers.expired(Timer::Gauges, now) {
             self.count_sessions();
             self.timers.set(Timer::Gauges, now + GAUGES_EVERY);
@@ -81,12 +64,15 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // A live event stream has a deadline, not only a check when it opens: the loop wakes
         // when the first token expires.
-        self.end_gateway_sessions(self.sessions.expired_tokens(self.clock.wall_ms()), "token expired");
+        self.end_gateway_sessions(self.sessions.expired_tokens(self.now.wall_ms), "token expired");
         self.send_backlogs();
         if self.cluster.alive_due(now) {
             self.tell_masters(ClusterChange::Alive);
         }
-        self.follow_the_store(now).await;
+    }
+
+    /// Decides the job slots past their deadline as of `now` (the wake's time).
+    pub(super) fn expire_deadlines(&mut self, now: Instant) {
         let deadlines_wait = self.pending.deadlines_wait(self.store_in_doubt(), now);
         for (jid, minion, state) in self.jobs.expired(now) {
             // A master that cannot write decides nothing: another master may be storing this
@@ -116,16 +102,15 @@ impl<S: Store, N: Net> Master<S, N> {
             };
             self.slots().set(&jid, &minion, new, None);
         }
-        if self.timers.expired(Timer::WallMark, now) {
-            self.timers.set(Timer::WallMark, now + WALL_MARK_EVERY);
-            if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
-                warn!(%error, "recording the wall clock failed");
-            }
+    }
+
+    /// Whether the periodic `timer` is due at `now`; if so, it is set for `every` later.
+    pub(super) fn periodic_due(&mut self, timer: Timer, now: Instant, every: Duration) -> bool {
+        let due = self.timers.expired(timer, now);
+        if due {
+            self.timers.set(timer, now + every);
         }
-        if self.timers.expired(Timer::Purge, now) {
-            self.timers.set(Timer::Purge, now + PURGE_EVERY);
-            self.purge().await;
-        }
+        due
     }
 
     /// When the loop must next wake, whatever arrives meanwhile: the earliest of the master's
@@ -133,11 +118,11 @@ impl<S: Store, N: Net> Master<S, N> {
     /// and group waits, the other masters), now when the last step left work for the next, and,
     /// while something is being retried, the retry.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let now = self.clock.now();
+        let now = self.now.at;
         let token_expiry = self.sessions.next_token_expiry_ms().map(|at_ms| {
             // Tokens expire by the wall clock; the loop sleeps on the monotonic one. Recomputed
             // at every wake, so a step of the wall clock is followed.
-            now + Duration::from_millis(at_ms.saturating_sub(self.clock.wall_ms()))
+            now + Duration::from_millis(at_ms.saturating_sub(self.now.wall_ms))
         });
         let rollout_wait = self.jobs.rollout_jobs().filter_map(|job| job.rollout.as_ref()?.not_before).min();
         let group_wait = self.groups.next_wait();
@@ -181,7 +166,28 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) fn store_in_doubt(&self) -> bool {
         self.pending.write_failed()
             || self.cluster.needs_resync()
-            || self.cluster.missed_interruptions(self.store.interruptions())
+            || self.cluster.missed_interruptions(self.store_interruptions)
+    }
+}
+
+impl<S: Store, N: Net> Master<S, N> {
+    /// Does what has come due: closes handshakes and refusals past their time, ends sessions
+    /// whose token expired, decides job slots past their deadline, and the periodic duties.
+    pub(crate) async fn on_tick(&mut self) {
+        self.observe();
+        let now = self.core.now.at;
+        self.core.tick_due();
+        self.follow_the_store(now).await;
+        self.observe();
+        self.core.expire_deadlines(now);
+        if self.core.periodic_due(Timer::WallMark, now, WALL_MARK_EVERY) {
+            if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
+                warn!(%error, "recording the wall clock failed");
+            }
+        }
+        if self.core.periodic_due(Timer::Purge, now, PURGE_EVERY) {
+            self.purge().await;
+        }
     }
 
     /// With other masters on the store: after any gap in what this master heard, it rereads the
@@ -189,22 +195,23 @@ impl<S: Store, N: Net> Master<S, N> {
     /// store answering again); and every few seconds it compares the jobs it holds with the
     /// store's live ones.
     async fn follow_the_store(&mut self, now: Instant) {
-        if !self.cluster.is_shared() {
+        let core = &mut self.core;
+        if !core.cluster.is_shared() {
             return;
         }
-        self.cluster.note_interruptions(self.store.interruptions());
-        if self.cluster.needs_resync() {
+        core.cluster.note_interruptions(core.store_interruptions);
+        if core.cluster.needs_resync() {
             if let Err(error) = self.resync().await {
-                if self.notices.ready("store:resync", Duration::from_secs(10), now) {
+                if self.core.notices.ready("store:resync", Duration::from_secs(10), now) {
                     warn!(%error, "rereading the store failed; trying again every 100 ms");
                 }
             }
             return;
         }
-        if self.cluster.sweep_due(now) {
+        if core.cluster.sweep_due(now) {
             // Slots this master ended are written first: a job it finished must not look live.
             self.flush().await;
-            self.with_cluster_jobs(|desk| desk.sweep_jobs());
+            self.core.with_cluster_jobs(|desk| desk.sweep_jobs());
             // What the sweep finds is taken before any deadline here is judged.
             self.answer_asks().await;
         }
@@ -213,16 +220,17 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Retention: deletes finished jobs older than `keep_jobs_hours` by the wall clock. A job
     /// with any minion not yet in a final state is never deleted, whatever the clock says.
     pub(crate) async fn purge(&mut self) {
-        let before = self.clock.wall_ms().saturating_sub(self.config.keep_jobs_hours * 3_600_000);
+        let config = &self.core.config;
+        let before = self.clock.wall_ms().saturating_sub(config.keep_jobs_hours * 3_600_000);
         match self.store.purge_jobs(before).await {
             Ok(0) => {}
             Ok(n) => info!(jobs = n, "purged jobs past retention"),
             Err(error) => warn!(%error, "purging old jobs failed"),
         }
-        let keep = &self.config.audit;
+        let keep = &config.audit;
         let before = (keep.keep_days > 0).then(|| self.clock.wall_ms().saturating_sub(keep.keep_days * 86_400_000));
         let records = (keep.keep_records > 0).then_some(keep.keep_records);
-        match self.store.prune_audit(&self.config.id, before, records).await {
+        match self.store.prune_audit(&config.id, before, records).await {
             Ok(0) => {}
             Ok(n) => info!(
                 records = n,

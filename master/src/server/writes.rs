@@ -9,6 +9,7 @@ use tracing::{info, warn};
 use crate::net::Net;
 use crate::store::{Announcement, ClusterChange, Store};
 
+use super::machine::Core;
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -16,7 +17,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// the other masters what it queued for them, each already stored. The one place the loop
     /// announces.
     pub(crate) async fn flush(&mut self) {
-        self.tell_moves();
+        self.core.tell_moves();
         self.write_pending().await;
         self.send_announcements().await;
     }
@@ -27,67 +28,73 @@ impl<S: Store, N: Net> Master<S, N> {
         // The audit records gathered, once a batch of them is due (at most 100 ms after the
         // first, or at once before a request reads the store).
         self.append_audit().await;
-        let records = self.pending.take_minions();
+        let records = self.core.pending.take_minions();
         if !records.is_empty() {
             let started = self.clock.now();
             let stored = self.store.put_minions(&records).await;
-            self.metrics.store_call("put_minions", self.clock.now().saturating_duration_since(started), stored.is_ok());
+            self.observe();
+            self.core.metrics.store_call(
+                "put_minions",
+                self.clock.now().saturating_duration_since(started),
+                stored.is_ok(),
+            );
             match stored {
                 Err(error) => {
-                    if self.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
+                    if self.core.notices.ready("store:presence", Duration::from_secs(10), self.clock.now()) {
                         warn!(%error, minions = records.len(), "recording presence failed; retrying every 100 ms");
                     }
-                    self.pending.keep_minions(records);
+                    self.core.pending.keep_minions(records);
                 }
-                Ok(()) if self.cluster.is_shared() => {
+                Ok(()) if self.core.cluster.is_shared() => {
                     // Stored first, so the other masters read the entries they are told of.
-                    let ids = records.into_iter().map(|r| r.id).filter(|id| self.sessions.is_online(id)).collect();
-                    self.tell_masters(ClusterChange::Here { ids });
+                    let ids = records.into_iter().map(|r| r.id).filter(|id| self.core.sessions.is_online(id)).collect();
+                    self.core.tell_masters(ClusterChange::Here { ids });
                 }
                 Ok(()) => {}
             }
         }
-        let ids = self.cluster.take_left_here();
+        let ids = self.core.cluster.take_left_here();
         if !ids.is_empty() {
-            self.tell_masters(ClusterChange::Left { ids });
+            self.core.tell_masters(ClusterChange::Left { ids });
         }
-        for (tag, data) in self.cluster.take_shared_events() {
+        for (tag, data) in self.core.cluster.take_shared_events() {
             self.share_event(tag, data).await;
         }
         // Watchers first (sent means written to their sockets): what they are told is already
         // decided, and their latency should not include the write. Minions are acknowledged
         // only after it.
-        self.send_watcher_batches();
-        self.net.release_held();
-        if !self.pending.has_states() {
+        self.core.send_watcher_batches();
+        self.core.outlet.release_held();
+        if !self.core.pending.has_states() {
             self.tell_stored_finals().await;
-            self.ask_owed_returns();
+            self.core.ask_owed_returns();
             return;
         }
-        let (changes, acks) = self.pending.take_states();
+        let (changes, acks) = self.core.pending.take_states();
         let started = self.clock.now();
         let stored = if changes.is_empty() { Ok(()) } else { self.store.set_states(&changes).await };
+        self.observe();
         if !changes.is_empty() {
             let took = self.clock.now().saturating_duration_since(started);
-            self.metrics.store_call("set_states", took, stored.is_ok());
+            self.core.metrics.store_call("set_states", took, stored.is_ok());
         }
         if let Err(error) = stored {
             // Kept for the next flush (retried every 100 ms): nothing is acknowledged until it is stored,
             // so the minions keep their returns meanwhile.
-            if self.notices.ready("store:states", Duration::from_secs(10), self.clock.now()) {
+            if self.core.notices.ready("store:states", Duration::from_secs(10), self.clock.now()) {
                 warn!(%error, changes = changes.len(), "recording job states failed; retrying every 100 ms");
             }
-            self.pending.write_failed_for(changes, acks);
+            self.core.pending.write_failed_for(changes, acks);
             return;
         }
-        self.pending.written();
+        self.core.pending.written();
         for (peer, jid) in acks {
-            self.send(peer, &Message::ReturnAck(ReturnAck { jid }));
+            self.core.send(peer, &Message::ReturnAck(ReturnAck { jid }));
         }
         self.tell_stored_finals().await;
-        self.ask_owed_returns();
-        if self.cluster.is_shared() {
-            self.cluster.tell_slots(&changes);
+        self.core.ask_owed_returns();
+        if self.core.cluster.is_shared() {
+            self.core.cluster.tell_slots(&changes);
         }
     }
 
@@ -95,38 +102,40 @@ impl<S: Store, N: Net> Master<S, N> {
     /// those written late are first compared with what the store kept, and told as it kept
     /// them. Nothing is told while they are not stored, or cannot be compared.
     async fn tell_stored_finals(&mut self) {
-        if !self.pending.finals_to_tell() {
+        if !self.core.pending.finals_to_tell() {
             return;
         }
-        if self.pending.finals_in_doubt() {
+        if self.core.pending.finals_in_doubt() {
             if !self.follow_stored_finals().await {
                 return;
             }
-            self.pending.finals_checked();
+            self.core.pending.finals_checked();
         }
-        self.slots().report_stored_finals();
-        self.tell_moves();
-        self.send_watcher_batches();
-        self.net.release_held();
+        self.core.slots().report_stored_finals();
+        self.core.tell_moves();
+        self.core.send_watcher_batches();
+        self.core.outlet.release_held();
     }
 
     /// Compares the final states waiting to be told with what the store kept: where another
     /// master's came first, this master's view, and what it will tell, follow the store's.
     /// False if the store could not be read (a reread is then due).
     async fn follow_stored_finals(&mut self) -> bool {
-        let jids = self.pending.unreported_jids();
+        let jids = self.core.pending.unreported_jids();
         for jid in jids {
             let stored = match self.store.live_job(&jid).await {
                 Ok(Some((_, states))) => states,
                 Ok(None) => continue,
                 Err(error) => {
                     warn!(%error, %jid, "could not compare a job's final states with the store");
-                    self.cluster.lost_track();
+                    self.core.cluster.lost_track();
                     return false;
                 }
             };
+            self.observe();
             // The slots the store kept otherwise, with what it kept.
             let differing: Vec<(String, MinionJobState)> = self
+                .core
                 .pending
                 .unreported_of(&jid)
                 .iter()
@@ -140,38 +149,23 @@ impl<S: Store, N: Net> Master<S, N> {
                     Ok(mut returns) => returns.pop().map(|(_, ret)| ret),
                     Err(error) => {
                         warn!(%error, %jid, "could not read a return another master stored");
-                        self.cluster.lost_track();
+                        self.core.cluster.lost_track();
                         return false;
                     }
                 };
+                self.observe();
                 info!(%jid, %minion, kept = kept.as_str(), "another master recorded this slot first; following the store");
-                self.slots().follow_stored(&jid, &minion, kept, ret);
+                self.core.slots().follow_stored(&jid, &minion, kept, ret);
             }
         }
         true
-    }
-
-    /// Minions whose returns were turned away while the store was in doubt are asked, in
-    /// their session, to send again what they have not had acknowledged, once it is not. The
-    /// session stays: closing it would send the minion to another master of a cluster, and a
-    /// database blip would move the fleet. (A minion that reconnects sends them anyway.)
-    fn ask_owed_returns(&mut self) {
-        if self.store_in_doubt() {
-            return;
-        }
-        for id in self.pending.take_owed_once_written() {
-            if let Some(peer) = self.sessions.peer_of(&id) {
-                info!(minion = %id, "the store answers again; asking the minion to send its returns again");
-                self.send(peer, &Message::ResendReturns(ResendReturns {}));
-            }
-        }
     }
 
     /// Tells the other masters what the step queued, in order. One that cannot be sent is
     /// logged, not an error of the request: the change is stored, and a master that missed an
     /// announcement rereads everything when its listening connection comes back.
     pub(crate) async fn send_announcements(&mut self) {
-        for change in self.cluster.take_told() {
+        for change in self.core.cluster.take_told() {
             for part in change.split() {
                 if let Err(error) = self.store.announce(&part).await {
                     warn!(%error, "could not tell the other masters of a change");
@@ -186,13 +180,31 @@ impl<S: Store, N: Net> Master<S, N> {
     pub(crate) async fn share_event(&mut self, tag: String, data: halite_protocol::message::Value) {
         let change = ClusterChange::Event { tag, data };
         if Announcement::fits(self.store.instance(), &change) {
-            return self.tell_masters(change);
+            return self.core.tell_masters(change);
         }
         let ClusterChange::Event { tag, data } = change else { return };
         let digest = crate::store::event_digest(&tag, &serde_json::to_string(&data).unwrap_or_else(|_| "null".into()));
         match self.store.put_shared_event(&tag, &data, self.clock.wall_ms()).await {
-            Ok(id) => self.tell_masters(ClusterChange::StoredEvent { id, digest }),
+            Ok(id) => self.core.tell_masters(ClusterChange::StoredEvent { id, digest }),
             Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
+        }
+    }
+}
+
+impl Core {
+    /// Minions whose returns were turned away while the store was in doubt are asked, in
+    /// their session, to send again what they have not had acknowledged, once it is not. The
+    /// session stays: closing it would send the minion to another master of a cluster, and a
+    /// database blip would move the fleet. (A minion that reconnects sends them anyway.)
+    pub(super) fn ask_owed_returns(&mut self) {
+        if self.store_in_doubt() {
+            return;
+        }
+        for id in self.pending.take_owed_once_written() {
+            if let Some(peer) = self.sessions.peer_of(&id) {
+                info!(minion = %id, "the store answers again; asking the minion to send its returns again");
+                self.send(peer, &Message::ResendReturns(ResendReturns {}));
+            }
         }
     }
 

@@ -94,7 +94,7 @@ impl Sim {
 
     /// The files the master serves, for tests beside them (`files.rs`).
     pub(crate) fn files(&self) -> &crate::files::FileServer {
-        &self.master.files
+        &self.master.core.files
     }
 
     /// Where the file reads the master started come back.

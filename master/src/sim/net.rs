@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use halite_transport::{Lane, PeerId, RouterEvent, SendError};
 
-use crate::net::Net;
+use crate::net::{Net, Outlet};
 
 /// The network of one simulated master.
 #[derive(Clone, Default)]
@@ -77,6 +77,12 @@ impl State {
 }
 
 impl Net for MemNet {
+    type Outlet = MemNet;
+
+    fn outlet(&self) -> MemNet {
+        self.clone()
+    }
+
     fn recv(&mut self) -> impl Future<Output = Option<RouterEvent>> + Send {
         let next = self.state().arrived.pop_front();
         async move {
@@ -90,7 +96,9 @@ impl Net for MemNet {
     fn try_recv(&mut self) -> Option<RouterEvent> {
         self.state().arrived.pop_front()
     }
+}
 
+impl Outlet for MemNet {
     fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
         let mut state = self.state();
         state.takes(peer)?;

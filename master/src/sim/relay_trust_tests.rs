@@ -152,7 +152,7 @@ fn a_relay_recorded_after_its_deployment_was_deleted_brings_it_not_back() {
         let request = relay_of(&deployment, url);
         let read = sim.store().deployment(&deployment.id).await;
         assert!(sim.store().delete_deployment(&deployment.id).await.expect("deleted"));
-        sim.master.with_deploy_desk(|desk| {
+        sim.master.core.with_deploy_desk(|desk| {
             desk.relayed_read(RelayDone { request, result: Ok(200), written_in_doubt: false }, read)
         });
         sim.master.answer_asks().await;
@@ -197,7 +197,7 @@ fn a_relay_end_whose_failed_write_landed_is_told_once() {
         record.relay_pending = false;
         assert!(sim.store().record_relayed(&record, 1).await.expect("written"), "the write lands");
         let lost = Err(crate::store::StoreError::Unavailable("connection lost on commit".into()));
-        sim.master.with_deploy_desk(|desk| desk.relay_recorded(record, done, lost));
+        sim.master.core.with_deploy_desk(|desk| desk.relay_recorded(record, done, lost));
         assert!(events(&mut heat, &sim).is_empty(), "nothing told while in doubt");
         for _ in 0..3 {
             sim.advance(std::time::Duration::from_secs(2)).await;
@@ -388,7 +388,7 @@ fn a_token_made_before_the_key_was_accepted_cannot_take_the_identity_over() {
         // The real minion reconnects as before.
         web1.disconnect(&mut sim).await;
         assert!(sim.connect_minion("web1", &real, None).await.is_ok());
-        assert!(sim.master.registry.is_accepted("web1", real.public().as_bytes()));
+        assert!(sim.master.core.registry.is_accepted("web1", real.public().as_bytes()));
     });
 }
 
@@ -402,7 +402,7 @@ fn a_replacing_token_replaces_the_key_and_announces_it() {
         let swap = token(&mut sim, &mut root, "web1", true).await;
         let reinstalled = IdentityKey::from_seed(&[42; 32]);
         assert!(sim.connect_minion("web1", &reinstalled, Some(&swap)).await.is_ok());
-        assert!(sim.master.registry.is_accepted("web1", reinstalled.public().as_bytes()));
+        assert!(sim.master.core.registry.is_accepted("web1", reinstalled.public().as_bytes()));
         assert_eq!(sim.net.closed(old.peer).as_deref(), Some("key no longer accepted"));
         let seen: Vec<Event> = events(&mut root, &sim);
         let replaced = seen.iter().find(|e| e.tag == "halite/key/web1/replaced").expect("announced");

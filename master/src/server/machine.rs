@@ -1,0 +1,172 @@
+//! The master's state, apart from what does I/O: every owner, the queues the handlers fill,
+//! and the time the loop last gave it. Nothing in [`Core`] awaits, reads a clock, or touches a
+//! store or a socket: the loop (`mod.rs`, [`super::Master`]) holds those, runs the store calls
+//! the core asks for and hands back their answers, and drains what it asked to be done outside
+//! (relays, file reads). The core sends through its [`Outlet`], which never waits.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use halite_protocol::identity::PublicIdentity;
+use halite_protocol::noise::LocalIdentity;
+
+use crate::acl::NoticeThrottle;
+use crate::clock::{JidGenerator, Now};
+use crate::config::MasterConfig;
+use crate::core::bus::Bus;
+use crate::core::event_gate::EventGate;
+use crate::core::jobs::JobTable;
+use crate::core::registry::Registry;
+use crate::core::sessions::Sessions;
+use crate::core::timers::Timer;
+use crate::core::watchers::Watchers;
+use crate::core::writes::PendingWrites;
+use crate::files::FileRead;
+use crate::keys::PendingLimits;
+use crate::net::Outlet;
+use crate::outputs::asks::Asks;
+use crate::relay::RelayRequest;
+
+/// What the core asks the loop to do outside it, drained after each piece of work.
+pub(crate) enum Output {
+    /// Relay a deployment's signal to its engine (`crate::relay`); the end comes back as an
+    /// input.
+    StartRelay { hosts: crate::config::signal_hosts::SignalHosts, request: Box<RelayRequest> },
+    /// Read a file for a minion (`crate::files`); the read comes back as an input.
+    ReadFile(FileRead),
+}
+
+/// The master's state; see the module docs. Its fields are the loop's (private to `server/`):
+/// a handler reaches them only through the desk the loop lends it (`desks.rs`).
+pub(crate) struct Core {
+    pub(super) config: MasterConfig,
+    pub(super) identity: LocalIdentity,
+    pub(super) root: PublicIdentity,
+    /// The time as the loop last read it: the core's only time.
+    pub(super) now: Now,
+    /// Where messages to connections go.
+    pub(super) outlet: Box<dyn Outlet>,
+    /// How many times the store has said it was interrupted, as the loop last read it.
+    pub(super) store_interruptions: u64,
+    /// Every connection and its session; which minions are online.
+    pub(super) sessions: Sessions,
+    /// Accepted keys, minions, principals.
+    pub(super) registry: Registry,
+    pub(super) jobs: JobTable,
+    pub(super) jids: JidGenerator,
+    pub(super) bus: Bus,
+    /// The bus's recent past, for subscribers resuming after an event id.
+    pub(super) event_log: crate::core::event_log::EventLog,
+    /// Which minion and engine events reach the bus (rules, rates, refusals counted).
+    pub(super) event_gate: EventGate,
+    pub(super) notices: NoticeThrottle,
+    /// The pending-key cap and arrival rate.
+    pub(super) pending_limits: PendingLimits,
+    /// Unknown keys turned away by those limits since start.
+    pub(super) keys_refused: u64,
+    /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
+    /// again as the queue drains ([`Core::send_backlogs`]).
+    pub(super) undelivered: HashMap<String, BTreeSet<String>>,
+    /// Minions handed over to the other masters while the store is unreachable here
+    /// ([`Core::hand_over`]): one that comes back has nowhere else to go, and stays.
+    pub(super) handed_over: HashSet<String>,
+    /// The other masters sharing the store, and the minions connected to them.
+    pub(super) cluster: crate::core::cluster_view::ClusterView,
+    /// Decided, not yet stored: written together at the end of each step (`Master::flush`).
+    pub(super) pending: PendingWrites,
+    /// Store calls handlers asked for, answered by the loop (`Master::answer_asks`).
+    pub(super) asks: Asks,
+    /// Slot ends and events the step's listeners have not heard yet (`hearing.rs`).
+    pub(super) hearing: crate::core::hearing::Hearing,
+    /// Rollouts the end of the step decides or stops.
+    pub(super) rollout_queue: crate::core::rollout_queue::RolloutQueue,
+    /// What each watching client is told at the end of the step.
+    pub(super) watchers: Watchers,
+    /// Deployment groups this master drives.
+    pub(super) groups: crate::deploy::group_runs::GroupRuns,
+    /// `deploy.apply` jobs in flight and the deployment each carries; job ends whose deployment
+    /// is to be recorded again.
+    pub(super) deploy_jobs: crate::deploy::jobs::DeployJobs,
+    /// Files served to minions (`[files]`).
+    pub(super) files: crate::files::FileServer,
+    /// What the master counts, for operators (`/metrics`).
+    pub(super) metrics: crate::metrics::Metrics,
+    /// The master's own periodic duties and retries.
+    pub(super) timers: crate::core::timers::TimerTable,
+    /// What the audit trail will hold, until the next commit appends it.
+    pub(super) audit: crate::core::audit_log::AuditLog,
+    /// What the loop is to do outside the core, oldest first.
+    pub(super) outputs: Vec<Output>,
+}
+
+impl Core {
+    /// A master's state before anything is loaded, as of `now`.
+    pub(super) fn new(
+        config: MasterConfig,
+        identity: LocalIdentity,
+        root: PublicIdentity,
+        outlet: Box<dyn Outlet>,
+        now: Now,
+    ) -> Core {
+        let event_log = crate::core::event_log::EventLog::new(now.wall_ms);
+        let pending_limits =
+            PendingLimits::new(config.max_pending_keys, config.pending_keys_per_sec, config.pending_keys_burst, now.at);
+        let mut core = Core {
+            config,
+            identity,
+            root,
+            now,
+            outlet,
+            store_interruptions: 0,
+            sessions: Sessions::default(),
+            registry: Registry::default(),
+            jobs: JobTable::default(),
+            jids: JidGenerator::default(),
+            bus: Bus::default(),
+            event_log,
+            event_gate: EventGate::default(),
+            notices: NoticeThrottle::default(),
+            pending_limits,
+            keys_refused: 0,
+            undelivered: HashMap::new(),
+            handed_over: HashSet::new(),
+            cluster: crate::core::cluster_view::ClusterView::default(),
+            pending: PendingWrites::default(),
+            asks: Asks::default(),
+            hearing: Default::default(),
+            rollout_queue: Default::default(),
+            watchers: Watchers::default(),
+            groups: Default::default(),
+            deploy_jobs: Default::default(),
+            files: Default::default(),
+            metrics: crate::metrics::Metrics::new(),
+            timers: crate::core::timers::TimerTable::default(),
+            audit: Default::default(),
+            outputs: Vec::new(),
+        };
+        // The first wake does every periodic duty once.
+        for timer in [Timer::Gauges, Timer::WallMark, Timer::Purge] {
+            core.timers.set(timer, now.at);
+        }
+        core
+    }
+
+    /// The loop read the time and the store's interruptions: the core goes on as of them.
+    pub(super) fn observe(&mut self, now: Now, store_interruptions: u64) {
+        self.now = now;
+        self.store_interruptions = store_interruptions;
+    }
+
+    /// What the loop is to do outside the core, oldest first.
+    pub(super) fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    /// When the core must next wake, and after a wake for time, whatever is still due could
+    /// not be done (a store that does not answer): it is tried again after
+    /// [`super::RETRY_EVERY`], never in a busy loop.
+    pub(super) fn plan_wake(&self, woken_by_time: bool) -> Option<Instant> {
+        let now = self.now.at;
+        self.next_timeout().map(|at| if woken_by_time && at <= now { now + super::RETRY_EVERY } else { at })
+    }
+}
