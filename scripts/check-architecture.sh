@@ -62,7 +62,7 @@ done
 # comments are exempt.
 lib_source() {
   local dirs=("$@")
-  [ ${#dirs[@]} -gt 0 ] || dirs=(protocol/src transport/src targeting/src modules/src minion/src store/src master/src client/src python/src)
+  [ ${#dirs[@]} -gt 0 ] || dirs=(protocol/src transport/src targeting/src modules/src minion/src store/src master-core/src master/src client/src python/src)
   find "${dirs[@]}" -name '*.rs' -not -path '*/bin/*' -not -path '*/tests/*' -not -path '*/sim/*' -not -name '*tests.rs' |
     sort | while read -r f; do
       awk -v f="$f" '
@@ -102,9 +102,23 @@ fi
 
 # The master reads time only through its clock module (`clock.rs`): the core from the clock
 # it is given, everything else from `SystemClock`.
-if code master/src | grep -v '^master/src/clock.rs:' |
+if code master/src master-core/src | grep -v '^master/src/clock.rs:' |
   grep -E 'Instant::now|SystemTime::now|\.elapsed\(\)'; then
   echo "ARCHITECTURE: the master reads a clock outside clock.rs (lines above)" >&2
+  fail=1
+fi
+
+# The master's core (halite-master-core) depends on no I/O crate, and nothing in it is async:
+# time, connection events and store answers come in; sends, store calls and outputs go out.
+deps=$(cargo tree -p halite-master-core -e normal --prefix none --format '{p}' | awk '{print $1}' | sort -u)
+for banned in tokio mio sqlx sqlx-core rusqlite axum hyper rustls tokio-rustls reqwest; do
+  if grep -qx "$banned" <<<"$deps"; then
+    echo "ARCHITECTURE: halite-master-core depends on $banned" >&2
+    fail=1
+  fi
+done
+if code master-core/src | grep -E '\basync\b|\.await\b'; then
+  echo "ARCHITECTURE: halite-master-core holds async code (lines above)" >&2
   fail=1
 fi
 
@@ -117,16 +131,16 @@ if code master/src/core |
 fi
 
 # The owners name no handler and nothing the handlers hand the loop: what they may use of the
-# master is the store's records, the ACL rules and the in-process sessions' queue.
+# master is the store's records, the ACL rules and the in-process sessions' outlet.
 if code master/src/core |
-  grep -oE 'crate::(\{[^}]*\}|[a-z_]+)' | grep -vxE 'crate::(core|store|acl|local_queue)' | sort -u | grep .; then
+  grep -oE 'crate::(\{[^}]*\}|[a-z_]+)' | grep -vxE 'crate::(core|store|acl|local_sessions)' | sort -u | grep .; then
   echo "ARCHITECTURE: a state owner in master/src/core names the master's other parts (above)" >&2
   fail=1
 fi
 
 # A slot changes state only through its owner, `core/slot_moves.rs` (over the table of
 # `core/jobs.rs`): nothing else calls the table's moves.
-if code master/src | grep -vE '^master/src/core/(slot_moves|jobs)\.rs:' |
+if code master/src master-core/src | grep -vE '^master(-core)?/src/core/(slot_moves|jobs)\.rs:' |
   grep -E '\.(set_state|correct_final)\('; then
   echo "ARCHITECTURE: a slot moved outside core/slot_moves.rs (lines above)" >&2
   fail=1
@@ -134,7 +148,7 @@ fi
 
 # A deployment's, a group's and a member's status moves only through their state machines
 # (`deploy/lifecycle.rs`, one table each): nothing else assigns one.
-if code master/src | grep -v '^master/src/deploy/lifecycle.rs:' |
+if code master/src master-core/src | grep -vE '^master(-core)?/src/deploy/lifecycle.rs:' |
   grep -E '(deployment|group|member|slot)\.status = '; then
   echo "ARCHITECTURE: a deployment's or group's status set outside deploy/lifecycle.rs (lines above)" >&2
   fail=1
@@ -151,9 +165,9 @@ fi
 
 # Handlers do not await: they ask the store (`outputs/asks.rs`) and the loop alone answers. A
 # handler's file is one that declares a desk.
-handler_files=$(grep -rlE "^pub\(crate\) struct [A-Za-z]+Desk<'a>" master/src | sort)
+handler_files=$(grep -rlE "^pub(\(crate\))? struct [A-Za-z]+Desk<'a>" master/src master-core/src | sort)
 # The key registry's rules are a machine the loop drives (`store_calls/keys.rs` makes its calls).
-handler_files="$handler_files master/src/keys.rs"
+handler_files="$handler_files master-core/src/keys.rs"
 if [ -z "$handler_files" ]; then
   echo "ARCHITECTURE: no handler desks found (did their declarations change?)" >&2
   fail=1
@@ -179,7 +193,7 @@ fi
 
 # No import cycle among the top-level modules of these crates (scripts/module_cycles.py). The
 # checker must itself see a cycle planted in a scratch crate, or it checks nothing.
-acyclic=(store/src master/src)
+acyclic=(store/src master-core/src master/src)
 if ! python3 scripts/module_cycles.py "${acyclic[@]}"; then
   echo "ARCHITECTURE: an import cycle among top-level modules (above)" >&2
   fail=1

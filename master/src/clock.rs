@@ -3,10 +3,13 @@
 //! Two clocks, kept apart on purpose: the monotonic one (`Instant`) measures every timeout,
 //! TTL and rate, so a wall-clock step never makes one longer or shorter; the wall clock only
 //! stamps records (`created_at`, `last_seen`) and seeds jids. The daemon uses [`SystemClock`];
-//! tests drive a [`FakeClock`] and step either clock alone.
+//! tests drive a [`FakeClock`] and step either clock alone. What the core is given of them
+//! ([`Now`]) and the job ids are `halite-master-core`'s.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use halite_master_core::clock::{new_uuid, JidGenerator, Now};
 
 /// Where the master reads the time.
 pub trait Clock: Send + Sync + 'static {
@@ -23,27 +26,10 @@ pub trait Clock: Send + Sync + 'static {
     fn offset_ms(&self) -> i64 {
         0
     }
-}
-
-/// The time a handler is given: read once when its desk is lent, so everything it decides
-/// in one piece of work is decided as of one instant, and no handler reads a clock.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Now {
-    /// Monotonic: deadlines and rates.
-    pub(crate) at: Instant,
-    /// Wall clock, Unix milliseconds: what records are stamped with.
-    pub(crate) wall_ms: u64,
-    /// Wall clock, Unix microseconds: what jids are made of.
-    pub(crate) wall_micros: u64,
-    /// How far the wall clock is set from this host's own ([`Clock::offset_ms`]).
-    pub(crate) offset_ms: i64,
-}
-
-impl Now {
-    /// `clock`'s time now.
-    pub(crate) fn of(clock: &dyn Clock) -> Self {
-        let wall_micros = clock.wall_micros();
-        Now { at: clock.now(), wall_ms: wall_micros / 1000, wall_micros, offset_ms: clock.offset_ms() }
+    /// Every reading at once, as the core is given time: monotonic, wall and offset.
+    fn read(&self) -> Now {
+        let wall_micros = self.wall_micros();
+        Now { at: self.now(), wall_ms: wall_micros / 1000, wall_micros, offset_ms: self.offset_ms() }
     }
 }
 
@@ -145,52 +131,9 @@ impl Clock for FakeClock {
     }
 }
 
-/// A random (version 4) UUID, the form of Heat's config and deployment ids.
-pub(crate) fn new_uuid() -> String {
-    use rand_core::RngCore;
-    let mut b = [0u8; 16];
-    rand_core::OsRng.fill_bytes(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = halite_protocol::hex::encode(&b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
-}
-
-/// Hands out job ids like Salt's: `YYYYMMDDhhmmssffffff` (UTC, microseconds), strictly
-/// increasing: within a run even when two jobs are published in the same microsecond or the
-/// wall clock is set back, and across restarts once [`JidGenerator::resume_after`] is given
-/// the newest stored jid.
-#[derive(Debug, Default)]
-pub(crate) struct JidGenerator {
-    last: u64,
-}
-
-impl JidGenerator {
-    /// Continues after `jid` (the newest one stored), whatever the wall clock says now.
-    pub(crate) fn resume_after(&mut self, jid: &str) {
-        if let Some(micros) = halite_protocol::time::parse_compact_utc(jid) {
-            self.last = self.last.max(micros);
-        }
-    }
-
-    /// The next jid, given the wall clock now.
-    pub(crate) fn next(&mut self, wall_micros: u64) -> String {
-        self.last = wall_micros.max(self.last + 1);
-        halite_protocol::time::compact_utc(self.last)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn uuids_are_version_4() {
-        let id = new_uuid();
-        assert_eq!(id.len(), 36);
-        assert_eq!(&id[14..15], "4");
-        assert_ne!(id, new_uuid());
-    }
 
     #[test]
     fn jids_strictly_increase_through_clock_steps_and_restarts() {

@@ -152,4 +152,26 @@ mod tests {
         let own = Revocation::issue(&cluster, &certified.public()).to_hex();
         assert!(error(&[own], &certified).contains("may not serve"));
     }
+
+    #[test]
+    fn sighup_keeps_the_running_rules_when_the_new_revocations_cannot_be_used() {
+        let path = std::env::temp_dir().join(format!("halite-reread-{}.toml", std::process::id()));
+        let write = |text: &str| std::fs::write(&path, text).unwrap();
+        write("[nodegroups]\nweb = \"web*\"\n");
+        let mut config = crate::config::MasterConfig::load(&path).unwrap();
+        let identity =
+            halite_protocol::noise::LocalIdentity::new(halite_protocol::identity::IdentityKey::generate_os()).unwrap();
+        // This master has no certificate: a revocation is refused, and nothing else changes.
+        write("revoked_masters = [\"00\"]\n[nodegroups]\nweb = \"www*\"\n");
+        assert_eq!(config.reread_rules(|revoked| check_revocations_of(revoked, &identity)), None);
+        assert_eq!((config.nodegroups["web"].as_str(), config.revoked_masters.len()), ("web*", 0));
+        write("[nodegroups]\nweb = \"www*\"\n");
+        assert_eq!(
+            config.reread_rules(|revoked| check_revocations_of(revoked, &identity)),
+            None,
+            "the revocations did not change"
+        );
+        assert_eq!(config.nodegroups["web"], "www*");
+        std::fs::remove_file(&path).unwrap();
+    }
 }

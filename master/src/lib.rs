@@ -17,28 +17,29 @@
 //! | `master.db` | the SQLite store |
 //! | `gateway.addr` | the HTTP gateway's bound address, when it is on |
 
-pub mod acl;
+pub use halite_master_core::acl;
 mod admin;
 mod admission;
-mod argument_checks;
-mod audit_requests;
+use halite_master_core::argument_checks;
+use halite_master_core::audit_requests;
 mod authz;
 mod calls;
 pub mod clock;
 mod cluster;
 mod cluster_identity;
 mod cluster_jobs;
-pub mod config;
+pub use halite_master_core::config;
 mod core;
 mod deploy;
-mod file_scope;
+use halite_master_core::file_scope;
 pub mod files;
 mod files_beneath;
 pub mod gateway;
 mod handover;
-mod keys;
-mod limits;
+use halite_master_core::keys;
+use halite_master_core::limits;
 mod local_queue;
+mod local_sessions;
 pub mod memory;
 pub mod metrics;
 mod metrics_http;
@@ -47,16 +48,17 @@ pub mod net;
 mod outputs;
 mod publishing;
 mod relay;
-mod request_error;
+mod relay_requests;
+use halite_master_core::request_error;
 mod rollouts;
 mod server;
 mod store_calls;
+pub use halite_master_core::tenants;
 pub use halite_store as store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;
 #[cfg(test)]
 use server::sim;
-pub mod tenants;
 mod token_sessions;
 
 use std::future::Future;

@@ -10,6 +10,8 @@ use halite_protocol::message::{encoded_len, Message};
 use halite_transport::SendError;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
+use crate::local_sessions::{LocalOutlet, LocalSender};
+
 /// Messages one local session can have queued towards it before the core drops (bus events)
 /// or reports a full queue.
 const QUEUE: usize = 1024;
@@ -18,22 +20,27 @@ pub(crate) const QUEUE_BYTES: usize = 32 * 1024 * 1024;
 
 /// A new queue: the core's end and the session's.
 pub(crate) fn local_queue() -> (LocalSender, LocalInbox) {
+    let (tx, inbox) = queue();
+    (Arc::new(tx), inbox)
+}
+
+fn queue() -> (QueueSender, LocalInbox) {
     let (tx, rx) = mpsc::channel(QUEUE);
     let queued = Arc::new(AtomicUsize::new(0));
-    (LocalSender { tx, queued: queued.clone() }, LocalInbox { rx, queued })
+    (QueueSender { tx, queued: queued.clone() }, LocalInbox { rx, queued })
 }
 
 /// The core's end.
-#[derive(Debug, Clone)]
-pub(crate) struct LocalSender {
+#[derive(Debug)]
+struct QueueSender {
     tx: mpsc::Sender<(Message, usize)>,
     queued: Arc<AtomicUsize>,
 }
 
-impl LocalSender {
+impl LocalOutlet for QueueSender {
     /// Queues a message unless the queue is full (in messages or bytes: `Full`) or the session
     /// is gone (`NotConnected`).
-    pub(crate) fn try_send(&self, msg: Message) -> Result<(), SendError> {
+    fn try_send(&self, msg: Message) -> Result<(), SendError> {
         let size = encoded_len(&msg);
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && queued.saturating_add(size) > QUEUE_BYTES {
@@ -85,7 +92,7 @@ mod tests {
     fn a_slow_reader_holds_at_most_its_bytes_and_reading_frees_them() {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         runtime.block_on(async {
-            let (tx, mut inbox) = local_queue();
+            let (tx, mut inbox) = queue();
             let mib = 1024 * 1024;
             let mut taken = 0;
             while tx.try_send(event(mib)).is_ok() {

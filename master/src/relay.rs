@@ -15,51 +15,11 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::config::signal_hosts::{Refused, SignalHosts};
+use crate::config::signal_hosts::SignalHosts;
+use crate::relay_requests::{Failure, RelayDone, RelayRequest};
 
-/// heat-config-notify's limit: Heat refuses bodies over `max_json_body_size` (1 MiB).
-pub(crate) const MAX_BODY: usize = 950_000;
 /// Retries after the first attempt, as heat-config-notify's urllib3 `Retry(total=10)`.
 const RETRIES: u32 = 10;
-
-/// What a relay asks for.
-#[derive(Debug, Clone)]
-pub(crate) struct RelayRequest {
-    /// The deployment.
-    pub(crate) deployment_id: String,
-    /// The derived config whose signal this is (a newer one supersedes it).
-    pub(crate) derived_config_id: String,
-    /// Where to.
-    pub(crate) url: String,
-    /// `POST` or `PUT`.
-    pub(crate) verb: &'static str,
-    /// The JSON body.
-    pub(crate) body: Vec<u8>,
-}
-
-/// How a relay ended.
-#[derive(Debug, Clone)]
-pub(crate) struct RelayDone {
-    /// The request.
-    pub(crate) request: RelayRequest,
-    /// The final HTTP status, or why no response came (for the master's log only: an engine
-    /// learns only whether its signal was relayed).
-    pub(crate) result: Result<u16, Failure>,
-    /// Its end was written, and the write failed in a way that may have landed: a read that
-    /// finds it no longer pending then tells it (it was stored, and nothing told it yet).
-    pub(crate) written_in_doubt: bool,
-}
-
-/// Why a relay sent nothing, or got no answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Failure {
-    /// The allowlist refused the URL or an address its host resolves to.
-    #[error(transparent)]
-    Refused(#[from] Refused),
-    /// Sent, but no response came (after the retries).
-    #[error("{0}")]
-    NoAnswer(String),
-}
 
 /// Starts a relay in the background; the outcome comes back on `done`.
 pub(crate) fn spawn(hosts: SignalHosts, request: RelayRequest, done: mpsc::UnboundedSender<RelayDone>) {
@@ -177,6 +137,7 @@ fn without_url(error: &reqwest::Error) -> String {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use crate::config::signal_hosts::Refused;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 

@@ -11,6 +11,7 @@ use halite_transport::PeerId;
 
 use crate::authz::{Access, Action, Asker};
 use crate::core::sessions::LocalToken;
+use crate::local_sessions::{LocalSender, Reply};
 use crate::store::ApiTokenGrant;
 
 /// The `request` of the error that ends an in-process session (its `message` says why).
@@ -77,6 +78,34 @@ pub(crate) struct Opened {
     pub(crate) principal: String,
     /// Whether it may read the master's metrics (decided when the session opened).
     pub(crate) reads_metrics: bool,
+}
+
+/// What the gateway asks of the core.
+#[derive(Debug)]
+pub(crate) enum LocalCommand {
+    /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
+    Connect {
+        /// The token's SHA-256.
+        token_hash: [u8; 32],
+        /// The HTTP client's address, for the audit trail.
+        addr: Option<std::net::SocketAddr>,
+        /// Where the session's messages go.
+        to_client: LocalSender,
+        /// The session opened, or why not.
+        reply: Reply<Result<Opened, TokenRefused>>,
+    },
+    /// A message from the session's client.
+    Message {
+        /// The session.
+        peer: PeerId,
+        /// What its client sent.
+        msg: Box<Message>,
+    },
+    /// The session ended.
+    Disconnect {
+        /// The session.
+        peer: PeerId,
+    },
 }
 
 #[cfg(test)]

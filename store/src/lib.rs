@@ -40,7 +40,6 @@ mod postgres;
 #[cfg(feature = "io")]
 mod postgres_audit;
 mod records;
-#[cfg(feature = "io")]
 mod select;
 #[cfg(feature = "io")]
 mod signed_rows;
@@ -86,7 +85,8 @@ pub use migrate::{sqlite_to_postgres, Copied};
 #[cfg(feature = "io")]
 pub use postgres::PostgresStore;
 #[cfg(feature = "io")]
-pub use select::{describe_postgres, Backend, StoreConfig, StoreUrlError};
+pub use select::{describe_postgres, Backend};
+pub use select::{StoreConfig, StoreUrlError};
 #[cfg(feature = "io")]
 pub use sqlite::SqliteStore;
 #[cfg(all(feature = "io", any(test, feature = "testing")))]

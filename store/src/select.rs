@@ -2,11 +2,14 @@
 //! or a PostgreSQL database that several masters share.
 
 use std::path::PathBuf;
+#[cfg(feature = "io")]
 use std::str::FromStr;
 
 use serde::Deserialize;
+#[cfg(feature = "io")]
 use sqlx::postgres::PgConnectOptions;
 
+#[cfg(feature = "io")]
 use super::StoreError;
 
 /// `[store]`: where the master keeps its state.
@@ -23,6 +26,7 @@ pub struct StoreConfig {
 }
 
 /// The backend a [`StoreConfig`] names.
+#[cfg(feature = "io")]
 #[derive(Debug, Clone)]
 pub enum Backend {
     /// The embedded file.
@@ -32,14 +36,22 @@ pub enum Backend {
 }
 
 impl StoreConfig {
-    /// Checks the URL's scheme and syntax (the password file is read when connecting).
+    /// Checks the URL's scheme and syntax, as a config is read (the password file is read, and
+    /// the connection's parameters taken, when connecting: [`StoreConfig::backend`]).
     pub fn validate(&self) -> Result<(), StoreUrlError> {
         match &self.url {
             None => Ok(()),
-            Some(url) => postgres_options(url).map(drop),
+            Some(url) => {
+                postgres_scheme(url)?;
+                // The grammar PostgreSQL URLs are read with (sqlx reads them through `url`).
+                url::Url::parse(url).map(drop).map_err(|error| StoreUrlError::Invalid(redact(&error.to_string(), url)))
+            }
         }
     }
+}
 
+#[cfg(feature = "io")]
+impl StoreConfig {
     /// The backend, with the password file read.
     pub fn backend(&self) -> Result<Backend, StoreError> {
         let Some(url) = &self.url else { return Ok(Backend::Sqlite) };
@@ -63,6 +75,7 @@ impl StoreConfig {
     }
 }
 
+#[cfg(feature = "io")]
 /// A password file that group or others may read has leaked the database password to every
 /// local account: refused (as ssh refuses such a key), with the fix.
 fn refuse_shared_secret(path: &std::path::Path) -> Result<(), StoreError> {
@@ -82,6 +95,7 @@ fn refuse_shared_secret(path: &std::path::Path) -> Result<(), StoreError> {
 }
 
 /// `postgres://user@host:port/db`, without the password.
+#[cfg(feature = "io")]
 pub fn describe_postgres(options: &PgConnectOptions) -> String {
     format!(
         "postgres://{}@{}:{}/{}",
@@ -107,11 +121,17 @@ pub enum StoreUrlError {
     Invalid(String),
 }
 
-fn postgres_options(url: &str) -> Result<PgConnectOptions, StoreUrlError> {
+fn postgres_scheme(url: &str) -> Result<(), StoreUrlError> {
     let scheme = url.split("://").next().unwrap_or("");
     if !matches!(scheme, "postgres" | "postgresql") {
         return Err(StoreUrlError::Scheme(scheme.to_owned()));
     }
+    Ok(())
+}
+
+#[cfg(feature = "io")]
+fn postgres_options(url: &str) -> Result<PgConnectOptions, StoreUrlError> {
+    postgres_scheme(url)?;
     PgConnectOptions::from_str(url).map_err(|error| StoreUrlError::Invalid(redact(&error.to_string(), url)))
 }
 
@@ -129,7 +149,7 @@ fn redact(text: &str, url: &str) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "io"))]
 mod tests {
     use super::*;
 

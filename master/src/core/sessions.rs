@@ -15,7 +15,7 @@ use halite_protocol::message::PrincipalAcl;
 use halite_protocol::noise::{AwaitingIdentity, Session};
 use halite_transport::PeerId;
 
-use crate::local_queue::LocalSender;
+use crate::local_sessions::LocalSender;
 
 /// One connection's stage.
 pub(crate) enum Conn {

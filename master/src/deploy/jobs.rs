@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::calls::deploy::EndToRecord;
-use crate::relay::RelayDone;
+use crate::relay_requests::RelayDone;
 
 /// How long a job end whose deployment could not be recorded waits before it is tried again.
 pub(crate) const RECORD_RETRY: Duration = Duration::from_secs(1);

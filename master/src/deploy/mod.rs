@@ -48,7 +48,7 @@ use crate::metrics::Metrics;
 use crate::outputs::asks::{Ask, PreparedJob};
 use crate::outputs::effects::{Effect, Effects};
 use crate::publishing::JobIssuer;
-use crate::relay::RelayRequest;
+use crate::relay_requests::RelayRequest;
 use crate::request_error::{Reply, RequestError};
 use crate::store::{DeploymentRecord, StoreError};
 use ending::Recording;
@@ -541,14 +541,14 @@ impl DeployDesk<'_> {
             derived_config_id: record.deployment.derived_config_id.clone(),
             url: url.clone(),
             verb: derive::signal_verb(&record.spec),
-            body: derive::trimmed_body(signal, crate::relay::MAX_BODY),
+            body: derive::trimmed_body(signal, crate::relay_requests::MAX_BODY),
         };
         self.out.push(Effect::StartRelay(Box::new(request)));
     }
 
     /// A relay ended: its deployment is read, then recorded as relayed
     /// ([`DeployDesk::relayed_read`]).
-    pub(crate) fn relay_finished(&mut self, done: crate::relay::RelayDone) {
+    pub(crate) fn relay_finished(&mut self, done: crate::relay_requests::RelayDone) {
         self.out.ask(Ask::ReadRelayed(Box::new(done)));
     }
 
@@ -556,7 +556,7 @@ impl DeployDesk<'_> {
     /// again since (a newer signal is on its way).
     pub(crate) fn relayed_read(
         &mut self,
-        done: crate::relay::RelayDone,
+        done: crate::relay_requests::RelayDone,
         read: Result<Option<DeploymentRecord>, StoreError>,
     ) {
         match read {
@@ -581,7 +581,7 @@ impl DeployDesk<'_> {
     /// (`DeployJobs::retry_relay`), unless the store refused it for good. Otherwise its
     /// deployment would keep its relay pending, and its signal would be relayed again when a
     /// master next starts.
-    fn record_relay_later(&mut self, done: crate::relay::RelayDone, error: &StoreError) {
+    fn record_relay_later(&mut self, done: crate::relay_requests::RelayDone, error: &StoreError) {
         let deployment = &done.request.deployment_id;
         if !error.is_transient() {
             return error!(%error, %deployment, "a relay's end cannot be recorded; its relay stays pending");
@@ -599,7 +599,7 @@ impl DeployDesk<'_> {
     pub(crate) fn relay_recorded(
         &mut self,
         record: DeploymentRecord,
-        mut done: crate::relay::RelayDone,
+        mut done: crate::relay_requests::RelayDone,
         stored: Result<bool, StoreError>,
     ) {
         match stored {
@@ -616,7 +616,7 @@ impl DeployDesk<'_> {
     }
 
     /// Tells a relay's end, once stored.
-    fn tell_relayed(&mut self, record: &DeploymentRecord, done: &crate::relay::RelayDone) {
+    fn tell_relayed(&mut self, record: &DeploymentRecord, done: &crate::relay_requests::RelayDone) {
         let id = &done.request.deployment_id;
         let relayed = match &done.result {
             Ok(code @ 200..=299) => {

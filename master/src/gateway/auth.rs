@@ -98,7 +98,7 @@ mod tests {
                     LocalCommand::Connect { to_client, reply, .. } => {
                         let peer = PeerId(opened.fetch_add(1, Ordering::SeqCst));
                         sessions.insert(peer, to_client);
-                        let _ = reply.send(Ok(Opened { peer, principal: "ops".into(), reads_metrics: false }));
+                        reply.send(Ok(Opened { peer, principal: "ops".into(), reads_metrics: false }));
                     }
                     LocalCommand::Message { peer, msg } => {
                         if let (Message::Request(request), Some(to)) = (*msg, sessions.get(&peer)) {

@@ -14,29 +14,14 @@ use halite_protocol::message::{
 use halite_transport::PeerId;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::local_queue::{local_queue, LocalInbox, LocalSender};
-use crate::token_sessions::{Opened, TokenRefused, SESSION_ENDED};
+use crate::local_queue::{local_queue, LocalInbox};
+use crate::local_sessions::Reply;
+pub(crate) use crate::token_sessions::LocalCommand;
+use crate::token_sessions::{Opened, SESSION_ENDED};
 use halite_protocol::message::SUBSCRIBE_REQUEST;
 
 /// How long a request may take in the core.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What the gateway asks of the core.
-#[derive(Debug)]
-pub(crate) enum LocalCommand {
-    /// Opens a session for the principal a gateway token (by its SHA-256) acts as.
-    Connect {
-        token_hash: [u8; 32],
-        /// The HTTP client's address, for the audit trail.
-        addr: Option<std::net::SocketAddr>,
-        to_client: LocalSender,
-        reply: oneshot::Sender<Result<Opened, TokenRefused>>,
-    },
-    /// A message from the session's client.
-    Message { peer: PeerId, msg: Box<Message> },
-    /// The session ended.
-    Disconnect { peer: PeerId },
-}
 
 /// Why a local call failed; maps to an HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +62,10 @@ impl LocalSession {
         addr: Option<std::net::SocketAddr>,
     ) -> Result<Self, CallError> {
         let (to_client, inbox) = local_queue();
-        let (reply, answer) = oneshot::channel();
+        let (replied, answer) = oneshot::channel();
+        let reply = Reply::new(move |opened| {
+            let _ = replied.send(opened);
+        });
         let token_hash = crate::keys::token_hash(token);
         commands
             .send(LocalCommand::Connect { token_hash, addr, to_client, reply })

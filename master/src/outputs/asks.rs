@@ -13,7 +13,6 @@ use std::time::Instant;
 use halite_protocol::message::{MinionJobState, PrincipalAcl, Request, RolloutStatus};
 use halite_protocol::noise::IdentifiedPeer;
 use halite_transport::PeerId;
-use tokio::sync::oneshot;
 
 use crate::calls::admin::{AdminAsk, JobsAsk};
 use crate::calls::deploy::DeploymentEnd;
@@ -21,8 +20,8 @@ use crate::calls::deploy::EndToRecord;
 use crate::calls::deploy::{DeployAsk, DeploymentWrite, Requester};
 use crate::calls::group::GroupAsk;
 use crate::core::jobs::Slot;
-use crate::local_queue::LocalSender;
-use crate::relay::RelayDone;
+use crate::local_sessions::LocalSender;
+use crate::relay_requests::RelayDone;
 use crate::store::{DeploymentRecord, JobRecord};
 use crate::token_sessions::Opened;
 use crate::token_sessions::TokenRefused;
@@ -186,7 +185,7 @@ pub(crate) struct TokenGrant {
     /// The HTTP client's address, for the audit trail.
     pub(crate) addr: Option<std::net::SocketAddr>,
     pub(crate) to_client: LocalSender,
-    pub(crate) reply: oneshot::Sender<Result<Opened, TokenRefused>>,
+    pub(crate) reply: crate::local_sessions::Reply<Result<Opened, TokenRefused>>,
 }
 
 /// The asks not answered yet, oldest first.
@@ -221,7 +220,7 @@ mod tests {
         assert!(asks.is_empty());
         let grant = |byte: u8| {
             let (to_client, _) = crate::local_queue::local_queue();
-            let (reply, _) = oneshot::channel();
+            let reply = crate::local_sessions::Reply::new(drop);
             Ask::TokenGrant(Box::new(TokenGrant { token_hash: [byte; 32], addr: None, to_client, reply }))
         };
         asks.push(grant(1));

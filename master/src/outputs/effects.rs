@@ -13,7 +13,7 @@ use crate::authz::publish::Publisher;
 use crate::calls::deploy::Member;
 use crate::files::FileRead;
 use crate::outputs::asks::Ask;
-use crate::relay::RelayRequest;
+use crate::relay_requests::RelayRequest;
 use crate::request_error::{Reply, RequestError};
 use crate::store::ClusterChange;
 

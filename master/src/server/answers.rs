@@ -407,6 +407,6 @@ impl Core {
             }
             Opened { peer, principal, reads_metrics: session.reads_metrics }
         });
-        let _ = reply.send(opened);
+        reply.send(opened);
     }
 }

@@ -68,10 +68,13 @@ impl Core {
 
     /// SIGHUP: the rules in the config file reread; the revocations as they were, if they
     /// changed (the loop then gives the store its new trust).
-    pub(super) fn reread_rules(&mut self) -> Option<Vec<String>> {
+    /// `check` says whether the master (`identity`) may use a config's revocations.
+    pub(super) fn reread_rules<E: std::fmt::Display>(
+        &mut self,
+        check: impl FnOnce(&[String], &halite_protocol::noise::LocalIdentity) -> Result<(), E>,
+    ) -> Option<Vec<String>> {
         let identity = &self.identity;
-        let before =
-            self.config.reread_rules(|revoked| crate::cluster_identity::check_revocations_of(revoked, identity));
+        let before = self.config.reread_rules(|revoked| check(revoked, identity));
         self.audit_policy("policy_reread");
         before
     }

@@ -25,7 +25,7 @@ use crate::files::FileRead;
 use crate::keys::PendingLimits;
 use crate::net::Outlet;
 use crate::outputs::asks::Asks;
-use crate::relay::RelayRequest;
+use crate::relay_requests::RelayRequest;
 
 /// What the core asks the loop to do outside it, drained after each piece of work.
 pub(crate) enum Output {

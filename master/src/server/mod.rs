@@ -57,12 +57,12 @@ use halite_transport::{Router, RouterEvent};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::clock::{Clock, Now};
+use crate::clock::Clock;
 use crate::config::MasterConfig;
 use crate::gateway::local::LocalCommand;
 use crate::metrics::Kind;
 use crate::net::Net;
-use crate::relay::RelayDone;
+use crate::relay_requests::RelayDone;
 use crate::store::trust::Trust;
 use crate::store::{Store, StoreError};
 use crate::store_calls::reads;
@@ -145,7 +145,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// each piece of work and after each store call, so the core decides as of the time it
     /// works at and never reads a clock itself.
     pub(crate) fn observe(&mut self) {
-        let now = Now::of(&*self.clock);
+        let now = self.clock.read();
         self.core.observe(now, self.store.interruptions());
     }
 
@@ -162,7 +162,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let (file_tx, file_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
         let outlet = Box::new(net.outlet());
-        let core = Core::new(config, identity, root, outlet, Now::of(&*clock));
+        let core = Core::new(config, identity, root, outlet, clock.read());
         let mut master = Master {
             core,
             net,
@@ -318,7 +318,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Input::Reload => {
                 // Rows and announcements a master revoked now signs are refused from now on, not
                 // only after a restart (the store takes the new trust even if it does not answer).
-                if let Some(before) = self.core.reread_rules() {
+                if let Some(before) = self.core.reread_rules(crate::cluster_identity::check_revocations_of) {
                     self.revocations_changed(&before).await;
                 }
             }

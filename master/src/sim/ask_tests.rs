@@ -113,7 +113,10 @@ fn a_gateway_token_opens_a_session_only_once_the_store_granted_it() {
         let Ok(ResponseBody::ApiToken(token)) = sim.request(&mut root, body).await else { panic!("a gateway token") };
         let connect = |hash: [u8; 32]| {
             let (to_client, _inbox) = local_queue();
-            let (reply, answer) = tokio::sync::oneshot::channel();
+            let (replied, answer) = tokio::sync::oneshot::channel();
+            let reply = crate::local_sessions::Reply::new(move |opened| {
+                let _ = replied.send(opened);
+            });
             (Input::Local(LocalCommand::Connect { token_hash: hash, addr: None, to_client, reply }), answer)
         };
         let local_sessions =

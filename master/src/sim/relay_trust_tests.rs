@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::{ret, seed_of, Sim, SimPeer};
 use crate::acl::EventRule;
-use crate::relay::{Failure, RelayDone, RelayRequest};
+use crate::relay_requests::{Failure, RelayDone, RelayRequest};
 use crate::server::Input;
 use crate::store::{DeployStore, Store};
 

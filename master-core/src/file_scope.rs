@@ -16,7 +16,7 @@ use halite_protocol::message::tenant_part;
 
 /// What one minion may read of the file root.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum FileScope {
+pub enum FileScope {
     /// A minion in no registered tenant: everything but the tenants' parts.
     Untenanted {
         /// The registered tenants, whose parts it does not read.
@@ -33,11 +33,11 @@ pub(crate) enum FileScope {
 
 /// Where a path in scope is opened: beneath the part's directory (`None`: the root itself),
 /// the rest of the path.
-pub(crate) type Place<'a> = (Option<PathBuf>, &'a Path);
+pub type Place<'a> = (Option<PathBuf>, &'a Path);
 
 impl FileScope {
     /// The scope of `minion` given the registered tenants and the shared parts.
-    pub(crate) fn of<'a>(minion: &str, tenants: impl IntoIterator<Item = &'a str>, shared: &[PathBuf]) -> Self {
+    pub fn of<'a>(minion: &str, tenants: impl IntoIterator<Item = &'a str>, shared: &[PathBuf]) -> Self {
         let tenants: BTreeSet<String> = tenants.into_iter().map(str::to_owned).collect();
         match tenant_part(minion).filter(|tenant| tenants.contains(*tenant)) {
             Some(tenant) => FileScope::Tenant { tenant: tenant.to_owned(), shared: shared.to_vec() },
@@ -46,7 +46,7 @@ impl FileScope {
     }
 
     /// Where `relative` (plain names only) is opened, or `None` if it is outside the scope.
-    pub(crate) fn place<'a>(&self, relative: &'a Path) -> Option<Place<'a>> {
+    pub fn place<'a>(&self, relative: &'a Path) -> Option<Place<'a>> {
         let first = match relative.components().next()? {
             Component::Normal(name) => name.to_str()?,
             _ => return None,
@@ -68,7 +68,7 @@ impl FileScope {
 }
 
 /// Whether `part` (a `[files] shared` entry) is a path beneath the root: relative, plain names.
-pub(crate) fn valid_shared_part(part: &Path) -> bool {
+pub fn valid_shared_part(part: &Path) -> bool {
     !part.as_os_str().is_empty() && part.components().all(|c| matches!(c, Component::Normal(_)))
 }
 

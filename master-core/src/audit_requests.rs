@@ -13,7 +13,7 @@ const WITHHELD: &[&str] = &["config", "input_values", "inputs", "data", "outputs
 
 /// A client's message as the trail describes it: the key its answer names (request id or
 /// jid), the action, the minions named and the arguments. `None`: nothing to record.
-pub(crate) fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Value)> {
+pub fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Value)> {
     match msg {
         Message::Request(request) => {
             let (action, detail) = describe_body(&request.body);
@@ -34,7 +34,7 @@ pub(crate) fn describe(msg: &Message) -> Option<(String, String, Vec<String>, Va
 }
 
 /// A publish (a client's, or a minion's `peer.publish`) as the trail describes it.
-pub(crate) fn describe_publish(publish: &PublishRequest) -> (String, String, Vec<String>, Value) {
+pub fn describe_publish(publish: &PublishRequest) -> (String, String, Vec<String>, Value) {
     let spec = &publish.spec;
     // A deployment's job carries its config and input values: only their names stay.
     let (args, kwargs) = if spec.function == halite_protocol::message::DEPLOY_FUNCTION {

@@ -6,22 +6,22 @@
 use std::io;
 
 /// Largest application message a peer accepts (the session's default cap).
-pub(crate) const MESSAGE_CAP: usize = halite_protocol::noise::MAX_MESSAGE_SIZE;
+pub const MESSAGE_CAP: usize = halite_protocol::noise::MAX_MESSAGE_SIZE;
 
 /// What one outgoing message may carry: the cap, less room for the envelope around a part of
 /// an answer or a batch of updates.
-pub(crate) const MESSAGE_BUDGET: usize = MESSAGE_CAP - 256 * 1024;
+pub const MESSAGE_BUDGET: usize = MESSAGE_CAP - 256 * 1024;
 
 /// Default `max_return_bytes`: small enough that any stored return, wrapped in an answer or an
 /// update, still fits in one message.
-pub(crate) const DEFAULT_MAX_RETURN: usize = MESSAGE_CAP - 512 * 1024;
+pub const DEFAULT_MAX_RETURN: usize = MESSAGE_CAP - 512 * 1024;
 
 use halite_protocol::message::JobReturn;
 use serde::Serialize;
 use serde_json::json;
 
 /// The length of a value's JSON encoding, counted without building it.
-pub(crate) fn json_size(value: &impl Serialize) -> usize {
+pub fn json_size(value: &impl Serialize) -> usize {
     struct Count(usize);
     impl io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -40,11 +40,11 @@ pub(crate) fn json_size(value: &impl Serialize) -> usize {
 
 /// Most values a kept return may hold: what still decodes, wrapped in an update or an answer,
 /// under the decoder's limit.
-pub(crate) const RETURN_VALUES: usize = halite_protocol::message::MAX_VALUES - 1024;
+pub const RETURN_VALUES: usize = halite_protocol::message::MAX_VALUES - 1024;
 
 /// Why a return cannot be kept as it is, if so: more bytes than `max_return_bytes`, or more
 /// values than can be relayed. `size` is its encoded length, which bounds its value count.
-pub(crate) fn oversized_return(ret: &JobReturn, size: usize, max_bytes: usize) -> Option<String> {
+pub fn oversized_return(ret: &JobReturn, size: usize, max_bytes: usize) -> Option<String> {
     if size > max_bytes {
         return Some(format!("the return was {size} bytes, more than the master's max_return_bytes ({max_bytes})"));
     }
@@ -60,7 +60,7 @@ pub(crate) fn oversized_return(ret: &JobReturn, size: usize, max_bytes: usize) -
 /// Replaces the outputs of a return that cannot be kept with a note saying why: the slot
 /// still ends (failed, with the reason) and the minion's copy is acknowledged, instead of
 /// storing what nobody allowed for.
-pub(crate) fn replace_oversized_return(ret: &mut JobReturn, why: &str) {
+pub fn replace_oversized_return(ret: &mut JobReturn, why: &str) {
     ret.outputs = json!({ "error": format!("{why}; its outputs were not kept") });
     ret.success = false;
     ret.truncated = true;

@@ -17,11 +17,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use reqwest::Url;
+use url::Url;
 
 /// The parsed allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SignalHosts {
+pub struct SignalHosts {
     entries: Vec<Entry>,
 }
 
@@ -37,18 +37,18 @@ enum Entry {
 
 /// A signal URL the allowlist admits: where to connect, before resolving.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Destination {
+pub struct Destination {
     /// The URL's host (a name, or an address without brackets).
-    pub(crate) host: String,
+    pub host: String,
     /// The URL's port, or its scheme's default.
-    pub(crate) port: u16,
+    pub port: u16,
     /// The address when the host is one (nothing to resolve).
-    pub(crate) literal: Option<IpAddr>,
+    pub literal: Option<IpAddr>,
 }
 
 /// Why the relay refuses a URL or an address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// No allowlist: the relay is off.
     #[error("the signal relay is off: [deploy] signal_hosts in the master's config lists no hosts")]
     Off,
@@ -60,12 +60,17 @@ pub(crate) enum Refused {
     NotListed(String),
     /// The host resolves to an address that is special (loopback, private, ...) and unlisted.
     #[error("{host} resolves to {ip}, a loopback, link-local, private or otherwise special address not listed in [deploy] signal_hosts")]
-    SpecialAddress { host: String, ip: IpAddr },
+    SpecialAddress {
+        /// The host as named.
+        host: String,
+        /// What it resolved to.
+        ip: IpAddr,
+    },
 }
 
 impl SignalHosts {
     /// Parses the config list; the error names the entry (`signal_hosts[i]`).
-    pub(crate) fn parse(list: &[String]) -> Result<Self, BadSignalHost> {
+    pub fn parse(list: &[String]) -> Result<Self, BadSignalHost> {
         let entries = list
             .iter()
             .enumerate()
@@ -77,7 +82,7 @@ impl SignalHosts {
     }
 
     /// Whether a URL's host and port are listed: where to connect if so.
-    pub(crate) fn admit_url(&self, url: &str) -> Result<Destination, Refused> {
+    pub fn admit_url(&self, url: &str) -> Result<Destination, Refused> {
         if self.entries.is_empty() {
             return Err(Refused::Off);
         }
@@ -115,7 +120,7 @@ impl SignalHosts {
 
     /// Whether the relay may connect to `ip` (one of `host`'s addresses): a public address,
     /// or one the list names explicitly.
-    pub(crate) fn admit_address(&self, host: &str, ip: IpAddr) -> Result<(), Refused> {
+    pub fn admit_address(&self, host: &str, ip: IpAddr) -> Result<(), Refused> {
         let ip = unmapped(ip);
         let listed = self.entries.iter().any(|entry| match entry {
             Entry::Ip { ip: listed, .. } => *listed == ip,
@@ -211,7 +216,7 @@ fn in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
 }
 
 /// Addresses the relay never reaches unless listed: anything not globally routable.
-pub(crate) fn special(ip: IpAddr) -> bool {
+pub fn special(ip: IpAddr) -> bool {
     match unmapped(ip) {
         IpAddr::V4(v4) => special_v4(v4),
         IpAddr::V6(v6) => special_v6(v6),

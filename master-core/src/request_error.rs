@@ -7,29 +7,36 @@ use crate::store::StoreError;
 
 /// Why a request was not carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RequestError {
-    pub(crate) kind: ErrorKind,
-    pub(crate) message: String,
+pub struct RequestError {
+    /// What the client can do about it.
+    pub kind: ErrorKind,
+    /// For people: what was wrong.
+    pub message: String,
 }
 
 impl RequestError {
-    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         RequestError { kind, message: message.into() }
     }
 
-    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+    /// The request itself is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
         RequestError::new(ErrorKind::BadRequest, message)
     }
 
-    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+    /// The asker may not do this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
         RequestError::new(ErrorKind::Forbidden, message)
     }
 
-    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+    /// What it names does not exist (or is not the asker's to see).
+    pub fn not_found(message: impl Into<String>) -> Self {
         RequestError::new(ErrorKind::NotFound, message)
     }
 
-    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+    /// It clashes with what is there.
+    pub fn conflict(message: impl Into<String>) -> Self {
         RequestError::new(ErrorKind::Conflict, message)
     }
 }
@@ -42,4 +49,4 @@ impl From<StoreError> for RequestError {
 }
 
 /// What a request handler answers.
-pub(crate) type Reply = Result<ResponseBody, RequestError>;
+pub type Reply = Result<ResponseBody, RequestError>;

@@ -20,7 +20,7 @@ pub struct FilesConfig {
 
 impl MasterConfig {
     /// The master's own secret files, never served whatever path leads to them.
-    pub(crate) fn secret_files(&self) -> Vec<PathBuf> {
+    pub fn secret_files(&self) -> Vec<PathBuf> {
         let database = self.database_path();
         // SQLite's write-ahead log, shared memory and rollback journal hold the database's pages.
         let companions = ["-wal", "-shm", "-journal"].map(|suffix| {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use halite_protocol::message::Value;
 
 /// Why `function` with these arguments would be refused by every minion, if it would.
-pub(crate) fn refusal(function: &str, positional: &[Value], keyword: &BTreeMap<String, Value>) -> Option<String> {
+pub fn refusal(function: &str, positional: &[Value], keyword: &BTreeMap<String, Value>) -> Option<String> {
     match function {
         // `cmd.run` reads a string without a shell as words (`shell_words`); `python_shell`
         // is Salt's name for `shell`.
