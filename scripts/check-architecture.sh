@@ -122,19 +122,19 @@ if code master-core/src | grep -E '\basync\b|\.await\b'; then
   fail=1
 fi
 
-# The master's state owners (master/src/core/) do no I/O, await nothing, read no clock and hold
+# The master's state owners (master-core/src/core/) do no I/O, await nothing, read no clock and hold
 # no `impl Master`: the loop and the files beside the folder act on them.
-if code master/src/core |
+if code master-core/src/core |
   grep -E 'impl<[^>]*> Master|\.await|Instant::now|SystemTime::now|\.elapsed\(\)|std::fs|tokio::(net|fs)|Store\b'; then
-  echo "ARCHITECTURE: a state owner in master/src/core acts (lines above)" >&2
+  echo "ARCHITECTURE: a state owner in master-core/src/core acts (lines above)" >&2
   fail=1
 fi
 
 # The owners name no handler and nothing the handlers hand the loop: what they may use of the
 # master is the store's records, the ACL rules and the in-process sessions' outlet.
-if code master/src/core |
+if code master-core/src/core |
   grep -oE 'crate::(\{[^}]*\}|[a-z_]+)' | grep -vxE 'crate::(core|store|acl|local_sessions)' | sort -u | grep .; then
-  echo "ARCHITECTURE: a state owner in master/src/core names the master's other parts (above)" >&2
+  echo "ARCHITECTURE: a state owner in master-core/src/core names the master's other parts (above)" >&2
   fail=1
 fi
 

@@ -27,99 +27,24 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use halite_protocol::message::{ErrorKind, ErrorMessage, FileChunk, FileGet, Message, FILE_CHUNK_BYTES};
-use halite_transport::PeerId;
+use halite_protocol::message::{ErrorKind, FileChunk, FileGet, FILE_CHUNK_BYTES};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 pub use crate::config::files::{check_root, FileRootError, FilesConfig};
-use crate::config::MasterConfig;
+pub(crate) use crate::file_reads::{DigestKey, FileRead, FileServed};
 use crate::file_scope::FileScope;
 use crate::files_beneath::open_beneath;
-
-/// File reads in flight at once; more are refused (the minion tries again).
-const MAX_IN_FLIGHT: usize = 64;
-
-/// File reads in flight for one minion at once: one minion's many fetches leave room for the
-/// others'.
-const MAX_IN_FLIGHT_PER_MINION: usize = 8;
 
 /// Digests remembered (by device, inode, size, modification and change time) before the
 /// memory is cleared: a large file is hashed once, not once per part.
 const MAX_DIGESTS: usize = 1024;
 
-/// A finished read, for the core to send.
-#[derive(Debug)]
-pub(crate) struct FileServed {
-    peer: PeerId,
-    minion: String,
-    request_id: u64,
-    answer: Result<FileChunk, (ErrorKind, String)>,
-}
-
-/// Why a file read has no place now (to be tried again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-enum ReadsBusy {
-    /// The minion has this many reads in flight already.
-    #[error("{0} of this minion's file reads are already in flight (at most {MAX_IN_FLIGHT_PER_MINION}); try again")]
-    Minion(usize),
-    /// The master has as many reads in flight as it allows.
-    #[error("the master is busy reading files; try again")]
-    Master,
-}
-
-/// What the core keeps for serving files.
-#[derive(Debug, Default)]
-pub(crate) struct FileServer {
-    in_flight: usize,
-    /// Reads in flight by minion id (only minions with some).
-    per_minion: HashMap<String, usize>,
-    digests: Arc<Mutex<HashMap<DigestKey, String>>>,
-}
-
-impl FileServer {
-    /// Takes a place for one more read of `minion`'s, or says why there is none.
-    fn admit(&mut self, minion: &str) -> Result<(), ReadsBusy> {
-        let mine = self.per_minion.get(minion).copied().unwrap_or(0);
-        if mine >= MAX_IN_FLIGHT_PER_MINION {
-            return Err(ReadsBusy::Minion(mine));
-        }
-        if self.in_flight >= MAX_IN_FLIGHT {
-            return Err(ReadsBusy::Master);
-        }
-        self.in_flight += 1;
-        *self.per_minion.entry(minion.to_owned()).or_default() += 1;
-        Ok(())
-    }
-
-    /// Gives back the place of a finished read of `minion`'s.
-    fn release(&mut self, minion: &str) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        if let Some(mine) = self.per_minion.get_mut(minion) {
-            *mine = mine.saturating_sub(1);
-            if *mine == 0 {
-                self.per_minion.remove(minion);
-            }
-        }
-    }
-}
-
-/// What identifies one content of one file, from the opened descriptor's `fstat`: a
-/// rewritten file changes its change time (which, unlike the modification time, nobody
-/// sets), a replaced one its inode.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct DigestKey {
-    dev: u64,
-    inode: u64,
-    size: u64,
-    modified_ns: i128,
-    changed_ns: i128,
-}
-
-impl DigestKey {
-    fn of(meta: &std::fs::Metadata) -> DigestKey {
+/// What identifies the content of the file `meta` describes.
+fn digest_key(meta: &std::fs::Metadata) -> DigestKey {
+    {
         let ns = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
         DigestKey {
             dev: meta.dev(),
@@ -131,22 +56,11 @@ impl DigestKey {
     }
 }
 
-/// A read the core admitted, for the loop to start on the blocking pool ([`FileRead::start`]).
-pub(crate) struct FileRead {
-    peer: PeerId,
-    minion: String,
-    request: FileGet,
-    root: PathBuf,
-    scope: FileScope,
-    secrets: Vec<PathBuf>,
-    digests: Arc<Mutex<HashMap<DigestKey, String>>>,
-}
-
-impl FileRead {
-    /// Reads and hashes on tokio's blocking pool; the answer comes back to the core through
-    /// `done` (`Input::File`).
-    pub(crate) fn start(self, done: mpsc::UnboundedSender<FileServed>) {
-        let FileRead { peer, minion, request, root, scope, secrets, digests } = self;
+/// Reads and hashes on tokio's blocking pool what the core admitted; the answer comes back to
+/// the core through `done` (`Input::File`).
+pub(crate) fn start(read: FileRead, done: mpsc::UnboundedSender<FileServed>) {
+    {
+        let FileRead { peer, minion, request, root, scope, secrets, digests } = read;
         tokio::spawn(async move {
             let FileGet { request_id, path, offset } = request;
             let read =
@@ -156,45 +70,6 @@ impl FileRead {
                 .map(|chunk| FileChunk { request_id, ..chunk });
             let _ = done.send(FileServed { peer, minion, request_id, answer });
         });
-    }
-}
-
-impl FileServer {
-    /// A minion's `file_get`: the read to start (within `scope`, the part of the root the
-    /// minion may read), or the error to answer at once (no file root, or no place for one
-    /// more read).
-    pub(crate) fn request(
-        &mut self,
-        config: &MasterConfig,
-        peer: PeerId,
-        minion: &str,
-        scope: FileScope,
-        request: FileGet,
-    ) -> Result<FileRead, ErrorMessage> {
-        let refuse =
-            |kind, message: String| ErrorMessage { kind, message, request: Some(request.request_id.to_string()) };
-        let Some(root) = config.files.root.clone() else {
-            return Err(refuse(ErrorKind::NotFound, "this master serves no files ([files] root is not set)".into()));
-        };
-        if let Err(why) = self.admit(minion) {
-            return Err(refuse(ErrorKind::LimitExceeded, why.to_string()));
-        }
-        tracing::debug!(%minion, path = %request.path, offset = request.offset, "file requested");
-        let (digests, secrets) = (self.digests.clone(), config.secret_files());
-        Ok(FileRead { peer, minion: minion.to_owned(), request, root, scope, secrets, digests })
-    }
-
-    /// A read finished: its place is given back; the answer for its peer (the part, or an
-    /// error naming the request), to send if the peer is still connected.
-    pub(crate) fn finished(&mut self, served: FileServed) -> (PeerId, Message) {
-        self.release(&served.minion);
-        let answer = match served.answer {
-            Ok(chunk) => Message::FileChunk(chunk),
-            Err((kind, message)) => {
-                Message::Error(ErrorMessage { kind, message, request: Some(served.request_id.to_string()) })
-            }
-        };
-        (served.peer, answer)
     }
 }
 
@@ -271,7 +146,7 @@ fn read_part(
         ));
     }
     let failed = |e: std::io::Error| (ErrorKind::Internal, format!("halite://{path}: {e}"));
-    let key = DigestKey::of(&meta);
+    let key = digest_key(&meta);
     let known = digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
     let sha256 = match known {
         Some(sha256) => sha256,
@@ -311,6 +186,13 @@ fn read_part(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    use halite_protocol::message::Message;
+    use halite_transport::PeerId;
+
+    use crate::config::MasterConfig;
+    use crate::file_reads::{FileServer, ReadsBusy, MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_MINION};
 
     /// The scope of a minion of no tenant, with no tenants registered.
     fn whole() -> FileScope {
@@ -539,7 +421,7 @@ mod tests {
         for _ in 0..MAX_IN_FLIGHT_PER_MINION {
             server.release("greedy");
         }
-        assert!(!server.per_minion.contains_key("greedy"), "a minion with nothing in flight is forgotten");
+        assert!(!server.in_flight().1.contains_key("greedy"), "a minion with nothing in flight is forgotten");
     }
 
     /// Without a root, or past its cap, a request is answered at once with an error naming
@@ -554,7 +436,7 @@ mod tests {
         let mut server = FileServer::default();
         let refused = server.request(&MasterConfig::default(), PeerId(1), "web1", whole(), get(7)).err().unwrap();
         assert_eq!((refused.kind, refused.request), (ErrorKind::NotFound, Some("7".into())));
-        assert_eq!(server.in_flight, 0, "a refused request takes no place");
+        assert_eq!(server.in_flight().0, 0, "a refused request takes no place");
 
         let dir = root("request");
         let config = config(&dir.path().join("state"), &dir.path().join("root"));
@@ -575,7 +457,7 @@ mod tests {
         let (_, answer) =
             server.finished(FileServed { peer: PeerId(1), minion: "web1".into(), request_id: 4, answer: failed });
         assert_eq!(error_of(answer), (ErrorKind::NotFound, Some("4".into())));
-        assert_eq!(server.in_flight, MAX_IN_FLIGHT_PER_MINION - 2, "each answer gives its place back");
+        assert_eq!(server.in_flight().0, MAX_IN_FLIGHT_PER_MINION - 2, "each answer gives its place back");
         assert!(server.request(&config, PeerId(1), "web1", whole(), get(100)).is_ok());
     }
 
@@ -622,7 +504,7 @@ mod tests {
                 "{answers:?}"
             );
             assert_eq!(greedy.recv(&sim).len(), MAX_IN_FLIGHT_PER_MINION);
-            assert_eq!(sim.files().in_flight, 0);
+            assert_eq!(sim.files().in_flight().0, 0);
         });
     }
 

@@ -18,19 +18,19 @@
 //! | `gateway.addr` | the HTTP gateway's bound address, when it is on |
 
 pub use halite_master_core::acl;
-mod admin;
-mod admission;
-use halite_master_core::argument_checks;
+use halite_master_core::admin;
+use halite_master_core::admission;
 use halite_master_core::audit_requests;
-mod authz;
-mod calls;
+use halite_master_core::authz;
+use halite_master_core::calls;
 pub mod clock;
-mod cluster;
+use halite_master_core::cluster;
 mod cluster_identity;
-mod cluster_jobs;
+use halite_master_core::cluster_jobs;
 pub use halite_master_core::config;
-mod core;
-mod deploy;
+use halite_master_core::core;
+use halite_master_core::deploy;
+use halite_master_core::file_reads;
 use halite_master_core::file_scope;
 pub mod files;
 mod files_beneath;
@@ -39,27 +39,27 @@ mod handover;
 use halite_master_core::keys;
 use halite_master_core::limits;
 mod local_queue;
-mod local_sessions;
+use halite_master_core::local_sessions;
 pub mod memory;
-pub mod metrics;
+pub use halite_master_core::metrics;
 mod metrics_http;
-mod minion_messages;
+use halite_master_core::minion_messages;
 pub mod net;
-mod outputs;
-mod publishing;
+use halite_master_core::outputs;
+use halite_master_core::publishing;
 mod relay;
-mod relay_requests;
+use halite_master_core::relay_requests;
 use halite_master_core::request_error;
-mod rollouts;
+use halite_master_core::rollouts;
 mod server;
 mod store_calls;
 pub use halite_master_core::tenants;
+use halite_master_core::token_sessions;
 pub use halite_store as store;
 /// Target expressions: the parser and matcher live in `halite-targeting`.
 pub use halite_targeting as target;
 #[cfg(test)]
 use server::sim;
-mod token_sessions;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;

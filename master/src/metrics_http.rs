@@ -40,7 +40,7 @@ pub(crate) fn text(metrics: &Metrics, headers: &HeaderMap) -> Response {
 }
 
 fn ready(metrics: &Metrics) -> Response {
-    match metrics.not_ready() {
+    match metrics.not_ready(crate::clock::Clock::now(&crate::clock::SystemClock)) {
         None => (StatusCode::OK, "ready\n".to_owned()).into_response(),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }

@@ -123,7 +123,11 @@ mod tests {
             let opened = Arc::new(AtomicU64::new(0));
             fake_core(to_core, opened.clone());
             let enrollment = Enrollment { master_key_hex: String::new(), listen: "10.0.0.1:4506".into() };
-            let app = super::super::routes::router(commands, crate::metrics::Metrics::new(), enrollment);
+            let app = super::super::routes::router(
+                commands,
+                crate::metrics::Metrics::new(std::time::Instant::now()),
+                enrollment,
+            );
             let request = Request::builder()
                 .uri("/v1/minions")
                 .header("authorization", "Bearer hal_test")

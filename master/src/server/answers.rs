@@ -47,7 +47,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// is awaited. Called right after each input's handler and each stage of the step, so nothing
     /// else happens in between.
     pub(crate) async fn answer_asks(&mut self) {
-        while let Some(ask) = self.core.asks.next() {
+        while let Some(ask) = self.core.asks.take_oldest() {
             match ask {
                 Ask::InsertJob(job) => {
                     // A failure is logged and told to the publisher by the continuation.

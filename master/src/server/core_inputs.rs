@@ -81,7 +81,7 @@ impl Core {
 
     /// A file read for a minion finished: sent only if the minion is still connected on the
     /// session that asked.
-    pub(super) fn file_served(&mut self, served: crate::files::FileServed) {
+    pub(super) fn file_served(&mut self, served: crate::file_reads::FileServed) {
         let (peer, answer) = self.files.finished(served);
         if self.sessions.contains(&peer) {
             self.send(peer, &answer);

@@ -21,7 +21,7 @@ use crate::core::sessions::Sessions;
 use crate::core::timers::Timer;
 use crate::core::watchers::Watchers;
 use crate::core::writes::PendingWrites;
-use crate::files::FileRead;
+use crate::file_reads::FileRead;
 use crate::keys::PendingLimits;
 use crate::net::Outlet;
 use crate::outputs::asks::Asks;
@@ -88,7 +88,7 @@ pub(crate) struct Core {
     /// is to be recorded again.
     pub(super) deploy_jobs: crate::deploy::jobs::DeployJobs,
     /// Files served to minions (`[files]`).
-    pub(super) files: crate::files::FileServer,
+    pub(super) files: crate::file_reads::FileServer,
     /// What the master counts, for operators (`/metrics`).
     pub(super) metrics: crate::metrics::Metrics,
     /// The master's own periodic duties and retries.
@@ -107,6 +107,7 @@ impl Core {
         root: PublicIdentity,
         outlet: Box<dyn Outlet>,
         now: Now,
+        metrics: crate::metrics::Metrics,
     ) -> Core {
         let event_log = crate::core::event_log::EventLog::new(now.wall_ms);
         let pending_limits =
@@ -139,7 +140,7 @@ impl Core {
             groups: Default::default(),
             deploy_jobs: Default::default(),
             files: Default::default(),
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
             timers: crate::core::timers::TimerTable::default(),
             audit: Default::default(),
             outputs: Vec::new(),

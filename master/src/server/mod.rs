@@ -162,7 +162,8 @@ impl<S: Store, N: Net> Master<S, N> {
         let (file_tx, file_rx) = mpsc::unbounded_channel();
         let (local_tx, local_rx) = mpsc::channel(1024);
         let outlet = Box::new(net.outlet());
-        let core = Core::new(config, identity, root, outlet, clock.read());
+        let metrics = crate::metrics::Metrics::new(Clock::now(&crate::clock::SystemClock));
+        let core = Core::new(config, identity, root, outlet, clock.read(), metrics);
         let mut master = Master {
             core,
             net,
@@ -357,7 +358,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.answer_asks().await;
             }
         }
-        self.core.metrics.alive();
+        self.core.metrics.alive(Clock::now(&crate::clock::SystemClock));
         // Every stage had its asks answered; none is ever left for a later input.
         self.answer_asks().await;
         self.flush().await;
@@ -372,7 +373,7 @@ impl<S: Store, N: Net> Master<S, N> {
         for output in self.core.take_outputs() {
             match output {
                 Output::StartRelay { hosts, request } => crate::relay::spawn(hosts, *request, self.relay_tx.clone()),
-                Output::ReadFile(read) => read.start(self.file_tx.clone()),
+                Output::ReadFile(read) => crate::files::start(read, self.file_tx.clone()),
             }
         }
     }

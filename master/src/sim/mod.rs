@@ -93,12 +93,12 @@ impl Sim {
     }
 
     /// The files the master serves, for tests beside them (`files.rs`).
-    pub(crate) fn files(&self) -> &crate::files::FileServer {
+    pub(crate) fn files(&self) -> &crate::file_reads::FileServer {
         &self.master.core.files
     }
 
     /// Where the file reads the master started come back.
-    pub(crate) fn file_reads(&mut self) -> &mut tokio::sync::mpsc::UnboundedReceiver<crate::files::FileServed> {
+    pub(crate) fn file_reads(&mut self) -> &mut tokio::sync::mpsc::UnboundedReceiver<crate::file_reads::FileServed> {
         self.master.file_rx.as_mut().expect("the sim holds the finished reads")
     }
 
