@@ -65,7 +65,7 @@ pub fn read_failed(cluster: &mut ClusterView, notices: &mut NoticeThrottle, now:
     cluster.read_failed();
 }
 
-/// Ends the sessions of a principal that changed or went ([`stale_clients`]); which.
+/// Ends the sessions of a principal that changed or went (`stale_clients`); which.
 pub fn drop_clients_if_changed(registry: &Registry, sessions: &Sessions, name: &str, out: &mut Effects) -> Vec<PeerId> {
     let stale = stale_clients(registry, sessions, name);
     for &peer in &stale {

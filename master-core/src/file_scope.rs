@@ -6,7 +6,7 @@
 //! a file that does not exist, before the file system is asked, so neither the answer nor its
 //! time tells whether it exists.
 //!
-//! A part is opened beneath its own directory ([`crate::files_beneath`]), so no link inside a
+//! A part is opened beneath its own directory (`halite-master`'s `files_beneath.rs`), so no link inside a
 //! tenant's part (or a shared one) leads out of it.
 
 use std::collections::BTreeSet;

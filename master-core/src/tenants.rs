@@ -1,7 +1,7 @@
 //! The tenants the stored principals are confined to, checked when the master starts: a store
 //! written before tenant names were kept apart may hold a tenant whose name has `-`
 //! (`acme-dev` beside `acme`), whose namespace another tenant's would share. The master does
-//! not serve such a store; `halite-master tenant rename` ([`crate::rename_tenant`]) repairs it.
+//! not serve such a store; `halite-master tenant rename` (`halite_master::rename_tenant`) repairs it.
 
 use std::collections::BTreeMap;
 

@@ -8,21 +8,7 @@ use std::future::Future;
 
 use halite_transport::{Lane, PeerId, Router, RouterEvent, RouterSender, SendError};
 
-/// The sending side of the master's connections, as the core sees it: every call returns at
-/// once.
-pub trait Outlet: Send + Sync + 'static {
-    /// Queues a message for a peer without waiting.
-    fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
-    /// Like `send`, but the message may wait for [`Outlet::release_held`], to leave with the
-    /// others for the same peer in one write.
-    fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError>;
-    /// Writes what `send_held` holds.
-    fn release_held(&self);
-    /// Lifts a peer's pre-authentication limits, and puts what it sends next on `lane`.
-    fn mark_authenticated(&self, peer: PeerId, lane: Lane);
-    /// Closes a peer's connection with a reason.
-    fn disconnect(&self, peer: PeerId, reason: &str);
-}
+pub use halite_master_core::outlet::Outlet;
 
 /// The master's connections, as the loop sees them.
 pub trait Net: Send + 'static {
@@ -37,10 +23,10 @@ pub trait Net: Send + 'static {
 }
 
 impl Net for Router {
-    type Outlet = RouterSender;
+    type Outlet = RouterOutlet;
 
-    fn outlet(&self) -> RouterSender {
-        self.sender()
+    fn outlet(&self) -> RouterOutlet {
+        RouterOutlet(self.sender())
     }
 
     fn recv(&mut self) -> impl Future<Output = Option<RouterEvent>> + Send {
@@ -52,25 +38,28 @@ impl Net for Router {
     }
 }
 
-impl Outlet for RouterSender {
+/// The router's sending half, as the core's outlet.
+pub struct RouterOutlet(RouterSender);
+
+impl Outlet for RouterOutlet {
     fn send(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        RouterSender::send(self, peer, parts)
+        self.0.send(peer, parts)
     }
 
     fn send_held(&self, peer: PeerId, parts: Vec<Vec<u8>>) -> Result<(), SendError> {
-        RouterSender::send_held(self, peer, parts)
+        self.0.send_held(peer, parts)
     }
 
     fn release_held(&self) {
-        RouterSender::release_held(self);
+        self.0.release_held();
     }
 
     fn mark_authenticated(&self, peer: PeerId, lane: Lane) {
         // A peer already gone is handled by its Disconnected event.
-        let _ = RouterSender::mark_authenticated(self, peer, lane);
+        let _ = self.0.mark_authenticated(peer, lane);
     }
 
     fn disconnect(&self, peer: PeerId, reason: &str) {
-        RouterSender::disconnect(self, peer, reason);
+        self.0.disconnect(peer, reason);
     }
 }

@@ -10,7 +10,7 @@
 //!   CIDR range covering it): a listed name that resolves to loopback, link-local, private,
 //!   unspecified, multicast or other special addresses is refused unless that address is
 //!   listed too;
-//! - the addresses checked are the ones connected to (see [`crate::relay`]), so a name that
+//! - the addresses checked are the ones connected to (see `halite-master`'s `relay.rs`), so a name that
 //!   resolves differently a moment later (DNS rebinding) reaches nothing unchecked.
 //!
 //! An empty list (the default) relays nothing.

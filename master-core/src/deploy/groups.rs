@@ -11,7 +11,7 @@
 //!
 //! Nothing here awaits the store or acts on the master: the loop lends a [`GroupDesk`] (the
 //! groups this master drives, and what their work decides with, read-only) and carries out the
-//! [`Effect`]s it returns (`Master::with_groups`). Work on groups (an advance, a stop) is done
+//! [`Effect`](crate::outputs::effects::Effect)s it returns (`Core::with_groups`). Work on groups (an advance, a stop) is done
 //! one piece at a time (`deploy/group_runs.rs`), each a chain of asks (`group_calls.rs`): the
 //! group read, its members started as deployments are pushed (`deploy/calls.rs`, told back
 //! through [`GroupDesk::member_pushed`]), the group stored.

@@ -31,15 +31,7 @@
 
 mod answers;
 mod audit;
-mod connections;
-mod core_inputs;
-mod desks;
-mod effects;
-pub(crate) mod hearing;
-mod machine;
 mod resync;
-mod rollouts;
-mod sending;
 // The simulation drives the loop from inside: the master's fields are the loop's alone, and
 // the tests look at them.
 #[cfg(test)]
@@ -49,7 +41,7 @@ mod timers;
 mod writes;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use halite_protocol::identity::PublicIdentity;
 use halite_protocol::noise::LocalIdentity;
@@ -67,12 +59,8 @@ use crate::store::trust::Trust;
 use crate::store::{Store, StoreError};
 use crate::store_calls::reads;
 
-pub(crate) use machine::Core;
-use machine::Output;
+pub(crate) use halite_master_core::machine::{Core, Output, Stage};
 
-/// How soon what failed, or could not be done yet, is tried again (a write the store refused, a
-/// job that did not fit a send queue, a store to reread).
-pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(100);
 /// Router events handled in one step before state changes are written (group commit).
 const BATCH: usize = 512;
 
@@ -394,75 +382,6 @@ impl<S: Store, N: Net> Master<S, N> {
     }
 }
 
-/// The step's stages after its input, in order (see [`Core::run_stage`]): the listeners hear
-/// what the step decided, in this order: each slot move (the bus and the watchers, first thing
-/// in `hear_moves`), each slot that ended (the metrics, its rollout, the deployment riding on
-/// it), the deployments then recorded, then each event published (rollouts, then deployment
-/// groups), the deployments' announcements included. Only then do rollouts and groups act, so
-/// an abort event stops them in the step that published it, and a target's end starts the
-/// next in the step that ended it. The listeners await nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stage {
-    /// The input's slot moves and ends heard; the deployments they end recorded.
-    HearInput,
-    /// The events published so far heard (rollouts' and groups' `abort_on`, groups following
-    /// their deployments).
-    HearEvents,
-    /// The rollouts an event aborted stop (each stop stored first).
-    StopAborted,
-    /// The targets they skipped heard, before any rollout is decided.
-    HearStops,
-    /// Rollouts go on from what the step changed (and, woken by time, those whose wait ended).
-    AdvanceRollouts,
-    /// What the rollouts ended (skipped, offline targets), heard.
-    HearRollouts,
-    /// What they announced, heard: groups hear it before they act; an abort it carries stops a
-    /// rollout at the next step.
-    HearRolloutEvents,
-    /// Deployment groups act. The deployment jobs they start are heard at the next step's end,
-    /// as the deployments always heard them.
-    AdvanceGroups,
-    /// What the groups announced: heard now, acted upon at the next step.
-    HearGroups,
-}
-
-impl Stage {
-    /// Every stage, in the order the step runs them.
-    pub(crate) const ALL: [Stage; 9] = [
-        Stage::HearInput,
-        Stage::HearEvents,
-        Stage::StopAborted,
-        Stage::HearStops,
-        Stage::AdvanceRollouts,
-        Stage::HearRollouts,
-        Stage::HearRolloutEvents,
-        Stage::AdvanceGroups,
-        Stage::HearGroups,
-    ];
-
-    /// Whether what the stage asked of the store is answered before the next begins. Hearing
-    /// events asks nothing by itself; what it makes due is acted upon by the stage after it,
-    /// whose asks are answered with its own.
-    pub(crate) fn answered_after(self) -> bool {
-        !matches!(self, Stage::HearEvents | Stage::HearRolloutEvents | Stage::HearGroups)
-    }
-}
-
-impl Core {
-    /// Runs one stage of the step (see [`Stage`]); `tick`: the step was woken by time.
-    pub(crate) fn run_stage(&mut self, stage: Stage, tick: bool) {
-        match stage {
-            Stage::HearInput | Stage::HearStops | Stage::HearRollouts => {
-                self.hear_moves();
-                self.with_deploy_desk(|desk| desk.record_deployment_ends());
-            }
-            Stage::HearEvents | Stage::HearRolloutEvents | Stage::HearGroups => self.hear_events(),
-            Stage::StopAborted => self.stop_aborted_rollouts(),
-            Stage::AdvanceRollouts => self.advance_rollouts(tick),
-            Stage::AdvanceGroups => self.with_groups(|groups| groups.advance_groups(tick)),
-        }
-    }
-}
 /// Sleeps until `at`; forever without one.
 async fn sleep_until(at: Option<Instant>) {
     match at {

@@ -9,16 +9,7 @@ use crate::net::Net;
 use crate::store::{ClusterChange, Store, StoreError};
 use crate::store_calls::reads;
 
-use super::machine::Core;
 use super::Master;
-
-impl Core {
-    /// A read another master's change needed failed: the store is reread once it answers
-    /// (`crate::cluster::read_failed`).
-    pub(crate) fn cluster_read_failed(&mut self, error: &StoreError) {
-        crate::cluster::read_failed(&mut self.cluster, &mut self.notices, self.now.at, error);
-    }
-}
 
 impl<S: Store, N: Net> Master<S, N> {
     /// Rereads everything another master may have changed without this one hearing of it

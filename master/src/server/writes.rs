@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use halite_protocol::message::{Message, MinionJobState, ResendReturns, ReturnAck};
+use halite_protocol::message::{Message, MinionJobState, ReturnAck};
 use tracing::{info, warn};
 
 use crate::net::Net;
 use crate::store::{Announcement, ClusterChange, Store};
 
-use super::machine::Core;
 use super::Master;
 
 impl<S: Store, N: Net> Master<S, N> {
@@ -188,29 +187,5 @@ impl<S: Store, N: Net> Master<S, N> {
             Ok(id) => self.core.tell_masters(ClusterChange::StoredEvent { id, digest }),
             Err(error) => warn!(%error, %tag, "an event could not be shared with the other masters"),
         }
-    }
-}
-
-impl Core {
-    /// Minions whose returns were turned away while the store was in doubt are asked, in
-    /// their session, to send again what they have not had acknowledged, once it is not. The
-    /// session stays: closing it would send the minion to another master of a cluster, and a
-    /// database blip would move the fleet. (A minion that reconnects sends them anyway.)
-    pub(super) fn ask_owed_returns(&mut self) {
-        if self.store_in_doubt() {
-            return;
-        }
-        for id in self.pending.take_owed_once_written() {
-            if let Some(peer) = self.sessions.peer_of(&id) {
-                info!(minion = %id, "the store answers again; asking the minion to send its returns again");
-                self.send(peer, &Message::ResendReturns(ResendReturns {}));
-            }
-        }
-    }
-
-    /// Queues a change for the other masters sharing the store (nothing without any): the loop
-    /// sends what a step queued once its writes are done ([`Master::send_announcements`]).
-    pub(crate) fn tell_masters(&mut self, change: ClusterChange) {
-        self.cluster.tell(change);
     }
 }

@@ -105,7 +105,7 @@ async fn deaf_for_20_seconds(sim: &mut Sim) {
 /// Its listener back: the reread, and its roll call, at the next wake.
 async fn listening_again(sim: &mut Sim) {
     sim.step(Input::Cluster(Heard::new("a".into(), ClusterChange::Resync))).await;
-    sim.advance(crate::server::RETRY_EVERY).await;
+    sim.advance(halite_master_core::machine::RETRY_EVERY).await;
 }
 
 /// After 20 s in which this master heard nothing, a minion another master served is not called
@@ -388,7 +388,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
         assert_eq!(sim.master.core.jobs.state(&jid, "web8"), Some(MinionJobState::Sent));
         // The store answers again: within a tick, this master's view is the store's.
         sim.store().give_back(away).await;
-        sim.advance(crate::server::RETRY_EVERY).await;
+        sim.advance(halite_master_core::machine::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
             [
@@ -413,7 +413,7 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         // b stores the return; its announcement is lost on the way (no error here to notice).
         b_stores_return(&sim, &jid, "web9").await;
-        sim.advance(crate::core::cluster_view::SWEEP_EVERY + crate::server::RETRY_EVERY).await;
+        sim.advance(crate::core::cluster_view::SWEEP_EVERY + halite_master_core::machine::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
             [format!("halite/job/{jid}/new"), format!("halite/job/{jid}/ret/web9"), format!("halite/job/{jid}/done")]
@@ -523,7 +523,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
         assert!(root.event_tags(&sim).is_empty(), "nothing heard");
         // The listener is back: its reconnection asks for a reread.
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Resync))).await;
-        sim.advance(crate::server::RETRY_EVERY).await;
+        sim.advance(halite_master_core::machine::RETRY_EVERY).await;
         assert_eq!(
             root.event_tags(&sim),
             [
@@ -535,7 +535,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
         );
         // Another gap tells nothing twice.
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Resync))).await;
-        sim.advance(crate::server::RETRY_EVERY).await;
+        sim.advance(halite_master_core::machine::RETRY_EVERY).await;
         assert!(root.event_tags(&sim).is_empty());
     });
 }

@@ -128,7 +128,7 @@ fn a_return_made_in_time_during_a_store_outage_wins_over_the_deadline_that_passe
         // The deadline passes while the store is away.
         sim.advance(Duration::from_secs(20)).await;
         sim.store().give_back(conn).await;
-        sim.advance(crate::server::RETRY_EVERY).await;
+        sim.advance(halite_master_core::machine::RETRY_EVERY).await;
         assert!(asked_again(&web1.recv(&sim)), "web1 is asked for its returns again");
         assert_eq!(sim.net.closed(web1.peer), None);
         sim.advance(Duration::from_secs(1)).await;

@@ -7,13 +7,13 @@ use tracing::{debug, info};
 
 use crate::core::sessions::Conn;
 
-use super::machine::Core;
+use super::Core;
 
 impl Core {
     /// Forgets a peer, whichever way it went (closed, refused, replaced, cut, too slow): its
     /// session, its presence, its subscriptions, its watches, its pending batches. With a
     /// reason, its connection is also closed. The one clean-up path for every peer.
-    pub(crate) fn forget(&mut self, peer: PeerId, close: Option<&str>) {
+    pub fn forget(&mut self, peer: PeerId, close: Option<&str>) {
         match (self.sessions.remove(&peer), close) {
             (Some(Conn::Refused { parked: true, .. }), _) => self.sessions.unpark(peer),
             (Some(Conn::Minion { id, .. }), _) if self.sessions.went_offline(&id, peer) => {
@@ -39,7 +39,7 @@ impl Core {
     /// been unreachable here while another master is ready): their sessions are closed, a
     /// thousand at a time, so a minion given several masters moves to the next. Nothing once
     /// the store answers again.
-    pub(crate) fn hand_over(&mut self) {
+    pub fn hand_over(&mut self) {
         const BATCH: usize = 1_000;
         if !self.store_in_doubt() {
             self.handed_over.clear();
@@ -61,7 +61,7 @@ impl Core {
 
     /// Closes the parked connections of minions whose key is now accepted: each knocks again
     /// at once and is let in (on whichever master the acceptance reached).
-    pub(crate) fn release_parked(&mut self) {
+    pub fn release_parked(&mut self) {
         let accepted: Vec<(String, PeerId)> = self
             .sessions
             .parked()
@@ -74,14 +74,14 @@ impl Core {
         }
     }
 
-    pub(crate) fn drop_peer(&mut self, peer: PeerId, reason: &str) {
+    pub fn drop_peer(&mut self, peer: PeerId, reason: &str) {
         debug!(peer = peer.0, reason, "handshake failed");
         self.forget(peer, Some(reason));
     }
 
     /// Ends these in-process sessions (their token was revoked or expired), telling each why
     /// before its queue closes.
-    pub(crate) fn end_gateway_sessions(&mut self, peers: Vec<PeerId>, why: &str) {
+    pub fn end_gateway_sessions(&mut self, peers: Vec<PeerId>, why: &str) {
         for peer in peers {
             info!(peer = peer.0, why, "ending a gateway session");
             self.forget(peer, Some(why));
@@ -89,7 +89,7 @@ impl Core {
     }
 
     /// Ends a minion's live session at once: nothing more is sent to it or accepted from it.
-    pub(crate) fn cut_minion(&mut self, id: &str) {
+    pub fn cut_minion(&mut self, id: &str) {
         if let Some(peer) = self.sessions.peer_of(id) {
             info!(minion = id, "key no longer accepted; disconnecting");
             self.forget(peer, Some("key no longer accepted"));

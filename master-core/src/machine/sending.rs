@@ -16,13 +16,13 @@ use crate::authz::Who;
 use crate::core::sessions::Conn;
 use crate::limits;
 
-use super::machine::Core;
+use super::Core;
 
 impl Core {
     /// Publishes an event on the bus here and, after this step's writes, on every master
     /// sharing the store: for events no other master derives itself (minion events, keys,
     /// deployments; a job's returns and end are derived by each master from its slots).
-    pub(crate) fn emit_shared(&mut self, tag: String, data: Value) {
+    pub fn emit_shared(&mut self, tag: String, data: Value) {
         self.cluster.share_event(&tag, &data);
         self.emit(tag, data);
     }
@@ -31,7 +31,7 @@ impl Core {
     /// dropped and counted, and reported with a `halite/bus/dropped` notice once there is room.
     /// The concerns that listen to events (rollouts' and groups' `abort_on`, groups following
     /// their deployments) hear it later in the step, from the loop (`Master::hear_events`).
-    pub(crate) fn emit(&mut self, tag: String, data: Value) {
+    pub fn emit(&mut self, tag: String, data: Value) {
         self.audit.event(&tag, &data, self.now.wall_ms);
         // Kept for the listeners only while one exists: a fan-out's returns are not copied for
         // nobody (a listener that starts later hears only what comes after it).
@@ -72,7 +72,7 @@ impl Core {
 
     /// Whether the client on `peer` may receive an event (its subscription patterns aside);
     /// whether it sees the event's job is remembered for as long as the job lives.
-    pub(crate) fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
+    pub fn peer_may_receive(&mut self, peer: PeerId, tag: &str, data: &Value) -> bool {
         let Some((name, acl)) = self.sessions.principal_on(peer) else { return false };
         let receipt = self.access().peer_receives(peer, Who { name: &name, acl: acl.as_deref() }, tag, data);
         if let Some((jid, visible)) = receipt.learned {
@@ -83,7 +83,7 @@ impl Core {
 
     /// Seals and queues a message for an authenticated peer, reporting a full queue. A session
     /// that can no longer seal (expired, nonces exhausted) ends the connection.
-    pub(crate) fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
+    pub fn try_send(&mut self, peer: PeerId, msg: &Message) -> Result<(), SendError> {
         self.audit.answered(peer, msg, self.now.wall_ms);
         if let Some(Conn::Local { tx, .. }) = self.sessions.get(&peer) {
             return tx.try_send(msg.clone());
@@ -107,20 +107,20 @@ impl Core {
 
     /// [`Core::try_send`] for messages whose loss the peer recovers from (it retries, or its
     /// job times out): a full queue is logged, a vanished peer ignored.
-    pub(crate) fn send(&mut self, peer: PeerId, msg: &Message) {
+    pub fn send(&mut self, peer: PeerId, msg: &Message) {
         if let Err(SendError::Full) = self.try_send(peer, msg) {
             warn!(peer = peer.0, "send queue full; message dropped");
         }
     }
 
-    pub(crate) fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
+    pub fn send_error(&mut self, peer: PeerId, kind: ErrorKind, message: String, request: Option<String>) {
         self.send(peer, &Message::Error(ErrorMessage { kind, message, request }));
     }
 
     /// Sends a resuming subscriber what it missed after event `after`: the logged events its
     /// patterns match and it may see, oldest first, after a `halite/bus/gap` notice if some
     /// may be missing. Each goes through the subscriber's bounded queue like a live event.
-    pub(super) fn replay_events(&mut self, peer: PeerId, patterns: &[String], after: &str) {
+    pub fn replay_events(&mut self, peer: PeerId, patterns: &[String], after: &str) {
         let since = self.event_log.since(after);
         let gap = since.gap.clone();
         let events: Vec<(String, halite_protocol::message::Value, String)> = since
@@ -152,7 +152,7 @@ impl Core {
     }
 
     /// Answers a client's request: with the response (in parts when large), or the error.
-    pub(crate) fn reply(&mut self, peer: PeerId, request_id: u64, answer: crate::request_error::Reply) {
+    pub fn reply(&mut self, peer: PeerId, request_id: u64, answer: crate::request_error::Reply) {
         match answer {
             Ok(body) => self.respond(peer, request_id, body),
             Err(error) => self.send_error(peer, error.kind, error.message, Some(request_id.to_string())),
@@ -161,7 +161,7 @@ impl Core {
 
     /// Answers a request; over a connection, a listing too large for one message goes in
     /// parts (`more`), each within the message cap, so no answer ever drops its client.
-    pub(crate) fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
+    pub fn respond(&mut self, peer: PeerId, request_id: u64, body: message::ResponseBody) {
         let parts = match self.sessions.get(&peer) {
             Some(Conn::Local { .. }) => vec![body],
             _ => body.into_parts(limits::MESSAGE_BUDGET),
@@ -173,13 +173,13 @@ impl Core {
     }
 
     /// What a minion (or client) is told when its session opens.
-    pub(crate) fn welcome(&self) -> Welcome {
+    pub fn welcome(&self) -> Welcome {
         crate::minion_messages::welcome(&self.config, self.now.wall_ms)
     }
 
     /// Sends a minion that said hello everything unfinished for it, in jid order: its backlog
     /// is part of it.
-    pub(crate) fn deliver_all(&mut self, minion: &str, peer: PeerId) {
+    pub fn deliver_all(&mut self, minion: &str, peer: PeerId) {
         self.undelivered.remove(minion);
         for jid in self.jobs.deliverable_to(minion) {
             self.deliver(&jid, minion, peer);
@@ -187,7 +187,7 @@ impl Core {
     }
 
     /// Sends a live job to a connected minion and marks it sent.
-    pub(crate) fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) {
+    pub fn deliver(&mut self, jid: &str, minion: &str, peer: PeerId) {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
         let now = self.now.at;
         let Some(job) = self.jobs.get(jid) else { return };
@@ -208,7 +208,7 @@ impl Core {
     /// A job as sent to a minion: signed as published, with the master's time by which the
     /// minion must start it (the slot's deadline less the grace the master waits for a late
     /// report), so a minion that gets it after the master may have given it up never runs it.
-    pub(crate) fn job_message(&self, signed: &SignedJob, deadline: Option<Instant>) -> Message {
+    pub fn job_message(&self, signed: &SignedJob, deadline: Option<Instant>) -> Message {
         let grace = Duration::from_secs(self.config.timeout_grace_secs);
         crate::core::jobs::job_message(signed, deadline, grace, self.now.at, self.now.wall_ms)
     }
@@ -216,7 +216,7 @@ impl Core {
     /// Sends a job to a minion's connection; if its queue is full, the job waits in the
     /// minion's backlog and is sent again, in jid order, as the queue drains (a burst never
     /// loses a job message).
-    pub(crate) fn send_job(&mut self, peer: PeerId, minion: &str, jid: &str, job: &Message) {
+    pub fn send_job(&mut self, peer: PeerId, minion: &str, jid: &str, job: &Message) {
         let backlog = self.undelivered.get(minion).is_some_and(|b| !b.is_empty());
         if backlog || matches!(self.try_send(peer, job), Err(SendError::Full)) {
             self.undelivered.entry(minion.to_owned()).or_default().insert(jid.to_owned());
@@ -224,7 +224,7 @@ impl Core {
     }
 
     /// Sends what waits in the minions' backlogs, each until its queue is full again.
-    pub(crate) fn send_backlogs(&mut self) {
+    pub fn send_backlogs(&mut self) {
         let minions: Vec<String> = self.undelivered.keys().cloned().collect();
         for minion in minions {
             let Some(peer) = self.sessions.peer_of(&minion) else {

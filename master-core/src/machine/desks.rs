@@ -14,7 +14,7 @@ use crate::minion_messages::MinionDesk;
 use crate::outputs::effects::Effects;
 use crate::publishing::{JobIssuer, PublishDesk};
 
-use super::machine::Core;
+use super::Core;
 
 /// The master's job issuer, borrowed field by field (a macro, so its borrows stay apart from
 /// those of the desk that holds it).
@@ -33,7 +33,7 @@ macro_rules! job_issuer {
 
 impl Core {
     /// Lends configs and deployments their desk for `work`, then carries out what it decided.
-    pub(crate) fn with_deploy_desk<R>(&mut self, work: impl FnOnce(&mut DeployDesk<'_>) -> R) -> R {
+    pub fn with_deploy_desk<R>(&mut self, work: impl FnOnce(&mut DeployDesk<'_>) -> R) -> R {
         let mut desk = DeployDesk {
             config: &self.config,
             registry: &self.registry,
@@ -52,7 +52,7 @@ impl Core {
     }
 
     /// Lends administrative requests their desk for `work`, then carries out what it decided.
-    pub(crate) fn with_admin_desk<R>(&mut self, work: impl FnOnce(&mut AdminDesk<'_>) -> R) -> R {
+    pub fn with_admin_desk<R>(&mut self, work: impl FnOnce(&mut AdminDesk<'_>) -> R) -> R {
         let mut desk = AdminDesk {
             config: &self.config,
             registry: &mut self.registry,
@@ -73,7 +73,7 @@ impl Core {
 
     /// Lends connections on their way to a session their desk for `work`, then carries out
     /// what it decided.
-    pub(crate) fn with_admission_desk<R>(&mut self, work: impl FnOnce(&mut AdmissionDesk<'_>) -> R) -> R {
+    pub fn with_admission_desk<R>(&mut self, work: impl FnOnce(&mut AdmissionDesk<'_>) -> R) -> R {
         let mut desk = AdmissionDesk {
             config: &self.config,
             identity: &self.identity,
@@ -93,7 +93,7 @@ impl Core {
 
     /// Lends publishing and cancelling their desk for `work`, then carries out what it
     /// decided.
-    pub(crate) fn with_publish_desk<R>(&mut self, work: impl FnOnce(&mut PublishDesk<'_>) -> R) -> R {
+    pub fn with_publish_desk<R>(&mut self, work: impl FnOnce(&mut PublishDesk<'_>) -> R) -> R {
         let mut desk = PublishDesk {
             config: &self.config,
             registry: &self.registry,
@@ -113,7 +113,7 @@ impl Core {
     }
 
     /// Lends a minion's messages their desk for `work`, then carries out what it decided.
-    pub(crate) fn with_minion_desk<R>(&mut self, work: impl FnOnce(&mut MinionDesk<'_>) -> R) -> R {
+    pub fn with_minion_desk<R>(&mut self, work: impl FnOnce(&mut MinionDesk<'_>) -> R) -> R {
         let store_in_doubt = self.store_in_doubt();
         let mut desk = MinionDesk {
             config: &self.config,
@@ -135,7 +135,7 @@ impl Core {
 
     /// Lends the other masters' announcements their desk for `work`, then carries out what it
     /// decided.
-    pub(crate) fn with_cluster_desk<R>(&mut self, work: impl FnOnce(&mut ClusterDesk<'_>) -> R) -> R {
+    pub fn with_cluster_desk<R>(&mut self, work: impl FnOnce(&mut ClusterDesk<'_>) -> R) -> R {
         let mut desk = ClusterDesk {
             config: &self.config,
             cluster: &mut self.cluster,
@@ -154,7 +154,7 @@ impl Core {
 
     /// Lends the jobs followed across the masters their desk for `work`, then carries out what
     /// it decided.
-    pub(crate) fn with_cluster_jobs<R>(&mut self, work: impl FnOnce(&mut ClusterJobsDesk<'_>) -> R) -> R {
+    pub fn with_cluster_jobs<R>(&mut self, work: impl FnOnce(&mut ClusterJobsDesk<'_>) -> R) -> R {
         let mut desk = ClusterJobsDesk {
             config: &self.config,
             jobs: &mut self.jobs,
@@ -174,7 +174,7 @@ impl Core {
     }
 
     /// Lends the deployment groups their desk for `work`, then carries out what it decided.
-    pub(crate) fn with_groups<R>(&mut self, work: impl FnOnce(&mut GroupDesk<'_>) -> R) -> R {
+    pub fn with_groups<R>(&mut self, work: impl FnOnce(&mut GroupDesk<'_>) -> R) -> R {
         let mut desk = GroupDesk {
             runs: &mut self.groups,
             access: Access::of(&self.config, &self.registry, &self.jobs),

@@ -15,7 +15,7 @@ use halite_transport::SendError;
 use serde_json::json;
 use tracing::warn;
 
-use super::machine::Core;
+use super::Core;
 use crate::limits;
 
 impl Core {
@@ -25,7 +25,7 @@ impl Core {
     /// `deploy.apply` job (noted for the loop, which stores and announces it right after:
     /// `DeployDesk::record_deployment_ends`, so its group, which hears the announcement, moves on
     /// in the same step).
-    pub(crate) fn hear_moves(&mut self) {
+    pub fn hear_moves(&mut self) {
         // Told first, as each was decided before its end is heard.
         self.tell_moves();
         for moved in self.hearing.take_moves() {
@@ -40,7 +40,7 @@ impl Core {
     /// Tells each slot move recorded since the last call to the bus (a final state) and the
     /// job's watchers, then ends each job they finished: its `done` on the bus, its watchers
     /// told (at the end of the step), and the job leaves the table.
-    pub(crate) fn tell_moves(&mut self) {
+    pub fn tell_moves(&mut self) {
         let (changes, may_end) = self.hearing.take_changes();
         for change in changes {
             if change.state.is_final() {
@@ -81,7 +81,7 @@ impl Core {
     /// Called at the end of the step, and also before a job joins or leaves the table: a
     /// rollout hears only the events published after it started, and an event about a job is
     /// judged (who may receive it) while the job lives.
-    pub(crate) fn hear_events(&mut self) {
+    pub fn hear_events(&mut self) {
         self.tell_moves();
         self.hand_out_events();
     }
@@ -100,7 +100,7 @@ impl Core {
     /// slow to take are counted and reported in `job_done.missed` (the client then reads the
     /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
     /// partial result complete.
-    pub(crate) fn send_watcher_batches(&mut self) {
+    pub fn send_watcher_batches(&mut self) {
         for (peer, batch) in self.watchers.take() {
             // Several messages when the returns are large: each within the message cap.
             let mut gone = false;

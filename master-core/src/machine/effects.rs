@@ -7,11 +7,11 @@ use halite_protocol::message::{JobReturn, MinionJobState};
 use crate::core::sessions::Conn;
 use crate::outputs::effects::{Effect, SlotOp};
 
-use super::machine::Core;
+use super::Core;
 
 impl Core {
     /// Carries out `effects`, in order.
-    pub(crate) fn apply(&mut self, effects: impl IntoIterator<Item = Effect>) {
+    pub fn apply(&mut self, effects: impl IntoIterator<Item = Effect>) {
         for effect in effects {
             match effect {
                 Effect::Ask(ask) => self.asks.push(ask),
@@ -26,7 +26,7 @@ impl Core {
                 Effect::Slot(op) => self.move_slot(op),
                 Effect::LateReturn { jid, minion, state, ret } => self.late_return(&jid, &minion, state, *ret),
                 Effect::DeliverAll { minion, peer } => self.deliver_all(&minion, peer),
-                Effect::ReadFile(read) => self.outputs.push(super::machine::Output::ReadFile(*read)),
+                Effect::ReadFile(read) => self.outputs.push(super::Output::ReadFile(*read)),
                 Effect::Forget { peer, why } => self.forget(peer, Some(&why)),
                 Effect::Disconnect { peer, why } => self.outlet.disconnect(peer, &why),
                 Effect::SendParts { peer, parts } => {
@@ -57,7 +57,7 @@ impl Core {
                 }
                 Effect::StartRelay(request) => {
                     let hosts = crate::deploy::signal_hosts(&self.config);
-                    self.outputs.push(super::machine::Output::StartRelay { hosts, request });
+                    self.outputs.push(super::Output::StartRelay { hosts, request });
                 }
                 Effect::Publish { peer, caller, publisher, request } => {
                     let described = crate::audit_requests::describe_publish(&request);

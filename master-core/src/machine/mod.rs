@@ -1,8 +1,33 @@
 //! The master's state, apart from what does I/O: every owner, the queues the handlers fill,
-//! and the time the loop last gave it. Nothing in [`Core`] awaits, reads a clock, or touches a
-//! store or a socket: the loop (`mod.rs`, [`super::Master`]) holds those, runs the store calls
+//! and the time the driver last gave it. Nothing in [`Core`] awaits, reads a clock, or touches a
+//! store or a socket: the driver (`halite-master`'s `server/`) holds those, runs the store calls
 //! the core asks for and hands back their answers, and drains what it asked to be done outside
 //! (relays, file reads). The core sends through its [`Outlet`], which never waits.
+//!
+//! Its files, one duty each: this one (the state), `inputs.rs` (what is loaded, wakes, SIGHUP,
+//! other masters), `clients.rs` (connections' and clients' messages handed to their
+//! handlers), `stages.rs` (the step's stages after its input), `hearing.rs` (what the step
+//! decided, handed to its listeners), `sending.rs` (events and sealed messages out),
+//! `effects.rs` (what owners decided, carried out), `rollouts.rs` (the rollouts let act),
+//! `timers.rs` (`next_timeout` and what comes due), `writes.rs`, `audit.rs` and
+//! `cluster_reads.rs` (what the driver's writes and reads hand back), `desks.rs` (each
+//! handler's desk), `connections.rs` (the one clean-up path of a peer).
+
+mod audit;
+mod clients;
+mod cluster_reads;
+mod connections;
+mod desks;
+mod effects;
+mod hearing;
+mod inputs;
+mod rollouts;
+mod sending;
+mod stages;
+mod timers;
+mod writes;
+
+pub use stages::Stage;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
@@ -23,12 +48,16 @@ use crate::core::watchers::Watchers;
 use crate::core::writes::PendingWrites;
 use crate::file_reads::FileRead;
 use crate::keys::PendingLimits;
-use crate::net::Outlet;
+use crate::outlet::Outlet;
 use crate::outputs::asks::Asks;
 use crate::relay_requests::RelayRequest;
 
+/// How soon what failed, or could not be done yet, is tried again (a write the store refused, a
+/// job that did not fit a send queue, a store to reread).
+pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What the core asks the loop to do outside it, drained after each piece of work.
-pub(crate) enum Output {
+pub enum Output {
     /// Relay a deployment's signal to its engine (`crate::relay`); the end comes back as an
     /// input.
     StartRelay { hosts: crate::config::signal_hosts::SignalHosts, request: Box<RelayRequest> },
@@ -38,70 +67,70 @@ pub(crate) enum Output {
 
 /// The master's state; see the module docs. Its fields are the loop's (private to `server/`):
 /// a handler reaches them only through the desk the loop lends it (`desks.rs`).
-pub(crate) struct Core {
-    pub(super) config: MasterConfig,
-    pub(super) identity: LocalIdentity,
-    pub(super) root: PublicIdentity,
+pub struct Core {
+    pub config: MasterConfig,
+    pub identity: LocalIdentity,
+    pub root: PublicIdentity,
     /// The time as the loop last read it: the core's only time.
-    pub(super) now: Now,
+    pub now: Now,
     /// Where messages to connections go.
-    pub(super) outlet: Box<dyn Outlet>,
+    pub outlet: Box<dyn Outlet>,
     /// How many times the store has said it was interrupted, as the loop last read it.
-    pub(super) store_interruptions: u64,
+    pub store_interruptions: u64,
     /// Every connection and its session; which minions are online.
-    pub(super) sessions: Sessions,
+    pub sessions: Sessions,
     /// Accepted keys, minions, principals.
-    pub(super) registry: Registry,
-    pub(super) jobs: JobTable,
-    pub(super) jids: JidGenerator,
-    pub(super) bus: Bus,
+    pub registry: Registry,
+    pub jobs: JobTable,
+    pub jids: JidGenerator,
+    pub bus: Bus,
     /// The bus's recent past, for subscribers resuming after an event id.
-    pub(super) event_log: crate::core::event_log::EventLog,
+    pub event_log: crate::core::event_log::EventLog,
     /// Which minion and engine events reach the bus (rules, rates, refusals counted).
-    pub(super) event_gate: EventGate,
-    pub(super) notices: NoticeThrottle,
+    pub event_gate: EventGate,
+    pub notices: NoticeThrottle,
     /// The pending-key cap and arrival rate.
-    pub(super) pending_limits: PendingLimits,
+    pub pending_limits: PendingLimits,
     /// Unknown keys turned away by those limits since start.
-    pub(super) keys_refused: u64,
+    pub keys_refused: u64,
     /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
     /// again as the queue drains ([`Core::send_backlogs`]).
-    pub(super) undelivered: HashMap<String, BTreeSet<String>>,
+    pub undelivered: HashMap<String, BTreeSet<String>>,
     /// Minions handed over to the other masters while the store is unreachable here
     /// ([`Core::hand_over`]): one that comes back has nowhere else to go, and stays.
-    pub(super) handed_over: HashSet<String>,
+    pub handed_over: HashSet<String>,
     /// The other masters sharing the store, and the minions connected to them.
-    pub(super) cluster: crate::core::cluster_view::ClusterView,
+    pub cluster: crate::core::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step (`Master::flush`).
-    pub(super) pending: PendingWrites,
+    pub pending: PendingWrites,
     /// Store calls handlers asked for, answered by the loop (`Master::answer_asks`).
-    pub(super) asks: Asks,
+    pub asks: Asks,
     /// Slot ends and events the step's listeners have not heard yet (`hearing.rs`).
-    pub(super) hearing: crate::core::hearing::Hearing,
+    pub hearing: crate::core::hearing::Hearing,
     /// Rollouts the end of the step decides or stops.
-    pub(super) rollout_queue: crate::core::rollout_queue::RolloutQueue,
+    pub rollout_queue: crate::core::rollout_queue::RolloutQueue,
     /// What each watching client is told at the end of the step.
-    pub(super) watchers: Watchers,
+    pub watchers: Watchers,
     /// Deployment groups this master drives.
-    pub(super) groups: crate::deploy::group_runs::GroupRuns,
+    pub groups: crate::deploy::group_runs::GroupRuns,
     /// `deploy.apply` jobs in flight and the deployment each carries; job ends whose deployment
     /// is to be recorded again.
-    pub(super) deploy_jobs: crate::deploy::jobs::DeployJobs,
+    pub deploy_jobs: crate::deploy::jobs::DeployJobs,
     /// Files served to minions (`[files]`).
-    pub(super) files: crate::file_reads::FileServer,
+    pub files: crate::file_reads::FileServer,
     /// What the master counts, for operators (`/metrics`).
-    pub(super) metrics: crate::metrics::Metrics,
+    pub metrics: crate::metrics::Metrics,
     /// The master's own periodic duties and retries.
-    pub(super) timers: crate::core::timers::TimerTable,
+    pub timers: crate::core::timers::TimerTable,
     /// What the audit trail will hold, until the next commit appends it.
-    pub(super) audit: crate::core::audit_log::AuditLog,
+    pub audit: crate::core::audit_log::AuditLog,
     /// What the loop is to do outside the core, oldest first.
-    pub(super) outputs: Vec<Output>,
+    pub outputs: Vec<Output>,
 }
 
 impl Core {
     /// A master's state before anything is loaded, as of `now`.
-    pub(super) fn new(
+    pub fn new(
         config: MasterConfig,
         identity: LocalIdentity,
         root: PublicIdentity,
@@ -153,21 +182,21 @@ impl Core {
     }
 
     /// The loop read the time and the store's interruptions: the core goes on as of them.
-    pub(super) fn observe(&mut self, now: Now, store_interruptions: u64) {
+    pub fn observe(&mut self, now: Now, store_interruptions: u64) {
         self.now = now;
         self.store_interruptions = store_interruptions;
     }
 
     /// What the loop is to do outside the core, oldest first.
-    pub(super) fn take_outputs(&mut self) -> Vec<Output> {
+    pub fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.outputs)
     }
 
     /// When the core must next wake, and after a wake for time, whatever is still due could
     /// not be done (a store that does not answer): it is tried again after
-    /// [`super::RETRY_EVERY`], never in a busy loop.
-    pub(super) fn plan_wake(&self, woken_by_time: bool) -> Option<Instant> {
+    /// [`RETRY_EVERY`], never in a busy loop.
+    pub fn plan_wake(&self, woken_by_time: bool) -> Option<Instant> {
         let now = self.now.at;
-        self.next_timeout().map(|at| if woken_by_time && at <= now { now + super::RETRY_EVERY } else { at })
+        self.next_timeout().map(|at| if woken_by_time && at <= now { now + RETRY_EVERY } else { at })
     }
 }

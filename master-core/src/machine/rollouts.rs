@@ -9,18 +9,18 @@ use crate::outputs::effects::Effect;
 use crate::rollouts::Rollouts;
 use crate::store::StoreError;
 
-use super::machine::Core;
+use super::Core;
 
 impl Core {
     /// The live rollouts, now.
-    pub(crate) fn rollouts(&mut self) -> Rollouts<'_> {
+    pub fn rollouts(&mut self) -> Rollouts<'_> {
         let now = self.now.at;
         Rollouts::new(&mut self.jobs, &mut self.rollout_queue, now)
     }
 
     /// Stops the rollouts an event aborted in this step. Each stop is stored before it acts
     /// ([`Rollouts::stored`]): the loop answers it before any rollout is decided.
-    pub(crate) fn stop_aborted_rollouts(&mut self) {
+    pub fn stop_aborted_rollouts(&mut self) {
         let stops = self.rollouts().aborted();
         self.apply(stops);
     }
@@ -28,7 +28,7 @@ impl Core {
     /// Decides every rollout whose job changed in this step and, when woken by time, those
     /// whose wait has passed; each again until it decides nothing: a target that started
     /// offline (waiting for its TTL, or ended `offline`) leaves its place to the next.
-    pub(crate) fn advance_rollouts(&mut self, woken_by_time: bool) {
+    pub fn advance_rollouts(&mut self, woken_by_time: bool) {
         for jid in self.rollouts().due(woken_by_time) {
             loop {
                 let now = self.now.at;
@@ -56,14 +56,14 @@ impl Core {
     }
 
     /// A rollout's move, as stored (or not): what follows is carried out.
-    pub(crate) fn rollout_stored(&mut self, change: RolloutChange, stored: Result<(), StoreError>) {
+    pub fn rollout_stored(&mut self, change: RolloutChange, stored: Result<(), StoreError>) {
         let effects = self.rollouts().stored(change, stored);
         self.apply(effects);
     }
 
     /// Where a rollout another master changed is, as reread. A store that did not answer means
     /// the other masters' changes may be missed: everything is reread.
-    pub(crate) fn rollout_reread(&mut self, jid: &str, stored: Result<Option<RolloutStatus>, StoreError>) {
+    pub fn rollout_reread(&mut self, jid: &str, stored: Result<Option<RolloutStatus>, StoreError>) {
         match stored {
             Ok(status) => {
                 let effects = self.rollouts().reread(jid, status);

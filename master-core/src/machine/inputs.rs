@@ -15,14 +15,14 @@ use crate::core::slot_moves::SlotMoves;
 use crate::limits;
 use crate::store::{ClusterChange, Heard, JobRecord, MinionRecord};
 
-use super::machine::Core;
+use super::Core;
 
 /// How late a wake may come before the loop counts the master as paused.
 const PAUSE_THRESHOLD: Duration = Duration::from_secs(1);
 
 impl Core {
     /// The minions the store holds, as loaded at start.
-    pub(super) fn load_minions(&mut self, minions: Vec<MinionRecord>) {
+    pub fn load_minions(&mut self, minions: Vec<MinionRecord>) {
         for mut m in minions {
             // Grains stored before the cap existed (or under a larger one) are not carried into
             // memory; the minion announces them again when it connects.
@@ -39,7 +39,7 @@ impl Core {
 
     /// The unfinished jobs the store holds, as loaded at start; `mark`: the latest wall time
     /// the store recorded.
-    pub(super) fn load_jobs(
+    pub fn load_jobs(
         &mut self,
         unfinished: Vec<(JobRecord, Vec<(String, halite_protocol::message::MinionJobState)>)>,
         mark: u64,
@@ -61,7 +61,7 @@ impl Core {
 
     /// The store is shared with other masters: who is connected where is asked of every
     /// running master.
-    pub(super) fn share_the_store(&mut self) {
+    pub fn share_the_store(&mut self) {
         self.cluster = crate::core::cluster_view::ClusterView::shared(self.now.wall_ms);
         self.tell_masters(ClusterChange::RollCall);
     }
@@ -69,7 +69,7 @@ impl Core {
     /// SIGHUP: the rules in the config file reread; the revocations as they were, if they
     /// changed (the loop then gives the store its new trust).
     /// `check` says whether the master (`identity`) may use a config's revocations.
-    pub(super) fn reread_rules<E: std::fmt::Display>(
+    pub fn reread_rules<E: std::fmt::Display>(
         &mut self,
         check: impl FnOnce(&[String], &halite_protocol::noise::LocalIdentity) -> Result<(), E>,
     ) -> Option<Vec<String>> {
@@ -81,7 +81,7 @@ impl Core {
 
     /// A file read for a minion finished: sent only if the minion is still connected on the
     /// session that asked.
-    pub(super) fn file_served(&mut self, served: crate::file_reads::FileServed) {
+    pub fn file_served(&mut self, served: crate::file_reads::FileServed) {
         let (peer, answer) = self.files.finished(served);
         if self.sessions.contains(&peer) {
             self.send(peer, &answer);
@@ -89,7 +89,7 @@ impl Core {
     }
 
     /// Another master's announcement; true if the store is to be reread.
-    pub(super) fn on_cluster_input(&mut self, heard: Heard) -> bool {
+    pub fn on_cluster_input(&mut self, heard: Heard) -> bool {
         // The listener checked the signer when the announcement arrived, but a SIGHUP may
         // have revoked that master while it waited here (`None`: the store's own notice).
         if heard.signer.is_some_and(|key| self.config.revokes(&key)) {
@@ -110,7 +110,7 @@ impl Core {
     /// waiting unread in socket buffers. The lost time is added to every deadline, so a pause of
     /// the master never turns a minion's result into `timed_out`. Measured as the wake begins: a
     /// step that then works through a burst of inputs for seconds is the master running.
-    pub(super) fn woken(&mut self, planned: Option<std::time::Instant>, reachable: Option<bool>) {
+    pub fn woken(&mut self, planned: Option<std::time::Instant>, reachable: Option<bool>) {
         if let Some(planned) = planned {
             let late = self.now.at.saturating_duration_since(planned);
             if late > PAUSE_THRESHOLD {
@@ -129,7 +129,7 @@ impl Core {
     /// The revocations changed (from `before`), and the store has the new trust: with other
     /// masters on it, keys and principals are reread under it; every minion connected here is
     /// told them (see `Master::revocations_changed`).
-    pub(super) fn revocations_changed(&mut self, before: &[String]) {
+    pub fn revocations_changed(&mut self, before: &[String]) {
         if self.cluster.is_shared() {
             self.cluster.lost_track();
         }
@@ -145,20 +145,20 @@ impl Core {
 
     /// Accepted keys as read: the registry takes them, and minions parked while their key was
     /// pending knock again if theirs is now accepted.
-    pub(crate) fn take_accepted(&mut self, keys: AcceptedKeys) {
+    pub fn take_accepted(&mut self, keys: AcceptedKeys) {
         self.registry.take_accepted(keys);
         self.release_parked();
     }
 
     /// The job table with what records its moves: the one way a slot changes state.
-    pub(crate) fn slots(&mut self) -> SlotMoves<'_> {
+    pub fn slots(&mut self) -> SlotMoves<'_> {
         let (now, wall_ms, shared) = (self.now.at, self.now.wall_ms, self.cluster.is_shared());
         SlotMoves::new(&mut self.jobs, &mut self.pending, &mut self.hearing, shared, now, wall_ms)
     }
 
     /// Who may see, control and receive what: the rules read with the registry and the live
     /// jobs (`crate::authz`).
-    pub(crate) fn access(&self) -> Access<'_> {
+    pub fn access(&self) -> Access<'_> {
         Access::of(&self.config, &self.registry, &self.jobs)
     }
 }
