@@ -18,7 +18,6 @@
 //! | `gateway.addr` | the HTTP gateway's bound address, when it is on |
 
 pub use halite_master_core::acl;
-use halite_master_core::admin;
 use halite_master_core::calls;
 pub mod clock;
 use halite_master_core::cluster;
@@ -43,7 +42,6 @@ pub mod net;
 use halite_master_core::outputs;
 mod relay;
 use halite_master_core::relay_requests;
-use halite_master_core::request_error;
 mod server;
 mod store_calls;
 pub use halite_master_core::tenants;

@@ -13,6 +13,7 @@
 //! `cluster_reads.rs` (what the driver's writes and reads hand back), `desks.rs` (each
 //! handler's desk), `connections.rs` (the one clean-up path of a peer).
 
+mod answered;
 mod audit;
 mod clients;
 mod cluster_reads;
@@ -27,6 +28,7 @@ mod stages;
 mod timers;
 mod writes;
 
+pub use answered::Answer;
 pub use stages::Stage;
 
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -59,7 +59,7 @@ use crate::store::trust::Trust;
 use crate::store::{Store, StoreError};
 use crate::store_calls::reads;
 
-pub(crate) use halite_master_core::machine::{Core, Output, Stage};
+pub(crate) use halite_master_core::machine::{Answer, Core, Output, Stage};
 
 /// Router events handled in one step before state changes are written (group commit).
 const BATCH: usize = 512;
