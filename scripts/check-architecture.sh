@@ -31,7 +31,7 @@ done
 
 # modules know nothing of the network or crypto; the minion never depends on the master; the
 # store knows neither the master's handlers nor the network.
-for pair in "halite-modules halite-transport" "halite-store halite-master" "halite-store halite-transport" "halite-minion halite-master" "halite-client halite-master" "halite-python halite-master"; do
+for pair in "halite-modules halite-transport" "halite-store halite-master" "halite-store halite-master-core" "halite-store halite-transport" "halite-minion halite-master" "halite-minion halite-master-core" "halite-client halite-master" "halite-client halite-master-core" "halite-python halite-master" "halite-python halite-master-core"; do
   set -- $pair
   if cargo tree -p "$1" -e normal --prefix none --format '{p}' | awk '{print $1}' | grep -qx "$2"; then
     echo "ARCHITECTURE: $1 depends on $2" >&2
