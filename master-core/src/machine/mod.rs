@@ -26,7 +26,7 @@ mod rollouts;
 mod sending;
 mod stages;
 mod timers;
-mod writes;
+pub mod writes;
 
 pub use answered::Answer;
 pub use stages::Stage;
