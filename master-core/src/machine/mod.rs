@@ -16,7 +16,7 @@
 mod answered;
 mod audit;
 mod clients;
-mod cluster_reads;
+pub mod cluster_reads;
 mod connections;
 mod desks;
 mod effects;

@@ -10,6 +10,8 @@ use crate::core::timers::Timer;
 use crate::net::Net;
 use crate::store::Store;
 
+use halite_master_core::machine::cluster_reads::StoreDuty;
+
 use super::Master;
 
 /// How often the wall clock reached is recorded (TTLs resume from it after a restart).
@@ -42,25 +44,20 @@ impl<S: Store, N: Net> Master<S, N> {
     /// store answering again); and every few seconds it compares the jobs it holds with the
     /// store's live ones.
     async fn follow_the_store(&mut self, now: Instant) {
-        let core = &mut self.core;
-        if !core.cluster.is_shared() {
-            return;
-        }
-        core.cluster.note_interruptions(core.store_interruptions);
-        if core.cluster.needs_resync() {
-            if let Err(error) = self.resync().await {
-                if self.core.notices.ready("store:resync", Duration::from_secs(10), now) {
-                    warn!(%error, "rereading the store failed; trying again every 100 ms");
+        match self.core.store_duty(now) {
+            StoreDuty::Nothing => {}
+            StoreDuty::Resync => {
+                if let Err(error) = self.resync().await {
+                    self.core.resync_failed(&error, now);
                 }
             }
-            return;
-        }
-        if core.cluster.sweep_due(now) {
-            // Slots this master ended are written first: a job it finished must not look live.
-            self.flush().await;
-            self.core.with_cluster_jobs(|desk| desk.sweep_jobs());
-            // What the sweep finds is taken before any deadline here is judged.
-            self.answer_asks().await;
+            StoreDuty::Sweep => {
+                // Slots this master ended are written first: a job it finished must not look live.
+                self.flush().await;
+                self.core.sweep_jobs();
+                // What the sweep finds is taken before any deadline here is judged.
+                self.answer_asks().await;
+            }
         }
     }
 
