@@ -44,33 +44,29 @@ const MAX_DIGESTS: usize = 1024;
 
 /// What identifies the content of the file `meta` describes.
 fn digest_key(meta: &std::fs::Metadata) -> DigestKey {
-    {
-        let ns = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
-        DigestKey {
-            dev: meta.dev(),
-            inode: meta.ino(),
-            size: meta.len(),
-            modified_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            changed_ns: ns(meta.ctime(), meta.ctime_nsec()),
-        }
+    let ns = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
+    DigestKey {
+        dev: meta.dev(),
+        inode: meta.ino(),
+        size: meta.len(),
+        modified_ns: ns(meta.mtime(), meta.mtime_nsec()),
+        changed_ns: ns(meta.ctime(), meta.ctime_nsec()),
     }
 }
 
 /// Reads and hashes on tokio's blocking pool what the core admitted; the answer comes back to
 /// the core through `done` (`Input::File`).
 pub(crate) fn start(read: FileRead, done: mpsc::UnboundedSender<FileServed>) {
-    {
-        let FileRead { peer, minion, request, root, scope, secrets, digests } = read;
-        tokio::spawn(async move {
-            let FileGet { request_id, path, offset } = request;
-            let read =
-                tokio::task::spawn_blocking(move || read_part(&root, &scope, &path, offset, &digests, &secrets)).await;
-            let answer = read
-                .unwrap_or_else(|e| Err((ErrorKind::Internal, format!("reading the file failed: {e}"))))
-                .map(|chunk| FileChunk { request_id, ..chunk });
-            let _ = done.send(FileServed { peer, minion, request_id, answer });
-        });
-    }
+    let FileRead { peer, minion, request, root, scope, secrets, digests } = read;
+    tokio::spawn(async move {
+        let FileGet { request_id, path, offset } = request;
+        let read =
+            tokio::task::spawn_blocking(move || read_part(&root, &scope, &path, offset, &digests, &secrets)).await;
+        let answer = read
+            .unwrap_or_else(|e| Err((ErrorKind::Internal, format!("reading the file failed: {e}"))))
+            .map(|chunk| FileChunk { request_id, ..chunk });
+        let _ = done.send(FileServed { peer, minion, request_id, answer });
+    });
 }
 
 /// `halite://path` opened beneath `root`, within `scope`, with its `fstat`: a regular file

@@ -427,6 +427,20 @@ pub mod testing {
         jobs.insert(LiveJob::new(record, slots, Vec::new()));
         jobs
     }
+
+    /// A successful return of job `jid` (its minion left empty).
+    pub fn ret(jid: &str) -> halite_protocol::message::JobReturn {
+        halite_protocol::message::JobReturn {
+            jid: jid.into(),
+            minion: String::new(),
+            success: true,
+            retcode: 0,
+            outputs: serde_json::json!({ "ok": true }),
+            truncated: false,
+            duration_ms: 5,
+            outcome: halite_protocol::message::Outcome::Completed,
+        }
+    }
 }
 
 #[cfg(test)]

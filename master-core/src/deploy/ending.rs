@@ -198,22 +198,10 @@ pub struct DeploymentEnding {
 
 #[cfg(test)]
 mod tests {
-    fn ret(jid: &str) -> JobReturn {
-        JobReturn {
-            jid: jid.into(),
-            minion: String::new(),
-            success: true,
-            retcode: 0,
-            outputs: serde_json::json!({ "ok": true }),
-            truncated: false,
-            duration_ms: 5,
-            outcome: halite_protocol::message::Outcome::Completed,
-        }
-    }
-
     use halite_protocol::message::{NewDeployment, SoftwareDeployment};
 
     use super::*;
+    use crate::core::jobs::testing::ret;
 
     fn in_progress(signal_url: Option<&str>) -> DeploymentRecord {
         let spec: NewDeployment =

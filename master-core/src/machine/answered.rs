@@ -4,10 +4,10 @@
 //! anything else happens. The driver names no handler. What joins or leaves the job table is
 //! heard first, so a rollout hears only what is published after its job is here.
 
-use halite_protocol::message::ResponseBody;
-use halite_protocol::message::{JobDetail, JobReturn, JobSummary, MinionJobState, RolloutStatus, Value};
-use halite_transport::PeerId;
 use std::collections::HashMap;
+
+use halite_protocol::message::{JobDetail, JobReturn, JobSummary, MinionJobState, ResponseBody, RolloutStatus, Value};
+use halite_transport::PeerId;
 
 use crate::calls::admin::{AdminDone, RequestFrom};
 use crate::calls::deploy::{DeployDone, DeploymentEnd, DeploymentWrite, EndToRecord, Requester};
@@ -18,10 +18,10 @@ use crate::deploy::ending::DeploymentEnding;
 use crate::keys::Decision;
 use crate::outputs::asks::{Admitting, ClientRequest, PreparedJob, RolloutChange, TokenGrant};
 use crate::relay_requests::RelayDone;
+use crate::request_error::RequestError;
 use crate::store::{ApiTokenGrant, DeploymentRecord, MinionRecord, PrincipalRecord, StoreError, UnfinishedJob};
 
 use super::Core;
-use crate::request_error::RequestError;
 
 /// One ask, answered (variants in the order of [`Ask`](crate::outputs::asks::Ask)'s).
 pub enum Answer {

@@ -13,7 +13,7 @@ use crate::core::jobs::{loaded_slots, LiveJob};
 use crate::core::registry::{AcceptedKeys, MinionEntry};
 use crate::core::slot_moves::SlotMoves;
 use crate::limits;
-use crate::store::{ClusterChange, Heard, JobRecord, MinionRecord};
+use crate::store::{ClusterChange, Heard, MinionRecord, UnfinishedJob};
 
 use super::Core;
 
@@ -39,11 +39,7 @@ impl Core {
 
     /// The unfinished jobs the store holds, as loaded at start; `mark`: the latest wall time
     /// the store recorded.
-    pub fn load_jobs(
-        &mut self,
-        unfinished: Vec<(JobRecord, Vec<(String, halite_protocol::message::MinionJobState)>)>,
-        mark: u64,
-    ) {
+    pub fn load_jobs(&mut self, unfinished: Vec<UnfinishedJob>, mark: u64) {
         // TTLs count from the latest wall time ever reached, and are never longer than the TTL
         // itself: a clock set back while the master was down must not lengthen them.
         let (now, wall) = (self.now.at, self.now.wall_ms.max(mark));

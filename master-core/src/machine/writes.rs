@@ -88,14 +88,14 @@ impl Core {
         }
     }
 
-    /// Whether final states decided here wait to be told (`None` if not) and, if they were
-    /// written late (in doubt), the jobs whose finals must first be compared with what the store
-    /// kept (`SlotMoves::set`).
-    pub fn finals_to_compare(&self) -> Option<Option<Vec<String>>> {
+    /// `None` if no final state decided here waits to be told; else the jobs whose finals were
+    /// written late (in doubt) and must first be compared with what the store kept
+    /// (`SlotMoves::set`), none if they may be told at once.
+    pub fn finals_to_compare(&self) -> Option<Vec<String>> {
         if !self.pending.finals_to_tell() {
             return None;
         }
-        Some(self.pending.finals_in_doubt().then(|| self.pending.unreported_jids()))
+        Some(if self.pending.finals_in_doubt() { self.pending.unreported_jids() } else { Vec::new() })
     }
 
     /// The slots of `jid` waiting to be told whose final state the store kept otherwise, with
@@ -128,9 +128,10 @@ impl Core {
         self.cluster.lost_track();
     }
 
-    /// The final states waiting are stored and compared: told (the bus, the watchers).
-    pub fn tell_stored_finals(&mut self, compared: bool) {
-        if compared {
+    /// The final states waiting are stored and, where in doubt, compared: told (the bus, the
+    /// watchers).
+    pub fn tell_stored_finals(&mut self) {
+        if self.pending.finals_in_doubt() {
             self.pending.finals_checked();
         }
         self.slots().report_stored_finals();

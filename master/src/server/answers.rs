@@ -164,8 +164,7 @@ impl<S: Store, N: Net> Master<S, N> {
     async fn insert_job(&mut self, job: &PreparedJob) -> Result<(), StoreError> {
         let started = self.clock.now();
         let stored = self.store.insert_job(&job.record, &job.states).await;
-        let took = self.clock.now().saturating_duration_since(started);
-        self.core.metrics.store_call("insert_job", took, stored.is_ok());
+        self.count_call("insert_job", started, stored.is_ok());
         stored
     }
 

@@ -23,11 +23,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let started = self.clock.now();
         let stored = self.store.append_audit(&self.core.config.id, appended, &entries).await;
         self.observe();
-        self.core.metrics.store_call(
-            "append_audit",
-            self.clock.now().saturating_duration_since(started),
-            stored.is_ok(),
-        );
+        self.count_call("append_audit", started, stored.is_ok());
         self.core.audit_appended(entries, stored);
     }
 }

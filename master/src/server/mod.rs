@@ -137,6 +137,12 @@ impl<S: Store, N: Net> Master<S, N> {
         self.core.observe(now, self.store.interruptions());
     }
 
+    /// Counts a store call on the core's path that began at `started` (`/metrics`).
+    pub(crate) fn count_call(&self, operation: &'static str, started: Instant, ok: bool) {
+        let took = self.clock.now().saturating_duration_since(started);
+        self.core.metrics.store_call(operation, took, ok);
+    }
+
     /// Loads the registry and unfinished jobs from the store.
     pub async fn new(
         config: MasterConfig,

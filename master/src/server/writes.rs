@@ -30,8 +30,7 @@ impl<S: Store, N: Net> Master<S, N> {
             let started = self.clock.now();
             let stored = self.store.put_minions(&records).await;
             self.observe();
-            let took = self.clock.now().saturating_duration_since(started);
-            self.core.metrics.store_call("put_minions", took, stored.is_ok());
+            self.count_call("put_minions", started, stored.is_ok());
             self.core.presence_written(records, stored);
         }
         for (tag, data) in self.core.take_departures_and_shared_events() {
@@ -48,8 +47,7 @@ impl<S: Store, N: Net> Master<S, N> {
         let stored = if changes.is_empty() { Ok(()) } else { self.store.set_states(&changes).await };
         self.observe();
         if !changes.is_empty() {
-            let took = self.clock.now().saturating_duration_since(started);
-            self.core.metrics.store_call("set_states", took, stored.is_ok());
+            self.count_call("set_states", started, stored.is_ok());
         }
         if !self.core.states_written(&changes, acks, stored) {
             return;
@@ -62,15 +60,14 @@ impl<S: Store, N: Net> Master<S, N> {
     /// those written late are first compared with what the store kept, and told as it kept
     /// them. Nothing is told while they are not stored, or cannot be compared.
     async fn tell_stored_finals(&mut self) {
-        let Some(in_doubt) = self.core.finals_to_compare() else { return };
-        let compared = in_doubt.is_some();
-        for jid in in_doubt.unwrap_or_default() {
+        let Some(jids) = self.core.finals_to_compare() else { return };
+        for jid in jids {
             if !self.follow_stored_finals(&jid).await {
                 self.core.finals_not_compared();
                 return;
             }
         }
-        self.core.tell_stored_finals(compared);
+        self.core.tell_stored_finals();
     }
 
     /// Compares `jid`'s final states waiting to be told with what the store kept: where another

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use halite_protocol::identity::IdentityKey;
 use halite_protocol::message::{
-    self, Hello, JobReturn, JobSpec, Message, Outcome, PrincipalAcl, PrincipalRule, PublishRequest, Request,
-    RequestBody, ResponseBody, SignedJob, Target, TargetKind,
+    self, Hello, JobSpec, Message, PrincipalAcl, PrincipalRule, PublishRequest, Request, RequestBody, ResponseBody,
+    SignedJob, Target, TargetKind,
 };
 use halite_protocol::noise::{Claim, Initiator, LocalIdentity, MasterPin, Role, Session, SessionConfig};
 use halite_protocol::zmtp::{PeerInfo, SocketType};
@@ -367,19 +367,7 @@ impl SimPeer {
     }
 }
 
-/// A successful return of `jid`.
-pub(crate) fn ret(jid: &str) -> JobReturn {
-    JobReturn {
-        jid: jid.into(),
-        minion: String::new(),
-        success: true,
-        retcode: 0,
-        outputs: json!({ "ok": true }),
-        truncated: false,
-        duration_ms: 5,
-        outcome: Outcome::Completed,
-    }
-}
+pub(crate) use halite_master_core::core::jobs::testing::ret;
 
 /// A deterministic key seed per name, so a name always has the same key.
 pub(crate) fn seed_of(name: &str) -> [u8; 32] {
