@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use halite_protocol::identity::PublicIdentity;
-use halite_protocol::message::{self, ErrorKind, Message, PrincipalAcl, UnreadableMessage};
 use halite_protocol::noise::{Claim, IdentifiedPeer, LocalIdentity, Responder, Role, SessionConfig};
 use halite_transport::{Lane, PeerId};
 use serde_json::json;
@@ -31,12 +30,6 @@ use crate::store::{ClusterChange, StoreError};
 /// Handshake outcomes as counted (`refused` includes keys told to wait for acceptance).
 const ACCEPTED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "accepted" };
 const REFUSED: crate::metrics::Outcome = crate::metrics::Outcome { outcome: "refused" };
-
-/// A sealed message a session opened, for the minion's or client's handler.
-pub enum Unsealed {
-    Minion { id: String, msg: Message, size: usize },
-    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, msg: Message },
-}
 
 /// What connections are admitted with: what that changes, and what it reads.
 pub struct AdmissionDesk<'a> {
@@ -66,17 +59,10 @@ impl AdmissionDesk<'_> {
         self.out.forget(peer, reason);
     }
 
-    /// A message on a connection: the handshake's next stage, or a sealed message opened and
-    /// returned for its handler (the loop hands it over once this desk's effects are carried
-    /// out).
-    pub fn on_message(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) -> Option<Unsealed> {
-        let conn = self.sessions.remove(&peer)?;
-        match conn {
-            // In-process sessions never arrive from the router; a refused peer is not listened to.
-            kept @ (Conn::Local { .. } | Conn::Refused { .. }) => {
-                self.sessions.insert(peer, kept);
-            }
-            Conn::AwaitHello { .. } => {
+    /// A message on a connection still in its handshake: the handshake's next stage.
+    pub fn on_handshake(&mut self, peer: PeerId, parts: Vec<Vec<u8>>) {
+        match self.sessions.remove(&peer) {
+            Some(Conn::AwaitHello { .. }) => {
                 let result = Claim::new(&self.config.id, None)
                     .and_then(|claim| Responder::new(self.identity, claim, SessionConfig::default()))
                     .and_then(|r| r.read_hello(single(&parts)?));
@@ -90,55 +76,14 @@ impl AdmissionDesk<'_> {
                     Err(error) => self.drop_peer(peer, &error.to_string()),
                 }
             }
-            Conn::AwaitIdentity { state, .. } => match state.read_identity(single(&parts).unwrap_or_default()) {
+            Some(Conn::AwaitIdentity { state, .. }) => match state.read_identity(single(&parts).unwrap_or_default()) {
                 Ok(identified) => self.admit(peer, identified),
                 Err(error) => self.drop_peer(peer, &error.to_string()),
             },
-            Conn::Minion { id, mut session } => {
-                let opened = session.open(&parts, self.now.at);
-                self.sessions.insert(peer, Conn::Minion { id: id.clone(), session });
-                let decoded = opened
-                    .map_err(UnreadableMessage::from)
-                    .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(UnreadableMessage::from));
-                match decoded {
-                    Ok((msg, size)) => return Some(Unsealed::Minion { id, msg, size }),
-                    Err(error) => {
-                        warn!(minion = %id, %error, "undecodable message");
-                        self.out.send_error(peer, ErrorKind::BadRequest, error.to_string(), None);
-                    }
-                }
-            }
-            Conn::Client { principal, acl, mut session, greeted } => {
-                let opened = session.open(&parts, self.now.at);
-                let decoded = opened
-                    .map_err(UnreadableMessage::from)
-                    .and_then(|b| message::decode(&b).map_err(UnreadableMessage::from));
-                // The protocol's first client message is `client_hello` (docs/protocol.md): nothing
-                // else is served before it, so a client always learns the master's version and
-                // revocations before acting.
-                let greets = matches!(decoded, Ok(Message::ClientHello(_)));
-                self.sessions.insert(
-                    peer,
-                    Conn::Client {
-                        principal: principal.clone(),
-                        acl: acl.clone(),
-                        session,
-                        greeted: greeted || greets,
-                    },
-                );
-                match decoded {
-                    Ok(msg) if greeted || greets => return Some(Unsealed::Client { principal, acl, msg }),
-                    Ok(_) => self.out.send_error(
-                        peer,
-                        ErrorKind::BadRequest,
-                        "send client_hello first: nothing is served before it".to_owned(),
-                        None,
-                    ),
-                    Err(error) => self.out.send_error(peer, ErrorKind::BadRequest, error.to_string(), None),
-                }
-            }
+            // Only a connection in its handshake is handed here (`Sessions::open`).
+            Some(other) => self.sessions.insert(peer, other),
+            None => {}
         }
-        None
     }
 
     /// A peer that proved its identity: a client is admitted (or refused) on the principals

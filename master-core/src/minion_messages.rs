@@ -2,14 +2,15 @@
 //! refusals of jobs, returns (stored before they are acknowledged, late ones kept), events
 //! (checked against the `[[events]]` ACL, size and rate) and peer publishes.
 //!
-//! Nothing here acts on the master: the loop lends a [`MinionDesk`] (what a minion's messages
-//! change: its registry entry, what the next commit writes, the event gate, the files served;
-//! the live jobs and the config, read-only) and carries out the [`Effect`]s it returns: the
-//! slots' moves, sends, events, deliveries and publishes (`Master::with_minion_desk`).
+//! Nothing here acts on the master but through its desk: the loop lends a [`MinionDesk`] (what
+//! a minion's messages change: its registry entry, its jobs' slots through [`SlotMoves`] with
+//! what the next commit writes, the event gate, the files served; the config, read-only) and
+//! carries out the [`Effect`]s it returns: sends, events, deliveries and publishes
+//! (`Core::with_minion_desk`).
 
 use std::time::Duration;
 
-use halite_protocol::message::{ErrorKind, Event, Message, MinionJobState, Outcome, Welcome};
+use halite_protocol::message::{ErrorKind, Event, JobReturn, Message, MinionJobState, Outcome, Welcome};
 use halite_transport::PeerId;
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -19,21 +20,20 @@ use crate::authz::publish::Publisher;
 use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::event_gate::EventGate;
-use crate::core::jobs::JobTable;
 use crate::core::registry::Registry;
-use crate::core::writes::PendingWrites;
+use crate::core::slot_moves::SlotMoves;
 use crate::file_reads::FileServer;
 use crate::file_scope::FileScope;
 use crate::limits;
 use crate::metrics::Metrics;
-use crate::outputs::effects::{Effect, Effects, SlotOp};
+use crate::outputs::effects::{Effect, Effects};
 
 /// What a minion's messages are handled with: what they change, and what they read.
 pub struct MinionDesk<'a> {
     pub config: &'a MasterConfig,
     pub registry: &'a mut Registry,
-    pub jobs: &'a JobTable,
-    pub pending: &'a mut PendingWrites,
+    /// The live jobs' slots, moved only through it, with what the next commit writes.
+    pub slots: SlotMoves<'a>,
     pub event_gate: &'a mut EventGate,
     pub notices: &'a mut NoticeThrottle,
     pub files: &'a mut FileServer,
@@ -95,89 +95,25 @@ impl MinionDesk<'_> {
                 let entry = self.registry.minion_mut(id);
                 entry.functions = hello.functions;
                 entry.installed = installed;
-                self.pending.put_minion(self.registry.seen(id, self.now.wall_ms));
+                self.slots.writes().put_minion(self.registry.seen(id, self.now.wall_ms));
                 self.out.send(peer, Message::Welcome(welcome(self.config, self.now.wall_ms)));
                 self.out.emit_shared(format!("halite/minion/{id}/connected"), json!({}));
                 // Everything unfinished goes again, in jid order: the backlog is part of it.
                 self.out.push(Effect::DeliverAll { minion: id.to_owned(), peer });
             }
-            Message::JobAck(ack) if ack.accepted => {
-                let (jid, minion) = (ack.jid, id.to_owned());
-                self.out.slot(SlotOp::Set { jid, minion, state: MinionJobState::Running, ret: None });
-            }
+            Message::JobAck(ack) if ack.accepted => self.slots.set(&ack.jid, id, MinionJobState::Running, None),
             Message::JobAck(ack) => {
                 let reason = if ack.reason.is_empty() { "the minion refused the job".to_owned() } else { ack.reason };
-                let (jid, minion) = (ack.jid, id.to_owned());
-                self.out.slot(SlotOp::Refused { jid, minion, kind: ErrorKind::Forbidden, reason });
+                self.slots.refused(&ack.jid, id, ErrorKind::Forbidden, reason);
             }
             Message::Error(error) => match error.request {
                 // A refusal of a job names its jid; nothing else a minion reports needs an answer.
-                Some(jid) => {
-                    let (minion, kind, reason) = (id.to_owned(), error.kind, error.message);
-                    self.out.slot(SlotOp::Refused { jid, minion, kind, reason })
-                }
+                Some(jid) => self.slots.refused(&jid, id, error.kind, error.message),
                 None => {
                     warn!(minion = id, kind = ?error.kind, message = %error.message, "the minion reported an error")
                 }
             },
-            Message::JobReturn(mut ret) => {
-                if self.store_in_doubt || !self.pending.hold_return(size) {
-                    // The store does not answer (or the bound is reached): this return stays in
-                    // the minion's outbox, and the minion is asked for it again once the store
-                    // answers and this master has reread it. Nothing is told meanwhile that the
-                    // store might contradict.
-                    if self.notices.ready("store:held_returns", Duration::from_secs(10), self.now.at) {
-                        warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
-                    }
-                    self.pending.owe(id);
-                    return;
-                }
-                ret.minion = id.to_owned();
-                if let Some(why) = limits::oversized_return(&ret, size, self.config.max_return_bytes) {
-                    warn!(minion = id, jid = %ret.jid, "{why}");
-                    limits::replace_oversized_return(&mut ret, &why);
-                }
-                let state = match ret.outcome {
-                    Outcome::Completed if ret.success => MinionJobState::Returned,
-                    Outcome::Completed | Outcome::Interrupted | Outcome::Refused => MinionJobState::Failed,
-                    Outcome::TimedOut => MinionJobState::TimedOut,
-                    Outcome::Cancelled => MinionJobState::Cancelled,
-                    Outcome::Denied => MinionJobState::Denied,
-                };
-                let jid = ret.jid.clone();
-                match self.jobs.state(&jid, id) {
-                    Some(current) if !current.is_final() => {
-                        let minion = id.to_owned();
-                        self.out.slot(SlotOp::Set { jid: jid.clone(), minion, state, ret: Some(ret) })
-                    }
-                    // The same end again (a minion that moved re-sends what was already stored):
-                    // acknowledged, nothing more to tell.
-                    Some(current) if current == state => {}
-                    // After the slot ended (timed out, cancelled): kept as a late return beside
-                    // the final state, never thrown away, and announced.
-                    Some(_) => {
-                        info!(jid, minion = id, state = state.as_str(), "late return stored");
-                        self.out.push(Effect::LateReturn {
-                            jid: jid.clone(),
-                            minion: id.to_owned(),
-                            state,
-                            ret: Box::new(ret),
-                        });
-                    }
-                    // The job is not live here: finished, or never sent to this minion. The
-                    // store keeps it only where a slot of this minion exists (the write is an
-                    // update of that row); nothing is announced, so a minion cannot put returns
-                    // of jobs it never ran on anyone's bus.
-                    None => {
-                        info!(jid, minion = id, "return for a job not live here: acknowledged, not announced");
-                        let (minion, ret) = (id.to_owned(), Some(ret));
-                        self.out.slot(SlotOp::Record { jid: jid.clone(), minion, state, ret, late: true });
-                    }
-                }
-                // Acknowledged only once stored (at the end of this step): the minion keeps it
-                // in its outbox until then.
-                self.pending.ack_once_stored(peer, jid);
-            }
+            Message::JobReturn(ret) => self.on_return(peer, id, ret, size),
             Message::JobProgress(progress) => debug!(minion = id, jid = %progress.jid, "progress"),
             Message::Event(event) => self.on_minion_event(id, event),
             Message::FileGet(request) => {
@@ -195,6 +131,63 @@ impl MinionDesk<'_> {
                 self.out.send_error(peer, ErrorKind::BadRequest, format!("{what} is not a minion message"), None);
             }
         }
+    }
+
+    /// A minion's return: bounded, its slot moved to the state its outcome names, and its
+    /// acknowledgement held until the step's commit stores it. A return the store cannot take
+    /// yet stays on the minion.
+    fn on_return(&mut self, peer: PeerId, id: &str, mut ret: JobReturn, size: usize) {
+        if self.store_in_doubt || !self.slots.writes().hold_return(size) {
+            // The store does not answer (or the bound is reached): this return stays in the
+            // minion's outbox, and the minion is asked for it again once the store answers and
+            // this master has reread it. Nothing is told meanwhile that the store might
+            // contradict.
+            if self.notices.ready("store:held_returns", Duration::from_secs(10), self.now.at) {
+                warn!(minion = id, jid = %ret.jid, "the store does not answer (or returns waiting for it reached their bound); returns left on the minions for now");
+            }
+            self.slots.writes().owe(id);
+            return;
+        }
+        ret.minion = id.to_owned();
+        if let Some(why) = limits::oversized_return(&ret, size, self.config.max_return_bytes) {
+            warn!(minion = id, jid = %ret.jid, "{why}");
+            limits::replace_oversized_return(&mut ret, &why);
+        }
+        let state = match ret.outcome {
+            Outcome::Completed if ret.success => MinionJobState::Returned,
+            Outcome::Completed | Outcome::Interrupted | Outcome::Refused => MinionJobState::Failed,
+            Outcome::TimedOut => MinionJobState::TimedOut,
+            Outcome::Cancelled => MinionJobState::Cancelled,
+            Outcome::Denied => MinionJobState::Denied,
+        };
+        let jid = ret.jid.clone();
+        match self.slots.state(&jid, id) {
+            Some(current) if !current.is_final() => self.slots.set(&jid, id, state, Some(ret)),
+            // The same end again (a minion that moved re-sends what was already stored):
+            // acknowledged, nothing more to tell.
+            Some(current) if current == state => {}
+            // After the slot ended (timed out, cancelled): kept as a late return beside the
+            // final state, never thrown away, and announced once, as `late` (not `ret`: the
+            // slot's final state was told, and stays what it is).
+            Some(_) => {
+                info!(jid, minion = id, state = state.as_str(), "late return stored");
+                let data = json!({ "state": state.as_str(), "ret": ret });
+                if self.slots.late_return(&jid, id, state, ret) {
+                    self.out.emit_shared(format!("halite/job/{jid}/late/{id}"), data);
+                }
+            }
+            // The job is not live here: finished, or never sent to this minion. The store keeps
+            // it only where a slot of this minion exists (the write is an update of that row);
+            // nothing is announced, so a minion cannot put returns of jobs it never ran on
+            // anyone's bus.
+            None => {
+                info!(jid, minion = id, "return for a job not live here: acknowledged, not announced");
+                self.slots.record(&jid, id, state, Some(ret), true);
+            }
+        }
+        // Acknowledged only once stored (at the end of this step): the minion keeps it in its
+        // outbox until then.
+        self.slots.writes().ack_once_stored(peer, jid);
     }
 
     /// A minion's `event.send`: checked against the `[[events]]` ACL, size and rate, then

@@ -1,5 +1,6 @@
 //! Jobs coming to be: a publish resolved within what the publisher can see, authorised (with
-//! the reach its job carries), stored, then sent; and cancelled.
+//! the reach its job carries), signed and asked to be stored (it goes live once stored:
+//! `machine/going_live.rs`); and cancelled.
 //!
 //! Nothing here awaits or acts on the master: the loop lends a [`PublishDesk`] (the live jobs
 //! and what listens to them, the jid generator; the registry, sessions, config and the master's
@@ -9,20 +10,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use halite_protocol::message::{self, ErrorKind, Job, Message, MinionJobState, PublishRequest, Published, SignedJob};
+use halite_protocol::message::{self, ErrorKind, Job, Message, MinionJobState, PublishRequest, SignedJob};
 use halite_protocol::noise::LocalIdentity;
 use halite_transport::PeerId;
-use serde_json::json;
-use tracing::{info, warn};
+use tracing::warn;
 
-use crate::authz::publish::{self, Publisher, Rules};
-use crate::authz::{Access, Action, Asker, Denied, JobAccess};
+use crate::authz::grant::PublishGrant;
+use crate::authz::publish::{self, Publisher};
+use crate::authz::{Access, JobAccess};
 use crate::clock::JidGenerator;
 use crate::clock::Now;
 use crate::config::MasterConfig;
 use crate::core::cluster_view::ClusterView;
-use crate::core::hearing::{Hearing, SlotChange};
-use crate::core::jobs::{JobTable, LiveJob, Slot};
+use crate::core::jobs::{JobTable, Slot};
 use crate::core::registry::Registry;
 use crate::core::rollout_queue::RolloutQueue;
 use crate::core::sessions::Sessions;
@@ -30,16 +30,9 @@ use crate::limits;
 use crate::metrics::Metrics;
 use crate::outputs::asks::NewJob;
 use crate::outputs::asks::{Ask, JobPublisher, PreparedJob, RolloutCause};
-use crate::outputs::effects::{Effect, Effects, SlotOp};
+use crate::outputs::effects::{Effects, SlotOp};
 use crate::rollouts::Rollouts;
-use crate::store::{JobRecord, StoreError};
-
-use crate::target::Expr;
-
-/// Most ids a job records as `unknown`: an inventory with some hosts not enrolled passes, while
-/// a list of made-up names cannot make a job write a slot (and an event) for each of them, nor
-/// make every listing of jobs read them.
-const MAX_UNKNOWN_IDS: usize = 1_000;
+use crate::store::JobRecord;
 
 /// What a new job is issued with: the jid generator, the master's identity, who is online
 /// here and elsewhere.
@@ -110,7 +103,6 @@ pub struct PublishDesk<'a> {
     pub sessions: &'a Sessions,
     pub cluster: &'a ClusterView,
     pub jobs: &'a mut JobTable,
-    pub hearing: &'a mut Hearing,
     pub rollout_queue: &'a mut RolloutQueue,
     pub metrics: &'a Metrics,
     pub issuer: JobIssuer<'a>,
@@ -125,22 +117,10 @@ impl PublishDesk<'_> {
     }
 
     /// Decides a publish and, if it stands, asks for its job to be stored
-    /// ([`PublishDesk::job_stored`] sends it); whatever refuses it is answered at once.
+    /// (it goes live once stored: `Core::job_stored`); whatever refuses it is answered at once.
     pub fn publish(&mut self, peer: PeerId, caller: &str, publisher: Publisher, request: PublishRequest) {
         let request_id = Some(request.request_id.to_string());
         let received = self.now.at;
-        // A minion no peer rule names may publish nothing: refused before its target is read.
-        if let Publisher::Peer(source) = &publisher {
-            let nothing =
-                Action::Publish { function: &request.spec.function, kwargs: &request.spec.kwargs, targets: &[] };
-            if let Err(denied @ Denied::Forbidden(_)) =
-                self.access().decide(&Asker::MinionPeer { id: source }, &nothing)
-            {
-                self.metrics.get().denied("publish");
-                self.out.send_error(peer, denied.kind(), denied.message(), request_id);
-                return;
-            }
-        }
         if let Some(why) = request.spec.rollout.as_ref().and_then(crate::core::rollout::invalid) {
             self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
             return;
@@ -162,92 +142,19 @@ impl PublishDesk<'_> {
             );
             return;
         }
-        let expr = match Expr::parse(request.spec.target.kind, &request.spec.target.expr, &self.config.nodegroups) {
-            Ok(expr) => expr,
-            Err(error) => {
-                self.out.send_error(peer, ErrorKind::BadRequest, error.to_string(), request_id);
+        let PublishGrant { targets, unknown, reach } = match self.access().grant_publish(caller, &publisher, &request) {
+            Ok(granted) => granted,
+            Err(refused) => {
+                if refused.denied {
+                    warn!(%caller, function = %request.spec.function, why = %refused.why, "publish refused");
+                    self.metrics.get().denied("publish");
+                }
+                self.out.send_error(peer, refused.kind, refused.why, request_id);
                 return;
             }
         };
-        // Resolved within what the publisher can see: a minion outside its view is never
-        // matched, so neither the answer nor an error reveals it or its grains.
-        let view = publisher.view(&Rules { nodegroups: &self.config.nodegroups, peers: &self.config.peers });
-        let in_view = |id: &&str| {
-            let grains = self.registry.grains(id);
-            view.contains(id, grains) && expr.matches(id, grains)
-        };
-        // A target that names its minions outright (one id, a list) is looked up, not matched
-        // against the whole fleet: most jobs an engine sends go to one server. Sorted either
-        // way (the unknown ids are told apart by a binary search).
-        let targets: Vec<String> = match expr.named_ids() {
-            Some(named) => {
-                let mut targets: Vec<String> = named
-                    .into_iter()
-                    .filter(|id| self.registry.has_accepted(id))
-                    .filter(in_view)
-                    .map(str::to_owned)
-                    .collect();
-                targets.sort_unstable();
-                targets
-            }
-            None => {
-                self.registry.accepted_ids().iter().map(String::as_str).filter(in_view).map(str::to_owned).collect()
-            }
-        };
-        // Ids the target names that match no minion in view: shown as unknown, each in its
-        // own final slot, rather than silently left out. One outside the caller's view is
-        // unknown to it exactly like one that does not exist.
-        let unknown: Vec<String> = match expr.named_ids() {
-            Some(named) if !targets.is_empty() => {
-                let mut unknown: Vec<String> = named
-                    .into_iter()
-                    .filter(|id| targets.binary_search_by(|t| t.as_str().cmp(id)).is_err())
-                    .map(str::to_owned)
-                    .collect();
-                unknown.sort();
-                unknown
-            }
-            _ => Vec::new(),
-        };
-        // What is not even an id cannot be a minion: said at once, never recorded (nor shown to
-        // whoever reads the job later).
-        if let Some((id, error)) =
-            unknown.iter().find_map(|id| halite_protocol::id::validate(id).err().map(|e| (id, e)))
-        {
-            let why = format!("the target names {id:?}, which is not a minion id: {error}");
-            self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
-            return;
-        }
-        if unknown.len() > MAX_UNKNOWN_IDS {
-            let why = format!(
-                "{} of the ids the target names match no minion you may target (first: {}); a job names at most \
-                 {MAX_UNKNOWN_IDS} such ids: check the list",
-                unknown.len(),
-                unknown.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-            );
-            self.out.send_error(peer, ErrorKind::BadRequest, why, request_id);
-            return;
-        }
-        if targets.is_empty() {
-            let why = match publisher {
-                Publisher::Root => "no minions matched the target",
-                Publisher::Principal(_) => "no minions matched the target among those this principal may target",
-                Publisher::Peer(_) => "no minions matched the target among those a peer rule lets this minion target",
-            };
-            self.out.send_error(peer, ErrorKind::NotFound, why.into(), request_id);
-            return;
-        }
         // A minion that publishes gets its answer, not a stream of updates.
         let watchers = if matches!(publisher, Publisher::Peer(_)) { Vec::new() } else { vec![peer] };
-        let reach = match self.access().authorize_publish(caller, &publisher, &request, &targets) {
-            Ok(reach) => reach,
-            Err(why) => {
-                warn!(%caller, function = %request.spec.function, %why, "publish refused");
-                self.metrics.get().denied("publish");
-                self.out.send_error(peer, ErrorKind::Forbidden, why.to_string(), request_id);
-                return;
-            }
-        };
         if let Some(why) = self.registry.function_missing(&request.spec.function, &targets) {
             self.out.send_error(peer, ErrorKind::NotFound, why, request_id);
             return;
@@ -269,76 +176,6 @@ impl PublishDesk<'_> {
     /// Creates and signs a job ([`JobIssuer::prepare`]).
     pub fn prepare_job(&mut self, caller: &str, new: NewJob, targets: Vec<String>) -> PreparedJob {
         self.issuer.prepare(caller, new, targets)
-    }
-
-    /// A job's row was written (or not): stored, it goes live and is sent to its targets that are
-    /// online here, and its publisher gets `published` before any update. Not stored, nothing
-    /// of it was sent, and its publisher is told so: it must never wait for a reply.
-    pub fn job_stored(&mut self, job: PreparedJob, stored: Result<(), StoreError>) -> Result<String, StoreError> {
-        let PreparedJob { record, states, slots, run_deadline, targets, unknown, publisher } = job;
-        let jid = record.jid.clone();
-        let rolled_out = record.rollout.is_some();
-        let caller = record.caller.clone();
-        if let Err(error) = stored {
-            warn!(%jid, %error, "storing a new job failed");
-            if let Some(publisher) = &publisher {
-                let why = if error.is_indeterminate() {
-                    // The statement was on its way when the database stopped answering: it may
-                    // still commit, and the job then runs (found by the masters' sweep).
-                    format!(
-                        "the database stopped answering while job {jid} was being stored: it may still be \
-                         stored and run once the database answers; look with `halite jobs show {jid}` before \
-                         publishing it again"
-                    )
-                } else {
-                    format!("the job could not be stored ({}); nothing was sent", error.class())
-                };
-                self.out.send_error(publisher.peer, ErrorKind::Internal, why, Some(publisher.request_id.to_string()));
-            }
-            return Err(error);
-        }
-        info!(%jid, function = %record.function, minions = targets.len(), %caller, "job published");
-        self.metrics.get().jobs_published.inc();
-        let new_event =
-            json!({ "function": record.function, "target": record.target, "caller": caller, "minions": targets });
-        let grace = Duration::from_secs(self.config.timeout_grace_secs);
-        let job_message =
-            crate::core::jobs::job_message(&record.signed, run_deadline, grace, self.now.at, self.now.wall_ms);
-        let (watchers, answer) = match publisher {
-            Some(JobPublisher { peer, request_id, watchers, received }) => {
-                let published = Published { request_id, jid: jid.clone(), minions: targets.clone(), unknown };
-                (watchers, Some((peer, published, received)))
-            }
-            None => (Vec::new(), None),
-        };
-        // Its rollout hears only the events published after it: the loop hands out those before
-        // (`Master::answer_asks`).
-        self.jobs.insert(LiveJob::new(record, slots, watchers));
-        self.out.tell(crate::store::ClusterChange::Job { jid: jid.clone() });
-        // Announced once live, so the bus can tell who may see it.
-        self.out.emit(format!("halite/job/{jid}/new"), new_event);
-        for (id, state) in states {
-            if let (MinionJobState::Sent, Some(peer)) = (state, self.sessions.peer_of(&id)) {
-                let (minion, jid, message) = (id.clone(), jid.clone(), Box::new(job_message.clone()));
-                self.out.push(Effect::SendJob { peer, minion, jid, message });
-            }
-            // Told to the job's watchers; offline or unknown at publish, its final state on the
-            // bus here as on every master.
-            self.hearing.slot_changed(SlotChange { jid: jid.clone(), minion: id, state, ret: None });
-        }
-        if rolled_out {
-            self.rollout_queue.due(&jid);
-        }
-        // Over at once when no target is live.
-        self.hearing.job_may_end(&jid);
-        // Then the publisher's answer, still before any update of the job (those leave when
-        // the step ends), and after the jobs: they are on their way before it is.
-        if let Some((peer, published, received)) = answer {
-            self.out.send(peer, Message::Published(published));
-            let took = self.now.at.saturating_duration_since(received);
-            self.metrics.get().dispatch_seconds.observe(took.as_secs_f64());
-        }
-        Ok(jid)
     }
 
     /// A client's cancel: only of a job it may see (`visible`); another principal's job is

@@ -37,6 +37,7 @@ use crate::core::registry::Registry;
 use crate::target::Expr;
 
 pub mod decide;
+pub mod grant;
 pub mod publish;
 
 pub use decide::{Action, Asker, Denied, Granted, JobFacts, Policy, RequestKind, MAX_PATTERN_LEN};

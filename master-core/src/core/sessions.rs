@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halite_protocol::message::PrincipalAcl;
+use halite_protocol::message::{self, Message, PrincipalAcl, UnreadableMessage};
 use halite_protocol::noise::{AwaitingIdentity, Session};
 use halite_transport::PeerId;
 
@@ -57,6 +57,23 @@ impl Conn {
             _ => None,
         }
     }
+}
+
+/// A message on a connection, as its stage reads it ([`Sessions::open`]).
+pub enum Opened {
+    /// A minion's message, decoded; `size`: its encoded length, which bounds what its caps
+    /// must measure.
+    Minion { id: String, msg: Message, size: usize },
+    /// A client's message, once it sent its `client_hello`.
+    Client { principal: String, acl: Option<Arc<PrincipalAcl>>, msg: Message },
+    /// The connection is in its handshake: these parts are its next stage.
+    Handshake(Vec<Vec<u8>>),
+    /// A message its session could not open or decode, or a client's before its hello: the
+    /// peer is told why, and the connection stays.
+    Unreadable(String),
+    /// Nothing to read: no such connection, a refused one, or an in-process session (which
+    /// never arrives from the network).
+    Ignored,
 }
 
 /// How long a refused connection stays open after its verdict.
@@ -112,6 +129,43 @@ impl Sessions {
     /// A connection's stage.
     pub fn get(&self, peer: &PeerId) -> Option<&Conn> {
         self.conns.get(peer)
+    }
+
+    /// Opens a message that arrived on `peer` with its session, at `now`: the one place a
+    /// sealed message is read.
+    pub fn open(&mut self, peer: PeerId, parts: Vec<Vec<u8>>, now: Instant) -> Opened {
+        match self.conns.get_mut(&peer) {
+            None | Some(Conn::Local { .. } | Conn::Refused { .. }) => Opened::Ignored,
+            Some(Conn::AwaitHello { .. } | Conn::AwaitIdentity { .. }) => Opened::Handshake(parts),
+            Some(Conn::Minion { id, session }) => {
+                let decoded = session
+                    .open(&parts, now)
+                    .map_err(UnreadableMessage::from)
+                    .and_then(|b| message::decode(&b).map(|msg| (msg, b.len())).map_err(UnreadableMessage::from));
+                match decoded {
+                    Ok((msg, size)) => Opened::Minion { id: id.clone(), msg, size },
+                    Err(error) => {
+                        tracing::warn!(minion = %id, %error, "undecodable message");
+                        Opened::Unreadable(error.to_string())
+                    }
+                }
+            }
+            Some(Conn::Client { principal, acl, session, greeted }) => {
+                let decoded = session
+                    .open(&parts, now)
+                    .map_err(UnreadableMessage::from)
+                    .and_then(|b| message::decode(&b).map_err(UnreadableMessage::from));
+                // The protocol's first client message is `client_hello` (docs/protocol.md):
+                // nothing else is served before it, so a client always learns the master's
+                // version and revocations before acting.
+                *greeted |= matches!(decoded, Ok(Message::ClientHello(_)));
+                match decoded {
+                    Ok(msg) if *greeted => Opened::Client { principal: principal.clone(), acl: acl.clone(), msg },
+                    Ok(_) => Opened::Unreadable("send client_hello first: nothing is served before it".to_owned()),
+                    Err(error) => Opened::Unreadable(error.to_string()),
+                }
+            }
+        }
     }
 
     /// The principal on a client connection and its ACL (`None` for root), for

@@ -43,6 +43,25 @@ impl<'a> SlotMoves<'a> {
         SlotMoves { jobs, pending, hearing, shared, now, wall_ms }
     }
 
+    /// `minion`'s slot of `jid`, if the job is live here.
+    pub fn state(&self, jid: &str, minion: &str) -> Option<MinionJobState> {
+        self.jobs.state(jid, minion)
+    }
+
+    /// What the next commit writes besides the moves (a minion's presence, returns held
+    /// until stored), for the desk that moves slots.
+    pub fn writes(&mut self) -> &mut PendingWrites {
+        self.pending
+    }
+
+    /// A return for a slot already final: stored beside that state, which does not change;
+    /// whether it is the slot's first late return (announced once).
+    pub fn late_return(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: JobReturn) -> bool {
+        let first = self.jobs.first_late_return(jid, minion);
+        self.record(jid, minion, state, Some(ret), true);
+        first
+    }
+
     /// Moves `minion`'s slot of `jid` to `state` if the transition table allows it, queues it
     /// for the group commit and records the move for its listeners.
     pub fn set(&mut self, jid: &str, minion: &str, state: MinionJobState, ret: Option<JobReturn>) {

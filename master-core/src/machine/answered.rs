@@ -129,7 +129,7 @@ impl Core {
         match answer {
             Answer::JobInserted { job, stored } => {
                 // A failure is logged and told to the publisher by the continuation.
-                let _ = self.job_inserted(*job, stored);
+                let _ = self.job_stored(*job, stored);
             }
             Answer::KeyDecided { admitting, decided } => {
                 self.with_admission_desk(|desk| desk.key_decided(*admitting, decided))
@@ -157,7 +157,7 @@ impl Core {
             }
             Answer::DeployDone { from, done } => self.with_deploy_desk(|desk| desk.deploy_answered(from, done)),
             Answer::DeploymentJobInserted { job, from, write, stored } => {
-                let stored = self.job_inserted(*job, stored);
+                let stored = self.job_stored(*job, stored);
                 self.with_deploy_desk(|desk| desk.deployment_job_stored(from, *write, stored));
             }
             Answer::GroupDone { id, done } => {
@@ -204,20 +204,6 @@ impl Core {
                 self.with_deploy_desk(|desk| desk.relay_recorded(*record, *done, stored))
             }
         }
-    }
-
-    /// A new job's row, stored or not: stored, it goes live (`PublishDesk::job_stored`); its
-    /// jid, or why not.
-    fn job_inserted(
-        &mut self,
-        job: crate::outputs::asks::PreparedJob,
-        stored: Result<(), StoreError>,
-    ) -> Result<String, StoreError> {
-        if stored.is_ok() {
-            // The job joins the table: its rollout hears only what is published after.
-            self.hear_events();
-        }
-        self.with_publish_desk(|desk| desk.job_stored(job, stored))
     }
 
     /// Whether a job the store holds was published by a master revoked since: it is refused

@@ -10,13 +10,10 @@
 //! and deployment groups: the loop does those after it in the step, from what their listeners
 //! noted.
 
-use halite_protocol::message::{self, JobDone, JobUpdate, Message};
-use halite_transport::SendError;
+use halite_protocol::message::JobUpdate;
 use serde_json::json;
-use tracing::warn;
 
 use super::Core;
-use crate::limits;
 
 impl Core {
     /// Hands each slot end recorded since the last call to its listeners, move by move, in
@@ -93,43 +90,6 @@ impl Core {
             let aborts = crate::core::rollout::aborted_by(&self.jobs, &tag, &data, receives);
             self.groups.hear(&tag, &data, receives);
             self.rollout_queue.abort(aborts);
-        }
-    }
-
-    /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
-    /// slow to take are counted and reported in `job_done.missed` (the client then reads the
-    /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
-    /// partial result complete.
-    pub fn send_watcher_batches(&mut self) {
-        for (peer, batch) in self.watchers.take() {
-            // Several messages when the returns are large: each within the message cap.
-            let mut gone = false;
-            for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
-                let message = Message::JobUpdates(message::JobUpdates { updates });
-                match self.try_send(peer, &message) {
-                    Ok(()) => {}
-                    Err(SendError::Full) => {
-                        if let Message::JobUpdates(lost) = message {
-                            self.watchers.missed(peer, lost.updates);
-                        }
-                    }
-                    // Gone: nothing to report to anyone.
-                    Err(_) => gone = true,
-                }
-            }
-            if gone {
-                continue;
-            }
-            for jid in batch.done {
-                let missed = self.watchers.take_missed(peer, &jid);
-                if missed > 0 {
-                    warn!(peer = peer.0, %jid, missed, "a client missed job updates; told so in job_done");
-                }
-                if let Err(SendError::Full) = self.try_send(peer, &Message::JobDone(JobDone { jid, missed })) {
-                    warn!(peer = peer.0, "client too slow to take job_done; disconnecting it");
-                    self.forget(peer, Some("too slow to read job results"));
-                }
-            }
         }
     }
 }

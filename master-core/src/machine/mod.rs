@@ -15,13 +15,14 @@
 
 mod answered;
 mod audit;
-mod clients;
 pub mod cluster_reads;
 mod connections;
 mod desks;
-mod effects;
+mod going_live;
 mod hearing;
 mod inputs;
+mod local;
+mod network;
 mod rollouts;
 mod sending;
 mod stages;

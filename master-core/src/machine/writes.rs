@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use halite_protocol::message::{JobReturn, Message, MinionJobState, ResendReturns, ReturnAck, Value};
-use halite_transport::PeerId;
+use halite_protocol::message::{self, JobDone, JobReturn, Message, MinionJobState, ResendReturns, ReturnAck, Value};
+use halite_transport::{PeerId, SendError};
 use tracing::{info, warn};
 
+use crate::limits;
 use crate::store::{ClusterChange, MinionRecord, StateChange, StoreError};
 
 use super::Core;
@@ -53,6 +54,43 @@ impl Core {
     pub fn tell_watchers(&mut self) {
         self.send_watcher_batches();
         self.outlet.release_held();
+    }
+
+    /// Sends each watcher its batched updates, then its finished jobs. Updates a client is too
+    /// slow to take are counted and reported in `job_done.missed` (the client then reads the
+    /// job); a client that cannot even take `job_done` is disconnected, so it never believes a
+    /// partial result complete.
+    pub fn send_watcher_batches(&mut self) {
+        for (peer, batch) in self.watchers.take() {
+            // Several messages when the returns are large: each within the message cap.
+            let mut gone = false;
+            for updates in message::split_by_size(batch.updates, limits::MESSAGE_BUDGET) {
+                let message = Message::JobUpdates(message::JobUpdates { updates });
+                match self.try_send(peer, &message) {
+                    Ok(()) => {}
+                    Err(SendError::Full) => {
+                        if let Message::JobUpdates(lost) = message {
+                            self.watchers.missed(peer, lost.updates);
+                        }
+                    }
+                    // Gone: nothing to report to anyone.
+                    Err(_) => gone = true,
+                }
+            }
+            if gone {
+                continue;
+            }
+            for jid in batch.done {
+                let missed = self.watchers.take_missed(peer, &jid);
+                if missed > 0 {
+                    warn!(peer = peer.0, %jid, missed, "a client missed job updates; told so in job_done");
+                }
+                if let Err(SendError::Full) = self.try_send(peer, &Message::JobDone(JobDone { jid, missed })) {
+                    warn!(peer = peer.0, "client too slow to take job_done; disconnecting it");
+                    self.forget(peer, Some("too slow to read job results"));
+                }
+            }
+        }
     }
 
     /// The job states to write in one transaction, with the returns each acknowledges once it is

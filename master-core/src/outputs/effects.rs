@@ -41,8 +41,6 @@ pub enum Effect {
     Send { peer: PeerId, message: Box<Message> },
     /// A slot's move, made where every slot moves (`SlotMoves`).
     Slot(SlotOp),
-    /// A return for a slot already final: stored beside that state, announced once as `late`.
-    LateReturn { jid: String, minion: String, state: MinionJobState, ret: Box<JobReturn> },
     /// Everything unfinished for a minion that said hello goes to it again, in jid order (its
     /// backlog included).
     DeliverAll { minion: String, peer: PeerId },
@@ -88,13 +86,9 @@ pub enum Effect {
 pub enum SlotOp {
     /// To `state`, with its return (`SlotMoves::set`).
     Set { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
-    /// Refused by its minion (`SlotMoves::refused`).
-    Refused { jid: String, minion: String, kind: ErrorKind, reason: String },
     /// A move another master decided and stored, made here and told to its listeners
     /// (`SlotMoves::elsewhere`).
     Moved { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn> },
-    /// Recorded for the commit without moving (`SlotMoves::record`).
-    Record { jid: String, minion: String, state: MinionJobState, ret: Option<JobReturn>, late: bool },
 }
 
 /// What a handler decided for the loop to carry out, in the order decided: every desk collects

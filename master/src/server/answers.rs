@@ -1,9 +1,7 @@
 //! Where the driver makes the store calls the core asks for (`outputs/asks.rs`) and hands each
 //! answer back (`Core::answered`, `machine/answered.rs` in the core) before anything else happens: the one
-//! place a handler's store call is awaited. It names no handler. Inputs from the network and
-//! the gateway are handed to the core here too, each followed by its asks' answers.
-
-use halite_transport::RouterEvent;
+//! place a handler's store call is awaited. It names no handler. The gateway's commands are
+//! handed to the core here too, each followed by its asks' answers.
 
 use crate::calls::admin::{AdminAsk, JobsAsk};
 use crate::calls::deploy::DeployAsk;
@@ -174,23 +172,5 @@ impl<S: Store, N: Net> Master<S, N> {
             let Some(command) = self.local_rx.as_mut().and_then(|rx| rx.try_recv().ok()) else { return };
             self.answer_local(command).await;
         }
-    }
-
-    /// Handles up to `limit` network events that are already waiting; how many it handled.
-    pub(crate) async fn drain_net(&mut self, limit: usize) -> usize {
-        for handled in 0..limit {
-            let Some(event) = self.net.try_recv() else { return handled };
-            self.on_router_event(event).await;
-        }
-        limit
-    }
-
-    /// Handles one network event, then tells the slot moves it made (`Master::tell_moves`):
-    /// the bus and the watchers hear of each input's moves before the next input.
-    pub(crate) async fn on_router_event(&mut self, event: RouterEvent) {
-        self.observe();
-        self.core.on_network(event);
-        self.answer_asks().await;
-        self.core.tell_moves();
     }
 }

@@ -361,6 +361,24 @@ impl<S: Store, N: Net> Master<S, N> {
         self.start_outputs();
     }
 
+    /// Handles up to `limit` network events that are already waiting; how many it handled.
+    pub(crate) async fn drain_net(&mut self, limit: usize) -> usize {
+        for handled in 0..limit {
+            let Some(event) = self.net.try_recv() else { return handled };
+            self.on_router_event(event).await;
+        }
+        limit
+    }
+
+    /// Handles one network event, then tells the slot moves it made (`Master::tell_moves`):
+    /// the bus and the watchers hear of each input's moves before the next input.
+    pub(crate) async fn on_router_event(&mut self, event: RouterEvent) {
+        self.observe();
+        self.core.on_network(event);
+        self.answer_asks().await;
+        self.core.tell_moves();
+    }
+
     /// Starts what the core asked to be done outside it: signal relays and file reads, whose
     /// ends come back as inputs.
     pub(crate) fn start_outputs(&mut self) {

@@ -1,28 +1,18 @@
-//! Where the loop hands inputs to their handlers and answers what the handlers asked of the
-//! store (`outputs/asks.rs`): the one place a handler's store call is awaited. Each answer goes to
-//! the handler's synchronous continuation before anything else happens.
-//!
-//! What clients send once in session (over the network or in-process through the gateway) is
-//! handed out here too: subscriptions, publishes, cancels and requests. A request is asked of
-//! the loop, which answers it once the step's changes so far are written
-//! (`AdminDesk::answer_request`, or `deploy/`'s, in parts when large).
+//! What connections bring: a connection opened, a message read by its session
+//! (`Sessions::open`) and handed to its handler (a handshake to the admission desk, a minion's
+//! to its desk, a client's decided here or at the publish desk; a request asked of the loop,
+//! which answers it once the step's changes so far are written), a connection closed.
 
 use std::sync::Arc;
 
-use halite_protocol::message::{ErrorKind, Message, PrincipalAcl};
+use halite_protocol::message::{ErrorKind, Message, PrincipalAcl, SUBSCRIBE_REQUEST};
 use halite_transport::{PeerId, RouterEvent};
 use tracing::{debug, info, warn};
 
-use crate::admission::Unsealed;
 use crate::authz::publish::Publisher;
 use crate::authz::{Action, Asker, Who};
-use crate::core::sessions::Conn;
-use crate::outputs::asks::{Ask, ClientRequest, TokenGrant};
-use crate::store::{ApiTokenGrant, StoreError};
-use crate::token_sessions::LocalCommand;
-use crate::token_sessions::Opened;
-
-use halite_protocol::message::SUBSCRIBE_REQUEST;
+use crate::core::sessions::{Conn, Opened};
+use crate::outputs::asks::{Ask, ClientRequest};
 
 use super::Core;
 
@@ -36,17 +26,15 @@ impl Core {
                 self.sessions.insert(peer, Conn::AwaitHello { since: now });
                 self.sessions.watch(peer, now + self.config.handshake_timeout());
             }
-            RouterEvent::Message { peer, parts } => {
-                match self.with_admission_desk(|desk| desk.on_message(peer, parts)) {
-                    Some(Unsealed::Minion { id, msg, size }) => {
-                        self.with_minion_desk(|desk| desk.on_minion_message(peer, &id, msg, size))
-                    }
-                    Some(Unsealed::Client { principal, acl, msg }) => {
-                        self.on_client_message(peer, &principal, acl, msg)
-                    }
-                    None => {}
+            RouterEvent::Message { peer, parts } => match self.sessions.open(peer, parts, self.now.at) {
+                Opened::Minion { id, msg, size } => {
+                    self.with_minion_desk(|desk| desk.on_minion_message(peer, &id, msg, size))
                 }
-            }
+                Opened::Client { principal, acl, msg } => self.on_client_message(peer, &principal, acl, msg),
+                Opened::Handshake(parts) => self.with_admission_desk(|desk| desk.on_handshake(peer, parts)),
+                Opened::Unreadable(why) => self.send_error(peer, ErrorKind::BadRequest, why, None),
+                Opened::Ignored => {}
+            },
             RouterEvent::Disconnected { peer, reason } => {
                 match self.sessions.get(&peer) {
                     Some(Conn::Minion { id, .. }) => info!(minion = %id, %reason, "minion disconnected"),
@@ -100,43 +88,5 @@ impl Core {
             }
             _ => self.send_error(peer, ErrorKind::BadRequest, "not a client message".into(), None),
         }
-    }
-
-    pub fn on_local(&mut self, command: LocalCommand) {
-        match command {
-            LocalCommand::Connect { token_hash, addr, to_client, reply } => {
-                self.asks.push(Ask::TokenGrant(Box::new(TokenGrant { token_hash, addr, to_client, reply })));
-            }
-            LocalCommand::Message { peer, msg } => {
-                if let Some(Conn::Local { principal, acl, .. }) = self.sessions.get(&peer) {
-                    let (principal, acl) = (principal.clone(), acl.clone());
-                    self.on_client_message(peer, &principal, acl, *msg);
-                }
-            }
-            LocalCommand::Disconnect { peer } => {
-                if matches!(self.sessions.get(&peer), Some(Conn::Local { .. })) {
-                    self.forget(peer, None);
-                }
-            }
-        }
-    }
-
-    /// What a gateway token grants, read from the store: the session it opens, or why it opens
-    /// none. A store failure drops the reply, which the gateway answers as unavailable.
-    pub fn token_granted(&mut self, asked: TokenGrant, granted: Result<Option<ApiTokenGrant>, StoreError>) {
-        let TokenGrant { token_hash, addr, to_client, reply } = asked;
-        let grant = match granted {
-            Ok(grant) => grant,
-            Err(error) => return warn!(%error, "store failure while handling a gateway request"),
-        };
-        let opened = crate::token_sessions::session_for(token_hash, grant, &self.access()).map(|session| {
-            let principal = session.principal.clone();
-            let peer = self.sessions.open_local(session.principal, session.acl, to_client, session.token);
-            if let Some(addr) = addr {
-                self.audit.connected(peer, addr);
-            }
-            Opened { peer, principal, reads_metrics: session.reads_metrics }
-        });
-        reply.send(opened);
     }
 }
