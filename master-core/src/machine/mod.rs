@@ -26,6 +26,7 @@ mod network;
 mod rollouts;
 mod sending;
 mod stages;
+mod state;
 mod timers;
 pub mod writes;
 
@@ -68,67 +69,68 @@ pub enum Output {
     ReadFile(FileRead),
 }
 
-/// The master's state; see the module docs. Its fields are the loop's (private to `server/`):
-/// a handler reaches them only through the desk the loop lends it (`desks.rs`).
+/// The master's state; see the module docs. Its fields are private to the core: a handler
+/// reaches them only through the desk the core lends it (`desks.rs`), the driver through the
+/// core's methods (what it may read of them: `state.rs`).
 pub struct Core {
-    pub config: MasterConfig,
-    pub identity: LocalIdentity,
-    pub root: PublicIdentity,
+    config: MasterConfig,
+    identity: LocalIdentity,
+    root: PublicIdentity,
     /// The time as the loop last read it: the core's only time.
-    pub now: Now,
+    now: Now,
     /// Where messages to connections go.
-    pub outlet: Box<dyn Outlet>,
+    outlet: Box<dyn Outlet>,
     /// How many times the store has said it was interrupted, as the loop last read it.
-    pub store_interruptions: u64,
+    store_interruptions: u64,
     /// Every connection and its session; which minions are online.
-    pub sessions: Sessions,
+    sessions: Sessions,
     /// Accepted keys, minions, principals.
-    pub registry: Registry,
-    pub jobs: JobTable,
-    pub jids: JidGenerator,
-    pub bus: Bus,
+    registry: Registry,
+    jobs: JobTable,
+    jids: JidGenerator,
+    bus: Bus,
     /// The bus's recent past, for subscribers resuming after an event id.
-    pub event_log: crate::core::event_log::EventLog,
+    event_log: crate::core::event_log::EventLog,
     /// Which minion and engine events reach the bus (rules, rates, refusals counted).
-    pub event_gate: EventGate,
-    pub notices: NoticeThrottle,
+    event_gate: EventGate,
+    notices: NoticeThrottle,
     /// The pending-key cap and arrival rate.
-    pub pending_limits: PendingLimits,
+    pending_limits: PendingLimits,
     /// Unknown keys turned away by those limits since start.
-    pub keys_refused: u64,
+    keys_refused: u64,
     /// Jobs whose message did not fit a minion's send queue, by minion, in jid order: sent
     /// again as the queue drains ([`Core::send_backlogs`]).
-    pub undelivered: HashMap<String, BTreeSet<String>>,
+    undelivered: HashMap<String, BTreeSet<String>>,
     /// Minions handed over to the other masters while the store is unreachable here
     /// ([`Core::hand_over`]): one that comes back has nowhere else to go, and stays.
-    pub handed_over: HashSet<String>,
+    handed_over: HashSet<String>,
     /// The other masters sharing the store, and the minions connected to them.
-    pub cluster: crate::core::cluster_view::ClusterView,
+    cluster: crate::core::cluster_view::ClusterView,
     /// Decided, not yet stored: written together at the end of each step (`Master::flush`).
-    pub pending: PendingWrites,
+    pending: PendingWrites,
     /// Store calls handlers asked for, answered by the loop (`Master::answer_asks`).
-    pub asks: Asks,
+    asks: Asks,
     /// Slot ends and events the step's listeners have not heard yet (`hearing.rs`).
-    pub hearing: crate::core::hearing::Hearing,
+    hearing: crate::core::hearing::Hearing,
     /// Rollouts the end of the step decides or stops.
-    pub rollout_queue: crate::core::rollout_queue::RolloutQueue,
+    rollout_queue: crate::core::rollout_queue::RolloutQueue,
     /// What each watching client is told at the end of the step.
-    pub watchers: Watchers,
+    watchers: Watchers,
     /// Deployment groups this master drives.
-    pub groups: crate::deploy::group_runs::GroupRuns,
+    groups: crate::deploy::group_runs::GroupRuns,
     /// `deploy.apply` jobs in flight and the deployment each carries; job ends whose deployment
     /// is to be recorded again.
-    pub deploy_jobs: crate::deploy::jobs::DeployJobs,
+    deploy_jobs: crate::deploy::jobs::DeployJobs,
     /// Files served to minions (`[files]`).
-    pub files: crate::file_reads::FileServer,
+    files: crate::file_reads::FileServer,
     /// What the master counts, for operators (`/metrics`).
-    pub metrics: crate::metrics::Metrics,
+    metrics: crate::metrics::Metrics,
     /// The master's own periodic duties and retries.
-    pub timers: crate::core::timers::TimerTable,
+    timers: crate::core::timers::TimerTable,
     /// What the audit trail will hold, until the next commit appends it.
-    pub audit: crate::core::audit_log::AuditLog,
+    audit: crate::core::audit_log::AuditLog,
     /// What the loop is to do outside the core, oldest first.
-    pub outputs: Vec<Output>,
+    outputs: Vec<Output>,
 }
 
 impl Core {

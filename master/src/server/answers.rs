@@ -28,7 +28,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// one place a handler's store call is awaited. Called right after each input's handler and
     /// each stage of the step, so nothing else happens in between.
     pub(crate) async fn answer_asks(&mut self) {
-        while let Some(ask) = self.core.asks.take_oldest() {
+        while let Some(ask) = self.core.take_ask() {
             let answer = self.call(ask).await;
             self.observe();
             self.core.answered(answer);
@@ -48,7 +48,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 let who = admitting.identified.peer();
                 let (key, token) = (*who.identity.as_bytes(), admitting.identified.enrollment_token());
                 let at = (wall_ms, self.clock.now());
-                let limits = &mut self.core.pending_limits;
+                let limits = self.core.pending_limits();
                 let decided = crate::store_calls::keys::decide(store, &admitting.id, &key, token, at, limits).await;
                 Answer::KeyDecided { admitting, decided }
             }
@@ -72,7 +72,7 @@ impl<S: Store, N: Net> Master<S, N> {
             Ask::Request(asked) => {
                 // Requests read the store: they see every state change and audit record made
                 // before them.
-                self.core.audit.force();
+                self.core.audit_now();
                 self.flush().await;
                 Answer::RequestReady(asked)
             }

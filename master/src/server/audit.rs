@@ -21,7 +21,7 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         let (entries, appended) = self.core.take_audit();
         let started = self.clock.now();
-        let stored = self.store.append_audit(&self.core.config.id, appended, &entries).await;
+        let stored = self.store.append_audit(&self.core.config().id, appended, &entries).await;
         self.observe();
         self.count_call("append_audit", started, stored.is_ok());
         self.core.audit_appended(entries, stored);

@@ -112,16 +112,16 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The key minions pin, in hex: the cluster key when this master is certified by one, else
     /// its own.
     pub fn pinned_key_hex(&self) -> String {
-        let key = match self.core.identity.certificate() {
+        let key = match self.core.identity().certificate() {
             Some(certificate) => certificate.cluster,
-            None => self.core.identity.public(),
+            None => self.core.identity().public(),
         };
         halite_protocol::hex::encode(key.as_bytes())
     }
 
     /// The figures this master keeps (shared: the metrics endpoints read them).
     pub fn metrics(&self) -> crate::metrics::Metrics {
-        self.core.metrics.clone()
+        self.core.metrics().clone()
     }
 
     /// Where in-process clients send commands (see [`crate::gateway`]).
@@ -140,7 +140,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Counts a store call on the core's path that began at `started` (`/metrics`).
     pub(crate) fn count_call(&self, operation: &'static str, started: Instant, ok: bool) {
         let took = self.clock.now().saturating_duration_since(started);
-        self.core.metrics.store_call(operation, took, ok);
+        self.core.metrics().store_call(operation, took, ok);
     }
 
     /// Loads the registry and unfinished jobs from the store.
@@ -174,16 +174,16 @@ impl<S: Store, N: Net> Master<S, N> {
         master.observe();
         master.wake_at = master.core.next_timeout();
         master.trust_store().await?;
-        let head = master.store.audit_head(&master.core.config.id).await?;
+        let head = master.store.audit_head(&master.core.config().id).await?;
         master.observe();
-        master.core.audit.started_at(head);
+        master.core.audit_starts_after(head);
         master.core.audit_policy("master_started");
         master.reload_principals().await?;
         master.reload_accepted().await?;
         let minions = master.store.minions().await?;
         master.core.load_minions(minions);
         if let Some(jid) = master.store.last_jid().await? {
-            master.core.jids.resume_after(&jid);
+            master.core.jids_resume_after(&jid);
         }
         let mark = master.store.wall_mark().await?.unwrap_or(0);
         let unfinished = master.store.unfinished_jobs().await?;
@@ -202,12 +202,12 @@ impl<S: Store, N: Net> Master<S, N> {
 
     /// Refuses a store whose tenants overlap (see [`crate::tenants`]).
     pub(crate) fn check_tenants(&self) -> Result<(), crate::tenants::StoredTenantsError> {
-        crate::tenants::check(self.core.registry.principals())
+        crate::tenants::check(self.core.registry().principals())
     }
 
     pub(crate) async fn reload_principals(&mut self) -> Result<(), StoreError> {
         let principals = self.store.principals().await?;
-        self.core.registry.set_principals(principals);
+        self.core.set_principals(principals);
         Ok(())
     }
 
@@ -225,14 +225,14 @@ impl<S: Store, N: Net> Master<S, N> {
     /// The revocations were checked against the cluster key when the master started, or when
     /// SIGHUP reread them.
     pub(crate) async fn trust_store(&self) -> Result<(), StoreError> {
-        let config = &self.core.config;
+        let config = &self.core.config();
         let revoked = config.revoked_keys().collect();
         // One counter at a time: the family's guard must be gone before the next is made.
-        let denials = &self.core.metrics.get().denials;
+        let denials = &self.core.metrics().get().denials;
         let announcements = denials.get_or_create(&Kind { kind: "cluster_announcement" }).clone();
         let rows = denials.get_or_create(&Kind { kind: "store_row" }).clone();
-        let key = halite_protocol::identity::IdentityKey::from_seed(self.core.identity.key().seed());
-        let certificate = self.core.identity.certificate().cloned();
+        let key = halite_protocol::identity::IdentityKey::from_seed(self.core.identity().key().seed());
+        let certificate = self.core.identity().certificate().cloned();
         let trust = Trust::new(key, certificate, &config.id, revoked)
             .counting(announcements, rows)
             .ready_at(config.cluster.advertise_ready.clone());
@@ -261,12 +261,12 @@ impl<S: Store, N: Net> Master<S, N> {
         }
         // A store that stops or starts answering wakes the loop (what it holds may be in doubt).
         let mut reachability = self.store.reachability();
-        let mut hangups = match &self.core.config.path {
+        let mut hangups = match &self.core.config().path {
             Some(_) => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
             None => None,
         };
         let mut handovers =
-            crate::handover::spawn(&self.core.config.cluster, self.store.reachability(), self.store.peers_ready());
+            crate::handover::spawn(&self.core.config().cluster, self.store.reachability(), self.store.peers_ready());
         self.observe();
         self.wake_at = self.core.plan_wake(false);
         loop {
@@ -287,7 +287,7 @@ impl<S: Store, N: Net> Master<S, N> {
             };
             self.step(input).await;
         }
-        self.core.audit.force();
+        self.core.audit_now();
         self.flush().await;
         if let Err(error) = self.store.set_wall_mark(self.clock.wall_ms()).await {
             warn!(%error, "recording the wall clock failed");
@@ -352,7 +352,7 @@ impl<S: Store, N: Net> Master<S, N> {
                 self.answer_asks().await;
             }
         }
-        self.core.metrics.alive(Clock::now(&crate::clock::SystemClock));
+        self.core.metrics().alive(Clock::now(&crate::clock::SystemClock));
         // Every stage had its asks answered; none is ever left for a later input.
         self.answer_asks().await;
         self.flush().await;

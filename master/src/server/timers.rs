@@ -24,7 +24,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// whose token expired, decides job slots past their deadline, and the periodic duties.
     pub(crate) async fn on_tick(&mut self) {
         self.observe();
-        let now = self.core.now.at;
+        let now = self.core.now().at;
         self.core.tick_due();
         self.follow_the_store(now).await;
         self.observe();
@@ -64,7 +64,7 @@ impl<S: Store, N: Net> Master<S, N> {
     /// Retention: deletes finished jobs older than `keep_jobs_hours` by the wall clock. A job
     /// with any minion not yet in a final state is never deleted, whatever the clock says.
     pub(crate) async fn purge(&mut self) {
-        let config = &self.core.config;
+        let config = &self.core.config();
         let before = self.clock.wall_ms().saturating_sub(config.keep_jobs_hours * 3_600_000);
         match self.store.purge_jobs(before).await {
             Ok(0) => {}

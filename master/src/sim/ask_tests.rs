@@ -57,9 +57,9 @@ fn a_job_a_minion_publishes_that_cannot_be_stored_is_refused_to_it_and_sent_nowh
         );
         assert!(!answer.iter().any(|m| matches!(m, Message::Published(_))), "{answer:?}");
         assert!(db1.jobs(&sim).is_empty(), "nothing of the job was sent");
-        assert!(sim.master.core.jobs.get(&clash).is_none(), "the refused publish never went live");
-        assert_eq!(sim.master.core.jobs.len(), 1, "only root's first job is live");
-        assert!(sim.master.core.asks.is_empty());
+        assert!(sim.master.core.jobs().get(&clash).is_none(), "the refused publish never went live");
+        assert_eq!(sim.master.core.jobs().len(), 1, "only root's first job is live");
+        assert!(!sim.master.core.has_asks());
     });
 }
 
@@ -75,8 +75,8 @@ fn a_minion_whose_token_is_for_another_id_waits_and_is_told_why() {
         let pending = sim.connect_minion("db8", &key, Some(&token)).await.err().expect("pending");
         assert!(pending.contains("key pending acceptance"), "{pending}");
         assert!(pending.contains("bound to another minion id (db9)"), "{pending}");
-        assert!(sim.master.core.asks.is_empty());
-        assert!(!sim.master.core.registry.has_accepted("db8"));
+        assert!(!sim.master.core.has_asks());
+        assert!(!sim.master.core.registry().has_accepted("db8"));
     });
 }
 
@@ -94,7 +94,7 @@ fn a_knock_with_a_token_while_the_store_is_away_closes_then_is_told_the_tokens_p
         let _ = sim.connect_minion("db8", &key, Some("not-a-token")).await;
         let peer = halite_transport::PeerId(sim.last_peer());
         assert_eq!(sim.net.closed(peer).as_deref(), Some("the master's store is unavailable; try again"));
-        assert!(sim.master.core.sessions.get(&peer).is_none(), "nobody holds the connection");
+        assert!(sim.master.core.sessions().get(&peer).is_none(), "nobody holds the connection");
         sim.store().give_back(away).await;
         let again = sim.connect_minion("db8", &key, Some("not-a-token")).await.err().expect("pending");
         assert!(again.contains("not known to this master"), "{again}");
@@ -120,7 +120,7 @@ fn a_gateway_token_opens_a_session_only_once_the_store_granted_it() {
             (Input::Local(LocalCommand::Connect { token_hash: hash, addr: None, to_client, reply }), answer)
         };
         let local_sessions =
-            |sim: &Sim| sim.master.core.sessions.iter().filter(|(_, c)| matches!(c, Conn::Local { .. })).count();
+            |sim: &Sim| sim.master.core.sessions().iter().filter(|(_, c)| matches!(c, Conn::Local { .. })).count();
 
         let (input, mut answer) = connect(crate::keys::token_hash(&token));
         sim.step(input).await;
@@ -139,6 +139,6 @@ fn a_gateway_token_opens_a_session_only_once_the_store_granted_it() {
         assert!(dropped, "dropped, not pending");
         sim.store().give_back(away).await;
         assert_eq!(local_sessions(&sim), 1, "no session opened without a grant");
-        assert!(sim.master.core.asks.is_empty());
+        assert!(!sim.master.core.has_asks());
     });
 }

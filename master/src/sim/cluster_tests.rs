@@ -30,7 +30,7 @@ fn a_key_rejected_on_another_master_cuts_the_minion_here_and_the_others_stay() {
         .await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("key no longer accepted"));
         assert_eq!(sim.net.closed(web2.peer), None, "web2's key did not change");
-        assert!(!sim.master.core.registry.has_accepted("web1"));
+        assert!(!sim.master.core.registry().has_accepted("web1"));
     });
 }
 
@@ -46,7 +46,7 @@ fn a_key_replaced_by_an_enrollment_elsewhere_cuts_the_old_session_after_a_resync
         // The announcement was lost with the listening connection: the resync still finds it.
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Resync))).await;
         assert_eq!(sim.net.closed(web1.peer).as_deref(), Some("key no longer accepted"));
-        assert!(sim.master.core.registry.is_accepted("web1", &[9; 32]));
+        assert!(sim.master.core.registry().is_accepted("web1", &[9; 32]));
     });
 }
 
@@ -68,8 +68,8 @@ fn a_principal_removed_or_narrowed_on_another_master_loses_its_sessions_here() {
         assert_eq!(sim.net.closed(heat.peer).as_deref(), Some("principal changed"));
         assert_eq!(sim.net.closed(trove.peer).as_deref(), Some("principal changed"));
         assert_eq!(sim.net.closed(murano.peer), None, "murano's record did not change");
-        assert!(sim.master.core.registry.principal("heat").is_none());
-        let held: Option<&PrincipalRecord> = sim.master.core.registry.principal("trove");
+        assert!(sim.master.core.registry().principal("heat").is_none());
+        let held: Option<&PrincipalRecord> = sim.master.core.registry().principal("trove");
         assert_eq!(held.map(|p| p.acl.rules[0].functions.clone()), Some(vec!["test.version".to_owned()]));
     });
 }
@@ -115,26 +115,26 @@ async fn listening_again(sim: &mut Sim) {
 fn a_minion_served_elsewhere_is_not_called_offline_after_a_gap_in_what_this_master_heard() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         served_by_b(&mut sim, "db9").await;
         known(&mut sim, "web5").await;
         let mut root = sim.root().await;
         deaf_for_20_seconds(&mut sim).await;
         let during = sim.publish(&mut root, "db9", "test.ping", 60_000, 0).await.unwrap();
-        assert_eq!(sim.master.core.jobs.state(&during, "db9"), Some(MinionJobState::Sent), "b's silence was ours");
+        assert_eq!(sim.master.core.jobs().state(&during, "db9"), Some(MinionJobState::Sent), "b's silence was ours");
         listening_again(&mut sim).await;
         // Published at once after the reread, before b answers its roll call.
         let after = sim.publish(&mut root, "db9", "test.ping", 60_000, 0).await.unwrap();
-        assert_eq!(sim.master.core.jobs.state(&after, "db9"), Some(MinionJobState::Sent));
+        assert_eq!(sim.master.core.jobs().state(&after, "db9"), Some(MinionJobState::Sent));
         let unplaced = sim.publish(&mut root, "web5", "test.ping", 60_000, 0).await.unwrap();
-        assert_eq!(sim.master.core.jobs.state(&unplaced, "web5"), Some(MinionJobState::Waiting), "not offline yet");
+        assert_eq!(sim.master.core.jobs().state(&unplaced, "web5"), Some(MinionJobState::Waiting), "not offline yet");
         // b answers: db9 is there, web5 nowhere.
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Here { ids: vec!["db9".into()] }))).await;
         sim.advance(Duration::from_secs(3)).await;
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Alive))).await;
         sim.advance(crate::core::cluster_view::GONE_AFTER).await;
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Alive))).await;
-        assert_eq!(sim.master.core.jobs.state(&after, "db9"), Some(MinionJobState::Sent), "b still serves it");
+        assert_eq!(sim.master.core.jobs().state(&after, "db9"), Some(MinionJobState::Sent), "b still serves it");
         let detail = sim.store().job(&unplaced).await.unwrap().unwrap();
         assert_eq!(detail.minions[0].state, MinionJobState::Offline, "nobody claimed it: offline");
         let detail = sim.store().job(&during).await.unwrap().unwrap();
@@ -148,13 +148,13 @@ fn a_minion_served_elsewhere_is_not_called_offline_after_a_gap_in_what_this_mast
 fn a_master_that_never_answers_the_roll_call_after_a_gap_is_gone_within_seconds() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         served_by_b(&mut sim, "db9").await;
         let mut root = sim.root().await;
         deaf_for_20_seconds(&mut sim).await;
         listening_again(&mut sim).await;
         let jid = sim.publish(&mut root, "db9", "test.ping", 1_000, 0).await.unwrap();
-        assert_eq!(sim.master.core.jobs.state(&jid, "db9"), Some(MinionJobState::Sent));
+        assert_eq!(sim.master.core.jobs().state(&jid, "db9"), Some(MinionJobState::Sent));
         sim.advance(crate::core::cluster_view::GONE_AFTER + Duration::from_secs(4)).await;
         let detail = sim.store().job(&jid).await.unwrap().unwrap();
         assert_eq!(detail.minions[0].state, MinionJobState::TimedOut, "b never answered: gone");
@@ -165,7 +165,7 @@ fn a_master_that_never_answers_the_roll_call_after_a_gap_is_gone_within_seconds(
 fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_return() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         served_by_b(&mut sim, "db9").await;
         // Targets resolve against the grains db9 announced on b.
         let mut root = sim.root().await;
@@ -181,7 +181,7 @@ fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_ret
             sim.advance(Duration::from_secs(1)).await;
             sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Alive))).await;
         }
-        assert_eq!(sim.master.core.jobs.state(&jid, "db9"), Some(MinionJobState::Sent));
+        assert_eq!(sim.master.core.jobs().state(&jid, "db9"), Some(MinionJobState::Sent));
         // b stores the return, then announces it: the watcher here gets it, and the job's end.
         let ret = super::ret(&jid);
         let change = StateChange {
@@ -212,13 +212,13 @@ fn a_job_to_a_minion_on_another_master_waits_for_that_master_and_streams_its_ret
 fn a_slot_whose_master_went_silent_times_out_here() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         served_by_b(&mut sim, "db9").await;
         let mut root = sim.root().await;
         let jid = sim.publish(&mut root, "db9", "test.ping", 1_000, 0).await.unwrap();
         // b is never heard from again (killed): once it counts as gone, the deadline applies.
         sim.advance(Duration::from_secs(12)).await;
-        assert_eq!(sim.master.core.jobs.state(&jid, "db9"), None, "the job ended");
+        assert_eq!(sim.master.core.jobs().state(&jid, "db9"), None, "the job ended");
         let detail = sim.store().job(&jid).await.unwrap().unwrap();
         assert_eq!(detail.minions[0].state, MinionJobState::TimedOut);
     });
@@ -228,7 +228,7 @@ fn a_slot_whose_master_went_silent_times_out_here() {
 fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut web1 = sim.minion("web1").await;
         // Master b published a job to web1 (stored by b), then announced it.
         let job = job_of_b(&sim, "20261122000000000042");
@@ -249,7 +249,7 @@ fn a_job_published_elsewhere_is_sent_to_the_minions_connected_here() {
 fn a_job_whose_master_died_before_announcing_it_is_found_and_carried_out() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut web1 = sim.minion("web1").await;
         // Master b stored a job for web1 and an offline minion, then died before announcing it.
         let job = job_of_b(&sim, "20261122000000000077");
@@ -270,7 +270,7 @@ fn a_job_whose_master_died_before_announcing_it_is_found_and_carried_out() {
 fn a_job_that_ended_elsewhere_before_it_was_announced_here_is_still_heard_whole() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut root = sim.root().await;
         let subscribe = halite_protocol::message::Subscribe { patterns: vec!["halite/job/*".into()], after: None };
         root.send(&mut sim, &Message::Subscribe(subscribe)).await;
@@ -334,7 +334,7 @@ async fn b_stores_return(sim: &Sim, jid: &str, minion: &str) {
 fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut root = job_watcher(&mut sim).await;
         let job = job_of_b(&sim, "20261122000000000061");
         let jid = job.jid.clone();
@@ -361,7 +361,7 @@ fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Slots { jid: jid.clone(), states: web9 }))).await;
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: jid.clone() }))).await;
         assert_eq!(root.event_tags(&sim), [format!("halite/job/{jid}/ret/web8"), format!("halite/job/{jid}/done")]);
-        assert!(sim.master.core.jobs.get(&jid).is_none());
+        assert!(sim.master.core.jobs().get(&jid).is_none());
     });
 }
 
@@ -369,7 +369,7 @@ fn a_job_adopted_after_some_of_its_returns_reports_every_final_state_once() {
 fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut root = job_watcher(&mut sim).await;
         let job = job_of_b(&sim, "20261122000000000062");
         let jid = job.jid.clone();
@@ -385,7 +385,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Slots { jid: jid.clone(), states: both }))).await;
         sim.advance(Duration::from_millis(500)).await;
         assert!(root.event_tags(&sim).is_empty(), "nothing known yet");
-        assert_eq!(sim.master.core.jobs.state(&jid, "web8"), Some(MinionJobState::Sent));
+        assert_eq!(sim.master.core.jobs().state(&jid, "web8"), Some(MinionJobState::Sent));
         // The store answers again: within a tick, this master's view is the store's.
         sim.store().give_back(away).await;
         sim.advance(halite_master_core::machine::RETRY_EVERY).await;
@@ -397,7 +397,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
                 format!("halite/job/{jid}/done")
             ]
         );
-        assert!(sim.master.core.jobs.get(&jid).is_none(), "ended here too");
+        assert!(sim.master.core.jobs().get(&jid).is_none(), "ended here too");
     });
 }
 
@@ -405,7 +405,7 @@ fn announcements_a_master_could_not_apply_are_caught_up_once_the_store_answers()
 fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut root = job_watcher(&mut sim).await;
         let job = job_of_b(&sim, "20261122000000000063");
         let jid = job.jid.clone();
@@ -425,7 +425,7 @@ fn a_job_that_ended_in_the_store_without_a_word_ends_here_at_the_next_sweep() {
 fn a_final_state_decided_while_the_store_was_away_is_told_once_as_the_store_kept_it() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut web1 = sim.minion("web1").await;
         let mut root = sim.root().await;
         let mut watcher = job_watcher(&mut sim).await;
@@ -438,7 +438,7 @@ fn a_final_state_decided_while_the_store_was_away_is_told_once_as_the_store_kept
             &Message::JobReturn(halite_protocol::message::JobReturn { minion: "web1".into(), ..super::ret(&jid) }),
         )
         .await;
-        assert!(sim.master.core.pending.write_failed());
+        assert!(sim.master.core.pending().write_failed());
         sim.advance(Duration::from_millis(500)).await;
         assert!(watcher.event_tags(&sim).is_empty(), "nothing is told before it is stored");
         // Meanwhile master b, which took this one for gone, recorded the slot timed out.
@@ -476,7 +476,7 @@ fn a_final_state_decided_while_the_store_was_away_is_told_once_as_the_store_kept
 /// for `web1` (not announced).
 async fn shared_with_a_job_of_b_for_web1(jid: &str) -> (Sim, super::SimPeer, crate::store::JobRecord) {
     let mut sim = Sim::new().await;
-    sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+    sim.master.core.share_store_quietly();
     let web1 = sim.minion("web1").await;
     let job = job_of_b(&sim, jid);
     sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
@@ -498,7 +498,7 @@ fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
         caller: "root".into(),
         reach: None,
     };
-    job.signed = halite_protocol::message::SignedJob::sign(&body, sim.master.core.identity.key());
+    job.signed = halite_protocol::message::SignedJob::sign(&body, sim.master.core.identity().key());
     job
 }
 
@@ -506,7 +506,7 @@ fn job_of_b(sim: &Sim, jid: &str) -> crate::store::JobRecord {
 fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_listener_is_back() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut root = job_watcher(&mut sim).await;
         let wall_micros = crate::clock::Clock::wall_ms(&sim.clock) * 1_000;
         // Long before any gap: not this master's subscribers' to hear of.
@@ -544,7 +544,7 @@ fn a_job_that_began_and_ended_while_this_master_heard_nothing_is_told_once_its_l
 fn finals_written_together_are_told_before_their_jobs_end() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let _web1 = sim.minion("web1").await;
         let _web2 = sim.minion("web2").await;
         let mut root = sim.root().await;
@@ -588,10 +588,10 @@ fn finals_written_together_are_told_before_their_jobs_end() {
 fn an_announcement_of_a_master_revoked_while_it_waited_is_dropped() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let revoked = halite_protocol::identity::IdentityKey::from_seed(&[41; 32]).public();
         let trusted = halite_protocol::identity::IdentityKey::from_seed(&[42; 32]).public();
-        sim.master.core.config.revoked_masters = vec![revocation_of(&revoked)];
+        sim.master.core.config_mut().revoked_masters = vec![revocation_of(&revoked)];
         let mut root = sim.root().await;
         let subscribe = halite_protocol::message::Subscribe { patterns: vec!["engine/*".into()], after: None };
         root.send(&mut sim, &Message::Subscribe(subscribe)).await;
@@ -615,7 +615,7 @@ fn a_job_signed_by_a_revoked_master_is_not_taken_up() {
     use halite_protocol::noise::MasterCertificate;
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let mut web1 = sim.minion("web1").await;
         web1.recv(&sim);
         let retired = IdentityKey::from_seed(&[43; 32]);
@@ -624,12 +624,12 @@ fn a_job_signed_by_a_revoked_master_is_not_taken_up() {
         let body = job.signed.verify(&sim.master_public()).expect("a job");
         job.signed = halite_protocol::message::SignedJob::sign_certified(&body, &retired, &certificate, "m2");
         sim.store().insert_job(&job, &[("web1".into(), MinionJobState::Sent)]).await.unwrap();
-        sim.master.core.config.revoked_masters = vec![revocation_of(&retired.public())];
+        sim.master.core.config_mut().revoked_masters = vec![revocation_of(&retired.public())];
         let announce = || Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }));
         sim.step(announce()).await;
         assert!(web1.jobs(&sim).is_empty(), "not sent");
-        assert!(sim.master.core.jobs.get(&job.jid).is_none(), "not taken up");
-        sim.master.core.config.revoked_masters.clear();
+        assert!(sim.master.core.jobs().get(&job.jid).is_none(), "not taken up");
+        sim.master.core.config_mut().revoked_masters.clear();
         sim.step(announce()).await;
         assert_eq!(web1.jobs(&sim).len(), 1, "taken up once its master is not revoked");
     });
@@ -651,11 +651,11 @@ fn a_job_announced_while_the_store_is_away_is_taken_up_by_the_reread() {
         let away = sim.store().take_away().await.expect("open");
         sim.step(Input::Cluster(Heard::new("b".into(), ClusterChange::Job { jid: job.jid.clone() }))).await;
         assert!(web1.jobs(&sim).is_empty());
-        assert!(sim.master.core.jobs.get(&job.jid).is_none());
-        assert!(sim.master.core.cluster.needs_resync(), "a reread is due");
+        assert!(sim.master.core.jobs().get(&job.jid).is_none());
+        assert!(sim.master.core.cluster().needs_resync(), "a reread is due");
         sim.store().give_back(away).await;
         sim.advance(Duration::from_millis(200)).await;
-        assert!(!sim.master.core.cluster.needs_resync(), "the reread succeeded");
+        assert!(!sim.master.core.cluster().needs_resync(), "the reread succeeded");
         assert_eq!(web1.jobs(&sim).len(), 1, "the job reached the minion connected here");
     });
 }
@@ -666,7 +666,7 @@ fn a_job_announced_while_the_store_is_away_is_taken_up_by_the_reread() {
 fn a_wide_key_change_forgets_every_minion_it_names_offline_ones_included() {
     rt().block_on(async {
         let mut sim = Sim::new().await;
-        sim.master.core.cluster = crate::core::cluster_view::ClusterView::shared(0);
+        sim.master.core.share_store_quietly();
         let ids: Vec<String> = (0..70).map(|i| format!("web{i}")).collect();
         for id in &ids {
             let minion = sim.minion(id).await;
@@ -677,12 +677,12 @@ fn a_wide_key_change_forgets_every_minion_it_names_offline_ones_included() {
                 sim.store().delete_key(id, &key.public_key).await.unwrap();
             }
         }
-        assert!(sim.master.core.registry.minion("web69").is_some());
+        assert!(sim.master.core.registry().minion("web69").is_some());
         let change = ClusterChange::Keys { ids: Some(ids.clone()) };
         sim.step(Input::Cluster(Heard::new("b".into(), change))).await;
         for id in &ids {
-            assert!(!sim.master.core.registry.has_accepted(id), "{id}");
-            assert!(sim.master.core.registry.minion(id).is_none(), "{id} forgotten");
+            assert!(!sim.master.core.registry().has_accepted(id), "{id}");
+            assert!(sim.master.core.registry().minion(id).is_none(), "{id} forgotten");
         }
     });
 }
@@ -696,10 +696,10 @@ fn a_sweep_that_cannot_read_the_store_makes_a_reread_due_that_finds_the_job() {
         let away = sim.store().take_away().await.expect("open");
         sim.advance(Duration::from_secs(6)).await;
         assert!(web1.jobs(&sim).is_empty());
-        assert!(sim.master.core.cluster.needs_resync(), "a reread is due");
+        assert!(sim.master.core.cluster().needs_resync(), "a reread is due");
         sim.store().give_back(away).await;
         sim.advance(Duration::from_millis(200)).await;
-        assert!(!sim.master.core.cluster.needs_resync());
+        assert!(!sim.master.core.cluster().needs_resync());
         assert_eq!(web1.jobs(&sim).len(), 1, "found in the store and sent to the minion here");
     });
 }

@@ -53,7 +53,7 @@ fn the_delete_of_a_deployment_whose_server_has_no_key_finishes_at_once() {
         let deleted = delete(&mut sim, &mut root, &created.id).await;
         assert_eq!(deleted.status, status::COMPLETE, "{deleted:?}");
         assert!(deleted.status_reason.contains("gone-1 has no accepted key"), "{}", deleted.status_reason);
-        assert!(sim.master.core.jobs.len() <= 1, "no job left waiting for gone-1");
+        assert!(sim.master.core.jobs().len() <= 1, "no job left waiting for gone-1");
     });
 }
 

@@ -280,7 +280,7 @@ impl Pair {
     }
 
     fn online(&self) -> bool {
-        self.sim.master.core.sessions.is_online(&self.id)
+        self.sim.master.core.sessions().is_online(&self.id)
     }
 }
 

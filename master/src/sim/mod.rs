@@ -94,7 +94,7 @@ impl Sim {
 
     /// The files the master serves, for tests beside them (`files.rs`).
     pub(crate) fn files(&self) -> &crate::file_reads::FileServer {
-        &self.master.core.files
+        self.master.core.files()
     }
 
     /// Where the file reads the master started come back.

@@ -388,7 +388,7 @@ fn a_token_made_before_the_key_was_accepted_cannot_take_the_identity_over() {
         // The real minion reconnects as before.
         web1.disconnect(&mut sim).await;
         assert!(sim.connect_minion("web1", &real, None).await.is_ok());
-        assert!(sim.master.core.registry.is_accepted("web1", real.public().as_bytes()));
+        assert!(sim.master.core.registry().is_accepted("web1", real.public().as_bytes()));
     });
 }
 
@@ -402,7 +402,7 @@ fn a_replacing_token_replaces_the_key_and_announces_it() {
         let swap = token(&mut sim, &mut root, "web1", true).await;
         let reinstalled = IdentityKey::from_seed(&[42; 32]);
         assert!(sim.connect_minion("web1", &reinstalled, Some(&swap)).await.is_ok());
-        assert!(sim.master.core.registry.is_accepted("web1", reinstalled.public().as_bytes()));
+        assert!(sim.master.core.registry().is_accepted("web1", reinstalled.public().as_bytes()));
         assert_eq!(sim.net.closed(old.peer).as_deref(), Some("key no longer accepted"));
         let seen: Vec<Event> = events(&mut root, &sim);
         let replaced = seen.iter().find(|e| e.tag == "halite/key/web1/replaced").expect("announced");

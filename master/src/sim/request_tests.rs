@@ -61,8 +61,8 @@ fn a_key_delete_refused_part_way_acts_on_what_was_deleted_and_says_why() {
         assert!(sim.net.closed(a1.peer).is_some(), "a1 lost its key: cut off");
         assert_eq!(sim.net.closed(b1.peer), None, "b1 keeps its key and its session");
         assert_eq!(sim.net.closed(c1.peer), None);
-        assert!(!sim.master.core.registry.accepted_ids().contains("a1"), "a1's key is gone from memory");
-        assert!(sim.master.core.registry.accepted_ids().contains("b1"));
+        assert!(!sim.master.core.registry().accepted_ids().contains("a1"), "a1's key is gone from memory");
+        assert!(sim.master.core.registry().accepted_ids().contains("b1"));
         let Ok(ResponseBody::Minions(left)) =
             sim.request(&mut root, RequestBody::MinionList { pattern: "*".into(), after: None, limit: None }).await
         else {
@@ -82,7 +82,7 @@ fn a_pause_the_store_cannot_take_changes_nothing_and_a_stored_one_is_answered_pa
         let away = sim.store().take_away().await.expect("open");
         let refused = sim.request(&mut root, RequestBody::JobPause { jid: jid.clone() }).await;
         assert!(refused.is_err(), "{refused:?}");
-        let live = sim.master.core.jobs.get(&jid).and_then(|job| job.rollout.as_ref()).map(|run| run.status.state);
+        let live = sim.master.core.jobs().get(&jid).and_then(|job| job.rollout.as_ref()).map(|run| run.status.state);
         assert_eq!(live, Some(RolloutState::Running), "nothing changed in memory");
         sim.store().give_back(away).await;
 
@@ -225,7 +225,7 @@ fn a_key_deleted_whose_minion_entry_stays_still_cuts_its_minion() {
         let refused = sim.request(&mut root, RequestBody::KeyDelete { pattern: "a1".into() }).await;
         assert!(refused.is_err(), "{refused:?}");
         assert!(sim.net.closed(a1.peer).is_some(), "a1 lost its key: cut off");
-        assert!(!sim.master.core.registry.accepted_ids().contains("a1"), "a1's key is gone from memory");
+        assert!(!sim.master.core.registry().accepted_ids().contains("a1"), "a1's key is gone from memory");
     });
 }
 

@@ -330,7 +330,7 @@ fn a_cancel_whose_rollout_stop_cannot_be_stored_cancels_nothing_until_it_can() {
         let away = sim.store().take_away().await.expect("open");
         root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;
         assert!(web[0].recv(&sim).is_empty(), "nothing cancelled");
-        let run = sim.master.core.jobs.get(&jid).and_then(|job| job.rollout.as_ref()).expect("live rollout");
+        let run = sim.master.core.jobs().get(&jid).and_then(|job| job.rollout.as_ref()).expect("live rollout");
         assert_eq!(run.status.state, RolloutState::Running);
         sim.store().give_back(away).await;
         root.send(&mut sim, &Message::Cancel(Cancel { jid: jid.clone() })).await;

@@ -68,14 +68,14 @@ fn a_return_whose_write_fails_is_not_acknowledged_and_is_written_once_the_store_
         let conn = sim.store().take_away().await.expect("open");
         web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
         assert!(!acked(&web1.recv(&sim), &jid), "acknowledged a return that was not stored");
-        assert_eq!(sim.master.core.pending.states_waiting(), 1, "the change is kept to be written again");
+        assert_eq!(sim.master.core.pending().states_waiting(), 1, "the change is kept to be written again");
         sim.store().give_back(conn).await;
         sim.step(Input::Tick).await;
         assert!(acked(&web1.recv(&sim), &jid));
         let (state, stored, _) = state_of(&sim, &jid, "web1").await;
         assert_eq!(state, MinionJobState::Returned);
         assert!(stored.is_some(), "the return is stored");
-        assert_eq!(sim.master.core.pending.states_waiting(), 0);
+        assert_eq!(sim.master.core.pending().states_waiting(), 0);
     });
 }
 
@@ -91,11 +91,11 @@ fn returns_past_the_bound_stay_on_the_minion_and_are_asked_for_again_once_the_st
         let jid = sim.publish(&mut root, "web*", "test.ping", 10_000, 0).await.expect("published");
         let conn = sim.store().take_away().await.expect("open");
         web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
-        assert_eq!(sim.master.core.pending.states_waiting(), 1, "held for the store");
+        assert_eq!(sim.master.core.pending().states_waiting(), 1, "held for the store");
         // The bound is reached: web2's return stays on web2.
-        sim.master.core.pending.cap_held_returns_here();
+        sim.master.core.cap_held_returns();
         web2.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web2".into(), ..ret(&jid) })).await;
-        assert_eq!(sim.master.core.pending.states_waiting(), 1, "not held: past the bound");
+        assert_eq!(sim.master.core.pending().states_waiting(), 1, "not held: past the bound");
         assert!(!acked(&web2.recv(&sim), &jid));
         assert_eq!(sim.net.closed(web2.peer), None, "the session stays while the store is away");
         sim.store().give_back(conn).await;
@@ -123,7 +123,7 @@ fn a_return_made_in_time_during_a_store_outage_wins_over_the_deadline_that_passe
         let conn = sim.store().take_away().await.expect("open");
         // web2's return is held; the bound is reached, so web1's stays on web1.
         web2.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web2".into(), ..ret(&jid) })).await;
-        sim.master.core.pending.cap_held_returns_here();
+        sim.master.core.cap_held_returns();
         web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
         // The deadline passes while the store is away.
         sim.advance(Duration::from_secs(20)).await;
@@ -132,7 +132,7 @@ fn a_return_made_in_time_during_a_store_outage_wins_over_the_deadline_that_passe
         assert!(asked_again(&web1.recv(&sim)), "web1 is asked for its returns again");
         assert_eq!(sim.net.closed(web1.peer), None);
         sim.advance(Duration::from_secs(1)).await;
-        assert_eq!(sim.master.core.jobs.state(&jid, "web1"), Some(MinionJobState::Sent), "not timed out meanwhile");
+        assert_eq!(sim.master.core.jobs().state(&jid, "web1"), Some(MinionJobState::Sent), "not timed out meanwhile");
         // web1 sends what it kept.
         web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
         assert!(acked(&web1.recv(&sim), &jid));
@@ -159,7 +159,7 @@ fn a_late_return_is_told_once_as_late_and_never_as_another_final_state() {
         sim.advance(Duration::from_secs(20)).await;
         let tags = watcher.event_tags(&sim);
         assert!(tags.contains(&format!("halite/job/{jid}/ret/web1")), "{tags:?}");
-        assert_eq!(sim.master.core.jobs.state(&jid, "web1"), Some(MinionJobState::TimedOut));
+        assert_eq!(sim.master.core.jobs().state(&jid, "web1"), Some(MinionJobState::TimedOut));
         for _ in 0..3 {
             web1.send(&mut sim, &Message::JobReturn(JobReturn { minion: "web1".into(), ..ret(&jid) })).await;
         }
@@ -272,7 +272,7 @@ fn a_paused_master_does_not_charge_its_pause_to_the_minions() {
         // SIGSTOP for 30 s: no tick runs; the return is still in the socket when it wakes.
         sim.clock.advance(30 * SECOND);
         sim.step(Input::Tick).await;
-        assert_eq!(sim.master.core.jobs.state(&jid, "web1"), Some(MinionJobState::Sent));
+        assert_eq!(sim.master.core.jobs().state(&jid, "web1"), Some(MinionJobState::Sent));
         web1.send(&mut sim, &Message::JobReturn(ret(&jid))).await;
         assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::Returned);
     });
@@ -287,7 +287,7 @@ fn a_job_that_never_returns_times_out_and_an_offline_one_expires() {
         let offline = sim.connect_minion_then_leave("db2").await;
         let mut root = sim.root().await;
         let jid = sim.publish(&mut root, "*", "test.ping", 2_000, 5_000).await.expect("published");
-        assert_eq!(sim.master.core.jobs.state(&jid, &offline), Some(MinionJobState::Waiting));
+        assert_eq!(sim.master.core.jobs().state(&jid, &offline), Some(MinionJobState::Waiting));
         sim.advance(4 * SECOND).await;
         assert_eq!(state_of(&sim, &jid, "web1").await.0, MinionJobState::TimedOut);
         sim.advance(2 * SECOND).await;
@@ -311,7 +311,7 @@ fn a_waiting_job_is_delivered_when_its_minion_connects() {
         web1.disconnect(&mut sim).await;
         let mut again = sim.minion("web1").await;
         assert_eq!(again.jobs(&sim).len(), 1);
-        assert_eq!(sim.master.core.jobs.state(&jid, "web1"), Some(MinionJobState::Running));
+        assert_eq!(sim.master.core.jobs().state(&jid, "web1"), Some(MinionJobState::Running));
     });
 }
 
@@ -338,7 +338,7 @@ fn a_minion_refusal_ends_its_slot_at_once_with_the_reason() {
         let (state, stored, _) = state_of(&sim, &jid, "web2").await;
         assert_eq!(state, MinionJobState::Failed);
         assert!(stored.expect("reason").outputs["error"].as_str().unwrap_or_default().contains("No space"));
-        assert!(sim.master.core.jobs.get(&jid).is_none(), "the job is done");
+        assert!(sim.master.core.jobs().get(&jid).is_none(), "the job is done");
     });
 }
 
@@ -408,10 +408,10 @@ fn a_client_that_goes_away_leaves_no_subscription_or_watch() {
         let mut root = sim.root().await;
         root.send(&mut sim, &Message::Subscribe(Subscribe { patterns: vec!["*".into()], after: None })).await;
         let jid = sim.publish(&mut root, "web1", "test.ping", 1_000, 0).await.expect("published");
-        assert!(!sim.master.core.bus.is_empty());
+        assert!(!sim.master.core.bus().is_empty());
         root.disconnect(&mut sim).await;
-        assert!(sim.master.core.bus.is_empty());
-        assert!(sim.master.core.jobs.get(&jid).expect("live").watchers.is_empty());
+        assert!(sim.master.core.bus().is_empty());
+        assert!(sim.master.core.jobs().get(&jid).expect("live").watchers.is_empty());
     });
 }
 
@@ -445,7 +445,7 @@ fn a_principal_neither_sees_watches_cancels_nor_hears_of_another_targets_job() {
         let answer = dba.recv(&sim);
         assert!(answer.iter().any(|m| matches!(m, Message::Error(e) if e.kind == ErrorKind::NotFound)), "{answer:?}");
         assert!(web1.recv(&sim).iter().all(|m| !matches!(m, Message::Cancel(_))), "root's job is not cancelled");
-        assert!(!sim.master.core.jobs.get(&web_job).expect("live").watchers.contains(&dba.peer));
+        assert!(!sim.master.core.jobs().get(&web_job).expect("live").watchers.contains(&dba.peer));
 
         web1.send(&mut sim, &Message::JobReturn(ret(&web_job))).await;
         db1.send(&mut sim, &Message::JobReturn(ret(&db_job))).await;
@@ -478,7 +478,7 @@ fn a_subscription_beyond_the_events_acl_is_refused() {
                 && e.message.contains("halite/key/*"))),
             "{answer:?}"
         );
-        assert!(sim.master.core.bus.is_empty());
+        assert!(sim.master.core.bus().is_empty());
     });
 }
 
@@ -494,7 +494,7 @@ fn a_minion_id_bound_to_a_token_cannot_be_taken_by_connecting_first() {
         assert!(sim.store().keys_for("db9").await.expect("store").is_empty(), "nothing recorded as pending");
         let real = halite_protocol::identity::IdentityKey::from_seed(&super::seed_of("db9"));
         assert!(sim.connect_minion("db9", &real, Some(&token)).await.is_ok());
-        assert!(sim.master.core.registry.has_accepted("db9"));
+        assert!(sim.master.core.registry().has_accepted("db9"));
     });
 }
 
@@ -889,10 +889,10 @@ fn work_a_step_leaves_for_the_next_wakes_the_loop_at_once() {
         let now = crate::clock::Clock::now(&sim.clock);
         assert!(sim.master.core.next_timeout().is_some_and(|at| at > now), "nothing is due now");
         // An event the step's last writes published, not heard by the rollouts and groups yet.
-        sim.master.core.hearing.event("halite/minion/web1/custom".into(), serde_json::json!({}));
+        sim.master.core.hear_event("halite/minion/web1/custom".into(), serde_json::json!({}));
         assert_eq!(sim.master.core.next_timeout(), Some(now));
         sim.step(Input::Tick).await;
-        assert!(sim.master.core.hearing.is_empty(), "heard at the next step");
+        assert!(sim.master.core.nothing_to_hear(), "heard at the next step");
         assert!(sim.master.wake_at.is_some_and(|at| at > now), "and nothing left to wake for");
     });
 }
@@ -909,16 +909,16 @@ fn a_revocation_reread_on_sighup_is_told_to_the_minions_and_leaves_a_lone_store_
         let (mut sim, mut web1, _root, jid) = web1_pinged(10_000).await;
         web1.recv(&sim);
         let cluster = IdentityKey::from_seed(&[9; 32]);
-        let identity = sim.master.core.identity.clone();
-        let certificate = MasterCertificate::issue(&cluster, &identity.public(), &sim.master.core.config.id);
-        sim.master.core.identity = identity.with_certificate(certificate);
+        let identity = sim.master.core.identity().clone();
+        let certificate = MasterCertificate::issue(&cluster, &identity.public(), &sim.master.core.config().id);
+        sim.master.core.set_identity(identity.with_certificate(certificate));
         let retired = Revocation::issue(&cluster, &IdentityKey::from_seed(&[8; 32]).public()).to_hex();
         let path = std::env::temp_dir().join(format!("halite-sim-revoke-{}.toml", std::process::id()));
         std::fs::write(&path, format!("revoked_masters = [{retired:?}]\n")).unwrap();
-        sim.master.core.config.path = Some(path.clone());
+        sim.master.core.config_mut().path = Some(path.clone());
         sim.step(Input::Reload).await;
         let _ = std::fs::remove_file(&path);
-        assert_eq!(sim.master.core.config.revoked_masters, std::slice::from_ref(&retired));
+        assert_eq!(sim.master.core.config_mut().revoked_masters, std::slice::from_ref(&retired));
         let told = web1.recv(&sim);
         let notice =
             |m: &Message| matches!(m, Message::Welcome(w) if w.revoked == [retired.clone()] && w.revocations_only);
@@ -926,7 +926,7 @@ fn a_revocation_reread_on_sighup_is_told_to_the_minions_and_leaves_a_lone_store_
         assert_eq!(sim.net.closed(web1.peer), None, "told, not cut");
         assert!(!sim.master.core.store_in_doubt(), "nothing to reread: the store is this master's alone");
         let retired_key = IdentityKey::from_seed(&[8; 32]).public();
-        assert!(sim.master.core.config.revokes(&retired_key), "its announcements still waiting are dropped");
+        assert!(sim.master.core.config().revokes(&retired_key), "its announcements still waiting are dropped");
         // A reread that changes no revocation tells nobody.
         std::fs::write(&path, format!("revoked_masters = [{retired:?}]\n")).unwrap();
         sim.step(Input::Reload).await;

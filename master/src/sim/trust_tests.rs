@@ -130,7 +130,7 @@ fn readding_a_principal_with_a_new_key_or_acl_cuts_its_sessions_on_this_master()
             .await;
         assert!(added.is_ok(), "{added:?}");
         assert!(
-            !sim.master.core.sessions.contains(&ops.peer),
+            !sim.master.core.sessions().contains(&ops.peer),
             "the old session of a re-added principal is still open on the master that changed it"
         );
         let answer = sim.publish(&mut ops, "web1", "test.echo", 5_000, 0).await;
