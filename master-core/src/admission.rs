@@ -1,11 +1,11 @@
 //! Connections through the handshake to a session: each stage of the Noise handshake, the
 //! key registry's decision for a minion (accepted, pending, refused, busy), principals for
-//! clients; a sealed message opened and handed to the minion's or client's handler.
+//! clients. A session's messages are opened by the session itself (`Sessions::open`).
 //!
 //! Nothing here acts on the master: the loop lends an [`AdmissionDesk`] (the sessions, the
 //! registry's accepted keys, the refusal counters; the config and identities, read-only) and
 //! carries out the [`Effect`]s it returns: handshake messages and verdicts out, connections
-//! closed or forgotten, sessions opened, messages handed on (`Master::with_admission_desk`).
+//! closed or forgotten, sessions opened, messages handed on (`Core::with_admission_desk`).
 
 use std::sync::Arc;
 use std::time::Duration;

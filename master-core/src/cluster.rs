@@ -6,7 +6,7 @@
 //! Nothing here awaits or acts on the master: the loop lends a [`ClusterDesk`] (the other
 //! masters' view, the registry and what the next commit writes, theirs to change; the sessions,
 //! the live jobs and the config, read-only) and carries out the [`Effect`]s it returns: store
-//! calls, events, sessions ended, jobs adopted or cancelled (`Master::with_cluster_desk`). The
+//! calls, events, sessions ended, jobs adopted or cancelled (`Core::with_cluster_desk`). The
 //! loop sends the announcements (`server/writes.rs`) and rereads the store after a gap
 //! (`server/resync.rs`), handing what it read to [`ClusterDesk::views_reread`].
 

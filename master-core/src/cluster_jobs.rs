@@ -9,7 +9,7 @@
 //! Nothing here awaits or acts on the master: the loop lends a [`ClusterJobsDesk`] (the live
 //! jobs and what listens to them, the registry's minions; the sessions and config, read-only)
 //! and carries out the [`Effect`]s it returns: store calls, events, deliveries, slots' moves
-//! (`Master::with_cluster_jobs`).
+//! (`Core::with_cluster_jobs`).
 
 use std::collections::HashMap;
 

@@ -4,8 +4,8 @@
 //!
 //! Nothing here awaits or acts on the master: the loop lends a [`PublishDesk`] (the live jobs
 //! and what listens to them, the jid generator; the registry, sessions, config and the master's
-//! identity, read-only) and carries out the [`Effect`]s it returns: the job's store call, the
-//! messages to minions and publishers, events and announcements (`Master::with_publish_desk`).
+//! identity, read-only) and carries out the [`Effect`](crate::outputs::effects::Effect)s it returns: the job's store call, the
+//! messages to minions and publishers, events and announcements (`Core::with_publish_desk`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! where each goes when paused, resumed, stopped or changed by another master, and what follows
 //! once that move is stored. [`Rollouts`] borrows the job table (each job holds its
 //! [`RolloutRun`](crate::core::rollout::RolloutRun)) and the [`RolloutQueue`]; it returns what
-//! to do as [`Effect`]s, and the loop carries them out (`server/rollouts.rs`): a rollout's move
+//! to do as [`Effect`]s, and the loop carries them out (`machine/rollouts.rs`): a rollout's move
 //! is stored before it is announced, and its targets start through the loop.
 //!
 //! With several masters, every master holding the job decides alike from the same slots and

@@ -10,7 +10,7 @@
 //! jobs' watchers and rollouts, what the next commit writes, the engine events' rates; the
 //! sessions, the other masters' view and the config, read-only) and carries out the [`Effect`]s
 //! it returns: answers, store calls, events, announcements, sessions ended
-//! (`Master::with_admin_desk`).
+//! (`Core::with_admin_desk`).
 
 pub mod validate;
 

@@ -1,7 +1,7 @@
 //! What a step decided that other concerns listen to: each slot that moved ([`SlotChange`]:
 //! for the bus, the job's watchers and the job's end), each slot that ended ([`SlotMoved`]: for
 //! the metrics, rollouts and deployments) and each event published. Recorded where it happens,
-//! handed to the listeners by the loop (`server/hearing.rs`), so the code that moves a slot or
+//! handed to the listeners by the loop (`machine/hearing.rs`), so the code that moves a slot or
 //! publishes an event calls none of them.
 
 use halite_protocol::message::{JobReturn, MinionJobState, Value};

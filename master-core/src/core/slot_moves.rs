@@ -2,7 +2,7 @@
 //! (`core/jobs.rs`) is recorded for the group commit (`core/writes.rs`) and, as values, for
 //! those that listen (`core/hearing.rs`): the move ([`SlotChange`]: the bus, the job's
 //! watchers, the job's end) and, for a final state, the end ([`SlotMoved`]: metrics, rollouts,
-//! deployments). The loop hands them to their listeners (`server/hearing.rs`); nothing here calls
+//! deployments). The loop hands them to their listeners (`machine/hearing.rs`); nothing here calls
 //! them, waits, or fails.
 
 use std::time::Instant;

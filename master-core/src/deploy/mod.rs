@@ -11,7 +11,7 @@
 //! jobs in flight and what the step heard of their ends, and a `JobIssuer` for the jobs it
 //! pushes; the registry, live jobs and config, read-only) and carries out the [`Effect`]s it
 //! returns: answers, store calls, cancels, members pushed to their group, relays to start,
-//! events (`Master::with_deploy_desk`). Deployment groups have their own desk (`groups.rs`).
+//! events (`Core::with_deploy_desk`). Deployment groups have their own desk (`groups.rs`).
 
 pub mod derive;
 pub mod ending;
@@ -327,7 +327,7 @@ impl DeployDesk<'_> {
         }
     }
 
-    /// A push job stored and gone live (or not: `PublishDesk::job_stored`): the deployment
+    /// A push job stored and gone live (or not: `Core::job_stored`): the deployment
     /// that names it is stored next.
     pub fn deployment_job_stored(
         &mut self,

@@ -4,14 +4,16 @@
 //! the core asks for and hands back their answers, and drains what it asked to be done outside
 //! (relays, file reads). The core sends through its [`Outlet`], which never waits.
 //!
-//! Its files, one duty each: this one (the state), `inputs.rs` (what is loaded, wakes, SIGHUP,
-//! other masters), `clients.rs` (connections' and clients' messages handed to their handlers),
-//! `answered.rs` (store answers handed to the handlers that asked), `stages.rs` (the step's
-//! stages after its input), `hearing.rs` (what the step decided, handed to its listeners),
-//! `sending.rs` (events and sealed messages out), `effects.rs` (what owners decided, carried
-//! out), `rollouts.rs` (the rollouts let act), `timers.rs` (`next_timeout` and what comes due),
-//! `writes.rs`, `audit.rs` and `cluster_reads.rs` (what the driver's writes and reads hand
-//! back), `desks.rs` (each handler's desk), `connections.rs` (the one clean-up path of a peer).
+//! Its files, one duty each: this one (the state), `state.rs` (what the driver may read of it),
+//! `inputs.rs` (what is loaded, wakes, SIGHUP, other masters), `network.rs` (what connections
+//! bring, handed to their handlers), `local.rs` (the gateway's sessions), `answered.rs` (store
+//! answers handed to the handlers that asked), `going_live.rs` (a stored job joins the table and
+//! is sent), `stages.rs` (the step's stages after its input), `hearing.rs` (what the step
+//! decided, handed to its listeners), `sending.rs` (events and sealed messages out), `desks.rs`
+//! (each handler's desk lent, and what it decided carried out), `rollouts.rs` (the rollouts let
+//! act), `timers.rs` (`next_timeout` and what comes due), `writes.rs`, `audit.rs` and
+//! `cluster_reads.rs` (what the driver's writes and reads hand back), `connections.rs` (the one
+//! clean-up path of a peer).
 
 mod answered;
 mod audit;

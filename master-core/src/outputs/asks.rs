@@ -28,7 +28,7 @@ use crate::token_sessions::TokenRefused;
 
 /// One store call a handler waits on, with what its continuation needs.
 pub enum Ask {
-    /// A new job, stored before anything of it is sent (`PublishDesk::job_stored` goes on).
+    /// A new job, stored before anything of it is sent (`Core::job_stored` goes on).
     InsertJob(Box<PreparedJob>),
     /// Whether a minion key not accepted here may be: enrolled with a token, pending, refused
     /// (`AdmissionDesk::key_decided` goes on).
@@ -143,7 +143,7 @@ pub struct NewJob {
 }
 
 /// A job created, signed and laid out, not stored yet: nothing of it is live or sent until its
-/// row is (`PublishDesk::job_stored`).
+/// row is (`Core::job_stored`).
 #[derive(Debug)]
 pub struct PreparedJob {
     pub record: JobRecord,

@@ -1,4 +1,4 @@
-//! The master's loop, in two parts. [`Core`] (`machine.rs`) holds every connection's session,
+//! The master's loop, in two parts. [`Core`] (`halite-master-core`'s `machine/`) holds every connection's session,
 //! the registry and the live jobs, and never awaits, reads a clock or touches a store or a
 //! socket. [`Master`] holds the core with what it does not do (the network, the store, the
 //! clock, the queues inputs arrive on) and is the only code that awaits. Everything that wakes
@@ -19,15 +19,11 @@
 //! each store call ([`Master::observe`]); the core sends through its [`crate::net::Outlet`],
 //! which never waits. So the tests in `sim/` run it in-process, in simulated time.
 //!
-//! The files, one duty each. The loop's: this one (start-up, `serve`, the step and its
-//! stages), `answers.rs` (asks answered, the network drained), `writes.rs` (the group commit,
-//! then acknowledgements and announcements), `timers.rs`'s and `resync.rs`'s store calls. The
-//! core's: `machine.rs` (its state), `core_inputs.rs` (what is loaded, wakes, SIGHUP, other
-//! masters), `answers.rs`'s second half (clients' messages handed to their handlers),
-//! `hearing.rs` (what the step decided, handed to its listeners), `sending.rs` (events and
-//! sealed messages out), `effects.rs` (what owners decided, carried out), `rollouts.rs` (the
-//! rollouts let act), `timers.rs` (`next_timeout` and what comes due), `desks.rs`, `audit.rs`,
-//! `connections.rs`.
+//! The driver's files, one duty each: this one (start-up, `serve`, the step, its network input
+//! and its stages), `answers.rs` (asks answered by their store calls, the gateway's commands),
+//! `writes.rs` (the group commit, then acknowledgements and announcements), `timers.rs`',
+//! `audit.rs`' and `resync.rs`' store calls. The core's are listed in `machine/mod.rs` of
+//! `halite-master-core`.
 
 mod answers;
 mod audit;
