@@ -209,5 +209,32 @@ if python3 scripts/module_cycles.py "$planted/src" >/dev/null; then
 fi
 rm -rf "$planted"
 
+# The walks ARCHITECTURE.md lists: every file they name exists, and each walk's steps (the
+# files after an arrow, and the first) are at most 8, none twice.
+if ! python3 - <<'PY'
+import os, re, sys
+text = open("ARCHITECTURE.md").read()
+para = text[text.index("The walks, "):]
+para = " ".join(para[: para.index("\n\n")].split())
+ok = True
+for name in sorted(set(re.findall(r"`([a-z_/]+\.rs)`", para))):
+    if not any(os.path.exists(f"{root}/{name}") for root in ("master/src", "master-core/src")):
+        print(f"the walks name {name}, which is in neither master/src nor master-core/src")
+        ok = False
+for walk in ("A return:", "A publish:"):
+    body = para[para.index(walk) + len(walk):]
+    body = body.split("A publish:")[0]
+    steps = [m for m in re.findall(r"(?:^ |→ )`([a-z_/]+\.rs)`", body)]
+    if len(steps) > 8 or len(set(steps)) != len(steps):
+        print(f"the walk {walk!r} has {len(steps)} steps, or a file twice: {steps}")
+        ok = False
+    print(walk, len(steps), "steps")
+sys.exit(0 if ok else 1)
+PY
+then
+  echo "ARCHITECTURE: the walks are not as listed (above)" >&2
+  fail=1
+fi
+
 [ "$fail" = 0 ] && echo "architecture invariants hold"
 exit "$fail"
