@@ -260,6 +260,15 @@ fn a_job_from_a_master_the_cluster_does_not_certify_ends_refused_with_why_at_onc
     wait_for("the minion on the first master", Duration::from_secs(20), || {
         connected_at(&cluster, first, "tr1").then_some(())
     });
+    // The stranger hears where it is from the first master's announcement, which may come
+    // after the minion is listed there.
+    wait_for("the stranger to know the minion is on the first master", Duration::from_secs(20), || {
+        let run = cluster.cli_at(stranger, &["minions", "list", "--out", "json"]);
+        let list = run.json();
+        (run.code == 0
+            && list.as_array().is_some_and(|l| l.iter().any(|m| m["id"] == "tr1" && m["connected_elsewhere"] == true)))
+        .then_some(())
+    });
     // Published there with a minute to run: the first master delivers it, the minion refuses
     // it naming its jid, and the slot ends then, not when the minute is up.
     let started = std::time::Instant::now();
