@@ -130,3 +130,67 @@ impl Access<'_> {
         Ok(PublishGrant { targets, unknown, reach })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use halite_protocol::message::{JobSpec, PrincipalAcl, PrincipalRule, Target, TargetKind};
+
+    use super::*;
+    use crate::config::MasterConfig;
+    use crate::core::registry::Registry;
+
+    fn request(kind: TargetKind, expr: &str) -> PublishRequest {
+        PublishRequest::new(1, JobSpec::new(Target { kind, expr: expr.into() }, "test.ping"))
+    }
+
+    /// A principal allowed `test.ping` on `web*`, and three minions: two in its view, one not.
+    fn fleet() -> (MasterConfig, Registry, Publisher) {
+        let mut registry = Registry::default();
+        for id in ["web1", "web2", "db1"] {
+            registry.accept(id, [7; 32]);
+        }
+        let rule =
+            PrincipalRule { targets: "web*".into(), functions: vec!["test.ping".into()], args: Default::default() };
+        let acl = PrincipalAcl { rules: vec![rule], ..PrincipalAcl::default() };
+        (MasterConfig::default(), registry, Publisher::Principal(Arc::new(acl)))
+    }
+
+    #[test]
+    fn a_minion_outside_the_view_is_answered_exactly_like_one_that_does_not_exist() {
+        let (config, registry, ops) = fleet();
+        let jobs = crate::core::jobs::testing::table(std::time::Instant::now());
+        let access = Access::of(&config, &registry, &jobs);
+        let granted = access.grant_publish("ops", &ops, &request(TargetKind::List, "web2,db1,ghost,web1")).unwrap();
+        assert_eq!(granted.targets, ["web1", "web2"]);
+        assert_eq!(granted.unknown, ["db1", "ghost"], "db1 is unknown to ops, as ghost is");
+        let outside = access.grant_publish("ops", &ops, &request(TargetKind::Glob, "db1")).unwrap_err();
+        let absent = access.grant_publish("ops", &ops, &request(TargetKind::Glob, "ghost")).unwrap_err();
+        assert_eq!((outside.kind, &outside.why, outside.denied), (absent.kind, &absent.why, absent.denied));
+        assert_eq!(outside.kind, ErrorKind::NotFound);
+        // A glob is matched within the view only: root reaches db1, ops does not.
+        let all = access.grant_publish("root", &Publisher::Root, &request(TargetKind::Glob, "*")).unwrap();
+        assert_eq!(all.targets.len(), 3);
+        let mine = access.grant_publish("ops", &ops, &request(TargetKind::Glob, "*")).unwrap();
+        assert_eq!(mine.targets, ["web1", "web2"]);
+    }
+
+    #[test]
+    fn a_function_outside_the_rules_is_denied_and_a_minion_no_peer_rule_names_is_refused_before_its_target_is_read() {
+        let (config, registry, ops) = fleet();
+        let jobs = crate::core::jobs::testing::table(std::time::Instant::now());
+        let access = Access::of(&config, &registry, &jobs);
+        let mut run = request(TargetKind::Glob, "web1");
+        run.spec.function = "cmd.run".into();
+        let refused = access.grant_publish("ops", &ops, &run).unwrap_err();
+        assert_eq!((refused.kind, refused.denied), (ErrorKind::Forbidden, true), "{}", refused.why);
+        // The target does not even parse: a peer without a rule learns nothing from it.
+        let peer = Publisher::Peer("web1".into());
+        let refused =
+            access.grant_publish("minion:web1", &peer, &request(TargetKind::Compound, "G@ and (")).unwrap_err();
+        assert_eq!((refused.kind, refused.denied), (ErrorKind::Forbidden, true), "{}", refused.why);
+        let bad = access.grant_publish("ops", &ops, &request(TargetKind::Compound, "G@ and (")).unwrap_err();
+        assert_eq!((bad.kind, bad.denied), (ErrorKind::BadRequest, false));
+    }
+}
