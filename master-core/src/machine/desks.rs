@@ -224,7 +224,6 @@ impl Core {
                 Effect::ReleaseParked => self.release_parked(),
                 Effect::AdoptJob { jid } => self.with_cluster_jobs(|desk| desk.adopt_job(&jid)),
                 Effect::CancelHere { jid } => self.with_publish_desk(|desk| desk.cancel_here(&jid)),
-                Effect::SendJob { peer, minion, jid, message } => self.send_job(peer, &minion, &jid, &message),
                 Effect::RemoteSlots { jid, states } => {
                     self.with_cluster_jobs(|desk| desk.apply_remote_slots(&jid, states))
                 }

@@ -68,8 +68,6 @@ pub enum Effect {
     RemoteSlots { jid: String, states: Vec<(String, MinionJobState)> },
     /// A rollout another master changed, to reread.
     RolloutChangedElsewhere { jid: String },
-    /// A job's message for a minion's connection, or its backlog when the queue is full.
-    SendJob { peer: PeerId, minion: String, jid: String, message: Box<Message> },
     /// A live job sent to a connected minion, its slot marked sent.
     Deliver { jid: String, minion: String, peer: PeerId },
     /// A live job cancelled (its rollout stopped first, if it has one).
